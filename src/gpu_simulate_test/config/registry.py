@@ -1,0 +1,64 @@
+"""Register the schemas with Hydra's ConfigStore and turn composed configs into dataclasses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
+
+T = TypeVar("T")
+
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+"""The YAML config groups shipped with the project (``configs/`` at the repository root)."""
+
+STAGE_SCHEMAS: dict[str, type] = {"workload": WorkloadStageConfig}
+"""Primary config name → the dataclass its composed config must satisfy."""
+
+
+def register_configs() -> None:
+    """Register every stage schema and group schema with Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    for stage, schema in STAGE_SCHEMAS.items():
+        cs.store(name=f"{stage}_schema", node=writable_schema(schema))
+
+
+def writable_schema(schema: type) -> DictConfig:
+    """The structured (type-checked) config of a frozen dataclass, left writable.
+
+    Frozen dataclasses make Hydra's nodes read-only, which forbids merging YAML groups and
+    command-line overrides into them; the typed check still happens on every assignment, and
+    :func:`to_typed` re-creates the frozen dataclass at the end.
+    """
+    node = OmegaConf.structured(schema)
+    _clear_readonly(node)
+    return node
+
+
+def _clear_readonly(node: DictConfig) -> None:
+    OmegaConf.set_readonly(node, False)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            _clear_readonly(child)
+
+
+def to_typed(cfg: DictConfig, schema: type[T]) -> T:
+    """Validate a composed config against ``schema`` and return the frozen dataclass.
+
+    Raises ConfigError naming the offending key for unknown keys, wrong types and range checks.
+    """
+    try:
+        merged = OmegaConf.merge(writable_schema(schema), cfg)
+        obj: Any = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid config: {exc}") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"invalid config: {exc}") from exc
+    if not isinstance(obj, schema):
+        raise ConfigError(f"config did not produce a {schema.__name__}")
+    return obj
