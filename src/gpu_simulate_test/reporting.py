@@ -20,7 +20,9 @@ console = Console(stderr=False)
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def progress_bar(
+    description: str, total: int, enabled: bool = True
+) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``; draws a bar (count, elapsed, remaining) when enabled."""
     if not enabled:
         yield lambda _n: None

@@ -14,7 +14,14 @@ from typing import Literal
 from omegaconf import MISSING
 
 RunType = Literal["real", "vidur", "compare", "vidur_profile", "deep_profile", "workload"]
-RUN_TYPES: tuple[str, ...] = ("real", "vidur", "compare", "vidur_profile", "deep_profile", "workload")
+RUN_TYPES: tuple[str, ...] = (
+    "real",
+    "vidur",
+    "compare",
+    "vidur_profile",
+    "deep_profile",
+    "workload",
+)
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
 WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")
@@ -105,7 +112,9 @@ class HardwareConfig:
             f"hardware.device={self.device!r} must be 'cpu' or start with 'cuda'",
         )
         for name in ("peak_bf16_tflops", "memory_bandwidth_gb_s", "memory_gib"):
-            _check(getattr(self, name) > 0, f"hardware.{name} must be > 0, got {getattr(self, name)}")
+            _check(
+                getattr(self, name) > 0, f"hardware.{name} must be > 0, got {getattr(self, name)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,10 @@ class LengthDistConfig:
 
 @dataclass(frozen=True)
 class ArrivalConfig:
-    """Request arrival process, as in ``vllm bench serve`` (``--request-rate``, ``--burstiness``)."""
+    """Request arrivals as in ``vllm bench serve`` (``--request-rate``, ``--burstiness``).
+
+    Poisson is gamma with shape 1.
+    """
 
     process: str = "poisson"
     """poisson, gamma (burstiness knob), fixed (constant interval 1/qps) or all_at_once."""
@@ -162,7 +174,7 @@ class WorkloadConfig:
     num_requests: int = 64
     """Requests to generate (synthetic) or the first N to take (trace; 0 takes all)."""
     qps: float = 2.0
-    """Mean arrival rate, requests/s (synthetic arrivals and lengths-only traces); inf = all at once."""
+    """Mean arrival rate, requests/s (synthetic, lengths-only traces); inf sends all at once."""
     seed: int = 0
     prompt_len: LengthDistConfig = field(default_factory=LengthDistConfig)
     output_len: LengthDistConfig = field(default_factory=LengthDistConfig)
@@ -181,14 +193,18 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         _check_choice("workload.source", self.source, WORKLOAD_SOURCES)
         _check_choice("workload.prompt_mode", self.prompt_mode, PROMPT_MODES)
-        _check(self.num_requests >= 0, f"workload.num_requests must be >= 0, got {self.num_requests}")
+        _check(
+            self.num_requests >= 0, f"workload.num_requests must be >= 0, got {self.num_requests}"
+        )
         if self.source == "synthetic":
             _check(self.num_requests >= 1, "workload.num_requests must be >= 1 for synthetic")
         _check(
             self.qps > 0 and not math.isnan(self.qps), f"workload.qps must be > 0, got {self.qps}"
         )
         if self.source == "trace":
-            _check(bool(self.trace_file), "workload.trace_file is required when workload.source=trace")
+            _check(
+                bool(self.trace_file), "workload.trace_file is required when workload.source=trace"
+            )
         if self.trace_target_qps is not None:
             _check(
                 self.trace_target_qps > 0,
@@ -221,8 +237,12 @@ class ProfilingConfig:
             self.dtype == "auto" or self.dtype in DTYPES,
             f"profiling.dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",
         )
-        _check(self.warmup_iters >= 0, f"profiling.warmup_iters must be >= 0, got {self.warmup_iters}")
-        _check(self.repeat_iters >= 1, f"profiling.repeat_iters must be >= 1, got {self.repeat_iters}")
+        _check(
+            self.warmup_iters >= 0, f"profiling.warmup_iters must be >= 0, got {self.warmup_iters}"
+        )
+        _check(
+            self.repeat_iters >= 1, f"profiling.repeat_iters must be >= 1, got {self.repeat_iters}"
+        )
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ class TableSchema:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path | str, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+def atomic_open(
+    path: Path | str, mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path`` for writing and rename it over ``path`` on success.
 
     On any exception the temporary file is removed and ``path`` is left as it was.
@@ -127,7 +129,7 @@ def write_json(path: Path | str, data: Mapping[str, Any]) -> Path:
 
 
 def read_json(path: Path | str, required_keys: Sequence[str] = ()) -> dict[str, Any]:
-    """Read a JSON object, failing with the file name on a missing file, bad JSON or missing keys."""
+    """Read a JSON object; a missing file, bad JSON or a missing key fails naming the file."""
     p = Path(path)
     if not p.is_file():
         raise ArtifactError(f"{p}: file does not exist")
@@ -299,7 +301,9 @@ def read_csv(path: Path | str, schema: TableSchema) -> pd.DataFrame:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(_clean_json(value), sort_keys=True, default=_json_default, separators=(",", ":"))
+    return json.dumps(
+        _clean_json(value), sort_keys=True, default=_json_default, separators=(",", ":")
+    )
 
 
 def stable_id(parts: Sequence[Any] | Mapping[str, Any], prefix: str = "", length: int = 12) -> str:
@@ -310,7 +314,9 @@ def stable_id(parts: Sequence[Any] | Mapping[str, Any], prefix: str = "", length
     if not 4 <= length <= 64:
         raise ValueError(f"length must be within 4..64, got {length}")
     digest = hashlib.sha256(_canonical(parts).encode("utf-8")).hexdigest()[:length]
-    return f"{prefix}{digest}" if not prefix or prefix.endswith(("-", "_")) else f"{prefix}-{digest}"
+    return (
+        f"{prefix}{digest}" if not prefix or prefix.endswith(("-", "_")) else f"{prefix}-{digest}"
+    )
 
 
 def file_fingerprint(paths: Sequence[Path | str], length: int = 16) -> str:

@@ -64,7 +64,12 @@ def git_commit(cwd: Path | None = None) -> dict[str, Any]:
     where = cwd or Path(__file__).resolve().parent
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5, check=True
+            ["git", "rev-parse", "HEAD"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
@@ -110,8 +115,12 @@ def gpu_info() -> list[dict[str, Any]]:
                     "name": pynvml.nvmlDeviceGetName(handle),
                     "driver": driver,
                     "memory_total_bytes": int(mem.total),
-                    "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                    "max_mem_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                    "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(
+                        handle, pynvml.NVML_CLOCK_SM
+                    ),
+                    "max_mem_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(
+                        handle, pynvml.NVML_CLOCK_MEM
+                    ),
                 }
             )
     finally:

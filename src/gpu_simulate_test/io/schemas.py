@@ -12,7 +12,9 @@ TRACE_LENGTHS = TableSchema(
     columns=(
         Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
         Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=1),
-        Column("num_decode_tokens", "int", "tokens", "output length (generated tokens)", min_value=1),
+        Column(
+            "num_decode_tokens", "int", "tokens", "output length (generated tokens)", min_value=1
+        ),
     ),
 )
 
@@ -24,8 +26,16 @@ TRACE_INTERVALS = TableSchema(
     sorted_by="arrival_time_s",
     columns=(
         Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
-        Column("arrival_time_s", "float", "s", "arrival time from the start of the run", min_value=0),
-        Column("inter_arrival_s", "float", "s", "gap to the previous arrival (0 for the first)", min_value=0),
+        Column(
+            "arrival_time_s", "float", "s", "arrival time from the start of the run", min_value=0
+        ),
+        Column(
+            "inter_arrival_s",
+            "float",
+            "s",
+            "gap to the previous arrival (0 for the first)",
+            min_value=0,
+        ),
     ),
 )
 
@@ -61,8 +71,17 @@ REQUEST_METRICS = TableSchema(
         Column("arrival_time_s", "float", "s", "actual arrival time from run start", min_value=0),
         Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=0),
         Column("num_decode_tokens", "int", "tokens", "output tokens produced", min_value=0),
-        Column("ttft_s", "float", "s", "arrival to first output token (queueing included)", nullable=True, min_value=0),
-        Column("tpot_s", "float", "s", "(e2e - ttft) / (output tokens - 1)", nullable=True, min_value=0),
+        Column(
+            "ttft_s",
+            "float",
+            "s",
+            "arrival to first output token (queueing included)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "tpot_s", "float", "s", "(e2e - ttft) / (output tokens - 1)", nullable=True, min_value=0
+        ),
         Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
         Column("status", "str", "", "ok, error or timeout"),
     ),
@@ -76,7 +95,14 @@ TOKEN_METRICS = TableSchema(
         Column("request_id", "int", "", "request index", min_value=0),
         Column("token_index", "int", "", "0-based output token index", min_value=0),
         Column("time_s", "float", "s", "time the token was observed, from run start", min_value=0),
-        Column("itl_s", "float", "s", "gap to the previous token of the request (empty for the first)", nullable=True, min_value=0),
+        Column(
+            "itl_s",
+            "float",
+            "s",
+            "gap to the previous token of the request (empty for the first)",
+            nullable=True,
+            min_value=0,
+        ),
     ),
 )
 

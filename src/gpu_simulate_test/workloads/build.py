@@ -24,7 +24,7 @@ from gpu_simulate_test.io.artifacts import (
 )
 from gpu_simulate_test.io.runs import Run, default_run_id, open_upstream_run, start_run
 from gpu_simulate_test.io.schemas import TRACE_INTERVALS, TRACE_LENGTHS
-from gpu_simulate_test.reporting import console, progress_bar, print_table
+from gpu_simulate_test.reporting import console, print_table, progress_bar
 from gpu_simulate_test.workloads.prompts import exact_text_prompts, load_tokenizer, random_token_ids
 from gpu_simulate_test.workloads.sampling import rescale_to_qps, sample_arrivals, sample_lengths
 from gpu_simulate_test.workloads.trace import load_trace
@@ -224,12 +224,19 @@ def print_summary(meta: Mapping[str, Any], path: Path) -> None:
         ["duration (s)", f"{summary['duration_s']:.2f}"],
         ["mean QPS", f"{summary['mean_qps']:.3f}" if summary["mean_qps"] else "all at once"],
     ]
-    for key, label in (("num_prefill_tokens", "prompt tokens"), ("num_decode_tokens", "output tokens")):
+    for key, label in (
+        ("num_prefill_tokens", "prompt tokens"),
+        ("num_decode_tokens", "output tokens"),
+    ):
         stats = summary[key]
         rows.append(
             [label, " / ".join(f"{stats[q]:.0f}" for q in ("min", "p50", "p90", "p99", "max"))]
         )
-    print_table(f"workload {meta['workload_id']} ({meta['source']})", ["", "value (min/p50/p90/p99/max)"], rows)
+    print_table(
+        f"workload {meta['workload_id']} ({meta['source']})",
+        ["", "value (min/p50/p90/p99/max)"],
+        rows,
+    )
     console.print(f"[bold]artifacts:[/] {path}")
 
 

@@ -1,4 +1,4 @@
-"""Prompts of an exact token length: random token ids, or text that tokenizes to exactly N tokens."""
+"""Prompts of an exact token length: random token ids, or text that tokenizes to N tokens."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ def regular_token_limit(vocab_size: int) -> int:
     return min(vocab_size, QWEN3_FIRST_SPECIAL_TOKEN_ID)
 
 
-def random_token_ids(lengths: np.ndarray, vocab_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def random_token_ids(
+    lengths: np.ndarray, vocab_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """One array of random regular token ids per request, of exactly the given lengths."""
     flat = rng.integers(0, regular_token_limit(vocab_size), size=int(lengths.sum()), dtype=np.int64)
     return np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
@@ -54,12 +56,18 @@ def _word_pool(tokenizer: Any) -> np.ndarray:
     Byte-level BPE pre-tokenizers split text before each `` word``, so a string built from these
     words tokenizes to exactly one token per word.
     """
-    pool: list[int] = []
     limit = min(len(tokenizer), QWEN3_FIRST_SPECIAL_TOKEN_ID)
-    for token_id in range(limit):
-        text = tokenizer.decode([token_id])
-        if len(text) >= 3 and text[0] == " " and text[1:].isascii() and text[1:].isalpha():
-            pool.append(token_id)
+    pieces = tokenizer.convert_ids_to_tokens(list(range(limit)))
+    # byte-level BPE writes a leading space as "Ġ"
+    pool = [
+        token_id
+        for token_id, piece in enumerate(pieces)
+        if isinstance(piece, str)
+        and len(piece) >= 3
+        and piece[0] == "Ġ"
+        and piece[1:].isascii()
+        and piece[1:].isalpha()
+    ]
     ids = np.asarray(pool, dtype=np.int64)
     # keep only those that round-trip exactly (checked in one batch)
     texts = tokenizer.batch_decode([[int(i)] for i in ids])

@@ -1,0 +1,166 @@
+"""The workload stage end to end, run as a user runs it (``python -m ...cli.workload``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, read_json
+from gpu_simulate_test.workloads.build import load_workload
+from gpu_simulate_test.workloads.prompts import load_tokenizer
+from tests.conftest import SPLITWISE_TRACE, run_cli
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = {
+    layout.PROMPTS,
+    layout.TRACE_LENGTHS,
+    layout.TRACE_INTERVALS,
+    layout.WORKLOAD_META,
+    layout.RUN_META,
+}
+
+
+def test_default_run_writes_the_four_artifacts(tmp_path: Path) -> None:
+    proc = run_cli("workload", "output.run_id=demo", cwd=tmp_path)
+    run = tmp_path / "tmp" / "workload" / "demo"
+    assert {p.name for p in run.iterdir()} == ARTIFACTS
+    assert "requests" in proc.stdout and "tmp/workload/demo" in proc.stdout
+    loaded = load_workload(run)
+    assert len(loaded.lengths) == 64 and loaded.meta["source"] == "synthetic"
+    prompts = [json.loads(line) for line in (run / layout.PROMPTS).read_text().splitlines()]
+    assert [p["request_id"] for p in prompts] == list(range(64))
+    for prompt, (_, row) in zip(prompts, loaded.lengths.iterrows(), strict=True):
+        assert (
+            len(prompt["prompt_token_ids"])
+            == prompt["num_prefill_tokens"]
+            == row["num_prefill_tokens"]
+        )
+        assert prompt["num_decode_tokens"] == row["num_decode_tokens"]
+        assert max(prompt["prompt_token_ids"]) < 151643  # no special tokens
+    meta = read_json(run / layout.RUN_META)
+    assert meta["status"] == "complete" and meta["config"]["workload"]["num_requests"] == 64
+    assert meta["workload_id"] == loaded.workload_id
+
+
+def test_same_seed_same_bytes_other_seed_other_workload(tmp_path: Path) -> None:
+    for run_id, seed in (("a", 3), ("b", 3), ("c", 4)):
+        run_cli(
+            "workload",
+            f"output.run_id={run_id}",
+            f"workload.seed={seed}",
+            "progress=false",
+            cwd=tmp_path,
+        )
+    root = tmp_path / "tmp" / "workload"
+    for name in (
+        layout.PROMPTS,
+        layout.TRACE_LENGTHS,
+        layout.TRACE_INTERVALS,
+        layout.WORKLOAD_META,
+    ):
+        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+    assert (root / "a" / layout.TRACE_LENGTHS).read_bytes() != (
+        root / "c" / layout.TRACE_LENGTHS
+    ).read_bytes()
+    assert load_workload(root / "a").workload_id != load_workload(root / "c").workload_id
+
+
+def test_multirun_over_qps_writes_one_run_per_value(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "-m",
+        "workload.qps=1,2,4",
+        "workload.num_requests=400",
+        "output.run_id=q",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    rates = [
+        load_workload(tmp_path / "tmp" / "workload" / f"q-{i}").meta["summary"]["mean_qps"]
+        for i in range(3)
+    ]
+    assert rates[0] == pytest.approx(1, rel=0.15)
+    assert rates[1] == pytest.approx(2, rel=0.15)
+    assert rates[2] == pytest.approx(4, rel=0.15)
+
+
+@pytest.mark.skipif(not SPLITWISE_TRACE.is_file(), reason="shared fixtures not present")
+def test_splitwise_trace_import_with_first_n_and_rescale(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "workload=trace",
+        f"workload.trace_file={SPLITWISE_TRACE}",
+        "workload.num_requests=300",
+        "workload.trace_target_qps=5",
+        "model=qwen3_0_6b",
+        "output.run_id=sw",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    loaded = load_workload(tmp_path / "tmp" / "workload" / "sw")
+    assert len(loaded.lengths) == 300
+    assert loaded.lengths["num_prefill_tokens"].tolist()[:2] == [374, 396]
+    assert loaded.meta["summary"]["mean_qps"] == pytest.approx(5.0)
+    assert loaded.meta["arrivals_from"] == "trace" and loaded.meta["trace_rows"] == 19366
+
+
+def test_text_prompts_tokenize_to_exact_lengths(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "workload.prompt_mode=text",
+        "workload.num_requests=6",
+        "output.run_id=text",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    tokenizer = load_tokenizer(None)
+    for line in (tmp_path / "tmp" / "workload" / "text" / layout.PROMPTS).read_text().splitlines():
+        record = json.loads(line)
+        ids = tokenizer(record["prompt_text"], add_special_tokens=False)["input_ids"]
+        assert len(ids) == record["num_prefill_tokens"]
+
+
+def test_bad_input_exits_2_naming_the_problem_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli(
+        "workload",
+        "workload=trace",
+        "workload.trace_file=missing.csv",
+        "output.run_id=x",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "missing.csv: file does not exist" in proc.stdout
+    assert not (tmp_path / "tmp" / "workload" / "x").exists()
+    proc = run_cli(
+        "workload",
+        "workload.prompt_len.max=4090",
+        "workload.prompt_len.min=4090",
+        "output.run_id=y",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2 and "max context 4096" in proc.stdout
+    assert not (tmp_path / "tmp" / "workload" / "y").exists()
+
+
+def test_existing_run_is_not_overwritten(tmp_path: Path) -> None:
+    run_cli("workload", "output.run_id=keep", "progress=false", cwd=tmp_path)
+    before = (tmp_path / "tmp" / "workload" / "keep" / layout.TRACE_LENGTHS).read_bytes()
+    proc = run_cli("workload", "output.run_id=keep", "workload.seed=9", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "already exists" in proc.stdout
+    assert (tmp_path / "tmp" / "workload" / "keep" / layout.TRACE_LENGTHS).read_bytes() == before
+
+
+def test_load_workload_refuses_a_tampered_run(tmp_path: Path) -> None:
+    run_cli("workload", "output.run_id=t", "progress=false", cwd=tmp_path)
+    run = tmp_path / "tmp" / "workload" / "t"
+    (run / layout.TRACE_LENGTHS).write_text("request_id,num_prefill_tokens\n0,5\n")
+    with pytest.raises(
+        ArtifactError, match=r"trace_lengths\.csv: missing required column\(s\) num_decode_tokens"
+    ):
+        load_workload(run)

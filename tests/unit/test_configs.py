@@ -1,0 +1,136 @@
+"""Every config composes and validates; bad keys, types and ranges fail naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+
+from gpu_simulate_test.config.registry import CONFIG_DIR, to_typed
+from gpu_simulate_test.config.schema import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    StageConfig,
+    WorkloadConfig,
+    WorkloadStageConfig,
+)
+
+MODEL_FILES = sorted((CONFIG_DIR / "model").glob("*.yaml"))
+HARDWARE_FILES = sorted((CONFIG_DIR / "hardware").glob("*.yaml"))
+WORKLOAD_FILES = sorted((CONFIG_DIR / "workload").glob("*.yaml"))
+
+
+def test_config_groups_are_there() -> None:
+    assert {p.stem for p in MODEL_FILES} >= {
+        "qwen3_tiny",
+        "qwen3_0_6b",
+        "qwen3_1_7b",
+        "qwen3_4b",
+        "qwen3_8b",
+    }
+    assert {p.stem for p in HARDWARE_FILES} >= {"cpu", "a100", "h100", "h200"}
+    assert {p.stem for p in WORKLOAD_FILES} >= {"synthetic", "trace"}
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_every_model_composes_into_the_workload_stage(compose_stage, path: Path) -> None:
+    cfg = to_typed(compose_stage("workload", [f"model={path.stem}"]), WorkloadStageConfig)
+    assert isinstance(cfg.model, ModelConfig)
+    assert cfg.model.name == path.stem
+
+
+@pytest.mark.parametrize("path", HARDWARE_FILES, ids=lambda p: p.stem)
+def test_every_hardware_file_validates(path: Path) -> None:
+    loaded = OmegaConf.load(path)
+    assert isinstance(loaded, DictConfig)
+    hw = to_typed(loaded, HardwareConfig)
+    assert hw.name == path.stem
+    assert hw.device == ("cpu" if path.stem == "cpu" else "cuda")
+
+
+def test_trace_workload_composes_with_a_file(compose_stage) -> None:
+    cfg = to_typed(
+        compose_stage("workload", ["workload=trace", "workload.trace_file=x.csv"]),
+        WorkloadStageConfig,
+    )
+    assert cfg.workload.source == "trace" and cfg.workload.trace_file == "x.csv"
+
+
+def test_trace_workload_without_a_file_fails(compose_stage) -> None:
+    with pytest.raises(ConfigError, match="trace_file"):
+        to_typed(compose_stage("workload", ["workload=trace"]), WorkloadStageConfig)
+
+
+def test_real_qwen3_0_6b_numbers(compose_stage) -> None:
+    m = to_typed(compose_stage("workload", ["model=qwen3_0_6b"]), WorkloadStageConfig).model
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.num_key_value_heads) == (
+        28,
+        1024,
+        16,
+        8,
+    )
+    assert (m.head_dim, m.intermediate_size, m.vocab_size, m.max_position_embeddings) == (
+        128,
+        3072,
+        151936,
+        40960,
+    )
+    assert m.tie_word_embeddings and m.rope_theta == 1_000_000
+    # K and V, 28 layers, 8 kv heads, head_dim 128, 2 bytes: 114,688 bytes per token
+    assert m.kv_cache_bytes_per_token == 114_688
+
+
+def test_misspelt_key_fails_naming_it(compose_stage) -> None:
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_stage("workload", ["workload.qpss=3"])
+    text = f"{err.value} {err.value.__cause__}"
+    assert "Key 'qpss' not in 'WorkloadConfig'" in text
+
+
+def test_wrong_type_fails_naming_the_key(compose_stage) -> None:
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_stage("workload", ["workload.num_requests=many"])
+    text = f"{err.value} {err.value.__cause__}"
+    assert "workload.num_requests" in text and "many" in text
+
+
+def test_typo_inside_a_yaml_group_is_rejected(tmp_path: Path) -> None:
+    bad = OmegaConf.create({"name": "m", "num_layer": 2})
+    with pytest.raises(ConfigError, match="num_layer"):
+        to_typed(bad, ModelConfig)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["workload.qps=0"], "workload.qps must be > 0"),
+        (["workload.num_requests=0"], "workload.num_requests must be >= 1"),
+        (["workload.prompt_len.kind=poisson"], "length.kind='poisson' is not one of"),
+        (
+            ["workload.prompt_len.min=10", "workload.prompt_len.max=5"],
+            "length.max (5) must be >= length.min (10)",
+        ),
+        (["workload.arrival.process=bursty"], "arrival.process='bursty' is not one of"),
+        (["model.num_key_value_heads=3"], "must be a multiple of model.num_key_value_heads"),
+        (["workload.prompt_mode=images"], "workload.prompt_mode='images'"),
+    ],
+)
+def test_range_checks_name_the_field(compose_stage, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        to_typed(compose_stage("workload", overrides), WorkloadStageConfig)
+    assert message in str(err.value)
+
+
+def test_configs_are_frozen(compose_stage) -> None:
+    cfg = to_typed(compose_stage("workload"), WorkloadStageConfig)
+    with pytest.raises(AttributeError):
+        cfg.workload.qps = 3.0  # type: ignore[misc]
+
+
+def test_stage_run_type_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"stage\.run_type='train'"):
+        StageConfig(run_type="train")
+    assert WorkloadConfig().source == "synthetic"

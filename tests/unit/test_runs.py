@@ -1,0 +1,68 @@
+"""Run directories: safe ids, no silent overwrite, failed runs never look complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, read_json
+from gpu_simulate_test.io.runs import RunExistsError, open_upstream_run, start_run
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", "a\\b", "..", ".hidden", "x" * 200, "sp ace"])
+def test_bad_run_ids_are_rejected(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"output\.run_id"):
+        layout.validate_run_id(bad)
+
+
+def test_complete_run_has_meta_and_no_marker(tmp_path: Path) -> None:
+    with start_run(tmp_path, "workload", "r1", {"a": 1}) as run:
+        assert (run.path / layout.INCOMPLETE_MARKER).exists()
+        assert read_json(run.path / layout.RUN_META)["status"] == "running"
+        run.update_meta(extra=5)
+    meta = open_upstream_run(tmp_path / "workload" / "r1", "workload")
+    assert meta["status"] == "complete" and meta["extra"] == 5 and meta["config"] == {"a": 1}
+    for key in ("git", "packages", "host", "start_time", "end_time", "stage", "run_id"):
+        assert key in meta
+    assert not (run.path / layout.INCOMPLETE_MARKER).exists()
+
+
+def test_second_run_with_same_id_never_overwrites(tmp_path: Path) -> None:
+    with start_run(tmp_path, "workload", "r1", {}) as run:
+        (run.path / "data.txt").write_text("first")
+    with (
+        pytest.raises(RunExistsError, match="already exists"),
+        start_run(tmp_path, "workload", "r1", {}),
+    ):
+        pass
+    assert (tmp_path / "workload" / "r1" / "data.txt").read_text() == "first"
+    with start_run(tmp_path, "workload", "r1", {}, overwrite=True) as run:
+        assert not (run.path / "data.txt").exists()
+
+
+def test_failed_run_is_marked_and_refused_downstream(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), start_run(tmp_path, "workload", "bad", {}):
+        raise RuntimeError("boom")
+    path = tmp_path / "workload" / "bad"
+    meta = read_json(path / layout.RUN_META)
+    assert meta["status"] == "failed" and "boom" in meta["error"]
+    assert (path / layout.INCOMPLETE_MARKER).exists()
+    with pytest.raises(ArtifactError, match="not complete"):
+        open_upstream_run(path, "workload")
+
+
+def test_interrupted_run_is_marked_interrupted(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), start_run(tmp_path, "workload", "ctrl-c", {}):
+        raise KeyboardInterrupt
+    assert read_json(tmp_path / "workload" / "ctrl-c" / layout.RUN_META)["status"] == "interrupted"
+
+
+def test_upstream_of_wrong_stage_or_missing(tmp_path: Path) -> None:
+    with start_run(tmp_path, "workload", "w", {}):
+        pass
+    with pytest.raises(ArtifactError, match="is a workload run, expected a real_bench run"):
+        open_upstream_run(tmp_path / "workload" / "w", "real_bench")
+    with pytest.raises(ArtifactError, match="run directory does not exist"):
+        open_upstream_run(tmp_path / "nope", "workload")
