@@ -10,13 +10,18 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
+from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulateStageConfig
 
 T = TypeVar("T")
 
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 """The YAML config groups shipped with the project (``configs/`` at the repository root)."""
 
-STAGE_SCHEMAS: dict[str, type] = {"workload": WorkloadStageConfig}
+STAGE_SCHEMAS: dict[str, type] = {
+    "workload": WorkloadStageConfig,
+    "vidur_profile": VidurProfileStageConfig,
+    "vidur_simulate": VidurSimulateStageConfig,
+}
 """Primary config name → the dataclass its composed config must satisfy."""
 
 

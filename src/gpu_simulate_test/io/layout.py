@@ -25,6 +25,11 @@ TRACE_LENGTHS = "trace_lengths.csv"
 TRACE_INTERVALS = "trace_intervals.csv"
 WORKLOAD_META = "workload_meta.json"
 
+# vidur profiling bundle: <profiling_root>/<hardware>/<model>/
+MLP_PROFILE = "mlp.csv"
+ATTENTION_PROFILE = "attention.csv"
+BUNDLE_META = "meta.json"
+
 # bench / simulate stages
 REQUEST_METRICS = "request_metrics.csv"
 TOKEN_METRICS = "token_metrics.csv"
@@ -51,3 +56,11 @@ def run_dir(root: Path | str, stage: str, run_id: str) -> Path:
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
     return Path(root) / stage / validate_run_id(run_id)
+
+
+def bundle_dir(profiling_root: Path | str, hardware: str, model: str) -> Path:
+    """``<profiling_root>/<hardware>/<model>``: where a Vidur profiling bundle lives."""
+    for label, value in (("hardware.name", hardware), ("model.name", model)):
+        if not value or "/" in value or ".." in value:
+            raise ValueError(f"{label}={value!r} cannot name a bundle directory")
+    return Path(profiling_root) / hardware / model

@@ -1,0 +1,143 @@
+"""Typed configs of the two Vidur stages: profiling a model on a device, and simulating a workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from gpu_simulate_test.config.schema import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    OutputConfig,
+    ProfilingConfig,
+    StageConfig,
+    _check,
+    _check_choice,
+)
+
+VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca")
+
+
+@dataclass(frozen=True)
+class ProfileRangesConfig:
+    """What the profile covers; Vidur's random forest does not extrapolate beyond it."""
+
+    max_num_tokens: int = 4096
+    """Largest token count of one batch for the per-token ops (mlp.csv ``num_tokens``)."""
+    max_batch_size: int = 32
+    """Largest decode batch (attention.csv ``batch_size`` with ``prefill_chunk_size == 0``)."""
+    max_prefill_chunk: int = 1024
+    """Largest prefill chunk (attention.csv ``prefill_chunk_size``)."""
+    max_kv_cache_size: int = 0
+    """Largest context already in the KV cache; 0 means the model's max context."""
+    num_points: int = 24
+    """Grid points per range (geometric spacing, small values always included)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_tokens", "max_batch_size", "max_prefill_chunk", "num_points"):
+            _check(getattr(self, name) >= 1, f"profile.{name} must be >= 1, got {getattr(self, name)}")
+        _check(self.max_kv_cache_size >= 0, "profile.max_kv_cache_size must be >= 0")
+
+
+@dataclass(frozen=True)
+class VidurProfileStageConfig:
+    """``vidur_profile``: time a Qwen3 decoder layer's ops on a device into a Vidur bundle."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur_profile"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
+    block_size: int = 16
+    """KV-cache block size recorded in attention.csv (Vidur's CacheConfig default)."""
+    profiling_root: str = "tmp/profiles"
+    """The bundle lands in ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    workload_dir: str | None = None
+    """Optional workload run: its longest request widens the ranges to cover it."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
+
+
+@dataclass(frozen=True)
+class VidurSchedulerConfig:
+    """Vidur replica-scheduler knobs (sarathi mirrors transformers' continuous batching)."""
+
+    name: str = "sarathi"
+    """vllm, sarathi or orca."""
+    batch_size_cap: int = 32
+    """Most requests in one batch (hf_cb ``max_requests_per_batch``)."""
+    chunk_size: int = 512
+    """sarathi: token budget per batch, prefill chunked to fit (hf_cb ``max_batch_tokens``)."""
+    max_tokens_in_batch: int = 4096
+    """vllm: token budget per batch."""
+    block_size: int = 16
+    """KV-cache block size in tokens (hf_cb ``page_size``)."""
+    num_blocks: int = 0
+    """KV-cache blocks; 0 derives them from device memory and Qwen3's true KV bytes per token."""
+    watermark_blocks_fraction: float = 0.01
+    """Fraction of blocks kept free when admitting new requests."""
+    memory_margin_fraction: float = 0.1
+    """Fraction of device memory kept free when deriving num_blocks."""
+
+    def __post_init__(self) -> None:
+        _check_choice("vidur.scheduler.name", self.name, VIDUR_SCHEDULERS)
+        for name in ("batch_size_cap", "chunk_size", "max_tokens_in_batch", "block_size"):
+            _check(getattr(self, name) >= 1, f"vidur.scheduler.{name} must be >= 1")
+        _check(self.num_blocks >= 0, "vidur.scheduler.num_blocks must be >= 0")
+        for name in ("watermark_blocks_fraction", "memory_margin_fraction"):
+            value = getattr(self, name)
+            _check(0 <= value < 1, f"vidur.scheduler.{name} must be in [0, 1), got {value}")
+
+
+@dataclass(frozen=True)
+class VidurPredictorConfig:
+    """Vidur's random-forest execution-time predictor, sized for small machines."""
+
+    num_estimators: int = 32
+    max_depth: int = 16
+    k_fold_cv_splits: int = 2
+    kv_cache_prediction_granularity: int = 64
+    prefill_chunk_granularity: int = 32
+    num_training_job_threads: int = 2
+    cache_dir: str = "tmp/vidur_cache"
+    """Trained predictors, keyed by a fingerprint of the bundle, model and these settings."""
+    no_cache: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_estimators", "max_depth", "k_fold_cv_splits", "num_training_job_threads"):
+            _check(getattr(self, name) >= 1, f"vidur.predictor.{name} must be >= 1")
+        _check(self.k_fold_cv_splits >= 2, "vidur.predictor.k_fold_cv_splits must be >= 2")
+
+
+@dataclass(frozen=True)
+class VidurConfig:
+    scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
+    predictor: VidurPredictorConfig = field(default_factory=VidurPredictorConfig)
+    seed: int = 42
+    chrome_trace: bool = False
+    """Vidur's chrome trace (large and slow): off by default."""
+
+
+@dataclass(frozen=True)
+class VidurSimulateStageConfig:
+    """``vidur_simulate``: replay a workload run in Vidur with a local profiling bundle."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    vidur: VidurConfig = field(default_factory=VidurConfig)
+    workload_dir: str = MISSING
+    """The workload run to replay (``tmp/workload/<run_id>``)."""
+    profiling_root: str = "tmp/profiles"
+    """Where ``vidur_profile`` put bundles: ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.workload_dir:
+            raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
