@@ -1,4 +1,4 @@
-"""Typed configs of the two Vidur stages: profiling a model on a device, and simulating a workload."""
+"""Typed configs of the two Vidur stages: profile a model on a device, simulate a workload."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ class ProfileRangesConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_tokens", "max_batch_size", "max_prefill_chunk", "num_points"):
-            _check(getattr(self, name) >= 1, f"profile.{name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            _check(value >= 1, f"profile.{name} must be >= 1, got {value}")
         _check(self.max_kv_cache_size >= 0, "profile.max_kv_cache_size must be >= 0")
 
 

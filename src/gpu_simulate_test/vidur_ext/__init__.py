@@ -1,0 +1,1 @@
+"""Vidur integration: the profiling bundle, Qwen3 model and device registration, simulation."""
