@@ -32,14 +32,29 @@ class ProfileRangesConfig:
     """Largest prefill chunk (attention.csv ``prefill_chunk_size``)."""
     max_kv_cache_size: int = 0
     """Largest context already in the KV cache; 0 means the model's max context."""
-    num_points: int = 24
-    """Grid points per range (geometric spacing, small values always included)."""
+    num_points: int = 0
+    """Geometric grid points per range (plus half as many linear ones and the small values);
+    0 picks 16 on CUDA and 6 on CPU, where big shapes are slow."""
+    min_repeats: int = 3
+    """Timed repeats every shape gets, even when it exceeds ``shape_time_budget_s``."""
+    shape_time_budget_s: float = 0.05
+    """Stop repeating a shape (after ``min_repeats``) once its timed repeats took this long."""
 
     def __post_init__(self) -> None:
-        for name in ("max_num_tokens", "max_batch_size", "max_prefill_chunk", "num_points"):
+        for name in (
+            "max_num_tokens",
+            "max_batch_size",
+            "max_prefill_chunk",
+            "min_repeats",
+        ):
             value = getattr(self, name)
             _check(value >= 1, f"profile.{name} must be >= 1, got {value}")
         _check(self.max_kv_cache_size >= 0, "profile.max_kv_cache_size must be >= 0")
+        _check(self.num_points >= 0, f"profile.num_points must be >= 0, got {self.num_points}")
+        _check(
+            self.shape_time_budget_s >= 0,
+            f"profile.shape_time_budget_s must be >= 0, got {self.shape_time_budget_s}",
+        )
 
 
 @dataclass(frozen=True)
@@ -100,23 +115,42 @@ class VidurPredictorConfig:
     """Vidur's random-forest execution-time predictor, sized for small machines."""
 
     num_estimators: int = 32
+    """Trees per forest (one grid point; Vidur's default grid is 27 points x 10 folds)."""
     max_depth: int = 16
+    min_samples_split: int = 2
     k_fold_cv_splits: int = 2
     kv_cache_prediction_granularity: int = 64
+    """KV-cache sizes are rounded up to a multiple of this for attention lookups (tokens)."""
     prefill_chunk_granularity: int = 32
+    """Prefill chunks are rounded up to a multiple of this; fixed at 32 in Vidur 0.0.26."""
     num_training_job_threads: int = 2
     cache_dir: str = "tmp/vidur_cache"
     """Trained predictors, keyed by a fingerprint of the bundle, model and these settings."""
     no_cache: bool = False
+    """Retrain and re-predict even when the cache holds this fingerprint."""
 
     def __post_init__(self) -> None:
-        for name in ("num_estimators", "max_depth", "k_fold_cv_splits", "num_training_job_threads"):
+        for name in (
+            "num_estimators",
+            "max_depth",
+            "k_fold_cv_splits",
+            "num_training_job_threads",
+            "kv_cache_prediction_granularity",
+        ):
             _check(getattr(self, name) >= 1, f"vidur.predictor.{name} must be >= 1")
+        _check(self.min_samples_split >= 2, "vidur.predictor.min_samples_split must be >= 2")
         _check(self.k_fold_cv_splits >= 2, "vidur.predictor.k_fold_cv_splits must be >= 2")
+        _check(
+            self.prefill_chunk_granularity == 32,
+            "vidur.predictor.prefill_chunk_granularity must be 32 (hard-coded in Vidur 0.0.26), "
+            f"got {self.prefill_chunk_granularity}",
+        )
 
 
 @dataclass(frozen=True)
 class VidurConfig:
+    """Everything the simulator is told besides the model, device and workload."""
+
     scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
     predictor: VidurPredictorConfig = field(default_factory=VidurPredictorConfig)
     seed: int = 42

@@ -1,0 +1,235 @@
+"""The vidur_profile stage: time a Qwen3 decoder layer's ops on a device into a Vidur bundle.
+
+The bundle (``mlp.csv``, ``attention.csv``, ``meta.json``; see
+:mod:`gpu_simulate_test.vidur_ext.bundle`) lands in
+``<profiling_root>/<hardware>/<model>/``; the stage also records a run in
+``<output.root>/vidur_profile/<run_id>/`` whose ``run_meta.json`` names the bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.config.vidur import VidurProfileStageConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import write_csv, write_json
+from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
+from gpu_simulate_test.modeling import resolve_dtype
+from gpu_simulate_test.profiling.device import check_device, describe_device
+from gpu_simulate_test.profiling.grid import (
+    ProfileGrid,
+    Ranges,
+    WorkloadExtent,
+    build_grid,
+    resolve_ranges,
+)
+from gpu_simulate_test.profiling.layer_ops import (
+    OP_DEFINITIONS,
+    build_layer,
+    check_attn_implementation,
+)
+from gpu_simulate_test.profiling.profiler import ProfileTables, profile_tables
+from gpu_simulate_test.profiling.timing import TimingPolicy, timing_method
+from gpu_simulate_test.reporting import console, print_table, progress_bar
+from gpu_simulate_test.vidur_ext.bundle import (
+    ATTENTION_TABLE,
+    BUNDLE_SCHEMA_VERSION,
+    MLP_OPS,
+    MLP_TABLE,
+)
+
+QK_NORM_NOTE = (
+    "Qwen3's per-head q_norm/k_norm RMSNorm has no Vidur op: its time is folded into attn_rope"
+)
+
+
+class BundleExistsError(RunExistsError):
+    """A bundle for this hardware and model exists already and overwriting was not allowed."""
+
+
+def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
+    """The longest prompt and longest prompt + output of a workload run."""
+    from gpu_simulate_test.workloads.build import load_workload
+
+    loaded = load_workload(workload_dir)
+    prompts = loaded.lengths["num_prefill_tokens"]
+    totals = prompts + loaded.lengths["num_decode_tokens"]
+    return WorkloadExtent(
+        workload_id=loaded.workload_id,
+        max_prompt_tokens=int(prompts.max()),
+        max_total_tokens=int(totals.max()),
+    )
+
+
+def timing_policy(cfg: VidurProfileStageConfig) -> TimingPolicy:
+    return TimingPolicy(
+        warmup=cfg.profiling.warmup_iters,
+        repeats=cfg.profiling.repeat_iters,
+        min_repeats=min(cfg.profile.min_repeats, cfg.profiling.repeat_iters),
+        budget_s=cfg.profile.shape_time_budget_s,
+    )
+
+
+def bundle_meta(
+    cfg: VidurProfileStageConfig,
+    device: str,
+    dtype: Any,
+    ranges: Ranges,
+    grid: ProfileGrid,
+    workload: WorkloadExtent | None,
+    tables: ProfileTables,
+    wall_time_s: float,
+    run_id: str,
+) -> dict[str, Any]:
+    """Everything ``meta.json`` records: what was profiled, where, how, and what it covers."""
+    import torch
+    import transformers
+
+    policy = timing_policy(cfg)
+    return {
+        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "model": dataclasses.asdict(cfg.model),
+        "hardware": cfg.hardware.name,
+        "hardware_config": dataclasses.asdict(cfg.hardware),
+        "device": device,
+        **describe_device(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "attn_implementation": cfg.profiling.attn_implementation,
+        "weights": "random (timing does not depend on weight values)",
+        "timing_method": timing_method(device),
+        "warmup_iters": policy.warmup,
+        "repeat_iters": policy.repeats,
+        "min_repeats": policy.min_repeats,
+        "shape_time_budget_s": policy.budget_s,
+        "ranges": {
+            "max_num_tokens": max(grid.num_tokens),
+            "max_batch_size": max(grid.batch_sizes),
+            "max_prefill_chunk": max(grid.prefill_chunks),
+            "max_kv_cache_size": max(grid.kv_cache_sizes),
+            "block_size": cfg.block_size,
+        },
+        "requested_ranges": dataclasses.asdict(ranges),
+        "grid": {
+            "num_tokens": list(grid.num_tokens),
+            "batch_sizes": list(grid.batch_sizes),
+            "prefill_chunks": list(grid.prefill_chunks),
+            "kv_cache_sizes": list(grid.kv_cache_sizes),
+        },
+        "workload": dataclasses.asdict(workload) if workload else None,
+        "num_mlp_rows": len(tables.mlp),
+        "num_attention_rows": len(tables.attention),
+        "units": "milliseconds per layer",
+        "op_definitions": OP_DEFINITIONS,
+        "notes": [QK_NORM_NOTE],
+        "run_id": run_id,
+        "created_at": utc_now(),
+        "profile_wall_time_s": round(wall_time_s, 3),
+    }
+
+
+def check_bundle_free(bundle: Path, overwrite: bool) -> None:
+    if bundle.exists() and not overwrite:
+        raise BundleExistsError(
+            f"{bundle} already holds a profiling bundle; pass output.overwrite=true to replace it "
+            "or profiling_root=<another dir>"
+        )
+
+
+def write_bundle(
+    bundle: Path, tables: ProfileTables, meta: Mapping[str, Any], overwrite: bool
+) -> Path:
+    """Write the three files into a temporary sibling directory, then rename it into place."""
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", suffix=".part", dir=bundle.parent))
+    try:
+        os.chmod(staging, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary directory
+        write_csv(staging / layout.MLP_PROFILE, tables.mlp, MLP_TABLE)
+        write_csv(staging / layout.ATTENTION_PROFILE, tables.attention, ATTENTION_TABLE)
+        write_json(staging / layout.BUNDLE_META, meta)
+        check_bundle_free(bundle, overwrite)
+        old = None
+        if bundle.exists():
+            old = bundle.with_name(f".{bundle.name}.{os.getpid()}.old")
+            os.replace(bundle, old)
+        os.replace(staging, bundle)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+        raise
+    return bundle
+
+
+def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Profile ``cfg.model`` on ``cfg.hardware`` into its bundle directory and return that path."""
+    # every input check happens before the run directory is created
+    device = check_device(cfg.hardware)
+    check_attn_implementation(cfg.profiling.attn_implementation)
+    workload = workload_extent(cfg.workload_dir) if cfg.workload_dir else None
+    ranges = resolve_ranges(cfg.profile, cfg.model, device, workload)
+    grid = build_grid(ranges)
+    bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    check_bundle_free(bundle, cfg.output.overwrite)
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+
+    with start_run(
+        cfg.output.root, "vidur_profile", run_id, resolved_config, cfg.output.overwrite
+    ) as r:
+        r.update_meta(bundle_dir=str(bundle.resolve()), device=device, num_shapes=grid.num_shapes)
+        started = time.perf_counter()
+        dtype = resolve_dtype(cfg.profiling.dtype, device)
+        layer = build_layer(cfg.model, device, dtype, cfg.profiling.attn_implementation)
+        with progress_bar(
+            f"profiling {cfg.model.name} on {cfg.hardware.name}", grid.num_shapes, cfg.progress
+        ) as advance:
+            tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
+        wall_time_s = time.perf_counter() - started
+        meta = bundle_meta(cfg, device, dtype, ranges, grid, workload, tables, wall_time_s, run_id)
+        write_bundle(bundle, tables, meta, cfg.output.overwrite)
+        r.update_meta(
+            num_mlp_rows=len(tables.mlp),
+            num_attention_rows=len(tables.attention),
+            profile_wall_time_s=meta["profile_wall_time_s"],
+        )
+    if cfg.progress:
+        print_summary(meta, tables, bundle, r.path)
+    return bundle
+
+
+def print_summary(
+    meta: Mapping[str, Any], tables: ProfileTables, bundle: Path, run_path: Path
+) -> None:
+    mlp = tables.mlp.sort_values("num_tokens")
+    ranges = meta["ranges"]
+    # the layer's per-token ops (emb runs once per model, not per layer)
+    layer_cols = [f"time_stats.{op}.median" for op in MLP_OPS if op != "emb"]
+    first, last = mlp.iloc[0], mlp.iloc[-1]
+    rows = [
+        ["device", f"{meta['device_name']} ({meta['dtype']}, {meta['timing_method']})"],
+        ["mlp.csv rows", f"{len(tables.mlp)} (num_tokens 1..{ranges['max_num_tokens']})"],
+        [
+            "attention.csv rows",
+            f"{len(tables.attention)} (batch ≤ {ranges['max_batch_size']}, chunk ≤ "
+            f"{ranges['max_prefill_chunk']}, kv ≤ {ranges['max_kv_cache_size']})",
+        ],
+        [
+            "per-token ops, 1 layer",
+            f"{first[layer_cols].sum():.3f} ms at {int(first['num_tokens'])} tokens, "
+            f"{last[layer_cols].sum():.3f} ms at {int(last['num_tokens'])}",
+        ],
+        ["wall time", f"{meta['profile_wall_time_s']:.1f} s"],
+    ]
+    print_table(f"vidur profile {meta['model']['name']} on {meta['hardware']}", ["", ""], rows)
+    console.print(f"[bold]bundle:[/] {bundle}")
+    console.print(f"[bold]run:[/] {run_path}")
