@@ -1,0 +1,296 @@
+"""The ``vidur_simulate`` stage: replay a workload run in Vidur with a local profiling bundle.
+
+Order of work: read and check every input (workload, bundle, coverage, KV cache) without
+importing Vidur; create the run; write the trace; build fresh Vidur configs; reset Vidur's entity
+ids and seeds; build the simulator (trains or loads the predictor) and run it; check the replay
+and write ``request_metrics.csv`` in the real bench's schema next to Vidur's raw output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import atomic_open, write_csv
+from gpu_simulate_test.io.runs import default_run_id, start_run
+from gpu_simulate_test.io.schemas import REQUEST_METRICS
+from gpu_simulate_test.reporting import console, print_table
+from gpu_simulate_test.vidur_ext import metrics as vidur_metrics
+from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
+from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
+
+VIDUR_DIR = "vidur"
+"""Vidur's own output (config.json, request_metrics.csv, plots/ CSVs) inside the run."""
+TRACE_FILE = "trace.csv"
+"""The workload as Vidur's trace-replay CSV, inside :data:`VIDUR_DIR`."""
+VIDUR_REQUEST_METRICS = "request_metrics.csv"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything checked before the run starts."""
+
+    workload: LoadedWorkload
+    bundle: Bundle
+    prefill: np.ndarray
+    decode: np.ndarray
+    arrival_time_s: np.ndarray
+    needs: plan.Requirements
+    kv_cache: plan.KvCachePlan
+    bounds: dict[str, int]
+    max_tokens: int
+
+
+def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
+    """Read the workload and bundle and run every check; raises before any long work."""
+    workload = load_workload(cfg.workload_dir)
+    prefill, decode = plan.workload_lengths(workload.lengths)
+    arrival = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
+    plan.check_context(prefill, decode, cfg.model, str(workload.path))
+    bundle = load_bundle(
+        layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name), cfg.model
+    )
+    knobs = cfg.vidur.scheduler
+    needs = plan.requirements(prefill, decode, knobs)
+    kv_cache = plan.kv_cache_plan(
+        cfg.model, cfg.hardware, knobs, plan.resolve_dtype(bundle, cfg.hardware)
+    )
+    plan.check_scheduler(needs, knobs, bundle, kv_cache.num_blocks)
+    plan.check_coverage(needs, bundle)
+    return Inputs(
+        workload=workload,
+        bundle=bundle,
+        prefill=prefill,
+        decode=decode,
+        arrival_time_s=arrival,
+        needs=needs,
+        kv_cache=kv_cache,
+        bounds=plan.prediction_bounds(needs, cfg.vidur.predictor),
+        max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
+    )
+
+
+def write_trace(path: Path, inputs: Inputs) -> Path:
+    """Write the workload as Vidur's trace CSV (floats at full precision: exact arrivals)."""
+    frame = plan.trace_frame(inputs.prefill, inputs.decode, inputs.arrival_time_s)
+    with atomic_open(path) as handle:
+        frame.to_csv(handle, index=False, lineterminator="\n")
+    return path
+
+
+def _pin_metrics_config(out_dir: Path, chrome_trace: bool) -> Any:
+    """Vidur's MetricsConfig, writing into ``out_dir`` itself, with plots and wandb off.
+
+    Its ``__post_init__`` appends a timestamp directory and creates it; we point it back at
+    ``out_dir`` and remove the empty stamped directory.
+    """
+    from vidur.config import MetricsConfig
+
+    metrics = MetricsConfig(
+        write_metrics=True,
+        write_json_trace=False,
+        enable_chrome_trace=chrome_trace,
+        save_table_to_wandb=False,
+        store_plots=False,  # plotly/kaleido image export; CSVs of the CDFs are still written
+        store_request_metrics=True,
+        store_batch_metrics=True,
+        store_utilization_metrics=True,
+        output_dir=str(out_dir),
+    )
+    stamped = Path(metrics.output_dir)
+    metrics.output_dir = str(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        stamped.rmdir()
+    return metrics
+
+
+@dataclass(frozen=True)
+class BuiltConfig:
+    """A Vidur SimulationConfig and what went into it (for run_meta)."""
+
+    simulation_config: Any
+    notes: dict[str, Any]
+
+
+def build_simulation_config(
+    cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path, trace_file: Path
+) -> BuiltConfig:
+    """Fresh Vidur configs for one simulation (Vidur mutates CacheConfig.num_blocks in place)."""
+    from vidur.config import (
+        CacheConfig,
+        ClusterConfig,
+        ReplicaConfig,
+        RoundRobinGlobalSchedulerConfig,
+        SimulationConfig,
+        TraceRequestGeneratorConfig,
+    )
+    from vidur.utils.memory_planner import MemoryPlanner
+
+    from gpu_simulate_test.vidur_ext.models import patch_head_dim, vidur_derived_head_dim
+    from gpu_simulate_test.vidur_ext.predictor import predictor_config, vidur_version
+    from gpu_simulate_test.vidur_ext.registration import register_vidur_extensions
+    from gpu_simulate_test.vidur_ext.schedulers import vidur_scheduler_config
+
+    model_name, device = register_vidur_extensions(cfg.model, cfg.hardware)
+    knobs = cfg.vidur.scheduler
+    replica = ReplicaConfig(
+        model_name=model_name,
+        num_pipeline_stages=1,  # Vidur's defaults are 2 stages x TP 8 on an h100
+        tensor_parallel_size=1,
+        device=device.device,
+        network_device=device.network_device,
+    )
+    head_dim_patched = patch_head_dim(replica, cfg.model)
+    cache = CacheConfig(
+        block_size=knobs.block_size,
+        num_blocks=inputs.kv_cache.num_blocks,
+        watermark_blocks_fraction=knobs.watermark_blocks_fraction,
+        memory_margin_fraction=knobs.memory_margin_fraction,
+    )
+    scheduler = vidur_scheduler_config(knobs)
+    predictor = predictor_config(
+        inputs.bundle, cfg.model, cfg.vidur.predictor, inputs.bounds, knobs.block_size
+    )
+    memory_tokens = MemoryPlanner(replica, cache).get_max_kv_cache_size_in_tokens()
+    simulation_config = SimulationConfig(
+        seed=cfg.vidur.seed,
+        log_level="warning",
+        time_limit=0,
+        cluster_config=ClusterConfig(
+            num_replicas=1,
+            replica_config=replica,
+            cache_config=cache,
+            global_scheduler_config=RoundRobinGlobalSchedulerConfig(),
+            replica_scheduler_config=scheduler,
+        ),
+        request_generator_config=TraceRequestGeneratorConfig(
+            trace_file=str(trace_file),
+            date=plan.TRACE_DATE,
+            prefill_scale_factor=1.0,  # Vidur's defaults (0.3, 1, 0.04) rescale the trace
+            decode_scale_factor=1.0,
+            time_scale_factor=1.0,
+            max_tokens=inputs.max_tokens,
+        ),
+        execution_time_predictor_config=predictor,
+        metrics_config=_pin_metrics_config(out_dir, cfg.vidur.chrome_trace),
+    )
+    notes = {
+        "vidur_version": vidur_version(),
+        "vidur_model_name": model_name,
+        "vidur_device": asdict(device),
+        "vidur_scheduler_type": str(scheduler.get_type()),
+        "head_dim": {
+            "true": cfg.model.head_dim,
+            "vidur_derived": vidur_derived_head_dim(cfg.model),
+            "patched": head_dim_patched,
+        },
+        "kv_cache": {**asdict(inputs.kv_cache), "block_size": knobs.block_size},
+        "vidur_memory_bound_batch_size": int(memory_tokens // inputs.max_tokens),
+        "max_tokens_per_request": inputs.max_tokens,
+        "predictor_fingerprint": predictor.fingerprint,
+        "predictor_cache_dir": predictor.cache_dir,
+    }
+    return BuiltConfig(simulation_config, notes)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    raw_metrics: pd.DataFrame
+    predictor_setup_s: float
+    simulation_s: float
+    predictor_cache_hit: bool
+
+
+def simulate(simulation_config: Any) -> SimulationResult:
+    """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows."""
+    from vidur.simulator import Simulator
+    from vidur.utils.random import set_seeds
+
+    from gpu_simulate_test.vidur_ext.registration import reset_entity_ids
+
+    reset_entity_ids()
+    set_seeds(simulation_config.seed)
+    start = time.perf_counter()
+    simulator = Simulator(simulation_config)  # trains or loads the predictor
+    built = time.perf_counter()
+    simulator.run()  # event loop, then Vidur writes its metrics
+    done = time.perf_counter()
+    # the global scheduler builds one predictor and hands it to every replica scheduler
+    replica_scheduler = next(iter(simulator.scheduler._replica_schedulers.values()))
+    predictor = replica_scheduler._execution_time_predictor
+    out_dir = Path(simulation_config.metrics_config.output_dir)
+    return SimulationResult(
+        raw_metrics=pd.read_csv(out_dir / VIDUR_REQUEST_METRICS),
+        predictor_setup_s=built - start,
+        simulation_s=done - built,
+        predictor_cache_hit=bool(predictor.cache_hit),
+    )
+
+
+def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/``."""
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    inputs = prepare(cfg)  # every input error surfaces here, before the run exists
+    with start_run(
+        cfg.output.root, "vidur_simulate", run_id, resolved_config, cfg.output.overwrite
+    ) as r:
+        r.update_meta(
+            workload_id=inputs.workload.workload_id,
+            workload_dir=str(inputs.workload.path),
+            num_requests=len(inputs.prefill),
+            bundle_path=str(inputs.bundle.path),
+            bundle_dtype=inputs.kv_cache.dtype,
+            scheduler=asdict(cfg.vidur.scheduler),
+            requirements=asdict(inputs.needs),
+            prediction_bounds=inputs.bounds,
+        )
+        out_dir = r.file(VIDUR_DIR)
+        trace_file = write_trace(out_dir / TRACE_FILE, inputs)
+        built = build_simulation_config(cfg, inputs, out_dir, trace_file)
+        r.update_meta(num_blocks=inputs.kv_cache.num_blocks, **built.notes)
+        result = simulate(built.simulation_config)
+        r.update_meta(
+            predictor_cache="hit" if result.predictor_cache_hit else "miss",
+            timings_s={
+                "predictor_setup": round(result.predictor_setup_s, 3),
+                "simulation": round(result.simulation_s, 3),
+            },
+        )
+        rows = vidur_metrics.check_replay(
+            result.raw_metrics,
+            inputs.prefill,
+            inputs.decode,
+            inputs.arrival_time_s,
+            str(out_dir / VIDUR_REQUEST_METRICS),
+        )
+        table = vidur_metrics.normalize(rows, inputs.prefill, inputs.decode, inputs.arrival_time_s)
+        write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
+        summary = vidur_metrics.summarize(table)
+        r.update_meta(summary=summary)
+    if cfg.progress:
+        print_summary(summary, cfg, inputs, r.path)
+    return r.path
+
+
+def print_summary(
+    summary: Mapping[str, Any], cfg: VidurSimulateStageConfig, inputs: Inputs, path: Path
+) -> None:
+    knobs = cfg.vidur.scheduler
+    print_table(
+        f"vidur {knobs.name} (cap {knobs.batch_size_cap}), {cfg.model.name} on "
+        f"{cfg.hardware.name}, {summary['num_requests']} requests of {inputs.workload.workload_id}",
+        ["metric (ms)", "p50", "p90", "p99"],
+        vidur_metrics.summary_rows(summary),
+    )
+    console.print(f"[bold]artifacts:[/] {path}")

@@ -1,0 +1,192 @@
+"""Checks the simulate stage runs before any long work: coverage, context, KV cache, bad inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
+from gpu_simulate_test.config.vidur import (
+    VidurConfig,
+    VidurPredictorConfig,
+    VidurSchedulerConfig,
+    VidurSimulateStageConfig,
+)
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_ext.simulate import prepare, write_trace
+from tests.vidur_bundle_factory import (
+    QWEN3_0_6B,
+    QWEN3_TINY,
+    SyntheticRanges,
+    write_synthetic_bundle,
+    write_workload_run,
+)
+
+CPU = HardwareConfig(
+    name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=24.0
+)
+H200 = HardwareConfig(
+    name="h200", device="cuda", peak_bf16_tflops=989.0, memory_bandwidth_gb_s=4800, memory_gib=141
+)
+PREFILL = [100, 700, 33, 1000]
+DECODE = [20, 300, 1, 50]
+ARRIVALS = [0.0, 0.1234567891234, 0.5, 0.5]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    write_workload_run(tmp_path, "w", PREFILL, DECODE, ARRIVALS)
+    return tmp_path
+
+
+def stage(root: Path, **scheduler: object) -> VidurSimulateStageConfig:
+    return VidurSimulateStageConfig(
+        model=QWEN3_TINY,
+        hardware=CPU,
+        workload_dir=str(root / "workload" / "w"),
+        profiling_root=str(root / "profiles"),
+        vidur=VidurConfig(scheduler=VidurSchedulerConfig(**scheduler)),  # type: ignore[arg-type]
+    )
+
+
+def test_requirements_follow_each_scheduler() -> None:
+    prefill, decode = np.array(PREFILL), np.array(DECODE)
+    sarathi = plan.requirements(prefill, decode, VidurSchedulerConfig("sarathi", chunk_size=256))
+    assert sarathi.max_request_tokens == 1050 and sarathi.max_prompt_tokens == 1000
+    assert sarathi.max_prefill_chunk == 256 and sarathi.max_batch_tokens == 256
+    assert sarathi.max_batch_size == 4  # cap 32, but only 4 requests
+    vllm = plan.requirements(prefill, decode, VidurSchedulerConfig("vllm", max_tokens_in_batch=900))
+    assert vllm.max_prefill_chunk == 1050 and vllm.max_batch_tokens == 900
+    orca = plan.requirements(prefill, decode, VidurSchedulerConfig("orca", batch_size_cap=2))
+    assert orca.max_batch_size == 2 and orca.max_batch_tokens == 1050 + 1000
+
+
+def test_prediction_bounds_cover_every_lookup_key() -> None:
+    needs = plan.Requirements(1050, 1000, 300, 5, 1050)
+    bounds = plan.prediction_bounds(needs, VidurPredictorConfig())
+    assert bounds["prediction_max_tokens_per_request"] >= 1050 + 63  # kv rounded up to 64
+    assert bounds["prediction_max_tokens_per_request"] % 64 == 0
+    assert bounds["prediction_max_prefill_chunk_size"] >= 1056  # chunk rounded up to 32
+    assert bounds["prediction_max_batch_size"] >= 5
+
+
+def test_prepare_accepts_a_covering_bundle(root: Path) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY)
+    inputs = prepare(stage(root))
+    assert inputs.max_tokens == 1056 and inputs.max_tokens % 16 == 0
+    assert inputs.kv_cache.derived and inputs.kv_cache.dtype == "float32"
+    assert inputs.workload.workload_id.startswith("wl-")
+
+
+def test_missing_bundle_names_the_directory(root: Path) -> None:
+    with pytest.raises(ArtifactError, match=r"profiles/cpu/qwen3_tiny: no profiling bundle"):
+        prepare(stage(root))
+
+
+def test_bundle_missing_a_file_names_it(root: Path) -> None:
+    bundle = write_synthetic_bundle(root / "profiles", QWEN3_TINY)
+    (bundle / "attention.csv").unlink()
+    with pytest.raises(ArtifactError, match=r"attention.csv: file does not exist"):
+        prepare(stage(root))
+
+
+def test_bundle_of_another_model_is_refused(root: Path) -> None:
+    other = replace(QWEN3_TINY, intermediate_size=512)
+    bundle = write_synthetic_bundle(root / "other", other)
+    target = root / "profiles" / "cpu"
+    target.mkdir(parents=True)
+    bundle.rename(target / "qwen3_tiny")
+    with pytest.raises(ArtifactError, match=r"intermediate_size: bundle 512, model 384"):
+        prepare(stage(root))
+
+
+@pytest.mark.parametrize(
+    ("ranges", "knobs", "message"),
+    [
+        (SyntheticRanges(max_num_tokens=128), {}, r"tokens per batch: needs 512, bundle has 128"),
+        (SyntheticRanges(max_batch_size=2), {}, r"decode batch size: needs 4, bundle has 2"),
+        (SyntheticRanges(max_prefill_chunk=64), {}, r"prefill chunk: needs 512, bundle has 64"),
+        (
+            SyntheticRanges(max_kv_cache_size=1024),
+            {},
+            r"KV-cache size \(longest request\): needs 1050, bundle has 1024",
+        ),
+        (SyntheticRanges(block_size=32), {}, r"profiled with block_size=32"),
+    ],
+)
+def test_coverage_gaps_are_named(
+    root: Path, ranges: SyntheticRanges, knobs: dict[str, object], message: str
+) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, ranges=ranges, points=6)
+    with pytest.raises(ArtifactError, match=message):
+        prepare(stage(root, **knobs))
+
+
+def test_vllm_budget_below_the_longest_prompt_is_refused(root: Path) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    with pytest.raises(ConfigError, match=r"max_tokens_in_batch=512 is below the longest prompt"):
+        prepare(stage(root, name="vllm", max_tokens_in_batch=512))
+
+
+def test_too_few_kv_blocks_for_the_longest_request(root: Path) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    with pytest.raises(ConfigError, match=r"cannot hold the longest request \(1050 tokens\)"):
+        prepare(stage(root, num_blocks=65))
+    assert prepare(stage(root, num_blocks=66)).kv_cache.num_blocks == 66
+
+
+def test_request_longer_than_the_context_is_refused(tmp_path: Path) -> None:
+    write_workload_run(tmp_path, "w", [4000], [200], [0.0])
+    with pytest.raises(ArtifactError, match=r"request 0 has 4000 prompt \+ 200 output tokens"):
+        prepare(stage(tmp_path))
+
+
+def test_missing_workload_dir_is_an_artifact_error(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match=r"run directory does not exist"):
+        prepare(stage(tmp_path))
+
+
+def test_unknown_scheduler_is_rejected_by_the_config() -> None:
+    with pytest.raises(ConfigError, match=r"vidur.scheduler.name='fcfs'"):
+        VidurSchedulerConfig(name="fcfs")
+
+
+def test_num_blocks_use_the_true_head_dim() -> None:
+    knobs = VidurSchedulerConfig(memory_margin_fraction=0.1)
+    kv = plan.kv_cache_plan(QWEN3_0_6B, H200, knobs, "bfloat16")
+    per_token = 2 * 28 * 8 * 128 * 2  # K and V, 28 layers, 8 KV heads, head_dim 128, bf16
+    assert kv.kv_bytes_per_token == per_token == QWEN3_0_6B.kv_cache_bytes_per_token
+    assert 590e6 < plan.num_parameters(QWEN3_0_6B) < 600e6  # Qwen3-0.6B: 596M with tied head
+    expected = (int(141 * 2**30 * 0.9) - kv.weight_bytes) // (per_token * 16)
+    assert kv.num_blocks == expected
+    # Vidur's hidden/heads = 64 would have doubled the blocks
+    assert kv.num_blocks < (int(141 * 2**30 * 0.9) - kv.weight_bytes) // (per_token // 2 * 16)
+    fp32 = plan.kv_cache_plan(QWEN3_0_6B, H200, knobs, "float32")
+    assert fp32.kv_bytes_per_token == 2 * per_token and fp32.num_blocks < kv.num_blocks
+    fixed = plan.kv_cache_plan(QWEN3_0_6B, H200, replace(knobs, num_blocks=1000), "bfloat16")
+    assert fixed.num_blocks == 1000 and not fixed.derived
+
+
+def test_model_too_big_for_the_device() -> None:
+    small = replace(CPU, memory_gib=0.5)
+    with pytest.raises(ConfigError, match=r"does not fit in hardware cpu"):
+        plan.kv_cache_plan(QWEN3_0_6B, small, VidurSchedulerConfig(), "float32")
+
+
+def test_trace_file_round_trips_exactly(root: Path) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    path = write_trace(root / "trace.csv", inputs)
+    back = pd.read_csv(path)
+    assert list(back.columns) == list(plan.TRACE_COLUMNS)
+    assert (back["Date"] == plan.TRACE_DATE).all()
+    assert back["PromptTokenCount"].tolist() == PREFILL
+    assert back["CompletionTokenCount"].tolist() == DECODE
+    assert back["Time"].tolist() == ARRIVALS  # bit-exact floats
+    assert math.isclose(back["Time"].iloc[1], 0.1234567891234, rel_tol=0, abs_tol=0)
