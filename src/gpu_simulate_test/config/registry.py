@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulateStageConfig
 
@@ -21,6 +22,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "workload": WorkloadStageConfig,
     "vidur_profile": VidurProfileStageConfig,
     "vidur_simulate": VidurSimulateStageConfig,
+    "real_bench": RealBenchStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

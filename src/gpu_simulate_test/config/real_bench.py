@@ -1,0 +1,138 @@
+"""Typed config of the ``real_bench`` stage: replay a workload against a real serving engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from gpu_simulate_test.config.schema import (
+    DTYPES,
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    OutputConfig,
+    StageConfig,
+    _check,
+    _check_choice,
+)
+
+BACKEND_NAMES: tuple[str, ...] = ("hf_cb", "hf_generate", "openai")
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
+    "sdpa",
+    "eager",
+    "paged|eager",
+    "flash_attention_2",
+    "flash_attention_3",
+)
+SERVER_KINDS: tuple[str, ...] = ("external", "transformers_serve")
+EXACT_LENGTH_MODES: tuple[str, ...] = ("auto", "ignore_eos", "generation_config", "none")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A server the ``openai`` backend starts and stops itself (``kind=transformers_serve``)."""
+
+    kind: str = "external"
+    """external (the user runs it at ``base_url``) or transformers_serve (started on 127.0.0.1)."""
+    port: int = 0
+    """Loopback port for a started server; 0 picks a free one."""
+    startup_timeout_s: float = 180.0
+    """How long a started server may take to answer ``/v1/models``."""
+    extra_args: tuple[str, ...] = ()
+    """Extra command-line arguments for the started server."""
+
+    def __post_init__(self) -> None:
+        _check_choice("backend.server.kind", self.kind, SERVER_KINDS)
+        _check(0 <= self.port <= 65535, f"backend.server.port must be in 0..65535, got {self.port}")
+        _check(self.startup_timeout_s > 0, "backend.server.startup_timeout_s must be > 0")
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Which engine serves the requests, and its knobs (hf_cb mirrors Vidur's sarathi scheduler)."""
+
+    name: str = "hf_cb"
+    """hf_cb (transformers continuous batching), hf_generate (one at a time) or openai (HTTP)."""
+    max_batch_tokens: int = 256
+    """hf_cb: token budget of one batch, long prefills chunked to fit (Vidur sarathi chunk_size)."""
+    max_requests_per_batch: int = 32
+    """hf_cb: most requests in one batch (Vidur batch_size_cap)."""
+    num_blocks: int = 512
+    """hf_cb: KV-cache blocks (Vidur num_blocks); set explicitly, auto-sizing takes 60% of RAM."""
+    block_size: int = 16
+    """hf_cb: tokens per KV-cache page, transformers ``page_size`` (Vidur block_size)."""
+    allow_block_sharing: bool = False
+    """hf_cb: prefix block sharing; off so repeated prompts time like fresh ones (as in Vidur)."""
+    use_cuda_graph: bool | None = None
+    """hf_cb: CUDA graphs on GPU; None lets transformers decide."""
+    base_url: str = "http://127.0.0.1:8000"
+    """openai: server root (``/v1/completions`` is appended); ignored for a started server."""
+    served_model_name: str | None = None
+    """openai: the ``model`` field of requests; None asks ``/v1/models`` (first entry)."""
+    exact_length: str = "auto"
+    """openai: how exact output lengths are forced: ignore_eos (vLLM/SGLang), generation_config
+    (transformers serve), none, or auto (generation_config for a started transformers serve,
+    else ignore_eos)."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    request_timeout_s: float = 600.0
+    """A request not finished this long after its arrival is recorded as ``timeout``."""
+    gil_switch_interval_s: float = 0.0005
+    """In-process backends: Python's thread switch interval during the replay (default 5 ms),
+    lowered so the replay thread wakes on time while the engine thread runs Python code."""
+
+    def __post_init__(self) -> None:
+        _check_choice("backend.name", self.name, BACKEND_NAMES)
+        _check_choice("backend.exact_length", self.exact_length, EXACT_LENGTH_MODES)
+        for name in ("max_batch_tokens", "max_requests_per_batch", "num_blocks"):
+            value = getattr(self, name)
+            _check(value >= 1, f"backend.{name} must be >= 1, got {value}")
+        _check(self.block_size >= 4, f"backend.block_size must be >= 4, got {self.block_size}")
+        _check(self.request_timeout_s > 0, "backend.request_timeout_s must be > 0")
+        _check(
+            0 < self.gil_switch_interval_s <= 0.1,
+            f"backend.gil_switch_interval_s must be in (0, 0.1], got {self.gil_switch_interval_s}",
+        )
+        _check(
+            self.base_url.startswith(("http://", "https://")),
+            f"backend.base_url={self.base_url!r} must start with http:// or https://",
+        )
+
+
+@dataclass(frozen=True)
+class RealBenchStageConfig:
+    """``real_bench``: replay a workload run at its arrival times and time every token."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="real"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    workload_dir: str = MISSING
+    """The workload run to replay (``tmp/workload/<run_id>``)."""
+    dtype: str = "auto"
+    """float32, bfloat16, float16, or auto (bfloat16 on CUDA, float32 on CPU)."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel of in-process backends."""
+    num_warmup_requests: int = 2
+    """Requests sent (and discarded) before the clock starts: the workload's first ones."""
+    max_requests: int = 0
+    """Replay only the first N requests of the workload; 0 replays all."""
+    telemetry_interval_s: float = 0.1
+    """GPU telemetry (NVML) sampling period; nothing is sampled without a GPU."""
+    nvtx: bool = True
+    """NVTX ranges around prefill and decode steps when the ``nvtx`` package and CUDA are there."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+    """Show the live progress bar and the summary table."""
+
+    def __post_init__(self) -> None:
+        if not self.workload_dir:
+            raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
+        _check(
+            self.dtype == "auto" or self.dtype in DTYPES,
+            f"dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",
+        )
+        _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
+        _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+        _check(self.max_requests >= 0, "max_requests must be >= 0")
+        _check(self.telemetry_interval_s > 0, "telemetry_interval_s must be > 0")

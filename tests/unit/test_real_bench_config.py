@@ -1,0 +1,79 @@
+"""The real_bench config: every backend composes; bad keys, types and values fail by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_simulate_test.config.real_bench import BACKEND_NAMES, RealBenchStageConfig
+from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_typed
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.real_bench.backends.hf_cb import cb_config_kwargs, make_cb_config
+
+
+def test_stage_is_registered_and_every_backend_has_a_yaml() -> None:
+    assert STAGE_SCHEMAS["real_bench"] is RealBenchStageConfig
+    assert {p.stem for p in (CONFIG_DIR / "backend").glob("*.yaml")} == set(BACKEND_NAMES)
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_every_backend_composes(compose_stage, backend: str) -> None:
+    cfg = to_typed(
+        compose_stage("real_bench", [f"backend={backend}", "workload_dir=tmp/workload/x"]),
+        RealBenchStageConfig,
+    )
+    assert cfg.backend.name == backend and cfg.stage.run_type == "real"
+    assert cfg.model.name == "qwen3_tiny" and cfg.hardware.device == "cpu"
+
+
+def test_defaults_are_hf_cb_with_block_sharing_off(compose_stage) -> None:
+    cfg = to_typed(compose_stage("real_bench", ["workload_dir=w"]), RealBenchStageConfig)
+    assert cfg.backend.name == "hf_cb" and cfg.backend.allow_block_sharing is False
+    assert cfg.dtype == "auto" and cfg.attn_implementation == "sdpa"
+
+
+def test_workload_dir_is_required(compose_stage) -> None:
+    with pytest.raises(ConfigError, match="workload_dir"):
+        to_typed(compose_stage("real_bench", []), RealBenchStageConfig)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("backend.name=tgi", "backend.name='tgi'"),
+        ("backend.max_batch_tokens=0", "backend.max_batch_tokens must be >= 1"),
+        ("backend.block_size=2", "backend.block_size must be >= 4"),
+        ("dtype=int8", "dtype='int8'"),
+        ("attn_implementation=magic", "attn_implementation='magic'"),
+        ("backend.base_url=localhost:8000", "backend.base_url"),
+        ("backend.server.kind=docker", "backend.server.kind"),
+    ],
+)
+def test_bad_values_fail_naming_the_field(compose_stage, override: str, message: str) -> None:
+    cfg = compose_stage("real_bench", ["workload_dir=w", override])
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        to_typed(cfg, RealBenchStageConfig)
+
+
+def test_mistyped_key_and_wrong_type_fail(compose_stage) -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="max_batch_token"):
+        compose_stage("real_bench", ["workload_dir=w", "backend.max_batch_token=8"])
+    with pytest.raises(ConfigCompositionException, match="num_blocks"):
+        compose_stage("real_bench", ["workload_dir=w", "backend.num_blocks=many"])
+
+
+def test_hf_cb_knobs_map_onto_transformers_names(compose_stage) -> None:
+    cfg = to_typed(
+        compose_stage(
+            "real_bench",
+            ["workload_dir=w", "backend.max_batch_tokens=64", "backend.block_size=32"],
+        ),
+        RealBenchStageConfig,
+    )
+    kwargs = cb_config_kwargs(cfg)
+    assert kwargs["max_batch_tokens"] == 64 and kwargs["page_size"] == 32
+    assert kwargs["allow_block_sharing"] is False and kwargs["use_cuda_graph"] is False
+    cb, dropped = make_cb_config(cfg)
+    assert dropped == {}
+    assert (cb.max_batch_tokens, cb.page_size, cb.num_blocks) == (64, 32, cfg.backend.num_blocks)
