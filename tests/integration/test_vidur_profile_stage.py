@@ -129,7 +129,7 @@ def test_multirun_writes_one_valid_bundle_and_run_per_job(profiled: Profiled, jo
 
     run = profiled.root / "tmp" / "vidur_profile" / f"m-{job}"
     run_meta = open_upstream_run(run, "vidur_profile")
-    assert Path(run_meta["bundle_dir"]) == bundle_path.resolve()
+    assert (profiled.root / run_meta["bundle_dir"]).resolve() == bundle_path.resolve()
     assert run_meta["num_attention_rows"] == len(attention)
     assert [p.name for p in bundle_path.parent.iterdir()] == ["qwen3_tiny"]  # no staging dirs
     assert str(Path("cpu") / "qwen3_tiny") in profiled.stdout

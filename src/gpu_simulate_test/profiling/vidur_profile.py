@@ -186,7 +186,7 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
     with start_run(
         cfg.output.root, "vidur_profile", run_id, resolved_config, cfg.output.overwrite
     ) as r:
-        r.update_meta(bundle_dir=str(bundle.resolve()), device=device, num_shapes=grid.num_shapes)
+        r.update_meta(bundle_dir=str(bundle), device=device, num_shapes=grid.num_shapes)
         started = time.perf_counter()
         dtype = resolve_dtype(cfg.profiling.dtype, device)
         layer = build_layer(cfg.model, device, dtype, cfg.profiling.attn_implementation)

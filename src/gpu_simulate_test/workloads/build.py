@@ -85,7 +85,7 @@ def generate(cfg: WorkloadConfig, model: ModelConfig) -> tuple[Workload, dict[st
             arrivals = rescale_to_qps(arrivals, cfg.trace_target_qps)
             notes["rescaled_to_qps"] = cfg.trace_target_qps
         notes.update(
-            trace_file=str(Path(cfg.trace_file).resolve()),
+            trace_file=str(cfg.trace_file),
             trace_rows=trace.total_rows,
             clipped_requests=trace.clipped_rows,
         )
