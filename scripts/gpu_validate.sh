@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One GPU session's validation run, from the repository root on a CUDA machine:
+#   1. a workload, 2. the Vidur profile of the model on the GPU (timed),
+#   3. the real bench (hf_cb) replaying that workload with NVML telemetry.
+# Simulation and comparison run elsewhere from the returned run directories (profile once on the
+# GPU, simulate anywhere). Wheels the GPU image lacks can be carried in .whl/ (see docs/gpu.md).
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS; results and logs go to $OUT (default tmp/gpu_out).
+set -uo pipefail
+MODEL=${MODEL:-qwen3_0_6b}
+HW=${HW:-h100}
+NUM_REQUESTS=${NUM_REQUESTS:-200}
+QPS=${QPS:-4}
+CB_ARGS=${CB_ARGS:-backend.max_batch_tokens=512 backend.max_requests_per_batch=32 backend.num_blocks=4096}
+OUT=${OUT:-tmp/gpu_out}
+TAG=${TAG:-gpu}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  python3 -c 'import sys, torch, transformers; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda); print("transformers", transformers.__version__)'
+} | tee "$OUT/env.txt"
+
+step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record wall time
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc wall_s=$((SECONDS - start))" | tee -a "$OUT/steps.txt"
+  tail -25 "$OUT/$name.log"
+  return $rc
+}
+
+step workload python3 -m gpu_simulate_test.cli.workload model="$MODEL" output.run_id="$TAG-w" \
+  workload.num_requests="$NUM_REQUESTS" workload.qps="$QPS" workload.prompt_len.min=64 \
+  workload.prompt_len.max=512 workload.output_len.min=32 workload.output_len.max=256 progress=false
+step vidur_profile python3 -m gpu_simulate_test.cli.vidur_profile model="$MODEL" hardware="$HW" \
+  workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-p" progress=false
+# shellcheck disable=SC2086
+step real_bench python3 -m gpu_simulate_test.cli.real_bench model="$MODEL" hardware="$HW" \
+  backend=hf_cb $CB_ARGS workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-rb" progress=false
+
+tar czf "$OUT/runs.tgz" tmp/workload tmp/profiles tmp/vidur_profile tmp/real_bench 2>/dev/null
+echo "---- summary ----"
+cat "$OUT/steps.txt"
