@@ -11,22 +11,13 @@ import tempfile
 import time
 from dataclasses import asdict, replace
 
-from gpu_simulate_test.config.schema import LengthDistConfig, ModelConfig, WorkloadConfig
+from gpu_simulate_test.config.presets import model_preset
+from gpu_simulate_test.config.schema import LengthDistConfig, WorkloadConfig
 from gpu_simulate_test.io.runs import start_run
 from gpu_simulate_test.workloads.build import generate, write_workload
 
 TARGET_S = 5.0
-QWEN3_TINY = ModelConfig(
-    name="qwen3_tiny",
-    num_layers=2,
-    hidden_size=128,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    intermediate_size=384,
-    vocab_size=151936,
-    max_position_embeddings=4096,
-)
+QWEN3_TINY = model_preset("qwen3_tiny")
 
 
 def main() -> None:

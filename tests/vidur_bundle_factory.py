@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
@@ -27,31 +28,8 @@ from gpu_simulate_test.vidur_ext.bundle import (
     STATS,
 )
 
-QWEN3_TINY = ModelConfig(
-    name="qwen3_tiny",
-    num_layers=2,
-    hidden_size=128,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    intermediate_size=384,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-)
-QWEN3_0_6B = ModelConfig(
-    name="qwen3_0_6b",
-    hf_name="Qwen/Qwen3-0.6B",
-    num_layers=28,
-    hidden_size=1024,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    intermediate_size=3072,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=40960,
-)
+QWEN3_TINY = model_preset("qwen3_tiny")
+QWEN3_0_6B = model_preset("qwen3_0_6b")
 
 
 @dataclass(frozen=True)

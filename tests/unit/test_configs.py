@@ -134,3 +134,13 @@ def test_stage_run_type_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"stage\.run_type='train'"):
         StageConfig(run_type="train")
     assert WorkloadConfig().source == "synthetic"
+
+
+def test_presets_load_the_shipped_group_files() -> None:
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset, preset_names
+
+    assert "qwen3_8b" in preset_names("model")
+    assert model_preset("qwen3_8b").tie_word_embeddings is False
+    assert hardware_preset("h200").memory_gib == 141.0
+    with pytest.raises(ConfigError, match=r"model=qwen9: no such option \(choices: qwen3_0_6b"):
+        model_preset("qwen9")

@@ -17,6 +17,7 @@ from typing import Any
 from vidur.config.model_config import BaseModelConfig
 from vidur.types import ActivationType, NormType
 
+from gpu_simulate_test.config.presets import model_preset, preset_names
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
 from gpu_simulate_test.io.artifacts import stable_id
 
@@ -24,40 +25,13 @@ FAMILY_BASE_NAME = "gst/Qwen3-Config"
 """get_name() of the family base class (never simulated; every subclass must have a name)."""
 
 
-def _qwen3(
-    name: str,
-    hf_name: str,
-    layers: int,
-    hidden: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    intermediate: int,
-    tied: bool,
-    max_context: int = 40960,
-) -> ModelConfig:
-    return ModelConfig(
-        name=name,
-        hf_name=hf_name,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=151936,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=tied,
-        max_position_embeddings=max_context,
-    )
+def _vidur_name(model: ModelConfig) -> str:
+    """The name Vidur knows a model under: its Hugging Face id, or ``gst/<name>``."""
+    return model.hf_name or f"gst/{model.name.replace('_', '-')}"
 
 
 QWEN3_FAMILY: dict[str, ModelConfig] = {
-    "gst/qwen3-tiny": _qwen3("qwen3_tiny", "", 2, 128, 4, 2, 32, 384, True, max_context=4096),
-    "Qwen/Qwen3-0.6B": _qwen3("qwen3_0_6b", "Qwen/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, True),
-    "Qwen/Qwen3-1.7B": _qwen3("qwen3_1_7b", "Qwen/Qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, True),
-    "Qwen/Qwen3-4B": _qwen3("qwen3_4b", "Qwen/Qwen3-4B", 36, 2560, 32, 8, 128, 9728, True),
-    "Qwen/Qwen3-8B": _qwen3("qwen3_8b", "Qwen/Qwen3-8B", 36, 4096, 32, 8, 128, 12288, False),
+    _vidur_name(model): model for model in map(model_preset, preset_names("model"))
 }
 """The Qwen3 sizes we ship configs for (``configs/model/``), by the name Vidur knows them under."""
 
