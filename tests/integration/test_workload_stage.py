@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,18 @@ def test_load_workload_refuses_a_tampered_run(tmp_path: Path) -> None:
         ArtifactError, match=r"trace_lengths\.csv: missing required column\(s\) num_decode_tokens"
     ):
         load_workload(run)
+
+
+def test_console_script_runs_the_stage_from_any_directory(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "gst-workload"
+    if not script.exists():
+        pytest.skip("the project is not installed with its console scripts")
+    proc = subprocess.run(
+        [str(script), "output.run_id=cs", "progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_workload(tmp_path / "tmp" / "workload" / "cs").meta["summary"]["num_requests"] == 64

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import register_configs
+from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.real_bench.backends import BackendError
 from gpu_simulate_test.real_bench.stage import run
 from gpu_simulate_test.reporting import console
@@ -28,7 +28,7 @@ def _run(cfg: RealBenchStageConfig, resolved: dict[str, Any]) -> Path:
         sys.exit(1)
 
 
-@hydra.main(version_base="1.3", config_path="../../../configs", config_name="real_bench")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="real_bench")
 def main(cfg: DictConfig) -> None:
     run_stage(cfg, RealBenchStageConfig, _run)
 

@@ -7,14 +7,14 @@ import hydra
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import run_stage
-from gpu_simulate_test.config.registry import register_configs
+from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.profiling.vidur_profile import run
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../../../configs", config_name="vidur_profile")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="vidur_profile")
 def main(cfg: DictConfig) -> None:
     run_stage(cfg, VidurProfileStageConfig, run)
 

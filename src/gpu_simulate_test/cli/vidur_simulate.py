@@ -6,14 +6,14 @@ import hydra
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import run_stage
-from gpu_simulate_test.config.registry import register_configs
+from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.vidur_ext.simulate import run
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../../../configs", config_name="vidur_simulate")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="vidur_simulate")
 def main(cfg: DictConfig) -> None:
     run_stage(cfg, VidurSimulateStageConfig, run)
 

@@ -6,14 +6,14 @@ import hydra
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import run_stage
-from gpu_simulate_test.config.registry import register_configs
+from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.workloads.build import run
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../../../configs", config_name="workload")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="workload")
 def main(cfg: DictConfig) -> None:
     run_stage(cfg, WorkloadStageConfig, run)
 
