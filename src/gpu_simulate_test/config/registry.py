@@ -9,6 +9,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulateStageConfig
@@ -23,6 +25,8 @@ STAGE_SCHEMAS: dict[str, type] = {
     "vidur_profile": VidurProfileStageConfig,
     "vidur_simulate": VidurSimulateStageConfig,
     "real_bench": RealBenchStageConfig,
+    "compare": CompareStageConfig,
+    "pipeline": PipelineStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

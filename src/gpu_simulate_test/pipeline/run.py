@@ -1,0 +1,197 @@
+"""The pipeline: workload → vidur_profile (reused when it fits) → vidur_simulate → real_bench →
+compare, in one process, each stage's typed config built from the pipeline's.
+
+Every stage lands in ``<output.root>/<stage>/<run_id>/`` with the same run id; the pipeline's
+own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the time each took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpu_simulate_test.analysis.knobs import derive_scheduler
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
+from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
+    VidurProfileStageConfig,
+    VidurSchedulerConfig,
+    VidurSimulateStageConfig,
+)
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.runs import Run, default_run_id, start_run
+from gpu_simulate_test.reporting import console
+from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_ext.bundle import load_bundle
+
+T = TypeVar("T")
+
+
+def _dtype_for(requested: str, device: str) -> str:
+    """What ``auto`` means for profiling: bf16 on CUDA, fp32 on CPU (as the profiler decides)."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def bundle_misfits(
+    cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig, needs: plan.Requirements
+) -> list[str]:
+    """Why the bundle in ``<profiling_root>/<hardware>/<model>`` is not reusable; empty if it is."""
+    path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    if not path.is_dir():
+        return [f"no bundle at {path}"]
+    try:
+        bundle = load_bundle(path, cfg.model)
+    except ArtifactError as exc:
+        return [str(exc)]
+    reasons = []
+    if bundle.meta.get("hardware") != cfg.hardware.name:
+        reasons.append(f"profiled on {bundle.meta.get('hardware')}, not {cfg.hardware.name}")
+    want_dtype = _dtype_for(cfg.profiling.dtype, cfg.hardware.device)
+    if bundle.meta.get("dtype") != want_dtype:
+        reasons.append(f"profiled in {bundle.meta.get('dtype')}, not {want_dtype}")
+    if bundle.ranges.block_size != scheduler.block_size:
+        reasons.append(
+            f"block_size {bundle.ranges.block_size}, the engine uses {scheduler.block_size}"
+        )
+    try:
+        plan.check_coverage(needs, bundle)
+    except ArtifactError as exc:
+        reasons.append(str(exc))
+    return reasons
+
+
+def profile_ranges(base: ProfileRangesConfig, needs: plan.Requirements) -> ProfileRangesConfig:
+    """``base`` widened to what the simulation needs."""
+    return dataclasses.replace(
+        base,
+        max_num_tokens=max(base.max_num_tokens, needs.max_batch_tokens),
+        max_batch_size=max(base.max_batch_size, needs.max_batch_size),
+        max_prefill_chunk=max(base.max_prefill_chunk, needs.max_prefill_chunk),
+        max_kv_cache_size=(
+            max(base.max_kv_cache_size, needs.max_request_tokens) if base.max_kv_cache_size else 0
+        ),
+    )
+
+
+def stage_configs(
+    cfg: PipelineStageConfig, run_id: str
+) -> tuple[WorkloadStageConfig, Callable[[str], RealBenchStageConfig]]:
+    """The workload stage's config, and the real bench's once the workload exists."""
+    out = OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=cfg.output.overwrite)
+    workload = WorkloadStageConfig(
+        model=cfg.model, workload=cfg.workload, output=out, progress=cfg.progress
+    )
+
+    def real_bench(workload_dir: str) -> RealBenchStageConfig:
+        return RealBenchStageConfig(
+            model=cfg.model,
+            hardware=cfg.hardware,
+            backend=cfg.backend,
+            workload_dir=workload_dir,
+            dtype=cfg.dtype,
+            attn_implementation=cfg.attn_implementation,
+            num_warmup_requests=cfg.num_warmup_requests,
+            output=out,
+            progress=cfg.progress,
+        )
+
+    return workload, real_bench
+
+
+def _timed(
+    pipeline: Run,
+    name: str,
+    call: Callable[[T, dict[str, Any]], Path],
+    stage_cfg: T,
+    progress: bool,
+) -> Path:
+    """Run one stage's library ``run()`` and record where it landed and how long it took."""
+    if progress:
+        console.rule(f"[bold]{name}")
+    started = time.perf_counter()
+    path = call(stage_cfg, dataclasses.asdict(stage_cfg))  # type: ignore[call-overload]
+    stages = dict(pipeline.meta.get("stages", {}))
+    stages[name] = {"path": str(path), "wall_time_s": round(time.perf_counter() - started, 3)}
+    pipeline.update_meta(stages=stages)
+    return path
+
+
+def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Run every stage; returns the compare run directory (with ``summary.md``)."""
+    from gpu_simulate_test.analysis.stage import run as compare_run
+    from gpu_simulate_test.profiling.vidur_profile import run as profile_run
+    from gpu_simulate_test.real_bench.stage import run as real_bench_run
+    from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
+    from gpu_simulate_test.workloads.build import load_workload
+    from gpu_simulate_test.workloads.build import run as workload_run
+
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    out = OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=cfg.output.overwrite)
+    workload_cfg, real_bench_cfg = stage_configs(cfg, run_id)
+    with start_run(cfg.output.root, "pipeline", run_id, resolved_config, cfg.output.overwrite) as p:
+        workload_dir = _timed(p, "workload", workload_run, workload_cfg, cfg.progress)
+        prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
+        scheduler, derived = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
+        needs = plan.requirements(prefill, decode, scheduler)
+        p.update_meta(
+            scheduler=dataclasses.asdict(scheduler),
+            scheduler_derived_from=cfg.backend.name if derived else None,
+        )
+
+        misfits = ["reuse_profile=false"] if not cfg.reuse_profile else []
+        misfits += bundle_misfits(cfg, scheduler, needs) if cfg.reuse_profile else []
+        if misfits:
+            if cfg.progress:
+                console.print("profiling, because: " + "; ".join(misfits))
+            profile_cfg = VidurProfileStageConfig(
+                model=cfg.model,
+                hardware=cfg.hardware,
+                profiling=cfg.profiling,
+                profile=profile_ranges(cfg.profile, needs),
+                block_size=scheduler.block_size,
+                profiling_root=cfg.profiling_root,
+                workload_dir=str(workload_dir),
+                output=dataclasses.replace(out, overwrite=True),  # replaces the misfit bundle
+                progress=cfg.progress,
+            )
+            _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
+        else:
+            bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+            p.update_meta(reused_bundle=str(bundle))
+            if cfg.progress:
+                console.print(f"reusing the profiling bundle {bundle} (it covers this run)")
+
+        simulate_cfg = VidurSimulateStageConfig(
+            model=cfg.model,
+            hardware=cfg.hardware,
+            vidur=dataclasses.replace(cfg.vidur, scheduler=scheduler),
+            workload_dir=str(workload_dir),
+            profiling_root=cfg.profiling_root,
+            output=out,
+            progress=cfg.progress,
+        )
+        sim_dir = _timed(p, "vidur_simulate", simulate_run, simulate_cfg, cfg.progress)
+        real_dir = _timed(
+            p, "real_bench", real_bench_run, real_bench_cfg(str(workload_dir)), cfg.progress
+        )
+        compare_cfg = CompareStageConfig(
+            real_run_dir=str(real_dir),
+            sim_run_dir=str(sim_dir),
+            compare=cfg.compare,
+            output=out,
+            progress=cfg.progress,
+        )
+        compare_dir = _timed(p, "compare", compare_run, compare_cfg, cfg.progress)
+        p.update_meta(compare_dir=str(compare_dir))
+    if cfg.progress:
+        console.print(f"[bold]summary:[/] {compare_dir / 'summary.md'}")
+    return compare_dir

@@ -1,0 +1,135 @@
+"""The compare stage through its CLI on hand-built run directories: output, bad input, sweeps."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.io.artifacts import write_csv
+from gpu_simulate_test.io.runs import start_run
+from gpu_simulate_test.io.schemas import REQUEST_METRICS
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+N = 30
+
+
+def make_run(
+    root: Path,
+    stage: str,
+    run_id: str,
+    workload_id: str = "wl-test",
+    scale: float = 1.0,
+    qps: float = 2.0,
+    statuses: dict[int, str] | None = None,
+    fail: bool = False,
+) -> Path:
+    """A finished run of ``stage`` with a request table whose latencies grow with prompt length."""
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(16, 256, N)
+    decode = rng.integers(2, 40, N)
+    arrival = np.arange(N) / qps
+    ttft = scale * (0.01 + prompt * 1e-4)
+    tpot = scale * np.full(N, 0.02)
+    e2e = ttft + tpot * (decode - 1)
+    status = [(statuses or {}).get(i, "ok") for i in range(N)]
+    frame = pd.DataFrame(
+        {
+            "request_id": range(N),
+            "arrival_time_s": arrival,
+            "num_prefill_tokens": prompt,
+            "num_decode_tokens": decode,
+            "ttft_s": [t if s == "ok" else np.nan for t, s in zip(ttft, status, strict=True)],
+            "tpot_s": tpot,
+            "e2e_s": [t if s == "ok" else np.nan for t, s in zip(e2e, status, strict=True)],
+            "status": status,
+        }
+    )
+    config: dict[str, dict[str, object]] = {
+        "model": {"name": "qwen3_tiny"},
+        "hardware": {"name": "cpu"},
+    }
+    if stage == "real_bench":
+        config["backend"] = {"name": "hf_cb", "max_batch_tokens": 256, "max_requests_per_batch": 32,
+                             "block_size": 16, "num_blocks": 512}  # fmt: skip
+    with (
+        pytest.raises(RuntimeError) if fail else contextlib.nullcontext(),
+        start_run(root, stage, run_id, config) as r,
+    ):
+        r.update_meta(workload_id=workload_id)
+        if stage == "vidur_simulate":
+            r.update_meta(scheduler={"name": "sarathi", "chunk_size": 256, "batch_size_cap": 32,
+                                     "block_size": 16}, num_blocks=512)  # fmt: skip
+        write_csv(r.file("request_metrics.csv"), frame, REQUEST_METRICS)
+        if fail:
+            raise RuntimeError("engine died")
+    return root / stage / run_id
+
+
+def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
+    real = make_run(tmp_path / "tmp", "real_bench", "r", statuses={3: "error", 7: "timeout"})
+    sim = make_run(tmp_path / "tmp", "vidur_simulate", "s", scale=0.77)
+    proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", "output.run_id=c",
+                   cwd=tmp_path)  # fmt: skip
+    assert "TTFT" in proc.stdout and "-23.0%" in proc.stdout
+    out = tmp_path / "tmp" / "compare" / "c"
+    data = json.loads((out / "comparison.json").read_text())
+    assert data["num_compared"] == N - 2
+    assert [e["request_id"] for e in data["excluded"]] == [3, 7]
+    assert data["metrics"]["ttft"]["errors"]["p90"]["signed"] == pytest.approx(-0.23)
+    assert data["metrics"]["e2e"]["per_request_error"]["mean"] == pytest.approx(-0.23)
+    summary = (out / "summary.md").read_text()
+    assert "simulated TTFT p90 is 23% low" in summary
+    assert "2 request(s) not ok on both sides were left out" in summary
+    assert "![CDFs, real vs simulated](cdf.png)" in summary
+    for name in ("cdf.png", "scatter.png", "error_by_length.png"):
+        png = (out / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    assert len(pd.read_csv(out / "requests.csv")) == N - 2
+
+
+@pytest.mark.parametrize(
+    ("real_kwargs", "message"),
+    [
+        ({"workload_id": "wl-other"}, "different workloads"),
+        ({"fail": True}, "run is not complete (status=failed)"),
+    ],
+    ids=["different-workload", "failed-run"],
+)
+def test_bad_input_exits_2(tmp_path: Path, real_kwargs: dict, message: str) -> None:
+    real = make_run(tmp_path / "tmp", "real_bench", "r", **real_kwargs)
+    sim = make_run(tmp_path / "tmp", "vidur_simulate", "s")
+    proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", cwd=tmp_path,
+                   check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in " ".join(proc.stdout.split())
+    assert not (tmp_path / "tmp" / "compare").exists()
+
+
+def test_missing_sim_dir_is_a_config_error(tmp_path: Path) -> None:
+    proc = run_cli("compare", "real_run_dir=x", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "sim_run_dir are required" in proc.stdout
+
+
+def test_sweep_report_over_three_loads(tmp_path: Path) -> None:
+    root = tmp_path / "tmp"
+    for i, (qps, scale) in enumerate(((1.0, 0.9), (2.0, 0.8), (4.0, 0.7))):
+        real = make_run(root, "real_bench", f"r{i}", workload_id=f"wl-{i}", qps=qps)
+        sim = make_run(root, "vidur_simulate", f"s{i}", workload_id=f"wl-{i}", qps=qps, scale=scale)
+        run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", f"output.run_id=q-{i}",
+                "compare.plots=false", "progress=false", cwd=tmp_path)  # fmt: skip
+    proc = run_cli("compare", f"sweep_dirs=[{root}/compare/q-*]", "output.run_id=sweep",
+                   cwd=tmp_path)  # fmt: skip
+    assert "sweep of 3 compare runs" in proc.stdout
+    out = root / "compare" / "sweep"
+    table = pd.read_csv(out / "sweep.csv")
+    ttft_p90 = table[(table["metric"] == "ttft") & (table["stat"] == "p90")]
+    assert ttft_p90["load"].tolist() == pytest.approx([1.0, 2.0, 4.0])
+    assert ttft_p90["signed_rel_error"].tolist() == pytest.approx([-0.1, -0.2, -0.3])
+    assert (out / "sweep_latency_vs_load.png").stat().st_size > 20_000
+    assert "latency vs load" in (out / "sweep.md").read_text()

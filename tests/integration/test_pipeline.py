@@ -1,0 +1,47 @@
+"""The whole pipeline through its CLI with tiny settings: every stage lands, knobs match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_pipeline_end_to_end(tmp_path: Path) -> None:
+    proc = run_cli(
+        "pipeline",
+        "workload.num_requests=12",
+        "workload.qps=8",
+        "workload.prompt_len.max=64",
+        "workload.output_len.max=12",
+        "profile.max_num_tokens=128",
+        "profile.max_prefill_chunk=128",
+        "profile.max_kv_cache_size=128",
+        "profile.max_batch_size=16",
+        "backend.max_requests_per_batch=16",
+        "backend.max_batch_tokens=128",
+        "num_warmup_requests=1",
+        "output.run_id=e2e",
+        cwd=tmp_path,
+    )
+    root = tmp_path / "tmp"
+    for stage in ("workload", "vidur_profile", "vidur_simulate", "real_bench", "compare"):
+        meta = json.loads((root / stage / "e2e" / "run_meta.json").read_text())
+        assert meta["status"] == "complete", stage
+    sim_meta = json.loads((root / "vidur_simulate" / "e2e" / "run_meta.json").read_text())
+    assert sim_meta["scheduler"]["chunk_size"] == 128  # derived from backend.max_batch_tokens
+    assert sim_meta["scheduler"]["batch_size_cap"] == 16
+    compare_dir = root / "compare" / "e2e"
+    data = json.loads((compare_dir / "comparison.json").read_text())
+    assert data["num_compared"] == 12
+    assert not any("engine knobs differ" in line for line in data["findings"])
+    assert (compare_dir / "cdf.png").stat().st_size > 20_000
+    assert "## Discrepancies" in (compare_dir / "summary.md").read_text()
+    assert "TTFT" in proc.stdout
+    pipeline_meta = json.loads((root / "pipeline" / "e2e" / "run_meta.json").read_text())
+    assert set(pipeline_meta["stages"]) >= {"workload", "vidur_simulate", "real_bench", "compare"}

@@ -1,0 +1,52 @@
+"""The real engine's knobs → Vidur's, and the profile ranges the pipeline asks for."""
+
+from __future__ import annotations
+
+from gpu_simulate_test.analysis.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
+from gpu_simulate_test.pipeline.run import profile_ranges
+from gpu_simulate_test.vidur_ext.plan import Requirements
+
+
+def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
+    backend = BackendConfig(
+        name="hf_cb", max_batch_tokens=384, max_requests_per_batch=12, num_blocks=99, block_size=32
+    )
+    sched, derived = derive_scheduler(backend, VidurSchedulerConfig(name="vllm"), 500)
+    assert derived
+    assert (sched.name, sched.chunk_size, sched.batch_size_cap) == ("sarathi", 384, 12)
+    assert (sched.block_size, sched.num_blocks) == (32, 99)
+    assert knob_mismatches({"name": "hf_cb", **vars(backend)}, vars(sched)) == {}
+
+
+def test_hf_generate_is_batch_cap_one_without_chunking() -> None:
+    sched, derived = derive_scheduler(
+        BackendConfig(name="hf_generate"), VidurSchedulerConfig(), 700
+    )
+    assert derived and sched.batch_size_cap == 1 and sched.chunk_size == 700
+
+
+def test_openai_keeps_the_given_scheduler_and_mismatches_are_named() -> None:
+    base = VidurSchedulerConfig(batch_size_cap=8)
+    assert derive_scheduler(BackendConfig(name="openai"), base, 10) == (base, False)
+    found = knob_mismatches(
+        {"name": "hf_cb", "max_batch_tokens": 256, "max_requests_per_batch": 32, "block_size": 16,
+         "num_blocks": 512},
+        {"name": "sarathi", "chunk_size": 512, "batch_size_cap": 32, "block_size": 16},
+        num_blocks=512,
+    )  # fmt: skip
+    assert found == {"max_batch_tokens ↔ chunk_size": (256, 512)}
+
+
+def test_profile_ranges_widen_to_the_needs() -> None:
+    needs = Requirements(
+        max_request_tokens=300, max_prompt_tokens=200, max_batch_tokens=256, max_batch_size=40,
+        max_prefill_chunk=256,
+    )  # fmt: skip
+    base = ProfileRangesConfig(max_num_tokens=128, max_batch_size=32, max_prefill_chunk=512,
+                               max_kv_cache_size=256)  # fmt: skip
+    got = profile_ranges(base, needs)
+    assert (got.max_num_tokens, got.max_batch_size, got.max_prefill_chunk) == (256, 40, 512)
+    assert got.max_kv_cache_size == 300
+    assert profile_ranges(ProfileRangesConfig(max_kv_cache_size=0), needs).max_kv_cache_size == 0
