@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml requirements/lock-cpu.txt
 
 setup: $(STAMP)  ## create .venv and install the project (CPU torch)
 
-run: workload  ## the main job on the embedded default (tiny Qwen3 on CPU)
+run: $(STAMP)  ## the main job: the whole pipeline on the embedded default (tiny Qwen3 on CPU)
+	$(BIN)/python -m gpu_simulate_test.cli.pipeline $(ARGS)
 
 workload: $(STAMP)
 	$(BIN)/python -m gpu_simulate_test.cli.workload $(ARGS)
