@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
@@ -27,6 +28,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "real_bench": RealBenchStageConfig,
     "compare": CompareStageConfig,
     "pipeline": PipelineStageConfig,
+    "deep_profile": DeepProfileStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

@@ -1,0 +1,59 @@
+"""End to end: the deep_profile CLI on the tiny Qwen3, CPU, a two-request synthetic workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO_ROOT, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_deep_profile_on_cpu_reports_mfu_and_skips_nsight(tmp_path: Path) -> None:
+    run_cli(
+        "deep_profile",
+        "model=qwen3_tiny",
+        "num_requests=2",
+        "workload.prompt_len.value=16",
+        "workload.output_len.value=4",
+        "pipeline.torch_profiler.chrome_trace=false",
+        f"output.root={tmp_path}",
+        "output.run_id=t",
+        cwd=REPO_ROOT,
+    )
+    run = tmp_path / "deep_profile" / "t"
+    for name in ("env.json", "config.yaml", "inputs.yaml", "report.md", "stakeholder_summary.md"):
+        assert (run / name).is_file(), name
+    meta = json.loads((run / "run_meta.json").read_text())
+    assert meta["status"] == "complete"
+    assert meta["steps"] == {
+        "static_analysis": "ok",
+        "torch_profiler": "ok",
+        "nsys": "skipped",
+        "ncu": "skipped",
+    }
+
+    metrics = json.loads((run / "torch_profiler" / "metrics.json").read_text())
+    prefill, decode = metrics["phases"]["prefill"], metrics["phases"]["decode"]
+    assert prefill["num_steps"] == 2 and prefill["tokens"] == 32
+    assert decode["num_steps"] == 2 * 3  # 4 output tokens: the first from prefill
+    for phase in (prefill, decode):
+        assert 0 < phase["mfu"] < 1 and 0 < phase["mbu"] < 1
+    assert metrics["serving"]["output_tokens"] == 8
+    ops = pd.read_csv(run / "torch_profiler" / "operators.csv")
+    assert "aten::mm" in set(ops["operator"]) or "aten::addmm" in set(ops["operator"])
+    assert (run / "torch_profiler" / "operators.md").read_text().startswith("# Operators")
+    steps = pd.read_csv(run / "static_analysis" / "step_costs.csv")
+    assert set(steps["phase"]) == {"prefill", "decode"}
+
+    report = (run / "report.md").read_text()
+    assert "| nsys | skipped | nsys not found" in report or "| nsys | skipped |" in report
+    assert "hardware.device=cpu" in report
+    assert "MFU" in report and "aten::" in report
+    command = json.loads((run / "nsys" / "command.json").read_text())
+    assert command["status"] == "skipped" and "pipeline.run_workload.enable=true" in command["argv"]
+    assert "three biggest costs" in (run / "stakeholder_summary.md").read_text()

@@ -1,0 +1,196 @@
+"""deep_profile steps: order and toggles, failure isolation, nsys/ncu skip reasons and argv."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hydra.errors import ConfigCompositionException
+
+from gpu_simulate_test.config.deep_profile import (
+    DeepProfilePipeline,
+    DeepProfileStageConfig,
+    NsysStep,
+    StaticAnalysisStep,
+    TorchProfilerStep,
+)
+from gpu_simulate_test.config.presets import hardware_preset, model_preset
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.profiling.deep_profile import files, steps
+from gpu_simulate_test.profiling.deep_profile.inputs import ProfileInputs
+from gpu_simulate_test.profiling.deep_profile.nsight_steps import (
+    ncu_argv,
+    nsys_argv,
+    preflight,
+    run_ncu,
+    run_nsys,
+)
+from gpu_simulate_test.profiling.deep_profile.static import lengths_of
+from gpu_simulate_test.profiling.nsight.tools import StepOutcome
+from gpu_simulate_test.real_bench.records import BenchRequest
+from tests.conftest import SHARED_FIXTURES
+
+
+def _cfg(**pipeline: Any) -> DeepProfileStageConfig:
+    return DeepProfileStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("h100"),
+        pipeline=replace(DeepProfilePipeline(), **pipeline),
+    )
+
+
+def _ctx(tmp_path: Path, cfg: DeepProfileStageConfig, **kw: Any) -> steps.StepContext:
+    req = BenchRequest(0, 8, 4, 0.0, tuple(range(8)))
+    return steps.StepContext(cfg, tmp_path, ProfileInputs((req,), {"kind": "test"}), **kw)
+
+
+def test_every_step_is_registered_in_order_and_toggles_drop_steps() -> None:
+    assert set(steps.STEPS) == set(steps.STEP_ORDER)
+    assert steps.STEP_ORDER.index("static_analysis") < steps.STEP_ORDER.index("torch_profiler")
+    assert steps.STEP_ORDER.index("torch_profiler") < steps.STEP_ORDER.index("nsys")
+    assert steps.STEP_ORDER.index("nsys") < steps.STEP_ORDER.index("ncu")
+    assert steps.enabled_steps(DeepProfilePipeline()) == [
+        "static_analysis",
+        "torch_profiler",
+        "nsys",
+        "ncu",
+    ]
+    off = _cfg(torch_profiler=TorchProfilerStep(enable=False), nsys=NsysStep(enable=False))
+    assert steps.enabled_steps(off.pipeline) == ["static_analysis", "ncu"]
+
+
+def test_a_failing_step_is_recorded_and_later_steps_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    def boom(ctx: steps.StepContext) -> StepOutcome:
+        ran.append("static_analysis")
+        raise RuntimeError("bad shape")
+
+    def fine(name: str) -> Any:
+        def step(ctx: steps.StepContext) -> StepOutcome:
+            ran.append(name)
+            return StepOutcome.ok(name)
+
+        return step
+
+    fake = {name: fine(name) for name in steps.STEP_ORDER}
+    fake["static_analysis"] = boom
+    monkeypatch.setattr(steps, "STEPS", fake)
+    outcomes = steps.run_steps(_ctx(tmp_path, _cfg()))
+    assert ran == ["static_analysis", "torch_profiler", "nsys", "ncu"]
+    assert outcomes[0].status == "failed" and "RuntimeError: bad shape" in outcomes[0].reason
+    assert (tmp_path / "static_analysis_error.txt").is_file()
+    assert [o.status for o in outcomes[1:]] == ["ok", "ok", "ok"]
+
+
+def test_preflight_names_every_missing_piece() -> None:
+    gate = preflight("nsys", "nsys", None, "cpu", cuda_available=False)
+    assert gate.status == "skipped"
+    assert "nsys not found" in gate.reason and "hardware.device=cpu" in gate.reason
+    gate = preflight("ncu", "ncu", "/opt/ncu", "cuda", cuda_available=False)
+    assert gate.reason == "no CUDA GPU visible (torch.cuda.is_available() is False)"
+    assert preflight("ncu", "ncu", "/opt/ncu", "cuda:0", cuda_available=True).status == "ok"
+
+
+def test_nsight_steps_skip_with_reason_and_still_write_the_command(tmp_path: Path) -> None:
+    cfg = _cfg()
+    ctx = _ctx(tmp_path, cfg, tool_finder=lambda _n: None, cuda_check=lambda: False)
+    outcomes = {o.step: o for o in (steps.STEPS["nsys"](ctx), steps.STEPS["ncu"](ctx))}
+    assert outcomes["nsys"].status == outcomes["ncu"].status == "skipped"
+    assert "nsys not found" in outcomes["nsys"].reason
+    assert "no CUDA GPU visible" in outcomes["ncu"].reason
+    command = yaml.safe_load((tmp_path / files.NSYS_DIR / files.COMMAND).read_text())
+    assert command["status"] == "skipped" and command["argv"][:2] == ["nsys", "profile"]
+
+
+def test_nsys_argv_profiles_the_stage_with_only_run_workload(tmp_path: Path) -> None:
+    argv = nsys_argv(_cfg(), tmp_path, tmp_path / "nsys", "/usr/bin/nsys")
+    assert argv[:2] == ["/usr/bin/nsys", "profile"]
+    assert "--capture-range=nvtx" in argv
+    assert "--nvtx-capture=deep_profile_workload" in argv
+    app = argv[argv.index("-m") - 1 :]
+    assert app[2] == "gpu_simulate_test.cli.deep_profile"
+    assert f"--config-path={tmp_path.resolve()}" in app
+    assert "pipeline.run_workload.enable=true" in app
+    for step in ("static_analysis", "torch_profiler", "nsys", "ncu"):
+        assert f"pipeline.{step}.enable=false" in app
+    whole = nsys_argv(_cfg(nsys=NsysStep(capture_range="none")), tmp_path, tmp_path)
+    assert not any(a.startswith("--capture-range") for a in whole)
+
+
+def test_ncu_argv_filters_on_the_nvtx_range_and_top_kernels(tmp_path: Path) -> None:
+    argv = ncu_argv(_cfg(), tmp_path, tmp_path / "ncu", "ncu", ["gemv<float>", "k2"])
+    i = argv.index("--nvtx-include")
+    assert argv[i - 1] == "--nvtx" and argv[i + 1] == "decode/"
+    assert argv[argv.index("--kernel-name") + 1] == r"regex:^gemv<float>$|^k2$"
+    assert argv[argv.index("--launch-count") + 1] == "50"
+    assert "SpeedOfLight" in argv  # kernel_overview preset sections
+    assert "--kernel-name" not in ncu_argv(_cfg(), tmp_path, tmp_path)
+
+
+def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
+    """The GPU path end to end with recorded outputs: stats parsed, top kernels fed to ncu."""
+    kern_sum = SHARED_FIXTURES / "nsys" / "cuda_gpu_kern_sum.csv"
+    ncu_csvs = sorted((SHARED_FIXTURES / "ncu").glob("kernel_*/ncu.section_SpeedOfLight.csv"))
+    if not kern_sum.is_file() or not ncu_csvs:
+        pytest.skip("shared Nsight fixtures not present")
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:
+        calls.append(argv)
+        stdout = ""
+        if argv[1] == "stats":
+            shutil.copy(kern_sum, Path(argv[argv.index("--output") + 1] + "_cuda_gpu_kern_sum.csv"))
+        if "--import" in argv:
+            stdout = ncu_csvs[0].read_text()
+        return subprocess.CompletedProcess(argv, 0, stdout, "")
+
+    cfg = _cfg()
+    ok = StepOutcome.ok
+    outcome, summary = run_nsys(cfg, tmp_path, "/x/nsys", ok("nsys"), runner=runner)
+    assert outcome.status == "ok", outcome.reason
+    assert len(summary["top_kernels"]) == 5
+    assert (tmp_path / files.NSYS_DIR / "top_kernels.yaml").is_file()
+    outcome, summary = run_ncu(cfg, tmp_path, "/x/ncu", ok("ncu"), runner=runner)
+    assert outcome.status == "ok", outcome.reason
+    # SpeedOfLight of this kernel: 9.15 % compute vs 19.66 % memory → memory-bound
+    assert summary["kernel_bounds"][0]["bound"] == "memory-bound"
+    ncu_call = calls[2]
+    assert ncu_call[0] == "/x/ncu" and "--kernel-name" in ncu_call
+
+
+def test_a_profiler_error_fails_the_step_with_its_output(tmp_path: Path) -> None:
+    def runner(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(argv, 1, "", "ERR_NVGPUCTRPERM")
+
+    outcome, _ = run_ncu(_cfg(), tmp_path, "/x/ncu", StepOutcome.ok("ncu"), runner=runner)
+    assert outcome.status == "failed" and "ERR_NVGPUCTRPERM" in outcome.reason
+
+
+def test_lengths_default_to_the_requests() -> None:
+    reqs = [BenchRequest(0, 64, 16, 0.0), BenchRequest(1, 32, 1, 0.0)]
+    assert lengths_of(reqs) == ((32, 64), (64, 78))
+    assert lengths_of(reqs, (8,), (100,)) == ((8,), (100,))
+
+
+def test_bad_pipeline_values_fail_naming_the_field(compose_stage: Any) -> None:
+    with pytest.raises(ConfigError, match="activities"):
+        TorchProfilerStep(activities=("cpu", "tpu"))
+    with pytest.raises(ConfigError, match="capture_range"):
+        NsysStep(capture_range="cudaProfilerApi")
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        StaticAnalysisStep(batch_sizes=(0,))
+    with pytest.raises(ConfigCompositionException, match="enabel"):
+        compose_stage("deep_profile", ["pipeline.nsys.enabel=false"])
+    with pytest.raises(ConfigCompositionException, match="top_k"):
+        compose_stage("deep_profile", ["pipeline.nsys.top_k=many"])
+    cfg = to_typed(compose_stage("deep_profile", ["hardware=h100"]), DeepProfileStageConfig)
+    assert cfg.stage.run_type == "deep_profile" and cfg.hardware.device == "cuda"
