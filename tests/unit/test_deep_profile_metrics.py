@@ -98,6 +98,15 @@ def test_operator_rows_convert_us_to_ms_and_shares_add_up() -> None:
     assert [r["operator"] for r in top] == ["aten::mm"]
 
 
+def test_a_range_seen_on_cpu_and_gpu_is_one_row() -> None:
+    # seen on an H100: record_function("decode") comes back as a CPU event and a GPU annotation
+    rows = operator_rows([_Event("decode", 4, 2000.0, 0.0), _Event("decode", 4, 0.0, 500.0)])
+    assert len(rows) == 1
+    assert rows[0]["calls"] == 4
+    assert rows[0]["self_cpu_time_ms"] == pytest.approx(2.0)
+    assert rows[0]["self_device_time_ms"] == pytest.approx(0.5)
+
+
 def test_activities_and_sort_key_follow_the_device() -> None:
     chosen, notes = resolve_activities(("cpu", "cuda"), "cpu", cuda_available=False)
     assert chosen == ["cpu"] and "hardware.device=cpu" in notes[0]

@@ -50,21 +50,32 @@ def _us_to_ms(value: Any) -> float:
 
 
 def operator_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
-    """One row per ``key_averages()`` entry: calls, self/total CPU and device time (ms), shares.
+    """One row per operator name of ``key_averages()``: calls, self/total CPU and device time
+    (ms), shares. Entries sharing a name are merged (times summed, calls the larger count).
 
     Shares are of the summed self time of every operator, so they add up to 100 %.
     """
-    rows: list[dict[str, Any]] = [
-        {
-            "operator": str(e.key),
-            "calls": int(e.count),
-            "self_cpu_time_ms": _us_to_ms(e.self_cpu_time_total),
-            "cpu_total_time_ms": _us_to_ms(e.cpu_time_total),
-            "self_device_time_ms": _us_to_ms(getattr(e, "self_device_time_total", 0.0)),
-            "device_total_time_ms": _us_to_ms(getattr(e, "device_time_total", 0.0)),
-        }
-        for e in events
-    ]
+    # On CUDA a record_function range appears twice (its CPU event and its GPU-side
+    # user annotation) under one key: merge entries that share a name.
+    merged: dict[str, dict[str, Any]] = {}
+    for e in events:
+        row = merged.setdefault(
+            str(e.key),
+            {
+                "operator": str(e.key),
+                "calls": 0,
+                "self_cpu_time_ms": 0.0,
+                "cpu_total_time_ms": 0.0,
+                "self_device_time_ms": 0.0,
+                "device_total_time_ms": 0.0,
+            },
+        )
+        row["calls"] = max(row["calls"], int(e.count))
+        row["self_cpu_time_ms"] += _us_to_ms(e.self_cpu_time_total)
+        row["cpu_total_time_ms"] += _us_to_ms(e.cpu_time_total)
+        row["self_device_time_ms"] += _us_to_ms(getattr(e, "self_device_time_total", 0.0))
+        row["device_total_time_ms"] += _us_to_ms(getattr(e, "device_time_total", 0.0))
+    rows = list(merged.values())
     cpu_total = sum(r["self_cpu_time_ms"] for r in rows)
     device_total = sum(r["self_device_time_ms"] for r in rows)
     for r in rows:
