@@ -116,3 +116,76 @@ def test_join_rejects_different_lengths() -> None:
     sim = _frame([0.1], [1.0], ["ok"], [4])
     with pytest.raises(ArtifactError, match="request 0 has num_decode_tokens=3 in the real run"):
         join_requests(real, sim, where="t")
+
+
+def test_percentiles_with_ties() -> None:
+    # sorted [1, 2, 2, 2, 5]: position q/100 * 4, linear between neighbours
+    dist = m.distribution([2.0, 5.0, 2.0, 1.0, 2.0])
+    assert dist.p50 == pytest.approx(2.0)  # position 2: inside the run of 2s
+    assert dist.p90 == pytest.approx(3.8)  # position 3.6: 2 + 0.6 * (5 - 2)
+    assert dist.p99 == pytest.approx(4.88)  # position 3.96: 2 + 0.96 * 3
+    assert dist.mean == pytest.approx(2.4)
+    flat = m.distribution([0.25] * 4)  # all equal: every statistic is that value
+    assert {flat.stat(s) for s in m.STATS} == {0.25}
+    summary = m.error_summary(np.array([-0.1, 0.1, 0.1, 0.3]))
+    assert summary.p50 == pytest.approx(0.1)  # position 1.5, between two equal values
+    assert summary.within_10pct == pytest.approx(0.75)  # |error| <= 0.10, boundary included
+
+
+def test_ranks_and_spearman_with_ties() -> None:
+    # 0-based average ranks: the two 20s share (1 + 2) / 2, the three 5s share (0 + 1 + 2) / 3
+    assert m._ranks(np.array([10.0, 20.0, 20.0, 30.0])).tolist() == [0.0, 1.5, 1.5, 3.0]
+    assert m._ranks(np.array([5.0, 5.0, 7.0, 5.0])).tolist() == [1.0, 1.0, 3.0, 1.0]
+    # x ranks [0, 1.5, 1.5, 3], y ranks [0, 1, 2, 3]: deviations [-1.5, 0, 0, 1.5] and
+    # [-1.5, -0.5, 0.5, 1.5]; rho = 4.5 / sqrt(4.5 * 5) = 3 / sqrt(10)
+    rho = m.spearman(np.array([1.0, 2.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0, 4.0]))
+    assert rho == pytest.approx(3 / math.sqrt(10))
+    # ties on both sides: x ranks [0.5, 0.5, 2.5, 2.5], y ranks [0, 2, 2, 2] -> rho = 1 / sqrt(3)
+    rho = m.spearman(np.array([1.0, 1.0, 2.0, 2.0]), np.array([0.0, 9.0, 9.0, 9.0]))
+    assert rho == pytest.approx(1 / math.sqrt(3))
+    assert math.isnan(m.spearman(np.array([3.0, 3.0, 3.0]), np.array([1.0, 2.0, 3.0])))
+
+
+def test_tpot_of_a_one_token_request_is_left_out_of_the_comparison() -> None:
+    # request 1 produced one token on both sides: no TPOT, no per-request TPOT error
+    real = _frame([0.1, 0.2, 0.3], [0.5, 0.2, 0.9], ["ok"] * 3, [5, 1, 3])
+    sim = _frame([0.1, 0.1, 0.3], [0.9, 0.1, 1.5], ["ok"] * 3, [5, 1, 3])
+    result = compare(*join_requests(real, sim, where="t"), np.array([]))
+    tpot = result.metric("tpot")
+    assert (tpot.real.count, tpot.sim.count) == (2, 2)
+    assert result.metric("ttft").real.count == 3
+    assert tpot.per_request is not None and tpot.per_request.count == 2
+    errors = result.per_request_errors["tpot"]
+    assert math.isnan(errors[1]) and errors[[0, 2]] == pytest.approx([1.0, 1.0])
+
+
+def test_join_rejects_different_prompts_and_counts_every_mismatch() -> None:
+    real = _frame([0.1, 0.1, 0.1], [1.0, 1.0, 1.0], ["ok"] * 3, [3, 3, 3])
+    sim = real.assign(num_prefill_tokens=[10, 99, 98])
+    with pytest.raises(ArtifactError, match=r"request 1 has num_prefill_tokens=20 .*\(2 request"):
+        join_requests(real, sim, where="t")
+    # what the real side was asked for, not what it produced, must match the simulated length
+    asked = real.assign(num_decode_tokens=[3, 2, 3], expected_num_decode_tokens=[3, 3, 3])
+    joined, _ = join_requests(asked, real, where="t")
+    assert joined.num_decode_tokens.tolist() == [3, 3, 3]
+
+
+def test_join_lists_requests_missing_on_one_side() -> None:
+    real = _frame([0.1, 0.2, 0.3], [1.0, 2.0, 3.0], ["ok"] * 3, [3, 3, 3])
+    sim = real.iloc[[0, 2]].assign(status=["ok", "timeout"])
+    joined, excluded = join_requests(real, sim, where="t")
+    assert joined.request_id.tolist() == [0]
+    assert [(e.request_id, e.real_status, e.sim_status) for e in excluded] == [
+        (1, "ok", "absent"),
+        (2, "ok", "timeout"),
+    ]
+
+
+def test_plots_thin_many_points_but_keep_the_cdf_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_simulate_test.analysis import plots
+
+    monkeypatch.setattr(plots, "MAX_POINTS", 3)
+    x, y = plots._ecdf(np.array([5.0, 1.0, np.nan, 3.0, 2.0, 4.0]))
+    assert x.tolist() == [1.0, 3.0, 5.0]  # evenly spaced in sorted order, ends kept
+    assert y.tolist() == pytest.approx([0.2, 0.6, 1.0])  # the CDF of all 5 values there
+    assert plots._thin(2).tolist() == [0, 1]

@@ -42,4 +42,5 @@ def test_h100_kernels_are_classified_and_the_command_was_nvtx_gated() -> None:
 def test_every_kernel_has_a_duration(kernel_id: int) -> None:
     report = parse_ncu_csv(DATA / "ncu_details.csv")
     duration = report.metric("gpu__time_duration.sum", kernel_id=kernel_id)
-    assert duration.base_unit == "s" and 0 < duration.base_value < 1e-3
+    assert duration.base_unit == "s" and duration.base_value is not None
+    assert 0 < duration.base_value < 1e-3

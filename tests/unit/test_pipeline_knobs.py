@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpu_simulate_test.analysis.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
 from gpu_simulate_test.pipeline.run import profile_ranges
 from gpu_simulate_test.vidur_ext.plan import Requirements
@@ -50,3 +55,10 @@ def test_profile_ranges_widen_to_the_needs() -> None:
     assert (got.max_num_tokens, got.max_batch_size, got.max_prefill_chunk) == (256, 40, 512)
     assert got.max_kv_cache_size == 300
     assert profile_ranges(ProfileRangesConfig(max_kv_cache_size=0), needs).max_kv_cache_size == 0
+
+
+def test_pipeline_config_is_a_pipeline_stage(compose_stage) -> None:
+    typed = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    assert typed.stage.run_type == "pipeline"
+    with pytest.raises(ConfigError, match=r"stage\.run_type='pipe'"):
+        to_typed(compose_stage("pipeline", ["stage.run_type=pipe"]), PipelineStageConfig)

@@ -118,20 +118,16 @@ def join_requests(
                 "differ): these runs are not of the same workload"
             )
     only = r.index.symmetric_difference(s.index)
-    excluded = [
-        Excluded(
-            int(rid),
-            str(r.loc[rid, "status"]) if rid in r.index else "absent",
-            str(s.loc[rid, "status"]) if rid in s.index else "absent",
-        )
-        for rid in only
-    ]
     ok = (rc["status"].astype(str) == "ok").to_numpy() & (
         sc["status"].astype(str) == "ok"
     ).to_numpy()
-    excluded += [
-        Excluded(int(rid), str(rc.loc[rid, "status"]), str(sc.loc[rid, "status"]))
-        for rid in common[~ok]
+    # statuses of every excluded request at once ("absent" on the side that lacks it)
+    left_out = only.append(common[~ok])
+    real_status = r["status"].astype(str).reindex(left_out).fillna("absent").tolist()
+    sim_status = s["status"].astype(str).reindex(left_out).fillna("absent").tolist()
+    excluded = [
+        Excluded(int(rid), real, simulated)
+        for rid, real, simulated in zip(left_out.tolist(), real_status, sim_status, strict=True)
     ]
     rc, sc = rc[ok], sc[ok]
     decode = sc["num_decode_tokens"].to_numpy(dtype=np.int64)

@@ -20,6 +20,16 @@ PLOT_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 REAL_COLOR, SIM_COLOR = "tab:blue", "tab:orange"
 CDF_PLOT, SCATTER_PLOT, ERROR_PLOT = "cdf.png", "scatter.png", "error_by_length.png"
 SWEEP_PLOT = "sweep_latency_vs_load.png"
+MAX_POINTS = 20_000
+"""More requests than this are drawn as an evenly spaced subset (the picture is the same; a
+million markers take minutes to render). Statistics always use every request."""
+
+
+def _thin(size: int) -> np.ndarray:
+    """Indices of at most :data:`MAX_POINTS` evenly spaced items of ``size``."""
+    if size <= MAX_POINTS:
+        return np.arange(size)
+    return np.linspace(0, size - 1, MAX_POINTS).round().astype(np.int64)
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -32,7 +42,8 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     data = np.sort(values[np.isfinite(values)])
-    return data, np.arange(1, data.size + 1) / max(data.size, 1)
+    keep = _thin(data.size)  # exact CDF values at the kept points
+    return data[keep], (keep + 1) / max(data.size, 1)
 
 
 def plot_cdfs(comparison: Comparison, path: Path, title: str) -> Path:
@@ -61,7 +72,9 @@ def plot_scatter(comparison: Comparison, path: Path, title: str) -> Path:
         real = comparison.joined.real.metric(metric) * 1e3
         sim = comparison.joined.sim.metric(metric) * 1e3
         keep = np.isfinite(real) & np.isfinite(sim)
-        ax.scatter(real[keep], sim[keep], s=12, alpha=0.6, color=SIM_COLOR, label="request")
+        drawn = np.flatnonzero(keep)
+        drawn = drawn[_thin(drawn.size)]
+        ax.scatter(real[drawn], sim[drawn], s=12, alpha=0.6, color=SIM_COLOR, label="request")
         if keep.any():
             lo = float(min(real[keep].min(), sim[keep].min()))
             hi = float(max(real[keep].max(), sim[keep].max()))
@@ -89,7 +102,8 @@ def plot_error_by_length(comparison: Comparison, path: Path, title: str) -> Path
     ):
         for metric, marker in zip(PLOT_METRICS, ("o", "s", "^"), strict=True):
             err = comparison.per_request_errors[metric] * 100
-            keep = np.isfinite(err)
+            keep = np.flatnonzero(np.isfinite(err))
+            keep = keep[_thin(keep.size)]
             ax.scatter(
                 lengths[keep], err[keep], s=12, alpha=0.6, marker=marker,
                 label=m.METRIC_LABELS[metric],

@@ -101,6 +101,8 @@ def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Pa
     workloads: dict[str, str] = {}
     for path in expand_dirs(cfg.sweep_dirs):
         meta = open_upstream_run(path, "compare")
+        if meta.get("kind") == "sweep":  # an earlier sweep report matched by the same glob
+            continue
         comparison = read_json(path / "comparison.json", required_keys=("offered_qps", "setup"))
         percentiles = read_csv(path / "percentiles.csv", COMPARISON_PERCENTILES)
         runs.append((path, comparison, percentiles))

@@ -14,6 +14,7 @@ from gpu_simulate_test.config.schema import (
     ModelConfig,
     OutputConfig,
     ProfilingConfig,
+    StageConfig,
     WorkloadConfig,
     _check,
     _check_choice,
@@ -30,6 +31,7 @@ class PipelineStageConfig:
     given only for the ``openai`` backend.
     """
 
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="pipeline"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)

@@ -13,7 +13,9 @@ from typing import Literal
 
 from omegaconf import MISSING
 
-RunType = Literal["real", "vidur", "compare", "vidur_profile", "deep_profile", "workload"]
+RunType = Literal[
+    "real", "vidur", "compare", "vidur_profile", "deep_profile", "workload", "pipeline"
+]
 RUN_TYPES: tuple[str, ...] = (
     "real",
     "vidur",
@@ -21,6 +23,7 @@ RUN_TYPES: tuple[str, ...] = (
     "vidur_profile",
     "deep_profile",
     "workload",
+    "pipeline",
 )
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
