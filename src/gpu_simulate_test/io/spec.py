@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import TableSchema
 from gpu_simulate_test.io.schemas import ALL_TABLES, PROMPT_RECORD_KEYS
 
 HEADER = """# Data model
 
-Generated from `src/gpu_simulate_test/io/schemas.py` by `python -m gpu_simulate_test.io.spec`;
+Generated from the declared schemas by `python -m gpu_simulate_test.io.spec`;
 a test checks this page matches the code. Columns listed are required (in this order); files may
 carry more after them. Times are seconds unless a column says otherwise; CSVs have a header row.
 
@@ -44,12 +45,34 @@ and `num_decode_tokens`); for traces also `trace_file`, `trace_rows`, `clipped_r
 """
 
 
+def declared_tables() -> tuple[TableSchema, ...]:
+    """Every declared table: the shared ones here and those each stage declares beside its code."""
+    from gpu_simulate_test.analysis import schemas as compare_tables
+    from gpu_simulate_test.profiling.deep_profile import files as deep_profile_tables
+    from gpu_simulate_test.real_bench.telemetry import TELEMETRY
+    from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, MLP_TABLE
+
+    return (
+        *ALL_TABLES,
+        TELEMETRY,
+        MLP_TABLE,
+        ATTENTION_TABLE,
+        compare_tables.COMPARISON_PERCENTILES,
+        compare_tables.COMPARISON_REQUESTS,
+        compare_tables.SWEEP_TABLE,
+        deep_profile_tables.OPERATORS,
+        deep_profile_tables.STEP_TIMINGS,
+        deep_profile_tables.STEP_COSTS,
+        deep_profile_tables.LAYER_OPS,
+    )
+
+
 def render() -> str:
     parts = [
         HEADER.format(run_meta=layout.RUN_META, marker=layout.INCOMPLETE_MARKER),
         "\n## Tables\n",
     ]
-    for table in ALL_TABLES:
+    for table in declared_tables():
         parts.append(f"\n### `{table.name}` (schema {table.version})\n\n")
         parts.append(f"{table.description}")
         notes = []
