@@ -1,0 +1,244 @@
+"""Fidelity harness math: capacity from a burst probe, the load levels, the fidelity table and
+its largest absolute error (pure functions; ``benchmarks/fidelity.py`` runs and writes).
+
+Capacity rule: an all-at-once burst of requests of the fixed length mix is replayed for real;
+**capacity = completed requests / (last completion − first arrival)**, the engine's completion
+rate when its queue never runs dry. An offered rate is **sustained** when the queue does not grow
+over the run: the completion rate (over the span of completions) is at least
+:data:`SUSTAINED_RATIO` of the arrival rate (over the span of arrivals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
+"""Light, ~50% and ~85% of the measured capacity."""
+GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+GOAL_STATS: tuple[str, ...] = ("p50", "p90")
+SUSTAINED_RATIO = 0.9
+"""Completion rate / arrival rate at or above this: the queue did not grow (allowing for the
+spread of request lengths at the ends of a short run)."""
+FIDELITY_COLUMNS: tuple[str, ...] = (
+    "backend",
+    "load_fraction",
+    "offered_qps",
+    "metric",
+    "stat",
+    "real_ms",
+    "sim_ms",
+    "rel_error",
+    "abs_rel_error",
+)
+
+
+def _finish_times(
+    arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    arrival = np.asarray(arrival_time_s, dtype=float)
+    finish = arrival + np.asarray(e2e_s, dtype=float)
+    keep = np.asarray(ok, dtype=bool) & np.isfinite(finish)
+    return arrival, finish[keep]
+
+
+def burst_capacity(arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike) -> float:
+    """Requests/s the engine completes with a full queue: ok requests / (last finish − first
+    arrival) of an all-at-once burst. Raises ValueError when nothing completed."""
+    arrival, finish = _finish_times(arrival_time_s, e2e_s, ok)
+    if finish.size == 0:
+        raise ValueError("capacity probe: no request completed")
+    span = float(finish.max() - arrival.min())
+    if span <= 0:
+        raise ValueError(f"capacity probe: non-positive span {span} s")
+    return finish.size / span
+
+
+def completion_ratio(
+    arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike
+) -> float:
+    """Completion rate / arrival rate of one run, each over its own span (1.0: the engine kept
+    up; well below 1: requests finished more slowly than they came, the queue grew).
+    NaN with fewer than two completions."""
+    arrival, finish = _finish_times(arrival_time_s, e2e_s, ok)
+    if finish.size < 2 or arrival.size < 2:
+        return float("nan")
+    arrival_rate = (arrival.size - 1) / max(float(arrival.max() - arrival.min()), 1e-9)
+    completion_rate = (finish.size - 1) / max(float(finish.max() - finish.min()), 1e-9)
+    return completion_rate / arrival_rate
+
+
+def is_sustained(ratio: float, threshold: float = SUSTAINED_RATIO) -> bool:
+    """The capacity rule's test of one offered rate (see the module docstring)."""
+    return bool(np.isfinite(ratio) and ratio >= threshold)
+
+
+def load_levels(
+    capacity_qps: float, fractions: Sequence[float] = LOAD_FRACTIONS
+) -> list[tuple[float, float]]:
+    """(fraction, offered requests/s) per load level, rates rounded to 4 significant digits."""
+    if not np.isfinite(capacity_qps) or capacity_qps <= 0:
+        raise ValueError(f"capacity must be a positive rate, got {capacity_qps}")
+    out = []
+    for fraction in fractions:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"load fraction {fraction} is not in (0, 1]")
+        out.append((float(fraction), float(f"{capacity_qps * fraction:.4g}")))
+    return out
+
+
+def fidelity_rows(
+    levels: Sequence[tuple[str, float, float, pd.DataFrame]],
+    metrics: Sequence[str] = GOAL_METRICS,
+    stats: Sequence[str] = GOAL_STATS,
+) -> pd.DataFrame:
+    """One row per backend, load, metric and statistic from each load's compare percentiles
+    (``comparison_percentiles``: metric, stat, real_ms, sim_ms); error = simulated / real − 1."""
+    rows = []
+    for backend, fraction, qps, percentiles in levels:
+        keep = percentiles["metric"].isin(metrics) & percentiles["stat"].isin(stats)
+        for rec in percentiles[keep].to_dict("records"):
+            real, sim = float(rec["real_ms"]), float(rec["sim_ms"])
+            err = sim / real - 1 if np.isfinite(real) and real > 0 else float("nan")
+            rows.append(
+                {
+                    "backend": backend,
+                    "load_fraction": fraction,
+                    "offered_qps": qps,
+                    "metric": rec["metric"],
+                    "stat": rec["stat"],
+                    "real_ms": real,
+                    "sim_ms": sim,
+                    "rel_error": err,
+                    "abs_rel_error": abs(err),
+                }
+            )
+    table = pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+    order = {name: i for i, name in enumerate(metrics)}
+    return table.sort_values(
+        ["backend", "metric", "stat", "load_fraction"],
+        key=lambda col: col.map(order) if col.name == "metric" else col,
+        kind="stable",
+    ).reset_index(drop=True)
+
+
+def largest_abs_error(table: pd.DataFrame) -> dict[str, Any]:
+    """The largest |simulated / real − 1| in percent over the finite rows, and where it is;
+    ``abs_error_pct`` is None when no row is finite."""
+    finite = table[np.isfinite(table["abs_rel_error"].astype(float))]
+    if finite.empty:
+        return {"abs_error_pct": None}
+    rec = finite.iloc[int(np.argmax(finite["abs_rel_error"].to_numpy(dtype=float)))]
+    return {
+        "abs_error_pct": round(float(rec["abs_rel_error"]) * 100, 2),
+        "backend": str(rec["backend"]),
+        "metric": str(rec["metric"]),
+        "stat": str(rec["stat"]),
+        "load_fraction": float(rec["load_fraction"]),
+    }
+
+
+def fidelity_json(
+    name: str,
+    setup: Mapping[str, Any],
+    capacity: Mapping[str, Mapping[str, Any]],
+    table: pd.DataFrame,
+) -> dict[str, Any]:
+    """``<name>-fidelity.json``: setup, capacity per backend, every row, the largest error
+    overall and per backend (percent)."""
+    rows = [
+        {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in rec.items()}
+        for rec in table.to_dict("records")
+    ]
+    return {
+        "name": name,
+        **setup,
+        "error_convention": "rel_error = simulated / real - 1; abs_rel_error = |rel_error|",
+        "capacity_rule": (
+            "capacity = completed requests / (last completion - first arrival) of an "
+            f"all-at-once burst; a load is sustained when completion rate / arrival rate >= "
+            f"{SUSTAINED_RATIO}"
+        ),
+        "capacity": {k: dict(v) for k, v in capacity.items()},
+        "rows": rows,
+        "largest_abs_error": largest_abs_error(table),
+        "largest_abs_error_by_backend": {
+            str(b): largest_abs_error(t) for b, t in table.groupby("backend", sort=False)
+        },
+    }
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1%}" if np.isfinite(value) else "–"
+
+
+def markdown(
+    name: str,
+    setup: Mapping[str, Any],
+    capacity: Mapping[str, Mapping[str, Any]],
+    table: pd.DataFrame,
+    plots: Mapping[str, str],
+) -> str:
+    """``<name>-fidelity.md``: setup, capacity, the table (metric × percentile × load) and the
+    largest absolute error."""
+    lines = [f"# Fidelity: {name}", ""]
+    lines += [f"- {key}: {value}" for key, value in setup.items() if not isinstance(value, dict)]
+    for key, value in setup.items():
+        if isinstance(value, dict):
+            lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
+    lines += [
+        "",
+        "Error = simulated / real − 1 (negative: the simulator predicts too fast). TTFT includes "
+        "queueing; TPOT = (E2E − TTFT) / (output − 1).",
+        "",
+        "## Capacity",
+        "",
+        "| backend | probe requests | capacity (req/s) | output tok/s |",
+        "| --- | --- | --- | --- |",
+    ]
+    for backend, cap in capacity.items():
+        lines.append(
+            f"| {backend} | {cap['probe_requests']} | {cap['capacity_qps']:.3g} | "
+            f"{cap['output_tokens_per_s']:.1f} |"
+        )
+    lines += ["", "## Loads", "", "| backend | load | offered (req/s) | completion / arrival |"]
+    lines += ["| --- | --- | --- | --- |"]
+    for backend, cap in capacity.items():
+        for level in cap["loads"]:
+            flag = "" if level["sustained"] else " (queue grew)"
+            lines.append(
+                f"| {backend} | {level['load_fraction']:.0%} | {level['offered_qps']:.4g} | "
+                f"{level['completion_ratio']:.2f}{flag} |"
+            )
+    lines += ["", "## Table (ms)", ""]
+    lines += ["| backend | metric | stat | load | real | simulated | error |"]
+    lines += ["| --- | --- | --- | --- | --- | --- | --- |"]
+    for rec in table.to_dict("records"):
+        lines.append(
+            f"| {rec['backend']} | {rec['metric']} | {rec['stat']} | {rec['load_fraction']:.0%} "
+            f"| {rec['real_ms']:.2f} | {rec['sim_ms']:.2f} | {_pct(rec['rel_error'])} |"
+        )
+    worst = largest_abs_error(table)
+    lines += ["", "## Largest absolute error", ""]
+    if worst["abs_error_pct"] is None:
+        lines.append("none (no finite row)")
+    else:
+        lines.append(
+            f"**{worst['abs_error_pct']:.1f}%** overall ({worst['backend']}, {worst['metric']} "
+            f"{worst['stat']} at {worst['load_fraction']:.0%} of capacity)."
+        )
+    for name_, part in table.groupby("backend", sort=False):
+        w = largest_abs_error(part)
+        if w["abs_error_pct"] is not None:
+            lines.append(
+                f"- {name_}: {w['abs_error_pct']:.1f}% ({w['metric']} {w['stat']} at "
+                f"{w['load_fraction']:.0%})"
+            )
+    lines.append("")
+    lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""The fidelity harness's pure parts: capacity rule, load levels, table and largest error."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.analysis import fidelity as fid
+
+
+def test_burst_capacity_is_completions_over_the_span() -> None:
+    # 4 requests at t=0 finishing at 1, 2, 3, 4 s; one failed request is not counted
+    arrival = np.zeros(5)
+    e2e = np.array([1.0, 2.0, 3.0, 4.0, np.nan])
+    ok = np.array([True, True, True, True, False])
+    assert fid.burst_capacity(arrival, e2e, ok) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="no request completed"):
+        fid.burst_capacity(arrival, e2e, np.zeros(5, dtype=bool))
+
+
+def test_completion_ratio_flags_a_growing_queue() -> None:
+    arrival = np.arange(11, dtype=float)  # 1 req/s for 10 s
+    kept_up = np.full(11, 0.5)  # every request takes 0.5 s: completions at 1 req/s
+    assert fid.completion_ratio(arrival, kept_up, np.ones(11, bool)) == pytest.approx(1.0)
+    assert fid.is_sustained(1.0)
+    # served one after another at 2 s each: completions every 2 s, the queue grows
+    finish = 2.0 * np.arange(1, 12)
+    ratio = fid.completion_ratio(arrival, finish - arrival, np.ones(11, bool))
+    assert ratio == pytest.approx(0.5)
+    assert not fid.is_sustained(ratio)
+    assert not fid.is_sustained(float("nan"))
+    assert math.isnan(fid.completion_ratio(arrival[:1], kept_up[:1], np.ones(1, bool)))
+
+
+def test_load_levels() -> None:
+    assert fid.load_levels(10.0) == [(0.2, 2.0), (0.5, 5.0), (0.85, 8.5)]
+    assert fid.load_levels(1.23456, (0.5,)) == [(0.5, 0.6173)]
+    with pytest.raises(ValueError, match="positive"):
+        fid.load_levels(0.0)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        fid.load_levels(5.0, (1.5,))
+
+
+def _percentiles(scale: float) -> pd.DataFrame:
+    rows = []
+    for metric, base in (("ttft", 10.0), ("tpot", 5.0), ("e2e", 100.0), ("itl", 4.0)):
+        for stat in ("p50", "p90", "p99"):
+            rows.append({"metric": metric, "stat": stat, "real_ms": base, "sim_ms": base * scale})
+    return pd.DataFrame(rows)
+
+
+def test_table_keeps_goal_rows_and_finds_the_largest_error() -> None:
+    levels = [
+        ("hf_cb", 0.2, 2.0, _percentiles(0.9)),  # -10%
+        ("hf_cb", 0.85, 8.5, _percentiles(1.3)),  # +30%
+        ("hf_generate", 0.5, 1.0, _percentiles(0.5)),  # -50%
+    ]
+    table = fid.fidelity_rows(levels)
+    # 3 loads x 3 metrics (itl dropped) x p50/p90 (p99 dropped)
+    assert len(table) == 18
+    assert set(table["metric"]) == {"ttft", "tpot", "e2e"}
+    assert set(table["stat"]) == {"p50", "p90"}
+    cb = table[table["backend"] == "hf_cb"]
+    assert cb["rel_error"].round(6).tolist().count(-0.1) == 6
+    worst = fid.largest_abs_error(table)
+    assert worst["abs_error_pct"] == pytest.approx(50.0)
+    assert worst["backend"] == "hf_generate"
+    assert fid.largest_abs_error(cb)["abs_error_pct"] == pytest.approx(30.0)
+    assert fid.largest_abs_error(cb)["load_fraction"] == 0.85
+
+
+def test_json_largest_error_ignores_non_finite_rows() -> None:
+    pct = _percentiles(1.2)
+    pct.loc[0, "real_ms"] = 0.0  # an undefined error (real 0 ms) must not win
+    table = fid.fidelity_rows([("hf_cb", 0.5, 3.0, pct)])
+    assert table["rel_error"].isna().sum() == 1
+    cap = {"hf_cb": {"probe_requests": 8, "capacity_qps": 6.0, "loads": []}}
+    doc = fid.fidelity_json("t", {"device": "cpu"}, cap, table)
+    assert doc["device"] == "cpu"
+    assert doc["largest_abs_error"]["abs_error_pct"] == pytest.approx(20.0)
+    assert doc["largest_abs_error_by_backend"]["hf_cb"]["abs_error_pct"] == pytest.approx(20.0)
+    assert any(row["rel_error"] is None for row in doc["rows"])
+    empty = fid.fidelity_rows([])
+    assert fid.largest_abs_error(empty) == {"abs_error_pct": None}
