@@ -30,17 +30,23 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from gpu_simulate_test.analysis import fidelity as fid
-from gpu_simulate_test.analysis import plots
 from gpu_simulate_test.analysis.inputs import load_run
+from gpu_simulate_test.analysis.knobs import derive_scheduler
 from gpu_simulate_test.analysis.schemas import COMPARISON_PERCENTILES
-from gpu_simulate_test.analysis.sweep import SWEEP_STATS, X_LABELS, sweep_table
+from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
-from gpu_simulate_test.config.schema import ArrivalConfig
+from gpu_simulate_test.config.schema import ArrivalConfig, OutputConfig
+from gpu_simulate_test.config.vidur import (
+    VidurProfileStageConfig,
+    VidurSchedulerConfig,
+    VidurSimulateStageConfig,
+)
 from gpu_simulate_test.io.artifacts import read_csv, read_json
+from gpu_simulate_test.pipeline.run import bundle_misfits, profile_ranges, stage_configs
 from gpu_simulate_test.pipeline.run import run as pipeline_run
-from gpu_simulate_test.pipeline.run import stage_configs
 from gpu_simulate_test.reporting import console
+from gpu_simulate_test.vidur_ext import plan
 
 BACKENDS: tuple[str, ...] = ("hf_cb", "hf_generate")
 
@@ -148,19 +154,70 @@ def measure_capacity(
     }
 
 
+def backend_overrides(preset: Preset, backend: str) -> list[str]:
+    """The Hydra overrides of one backend's pipeline config (no output or profiling roots)."""
+    return [*preset.overrides, f"backend={backend}", *preset.backend_overrides[backend]]
+
+
+def load_record(
+    compare_dir: Path, fraction: float, qps: float
+) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame]:
+    """One load's row of the report (with its sustained check), comparison and percentiles."""
+    percentiles = read_csv(compare_dir / "percentiles.csv", COMPARISON_PERCENTILES)
+    comparison = read_json(compare_dir / "comparison.json", required_keys=("offered_qps",))
+    real_dir = Path(read_json(compare_dir / "run_meta.json")["config"]["real_run_dir"])
+    req = load_run(real_dir, "real_bench").requests
+    ratio = fid.completion_ratio(
+        req["arrival_time_s"], req["e2e_s"], (req["status"] == "ok").to_numpy()
+    )
+    record = {
+        "load_fraction": fraction,
+        "offered_qps": qps,
+        "realized_qps": round(float(comparison["offered_qps"]), 4),
+        "completion_ratio": round(ratio, 3),
+        "sustained": fid.is_sustained(ratio),
+        "compare_run": str(compare_dir),
+    }
+    return record, comparison, percentiles
+
+
+def finish_backend(
+    backend: str,
+    name: str,
+    out: Path,
+    cap: dict[str, Any],
+    compare_dirs: list[tuple[float, float, Path]],
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
+    """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
+    from gpu_simulate_test.analysis import plots
+    from gpu_simulate_test.analysis.sweep import SWEEP_STATS, X_LABELS, sweep_table
+
+    levels, runs, loads = [], [], []
+    for fraction, qps, compare_dir in compare_dirs:
+        record, comparison, percentiles = load_record(compare_dir, fraction, qps)
+        loads.append(record)
+        levels.append((backend, fraction, qps, percentiles))
+        runs.append((compare_dir, comparison, percentiles))
+    cap["loads"] = loads
+    plot = f"{name}-{backend}-latency-vs-load.png"
+    plots.plot_sweep(
+        sweep_table(runs, "offered_qps"), out / plot, X_LABELS["offered_qps"], SWEEP_STATS
+    )
+    return cap, levels, plot
+
+
 def run_backend(
     preset: Preset, backend: str, name: str, out: Path
 ) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
     """Capacity, then the three loads real + simulated; returns the capacity record, the
     per-load percentiles and the plot's file name."""
-    overrides = [*preset.overrides, f"backend={backend}", *preset.backend_overrides[backend]]
-    cfg, resolved = compose_config([*overrides, "progress=false"])
+    cfg, resolved = compose_config([*backend_overrides(preset, backend), "progress=false"])
     console.rule(f"[bold]{backend}: capacity probe ({preset.probe_requests[backend]} requests)")
     cap = measure_capacity(
         cfg, resolved, f"{name}-{backend}-capacity", preset.probe_requests[backend]
     )
     console.print(f"capacity {cap['capacity_qps']:.3g} req/s ({cap['output_tokens_per_s']} tok/s)")
-    levels, runs, loads = [], [], []
+    compare_dirs = []
     for index, (fraction, qps) in enumerate(fid.load_levels(cap["capacity_qps"])):
         console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s")
         load_cfg, res = with_load(
@@ -170,32 +227,150 @@ def run_backend(
             num_requests=preset.num_requests,
             qps=qps,
         )
-        compare_dir = pipeline_run(load_cfg, res)
-        percentiles = read_csv(compare_dir / "percentiles.csv", COMPARISON_PERCENTILES)
-        comparison = read_json(compare_dir / "comparison.json", required_keys=("offered_qps",))
-        real_dir = Path(read_json(compare_dir / "run_meta.json")["config"]["real_run_dir"])
-        req = load_run(real_dir, "real_bench").requests
-        ratio = fid.completion_ratio(
-            req["arrival_time_s"], req["e2e_s"], (req["status"] == "ok").to_numpy()
-        )
+        compare_dirs.append((fraction, qps, pipeline_run(load_cfg, res)))
+    return finish_backend(backend, name, out, cap, compare_dirs)
+
+
+def scheduler_needs(
+    cfg: PipelineStageConfig, workload_dir: Path
+) -> tuple[VidurSchedulerConfig, plan.Requirements]:
+    """The Vidur scheduler derived from the backend and what the workload asks of the bundle,
+    as the pipeline decides them (no Vidur import)."""
+    from gpu_simulate_test.workloads.build import load_workload
+
+    prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
+    scheduler, _ = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
+    return scheduler, plan.requirements(prefill, decode, scheduler)
+
+
+def _widest(a: plan.Requirements | None, b: plan.Requirements) -> plan.Requirements:
+    if a is None:
+        return b
+    return plan.Requirements(
+        **{f.name: max(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(b)}
+    )
+
+
+def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str, Any]:
+    """``--phase real`` for one backend, everything under ``out``: capacity probe, then per
+    load the workload, the Vidur profile when the bundle does not cover it yet (one bundle per
+    backend in ``out/profiles/<backend>``, widened to every load so far) and the real bench.
+    Never imports Vidur. Returns the backend's manifest record."""
+    from gpu_simulate_test.profiling.vidur_profile import run as profile_run
+    from gpu_simulate_test.real_bench.stage import run as real_bench_run
+    from gpu_simulate_test.workloads.build import run as workload_run
+
+    overrides = backend_overrides(preset, backend)
+    profiling_root = out / "profiles" / backend
+    cfg, resolved = compose_config(
+        [*overrides, "progress=false", f"output.root={out}", f"profiling_root={profiling_root}"]
+    )
+    console.rule(f"[bold]{backend}: capacity probe ({preset.probe_requests[backend]} requests)")
+    cap = measure_capacity(
+        cfg, resolved, f"{name}-{backend}-capacity", preset.probe_requests[backend]
+    )
+    console.print(f"capacity {cap['capacity_qps']:.3g} req/s ({cap['output_tokens_per_s']} tok/s)")
+    loads: list[dict[str, Any]] = []
+    needs: plan.Requirements | None = None
+    for index, (fraction, qps) in enumerate(fid.load_levels(cap["capacity_qps"])):
+        console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s (real)")
+        run_id = f"{name}-{backend}-load{index}"
+        load_cfg, res = with_load(cfg, resolved, run_id, num_requests=preset.num_requests, qps=qps)
+        workload_cfg, real_bench_cfg = stage_configs(load_cfg, run_id)
+        workload_dir = workload_run(workload_cfg, res)
+        scheduler, load_needs = scheduler_needs(load_cfg, workload_dir)
+        needs = _widest(needs, load_needs)
+        misfits = bundle_misfits(load_cfg, scheduler, needs)
+        if misfits:
+            console.print("profiling, because: " + "; ".join(misfits))
+            profile_cfg = VidurProfileStageConfig(
+                model=load_cfg.model,
+                hardware=load_cfg.hardware,
+                profiling=load_cfg.profiling,
+                profile=profile_ranges(load_cfg.profile, needs),
+                block_size=scheduler.block_size,
+                profiling_root=load_cfg.profiling_root,
+                workload_dir=str(workload_dir),
+                output=dataclasses.replace(workload_cfg.output, overwrite=True),
+                progress=False,
+            )
+            profile_run(profile_cfg, dataclasses.asdict(profile_cfg))
+        real_cfg = real_bench_cfg(str(workload_dir))
+        real_dir = real_bench_run(real_cfg, dataclasses.asdict(real_cfg))
         loads.append(
             {
                 "load_fraction": fraction,
                 "offered_qps": qps,
-                "realized_qps": round(float(comparison["offered_qps"]), 4),
-                "completion_ratio": round(ratio, 3),
-                "sustained": fid.is_sustained(ratio),
-                "compare_run": str(compare_dir),
+                "run_id": run_id,
+                "workload_dir": str(workload_dir),
+                "real_dir": str(real_dir),
+                "scheduler": dataclasses.asdict(scheduler),
             }
         )
-        levels.append((backend, fraction, qps, percentiles))
-        runs.append((compare_dir, comparison, percentiles))
-    cap["loads"] = loads
-    plot = f"{name}-{backend}-latency-vs-load.png"
-    plots.plot_sweep(
-        sweep_table(runs, "offered_qps"), out / plot, X_LABELS["offered_qps"], SWEEP_STATS
+    return {
+        "overrides": overrides,
+        "profiling_root": str(profiling_root),
+        "capacity": cap,
+        "loads": loads,
+    }
+
+
+def sim_backend(
+    manifest: dict[str, Any], backend: str, name: str, src: Path, out: Path
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
+    """``--phase sim`` for one backend of a real phase's output ``src``: per load, Vidur
+    simulates the recorded workload with the bundle profiled there and the same derived knobs,
+    and compare pairs it with the recorded real bench (stage runs under ``tmp/``)."""
+    from gpu_simulate_test.analysis.stage import run as compare_run
+    from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
+
+    rec = manifest["backends"][backend]
+    profiling_root = src / rec["profiling_root"]
+    cfg, _ = compose_config(
+        [*rec["overrides"], "progress=false", f"profiling_root={profiling_root}"]
     )
-    return cap, levels, plot
+    cap = {k: v for k, v in rec["capacity"].items() if k != "loads"}
+    cap["probe_run"] = str(src / cap["probe_run"])
+    compare_dirs = []
+    for load in fid.load_plan(manifest):
+        if load.backend != backend:
+            continue
+        console.rule(
+            f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
+            f"{load.offered_qps:.4g} req/s (simulated)"
+        )
+        workload_dir = src / load.workload_dir
+        scheduler, needs = scheduler_needs(cfg, workload_dir)
+        derived = json.loads(json.dumps(dataclasses.asdict(scheduler), default=str))
+        if derived != dict(load.scheduler):
+            raise SystemExit(
+                f"{load.run_id}: derived scheduler {derived} differs from the one the real "
+                f"phase recorded {dict(load.scheduler)}"
+            )
+        misfits = bundle_misfits(cfg, scheduler, needs)
+        if misfits:
+            raise SystemExit(f"{load.run_id}: the bundle does not fit: " + "; ".join(misfits))
+        output = OutputConfig(root=cfg.output.root, run_id=load.run_id, overwrite=True)
+        simulate_cfg = VidurSimulateStageConfig(
+            model=cfg.model,
+            hardware=cfg.hardware,
+            vidur=dataclasses.replace(cfg.vidur, scheduler=scheduler),
+            workload_dir=str(workload_dir),
+            profiling_root=str(profiling_root),
+            output=output,
+            progress=False,
+        )
+        sim_dir = simulate_run(simulate_cfg, dataclasses.asdict(simulate_cfg))
+        compare_cfg = CompareStageConfig(
+            real_run_dir=str(src / load.real_dir),
+            sim_run_dir=str(sim_dir),
+            compare=cfg.compare,
+            output=output,
+            progress=False,
+        )
+        compare_dir = compare_run(compare_cfg, dataclasses.asdict(compare_cfg))
+        compare_dirs.append((load.load_fraction, load.offered_qps, compare_dir))
+    return finish_backend(backend, name, out, cap, compare_dirs)
 
 
 def _version(package: str) -> str:
@@ -242,32 +417,19 @@ def environment() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), required=True)
-    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
-    parser.add_argument("--name", default=None, help="report name (default: the preset's)")
-    parser.add_argument("--out", default="benchmarks/results", help="where the report goes")
-    args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
-    name = args.name or {"cpu_tiny": "cpu_qwen3_tiny", "gpu_0_6b": "gpu_qwen3_0_6b"}[args.preset]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    backends = BACKENDS if args.backend == "both" else (args.backend,)
-    started = time.perf_counter()
-    capacity, levels, plot_files = {}, [], {}
-    for backend in backends:
-        capacity[backend], rows, plot_files[backend] = run_backend(preset, backend, name, out)
-        levels += rows
+def _command(argv: list[str] | None) -> str:
+    return "python -m benchmarks.fidelity " + " ".join(sys.argv[1:] if argv is None else argv)
+
+
+def _report(
+    name: str,
+    setup: dict[str, Any],
+    capacity: dict[str, Any],
+    levels: list[tuple[str, float, float, pd.DataFrame]],
+    plot_files: dict[str, str],
+    out: Path,
+) -> Path:
     table = fid.fidelity_rows(levels)
-    setup = {
-        "preset": args.preset,
-        "command": "python -m benchmarks.fidelity "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        **environment(),
-        "requests_per_load": preset.num_requests,
-        "wall_time_s": round(time.perf_counter() - started, 1),
-    }
     (out / f"{name}-fidelity.json").write_text(
         json.dumps(fid.fidelity_json(name, setup, capacity, table), indent=2) + "\n"
     )
@@ -277,6 +439,115 @@ def main(argv: list[str] | None = None) -> Path:
     console.print(f"[bold]largest absolute error:[/] {worst}")
     console.print(f"[bold]report:[/] {report} ({setup['wall_time_s']} s)")
     return report
+
+
+def phase_real(
+    preset_name: str, backends: tuple[str, ...], name: str, out: Path, command: str
+) -> Path:
+    """``--phase real``: the GPU half, under ``out``, and its manifest; returns the manifest."""
+    preset = PRESETS[preset_name]
+    started = time.perf_counter()
+    records = {b: real_backend(preset, b, name, out) for b in backends}
+    manifest = fid.make_manifest(
+        out,
+        preset=preset_name,
+        name=name,
+        command=command,
+        environment=environment(),
+        requests_per_load=preset.num_requests,
+        wall_time_s=round(time.perf_counter() - started, 1),
+        backends=records,
+    )
+    path = fid.write_manifest(out, manifest)
+    console.print(f"[bold]manifest:[/] {path}; simulate with --phase sim --from {out}")
+    return path
+
+
+def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
+    """``--phase sim --from src``: simulate and compare every load the manifest lists; the
+    report's device, driver and versions are the real phase's (vidur's is this machine's)."""
+    manifest = fid.read_manifest(src)
+    name = name or str(manifest["name"])
+    started = time.perf_counter()
+    capacity, levels, plot_files = {}, [], {}
+    for backend in manifest["backends"]:
+        capacity[backend], rows, plot_files[backend] = sim_backend(
+            manifest, backend, name, src, out
+        )
+        levels += rows
+    versions = dict(manifest.get("versions", {}))
+    versions["vidur"] = _version("vidur")
+    sim_wall = round(time.perf_counter() - started, 1)
+    setup = {
+        "preset": manifest["preset"],
+        "command": f"{manifest.get('command', '?')} (real) ; {command}",
+        "date": manifest.get("date"),
+        "device": manifest.get("device"),
+        "driver": manifest.get("driver"),
+        "versions": versions,
+        "requests_per_load": manifest["requests_per_load"],
+        "wall_time_s": round(float(manifest.get("wall_time_s", 0.0)) + sim_wall, 1),
+        "sim_wall_time_s": sim_wall,
+        "real_from": str(src),
+    }
+    return _report(name, setup, capacity, levels, plot_files, out)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--name", default=None, help="report name (default: the preset's)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="where the report goes (default benchmarks/results); with --phase real, required: "
+        "the root of every run and of the manifest",
+    )
+    parser.add_argument(
+        "--phase",
+        choices=("all", "real", "sim"),
+        default="all",
+        help="all: one call; real: the GPU half (no Vidur), writes the manifest; "
+        "sim: simulate and report a real phase's output (--from)",
+    )
+    parser.add_argument("--from", dest="src", default=None, help="--phase sim: the real output")
+    args = parser.parse_args(argv)
+    command = _command(argv)
+    if args.phase == "sim":
+        if not args.src:
+            parser.error("--phase sim needs --from <dir of a --phase real run>")
+        out = Path(args.out or "benchmarks/results")
+        out.mkdir(parents=True, exist_ok=True)
+        return phase_sim(Path(args.src), args.name, out, command)
+    if args.preset is None:
+        parser.error(f"--phase {args.phase} needs --preset")
+    if args.src:
+        parser.error("--from goes with --phase sim only")
+    name = args.name or {"cpu_tiny": "cpu_qwen3_tiny", "gpu_0_6b": "gpu_qwen3_0_6b"}[args.preset]
+    backends = BACKENDS if args.backend == "both" else (args.backend,)
+    if args.phase == "real":
+        if not args.out:
+            parser.error("--phase real needs --out (the directory to bring back)")
+        out = Path(args.out).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        return phase_real(args.preset, backends, name, out, command)
+    preset = PRESETS[args.preset]
+    out = Path(args.out or "benchmarks/results")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    capacity, levels, plot_files = {}, [], {}
+    for backend in backends:
+        capacity[backend], rows, plot_files[backend] = run_backend(preset, backend, name, out)
+        levels += rows
+    setup = {
+        "preset": args.preset,
+        "command": command,
+        **environment(),
+        "requests_per_load": preset.num_requests,
+        "wall_time_s": round(time.perf_counter() - started, 1),
+    }
+    return _report(name, setup, capacity, levels, plot_files, out)
 
 
 if __name__ == "__main__":

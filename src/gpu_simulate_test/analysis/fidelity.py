@@ -1,5 +1,6 @@
 """Fidelity harness math: capacity from a burst probe, the load levels, the fidelity table and
-its largest absolute error (pure functions; ``benchmarks/fidelity.py`` runs and writes).
+its largest absolute error, and the manifest of a split run (``--phase real`` on the GPU machine
+writes it next to its runs, ``--phase sim --from`` reads it); ``benchmarks/fidelity.py`` runs.
 
 Capacity rule: an all-at-once burst of requests of the fixed length mix is replayed for real;
 **capacity = completed requests / (last completion − first arrival)**, the engine's completion
@@ -10,7 +11,10 @@ over the run: the completion rate (over the span of completions) is at least
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -242,3 +246,120 @@ def markdown(
     lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
     lines.append("")
     return "\n".join(lines)
+
+
+MANIFEST_FILE = "fidelity-manifest.json"
+"""Written by ``--phase real`` at the root of its output, read by ``--phase sim --from``."""
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    """One load of the split run: where its real runs are (relative to the manifest's root)."""
+
+    backend: str
+    index: int
+    load_fraction: float
+    offered_qps: float
+    run_id: str
+    workload_dir: str
+    real_dir: str
+    scheduler: Mapping[str, Any]
+    """Vidur scheduler knobs derived from the backend at profile time (re-derived and checked
+    by the sim phase)."""
+
+
+def _relative(path: str | Path, root: Path) -> str:
+    rel = Path(path).resolve().relative_to(root.resolve())
+    return rel.as_posix()
+
+
+def make_manifest(
+    root: str | Path,
+    *,
+    preset: str,
+    name: str,
+    command: str,
+    environment: Mapping[str, Any],
+    requests_per_load: int,
+    wall_time_s: float,
+    backends: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The real phase's manifest. ``backends[b]`` holds ``overrides`` (the Hydra overrides that
+    compose the backend's config, without output or profiling roots), ``profiling_root``,
+    ``capacity`` (with ``probe_run``) and ``loads`` (``load_fraction``, ``offered_qps``,
+    ``run_id``, ``workload_dir``, ``real_dir``, ``scheduler``); every path is made relative to
+    ``root`` (it must lie under it), so the directory can be moved."""
+    root = Path(root)
+    out: dict[str, Any] = {}
+    for backend, rec in backends.items():
+        capacity = dict(rec["capacity"])
+        capacity["probe_run"] = _relative(capacity["probe_run"], root)
+        out[backend] = {
+            "overrides": list(rec["overrides"]),
+            "profiling_root": _relative(rec["profiling_root"], root),
+            "capacity": capacity,
+            "loads": [
+                {
+                    **dict(load),
+                    "workload_dir": _relative(load["workload_dir"], root),
+                    "real_dir": _relative(load["real_dir"], root),
+                    "scheduler": dict(load["scheduler"]),
+                }
+                for load in rec["loads"]
+            ],
+        }
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "preset": preset,
+        "name": name,
+        "command": command,
+        **dict(environment),
+        "requests_per_load": requests_per_load,
+        "wall_time_s": wall_time_s,
+        "backends": out,
+    }
+
+
+def write_manifest(root: str | Path, manifest: Mapping[str, Any]) -> Path:
+    path = Path(root) / MANIFEST_FILE
+    path.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    return path
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    """The manifest under ``root``; ValueError when it is missing keys, of another version, or
+    its loads are not the load levels of its capacity."""
+    path = Path(root) / MANIFEST_FILE
+    if not path.is_file():
+        raise ValueError(f"no {MANIFEST_FILE} in {root} (write it with --phase real)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("manifest_version") != MANIFEST_VERSION:
+        raise ValueError(f"{path}: manifest_version {manifest.get('manifest_version')!r}")
+    for key in ("preset", "name", "backends", "requests_per_load"):
+        if key not in manifest:
+            raise ValueError(f"{path}: no {key!r}")
+    for backend, rec in manifest["backends"].items():
+        want = load_levels(float(rec["capacity"]["capacity_qps"]))
+        got = [(float(x["load_fraction"]), float(x["offered_qps"])) for x in rec["loads"]]
+        if got != want:
+            raise ValueError(f"{path}: {backend} loads {got} are not the levels {want}")
+    return dict(manifest)
+
+
+def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
+    """Every backend's loads, in the manifest's order."""
+    return [
+        PlannedLoad(
+            backend=str(backend),
+            index=index,
+            load_fraction=float(load["load_fraction"]),
+            offered_qps=float(load["offered_qps"]),
+            run_id=str(load["run_id"]),
+            workload_dir=str(load["workload_dir"]),
+            real_dir=str(load["real_dir"]),
+            scheduler=dict(load["scheduler"]),
+        )
+        for backend, rec in manifest["backends"].items()
+        for index, load in enumerate(rec["loads"])
+    ]

@@ -1,0 +1,117 @@
+"""The split fidelity run: the manifest round trip, and a real phase that never imports Vidur."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.analysis import fidelity as fid
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _backend(root: Path, backend: str, capacity: float) -> dict[str, object]:
+    loads = []
+    for index, (fraction, qps) in enumerate(fid.load_levels(capacity)):
+        run_id = f"t-{backend}-load{index}"
+        loads.append(
+            {
+                "load_fraction": fraction,
+                "offered_qps": qps,
+                "run_id": run_id,
+                "workload_dir": str(root / "workload" / run_id),
+                "real_dir": str(root / "real_bench" / run_id),
+                "scheduler": {"name": "sarathi", "chunk_size": 256, "batch_size_cap": 8},
+            }
+        )
+    return {
+        "overrides": ["model=qwen3_tiny", f"backend={backend}"],
+        "profiling_root": str(root / "profiles" / backend),
+        "capacity": {
+            "probe_requests": 24,
+            "probe_ok": 24,
+            "probe_run": str(root / "real_bench" / f"t-{backend}-capacity"),
+            "capacity_qps": capacity,
+            "output_tokens_per_s": 10.0,
+        },
+        "loads": loads,
+    }
+
+
+def test_manifest_round_trip_keeps_the_load_plan(tmp_path: Path) -> None:
+    backends = {
+        "hf_cb": _backend(tmp_path, "hf_cb", 3.7),
+        "hf_generate": _backend(tmp_path, "hf_generate", 1.1),
+    }
+    manifest = fid.make_manifest(
+        tmp_path,
+        preset="cpu_tiny",
+        name="t",
+        command="python -m benchmarks.fidelity --phase real",
+        environment={"device": "CPU", "driver": "n/a", "versions": {"torch": "x"}},
+        requests_per_load=16,
+        wall_time_s=1.0,
+        backends=backends,
+    )
+    path = fid.write_manifest(tmp_path, manifest)
+    assert path.name == fid.MANIFEST_FILE
+    back = fid.read_manifest(tmp_path)
+    assert back == manifest
+    plan = fid.load_plan(back)
+    assert [(p.backend, p.index, p.load_fraction, p.offered_qps) for p in plan] == [
+        (b, i, f, q)
+        for b, cap in (("hf_cb", 3.7), ("hf_generate", 1.1))
+        for i, (f, q) in enumerate(fid.load_levels(cap))
+    ]
+    # paths are relative to the root, so the directory can be tarred and moved
+    first = plan[0]
+    assert (first.workload_dir, first.real_dir) == (
+        "workload/t-hf_cb-load0",
+        "real_bench/t-hf_cb-load0",
+    )
+    assert back["backends"]["hf_cb"]["profiling_root"] == "profiles/hf_cb"
+    assert back["backends"]["hf_cb"]["capacity"]["probe_run"] == "real_bench/t-hf_cb-capacity"
+    assert first.scheduler["chunk_size"] == 256
+
+
+def test_manifest_rejects_loads_that_are_not_the_capacity_levels(tmp_path: Path) -> None:
+    rec = _backend(tmp_path, "hf_cb", 3.7)
+    rec["capacity"]["capacity_qps"] = 5.0  # type: ignore[index]
+    manifest = fid.make_manifest(
+        tmp_path, preset="p", name="t", command="c", environment={}, requests_per_load=1,
+        wall_time_s=0.0, backends={"hf_cb": rec},
+    )  # fmt: skip
+    fid.write_manifest(tmp_path, manifest)
+    with pytest.raises(ValueError, match="not the levels"):
+        fid.read_manifest(tmp_path)
+    with pytest.raises(ValueError, match=r"no fidelity-manifest\.json"):
+        fid.read_manifest(tmp_path / "missing")
+
+
+def test_real_phase_code_path_does_not_import_vidur() -> None:
+    # vidur made unimportable; the harness and every module its real phase imports load, and
+    # neither vidur nor the simulate stage get imported along the way
+    code = """
+import sys
+sys.modules["vidur"] = None
+import benchmarks.fidelity as f
+import gpu_simulate_test.profiling.vidur_profile, gpu_simulate_test.real_bench.stage
+import gpu_simulate_test.workloads.build
+import inspect
+src = inspect.getsource(f.real_backend) + inspect.getsource(f.measure_capacity)
+src += inspect.getsource(f.phase_real) + inspect.getsource(f.scheduler_needs)
+assert "vidur_ext.simulate" not in src and "analysis.stage" not in src, "sim import in real path"
+assert "pipeline_run" not in src
+bad = [m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] == "vidur"]
+assert not bad, bad
+assert "gpu_simulate_test.vidur_ext.simulate" not in sys.modules
+print("ok")
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
