@@ -38,12 +38,15 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
 from gpu_simulate_test.config.schema import ArrivalConfig, OutputConfig
 from gpu_simulate_test.config.vidur import (
-    VidurProfileStageConfig,
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
 from gpu_simulate_test.io.artifacts import read_csv, read_json
-from gpu_simulate_test.pipeline.run import bundle_misfits, profile_ranges, stage_configs
+from gpu_simulate_test.pipeline.run import (
+    bundle_misfits,
+    profile_config,
+    stage_configs,
+)
 from gpu_simulate_test.pipeline.run import run as pipeline_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
@@ -283,16 +286,8 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
         misfits = bundle_misfits(load_cfg, scheduler, needs)
         if misfits:
             console.print("profiling, because: " + "; ".join(misfits))
-            profile_cfg = VidurProfileStageConfig(
-                model=load_cfg.model,
-                hardware=load_cfg.hardware,
-                profiling=load_cfg.profiling,
-                profile=profile_ranges(load_cfg.profile, needs),
-                block_size=scheduler.block_size,
-                profiling_root=load_cfg.profiling_root,
-                workload_dir=str(workload_dir),
-                output=dataclasses.replace(workload_cfg.output, overwrite=True),
-                progress=False,
+            profile_cfg = profile_config(
+                load_cfg, scheduler, needs, workload_dir, workload_cfg.output, progress=False
             )
             profile_run(profile_cfg, dataclasses.asdict(profile_cfg))
         real_cfg = real_bench_cfg(str(workload_dir))

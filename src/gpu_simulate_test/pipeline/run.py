@@ -82,6 +82,28 @@ def profile_ranges(base: ProfileRangesConfig, needs: plan.Requirements) -> Profi
     )
 
 
+def profile_config(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    needs: plan.Requirements,
+    workload_dir: Path,
+    output: OutputConfig,
+    progress: bool,
+) -> VidurProfileStageConfig:
+    """The vidur_profile config whose bundle covers ``needs``; it replaces a misfit bundle."""
+    return VidurProfileStageConfig(
+        model=cfg.model,
+        hardware=cfg.hardware,
+        profiling=cfg.profiling,
+        profile=profile_ranges(cfg.profile, needs),
+        block_size=scheduler.block_size,
+        profiling_root=cfg.profiling_root,
+        workload_dir=str(workload_dir),
+        output=dataclasses.replace(output, overwrite=True),
+        progress=progress,
+    )
+
+
 def stage_configs(
     cfg: PipelineStageConfig, run_id: str
 ) -> tuple[WorkloadStageConfig, Callable[[str], RealBenchStageConfig]]:
@@ -152,17 +174,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         if misfits:
             if cfg.progress:
                 console.print("profiling, because: " + "; ".join(misfits))
-            profile_cfg = VidurProfileStageConfig(
-                model=cfg.model,
-                hardware=cfg.hardware,
-                profiling=cfg.profiling,
-                profile=profile_ranges(cfg.profile, needs),
-                block_size=scheduler.block_size,
-                profiling_root=cfg.profiling_root,
-                workload_dir=str(workload_dir),
-                output=dataclasses.replace(out, overwrite=True),  # replaces the misfit bundle
-                progress=cfg.progress,
-            )
+            profile_cfg = profile_config(cfg, scheduler, needs, workload_dir, out, cfg.progress)
             _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
         else:
             bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
