@@ -45,6 +45,7 @@ from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.pipeline.run import (
     bundle_misfits,
     profile_config,
+    simulation_vidur,
     stage_configs,
 )
 from gpu_simulate_test.pipeline.run import run as pipeline_run
@@ -349,7 +350,7 @@ def sim_backend(
         simulate_cfg = VidurSimulateStageConfig(
             model=cfg.model,
             hardware=cfg.hardware,
-            vidur=dataclasses.replace(cfg.vidur, scheduler=scheduler),
+            vidur=simulation_vidur(cfg, scheduler),
             workload_dir=str(workload_dir),
             profiling_root=str(profiling_root),
             output=output,
@@ -437,10 +438,9 @@ def _report(
 
 
 def phase_real(
-    preset_name: str, backends: tuple[str, ...], name: str, out: Path, command: str
+    preset_name: str, preset: Preset, backends: tuple[str, ...], name: str, out: Path, command: str
 ) -> Path:
     """``--phase real``: the GPU half, under ``out``, and its manifest; returns the manifest."""
-    preset = PRESETS[preset_name]
     started = time.perf_counter()
     records = {b: real_backend(preset, b, name, out) for b in backends}
     manifest = fid.make_manifest(
@@ -507,6 +507,14 @@ def main(argv: list[str] | None = None) -> Path:
         "sim: simulate and report a real phase's output (--from)",
     )
     parser.add_argument("--from", dest="src", default=None, help="--phase sim: the real output")
+    parser.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra pipeline override for every run (repeatable), e.g. engine_overhead=false",
+    )
     args = parser.parse_args(argv)
     command = _command(argv)
     if args.phase == "sim":
@@ -520,14 +528,16 @@ def main(argv: list[str] | None = None) -> Path:
     if args.src:
         parser.error("--from goes with --phase sim only")
     name = args.name or {"cpu_tiny": "cpu_qwen3_tiny", "gpu_0_6b": "gpu_qwen3_0_6b"}[args.preset]
+    preset = dataclasses.replace(
+        PRESETS[args.preset], overrides=(*PRESETS[args.preset].overrides, *args.extra)
+    )
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     if args.phase == "real":
         if not args.out:
             parser.error("--phase real needs --out (the directory to bring back)")
         out = Path(args.out).resolve()
         out.mkdir(parents=True, exist_ok=True)
-        return phase_real(args.preset, backends, name, out, command)
-    preset = PRESETS[args.preset]
+        return phase_real(args.preset, preset, backends, name, out, command)
     out = Path(args.out or "benchmarks/results")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -163,3 +163,36 @@ def test_a_used_run_id_or_an_existing_bundle_is_refused(profiled: Profiled) -> N
     assert "output.overwrite=true" in same_bundle.stdout
     assert read_json(root / "pa" / "cpu" / "qwen3_tiny" / layout.BUNDLE_META) == meta_before
     assert not (root / "tmp" / "vidur_profile" / "new").exists()
+
+
+def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: Path) -> None:
+    """hf_cb then hf_generate into one bundle: both calibrations are there, each step costs
+    more than the decoder layers' profiled ops (the LM head over 151,936 tokens alone does)."""
+    calibrate = (
+        "engine.enable=true",
+        "engine.prompt_lengths=[16,32]",
+        "engine.decode_tokens=8",
+        "engine.repeats=1",
+    )
+    common = ("model=qwen3_tiny", "hardware=cpu", "profiling_root=p", *TINY_RANGES, *calibrate)
+    run_cli("vidur_profile", *common, "output.run_id=cb", "engine.batch_sizes=[1,3]", cwd=tmp_path)
+    proc = run_cli(
+        "vidur_profile",
+        *common,
+        "output.run_id=gen",
+        "output.overwrite=true",
+        "engine.backend.name=hf_generate",
+        cwd=tmp_path,
+    )
+    assert "engine hf_generate decode step" in proc.stdout
+    bundle = load_bundle(tmp_path / "p" / "cpu" / "qwen3_tiny", _tiny_model())
+    cb, gen = bundle.engine_steps("hf_cb"), bundle.engine_steps("hf_generate")
+    assert sorted(cb["batch_size"][cb["phase"] == "decode"]) == [1, 3]
+    assert list(gen["batch_size"][gen["phase"] == "decode"]) == [1]  # one request at a time
+    assert sorted(gen["num_q_tokens"][gen["phase"] == "prefill"]) == [16, 32]
+    assert (cb["samples"] >= 1).all() and (cb["context_tokens"] >= cb["num_q_tokens"]).all()
+    assert set(bundle.meta["engine_calibration"]) == {"hf_cb", "hf_generate"}
+    assert bundle.meta["engine_calibration"]["hf_cb"]["backend"]["name"] == "hf_cb"
+    one = bundle.mlp[bundle.mlp["num_tokens"] == 1].filter(like=".median").sum(axis=1).iloc[0]
+    layers_ms = one * bundle.meta["model"]["num_layers"]
+    assert (gen["step_ms"] > layers_ms).all() and (cb["step_ms"] > layers_ms).all()

@@ -16,12 +16,20 @@ from gpu_simulate_test.config.vidur import (
     VidurSimulateStageConfig,
 )
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import read_csv, read_json
+from gpu_simulate_test.io.artifacts import (
+    ArtifactError,
+    read_csv,
+    read_json,
+    write_csv,
+    write_json,
+)
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
+from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.vidur_ext.metrics import EXTRA_COLUMNS
 from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
 from gpu_simulate_test.workloads.build import load_workload
 from tests.conftest import run_cli
+from tests.unit.test_engine_overhead import steps
 from tests.vidur_bundle_factory import (
     QWEN3_0_6B,
     QWEN3_TINY,
@@ -208,3 +216,52 @@ def test_fixed_orca_charges_prefill_attention(tmp_path: Path) -> None:
     # a lone request: both prefill the whole prompt in one batch, attention included
     assert orca["ttft_s"].iloc[0] == pytest.approx(vllm["ttft_s"].iloc[0], rel=1e-9)
     assert orca.equals(again)  # two simulations of one config in one process agree
+
+
+def test_engine_overhead_adds_the_calibrated_step_cost(tmp_path: Path) -> None:
+    """A lone request: with vidur.engine_overhead, every decode step costs the calibrated
+    overhead more (decode at batch 1: 10.5 ms) and the prefill 13 + 0.02 x 64 ms more."""
+    write_workload_run(tmp_path, "w", [64], [9], [0.0])
+    bundle = write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=8)
+    meta = read_json(bundle / layout.BUNDLE_META)
+    write_json(bundle / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": {}}})
+    cpu = HardwareConfig(
+        name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20, memory_gib=24
+    )
+
+    def simulate(run_id: str, overhead: str) -> tuple[pd.DataFrame, Path]:
+        cfg = VidurSimulateStageConfig(
+            model=QWEN3_TINY,
+            hardware=cpu,
+            workload_dir=str(tmp_path / "workload" / "w"),
+            profiling_root=str(tmp_path / "profiles"),
+            vidur=VidurConfig(
+                scheduler=VidurSchedulerConfig(name="sarathi", batch_size_cap=1),
+                predictor=VidurPredictorConfig(
+                    cache_dir=str(tmp_path / "cache"), num_training_job_threads=1
+                ),
+                engine_overhead=overhead,
+            ),
+            output=OutputConfig(root=str(tmp_path), run_id=run_id),
+            progress=False,
+        )
+        run = simulate_run(cfg, {"run": run_id})
+        return metrics_of(run), run
+
+    bare, _ = simulate("bare", "none")
+    write_csv(bundle / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    with_overhead, run = simulate("overhead", "hf_cb")
+    # the fit is against Vidur's real prediction: the recovered overhead is what the rows
+    # hold beyond it, so compare the two simulations through the fitted terms
+    fit = read_json(run / layout.RUN_META)["engine_overhead"]
+    extra_tpot = with_overhead["tpot_s"].iloc[0] - bare["tpot_s"].iloc[0]
+    assert extra_tpot * 1e3 == pytest.approx(fit["decode_overhead_ms"][0], rel=1e-6)
+    extra_ttft = with_overhead["ttft_s"].iloc[0] - bare["ttft_s"].iloc[0]
+    prefill_ms = fit["base_ms"] + fit["per_prefill_request_ms"] + 64 * fit["per_prefill_token_ms"]
+    assert extra_ttft * 1e3 == pytest.approx(prefill_ms, rel=1e-6)
+    assert extra_tpot > 0.005  # rows say ~10 ms beyond ~1 ms of ops
+    assert (run / "engine_overhead_fit.csv").is_file()
+    # a backend the bundle has no calibration for: one clear error before the run exists
+    with pytest.raises(ArtifactError, match="no engine calibration for backend 'hf_generate'"):
+        simulate("missing", "hf_generate")
+    assert not (tmp_path / "vidur_simulate" / "missing").exists()

@@ -45,6 +45,10 @@ class PipelineStageConfig:
     reuse_profile: bool = True
     """Reuse the bundle there when model dims, hardware, dtype, block size and ranges fit;
     otherwise (or when false) profile again and replace it."""
+    engine_overhead: bool = True
+    """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
+    while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);
+    false simulates Vidur's per-op model alone."""
     dtype: str = "auto"
     """Real bench dtype: float32, bfloat16, float16, or auto (bf16 on CUDA, fp32 on CPU)."""
     attn_implementation: str = "sdpa"

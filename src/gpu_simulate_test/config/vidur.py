@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from gpu_simulate_test.config.real_bench import BACKEND_NAMES, BackendConfig
 from gpu_simulate_test.config.schema import (
     ConfigError,
     HardwareConfig,
@@ -58,6 +59,40 @@ class ProfileRangesConfig:
 
 
 @dataclass(frozen=True)
+class EngineCalibrationConfig:
+    """The serving engine's own per-step cost, measured end to end through the real bench's
+    backend (``engine_steps.csv`` in the bundle; read by ``vidur.engine_overhead``)."""
+
+    enable: bool = False
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    """The engine and its knobs, as the real bench will run it."""
+    attn_implementation: str = "sdpa"
+    prompt_lengths: tuple[int, ...] = ()
+    """Single-request prefills to time; () picks 4 lengths up to the engine's token budget."""
+    batch_sizes: tuple[int, ...] = ()
+    """Decode batches to time; () picks powers of two up to the engine's batch cap (1 for
+    hf_generate, which serves one request at a time)."""
+    decode_prompt_tokens: int = 32
+    """Prompt length of the requests in the decode batches."""
+    decode_tokens: int = 24
+    """Output tokens per calibration request; the first half is skipped as ramp-up."""
+    repeats: int = 2
+    """Each experiment runs this often; the step time is the median over all repeats."""
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_lengths", "batch_sizes"):
+            values = getattr(self, name)
+            _check(
+                all(int(v) >= 1 for v in values), f"engine.{name} must all be >= 1, got {values}"
+            )
+        _check(self.decode_prompt_tokens >= 1, "engine.decode_prompt_tokens must be >= 1")
+        _check(
+            self.decode_tokens >= 4, f"engine.decode_tokens must be >= 4, got {self.decode_tokens}"
+        )
+        _check(self.repeats >= 1, f"engine.repeats must be >= 1, got {self.repeats}")
+
+
+@dataclass(frozen=True)
 class VidurProfileStageConfig:
     """``vidur_profile``: time a Qwen3 decoder layer's ops on a device into a Vidur bundle."""
 
@@ -72,6 +107,9 @@ class VidurProfileStageConfig:
     """The bundle lands in ``<profiling_root>/<hardware.name>/<model.name>/``."""
     workload_dir: str | None = None
     """Optional workload run: its longest request widens the ranges to cover it."""
+    engine: EngineCalibrationConfig = field(default_factory=EngineCalibrationConfig)
+    """Also time the real engine's steps (what per-op profiles miss: LM head, sampling, the
+    engine's Python); calibrations of other backends already in the bundle are kept."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
 
@@ -153,9 +191,16 @@ class VidurConfig:
 
     scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
     predictor: VidurPredictorConfig = field(default_factory=VidurPredictorConfig)
+    engine_overhead: str = "none"
+    """Add the per-step cost the bundle's engine calibration measured for this backend
+    (``hf_cb``, ``hf_generate``, ...) to every simulated batch; ``none`` simulates the
+    profiled ops alone (Vidur's own model)."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""
+
+    def __post_init__(self) -> None:
+        _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ WORKLOAD_META = "workload_meta.json"
 MLP_PROFILE = "mlp.csv"
 ATTENTION_PROFILE = "attention.csv"
 BUNDLE_META = "meta.json"
+ENGINE_STEPS = "engine_steps.csv"
+"""Optional: the serving engine's measured step times (per backend), for the per-step overhead."""
 
 # bench / simulate stages
 REQUEST_METRICS = "request_metrics.csv"

@@ -8,6 +8,7 @@ own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the t
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,7 +20,9 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
 from gpu_simulate_test.config.vidur import (
+    EngineCalibrationConfig,
     ProfileRangesConfig,
+    VidurConfig,
     VidurProfileStageConfig,
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
@@ -29,7 +32,7 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
-from gpu_simulate_test.vidur_ext.bundle import load_bundle
+from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
 
 T = TypeVar("T")
 
@@ -66,7 +69,36 @@ def bundle_misfits(
         plan.check_coverage(needs, bundle)
     except ArtifactError as exc:
         reasons.append(str(exc))
+    if cfg.engine_overhead:
+        reasons += calibration_misfits(cfg, bundle)
     return reasons
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
+    """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
+    name = cfg.backend.name
+    recorded = bundle.engine_calibration(name)
+    if recorded is None or not bundle.engine_steps_path.is_file():
+        return [f"no engine calibration for backend {name}"]
+    reasons = []
+    if recorded.get("backend") != _plain(dataclasses.asdict(cfg.backend)):
+        reasons.append(f"engine calibration of {name} was made with other backend knobs")
+    if recorded.get("attn_implementation") != cfg.attn_implementation:
+        reasons.append(
+            f"engine calibration of {name} used attn_implementation="
+            f"{recorded.get('attn_implementation')}, not {cfg.attn_implementation}"
+        )
+    return reasons
+
+
+def simulation_vidur(cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig) -> VidurConfig:
+    """The simulator's config: derived scheduler knobs, and the engine overhead when calibrated."""
+    overhead = cfg.backend.name if cfg.engine_overhead else cfg.vidur.engine_overhead
+    return dataclasses.replace(cfg.vidur, scheduler=scheduler, engine_overhead=overhead)
 
 
 def profile_ranges(base: ProfileRangesConfig, needs: plan.Requirements) -> ProfileRangesConfig:
@@ -99,6 +131,11 @@ def profile_config(
         block_size=scheduler.block_size,
         profiling_root=cfg.profiling_root,
         workload_dir=str(workload_dir),
+        engine=EngineCalibrationConfig(
+            enable=cfg.engine_overhead,
+            backend=cfg.backend,
+            attn_implementation=cfg.attn_implementation,
+        ),
         output=dataclasses.replace(output, overwrite=True),
         progress=progress,
     )
@@ -185,7 +222,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         simulate_cfg = VidurSimulateStageConfig(
             model=cfg.model,
             hardware=cfg.hardware,
-            vidur=dataclasses.replace(cfg.vidur, scheduler=scheduler),
+            vidur=simulation_vidur(cfg, scheduler),
             workload_dir=str(workload_dir),
             profiling_root=cfg.profiling_root,
             output=out,

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import write_csv, write_json
+from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
 from gpu_simulate_test.modeling import resolve_dtype
 from gpu_simulate_test.profiling.device import check_device, describe_device
@@ -42,8 +44,10 @@ from gpu_simulate_test.reporting import console, print_table, progress_bar
 from gpu_simulate_test.vidur_ext.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
+    ENGINE_STEPS_TABLE,
     MLP_OPS,
     MLP_TABLE,
+    load_bundle,
 )
 
 QK_NORM_NOTE = (
@@ -145,16 +149,69 @@ def check_bundle_free(bundle: Path, overwrite: bool) -> None:
         )
 
 
+def earlier_calibrations(
+    bundle: Path, cfg: VidurProfileStageConfig
+) -> tuple[pd.DataFrame | None, dict[str, Any]]:
+    """Engine calibrations of other backends in the bundle being replaced (same model), kept."""
+    if not bundle.is_dir():
+        return None, {}
+    try:
+        old = load_bundle(bundle, cfg.model)
+    except ArtifactError:
+        return None, {}
+    if old.meta.get("dtype") != str(
+        resolve_dtype(cfg.profiling.dtype, cfg.hardware.device)
+    ).removeprefix("torch."):
+        return None, {}
+    keep = {
+        name: info
+        for name, info in old.meta.get("engine_calibration", {}).items()
+        if not (cfg.engine.enable and name == cfg.engine.backend.name)
+    }
+    frames = []
+    for name in keep:
+        try:
+            frames.append(old.engine_steps(name))
+        except ArtifactError:
+            continue
+    if not frames:
+        return None, {}
+    kept = pd.concat(frames, ignore_index=True)
+    return kept, {name: keep[name] for name in sorted(set(kept["backend"]))}
+
+
+def calibrate_engine(
+    cfg: VidurProfileStageConfig, device: str, grid: ProfileGrid
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Time the real engine's steps (``cfg.engine``) for this model on this device."""
+    from gpu_simulate_test.profiling import engine_steps
+
+    max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
+    total = engine_steps.num_experiments(cfg.engine, max_prompt)
+    with progress_bar(
+        f"engine calibration ({cfg.engine.backend.name})", total, cfg.progress
+    ) as advance:
+        return engine_steps.calibrate(
+            cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, max_prompt, advance
+        )
+
+
 def write_bundle(
-    bundle: Path, tables: ProfileTables, meta: Mapping[str, Any], overwrite: bool
+    bundle: Path,
+    tables: ProfileTables,
+    meta: Mapping[str, Any],
+    overwrite: bool,
+    engine_steps: pd.DataFrame | None = None,
 ) -> Path:
-    """Write the three files into a temporary sibling directory, then rename it into place."""
+    """Write the bundle files into a temporary sibling directory, then rename it into place."""
     bundle.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", suffix=".part", dir=bundle.parent))
     try:
         os.chmod(staging, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary directory
         write_csv(staging / layout.MLP_PROFILE, tables.mlp, MLP_TABLE)
         write_csv(staging / layout.ATTENTION_PROFILE, tables.attention, ATTENTION_TABLE)
+        if engine_steps is not None and not engine_steps.empty:
+            write_csv(staging / layout.ENGINE_STEPS, engine_steps, ENGINE_STEPS_TABLE)
         write_json(staging / layout.BUNDLE_META, meta)
         check_bundle_free(bundle, overwrite)
         old = None
@@ -176,6 +233,8 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
     # every input check happens before the run directory is created
     device = check_device(cfg.hardware)
     check_attn_implementation(cfg.profiling.attn_implementation)
+    if cfg.engine.enable:
+        check_attn_implementation(cfg.engine.attn_implementation)
     workload = workload_extent(cfg.workload_dir) if cfg.workload_dir else None
     ranges = resolve_ranges(cfg.profile, cfg.model, device, workload)
     grid = build_grid(ranges)
@@ -194,21 +253,33 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
             f"profiling {cfg.model.name} on {cfg.hardware.name}", grid.num_shapes, cfg.progress
         ) as advance:
             tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
+        del layer
+        steps, calibrations = earlier_calibrations(bundle, cfg)
+        if cfg.engine.enable:
+            rows, info = calibrate_engine(cfg, device, grid)
+            steps = rows if steps is None else pd.concat([steps, rows], ignore_index=True)
+            calibrations[cfg.engine.backend.name] = info
         wall_time_s = time.perf_counter() - started
         meta = bundle_meta(cfg, device, dtype, ranges, grid, workload, tables, wall_time_s, run_id)
-        write_bundle(bundle, tables, meta, cfg.output.overwrite)
+        meta["engine_calibration"] = calibrations
+        write_bundle(bundle, tables, meta, cfg.output.overwrite, steps)
         r.update_meta(
             num_mlp_rows=len(tables.mlp),
             num_attention_rows=len(tables.attention),
             profile_wall_time_s=meta["profile_wall_time_s"],
+            engine_calibration=sorted(calibrations),
         )
     if cfg.progress:
-        print_summary(meta, tables, bundle, r.path)
+        print_summary(meta, tables, bundle, r.path, steps)
     return bundle
 
 
 def print_summary(
-    meta: Mapping[str, Any], tables: ProfileTables, bundle: Path, run_path: Path
+    meta: Mapping[str, Any],
+    tables: ProfileTables,
+    bundle: Path,
+    run_path: Path,
+    engine_steps: pd.DataFrame | None = None,
 ) -> None:
     mlp = tables.mlp.sort_values("num_tokens")
     ranges = meta["ranges"]
@@ -230,6 +301,18 @@ def print_summary(
         ],
         ["wall time", f"{meta['profile_wall_time_s']:.1f} s"],
     ]
+    if engine_steps is not None:
+        for (backend, phase), group in engine_steps.groupby(["backend", "phase"]):
+            first, last = group.iloc[0], group.iloc[-1]
+            axis = "tokens" if phase == "prefill" else "requests"
+            size = "num_q_tokens" if phase == "prefill" else "batch_size"
+            rows.append(
+                [
+                    f"engine {backend} {phase} step",
+                    f"{first['step_ms']:.2f} ms at {int(first[size])} {axis}, "
+                    f"{last['step_ms']:.2f} ms at {int(last[size])}",
+                ]
+            )
     print_table(f"vidur profile {meta['model']['name']} on {meta['hardware']}", ["", ""], rows)
     console.print(f"[bold]bundle:[/] {bundle}")
     console.print(f"[bold]run:[/] {run_path}")

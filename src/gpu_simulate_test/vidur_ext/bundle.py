@@ -87,6 +87,32 @@ ATTENTION_TABLE = TableSchema(
     ),
 )
 
+ENGINE_PHASES: tuple[str, ...] = ("prefill", "decode")
+ENGINE_STEPS_TABLE = TableSchema(
+    name="engine_steps",
+    version=BUNDLE_SCHEMA_VERSION,
+    description=(
+        "Whole engine steps timed through the real bench's backend (not a Vidur file): a prefill "
+        "row is one request's prompt in one step (time from arrival to its first token), a decode "
+        "row is batch_size requests decoding together (median inter-token time)."
+    ),
+    columns=(
+        Column("backend", "str", "", "real-bench backend (hf_cb, hf_generate, ...)"),
+        Column("phase", "str", "", "prefill or decode"),
+        Column("batch_size", "int", "", "requests in the step", min_value=1),
+        Column("num_q_tokens", "int", "tokens", "query tokens per request", min_value=1),
+        Column(
+            "context_tokens",
+            "int",
+            "tokens",
+            "KV tokens per request, this step's included",
+            min_value=1,
+        ),
+        Column("step_ms", "float", "ms", "median wall time of the step", min_value=0),
+        Column("samples", "int", "", "timed steps behind the median", min_value=1),
+    ),
+)
+
 META_REQUIRED_KEYS: tuple[str, ...] = (
     "schema_version",
     "model",
@@ -140,6 +166,33 @@ class Bundle:
     @property
     def attention_path(self) -> Path:
         return self.path / layout.ATTENTION_PROFILE
+
+    @property
+    def engine_steps_path(self) -> Path:
+        return self.path / layout.ENGINE_STEPS
+
+    def engine_calibration(self, backend: str) -> dict[str, Any] | None:
+        """How ``backend`` was calibrated (meta.json ``engine_calibration``), or None."""
+        found = self.meta.get("engine_calibration", {}).get(backend)
+        return found if isinstance(found, dict) else None
+
+    def engine_steps(self, backend: str) -> pd.DataFrame:
+        """The calibration rows of ``backend``; ArtifactError when the bundle has none."""
+        path = self.engine_steps_path
+        if not path.is_file() or self.engine_calibration(backend) is None:
+            raise ArtifactError(
+                f"{self.path}: no engine calibration for backend {backend!r} (profile again with "
+                f"engine.enable=true engine.backend.name={backend}, or set "
+                "vidur.engine_overhead=none)"
+            )
+        table = read_csv(path, ENGINE_STEPS_TABLE)
+        rows = table[table["backend"] == backend]
+        if rows.empty:
+            raise ArtifactError(f"{path}: no rows for backend {backend!r}")
+        bad = sorted(set(rows["phase"]) - set(ENGINE_PHASES))
+        if bad:
+            raise ArtifactError(f"{path}: column 'phase' has {bad}, expected prefill or decode")
+        return rows.reset_index(drop=True)
 
 
 def check_model_matches(meta: dict[str, Any], model: ModelConfig, where: str) -> None:

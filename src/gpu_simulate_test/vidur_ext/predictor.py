@@ -24,6 +24,7 @@ from typing import Any
 from fasteners import InterProcessReaderWriterLock  # type: ignore[import-untyped]
 from sklearn.ensemble import RandomForestRegressor
 from vidur.config import RandomForrestExecutionTimePredictorConfig
+from vidur.entities import Batch
 from vidur.execution_time_predictor import ExecutionTimePredictorRegistry
 from vidur.execution_time_predictor.random_forrest_execution_time_predictor import (
     RandomForrestExecutionTimePredictor,
@@ -37,6 +38,7 @@ from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
 from gpu_simulate_test.vidur_ext.bundle import Bundle
 from gpu_simulate_test.vidur_ext.models import vidur_fields
+from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, StepOverhead
 
 LOCAL_RF_TYPE = "local_random_forrest"
 """Registry key (a plain string: Vidur's predictor-type enum cannot be extended)."""
@@ -72,10 +74,29 @@ class LocalRFExecutionTimePredictorConfig(RandomForrestExecutionTimePredictorCon
 
 
 class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
-    """Reads ``<profile_dir>/{mlp,attention}.csv``; caches under the fingerprinted cache_dir."""
+    """Reads ``<profile_dir>/{mlp,attention}.csv``; caches under the fingerprinted cache_dir.
+
+    With a :class:`StepOverhead` attached (``attach_overhead``), every batch's total time also
+    carries the engine's per-step overhead (see :mod:`gpu_simulate_test.vidur_ext.overhead`).
+    """
 
     cache_hit: bool = False
     """Set by __init__: True when every prediction table came from the cache."""
+    step_overhead: StepOverhead | None = None
+
+    def ops_time_ms(self, num_q_tokens: list[int], num_kv_tokens: list[int]) -> float:
+        """Vidur's own prediction (profiled ops only) for a batch of this shape."""
+        batch = Batch(0, [None] * len(num_q_tokens), num_q_tokens, num_kv_tokens)
+        return float(super().get_execution_time(batch, 0).total_time) * 1e3
+
+    def attach_overhead(self, overhead: StepOverhead | None) -> None:
+        self.step_overhead = overhead
+
+    def get_execution_time(self, batch: Any, pipeline_stage: int) -> Any:
+        base = super().get_execution_time(batch, pipeline_stage)
+        if self.step_overhead is None:
+            return base
+        return ExecutionTimeWithOverhead(base, self.step_overhead.ms(batch.num_q_tokens))
 
     def _get_input_files(self) -> tuple[str, str, str, str]:
         profile = Path(self._config.profile_dir)

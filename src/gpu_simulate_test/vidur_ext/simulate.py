@@ -25,7 +25,7 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.reporting import console, print_table
 from gpu_simulate_test.vidur_ext import metrics as vidur_metrics
-from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_ext import overhead, plan
 from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
 from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
 
@@ -34,6 +34,8 @@ VIDUR_DIR = "vidur"
 TRACE_FILE = "trace.csv"
 """The workload as Vidur's trace-replay CSV, inside :data:`VIDUR_DIR`."""
 VIDUR_REQUEST_METRICS = "request_metrics.csv"
+ENGINE_OVERHEAD_FIT = "engine_overhead_fit.csv"
+"""Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Inputs:
     kv_cache: plan.KvCachePlan
     bounds: dict[str, int]
     max_tokens: int
+    engine_steps: pd.DataFrame | None = None
+    """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
@@ -67,6 +71,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     )
     plan.check_scheduler(needs, knobs, bundle, kv_cache.num_blocks)
     plan.check_coverage(needs, bundle)
+    backend = cfg.vidur.engine_overhead
+    engine_steps = bundle.engine_steps(backend) if backend != "none" else None
     return Inputs(
         workload=workload,
         bundle=bundle,
@@ -77,6 +83,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         kv_cache=kv_cache,
         bounds=plan.prediction_bounds(needs, cfg.vidur.predictor),
         max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
+        engine_steps=engine_steps,
     )
 
 
@@ -210,10 +217,20 @@ class SimulationResult:
     predictor_setup_s: float
     simulation_s: float
     predictor_cache_hit: bool
+    engine_overhead: dict[str, Any] | None = None
+    """The fitted per-step overhead and its calibration errors (None: not modelled)."""
+    engine_overhead_fit: pd.DataFrame | None = None
+    """Per calibration step: measured, Vidur's ops, fitted overhead, error."""
 
 
-def simulate(simulation_config: Any) -> SimulationResult:
-    """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows."""
+def simulate(
+    simulation_config: Any, engine_steps: pd.DataFrame | None = None, backend: str = ""
+) -> SimulationResult:
+    """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
+
+    With ``engine_steps`` (one backend's calibration rows), the engine's per-step overhead is
+    fitted against this predictor and added to every batch before the event loop starts.
+    """
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
@@ -223,18 +240,25 @@ def simulate(simulation_config: Any) -> SimulationResult:
     set_seeds(simulation_config.seed)
     start = time.perf_counter()
     simulator = Simulator(simulation_config)  # trains or loads the predictor
-    built = time.perf_counter()
-    simulator.run()  # event loop, then Vidur writes its metrics
-    done = time.perf_counter()
     # the global scheduler builds one predictor and hands it to every replica scheduler
     replica_scheduler = next(iter(simulator.scheduler._replica_schedulers.values()))
     predictor = replica_scheduler._execution_time_predictor
+    report, table = None, None
+    if engine_steps is not None:
+        step_overhead, table = overhead.fit(backend, engine_steps, predictor.ops_time_ms)
+        predictor.attach_overhead(step_overhead)
+        report = overhead.fit_report(step_overhead, table)
+    built = time.perf_counter()
+    simulator.run()  # event loop, then Vidur writes its metrics
+    done = time.perf_counter()
     out_dir = Path(simulation_config.metrics_config.output_dir)
     return SimulationResult(
         raw_metrics=pd.read_csv(out_dir / VIDUR_REQUEST_METRICS),
         predictor_setup_s=built - start,
         simulation_s=done - built,
         predictor_cache_hit=bool(predictor.cache_hit),
+        engine_overhead=report,
+        engine_overhead_fit=table,
     )
 
 
@@ -259,8 +283,12 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         trace_file = write_trace(out_dir / TRACE_FILE, inputs)
         built = build_simulation_config(cfg, inputs, out_dir, trace_file)
         r.update_meta(num_blocks=inputs.kv_cache.num_blocks, **built.notes)
-        result = simulate(built.simulation_config)
+        result = simulate(built.simulation_config, inputs.engine_steps, cfg.vidur.engine_overhead)
+        if result.engine_overhead_fit is not None:
+            with atomic_open(r.file(ENGINE_OVERHEAD_FIT)) as handle:
+                result.engine_overhead_fit.to_csv(handle, index=False, lineterminator="\n")
         r.update_meta(
+            engine_overhead=result.engine_overhead,
             predictor_cache="hit" if result.predictor_cache_hit else "miss",
             timings_s={
                 "predictor_setup": round(result.predictor_setup_s, 3),

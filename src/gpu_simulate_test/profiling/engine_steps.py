@@ -1,0 +1,242 @@
+"""Engine calibration: what one step of the real serving engine costs, timed end to end.
+
+Vidur's per-op profile times a decoder layer's ops in isolation; a real engine step also runs the
+embedding, the final norm, the LM head and sampling, and the engine's own Python (scheduling,
+building inputs, streaming results). On a small model that part dominates (the LM head alone is
+most of a decode step for the tiny model on CPU; the engine's Python for 0.6B on an H100).
+
+The calibration drives the real bench's own backend, through the same interface the bench uses,
+with two kinds of experiment, each alone on an idle engine:
+
+- **prefill**: one request of P prompt tokens; its step time is arrival → first token;
+- **decode**: B requests of the same length submitted together; once they all decode in lockstep
+  (the second half of their outputs), the step time is the median inter-token time.
+
+The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
+``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
+every simulated batch (:mod:`gpu_simulate_test.vidur_ext.overhead`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig
+from gpu_simulate_test.real_bench.backends import BackendError, get_backend
+from gpu_simulate_test.real_bench.harness import switch_interval
+from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
+
+SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
+"""Backends that serve one request at a time: only batch 1 is calibrated."""
+AUTO_PROMPT_POINTS = 4
+POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class Experiment:
+    phase: str
+    """prefill or decode."""
+    batch_size: int
+    prompt_tokens: int
+
+
+def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
+    """``AUTO_PROMPT_POINTS`` lengths from 16 up to ``max_tokens``, geometric."""
+    top = max(16, max_tokens)
+    points = np.geomspace(16, top, AUTO_PROMPT_POINTS)
+    return tuple(sorted({int(np.rint(p)) for p in points}))
+
+
+def auto_batch_sizes(cap: int) -> tuple[int, ...]:
+    """Powers of two up to ``cap``, and ``cap`` itself."""
+    sizes = {1, cap}
+    b = 2
+    while b < cap:
+        sizes.add(b)
+        b *= 2
+    return tuple(sorted(sizes))
+
+
+def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
+    """The prefill and decode experiments, in order, each ``cfg.repeats`` times.
+
+    Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
+    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
+    """
+    backend = cfg.backend
+    sequential = backend.name in SEQUENTIAL_BACKENDS
+    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, backend.max_batch_tokens)
+    prompts = cfg.prompt_lengths or auto_prompt_lengths(limit)
+    too_long = [p for p in prompts if p > limit]
+    if too_long:
+        raise ValueError(
+            f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
+            f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
+        )
+    cap = 1 if sequential else backend.max_requests_per_batch
+    batches = cfg.batch_sizes or auto_batch_sizes(cap)
+    too_big = [b for b in batches if b > cap]
+    if too_big:
+        raise ValueError(
+            f"engine.batch_sizes {too_big} exceed what {backend.name} runs in one step ({cap})"
+        )
+    experiments = [Experiment("prefill", 1, p) for p in prompts]
+    experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
+    return [e for e in experiments for _ in range(cfg.repeats)]
+
+
+def bench_config(
+    cfg: EngineCalibrationConfig, model: ModelConfig, hardware: HardwareConfig, dtype: str
+) -> RealBenchStageConfig:
+    """The real bench config the backend is built from (no workload: requests are synthetic)."""
+    return RealBenchStageConfig(
+        model=model,
+        hardware=hardware,
+        backend=cfg.backend,
+        workload_dir="(engine calibration)",
+        dtype=dtype,
+        attn_implementation=cfg.attn_implementation,
+        num_warmup_requests=0,
+        nvtx=False,
+        progress=False,
+    )
+
+
+def _requests(
+    experiments: Sequence[Experiment], decode_tokens: int, vocab_size: int, seed: int = 0
+) -> list[list[BenchRequest]]:
+    """Random-token requests per experiment, with ids unique across all of them."""
+    rng = np.random.default_rng(seed)
+    groups: list[list[BenchRequest]] = []
+    next_id = 0
+    for exp in experiments:
+        group = []
+        for _ in range(exp.batch_size):
+            ids = rng.integers(0, min(vocab_size, 32_000), exp.prompt_tokens)
+            group.append(
+                BenchRequest(
+                    request_id=next_id,
+                    num_prefill_tokens=exp.prompt_tokens,
+                    num_decode_tokens=decode_tokens,
+                    scheduled_arrival_s=0.0,
+                    prompt_token_ids=tuple(int(t) for t in ids),
+                )
+            )
+            next_id += 1
+        groups.append(group)
+    return groups
+
+
+def _wait(backend: Any, recorder: Recorder, ids: Sequence[int], timeout_s: float) -> None:
+    deadline = time.perf_counter() + timeout_s
+    while not all(recorder.records[i].is_done for i in ids):
+        if (why := backend.failure()) is not None:
+            raise BackendError(f"{backend.name} died during engine calibration: {why}")
+        if time.perf_counter() > deadline:
+            raise BackendError(f"engine calibration step not done within {timeout_s:g} s")
+        recorder.wait_for_change(POLL_S)
+
+
+def step_rows(
+    backend: str,
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    decode_tokens: int,
+) -> pd.DataFrame:
+    """One row per distinct experiment: the median step time over its repeats."""
+    samples: dict[Experiment, list[float]] = {}
+    for exp, group in zip(experiments, groups, strict=True):
+        records = [recorder.records[r.request_id] for r in group]
+        for rec in records:
+            if rec.status != STATUS_OK:
+                raise BackendError(
+                    f"calibration request {rec.request_id} ended {rec.status}: {rec.error}"
+                )
+        times = samples.setdefault(exp, [])
+        if exp.phase == "prefill":
+            rec = records[0]
+            assert rec.arrival_s is not None
+            times.append(rec.event_times_s[0] - rec.arrival_s)
+        else:
+            # lockstep decoding: the second half of every request's inter-token gaps
+            for rec in records:
+                gaps = np.diff(rec.event_times_s)
+                times.extend(gaps[len(gaps) // 2 :].tolist())
+    rows = []
+    for exp, times in samples.items():
+        context = exp.prompt_tokens
+        if exp.phase == "decode":  # the middle of the timed half
+            context += (decode_tokens * 3) // 4
+        rows.append(
+            {
+                "backend": backend,
+                "phase": exp.phase,
+                "batch_size": exp.batch_size,
+                "num_q_tokens": exp.prompt_tokens if exp.phase == "prefill" else 1,
+                "context_tokens": context,
+                "step_ms": float(np.median(times)) * 1e3,
+                "samples": len(times),
+            }
+        )
+    return pd.DataFrame(rows, columns=ENGINE_STEPS_TABLE.column_names)
+
+
+def calibrate(
+    cfg: EngineCalibrationConfig,
+    model: ModelConfig,
+    hardware: HardwareConfig,
+    dtype: str,
+    max_prompt_tokens: int,
+    advance: Callable[[int], None] = lambda _n: None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Run every experiment through ``cfg.backend`` and return the rows and what was run."""
+    bench = bench_config(cfg, model, hardware, dtype)
+    experiments = plan_experiments(cfg, max_prompt_tokens)
+    groups = _requests(experiments, cfg.decode_tokens, model.vocab_size)
+    every = [r for g in groups for r in g]
+    backend = get_backend(cfg.backend.name)(bench)
+    backend.check(every)
+    recorder = Recorder(every)
+    started = time.perf_counter()
+    interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
+    try:
+        backend.start(recorder)
+        # the model's first calls (allocation, kernels) are slow; warm-up reports to no recorder
+        backend.warmup(groups[0])
+        recorder.origin = time.perf_counter()
+        with switch_interval(interval):  # as during the real bench's replay
+            for group in groups:
+                for req in group:
+                    backend.submit(req)
+                ids = [r.request_id for r in group]
+                _wait(backend, recorder, ids, cfg.backend.request_timeout_s)
+                advance(1)
+    finally:
+        backend.close()
+    rows = step_rows(cfg.backend.name, experiments, groups, recorder, cfg.decode_tokens)
+    info = {
+        "backend": dataclasses.asdict(cfg.backend),
+        "attn_implementation": cfg.attn_implementation,
+        "dtype": dtype,
+        "decode_tokens": cfg.decode_tokens,
+        "repeats": cfg.repeats,
+        "num_experiments": len(experiments),
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "engine": backend.describe(),
+    }
+    return rows, info
+
+
+def num_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> int:
+    return len(plan_experiments(cfg, max_prompt_tokens))

@@ -1,0 +1,146 @@
+"""The engine-overhead fit, its use in a batch's execution time, and the calibration plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig, VidurConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
+from gpu_simulate_test.profiling.engine_steps import (
+    auto_batch_sizes,
+    auto_prompt_lengths,
+    plan_experiments,
+)
+from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
+from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, fit
+from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
+
+OPS_MS = 1.0
+"""What the stand-in for Vidur's prediction says every batch costs."""
+
+
+def steps(backend: str = "hf_cb", decode: dict[int, float] | None = None) -> pd.DataFrame:
+    """Calibration rows whose overhead beyond OPS_MS is known: decode 10 + 0.5 B (or ``decode``),
+    prefill 10 + 3 + 0.02 P."""
+    decode = decode or {b: 10 + 0.5 * b for b in (1, 2, 4, 8)}
+    rows = [("prefill", 1, p, p, OPS_MS + 13 + 0.02 * p) for p in (16, 64, 256)] + [
+        ("decode", b, 1, 50, OPS_MS + ms) for b, ms in decode.items()
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "backend": backend,
+                "phase": phase,
+                "batch_size": b,
+                "num_q_tokens": q,
+                "context_tokens": kv,
+                "step_ms": ms,
+                "samples": 4,
+            }
+            for phase, b, q, kv, ms in rows
+        ]
+    )
+
+
+def flat(_q: list[int], _kv: list[int]) -> float:
+    return OPS_MS
+
+
+def test_fit_recovers_a_known_overhead_and_predicts_mixed_batches() -> None:
+    overhead, table = fit("hf_cb", steps(), flat)
+    assert overhead.base_ms == pytest.approx(10, rel=1e-6)
+    assert overhead.per_decode_request_ms == pytest.approx(0.5, rel=1e-6)
+    assert overhead.per_prefill_request_ms == pytest.approx(3, rel=1e-6)
+    assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
+    assert table["error"].abs().max() < 1e-6
+    # a chunk of 100 prompt tokens next to 3 decodes: decode(3) + 3 + 0.02 * 100
+    assert overhead.ms([100, 1, 1, 1]) == pytest.approx(10 + 1.5 + 3 + 2)
+    assert overhead.ms([1] * 16) == pytest.approx(10 + 0.5 * 16)  # beyond 8: the fitted slope
+
+
+def test_decode_overhead_follows_the_engine_between_calibrated_sizes() -> None:
+    """Engines are not linear in batch size (hf_cb on CPU: slower at 2 than at 4)."""
+    overhead, table = fit("hf_cb", steps(decode={1: 12.0, 2: 27.0, 4: 25.0, 8: 26.0}), flat)
+    decode = table[table["phase"] == "decode"]
+    assert decode["error"].abs().max() < 1e-9
+    assert overhead.ms([1, 1]) == pytest.approx(27.0)
+    assert overhead.ms([1, 1, 1]) == pytest.approx(26.0)  # halfway between 2 and 4
+
+
+def test_fit_leaves_out_steps_without_a_prediction_and_needs_both_phases() -> None:
+    def no_big_batches(q: list[int], kv: list[int]) -> float:
+        if len(q) > 2:
+            raise KeyError(len(q))
+        return OPS_MS
+
+    overhead, table = fit("hf_cb", steps(), no_big_batches)
+    assert sorted(table["batch_size"]) == [1, 1, 1, 1, 2]
+    assert overhead.decode_batch_sizes == (1, 2)
+    only_prefill = steps().query("phase == 'prefill'")
+    with pytest.raises(ValueError, match="prefill and decode"):
+        fit("hf_cb", only_prefill, flat)
+
+
+def test_execution_time_carries_the_overhead_in_total_time_only() -> None:
+    base = SimpleNamespace(total_time=0.002, model_time=0.002, num_layers=2)
+    wrapped = ExecutionTimeWithOverhead(base, 3.0)
+    assert wrapped.total_time == pytest.approx(0.005)
+    assert wrapped.model_time == pytest.approx(0.002)
+    assert wrapped.num_layers == 2
+    assert wrapped.to_dict()["engine_overhead_time"] == 3.0
+
+
+def test_bundle_engine_steps_name_the_missing_backend_and_bad_rows(tmp_path: Path) -> None:
+    path = write_synthetic_bundle(tmp_path, QWEN3_TINY, points=6)
+    with pytest.raises(ArtifactError, match="no engine calibration for backend 'hf_cb'"):
+        load_bundle(path).engine_steps("hf_cb")
+    meta = load_bundle(path).meta
+    write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": {}}})
+    bad = steps()
+    bad.loc[0, "phase"] = "warmup"
+    write_csv(path / layout.ENGINE_STEPS, bad, ENGINE_STEPS_TABLE)
+    with pytest.raises(ArtifactError, match=r"engine_steps.csv.*'phase'.*warmup"):
+        load_bundle(path).engine_steps("hf_cb")
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    assert len(load_bundle(path).engine_steps("hf_cb")) == 7
+    with pytest.raises(ArtifactError, match="hf_generate"):
+        load_bundle(path).engine_steps("hf_generate")
+
+
+def test_calibration_plan_fits_the_engine() -> None:
+    assert auto_batch_sizes(32) == (1, 2, 4, 8, 16, 32)
+    assert auto_batch_sizes(6) == (1, 2, 4, 6)
+    lengths = auto_prompt_lengths(256)
+    assert lengths[0] == 16 and lengths[-1] == 256 and len(lengths) == 4
+    cb = EngineCalibrationConfig(backend=BackendConfig(max_batch_tokens=128), repeats=2)
+    exps = plan_experiments(cb, max_prompt_tokens=1024)
+    assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
+    assert len(exps) == 2 * (4 + 6)
+    sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
+    assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
+    with pytest.raises(ValueError, match=r"engine.batch_sizes \[4\]"):
+        plan_experiments(
+            EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), batch_sizes=(1, 4)),
+            512,
+        )
+    with pytest.raises(ValueError, match=r"prompt_lengths \[512\] exceed 128"):
+        plan_experiments(
+            EngineCalibrationConfig(
+                backend=BackendConfig(max_batch_tokens=128), prompt_lengths=(16, 512)
+            ),
+            1024,
+        )
+
+
+def test_engine_overhead_config_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"vidur\.engine_overhead='vllm'"):
+        VidurConfig(engine_overhead="vllm")
+    with pytest.raises(ConfigError, match=r"engine\.decode_tokens"):
+        EngineCalibrationConfig(decode_tokens=2)
