@@ -50,13 +50,14 @@ def declared_tables() -> tuple[TableSchema, ...]:
     from gpu_simulate_test.analysis import schemas as compare_tables
     from gpu_simulate_test.profiling.deep_profile import files as deep_profile_tables
     from gpu_simulate_test.real_bench.telemetry import TELEMETRY
-    from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, MLP_TABLE
+    from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
 
     return (
         *ALL_TABLES,
         TELEMETRY,
         MLP_TABLE,
         ATTENTION_TABLE,
+        ENGINE_STEPS_TABLE,
         compare_tables.COMPARISON_PERCENTILES,
         compare_tables.COMPARISON_REQUESTS,
         compare_tables.SWEEP_TABLE,
