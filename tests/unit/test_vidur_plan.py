@@ -67,6 +67,17 @@ def test_requirements_follow_each_scheduler() -> None:
     assert orca.max_batch_size == 2 and orca.max_batch_tokens == 1050 + 1000
 
 
+def test_sarathi_batches_can_hold_several_short_prompts() -> None:
+    """Three 40-token prompts arriving during a slow step share the next batch: 3 x 50 tokens
+    (prompts and outputs) fit a 256 budget, so lookups up to 150 tokens must exist."""
+    three = plan.requirements(
+        np.array([40, 40, 40]),
+        np.array([10, 10, 10]),
+        VidurSchedulerConfig("sarathi", chunk_size=256, batch_size_cap=8),
+    )
+    assert three.max_prefill_chunk == 50 and three.max_batch_tokens == 150
+
+
 def test_prediction_bounds_cover_every_lookup_key() -> None:
     needs = plan.Requirements(1050, 1000, 300, 5, 1050)
     bounds = plan.prediction_bounds(needs, VidurPredictorConfig())

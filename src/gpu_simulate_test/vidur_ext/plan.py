@@ -63,16 +63,17 @@ def requirements(
     max_request = int(total.max())
     max_prompt = int(prefill.max())
     batch_size = min(scheduler.batch_size_cap, len(prefill))
+    largest = int(np.sort(total)[::-1][:batch_size].sum())
     if scheduler.name == "sarathi":
+        # several prompts (chunks) can share one batch's budget, next to the decodes
         max_chunk = min(scheduler.chunk_size, max_request)
-        max_batch_tokens = max(max_chunk, batch_size)
+        max_batch_tokens = max(min(scheduler.chunk_size, largest), batch_size)
     elif scheduler.name == "vllm":
         max_chunk = max_request
-        largest = np.sort(total)[::-1][:batch_size]
-        max_batch_tokens = max(min(scheduler.max_tokens_in_batch, int(largest.sum())), batch_size)
+        max_batch_tokens = max(min(scheduler.max_tokens_in_batch, largest), batch_size)
     else:  # orca: up to batch_size whole prompts in one iteration
         max_chunk = max_request
-        max_batch_tokens = int(np.sort(total)[::-1][:batch_size].sum())
+        max_batch_tokens = largest
     return Requirements(max_request, max_prompt, max_batch_tokens, batch_size, max_chunk)
 
 
