@@ -220,7 +220,7 @@ def test_fixed_orca_charges_prefill_attention(tmp_path: Path) -> None:
 
 def test_engine_overhead_adds_the_calibrated_step_cost(tmp_path: Path) -> None:
     """A lone request: with vidur.engine_overhead, every decode step costs the calibrated
-    overhead more (decode at batch 1: 10.5 ms) and the prefill 13 + 0.02 x 64 ms more."""
+    overhead of one request more (~10.5 ms) and the prefill that plus its prompt's part."""
     write_workload_run(tmp_path, "w", [64], [9], [0.0])
     bundle = write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=8)
     meta = read_json(bundle / layout.BUNDLE_META)
@@ -255,9 +255,10 @@ def test_engine_overhead_adds_the_calibrated_step_cost(tmp_path: Path) -> None:
     # hold beyond it, so compare the two simulations through the fitted terms
     fit = read_json(run / layout.RUN_META)["engine_overhead"]
     extra_tpot = with_overhead["tpot_s"].iloc[0] - bare["tpot_s"].iloc[0]
-    assert extra_tpot * 1e3 == pytest.approx(fit["decode_overhead_ms"][0], rel=1e-6)
+    one_request_ms = fit["batch_overhead_ms"][0]
+    assert extra_tpot * 1e3 == pytest.approx(one_request_ms, rel=1e-6)
     extra_ttft = with_overhead["ttft_s"].iloc[0] - bare["ttft_s"].iloc[0]
-    prefill_ms = fit["base_ms"] + fit["per_prefill_request_ms"] + 64 * fit["per_prefill_token_ms"]
+    prefill_ms = one_request_ms + fit["per_prefill_request_ms"] + 64 * fit["per_prefill_token_ms"]
     assert extra_ttft * 1e3 == pytest.approx(prefill_ms, rel=1e-6)
     assert extra_tpot > 0.005  # rows say ~10 ms beyond ~1 ms of ops
     assert (run / "engine_overhead_fit.csv").is_file()

@@ -27,8 +27,8 @@ OPS_MS = 1.0
 
 
 def steps(backend: str = "hf_cb", decode: dict[int, float] | None = None) -> pd.DataFrame:
-    """Calibration rows whose overhead beyond OPS_MS is known: decode 10 + 0.5 B (or ``decode``),
-    prefill 10 + 3 + 0.02 P."""
+    """Calibration rows whose overhead beyond OPS_MS is known: per-request part 10 + 0.5 N (or
+    ``decode``), a prefill 2.5 + 0.02 P more: 13 + 0.02 P for one prompt."""
     decode = decode or {b: 10 + 0.5 * b for b in (1, 2, 4, 8)}
     rows = [("prefill", 1, p, p, OPS_MS + 13 + 0.02 * p) for p in (16, 64, 256)] + [
         ("decode", b, 1, 50, OPS_MS + ms) for b, ms in decode.items()
@@ -56,16 +56,46 @@ def flat(_q: list[int], _kv: list[int]) -> float:
 def test_fit_recovers_a_known_overhead_and_predicts_mixed_batches() -> None:
     overhead, table = fit("hf_cb", steps(), flat)
     assert overhead.base_ms == pytest.approx(10, rel=1e-6)
-    assert overhead.per_decode_request_ms == pytest.approx(0.5, rel=1e-6)
-    assert overhead.per_prefill_request_ms == pytest.approx(3, rel=1e-6)
+    assert overhead.per_request_ms == pytest.approx(0.5, rel=1e-6)
+    assert overhead.per_prefill_request_ms == pytest.approx(2.5, rel=1e-6)
     assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
+    assert overhead.idle_prefill_ms == 0  # no mixed steps: nothing to tell it apart
     assert table["error"].abs().max() < 1e-6
-    # a chunk of 100 prompt tokens next to 3 decodes: decode(3) + 3 + 0.02 * 100
-    assert overhead.ms([100, 1, 1, 1]) == pytest.approx(10 + 1.5 + 3 + 2)
+    # a chunk of 100 prompt tokens next to 3 decodes: requests(4) + 2.5 + 0.02 * 100
+    assert overhead.ms([100, 1, 1, 1]) == pytest.approx(10 + 2 + 2.5 + 2)
     assert overhead.ms([1] * 16) == pytest.approx(10 + 0.5 * 16)  # beyond 8: the fitted slope
 
 
-def test_decode_overhead_follows_the_engine_between_calibrated_sizes() -> None:
+def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
+    """A prompt next to decodes costs 2.5 + 0.02 P beyond requests(N); on an idle engine it
+    costs 5 more (the wake-up), which only batches without decodes pay."""
+    rows = steps()
+    rows.loc[rows["phase"] == "prefill", "step_ms"] += 5.0
+    mixed = pd.DataFrame(
+        [
+            {
+                "backend": "hf_cb",
+                "phase": "mixed",
+                "batch_size": b + 1,
+                "num_q_tokens": p,
+                "context_tokens": 43,
+                "step_ms": OPS_MS + 10 + 0.5 * (b + 1) + 2.5 + 0.02 * p,
+                "samples": 8,
+            }
+            for b in (1, 4)
+            for p in (16, 256)
+        ]
+    )
+    overhead, table = fit("hf_cb", pd.concat([rows, mixed], ignore_index=True), flat)
+    assert overhead.per_prefill_request_ms == pytest.approx(2.5, rel=1e-6)
+    assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
+    assert overhead.idle_prefill_ms == pytest.approx(5, rel=1e-6)
+    assert table["error"].abs().max() < 1e-6
+    assert overhead.ms([64]) == pytest.approx(10.5 + 5 + 2.5 + 0.02 * 64)  # idle engine
+    assert overhead.ms([64, 1]) == pytest.approx(11 + 2.5 + 0.02 * 64)  # busy engine
+
+
+def test_per_request_overhead_follows_the_engine_between_calibrated_sizes() -> None:
     """Engines are not linear in batch size (hf_cb on CPU: slower at 2 than at 4)."""
     overhead, table = fit("hf_cb", steps(decode={1: 12.0, 2: 27.0, 4: 25.0, 8: 26.0}), flat)
     decode = table[table["phase"] == "decode"]
@@ -82,7 +112,7 @@ def test_fit_leaves_out_steps_without_a_prediction_and_needs_both_phases() -> No
 
     overhead, table = fit("hf_cb", steps(), no_big_batches)
     assert sorted(table["batch_size"]) == [1, 1, 1, 1, 2]
-    assert overhead.decode_batch_sizes == (1, 2)
+    assert overhead.batch_sizes == (1, 2)
     only_prefill = steps().query("phase == 'prefill'")
     with pytest.raises(ValueError, match="prefill and decode"):
         fit("hf_cb", only_prefill, flat)
@@ -122,9 +152,12 @@ def test_calibration_plan_fits_the_engine() -> None:
     cb = EngineCalibrationConfig(backend=BackendConfig(max_batch_tokens=128), repeats=2)
     exps = plan_experiments(cb, max_prompt_tokens=1024)
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
-    assert len(exps) == 2 * (4 + 6)
+    mixed = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "mixed"})
+    assert mixed == [(1, 16), (1, 128), (4, 16), (4, 128)]  # a prompt joins 1 or 4 decodes
+    assert len(exps) == 2 * (4 + 6 + 4)
     sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
+    assert {e.phase for e in plan_experiments(sequential, 512)} == {"prefill", "decode"}
     with pytest.raises(ValueError, match=r"engine.batch_sizes \[4\]"):
         plan_experiments(
             EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), batch_sizes=(1, 4)),

@@ -72,6 +72,9 @@ class EngineCalibrationConfig:
     batch_sizes: tuple[int, ...] = ()
     """Decode batches to time; () picks powers of two up to the engine's batch cap (1 for
     hf_generate, which serves one request at a time)."""
+    mixed: bool = True
+    """Also time a prefill joining running decodes (not for hf_generate), so a busy engine's
+    prefill is not charged the idle engine's wake-up."""
     decode_prompt_tokens: int = 32
     """Prompt length of the requests in the decode batches."""
     decode_tokens: int = 24

@@ -10,7 +10,11 @@ with two kinds of experiment, each alone on an idle engine:
 
 - **prefill**: one request of P prompt tokens; its step time is arrival → first token;
 - **decode**: B requests of the same length submitted together; once they all decode in lockstep
-  (the second half of their outputs), the step time is the median inter-token time.
+  (the second half of their outputs), the step time is the median inter-token time;
+- **mixed**: B requests decoding, then one request of P prompt tokens arrives: the step that
+  prefills it next to the B decodes is the decoders' inter-token gap that ends with its first
+  token. On an idle engine (prefill) a request also pays for waking the engine up; a busy one
+  (mixed) does not, and the two are modelled apart.
 
 The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
 ``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
@@ -39,15 +43,27 @@ from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
+MIXED_START_FRACTION = 3
+"""mixed: the newcomer arrives once the decoders have a third of their outputs."""
+MIXED_DECODERS = 4
+"""The larger decode batch a mixed experiment prefills next to (the other is 1)."""
 POLL_S = 0.01
 
 
 @dataclass(frozen=True)
 class Experiment:
     phase: str
-    """prefill or decode."""
+    """prefill, decode or mixed."""
     batch_size: int
+    """Decoding requests (decode, mixed); 1 for prefill."""
     prompt_tokens: int
+    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode)."""
+    decode_prompt_tokens: int = 0
+    """mixed: the decoders' prompt."""
+
+    @property
+    def num_requests(self) -> int:
+        return self.batch_size + (1 if self.phase == "mixed" else 0)
 
 
 def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
@@ -92,6 +108,14 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
         )
     experiments = [Experiment("prefill", 1, p) for p in prompts]
     experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
+    if cfg.mixed and not sequential:
+        mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
+        experiments += [
+            Experiment("mixed", b, p, cfg.decode_prompt_tokens)
+            for b in mixed_sizes
+            for p in sorted({prompts[0], prompts[-1]})
+            if b + 1 <= cap
+        ]
     return [e for e in experiments for _ in range(cfg.repeats)]
 
 
@@ -121,12 +145,16 @@ def _requests(
     next_id = 0
     for exp in experiments:
         group = []
-        for _ in range(exp.batch_size):
-            ids = rng.integers(0, min(vocab_size, 32_000), exp.prompt_tokens)
+        if exp.phase == "mixed":  # the decoders, then the newcomer (last)
+            lengths = [exp.decode_prompt_tokens] * exp.batch_size + [exp.prompt_tokens]
+        else:
+            lengths = [exp.prompt_tokens] * exp.batch_size
+        for length in lengths:
+            ids = rng.integers(0, min(vocab_size, 32_000), length)
             group.append(
                 BenchRequest(
                     request_id=next_id,
-                    num_prefill_tokens=exp.prompt_tokens,
+                    num_prefill_tokens=length,
                     num_decode_tokens=decode_tokens,
                     scheduled_arrival_s=0.0,
                     prompt_token_ids=tuple(int(t) for t in ids),
@@ -137,14 +165,40 @@ def _requests(
     return groups
 
 
-def _wait(backend: Any, recorder: Recorder, ids: Sequence[int], timeout_s: float) -> None:
+def _wait(
+    backend: Any,
+    recorder: Recorder,
+    ids: Sequence[int],
+    timeout_s: float,
+    min_tokens: int | None = None,
+) -> None:
+    """Until every request in ``ids`` is done (or, with ``min_tokens``, has that many tokens)."""
+
+    def ready(i: int) -> bool:
+        rec = recorder.records[i]
+        if min_tokens is None:
+            return rec.is_done
+        return rec.is_done or len(rec.event_times_s) >= min_tokens
+
     deadline = time.perf_counter() + timeout_s
-    while not all(recorder.records[i].is_done for i in ids):
+    while not all(ready(i) for i in ids):
         if (why := backend.failure()) is not None:
             raise BackendError(f"{backend.name} died during engine calibration: {why}")
         if time.perf_counter() > deadline:
             raise BackendError(f"engine calibration step not done within {timeout_s:g} s")
         recorder.wait_for_change(POLL_S)
+
+
+def _mixed_step(records: Sequence[Any]) -> list[float]:
+    """Per decoder: its inter-token gap ending closest to the newcomer's first token."""
+    first = records[-1].event_times_s[0]
+    gaps = []
+    for rec in records[:-1]:
+        times = np.asarray(rec.event_times_s)
+        k = int(np.argmin(np.abs(times - first)))
+        if k >= 1:
+            gaps.append(float(times[k] - times[k - 1]))
+    return gaps
 
 
 def step_rows(
@@ -168,6 +222,8 @@ def step_rows(
             rec = records[0]
             assert rec.arrival_s is not None
             times.append(rec.event_times_s[0] - rec.arrival_s)
+        elif exp.phase == "mixed":
+            times.extend(_mixed_step(records))
         else:
             # lockstep decoding: the second half of every request's inter-token gaps
             for rec in records:
@@ -175,15 +231,20 @@ def step_rows(
                 times.extend(gaps[len(gaps) // 2 :].tolist())
     rows = []
     for exp, times in samples.items():
-        context = exp.prompt_tokens
-        if exp.phase == "decode":  # the middle of the timed half
-            context += (decode_tokens * 3) // 4
+        if not times:
+            continue
+        if exp.phase == "prefill":
+            context = exp.prompt_tokens
+        elif exp.phase == "decode":  # the middle of the timed half
+            context = exp.prompt_tokens + (decode_tokens * 3) // 4
+        else:  # the decoders' context when the newcomer arrives
+            context = exp.decode_prompt_tokens + decode_tokens // MIXED_START_FRACTION + 1
         rows.append(
             {
                 "backend": backend,
                 "phase": exp.phase,
-                "batch_size": exp.batch_size,
-                "num_q_tokens": exp.prompt_tokens if exp.phase == "prefill" else 1,
+                "batch_size": exp.num_requests,
+                "num_q_tokens": 1 if exp.phase == "decode" else exp.prompt_tokens,
                 "context_tokens": context,
                 "step_ms": float(np.median(times)) * 1e3,
                 "samples": len(times),
@@ -216,11 +277,18 @@ def calibrate(
         backend.warmup(groups[0])
         recorder.origin = time.perf_counter()
         with switch_interval(interval):  # as during the real bench's replay
-            for group in groups:
-                for req in group:
+            timeout = cfg.backend.request_timeout_s
+            for exp, group in zip(experiments, groups, strict=True):
+                decoders = list(group[:-1] if exp.phase == "mixed" else group)
+                for req in decoders:
                     backend.submit(req)
-                ids = [r.request_id for r in group]
-                _wait(backend, recorder, ids, cfg.backend.request_timeout_s)
+                if exp.phase == "mixed":  # the newcomer, once the decoders are under way
+                    ids = [r.request_id for r in decoders]
+                    _wait(
+                        backend, recorder, ids, timeout, cfg.decode_tokens // MIXED_START_FRACTION
+                    )
+                    backend.submit(group[-1])
+                _wait(backend, recorder, [r.request_id for r in group], timeout)
                 advance(1)
     finally:
         backend.close()

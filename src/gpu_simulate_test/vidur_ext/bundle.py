@@ -87,25 +87,33 @@ ATTENTION_TABLE = TableSchema(
     ),
 )
 
-ENGINE_PHASES: tuple[str, ...] = ("prefill", "decode")
+ENGINE_PHASES: tuple[str, ...] = ("prefill", "decode", "mixed")
 ENGINE_STEPS_TABLE = TableSchema(
     name="engine_steps",
     version=BUNDLE_SCHEMA_VERSION,
     description=(
         "Whole engine steps timed through the real bench's backend (not a Vidur file): a prefill "
-        "row is one request's prompt in one step (time from arrival to its first token), a decode "
-        "row is batch_size requests decoding together (median inter-token time)."
+        "row is one request's prompt in one step on an idle engine (time from arrival to its "
+        "first token), a decode row is batch_size requests decoding together (median "
+        "inter-token time), a mixed row is one prompt of num_q_tokens prefilled next to "
+        "batch_size - 1 decodes with context_tokens each (the decoders' gap around it)."
     ),
     columns=(
         Column("backend", "str", "", "real-bench backend (hf_cb, hf_generate, ...)"),
-        Column("phase", "str", "", "prefill or decode"),
+        Column("phase", "str", "", "prefill, decode or mixed"),
         Column("batch_size", "int", "", "requests in the step", min_value=1),
-        Column("num_q_tokens", "int", "tokens", "query tokens per request", min_value=1),
+        Column(
+            "num_q_tokens",
+            "int",
+            "tokens",
+            "query tokens per request (mixed: the prompt)",
+            min_value=1,
+        ),
         Column(
             "context_tokens",
             "int",
             "tokens",
-            "KV tokens per request, this step's included",
+            "KV tokens per request, this step's included (mixed: of the decoders)",
             min_value=1,
         ),
         Column("step_ms", "float", "ms", "median wall time of the step", min_value=0),
@@ -191,7 +199,9 @@ class Bundle:
             raise ArtifactError(f"{path}: no rows for backend {backend!r}")
         bad = sorted(set(rows["phase"]) - set(ENGINE_PHASES))
         if bad:
-            raise ArtifactError(f"{path}: column 'phase' has {bad}, expected prefill or decode")
+            raise ArtifactError(
+                f"{path}: column 'phase' has {bad}, expected one of {', '.join(ENGINE_PHASES)}"
+            )
         return rows.reset_index(drop=True)
 
 
