@@ -4,6 +4,9 @@
 #   3. the real bench (hf_cb) replaying that workload with NVML telemetry.
 # Simulation and comparison run elsewhere from the returned run directories (profile once on the
 # GPU, simulate anywhere). Wheels the GPU image lacks can be carried in .whl/ (see docs/gpu.md).
+# Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
+# on a few decode steps) and "fidelity" (benchmarks/fidelity.py --phase real, the GPU half).
+#   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
 # Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS; results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
 MODEL=${MODEL:-qwen3_0_6b}
@@ -13,6 +16,9 @@ QPS=${QPS:-4}
 CB_ARGS=${CB_ARGS:-backend.max_batch_tokens=512 backend.max_requests_per_batch=32 backend.num_blocks=4096}
 OUT=${OUT:-tmp/gpu_out}
 TAG=${TAG:-gpu}
+STEPS=${STEPS:-validate}
+FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -36,15 +42,34 @@ step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record wall time
   return $rc
 }
 
+if want validate; then
 step workload python3 -m gpu_simulate_test.cli.workload model="$MODEL" output.run_id="$TAG-w" \
   workload.num_requests="$NUM_REQUESTS" workload.qps="$QPS" workload.prompt_len.min=64 \
   workload.prompt_len.max=512 workload.output_len.min=32 workload.output_len.max=256 progress=false
+# the engine calibration runs the real bench's hf_cb with the same knobs (engine.backend.*)
+# shellcheck disable=SC2086
 step vidur_profile python3 -m gpu_simulate_test.cli.vidur_profile model="$MODEL" hardware="$HW" \
-  workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-p" progress=false
+  workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-p" progress=false \
+  engine.enable=true ${CB_ARGS//backend./engine.backend.}
 # shellcheck disable=SC2086
 step real_bench python3 -m gpu_simulate_test.cli.real_bench model="$MODEL" hardware="$HW" \
   backend=hf_cb $CB_ARGS workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-rb" progress=false
 
 tar czf "$OUT/runs.tgz" tmp/workload tmp/profiles tmp/vidur_profile tmp/real_bench 2>/dev/null
+fi
+
+if want deep_profile; then
+  step deep_profile python3 -m gpu_simulate_test.cli.deep_profile model="$MODEL" hardware="$HW" \
+    num_requests=2 workload.num_requests=2 workload.output_len.value=4 \
+    pipeline.ncu.launch_count=20 pipeline.ncu.timeout_s=120 output.run_id="$TAG-dp"
+  tar czf "$OUT/deep_profile.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' \
+    "tmp/deep_profile/$TAG-dp" 2>/dev/null
+fi
+
+if want fidelity; then
+  step fidelity python3 -m benchmarks.fidelity --preset gpu_0_6b --backend "$FIDELITY_BACKEND" \
+    --phase real --out "$OUT/fid"
+  tar czf "$OUT/fid.tgz" -C "$OUT" fid 2>/dev/null && rm -rf "$OUT/fid"
+fi
 echo "---- summary ----"
 cat "$OUT/steps.txt"

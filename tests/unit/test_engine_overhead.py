@@ -145,8 +145,9 @@ def test_bundle_engine_steps_name_the_missing_backend_and_bad_rows(tmp_path: Pat
 
 
 def test_calibration_plan_fits_the_engine() -> None:
-    assert auto_batch_sizes(32) == (1, 2, 4, 8, 16, 32)
-    assert auto_batch_sizes(6) == (1, 2, 4, 6)
+    assert auto_batch_sizes(32) == (*range(1, 17), 20, 24, 28, 32)
+    assert auto_batch_sizes(6) == (1, 2, 3, 4, 5, 6)
+    assert auto_batch_sizes(30)[-3:] == (24, 28, 30)
     lengths = auto_prompt_lengths(256)
     assert lengths[0] == 16 and lengths[-1] == 256 and len(lengths) == 4
     cb = EngineCalibrationConfig(backend=BackendConfig(max_batch_tokens=128), repeats=2)
@@ -154,7 +155,7 @@ def test_calibration_plan_fits_the_engine() -> None:
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
     mixed = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "mixed"})
     assert mixed == [(1, 16), (1, 128), (4, 16), (4, 128)]  # a prompt joins 1 or 4 decodes
-    assert len(exps) == 2 * (4 + 6 + 4)
+    assert len(exps) == 2 * (4 + 20 + 4)
     sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
     assert {e.phase for e in plan_experiments(sequential, 512)} == {"prefill", "decode"}
@@ -177,3 +178,36 @@ def test_engine_overhead_config_is_checked() -> None:
         VidurConfig(engine_overhead="vllm")
     with pytest.raises(ConfigError, match=r"engine\.decode_tokens"):
         EngineCalibrationConfig(decode_tokens=2)
+
+
+def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
+    """Prefill: arrival to first token; decode: the later half of the gaps; mixed: each
+    decoder's gap that ends with the newcomer's first token."""
+    from gpu_simulate_test.profiling.engine_steps import Experiment, _requests, step_rows
+    from gpu_simulate_test.real_bench.records import STATUS_OK, Recorder
+
+    exps = [
+        Experiment("prefill", 1, 64),
+        Experiment("decode", 2, 32),
+        Experiment("mixed", 1, 128, decode_prompt_tokens=32),
+    ]
+    groups = _requests(exps, decode_tokens=6, vocab_size=1000)
+    recorder = Recorder([r for g in groups for r in g])
+
+    def play(request_id: int, arrival: float, tokens: list[float]) -> None:
+        recorder.arrived(request_id, arrival)
+        for t in tokens:
+            recorder.tokens(request_id, t)
+        recorder.finish(request_id, STATUS_OK)
+
+    play(0, 0.0, [0.020, 0.03, 0.04, 0.05, 0.06, 0.07])  # prefill: 20 ms
+    for rid in (1, 2):  # decode: gaps 50 ms, then 10 ms in the later half
+        play(rid, 1.0, [1.05, 1.10, 1.15, 1.16, 1.17, 1.18])
+    play(3, 2.0, [2.01, 2.02, 2.03, 2.06, 2.07, 2.08])  # a decoder; the step with the
+    play(4, 2.025, [2.06, 2.07, 2.08, 2.09, 2.10, 2.11])  # newcomer took 30 ms
+    rows = step_rows("hf_cb", exps, groups, recorder, decode_tokens=6).set_index("phase")
+    assert rows.loc["prefill", "step_ms"] == pytest.approx(20)
+    assert rows.loc["decode", "step_ms"] == pytest.approx(10)
+    assert rows.loc["decode", "samples"] == 2 * 3
+    assert rows.loc["mixed", "step_ms"] == pytest.approx(30)
+    assert rows.loc["mixed", "batch_size"] == 2 and rows.loc["mixed", "num_q_tokens"] == 128

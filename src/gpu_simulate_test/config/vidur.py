@@ -70,16 +70,16 @@ class EngineCalibrationConfig:
     prompt_lengths: tuple[int, ...] = ()
     """Single-request prefills to time; () picks 4 lengths up to the engine's token budget."""
     batch_sizes: tuple[int, ...] = ()
-    """Decode batches to time; () picks powers of two up to the engine's batch cap (1 for
-    hf_generate, which serves one request at a time)."""
+    """Decode batches to time; () picks every size up to 16, then every 4th, up to the engine's
+    batch cap (1 for hf_generate, which serves one request at a time)."""
     mixed: bool = True
     """Also time a prefill joining running decodes (not for hf_generate), so a busy engine's
     prefill is not charged the idle engine's wake-up."""
     decode_prompt_tokens: int = 32
     """Prompt length of the requests in the decode batches."""
-    decode_tokens: int = 24
+    decode_tokens: int = 16
     """Output tokens per calibration request; the first half is skipped as ramp-up."""
-    repeats: int = 2
+    repeats: int = 3
     """Each experiment runs this often; the step time is the median over all repeats."""
 
     def __post_init__(self) -> None:
