@@ -510,6 +510,13 @@ def main(argv: list[str] | None = None) -> Path:
     )
     parser.add_argument("--from", dest="src", default=None, help="--phase sim: the real output")
     parser.add_argument(
+        "--summarize",
+        nargs="+",
+        metavar="JSON",
+        help="print one table over these <name>-fidelity.json reports (largest and median error, "
+        "rows within 5%% and 10%%, per backend) and stop",
+    )
+    parser.add_argument(
         "--set",
         dest="extra",
         action="append",
@@ -518,6 +525,10 @@ def main(argv: list[str] | None = None) -> Path:
         help="an extra pipeline override for every run (repeatable), e.g. engine_overhead=false",
     )
     args = parser.parse_args(argv)
+    if args.summarize:
+        reports = [read_json(Path(f), required_keys=("name", "rows")) for f in args.summarize]
+        print(fid.summary_table(reports))
+        return Path(args.summarize[0])
     command = _command(argv)
     if args.phase == "sim":
         if not args.src:

@@ -85,3 +85,23 @@ def test_json_largest_error_ignores_non_finite_rows() -> None:
     assert any(row["rel_error"] is None for row in doc["rows"])
     empty = fid.fidelity_rows([])
     assert fid.largest_abs_error(empty) == {"abs_error_pct": None}
+
+
+def test_error_spread_and_summary_over_reports() -> None:
+    table = pd.DataFrame(
+        {
+            "backend": ["a", "a", "a", "b", "b"],
+            "metric": ["ttft", "tpot", "e2e", "ttft", "tpot"],
+            "stat": ["p50"] * 5,
+            "load_fraction": [0.2] * 5,
+            "abs_rel_error": [0.04, 0.08, 0.30, 0.05, float("nan")],
+        }
+    )
+    spread = fid.error_spread(table[table["backend"] == "a"])
+    assert spread == {"rows": 3, "median_abs_error_pct": 8.0, "within_5pct": 1, "within_10pct": 2}
+    assert fid.error_spread(table[table["backend"] == "b"])["rows"] == 1  # NaN left out
+    summary = fid.summary_table(
+        [{"name": "r1", "requests_per_load": 64, "rows": table.to_dict("records")}]
+    )
+    assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 |" in summary
+    assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 |" in summary

@@ -146,6 +146,43 @@ def largest_abs_error(table: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def error_spread(table: pd.DataFrame) -> dict[str, Any]:
+    """Over the finite rows: how many, the median absolute error (percent), and how many are
+    within 5% and 10% (the goal, and twice it)."""
+    errors = table["abs_rel_error"].astype(float).to_numpy()
+    errors = errors[np.isfinite(errors)]
+    if errors.size == 0:
+        return {"rows": 0, "median_abs_error_pct": None, "within_5pct": 0, "within_10pct": 0}
+    return {
+        "rows": int(errors.size),
+        "median_abs_error_pct": round(float(np.median(errors)) * 100, 2),
+        "within_5pct": int((errors <= 0.05).sum()),
+        "within_10pct": int((errors <= 0.10).sum()),
+    }
+
+
+def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
+    """A markdown table over several ``<name>-fidelity.json`` reports: per report and backend,
+    requests per load, largest, median, rows within 5% / 10% (computed from the rows)."""
+    lines = [
+        "| report | requests per load | backend | largest abs error | median | ≤5% | ≤10% |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for report in reports:
+        table = pd.DataFrame(report["rows"])
+        table["abs_rel_error"] = table["abs_rel_error"].astype(float)
+        for backend, part in table.groupby("backend", sort=False):
+            worst = largest_abs_error(part)["abs_error_pct"]
+            spread = error_spread(part)
+            lines.append(
+                f"| {report['name']} | {report.get('requests_per_load', '')} | {backend} | "
+                f"{worst:.1f}% | {spread['median_abs_error_pct']:.1f}% | "
+                f"{spread['within_5pct']}/{spread['rows']} | "
+                f"{spread['within_10pct']}/{spread['rows']} |"
+            )
+    return "\n".join(lines)
+
+
 def fidelity_json(
     name: str,
     setup: Mapping[str, Any],
@@ -172,6 +209,9 @@ def fidelity_json(
         "largest_abs_error": largest_abs_error(table),
         "largest_abs_error_by_backend": {
             str(b): largest_abs_error(t) for b, t in table.groupby("backend", sort=False)
+        },
+        "error_spread_by_backend": {
+            str(b): error_spread(t) for b, t in table.groupby("backend", sort=False)
         },
     }
 
@@ -238,9 +278,12 @@ def markdown(
     for name_, part in table.groupby("backend", sort=False):
         w = largest_abs_error(part)
         if w["abs_error_pct"] is not None:
+            spread = error_spread(part)
             lines.append(
                 f"- {name_}: {w['abs_error_pct']:.1f}% ({w['metric']} {w['stat']} at "
-                f"{w['load_fraction']:.0%})"
+                f"{w['load_fraction']:.0%}); median {spread['median_abs_error_pct']:.1f}%, "
+                f"{spread['within_5pct']} of {spread['rows']} rows within 5%, "
+                f"{spread['within_10pct']} within 10%"
             )
     lines.append("")
     lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
