@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpu_simulate_test.analysis.knobs import derive_scheduler, knob_mismatches
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
 from gpu_simulate_test.pipeline.run import profile_ranges
 from gpu_simulate_test.vidur_ext.plan import Requirements
@@ -62,3 +64,39 @@ def test_pipeline_config_is_a_pipeline_stage(compose_stage) -> None:
     assert typed.stage.run_type == "pipeline"
     with pytest.raises(ConfigError, match=r"stage\.run_type='pipe'"):
         to_typed(compose_stage("pipeline", ["stage.run_type=pipe"]), PipelineStageConfig)
+
+
+def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
+    """The engine calibration must be this code's version, for this backend and its knobs."""
+    import dataclasses
+
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import read_json, write_csv, write_json
+    from gpu_simulate_test.pipeline.run import _plain, calibration_misfits, engine_calibration
+    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from tests.unit.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"), hardware=hardware_preset("cpu"), output=OutputConfig()
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    assert calibration_misfits(cfg, load_bundle(path)) == [
+        "no engine calibration for backend hf_cb"
+    ]
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    meta = read_json(path / layout.BUNDLE_META)
+    settings = _plain(dataclasses.asdict(engine_calibration(cfg)))
+
+    def calibrated(**info: object) -> list[str]:
+        write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": info}})
+        return calibration_misfits(cfg, load_bundle(path))
+
+    assert "version 1" in calibrated(version=1, settings=settings)[0]
+    assert calibrated(version=CALIBRATION_VERSION, settings=settings) == []
+    other = {**settings, "backend": {**settings["backend"], "max_requests_per_batch": 8}}
+    assert calibrated(version=CALIBRATION_VERSION, settings=other) == [
+        "engine calibration of hf_cb was made with other backend"
+    ]

@@ -78,21 +78,34 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def engine_calibration(cfg: PipelineStageConfig) -> EngineCalibrationConfig:
+    """How the profile stage calibrates the pipeline's backend (its knobs and attention)."""
+    return EngineCalibrationConfig(
+        enable=cfg.engine_overhead,
+        backend=cfg.backend,
+        attn_implementation=cfg.attn_implementation,
+    )
+
+
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
+    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
+
     name = cfg.backend.name
     recorded = bundle.engine_calibration(name)
     if recorded is None or not bundle.engine_steps_path.is_file():
         return [f"no engine calibration for backend {name}"]
-    reasons = []
-    if recorded.get("backend") != _plain(dataclasses.asdict(cfg.backend)):
-        reasons.append(f"engine calibration of {name} was made with other backend knobs")
-    if recorded.get("attn_implementation") != cfg.attn_implementation:
-        reasons.append(
-            f"engine calibration of {name} used attn_implementation="
-            f"{recorded.get('attn_implementation')}, not {cfg.attn_implementation}"
-        )
-    return reasons
+    if recorded.get("version") != CALIBRATION_VERSION:
+        return [
+            f"engine calibration of {name} is version {recorded.get('version')}, this code "
+            f"calibrates version {CALIBRATION_VERSION}"
+        ]
+    want = _plain(dataclasses.asdict(engine_calibration(cfg)))
+    have = recorded.get("settings", {})
+    differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
+    if differ:
+        return [f"engine calibration of {name} was made with other {', '.join(differ)}"]
+    return []
 
 
 def simulation_vidur(cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig) -> VidurConfig:
@@ -131,11 +144,7 @@ def profile_config(
         block_size=scheduler.block_size,
         profiling_root=cfg.profiling_root,
         workload_dir=str(workload_dir),
-        engine=EngineCalibrationConfig(
-            enable=cfg.engine_overhead,
-            backend=cfg.backend,
-            attn_implementation=cfg.attn_implementation,
-        ),
+        engine=engine_calibration(cfg),
         output=dataclasses.replace(output, overwrite=True),
         progress=progress,
     )

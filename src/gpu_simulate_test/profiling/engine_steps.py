@@ -40,6 +40,9 @@ from gpu_simulate_test.real_bench.harness import switch_interval
 from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 
+CALIBRATION_VERSION = 2
+"""Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
+steps); a bundle calibrated by another version is not reused by the pipeline."""
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
@@ -299,12 +302,15 @@ def calibrate(
         backend.close()
     rows = step_rows(cfg.backend.name, experiments, groups, recorder, cfg.decode_tokens)
     info = {
+        "version": CALIBRATION_VERSION,
+        "settings": dataclasses.asdict(cfg),
         "backend": dataclasses.asdict(cfg.backend),
         "attn_implementation": cfg.attn_implementation,
         "dtype": dtype,
         "decode_tokens": cfg.decode_tokens,
         "repeats": cfg.repeats,
         "num_experiments": len(experiments),
+        "experiments": sorted({(e.phase, e.batch_size, e.prompt_tokens) for e in experiments}),
         "wall_time_s": round(time.perf_counter() - started, 3),
         "engine": backend.describe(),
     }
