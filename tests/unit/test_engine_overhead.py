@@ -155,7 +155,12 @@ def test_calibration_plan_fits_the_engine() -> None:
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
     mixed = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "mixed"})
     assert mixed == [(1, 16), (1, 128), (4, 16), (4, 128)]  # a prompt joins 1 or 4 decodes
-    assert len(exps) == 2 * (4 + 20 + 4)
+    # prefill and mixed twice; decode batches until 64 steps are timed (8 gaps per request)
+    decode_runs = [
+        sum(1 for e in exps if e.phase == "decode" and e.batch_size == b) for b in (1, 2, 3, 4)
+    ]
+    assert decode_runs == [8, 4, 3, 2]
+    assert len(exps) == 2 * 4 + (8 + 4 + 3 + 2 * 17) + 2 * 4
     sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
     assert {e.phase for e in plan_experiments(sequential, 512)} == {"prefill", "decode"}

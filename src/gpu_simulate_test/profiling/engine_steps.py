@@ -40,12 +40,16 @@ from gpu_simulate_test.real_bench.harness import switch_interval
 from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
-steps); a bundle calibrated by another version is not reused by the pipeline."""
+steps; 3: at least 64 timed steps per decode row); a bundle calibrated by another version is
+not reused by the pipeline."""
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
+MIN_DECODE_SAMPLES = 64
+"""Decode gaps behind each decode row at least: a batch of 1 gave 24 gaps from 3 repeats, and
+its median moved by 8% between two calibrations on a shared 2-core machine."""
 DENSE_BATCH_SIZES = 16
 """Decode batches up to this size are all calibrated (beyond it, every 4th)."""
 MIXED_START_FRACTION = 3
@@ -92,7 +96,7 @@ def auto_batch_sizes(cap: int) -> tuple[int, ...]:
 
 
 def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
-    """The prefill and decode experiments, in order, each ``cfg.repeats`` times.
+    """The prefill, decode and mixed experiments, in order, each ``times(...)`` times.
 
     Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
     chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
@@ -124,7 +128,16 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             for p in sorted({prompts[0], prompts[-1]})
             if b + 1 <= cap
         ]
-    return [e for e in experiments for _ in range(cfg.repeats)]
+    return [e for e in experiments for _ in range(times(e, cfg))]
+
+
+def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:
+    """How often an experiment runs: ``cfg.repeats``, and for small decode batches as often as
+    it takes to time ``MIN_DECODE_SAMPLES`` steps (one request gives decode_tokens / 2 gaps)."""
+    if exp.phase != "decode":
+        return cfg.repeats
+    per_run = exp.batch_size * max(1, cfg.decode_tokens // 2)
+    return max(cfg.repeats, -(-MIN_DECODE_SAMPLES // per_run))
 
 
 def bench_config(
