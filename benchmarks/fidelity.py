@@ -41,6 +41,7 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.pipeline.run import (
     bundle_misfits,
@@ -67,6 +68,9 @@ class Preset:
     so the engine runs at its cap for most of the burst)."""
     num_requests: int
     """Requests per load level (same seed, so the same lengths at every level)."""
+    real_repeats: int = 1
+    """Real bench runs per load on the same workload; from 2 on, the report carries the real
+    side's run-to-run difference (the noise floor) next to the simulator's error."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -92,6 +96,7 @@ PRESETS: dict[str, Preset] = {
         # moved 25 -> 63 ms between two identical runs); 64 keeps a run near 3 minutes
         probe_requests={"hf_cb": 64, "hf_generate": 16},
         num_requests=64,
+        real_repeats=2,  # the noise floor: on a shared 2-core machine it is not small
     ),
     # Qwen3-0.6B on an H100, bf16, hf_cb 512 tokens / 32 requests / 4096 blocks, eager
     "gpu_0_6b": Preset(
@@ -187,14 +192,34 @@ def load_record(
     return record, comparison, percentiles
 
 
+Noise = dict[tuple[str, float], list[dict[tuple[str, str], float]]]
+"""(backend, load fraction) → each repeated real run's goal percentiles (ms)."""
+
+
+def repeat_noise(backend: str, fraction: float, repeat_dirs: list[Path]) -> Noise:
+    runs = [fid.real_percentiles(load_run(d, "real_bench").requests) for d in repeat_dirs]
+    return {(backend, fraction): runs} if runs else {}
+
+
+def repeat_real(load_cfg: PipelineStageConfig, run_id: str, workload_dir: Path, k: int) -> Path:
+    """The real bench once more on the load's workload, as ``<run_id>-r<k>``."""
+    from gpu_simulate_test.real_bench.stage import run as real_bench_run
+
+    _, real_bench_cfg = stage_configs(load_cfg, f"{run_id}-r{k}")
+    real_cfg = real_bench_cfg(str(workload_dir))
+    return real_bench_run(real_cfg, dataclasses.asdict(real_cfg))
+
+
 def finish_backend(
     backend: str,
     name: str,
     out: Path,
     cap: dict[str, Any],
     compare_dirs: list[tuple[float, float, Path]],
-) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
-    """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
+    noise: Noise | None = None,
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
+    """The loads' records into ``cap``, the per-load percentiles, the latency-vs-load plot and
+    the noise floor (repeated real runs, if any)."""
     from gpu_simulate_test.analysis import plots
     from gpu_simulate_test.analysis.sweep import SWEEP_STATS, X_LABELS, sweep_table
 
@@ -209,12 +234,12 @@ def finish_backend(
     plots.plot_sweep(
         sweep_table(runs, "offered_qps"), out / plot, X_LABELS["offered_qps"], SWEEP_STATS
     )
-    return cap, levels, plot
+    return cap, levels, plot, dict(noise or {})
 
 
 def run_backend(
     preset: Preset, backend: str, name: str, out: Path
-) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
     """Capacity, then the three loads real + simulated; returns the capacity record, the
     per-load percentiles and the plot's file name."""
     cfg, resolved = compose_config([*backend_overrides(preset, backend), "progress=false"])
@@ -224,17 +249,19 @@ def run_backend(
     )
     console.print(f"capacity {cap['capacity_qps']:.3g} req/s ({cap['output_tokens_per_s']} tok/s)")
     compare_dirs = []
+    noise: Noise = {}
     for index, (fraction, qps) in enumerate(fid.load_levels(cap["capacity_qps"])):
         console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s")
-        load_cfg, res = with_load(
-            cfg,
-            resolved,
-            f"{name}-{backend}-load{index}",
-            num_requests=preset.num_requests,
-            qps=qps,
-        )
+        run_id = f"{name}-{backend}-load{index}"
+        load_cfg, res = with_load(cfg, resolved, run_id, num_requests=preset.num_requests, qps=qps)
         compare_dirs.append((fraction, qps, pipeline_run(load_cfg, res)))
-    return finish_backend(backend, name, out, cap, compare_dirs)
+        workload_dir = layout.run_dir(load_cfg.output.root, "workload", run_id)
+        repeats = [
+            repeat_real(load_cfg, run_id, workload_dir, k)
+            for k in range(2, preset.real_repeats + 1)
+        ]
+        noise.update(repeat_noise(backend, fraction, repeats))
+    return finish_backend(backend, name, out, cap, compare_dirs, noise)
 
 
 def scheduler_needs(
@@ -295,6 +322,10 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
             profile_run(profile_cfg, dataclasses.asdict(profile_cfg))
         real_cfg = real_bench_cfg(str(workload_dir))
         real_dir = real_bench_run(real_cfg, dataclasses.asdict(real_cfg))
+        repeats = [
+            repeat_real(load_cfg, run_id, workload_dir, k)
+            for k in range(2, preset.real_repeats + 1)
+        ]
         loads.append(
             {
                 "load_fraction": fraction,
@@ -302,6 +333,7 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
                 "run_id": run_id,
                 "workload_dir": str(workload_dir),
                 "real_dir": str(real_dir),
+                "repeat_dirs": [str(d) for d in repeats],
                 "scheduler": dataclasses.asdict(scheduler),
             }
         )
@@ -315,7 +347,7 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
 
 def sim_backend(
     manifest: dict[str, Any], backend: str, name: str, src: Path, out: Path
-) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str]:
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
     """``--phase sim`` for one backend of a real phase's output ``src``: per load, Vidur
     simulates the recorded workload with the bundle profiled there and the same derived knobs,
     and compare pairs it with the recorded real bench (stage runs under ``tmp/``)."""
@@ -330,9 +362,11 @@ def sim_backend(
     cap = {k: v for k, v in rec["capacity"].items() if k != "loads"}
     cap["probe_run"] = str(src / cap["probe_run"])
     compare_dirs = []
+    noise: Noise = {}
     for load in fid.load_plan(manifest):
         if load.backend != backend:
             continue
+        noise.update(repeat_noise(backend, load.load_fraction, [src / d for d in load.repeat_dirs]))
         console.rule(
             f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
             f"{load.offered_qps:.4g} req/s (simulated)"
@@ -368,7 +402,7 @@ def sim_backend(
         )
         compare_dir = compare_run(compare_cfg, dataclasses.asdict(compare_cfg))
         compare_dirs.append((load.load_fraction, load.offered_qps, compare_dir))
-    return finish_backend(backend, name, out, cap, compare_dirs)
+    return finish_backend(backend, name, out, cap, compare_dirs, noise)
 
 
 def _version(package: str) -> str:
@@ -426,8 +460,11 @@ def _report(
     levels: list[tuple[str, float, float, pd.DataFrame]],
     plot_files: dict[str, str],
     out: Path,
+    noise: Noise | None = None,
 ) -> Path:
     table = fid.fidelity_rows(levels)
+    if noise:
+        table = fid.add_noise(table, noise)
     (out / f"{name}-fidelity.json").write_text(
         json.dumps(fid.fidelity_json(name, setup, capacity, table), indent=2) + "\n"
     )
@@ -466,12 +503,13 @@ def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
     manifest = fid.read_manifest(src)
     name = name or str(manifest["name"])
     started = time.perf_counter()
-    capacity, levels, plot_files = {}, [], {}
+    capacity, levels, plot_files, noise = {}, [], {}, {}
     for backend in manifest["backends"]:
-        capacity[backend], rows, plot_files[backend] = sim_backend(
+        capacity[backend], rows, plot_files[backend], floor = sim_backend(
             manifest, backend, name, src, out
         )
         levels += rows
+        noise.update(floor)
     versions = dict(manifest.get("versions", {}))
     versions["vidur"] = _version("vidur")
     sim_wall = round(time.perf_counter() - started, 1)
@@ -487,7 +525,7 @@ def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
         "sim_wall_time_s": sim_wall,
         "real_from": str(src),
     }
-    return _report(name, setup, capacity, levels, plot_files, out)
+    return _report(name, setup, capacity, levels, plot_files, out, noise)
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -517,6 +555,14 @@ def main(argv: list[str] | None = None) -> Path:
         "rows within 5%% and 10%%, per backend) and stop",
     )
     parser.add_argument(
+        "--real-repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="real bench runs per load on the same workload (default: the preset's); from 2 on "
+        "the report shows real vs real, the noise floor",
+    )
+    parser.add_argument(
         "--set",
         dest="extra",
         action="append",
@@ -542,8 +588,12 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error("--from goes with --phase sim only")
     name = args.name or {"cpu_tiny": "cpu_qwen3_tiny", "gpu_0_6b": "gpu_qwen3_0_6b"}[args.preset]
     preset = dataclasses.replace(
-        PRESETS[args.preset], overrides=(*PRESETS[args.preset].overrides, *args.extra)
+        PRESETS[args.preset],
+        overrides=(*PRESETS[args.preset].overrides, *args.extra),
+        real_repeats=args.real_repeats or PRESETS[args.preset].real_repeats,
     )
+    if preset.real_repeats < 1:
+        parser.error("--real-repeats must be >= 1")
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     if args.phase == "real":
         if not args.out:
@@ -554,18 +604,22 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out or "benchmarks/results")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    capacity, levels, plot_files = {}, [], {}
+    capacity, levels, plot_files, noise = {}, [], {}, {}
     for backend in backends:
-        capacity[backend], rows, plot_files[backend] = run_backend(preset, backend, name, out)
+        capacity[backend], rows, plot_files[backend], floor = run_backend(
+            preset, backend, name, out
+        )
         levels += rows
+        noise.update(floor)
     setup = {
         "preset": args.preset,
         "command": command,
         **environment(),
         "requests_per_load": preset.num_requests,
+        "real_runs_per_load": preset.real_repeats,
         "wall_time_s": round(time.perf_counter() - started, 1),
     }
-    return _report(name, setup, capacity, levels, plot_files, out)
+    return _report(name, setup, capacity, levels, plot_files, out, noise)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,35 @@ def test_error_spread_and_summary_over_reports() -> None:
     )
     assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 |" in summary
     assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 |" in summary
+
+
+def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:
+    requests = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "error"],
+            "ttft_s": [0.010, 0.020, 0.030, 9.0],
+            "tpot_s": [0.001, 0.001, 0.001, 9.0],
+            "e2e_s": [0.1, 0.2, 0.3, 9.0],
+        }
+    )
+    pct = fid.real_percentiles(requests)
+    assert pct[("ttft", "p50")] == pytest.approx(20.0)  # the failed request is left out
+    assert pct[("e2e", "p90")] == pytest.approx(280.0)
+    table = pd.DataFrame(
+        {
+            "backend": ["a", "a", "b"],
+            "load_fraction": [0.2, 0.2, 0.2],
+            "metric": ["ttft", "e2e", "ttft"],
+            "stat": ["p50", "p90", "p50"],
+            "real_ms": [25.0, 280.0, 10.0],
+            "abs_rel_error": [0.1, 0.2, 0.3],
+        }
+    )
+    again = {("ttft", "p50"): 22.0, ("e2e", "p90"): 280.0}
+    out = fid.add_noise(table, {("a", 0.2): [pct, again]})
+    assert out["real_repeat_ms"].iloc[0] == pytest.approx(20.0)  # -20% beats -12%
+    assert out["noise"].iloc[0] == pytest.approx(-0.2)
+    assert out["noise"].iloc[1] == pytest.approx(0.0)
+    assert math.isnan(out["noise"].iloc[2])  # backend b was not repeated
+    assert fid.has_noise(out) and not fid.has_noise(table)
+    assert fid.error_spread(out, "noise")["rows"] == 2
