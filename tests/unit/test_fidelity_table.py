@@ -103,8 +103,11 @@ def test_error_spread_and_summary_over_reports() -> None:
     summary = fid.summary_table(
         [{"name": "r1", "requests_per_load": 64, "rows": table.to_dict("records")}]
     )
-    assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 |" in summary
-    assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 |" in summary
+    assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 | – |" in summary
+    assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 | – |" in summary
+    noisy = table.assign(noise=[0.1, -0.3, 0.0, float("nan"), float("nan")])
+    summary = fid.summary_table([{"name": "r2", "rows": noisy.to_dict("records")}])
+    assert "| r2 |  | a | 30.0% | 8.0% | 1/3 | 2/3 | 30.0% / 10.0% |" in summary
 
 
 def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:

@@ -212,10 +212,12 @@ def error_spread(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str
 
 def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
     """A markdown table over several ``<name>-fidelity.json`` reports: per report and backend,
-    requests per load, largest, median, rows within 5% / 10% (computed from the rows)."""
+    requests per load, largest, median, rows within 5% / 10% (computed from the rows), and the
+    real-vs-real noise floor where the report has one."""
     lines = [
-        "| report | requests per load | backend | largest abs error | median | ≤5% | ≤10% |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| report | requests per load | backend | largest abs error | median | ≤5% | ≤10% "
+        "| real vs real: largest / median |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for report in reports:
         table = pd.DataFrame(report["rows"])
@@ -223,11 +225,16 @@ def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
         for backend, part in table.groupby("backend", sort=False):
             worst = largest_abs_error(part)["abs_error_pct"]
             spread = error_spread(part)
+            floor = "–"
+            if has_noise(part):
+                noise = error_spread(part, "noise")
+                largest = float(np.nanmax(np.abs(part["noise"].astype(float)))) * 100
+                floor = f"{largest:.1f}% / {noise['median_abs_error_pct']:.1f}%"
             lines.append(
                 f"| {report['name']} | {report.get('requests_per_load', '')} | {backend} | "
                 f"{worst:.1f}% | {spread['median_abs_error_pct']:.1f}% | "
                 f"{spread['within_5pct']}/{spread['rows']} | "
-                f"{spread['within_10pct']}/{spread['rows']} |"
+                f"{spread['within_10pct']}/{spread['rows']} | {floor} |"
             )
     return "\n".join(lines)
 
