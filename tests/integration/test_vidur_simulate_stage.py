@@ -187,29 +187,36 @@ def test_qwen3_0_6b_with_batch_size_cap_128(tmp_path: Path) -> None:
     assert table["ttft_s"].max() > table["ttft_s"].min()
 
 
+def lone_request_config(
+    root: Path, run_id: str, scheduler: VidurSchedulerConfig, engine_overhead: str = "none"
+) -> VidurSimulateStageConfig:
+    """Simulate ``root/workload/w`` with the bundle in ``root/profiles`` on a small CPU."""
+    return VidurSimulateStageConfig(
+        model=QWEN3_TINY,
+        hardware=HardwareConfig(
+            name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20, memory_gib=24
+        ),
+        workload_dir=str(root / "workload" / "w"),
+        profiling_root=str(root / "profiles"),
+        vidur=VidurConfig(
+            scheduler=scheduler,
+            predictor=VidurPredictorConfig(
+                cache_dir=str(root / "cache"), num_training_job_threads=1
+            ),
+            engine_overhead=engine_overhead,
+        ),
+        output=OutputConfig(root=str(root), run_id=run_id),
+        progress=False,
+    )
+
+
 def test_fixed_orca_charges_prefill_attention(tmp_path: Path) -> None:
     """Vidur 0.0.26's Orca drops new requests' prefill attention; ours matches vllm."""
     write_workload_run(tmp_path, "w", [2000], [4], [0.0])
     write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=8)
-    cpu = HardwareConfig(
-        name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20, memory_gib=24
-    )
 
     def simulate(run_id: str, scheduler: str) -> pd.DataFrame:
-        cfg = VidurSimulateStageConfig(
-            model=QWEN3_TINY,
-            hardware=cpu,
-            workload_dir=str(tmp_path / "workload" / "w"),
-            profiling_root=str(tmp_path / "profiles"),
-            vidur=VidurConfig(
-                scheduler=VidurSchedulerConfig(name=scheduler),
-                predictor=VidurPredictorConfig(
-                    cache_dir=str(tmp_path / "cache"), num_training_job_threads=1
-                ),
-            ),
-            output=OutputConfig(root=str(tmp_path), run_id=run_id),
-            progress=False,
-        )
+        cfg = lone_request_config(tmp_path, run_id, VidurSchedulerConfig(name=scheduler))
         return metrics_of(simulate_run(cfg, {"run": run_id}))
 
     orca, vllm, again = simulate("orca", "orca"), simulate("vllm", "vllm"), simulate("o2", "orca")
@@ -225,27 +232,10 @@ def test_engine_overhead_adds_the_calibrated_step_cost(tmp_path: Path) -> None:
     bundle = write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=8)
     meta = read_json(bundle / layout.BUNDLE_META)
     write_json(bundle / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": {}}})
-    cpu = HardwareConfig(
-        name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20, memory_gib=24
-    )
 
     def simulate(run_id: str, overhead: str) -> tuple[pd.DataFrame, Path]:
-        cfg = VidurSimulateStageConfig(
-            model=QWEN3_TINY,
-            hardware=cpu,
-            workload_dir=str(tmp_path / "workload" / "w"),
-            profiling_root=str(tmp_path / "profiles"),
-            vidur=VidurConfig(
-                scheduler=VidurSchedulerConfig(name="sarathi", batch_size_cap=1),
-                predictor=VidurPredictorConfig(
-                    cache_dir=str(tmp_path / "cache"), num_training_job_threads=1
-                ),
-                engine_overhead=overhead,
-            ),
-            output=OutputConfig(root=str(tmp_path), run_id=run_id),
-            progress=False,
-        )
-        run = simulate_run(cfg, {"run": run_id})
+        cap_one = VidurSchedulerConfig(name="sarathi", batch_size_cap=1)
+        run = simulate_run(lone_request_config(tmp_path, run_id, cap_one, overhead), {})
         return metrics_of(run), run
 
     bare, _ = simulate("bare", "none")
