@@ -141,7 +141,9 @@ class HfContinuousBatchingBackend(Backend):
             label = "decode"
             try:
                 batch = manager.batch_processor.inputs_and_outputs.requests_in_batch
-                if any(int(fs.state.status) == 1 for fs in batch):  # RequestStatus.PREFILLING
+                # more than one query token: a prompt (chunk); the scheduler has already marked
+                # a prompt's last chunk DECODING, so the status cannot tell
+                if any(fs.query_length > 1 for fs in batch):
                     label = "prefill"
             except AttributeError:  # internals differ in this transformers version
                 label = "step"
