@@ -154,13 +154,14 @@ def _time_ms(
 
 
 def _stats(
-    row: dict[str, str], time_columns: dict[str, tuple[str, float]], where: str
+    row: dict[str, str], time_columns: dict[str, tuple[str, float]], where: str, count_field: str
 ) -> dict[str, Any]:
+    """The timing fields every summary record shares, the count under ``count_field``."""
     try:
         count_raw = row.get("Instances") or row.get("Num Calls") or row.get("Count") or "0"
         return {
             "total_ms": _time_ms(row, time_columns, "Total Time") or 0.0,
-            "count": int(parse_number(count_raw)),
+            count_field: int(parse_number(count_raw)),
             "mean_ms": _time_ms(row, time_columns, "Avg") or 0.0,
             "median_ms": _time_ms(row, time_columns, "Med"),
             "min_ms": _time_ms(row, time_columns, "Min") or 0.0,
@@ -175,46 +176,23 @@ def _stats(
 def parse_kernel_summary(source: str | Path) -> list[KernelRecord]:
     """``nsys stats --report cuda_gpu_kern_sum --format csv`` → records, in file order."""
     rows, factors, where = _summary_rows(source, ("Name", "Kernel Name"))
-    records = []
-    for row in rows:
-        s = _stats(row, factors, where)
-        records.append(
-            KernelRecord(
-                kernel_name=row["__name__"],
-                device=row.get("Device") or row.get("GPU") or None,
-                total_ms=s["total_ms"],
-                calls=s["count"],
-                mean_ms=s["mean_ms"],
-                median_ms=s["median_ms"],
-                min_ms=s["min_ms"],
-                max_ms=s["max_ms"],
-                stddev_ms=s["stddev_ms"],
-                share_pct=s["share_pct"],
-            )
+    return [
+        KernelRecord(
+            kernel_name=row["__name__"],
+            device=row.get("Device") or row.get("GPU") or None,
+            **_stats(row, factors, where, "calls"),
         )
-    return records
+        for row in rows
+    ]
 
 
 def parse_api_summary(source: str | Path) -> list[ApiCallRecord]:
     """``nsys stats --report cuda_api_sum --format csv`` → records, in file order."""
     rows, factors, where = _summary_rows(source, ("Name",))
-    records = []
-    for row in rows:
-        s = _stats(row, factors, where)
-        records.append(
-            ApiCallRecord(
-                api_name=row["__name__"],
-                total_ms=s["total_ms"],
-                calls=s["count"],
-                mean_ms=s["mean_ms"],
-                median_ms=s["median_ms"],
-                min_ms=s["min_ms"],
-                max_ms=s["max_ms"],
-                stddev_ms=s["stddev_ms"],
-                share_pct=s["share_pct"],
-            )
-        )
-    return records
+    return [
+        ApiCallRecord(api_name=row["__name__"], **_stats(row, factors, where, "calls"))
+        for row in rows
+    ]
 
 
 def parse_nvtx_summary(source: str | Path) -> list[NvtxRangeRecord]:
@@ -223,24 +201,14 @@ def parse_nvtx_summary(source: str | Path) -> list[NvtxRangeRecord]:
     Range names as nsys writes them: a leading ``:`` means the range has no domain.
     """
     rows, factors, where = _summary_rows(source, ("Range", "Name"))
-    records = []
-    for row in rows:
-        s = _stats(row, factors, where)
-        records.append(
-            NvtxRangeRecord(
-                range_name=row["__name__"],
-                style=row.get("Style", "") or "",
-                total_ms=s["total_ms"],
-                instances=s["count"],
-                mean_ms=s["mean_ms"],
-                median_ms=s["median_ms"],
-                min_ms=s["min_ms"],
-                max_ms=s["max_ms"],
-                stddev_ms=s["stddev_ms"],
-                share_pct=s["share_pct"],
-            )
+    return [
+        NvtxRangeRecord(
+            range_name=row["__name__"],
+            style=row.get("Style", "") or "",
+            **_stats(row, factors, where, "instances"),
         )
-    return records
+        for row in rows
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
