@@ -45,6 +45,18 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     _check(value in choices, f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
+MODEL_DIMENSIONS: tuple[str, ...] = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
+"""The ModelConfig fields that size the network's tensors."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of a Qwen3-family decoder (the numbers of its Hugging Face ``config.json``)."""
@@ -70,16 +82,7 @@ class ModelConfig:
     """Longest context (prompt + output) the model accepts, in tokens."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "num_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ):
+        for name in (*MODEL_DIMENSIONS, "max_position_embeddings"):
             _check(getattr(self, name) > 0, f"model.{name} must be > 0, got {getattr(self, name)}")
         _check(
             self.num_attention_heads % self.num_key_value_heads == 0,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.config.schema import ModelConfig
+from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, Column, TableSchema, read_csv, read_json
 
@@ -137,15 +137,8 @@ META_REQUIRED_KEYS: tuple[str, ...] = (
 ``ranges`` holds ``max_num_tokens``, ``max_batch_size``, ``max_prefill_chunk``,
 ``max_kv_cache_size`` and ``block_size`` actually covered."""
 
-MODEL_DIM_FIELDS: tuple[str, ...] = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
-    "vocab_size",
-)
+MODEL_DIM_FIELDS: tuple[str, ...] = MODEL_DIMENSIONS
+"""What must match between a bundle's ``meta.json`` ``model`` and the model simulated."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from vidur.config.model_config import BaseModelConfig
 from vidur.types import ActivationType, NormType
 
 from gpu_simulate_test.config.presets import model_preset, preset_names
-from gpu_simulate_test.config.schema import ConfigError, ModelConfig
+from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ConfigError, ModelConfig
 from gpu_simulate_test.io.artifacts import stable_id
 
 FAMILY_BASE_NAME = "gst/Qwen3-Config"
@@ -36,13 +36,7 @@ QWEN3_FAMILY: dict[str, ModelConfig] = {
 """The Qwen3 sizes we ship configs for (``configs/model/``), by the name Vidur knows them under."""
 
 ARCHITECTURE_FIELDS: tuple[str, ...] = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
-    "vocab_size",
+    *MODEL_DIMENSIONS,
     "rope_theta",
     "max_position_embeddings",
 )
