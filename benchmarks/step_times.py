@@ -31,6 +31,7 @@ from gpu_simulate_test.profiling.engine_steps import bench_config
 from gpu_simulate_test.real_bench.backends import get_backend
 from gpu_simulate_test.real_bench.harness import replay, switch_interval
 from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
+from gpu_simulate_test.reporting import markdown_table
 from gpu_simulate_test.vidur_ext.bundle import load_bundle
 
 
@@ -113,13 +114,6 @@ def table(log: list[tuple[int, int, float]], calibrated: dict[int, float]) -> pd
     return pd.DataFrame(rows)
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    cols = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
-    lines += ["| " + " | ".join(str(v) for v in rec) + " |" for rec in frame.itertuples(False)]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3_tiny")
@@ -162,7 +156,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     finally:
         backend.close()
     result = table(log, calibrated)
-    text = markdown(result)
+    text = markdown_table(
+        [str(c) for c in result.columns],
+        [[str(v) for v in rec] for rec in result.itertuples(index=False)],
+    )
     header = (
         f"hf_cb, {args.model} on {args.hardware}, {args.requests} requests at {args.qps:g} req/s "
         f"(Poisson, seed {args.seed}), {args.max_batch_tokens} tokens / {args.max_requests} "

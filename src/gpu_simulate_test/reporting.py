@@ -47,3 +47,10 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table of already formatted cells (no trailing newline)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from gpu_simulate_test.analysis import metrics as m
 from gpu_simulate_test.analysis.comparison import Comparison
+from gpu_simulate_test.reporting import markdown_table
 
 HEADLINE_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
 
@@ -119,12 +120,6 @@ def headline_rows(comparison: Comparison) -> list[list[str]]:
     return rows
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _knobs(values: Mapping[str, Any] | None) -> str:
     if not values:
         return "–"
@@ -147,7 +142,7 @@ def summary_markdown(
         "",
         "## Setup",
         "",
-        _md_table(
+        markdown_table(
             ["", "real", "simulated (Vidur)"],
             [
                 ["run", f"`{real['run_dir']}`", f"`{sim['run_dir']}`"],
@@ -183,7 +178,7 @@ def summary_markdown(
         "",
         "## Latency (ms); error = simulated / real − 1",
         "",
-        _md_table(
+        markdown_table(
             [
                 "metric",
                 *[f"{s} real" for s in m.STATS],
@@ -219,7 +214,7 @@ def summary_markdown(
         "",
         "## Per-request error (simulated / real − 1)",
         "",
-        _md_table(
+        markdown_table(
             ["metric", "n", "mean", "p10", "p50", "p90", "mean abs", "p90 abs", "≤10%", "≤25%"],
             [
                 [
@@ -241,7 +236,7 @@ def summary_markdown(
         "",
         "## Throughput",
         "",
-        _md_table(
+        markdown_table(
             ["", "requests", "output tokens", "duration (s)", "requests/s", "output tokens/s"],
             [
                 [
@@ -264,7 +259,7 @@ def summary_markdown(
         out += [
             "## Left out",
             "",
-            _md_table(
+            markdown_table(
                 ["request", "real status", "simulated status"],
                 [[str(e.request_id), e.real_status, e.sim_status] for e in comparison.excluded],
             ),

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_simulate_test.profiling.nsight.tools import StepOutcome
+from gpu_simulate_test.reporting import markdown_table as plain_markdown_table
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -32,9 +33,8 @@ def _pct(value: float | None) -> str:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub markdown table; cells formatted with thousands separators and 3 digits."""
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(_fmt(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    cells = [[_fmt(c).replace("|", "\\|") for c in row] for row in rows]
+    return plain_markdown_table(headers, cells) + "\n"
 
 
 def _op_table(rows: Sequence[Mapping[str, Any]], top_n: int) -> str:
