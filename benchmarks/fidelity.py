@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
-import json
 import os
 import platform
 import subprocess
@@ -42,7 +41,13 @@ from gpu_simulate_test.config.vidur import (
     VidurSimulateStageConfig,
 )
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import read_csv, read_json
+from gpu_simulate_test.io.artifacts import (
+    as_stored_json,
+    atomic_open,
+    read_csv,
+    read_json,
+    write_json,
+)
 from gpu_simulate_test.pipeline.run import (
     bundle_misfits,
     profile_config,
@@ -128,7 +133,7 @@ def with_load(
         workload=dataclasses.replace(cfg.workload, **workload),
         output=dataclasses.replace(cfg.output, run_id=run_id, overwrite=True),
     )
-    res = json.loads(json.dumps(resolved, default=str))
+    res = as_stored_json(resolved)
     res["workload"] = dataclasses.asdict(new.workload)
     res["output"] = dataclasses.asdict(new.output)
     return new, res
@@ -373,7 +378,7 @@ def sim_backend(
         )
         workload_dir = src / load.workload_dir
         scheduler, needs = scheduler_needs(cfg, workload_dir)
-        derived = json.loads(json.dumps(dataclasses.asdict(scheduler), default=str))
+        derived = as_stored_json(dataclasses.asdict(scheduler))
         if derived != dict(load.scheduler):
             raise SystemExit(
                 f"{load.run_id}: derived scheduler {derived} differs from the one the real "
@@ -465,11 +470,10 @@ def _report(
     table = fid.fidelity_rows(levels)
     if noise:
         table = fid.add_noise(table, noise)
-    (out / f"{name}-fidelity.json").write_text(
-        json.dumps(fid.fidelity_json(name, setup, capacity, table), indent=2) + "\n"
-    )
+    write_json(out / f"{name}-fidelity.json", fid.fidelity_json(name, setup, capacity, table))
     report = out / f"{name}-fidelity.md"
-    report.write_text(fid.markdown(name, setup, capacity, table, plot_files))
+    with atomic_open(report) as handle:
+        handle.write(fid.markdown(name, setup, capacity, table, plot_files))
     worst = fid.largest_abs_error(table)
     console.print(f"[bold]largest absolute error:[/] {worst}")
     console.print(f"[bold]report:[/] {report} ({setup['wall_time_s']} s)")

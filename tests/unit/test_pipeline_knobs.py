@@ -72,8 +72,8 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
 
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.io import layout
-    from gpu_simulate_test.io.artifacts import read_json, write_csv, write_json
-    from gpu_simulate_test.pipeline.run import _plain, calibration_misfits, engine_calibration
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.pipeline.run import calibration_misfits, engine_calibration
     from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
     from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
     from tests.unit.test_engine_overhead import steps
@@ -88,7 +88,7 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     ]
     write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
     meta = read_json(path / layout.BUNDLE_META)
-    settings = _plain(dataclasses.asdict(engine_calibration(cfg)))
+    settings = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
 
     def calibrated(**info: object) -> list[str]:
         write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": info}})

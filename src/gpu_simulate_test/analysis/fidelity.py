@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpu_simulate_test.io.artifacts import write_json
+
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 """Light, ~50% and ~85% of the measured capacity."""
 GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
@@ -458,9 +460,8 @@ def make_manifest(
 
 
 def write_manifest(root: str | Path, manifest: Mapping[str, Any]) -> Path:
-    path = Path(root) / MANIFEST_FILE
-    path.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    return path
+    """Write the manifest atomically (a killed real phase leaves none, not half of one)."""
+    return write_json(Path(root) / MANIFEST_FILE, manifest)
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:

@@ -120,6 +120,12 @@ def _clean_json(value: Any) -> Any:
     return value
 
 
+def as_stored_json(value: Any) -> Any:
+    """``value`` as :func:`write_json` stores it and :func:`read_json` gives it back (tuples as
+    lists, NaN as None, numpy scalars as numbers): for comparing with what a file recorded."""
+    return json.loads(json.dumps(_clean_json(value), default=_json_default))
+
+
 def write_json(path: Path | str, data: Mapping[str, Any]) -> Path:
     """Write ``data`` as JSON (sorted keys, 2-space indent, NaN as null), atomically."""
     text = json.dumps(_clean_json(data), indent=2, sort_keys=True, default=_json_default)

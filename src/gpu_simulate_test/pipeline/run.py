@@ -8,7 +8,6 @@ own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the t
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,7 +27,7 @@ from gpu_simulate_test.config.vidur import (
     VidurSimulateStageConfig,
 )
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
@@ -74,10 +73,6 @@ def bundle_misfits(
     return reasons
 
 
-def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 def engine_calibration(cfg: PipelineStageConfig) -> EngineCalibrationConfig:
     """How the profile stage calibrates the pipeline's backend (its knobs and attention)."""
     return EngineCalibrationConfig(
@@ -100,7 +95,7 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             f"engine calibration of {name} is version {recorded.get('version')}, this code "
             f"calibrates version {CALIBRATION_VERSION}"
         ]
-    want = _plain(dataclasses.asdict(engine_calibration(cfg)))
+    want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
     have = recorded.get("settings", {})
     differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
     if differ:
