@@ -279,12 +279,12 @@ def calibrate(
     model: ModelConfig,
     hardware: HardwareConfig,
     dtype: str,
-    max_prompt_tokens: int,
+    experiments: Sequence[Experiment],
     advance: Callable[[int], None] = lambda _n: None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Run every experiment through ``cfg.backend`` and return the rows and what was run."""
+    """Run ``experiments`` (:func:`plan_experiments`) through ``cfg.backend``; return the rows
+    and what was run."""
     bench = bench_config(cfg, model, hardware, dtype)
-    experiments = plan_experiments(cfg, max_prompt_tokens)
     groups = _requests(experiments, cfg.decode_tokens, model.vocab_size)
     every = [r for g in groups for r in g]
     backend = get_backend(cfg.backend.name)(bench)
@@ -328,7 +328,3 @@ def calibrate(
         "engine": backend.describe(),
     }
     return rows, info
-
-
-def num_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> int:
-    return len(plan_experiments(cfg, max_prompt_tokens))

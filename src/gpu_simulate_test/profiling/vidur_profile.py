@@ -105,7 +105,7 @@ def bundle_meta(
         "hardware_config": dataclasses.asdict(cfg.hardware),
         "device": device,
         **describe_device(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_name(dtype),
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "attn_implementation": cfg.profiling.attn_implementation,
@@ -149,19 +149,23 @@ def check_bundle_free(bundle: Path, overwrite: bool) -> None:
         )
 
 
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` → ``bfloat16``, as ``meta.json`` records it."""
+    return str(dtype).removeprefix("torch.")
+
+
 def earlier_calibrations(
-    bundle: Path, cfg: VidurProfileStageConfig
+    bundle: Path, cfg: VidurProfileStageConfig, dtype: str
 ) -> tuple[pd.DataFrame | None, dict[str, Any]]:
-    """Engine calibrations of other backends in the bundle being replaced (same model), kept."""
+    """Engine calibrations of other backends in the bundle being replaced (same model and
+    ``dtype``), kept."""
     if not bundle.is_dir():
         return None, {}
     try:
         old = load_bundle(bundle, cfg.model)
     except ArtifactError:
         return None, {}
-    if old.meta.get("dtype") != str(
-        resolve_dtype(cfg.profiling.dtype, cfg.hardware.device)
-    ).removeprefix("torch."):
+    if old.meta.get("dtype") != dtype:
         return None, {}
     keep = {
         name: info
@@ -187,12 +191,12 @@ def calibrate_engine(
     from gpu_simulate_test.profiling import engine_steps
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
-    total = engine_steps.num_experiments(cfg.engine, max_prompt)
+    experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)
     with progress_bar(
-        f"engine calibration ({cfg.engine.backend.name})", total, cfg.progress
+        f"engine calibration ({cfg.engine.backend.name})", len(experiments), cfg.progress
     ) as advance:
         return engine_steps.calibrate(
-            cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, max_prompt, advance
+            cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
         )
 
 
@@ -254,7 +258,7 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         ) as advance:
             tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
         del layer
-        steps, calibrations = earlier_calibrations(bundle, cfg)
+        steps, calibrations = earlier_calibrations(bundle, cfg, dtype_name(dtype))
         if cfg.engine.enable:
             rows, info = calibrate_engine(cfg, device, grid)
             steps = rows if steps is None else pd.concat([steps, rows], ignore_index=True)
