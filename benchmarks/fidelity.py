@@ -76,6 +76,8 @@ class Preset:
     real_repeats: int = 1
     """Real bench runs per load on the same workload; from 2 on, the report carries the real
     side's run-to-run difference (the noise floor) next to the simulator's error."""
+    torch_threads: int = 0
+    """torch's intra-op threads for every stage of the run (0: torch's default)."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -102,6 +104,10 @@ PRESETS: dict[str, Preset] = {
         probe_requests={"hf_cb": 64, "hf_generate": 16},
         num_requests=64,
         real_repeats=2,  # the noise floor: on a shared 2-core machine it is not small
+        # with torch on both cores, the engine's matmuls, the harness's replay and collector
+        # threads and the OS fight over them: two identical hf_cb runs differed by 13.6% at the
+        # median row and up to 48%; on one thread, by 4.4% and up to 11% (and faster)
+        torch_threads=1,
     ),
     # Qwen3-0.6B on an H100, bf16, hf_cb 512 tokens / 32 requests / 4096 blocks, eager
     "gpu_0_6b": Preset(
@@ -351,18 +357,24 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
 
 
 def sim_backend(
-    manifest: dict[str, Any], backend: str, name: str, src: Path, out: Path
+    manifest: dict[str, Any],
+    backend: str,
+    name: str,
+    src: Path,
+    out: Path,
+    extra: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
     """``--phase sim`` for one backend of a real phase's output ``src``: per load, Vidur
     simulates the recorded workload with the bundle profiled there and the same derived knobs,
-    and compare pairs it with the recorded real bench (stage runs under ``tmp/``)."""
+    and compare pairs it with the recorded real bench (stage runs under ``tmp/``). ``extra``
+    overrides (``--set``) change the simulation only, so two models meet one truth."""
     from gpu_simulate_test.analysis.stage import run as compare_run
     from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
 
     rec = manifest["backends"][backend]
     profiling_root = src / rec["profiling_root"]
     cfg, _ = compose_config(
-        [*rec["overrides"], "progress=false", f"profiling_root={profiling_root}"]
+        [*rec["overrides"], *extra, "progress=false", f"profiling_root={profiling_root}"]
     )
     cap = {k: v for k, v in rec["capacity"].items() if k != "loads"}
     cap["probe_run"] = str(src / cap["probe_run"])
@@ -444,6 +456,7 @@ def environment() -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": device,
         "driver": driver,
+        "torch_threads": torch.get_num_threads(),
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -501,7 +514,9 @@ def phase_real(
     return path
 
 
-def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
+def phase_sim(
+    src: Path, name: str | None, out: Path, command: str, extra: tuple[str, ...] = ()
+) -> Path:
     """``--phase sim --from src``: simulate and compare every load the manifest lists; the
     report's device, driver and versions are the real phase's (vidur's is this machine's)."""
     manifest = fid.read_manifest(src)
@@ -510,7 +525,7 @@ def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
     capacity, levels, plot_files, noise = {}, [], {}, {}
     for backend in manifest["backends"]:
         capacity[backend], rows, plot_files[backend], floor = sim_backend(
-            manifest, backend, name, src, out
+            manifest, backend, name, src, out, extra
         )
         levels += rows
         noise.update(floor)
@@ -523,6 +538,7 @@ def phase_sim(src: Path, name: str | None, out: Path, command: str) -> Path:
         "date": manifest.get("date"),
         "device": manifest.get("device"),
         "driver": manifest.get("driver"),
+        "torch_threads": manifest.get("torch_threads"),
         "versions": versions,
         "requests_per_load": manifest["requests_per_load"],
         "wall_time_s": round(float(manifest.get("wall_time_s", 0.0)) + sim_wall, 1),
@@ -567,12 +583,20 @@ def main(argv: list[str] | None = None) -> Path:
         "the report shows real vs real, the noise floor",
     )
     parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch intra-op threads for every stage (default: the preset's; 0: torch's own)",
+    )
+    parser.add_argument(
         "--set",
         dest="extra",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an extra pipeline override for every run (repeatable), e.g. engine_overhead=false",
+        help="an extra pipeline override for every run (repeatable), e.g. engine_overhead=false; "
+        "with --phase sim it changes the simulation only (e.g. vidur.step_jitter=true)",
     )
     args = parser.parse_args(argv)
     if args.summarize:
@@ -585,7 +609,7 @@ def main(argv: list[str] | None = None) -> Path:
             parser.error("--phase sim needs --from <dir of a --phase real run>")
         out = Path(args.out or "benchmarks/results")
         out.mkdir(parents=True, exist_ok=True)
-        return phase_sim(Path(args.src), args.name, out, command)
+        return phase_sim(Path(args.src), args.name, out, command, tuple(args.extra))
     if args.preset is None:
         parser.error(f"--phase {args.phase} needs --preset")
     if args.src:
@@ -595,9 +619,18 @@ def main(argv: list[str] | None = None) -> Path:
         PRESETS[args.preset],
         overrides=(*PRESETS[args.preset].overrides, *args.extra),
         real_repeats=args.real_repeats or PRESETS[args.preset].real_repeats,
+        torch_threads=PRESETS[args.preset].torch_threads
+        if args.torch_threads is None
+        else args.torch_threads,
     )
     if preset.real_repeats < 1:
         parser.error("--real-repeats must be >= 1")
+    if preset.torch_threads < 0:
+        parser.error("--torch-threads must be >= 0")
+    if preset.torch_threads:
+        import torch
+
+        torch.set_num_threads(preset.torch_threads)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     if args.phase == "real":
         if not args.out:

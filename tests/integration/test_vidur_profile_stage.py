@@ -175,7 +175,13 @@ def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: 
         "engine.repeats=1",
     )
     common = ("model=qwen3_tiny", "hardware=cpu", "profiling_root=p", *TINY_RANGES, *calibrate)
-    run_cli("vidur_profile", *common, "output.run_id=cb", "engine.batch_sizes=[1,3]", cwd=tmp_path)
+    run_cli(
+        "vidur_profile",
+        *common,
+        "output.run_id=cb",
+        "engine.batch_sizes=[1,3]",
+        cwd=tmp_path,
+    )
     proc = run_cli(
         "vidur_profile",
         *common,
@@ -193,6 +199,9 @@ def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: 
     assert (cb["samples"] >= 1).all() and (cb["context_tokens"] >= cb["num_q_tokens"]).all()
     assert set(bundle.meta["engine_calibration"]) == {"hf_cb", "hf_generate"}
     assert bundle.meta["engine_calibration"]["hf_cb"]["backend"]["name"] == "hf_cb"
+    spread = bundle.meta["engine_calibration"]["hf_generate"]["step_jitter"]
+    assert spread["samples"] == gen["samples"][gen["phase"] == "decode"].iloc[0]
+    assert spread["ratios"][0] <= 1.0 <= spread["ratios"][-1]  # around the row's median
     one = bundle.mlp[bundle.mlp["num_tokens"] == 1].filter(like=".median").sum(axis=1).iloc[0]
     layers_ms = one * bundle.meta["model"]["num_layers"]
     assert (gen["step_ms"] > layers_ms).all() and (cb["step_ms"] > layers_ms).all()

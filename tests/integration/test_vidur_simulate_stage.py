@@ -188,7 +188,11 @@ def test_qwen3_0_6b_with_batch_size_cap_128(tmp_path: Path) -> None:
 
 
 def lone_request_config(
-    root: Path, run_id: str, scheduler: VidurSchedulerConfig, engine_overhead: str = "none"
+    root: Path,
+    run_id: str,
+    scheduler: VidurSchedulerConfig,
+    engine_overhead: str = "none",
+    step_jitter: bool = False,
 ) -> VidurSimulateStageConfig:
     """Simulate ``root/workload/w`` with the bundle in ``root/profiles`` on a small CPU."""
     return VidurSimulateStageConfig(
@@ -204,6 +208,7 @@ def lone_request_config(
                 cache_dir=str(root / "cache"), num_training_job_threads=1
             ),
             engine_overhead=engine_overhead,
+            step_jitter=step_jitter,
         ),
         output=OutputConfig(root=str(root), run_id=run_id),
         progress=False,
@@ -256,3 +261,35 @@ def test_engine_overhead_adds_the_calibrated_step_cost(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="no engine calibration for backend 'hf_generate'"):
         simulate("missing", "hf_generate")
     assert not (tmp_path / "vidur_simulate" / "missing").exists()
+
+
+def test_step_jitter_stretches_steps_by_the_calibrated_spread(tmp_path: Path) -> None:
+    """A lone request of 33 tokens: with vidur.step_jitter each of its 32 decode steps is
+    stretched by a draw from the spread (every step >= its median, the mean ratio 1.3 here)."""
+    write_workload_run(tmp_path, "w", [64], [33], [0.0])
+    bundle = write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=8)
+    meta = read_json(bundle / layout.BUNDLE_META)
+    write_csv(bundle / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    cap_one = VidurSchedulerConfig(name="sarathi", batch_size_cap=1)
+
+    def simulate(run_id: str, jitter: bool) -> tuple[pd.DataFrame, Path]:
+        cfg = lone_request_config(tmp_path, run_id, cap_one, "hf_cb", step_jitter=jitter)
+        run = simulate_run(cfg, {})
+        return metrics_of(run), run
+
+    # a calibration without the spread (before version 4): a clear error, no run left
+    write_json(bundle / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": {}}})
+    with pytest.raises(ArtifactError, match=r"meta.json: engine_calibration\.hf_cb\.step_jitter"):
+        simulate("no-spread", True)
+    assert not (tmp_path / "vidur_simulate" / "no-spread").exists()
+    spread = {"percentiles": [0, 50, 100], "ratios": [1.0, 1.2, 1.8]}
+    calibration = {"hf_cb": {"step_jitter": spread}}
+    write_json(bundle / layout.BUNDLE_META, {**meta, "engine_calibration": calibration})
+    steady, _ = simulate("steady", False)
+    jittered, run = simulate("jittered", True)
+    again, _ = simulate("jittered-again", True)
+    ratio = jittered["tpot_s"].iloc[0] / steady["tpot_s"].iloc[0]
+    assert 1.15 < ratio < 1.45  # 32 draws averaging 1.3
+    assert jittered.equals(again)  # seeded by vidur.seed
+    recorded = read_json(run / layout.RUN_META)["engine_overhead"]["step_jitter"]
+    assert recorded["ratios"] == [1.0, 1.2, 1.8] and recorded["mean_ratio"] == pytest.approx(1.3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -19,7 +20,7 @@ from gpu_simulate_test.profiling.engine_steps import (
     plan_experiments,
 )
 from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
-from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, fit
+from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, StepJitter, fit
 from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
 
 OPS_MS = 1.0
@@ -95,6 +96,84 @@ def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
     assert overhead.ms([64, 1]) == pytest.approx(11 + 2.5 + 0.02 * 64)  # busy engine
 
 
+def test_prompt_slope_comes_from_every_prompt_carrying_step() -> None:
+    """Mixed steps at one prompt length (the longer one left out as beyond the simulation) give
+    no slope on their own; the idle prefills' lengths carry it, the mixed steps the wake-up."""
+    rows = steps()
+    rows.loc[rows["phase"] == "prefill", "step_ms"] += 5.0
+    mixed = pd.DataFrame(
+        [
+            {
+                "backend": "hf_cb",
+                "phase": "mixed",
+                "batch_size": b + 1,
+                "num_q_tokens": 16,
+                "context_tokens": 43,
+                "step_ms": OPS_MS + 10 + 0.5 * (b + 1) + 2.5 + 0.02 * 16,
+                "samples": 8,
+            }
+            for b in (1, 4)
+        ]
+    )
+    overhead, table = fit("hf_cb", pd.concat([rows, mixed], ignore_index=True), flat)
+    assert overhead.per_prefill_request_ms == pytest.approx(2.5, rel=1e-6)
+    assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
+    assert overhead.idle_prefill_ms == pytest.approx(5, rel=1e-6)
+    assert table["error"].abs().max() < 1e-6
+
+
+# A real calibration (hf_cb, tiny Qwen3, one CPU thread, 2026-11-23): measured step and Vidur's
+# ops (ms). Its mixed steps all had a 16-token prompt; fitting the slope on them alone put
+# 0.22 ms on every prompt token and predicted the 102-token prefill at 36.7 ms (twice the truth).
+REAL_ROWS = [
+    ("prefill", 1, 16, 16, 16.446, 1.299),
+    ("prefill", 1, 40, 40, 16.259, 1.609),
+    ("prefill", 1, 102, 102, 18.243, 2.617),
+    *[
+        ("decode", b, 1, 44, ms, ops)
+        for b, ms, ops in [
+            (1, 12.971, 1.044),
+            (2, 25.179, 1.057),
+            (3, 31.553, 1.062),
+            (4, 22.553, 1.074),
+            (5, 17.030, 1.074),
+            (6, 31.214, 1.086),
+            (7, 42.382, 1.087),
+            (8, 25.001, 1.097),
+        ]
+    ],
+    ("mixed", 2, 16, 38, 25.315, 1.485),
+    ("mixed", 5, 16, 38, 24.457, 1.515),
+]
+
+
+def test_a_real_calibration_is_fitted_within_its_noise() -> None:
+    rows = pd.DataFrame(
+        [
+            {
+                "backend": "hf_cb",
+                "phase": phase,
+                "batch_size": b,
+                "num_q_tokens": q,
+                "context_tokens": kv,
+                "step_ms": ms,
+                "samples": 8,
+            }
+            for phase, b, q, kv, ms, _ in REAL_ROWS
+        ]
+    )
+    ops = {(b, q): ops_ms for _, b, q, _, _, ops_ms in REAL_ROWS}  # (requests, longest query)
+
+    def vidur(q: list[int], _kv: list[int]) -> float:
+        return ops[(len(q), max(q))]
+
+    overhead, table = fit("hf_cb", rows, vidur)
+    prefill = table[table["phase"] == "prefill"]
+    assert prefill["error"].abs().max() < 0.05  # was +101% at 102 tokens
+    assert overhead.per_prefill_token_ms < 0.05
+    assert table["error"].abs().max() < 0.2  # the mixed steps: about +-15%
+
+
 def test_per_request_overhead_follows_the_engine_between_calibrated_sizes() -> None:
     """Engines are not linear in batch size (hf_cb on CPU: slower at 2 than at 4)."""
     overhead, table = fit("hf_cb", steps(decode={1: 12.0, 2: 27.0, 4: 25.0, 8: 26.0}), flat)
@@ -125,6 +204,43 @@ def test_execution_time_carries_the_overhead_in_total_time_only() -> None:
     assert wrapped.model_time == pytest.approx(0.002)
     assert wrapped.num_layers == 2
     assert wrapped.to_dict()["engine_overhead_time"] == 3.0
+    jittered = ExecutionTimeWithOverhead(base, 3.0, factor=1.5)  # the whole step stretches
+    assert jittered.total_time == pytest.approx(0.0075)
+    assert jittered.model_time == pytest.approx(0.002)
+    assert jittered.to_dict()["jitter_factor"] == 1.5
+
+
+SPREAD = {"percentiles": [0, 50, 90, 100], "ratios": [0.9, 1.0, 1.2, 2.0]}
+
+
+def test_step_jitter_draws_follow_the_recorded_spread() -> None:
+    jitter = StepJitter.from_calibration(SPREAD, "meta.json")
+    # the inverse CDF's integral: 0.5 * 0.95 + 0.4 * 1.1 + 0.1 * 1.6
+    assert jitter.mean_ratio == pytest.approx(1.075)
+    draw = jitter.sampler(seed=7)
+    draws = np.array([draw() for _ in range(20_000)])
+    assert draws.min() >= 0.9 and draws.max() <= 2.0
+    assert np.median(draws) == pytest.approx(1.0, abs=0.01)
+    assert np.percentile(draws, 90) == pytest.approx(1.2, abs=0.02)
+    assert draws.mean() == pytest.approx(jitter.mean_ratio, rel=0.01)
+    again = jitter.sampler(seed=7)
+    assert [again() for _ in range(5)] == pytest.approx(draws[:5].tolist())  # seeded
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        {"percentiles": [0, 100]},
+        {"percentiles": [0, 50, 100], "ratios": [1.0, 1.1]},
+        {"percentiles": [5, 50, 100], "ratios": [0.9, 1.0, 1.1]},
+        {"percentiles": [0, 50, 100], "ratios": [1.0, 0.9, 1.1]},
+        {"percentiles": [0, 100], "ratios": [0.0, 1.0]},
+        None,
+    ],
+)
+def test_step_jitter_refuses_a_spread_it_cannot_draw_from(recorded: object) -> None:
+    with pytest.raises(ValueError, match=r"meta.json: expected"):
+        StepJitter.from_calibration(recorded, "meta.json")
 
 
 def test_bundle_engine_steps_name_the_missing_backend_and_bad_rows(tmp_path: Path) -> None:
@@ -161,6 +277,11 @@ def test_calibration_plan_fits_the_engine() -> None:
     ]
     assert decode_runs == [8, 4, 3, 2]
     assert len(exps) == 2 * 4 + (8 + 4 + 3 + 2 * 17) + 2 * 4
+    # interleaved in rounds: every experiment once before any runs twice; only decode batch 1
+    # (8 runs) is left for the last rounds
+    first_round = exps[: len(set(exps))]
+    assert len(set(first_round)) == len(first_round) == 4 + 20 + 4
+    assert exps[-4:] == [e for e in exps if e.phase == "decode" and e.batch_size == 1][-4:]
     sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
     assert {e.phase for e in plan_experiments(sequential, 512)} == {"prefill", "decode"}
@@ -188,7 +309,13 @@ def test_engine_overhead_config_is_checked() -> None:
 def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
     """Prefill: arrival to first token; decode: the later half of the gaps; mixed: each
     decoder's gap that ends with the newcomer's first token."""
-    from gpu_simulate_test.profiling.engine_steps import Experiment, _requests, step_rows
+    from gpu_simulate_test.profiling.engine_steps import (
+        Experiment,
+        _requests,
+        step_jitter,
+        step_rows,
+        step_samples,
+    )
     from gpu_simulate_test.real_bench.records import STATUS_OK, Recorder
 
     exps = [
@@ -210,9 +337,29 @@ def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
         play(rid, 1.0, [1.05, 1.10, 1.15, 1.16, 1.17, 1.18])
     play(3, 2.0, [2.01, 2.02, 2.03, 2.06, 2.07, 2.08])  # a decoder; the step with the
     play(4, 2.025, [2.06, 2.07, 2.08, 2.09, 2.10, 2.11])  # newcomer took 30 ms
-    rows = step_rows("hf_cb", exps, groups, recorder, decode_tokens=6).set_index("phase")
+    samples = step_samples(exps, groups, recorder)
+    rows = step_rows("hf_cb", samples, decode_tokens=6).set_index("phase")
     assert rows.loc["prefill", "step_ms"] == pytest.approx(20)
     assert rows.loc["decode", "step_ms"] == pytest.approx(10)
     assert rows.loc["decode", "samples"] == 2 * 3
     assert rows.loc["mixed", "step_ms"] == pytest.approx(30)
     assert rows.loc["mixed", "batch_size"] == 2 and rows.loc["mixed", "num_q_tokens"] == 128
+    # the decode gaps (10, 10, 10 ms per request) sit on their median: no spread
+    jitter = step_jitter(samples)
+    assert jitter is not None and jitter["samples"] == 6
+    assert jitter["ratios"] == pytest.approx([1.0] * len(jitter["percentiles"]))
+
+
+def test_step_jitter_pools_decode_gaps_relative_to_their_row() -> None:
+    from gpu_simulate_test.profiling.engine_steps import Experiment, step_jitter
+
+    slow, fast = Experiment("decode", 1, 32), Experiment("decode", 4, 32)
+    # two rows at different levels, the same shape: 3 of 4 steps at the median, 1 twice as long
+    jitter = step_jitter({slow: [0.1, 0.1, 0.1, 0.2], fast: [0.01, 0.01, 0.01, 0.02]})
+    assert jitter is not None
+    assert jitter["samples"] == 8
+    assert jitter["mean_ratio"] == pytest.approx(1.25)
+    by_percentile = dict(zip(jitter["percentiles"], jitter["ratios"], strict=True))
+    assert by_percentile[50] == pytest.approx(1.0)
+    assert by_percentile[100] == pytest.approx(2.0)
+    assert step_jitter({Experiment("prefill", 1, 64): [0.02, 0.03]}) is None

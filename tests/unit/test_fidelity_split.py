@@ -115,3 +115,13 @@ print("ok")
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_bad_thread_count_is_refused_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.fidelity import PRESETS, main
+
+    assert PRESETS["cpu_tiny"].torch_threads == 1  # the stable setting on 2 shared cores
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "cpu_tiny", "--torch-threads", "-1", "--out", "unused"])
+    assert exc.value.code == 2
+    assert "--torch-threads must be >= 0" in capsys.readouterr().err

@@ -198,6 +198,10 @@ class VidurConfig:
     """Add the per-step cost the bundle's engine calibration measured for this backend
     (``hf_cb``, ``hf_generate``, ...) to every simulated batch; ``none`` simulates the
     profiled ops alone (Vidur's own model)."""
+    step_jitter: bool = False
+    """Multiply every simulated step by a factor drawn (seeded by ``seed``) from the spread of
+    the calibrated decode steps around their median (meta.json
+    ``engine_calibration.<backend>.step_jitter``); needs ``engine_overhead``."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""

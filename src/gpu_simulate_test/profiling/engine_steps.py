@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,11 @@ from gpu_simulate_test.real_bench.harness import switch_interval
 from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
-steps; 3: at least 64 timed steps per decode row); a bundle calibrated by another version is
-not reused by the pipeline."""
+steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
+``step_jitter``, and the experiments interleaved in rounds); a bundle calibrated by another
+version is not reused by the pipeline."""
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
@@ -57,6 +58,10 @@ MIXED_START_FRACTION = 3
 MIXED_DECODERS = 4
 """The larger decode batch a mixed experiment prefills next to (the other is 1)."""
 POLL_S = 0.01
+JITTER_PERCENTILES: tuple[float, ...] = (
+    0, 0.5, 1, 2.5, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97.5, 99, 99.5, 100,
+)  # fmt: skip
+"""Where the decode-step spread is recorded (finer in the tails, where the slow steps are)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,10 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             for p in sorted({prompts[0], prompts[-1]})
             if b + 1 <= cap
         ]
-    return [e for e in experiments for _ in range(times(e, cfg))]
+    # interleaved: round r runs every experiment that still needs a run, so each row's samples
+    # spread over the whole calibration instead of one burst of a few seconds
+    counts = {e: times(e, cfg) for e in experiments}
+    return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
 
 
 def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:
@@ -222,14 +230,12 @@ def _mixed_step(records: Sequence[Any]) -> list[float]:
     return gaps
 
 
-def step_rows(
-    backend: str,
+def step_samples(
     experiments: Sequence[Experiment],
     groups: Sequence[Sequence[BenchRequest]],
     recorder: Recorder,
-    decode_tokens: int,
-) -> pd.DataFrame:
-    """One row per distinct experiment: the median step time over its repeats."""
+) -> dict[Experiment, list[float]]:
+    """Every timed step (seconds) per distinct experiment, over its repeats."""
     samples: dict[Experiment, list[float]] = {}
     for exp, group in zip(experiments, groups, strict=True):
         records = [recorder.records[r.request_id] for r in group]
@@ -250,10 +256,15 @@ def step_rows(
             for rec in records:
                 gaps = np.diff(rec.event_times_s)
                 times.extend(gaps[len(gaps) // 2 :].tolist())
+    return {exp: times for exp, times in samples.items() if times}
+
+
+def step_rows(
+    backend: str, samples: Mapping[Experiment, Sequence[float]], decode_tokens: int
+) -> pd.DataFrame:
+    """One row per distinct experiment: the median step time over its repeats."""
     rows = []
     for exp, times in samples.items():
-        if not times:
-            continue
         if exp.phase == "prefill":
             context = exp.prompt_tokens
         elif exp.phase == "decode":  # the middle of the timed half
@@ -272,6 +283,50 @@ def step_rows(
             }
         )
     return pd.DataFrame(rows, columns=ENGINE_STEPS_TABLE.column_names)
+
+
+def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any] | None:
+    """The spread of decode steps around their row's median, pooled over the decode rows.
+
+    Each decode gap is divided by the median of its row (``step_ms``); the percentiles of those
+    ratios (``JITTER_PERCENTILES``) are what ``vidur.step_jitter`` draws a factor from for every
+    simulated step. The rows' medians make the model; this is how far single steps stray from
+    them (the OS, the allocator, the garbage collector), which per-request TPOT and its p90
+    carry and a deterministic simulator does not. None without decode samples.
+    """
+    ratios = [
+        np.asarray(times) / np.median(times)
+        for exp, times in samples.items()
+        if exp.phase == "decode" and np.median(times) > 0
+    ]
+    if not ratios:
+        return None
+    pooled = np.concatenate(ratios)
+    return {
+        "percentiles": list(JITTER_PERCENTILES),
+        "ratios": [round(float(v), 6) for v in np.percentile(pooled, JITTER_PERCENTILES)],
+        "mean_ratio": round(float(pooled.mean()), 6),
+        "samples": int(pooled.size),
+    }
+
+
+def _run_experiment(
+    backend: Any,
+    recorder: Recorder,
+    exp: Experiment,
+    group: Sequence[BenchRequest],
+    decode_tokens: int,
+    timeout_s: float,
+) -> None:
+    """Submit one experiment's requests on an idle engine and wait until all are done."""
+    decoders = list(group[:-1] if exp.phase == "mixed" else group)
+    for req in decoders:
+        backend.submit(req)
+    if exp.phase == "mixed":  # the newcomer, once the decoders are under way
+        ids = [r.request_id for r in decoders]
+        _wait(backend, recorder, ids, timeout_s, decode_tokens // MIXED_START_FRACTION)
+        backend.submit(group[-1])
+    _wait(backend, recorder, [r.request_id for r in group], timeout_s)
 
 
 def calibrate(
@@ -298,22 +353,15 @@ def calibrate(
         backend.warmup(groups[0])
         recorder.origin = time.perf_counter()
         with switch_interval(interval):  # as during the real bench's replay
-            timeout = cfg.backend.request_timeout_s
             for exp, group in zip(experiments, groups, strict=True):
-                decoders = list(group[:-1] if exp.phase == "mixed" else group)
-                for req in decoders:
-                    backend.submit(req)
-                if exp.phase == "mixed":  # the newcomer, once the decoders are under way
-                    ids = [r.request_id for r in decoders]
-                    _wait(
-                        backend, recorder, ids, timeout, cfg.decode_tokens // MIXED_START_FRACTION
-                    )
-                    backend.submit(group[-1])
-                _wait(backend, recorder, [r.request_id for r in group], timeout)
+                _run_experiment(
+                    backend, recorder, exp, group, cfg.decode_tokens, cfg.backend.request_timeout_s
+                )
                 advance(1)
     finally:
         backend.close()
-    rows = step_rows(cfg.backend.name, experiments, groups, recorder, cfg.decode_tokens)
+    samples = step_samples(experiments, groups, recorder)
+    rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)
     info = {
         "version": CALIBRATION_VERSION,
         "settings": dataclasses.asdict(cfg),
@@ -326,5 +374,6 @@ def calibrate(
         "experiments": sorted({(e.phase, e.batch_size, e.prompt_tokens) for e in experiments}),
         "wall_time_s": round(time.perf_counter() - started, 3),
         "engine": backend.describe(),
+        "step_jitter": step_jitter(samples),
     }
     return rows, info

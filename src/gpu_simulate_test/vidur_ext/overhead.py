@@ -16,12 +16,16 @@ builds inputs and streams outputs) depends on N, not on the phase, and not linea
 2 CPU cores steps slower at 2 requests than at 4): ``requests`` interpolates the decode steps'
 overhead between the calibrated batch sizes and beyond them follows a non-negative line
 ``base + per_request · N`` fitted on all of them. The prefill terms are a non-negative
-least-squares line on the mixed steps' overhead beyond ``requests(N)`` (a prompt prefilled next
-to running decodes) when the calibration has them, else on the prefill steps' overhead beyond
-``requests(1)``. With mixed steps, what an idle engine's prefill costs on top (waking the engine)
-is ``idle_prefill``, charged to batches without decodes: in a trace replay those start on an
-idle engine. The predictor adds the overhead to every batch's execution time, so queueing, TTFT,
-TPOT and E2E all see it.
+least-squares fit over every calibrated step that carries a prompt (the idle prefills and the
+mixed steps: a prompt prefilled next to running decodes) of its overhead beyond ``requests(N)``.
+With mixed steps, what an idle engine's prefill costs on top (waking the engine) is
+``idle_prefill``, a third term of the same fit, charged to batches without decodes: in a trace
+replay those start on an idle engine. The predictor adds the overhead to every batch's execution
+time, so queueing, TTFT, TPOT and E2E all see it.
+
+With ``vidur.step_jitter`` the whole step (ops and overhead) is then multiplied by a factor drawn,
+per batch, from the calibration's decode-step spread (:class:`StepJitter`): the calibrated
+medians stay the model's centre, and single steps stray from them as the real engine's do.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -113,6 +118,40 @@ def _predictions(
     return rows, np.array(values)
 
 
+def _prefill_terms(
+    tokens: np.ndarray,
+    extra: np.ndarray,
+    measured: np.ndarray,
+    prefill: np.ndarray,
+    mixed: np.ndarray,
+) -> tuple[float, float, float]:
+    """``(per_prefill_request, per_prefill_token, idle_prefill)``: one non-negative least-squares
+    fit over every step that carries a prompt, of its overhead beyond ``requests(N)`` (``extra``).
+
+    Idle prefills and mixed steps share the per-request and per-token terms; an idle column (1
+    on the idle prefills) takes what waking the engine costs, when mixed steps are there to tell
+    it apart. Fitting them together keeps the per-token slope on every prompt length measured: the
+    mixed steps alone may all have one prompt length (the calibration's longest prompt can lie
+    beyond what a simulation predicts, and is then left out), and a slope through one length is
+    arbitrary. With fewer than two prompt lengths there is no slope (0).
+    """
+    carrying = prefill | mixed
+    columns = [np.ones(int(carrying.sum()))]
+    spans_lengths = len(np.unique(tokens[carrying])) >= 2
+    if spans_lengths:
+        columns.append(tokens[carrying])
+    separate_idle = bool(mixed.any()) and bool(prefill.any())
+    if separate_idle:
+        columns.append(prefill[carrying].astype(float))
+    scale = measured[carrying]  # relative error, as for the decode line
+    coef, _ = nnls(np.column_stack(columns) / scale[:, None], extra[carrying] / scale)
+    terms = iter(float(c) for c in coef)
+    per_prefill = next(terms)
+    per_token = next(terms) if spans_lengths else 0.0
+    idle = next(terms) if separate_idle else 0.0
+    return per_prefill, per_token, idle
+
+
 def fit(
     backend: str, rows: pd.DataFrame, predict_ms: Callable[[list[int], list[int]], float]
 ) -> tuple[StepOverhead, pd.DataFrame]:
@@ -145,17 +184,9 @@ def fit(
         batch_overhead_ms=tuple(float(v) for v in by_size.to_numpy()),
     )
     beside = np.array([requests_only.requests_ms(int(b)) for b in batch])
-    idle = 0.0
-    if mixed.sum() >= 2:  # prefill terms from a busy engine; the idle engine's extra apart
-        per_prefill, per_token = _nnls_line(
-            tokens[mixed], residual[mixed] - beside[mixed], measured[mixed]
-        )
-        extra = residual[prefill] - beside[prefill] - per_prefill - per_token * tokens[prefill]
-        idle = max(0.0, float(np.median(extra)))
-    else:
-        per_prefill, per_token = _nnls_line(
-            tokens[prefill], residual[prefill] - beside[prefill], measured[prefill]
-        )
+    per_prefill, per_token, idle = _prefill_terms(
+        tokens, residual - beside, measured, prefill, mixed
+    )
     overhead = dataclasses.replace(
         requests_only,
         per_prefill_request_ms=per_prefill,
@@ -172,24 +203,81 @@ def fit(
     return overhead, table
 
 
+@dataclass(frozen=True)
+class StepJitter:
+    """How single engine steps stray from their calibrated median: the percentiles of
+    step / median over the calibration's decode steps (``engine_steps.step_jitter``)."""
+
+    percentiles: tuple[float, ...]
+    ratios: tuple[float, ...]
+
+    @classmethod
+    def from_calibration(cls, recorded: Any, where: str) -> StepJitter:
+        """From meta.json's ``engine_calibration.<backend>.step_jitter``; ValueError naming
+        ``where`` when it is not a usable spread."""
+        try:
+            percentiles = tuple(float(v) for v in recorded["percentiles"])
+            ratios = tuple(float(v) for v in recorded["ratios"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{where}: expected {{'percentiles': [...], 'ratios': [...]}}, got {recorded!r}"
+            ) from exc
+        if (
+            len(percentiles) < 2
+            or len(percentiles) != len(ratios)
+            or percentiles[0] != 0
+            or percentiles[-1] != 100
+            or any(b <= a for a, b in pairwise(percentiles))
+            or any(b < a for a, b in pairwise(ratios))
+            or ratios[0] <= 0
+        ):
+            raise ValueError(
+                f"{where}: expected percentiles rising from 0 to 100 and positive, "
+                f"non-decreasing ratios of the same length, got {recorded!r}"
+            )
+        return cls(percentiles, ratios)
+
+    @property
+    def mean_ratio(self) -> float:
+        """The mean factor a draw gives (the piecewise-linear inverse CDF's integral)."""
+        p, r = np.asarray(self.percentiles) / 100, np.asarray(self.ratios)
+        return float(np.sum(np.diff(p) * (r[1:] + r[:-1]) / 2))
+
+    def sampler(self, seed: int) -> Callable[[], float]:
+        """Seeded draws: a uniform percentile through the inverse CDF, one per call."""
+        rng = np.random.default_rng(seed)
+        percentiles, ratios = np.asarray(self.percentiles), np.asarray(self.ratios)
+
+        def draw() -> float:
+            return float(np.interp(rng.uniform(0.0, 100.0), percentiles, ratios))
+
+        return draw
+
+
 class ExecutionTimeWithOverhead:
-    """Vidur's ExecutionTime of a batch, plus the engine's overhead in ``total_time``.
+    """Vidur's ExecutionTime of a batch, plus the engine's overhead in ``total_time``, times
+    the step's jitter factor (1 without jitter).
 
     ``model_time`` stays the ops alone (Vidur reports it as model execution time); everything
     else is read from the wrapped object.
     """
 
-    def __init__(self, base: Any, overhead_ms: float) -> None:
+    def __init__(self, base: Any, overhead_ms: float, factor: float = 1.0) -> None:
         self._base = base
         self.engine_overhead_ms = overhead_ms
+        self.jitter_factor = factor
 
     @property
     def total_time(self) -> float:
-        return float(self._base.total_time) + self.engine_overhead_ms * 1e-3
+        return (float(self._base.total_time) + self.engine_overhead_ms * 1e-3) * self.jitter_factor
 
     def to_dict(self) -> dict[str, float]:
         base = self._base.to_dict() if hasattr(self._base, "to_dict") else {}
-        return {**base, "engine_overhead_time": self.engine_overhead_ms}
+        return {
+            **base,
+            "engine_overhead_time": self.engine_overhead_ms,
+            "jitter_factor": self.jitter_factor,
+        }
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)

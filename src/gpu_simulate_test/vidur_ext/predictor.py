@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -83,20 +84,26 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     cache_hit: bool = False
     """Set by __init__: True when every prediction table came from the cache."""
     step_overhead: StepOverhead | None = None
+    step_jitter: Callable[[], float] | None = None
+    """Draws each batch's jitter factor (None: every step at its calibrated median)."""
 
     def ops_time_ms(self, num_q_tokens: list[int], num_kv_tokens: list[int]) -> float:
         """Vidur's own prediction (profiled ops only) for a batch of this shape."""
         batch = Batch(0, [None] * len(num_q_tokens), num_q_tokens, num_kv_tokens)
         return float(super().get_execution_time(batch, 0).total_time) * 1e3
 
-    def attach_overhead(self, overhead: StepOverhead | None) -> None:
+    def attach_overhead(
+        self, overhead: StepOverhead | None, jitter: Callable[[], float] | None = None
+    ) -> None:
         self.step_overhead = overhead
+        self.step_jitter = jitter
 
     def get_execution_time(self, batch: Any, pipeline_stage: int) -> Any:
         base = super().get_execution_time(batch, pipeline_stage)
         if self.step_overhead is None:
             return base
-        return ExecutionTimeWithOverhead(base, self.step_overhead.ms(batch.num_q_tokens))
+        factor = self.step_jitter() if self.step_jitter is not None else 1.0
+        return ExecutionTimeWithOverhead(base, self.step_overhead.ms(batch.num_q_tokens), factor)
 
     def _get_input_files(self) -> tuple[str, str, str, str]:
         profile = Path(self._config.profile_dir)

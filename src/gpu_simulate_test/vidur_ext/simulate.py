@@ -20,7 +20,7 @@ import pandas as pd
 
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import atomic_open, write_csv
+from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.reporting import console, print_table
@@ -53,6 +53,8 @@ class Inputs:
     max_tokens: int
     engine_steps: pd.DataFrame | None = None
     """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
+    step_jitter: overhead.StepJitter | None = None
+    """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
@@ -73,6 +75,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     plan.check_coverage(needs, bundle)
     backend = cfg.vidur.engine_overhead
     engine_steps = bundle.engine_steps(backend) if backend != "none" else None
+    jitter = load_step_jitter(bundle, backend) if cfg.vidur.step_jitter else None
     return Inputs(
         workload=workload,
         bundle=bundle,
@@ -84,7 +87,28 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         bounds=plan.prediction_bounds(needs, cfg.vidur.predictor),
         max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
         engine_steps=engine_steps,
+        step_jitter=jitter,
     )
+
+
+def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
+    """The step spread ``backend``'s calibration recorded; ArtifactError when there is none."""
+    if backend == "none":
+        raise ArtifactError(
+            "vidur.step_jitter=true needs vidur.engine_overhead=<backend>: the spread is "
+            "measured by that backend's engine calibration"
+        )
+    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.step_jitter"
+    recorded = (bundle.engine_calibration(backend) or {}).get("step_jitter")
+    if recorded is None:
+        raise ArtifactError(
+            f"{where} is missing (calibrated before calibration version 4); profile again with "
+            f"engine.enable=true engine.backend.name={backend}, or set vidur.step_jitter=false"
+        )
+    try:
+        return overhead.StepJitter.from_calibration(recorded, where)
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from exc
 
 
 def write_trace(path: Path, inputs: Inputs) -> Path:
@@ -224,12 +248,16 @@ class SimulationResult:
 
 
 def simulate(
-    simulation_config: Any, engine_steps: pd.DataFrame | None = None, backend: str = ""
+    simulation_config: Any,
+    engine_steps: pd.DataFrame | None = None,
+    backend: str = "",
+    jitter: overhead.StepJitter | None = None,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
     With ``engine_steps`` (one backend's calibration rows), the engine's per-step overhead is
-    fitted against this predictor and added to every batch before the event loop starts.
+    fitted against this predictor and added to every batch before the event loop starts; with
+    ``jitter`` too, every batch's time is multiplied by a seeded draw from it.
     """
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
@@ -246,8 +274,11 @@ def simulate(
     report, table = None, None
     if engine_steps is not None:
         step_overhead, table = overhead.fit(backend, engine_steps, predictor.ops_time_ms)
-        predictor.attach_overhead(step_overhead)
+        draw = jitter.sampler(simulation_config.seed) if jitter is not None else None
+        predictor.attach_overhead(step_overhead, draw)
         report = overhead.fit_report(step_overhead, table)
+        if jitter is not None:
+            report["step_jitter"] = {**asdict(jitter), "mean_ratio": jitter.mean_ratio}
     built = time.perf_counter()
     simulator.run()  # event loop, then Vidur writes its metrics
     done = time.perf_counter()
@@ -283,7 +314,12 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         trace_file = write_trace(out_dir / TRACE_FILE, inputs)
         built = build_simulation_config(cfg, inputs, out_dir, trace_file)
         r.update_meta(num_blocks=inputs.kv_cache.num_blocks, **built.notes)
-        result = simulate(built.simulation_config, inputs.engine_steps, cfg.vidur.engine_overhead)
+        result = simulate(
+            built.simulation_config,
+            inputs.engine_steps,
+            cfg.vidur.engine_overhead,
+            inputs.step_jitter,
+        )
         if result.engine_overhead_fit is not None:
             with atomic_open(r.file(ENGINE_OVERHEAD_FIT)) as handle:
                 result.engine_overhead_fit.to_csv(handle, index=False, lineterminator="\n")
