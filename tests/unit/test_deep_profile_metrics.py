@@ -78,10 +78,20 @@ def test_serving_summary_ttft_tpot_throughput() -> None:
 
 
 class _Event:
-    def __init__(self, key: str, count: int, self_cpu: float, self_dev: float) -> None:
+    def __init__(
+        self,
+        key: str,
+        count: int,
+        self_cpu: float,
+        self_dev: float,
+        annotation: bool = False,
+        dev_total: float | None = None,
+    ) -> None:
         self.key, self.count = key, count
         self.self_cpu_time_total, self.cpu_time_total = self_cpu, self_cpu * 2
-        self.self_device_time_total, self.device_time_total = self_dev, self_dev
+        self.self_device_time_total = self_dev
+        self.device_time_total = self_dev if dev_total is None else dev_total
+        self.is_user_annotation = annotation
 
 
 def test_operator_rows_convert_us_to_ms_and_shares_add_up() -> None:
@@ -98,13 +108,27 @@ def test_operator_rows_convert_us_to_ms_and_shares_add_up() -> None:
     assert [r["operator"] for r in top] == ["aten::mm"]
 
 
-def test_a_range_seen_on_cpu_and_gpu_is_one_row() -> None:
-    # seen on an H100: record_function("decode") comes back as a CPU event and a GPU annotation
-    rows = operator_rows([_Event("decode", 4, 2000.0, 0.0), _Event("decode", 4, 0.0, 500.0)])
-    assert len(rows) == 1
-    assert rows[0]["calls"] == 4
-    assert rows[0]["self_cpu_time_ms"] == pytest.approx(2.0)
-    assert rows[0]["self_device_time_ms"] == pytest.approx(0.5)
+def test_a_range_seen_on_cpu_and_gpu_is_one_row_without_double_counting() -> None:
+    # seen on an H100: record_function("decode") comes back as a CPU event (whose kernels sum to
+    # 400 us) and a GPU annotation whose "self" device time is its 500 us span; the kernels
+    # inside are their own rows
+    rows = operator_rows(
+        [
+            _Event("decode", 4, 2000.0, 0.0, annotation=True, dev_total=400.0),
+            _Event("decode", 4, 0.0, 500.0, annotation=True),
+            _Event("aten::mm", 8, 300.0, 300.0),
+            _Event("aten::add", 8, 100.0, 100.0),
+        ]
+    )
+    by_name = {r["operator"]: r for r in rows}
+    assert len(rows) == 3
+    decode = by_name["decode"]
+    assert decode["calls"] == 4
+    assert decode["self_cpu_time_ms"] == pytest.approx(2.0)
+    assert decode["self_device_time_ms"] == 0  # the kernels' time is theirs, not the range's
+    assert decode["device_total_time_ms"] == pytest.approx(0.5)  # the range's span
+    assert by_name["aten::mm"]["self_device_share_pct"] == pytest.approx(75.0)
+    assert sum(r["self_device_share_pct"] for r in rows) == pytest.approx(100.0)
 
 
 def test_activities_and_sort_key_follow_the_device() -> None:

@@ -53,16 +53,21 @@ def operator_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
     """One row per operator name of ``key_averages()``: calls, self/total CPU and device time
     (ms), shares. Entries sharing a name are merged (times summed, calls the larger count).
 
-    Shares are of the summed self time of every operator, so they add up to 100 %.
+    On CUDA a ``record_function`` range (``prefill``, ``decode``) comes back twice under one
+    key: its CPU event and its GPU-side user annotation, whose "self" device time is the whole
+    range's span, the kernels inside it counted a second time (pytorch/pytorch#130730). A user
+    annotation therefore adds no self device time; its device total is its span (or, without
+    one, the kernels it launched). Shares are of the summed self time of every operator, so they
+    add up to 100 %.
     """
-    # On CUDA a record_function range appears twice (its CPU event and its GPU-side
-    # user annotation) under one key: merge entries that share a name.
     merged: dict[str, dict[str, Any]] = {}
+    spans: dict[str, float] = {}
     for e in events:
+        key = str(e.key)
         row = merged.setdefault(
-            str(e.key),
+            key,
             {
-                "operator": str(e.key),
+                "operator": key,
                 "calls": 0,
                 "self_cpu_time_ms": 0.0,
                 "cpu_total_time_ms": 0.0,
@@ -73,8 +78,14 @@ def operator_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
         row["calls"] = max(row["calls"], int(e.count))
         row["self_cpu_time_ms"] += _us_to_ms(e.self_cpu_time_total)
         row["cpu_total_time_ms"] += _us_to_ms(e.cpu_time_total)
+        device_total = _us_to_ms(getattr(e, "device_time_total", 0.0))
+        if getattr(e, "is_user_annotation", False):
+            spans[key] = max(spans.get(key, 0.0), device_total)
+            continue
         row["self_device_time_ms"] += _us_to_ms(getattr(e, "self_device_time_total", 0.0))
-        row["device_total_time_ms"] += _us_to_ms(getattr(e, "device_time_total", 0.0))
+        row["device_total_time_ms"] += device_total
+    for key, span in spans.items():
+        merged[key]["device_total_time_ms"] = max(merged[key]["device_total_time_ms"], span)
     rows = list(merged.values())
     cpu_total = sum(r["self_cpu_time_ms"] for r in rows)
     device_total = sum(r["self_device_time_ms"] for r in rows)
