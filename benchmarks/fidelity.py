@@ -78,6 +78,9 @@ class Preset:
     side's run-to-run difference (the noise floor) next to the simulator's error."""
     torch_threads: int = 0
     """torch's intra-op threads for every stage of the run (0: torch's default)."""
+    calibrate_each_load: bool = False
+    """Profile and calibrate right before every load's real run (its own bundle) instead of once
+    per backend: on a host whose speed drifts, the calibration then sees the real run's moment."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -178,7 +181,8 @@ def measure_capacity(
 
 def backend_overrides(preset: Preset, backend: str) -> list[str]:
     """The Hydra overrides of one backend's pipeline config (no output or profiling roots)."""
-    return [*preset.overrides, f"backend={backend}", *preset.backend_overrides[backend]]
+    fresh = ["reuse_profile=false"] if preset.calibrate_each_load else []
+    return [*preset.overrides, f"backend={backend}", *preset.backend_overrides[backend], *fresh]
 
 
 def load_record(
@@ -324,7 +328,12 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
         workload_dir = workload_run(workload_cfg, res)
         scheduler, load_needs = scheduler_needs(load_cfg, workload_dir)
         needs = _widest(needs, load_needs)
-        misfits = bundle_misfits(load_cfg, scheduler, needs)
+        if preset.calibrate_each_load:  # this load's own bundle, made right before its run
+            load_root = profiling_root / f"load{index}"
+            load_cfg = dataclasses.replace(load_cfg, profiling_root=str(load_root))
+            misfits = ["calibrate_each_load"]
+        else:
+            misfits = bundle_misfits(load_cfg, scheduler, needs)
         if misfits:
             console.print("profiling, because: " + "; ".join(misfits))
             profile_cfg = profile_config(
@@ -337,17 +346,18 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
             repeat_real(load_cfg, run_id, workload_dir, k)
             for k in range(2, preset.real_repeats + 1)
         ]
-        loads.append(
-            {
-                "load_fraction": fraction,
-                "offered_qps": qps,
-                "run_id": run_id,
-                "workload_dir": str(workload_dir),
-                "real_dir": str(real_dir),
-                "repeat_dirs": [str(d) for d in repeats],
-                "scheduler": dataclasses.asdict(scheduler),
-            }
-        )
+        load: dict[str, Any] = {
+            "load_fraction": fraction,
+            "offered_qps": qps,
+            "run_id": run_id,
+            "workload_dir": str(workload_dir),
+            "real_dir": str(real_dir),
+            "repeat_dirs": [str(d) for d in repeats],
+            "scheduler": dataclasses.asdict(scheduler),
+        }
+        if preset.calibrate_each_load:
+            load["profiling_root"] = load_cfg.profiling_root
+        loads.append(load)
     return {
         "overrides": overrides,
         "profiling_root": str(profiling_root),
@@ -396,7 +406,10 @@ def sim_backend(
                 f"{load.run_id}: derived scheduler {derived} differs from the one the real "
                 f"phase recorded {dict(load.scheduler)}"
             )
-        misfits = bundle_misfits(cfg, scheduler, needs)
+        # the load's own bundle (calibrated right before its real run), or the backend's
+        root = src / load.profiling_root if load.profiling_root else profiling_root
+        load_cfg = dataclasses.replace(cfg, profiling_root=str(root))
+        misfits = bundle_misfits(load_cfg, scheduler, needs)
         if misfits:
             raise SystemExit(f"{load.run_id}: the bundle does not fit: " + "; ".join(misfits))
         output = OutputConfig(root=cfg.output.root, run_id=load.run_id, overwrite=True)
@@ -405,7 +418,7 @@ def sim_backend(
             hardware=cfg.hardware,
             vidur=simulation_vidur(cfg, scheduler),
             workload_dir=str(workload_dir),
-            profiling_root=str(profiling_root),
+            profiling_root=str(root),
             output=output,
             progress=False,
         )
@@ -590,6 +603,12 @@ def main(argv: list[str] | None = None) -> Path:
         help="torch intra-op threads for every stage (default: the preset's; 0: torch's own)",
     )
     parser.add_argument(
+        "--calibrate-each-load",
+        action="store_true",
+        help="profile and calibrate right before every load's real run, into its own bundle "
+        "(default: once per backend)",
+    )
+    parser.add_argument(
         "--set",
         dest="extra",
         action="append",
@@ -622,6 +641,7 @@ def main(argv: list[str] | None = None) -> Path:
         torch_threads=PRESETS[args.preset].torch_threads
         if args.torch_threads is None
         else args.torch_threads,
+        calibrate_each_load=args.calibrate_each_load or PRESETS[args.preset].calibrate_each_load,
     )
     if preset.real_repeats < 1:
         parser.error("--real-repeats must be >= 1")

@@ -13,20 +13,23 @@ from gpu_simulate_test.analysis import fidelity as fid
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _backend(root: Path, backend: str, capacity: float) -> dict[str, object]:
+def _backend(
+    root: Path, backend: str, capacity: float, own_bundles: bool = False
+) -> dict[str, object]:
     loads = []
     for index, (fraction, qps) in enumerate(fid.load_levels(capacity)):
         run_id = f"t-{backend}-load{index}"
-        loads.append(
-            {
-                "load_fraction": fraction,
-                "offered_qps": qps,
-                "run_id": run_id,
-                "workload_dir": str(root / "workload" / run_id),
-                "real_dir": str(root / "real_bench" / run_id),
-                "scheduler": {"name": "sarathi", "chunk_size": 256, "batch_size_cap": 8},
-            }
-        )
+        load: dict[str, object] = {
+            "load_fraction": fraction,
+            "offered_qps": qps,
+            "run_id": run_id,
+            "workload_dir": str(root / "workload" / run_id),
+            "real_dir": str(root / "real_bench" / run_id),
+            "scheduler": {"name": "sarathi", "chunk_size": 256, "batch_size_cap": 8},
+        }
+        if own_bundles:
+            load["profiling_root"] = str(root / "profiles" / backend / f"load{index}")
+        loads.append(load)
     return {
         "overrides": ["model=qwen3_tiny", f"backend={backend}"],
         "profiling_root": str(root / "profiles" / backend),
@@ -44,7 +47,8 @@ def _backend(root: Path, backend: str, capacity: float) -> dict[str, object]:
 def test_manifest_round_trip_keeps_the_load_plan(tmp_path: Path) -> None:
     backends = {
         "hf_cb": _backend(tmp_path, "hf_cb", 3.7),
-        "hf_generate": _backend(tmp_path, "hf_generate", 1.1),
+        # --calibrate-each-load: its loads have their own bundles
+        "hf_generate": _backend(tmp_path, "hf_generate", 1.1, own_bundles=True),
     }
     manifest = fid.make_manifest(
         tmp_path,
@@ -75,6 +79,8 @@ def test_manifest_round_trip_keeps_the_load_plan(tmp_path: Path) -> None:
     assert back["backends"]["hf_cb"]["profiling_root"] == "profiles/hf_cb"
     assert back["backends"]["hf_cb"]["capacity"]["probe_run"] == "real_bench/t-hf_cb-capacity"
     assert first.scheduler["chunk_size"] == 256
+    assert first.profiling_root == ""  # the backend's bundle
+    assert plan[-1].profiling_root == "profiles/hf_generate/load2"
 
 
 def test_manifest_rejects_loads_that_are_not_the_capacity_levels(tmp_path: Path) -> None:

@@ -404,6 +404,8 @@ class PlannedLoad:
     by the sim phase)."""
     repeat_dirs: tuple[str, ...] = ()
     """The real bench run again on the same workload (the noise floor), if asked for."""
+    profiling_root: str = ""
+    """This load's own bundle root (``--calibrate-each-load``); empty: the backend's."""
 
 
 def _relative(path: str | Path, root: Path) -> str:
@@ -425,7 +427,8 @@ def make_manifest(
     """The real phase's manifest. ``backends[b]`` holds ``overrides`` (the Hydra overrides that
     compose the backend's config, without output or profiling roots), ``profiling_root``,
     ``capacity`` (with ``probe_run``) and ``loads`` (``load_fraction``, ``offered_qps``,
-    ``run_id``, ``workload_dir``, ``real_dir``, ``scheduler``); every path is made relative to
+    ``run_id``, ``workload_dir``, ``real_dir``, ``scheduler``, and ``profiling_root`` when the
+    load has its own bundle); every path is made relative to
     ``root`` (it must lie under it), so the directory can be moved."""
     root = Path(root)
     out: dict[str, Any] = {}
@@ -443,6 +446,11 @@ def make_manifest(
                     "real_dir": _relative(load["real_dir"], root),
                     "repeat_dirs": [_relative(d, root) for d in load.get("repeat_dirs", ())],
                     "scheduler": dict(load["scheduler"]),
+                    **(
+                        {"profiling_root": _relative(load["profiling_root"], root)}
+                        if load.get("profiling_root")
+                        else {}
+                    ),
                 }
                 for load in rec["loads"]
             ],
@@ -497,6 +505,7 @@ def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
             real_dir=str(load["real_dir"]),
             scheduler=dict(load["scheduler"]),
             repeat_dirs=tuple(str(d) for d in load.get("repeat_dirs", ())),
+            profiling_root=str(load.get("profiling_root", "")),
         )
         for backend, rec in manifest["backends"].items()
         for index, load in enumerate(rec["loads"])
