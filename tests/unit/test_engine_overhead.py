@@ -67,9 +67,9 @@ def test_fit_recovers_a_known_overhead_and_predicts_mixed_batches() -> None:
     assert overhead.ms([1] * 16) == pytest.approx(10 + 0.5 * 16)  # beyond 8: the fitted slope
 
 
-def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
-    """A prompt next to decodes costs 2.5 + 0.02 P beyond requests(N); on an idle engine it
-    costs 5 more (the wake-up), which only batches without decodes pay."""
+def with_wake_up_and_mixed(prompts: tuple[int, ...]) -> pd.DataFrame:
+    """``steps()`` with an idle engine's prefill 5 ms dearer (the wake-up), plus mixed steps: a
+    prompt of each length joining 1 or 4 decodes, 2.5 + 0.02 P beyond requests(N)."""
     rows = steps()
     rows.loc[rows["phase"] == "prefill", "step_ms"] += 5.0
     mixed = pd.DataFrame(
@@ -84,10 +84,16 @@ def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
                 "samples": 8,
             }
             for b in (1, 4)
-            for p in (16, 256)
+            for p in prompts
         ]
     )
-    overhead, table = fit("hf_cb", pd.concat([rows, mixed], ignore_index=True), flat)
+    return pd.concat([rows, mixed], ignore_index=True)
+
+
+def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
+    """A prompt next to decodes costs 2.5 + 0.02 P beyond requests(N); on an idle engine it
+    costs 5 more (the wake-up), which only batches without decodes pay."""
+    overhead, table = fit("hf_cb", with_wake_up_and_mixed((16, 256)), flat)
     assert overhead.per_prefill_request_ms == pytest.approx(2.5, rel=1e-6)
     assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
     assert overhead.idle_prefill_ms == pytest.approx(5, rel=1e-6)
@@ -99,23 +105,7 @@ def test_mixed_steps_separate_the_idle_engines_wake_up() -> None:
 def test_prompt_slope_comes_from_every_prompt_carrying_step() -> None:
     """Mixed steps at one prompt length (the longer one left out as beyond the simulation) give
     no slope on their own; the idle prefills' lengths carry it, the mixed steps the wake-up."""
-    rows = steps()
-    rows.loc[rows["phase"] == "prefill", "step_ms"] += 5.0
-    mixed = pd.DataFrame(
-        [
-            {
-                "backend": "hf_cb",
-                "phase": "mixed",
-                "batch_size": b + 1,
-                "num_q_tokens": 16,
-                "context_tokens": 43,
-                "step_ms": OPS_MS + 10 + 0.5 * (b + 1) + 2.5 + 0.02 * 16,
-                "samples": 8,
-            }
-            for b in (1, 4)
-        ]
-    )
-    overhead, table = fit("hf_cb", pd.concat([rows, mixed], ignore_index=True), flat)
+    overhead, table = fit("hf_cb", with_wake_up_and_mixed((16,)), flat)
     assert overhead.per_prefill_request_ms == pytest.approx(2.5, rel=1e-6)
     assert overhead.per_prefill_token_ms == pytest.approx(0.02, rel=1e-6)
     assert overhead.idle_prefill_ms == pytest.approx(5, rel=1e-6)
