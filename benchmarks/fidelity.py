@@ -12,6 +12,7 @@ stages' run directories stay in ``tmp/<stage>/<name>-<backend>-*``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -20,6 +21,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -561,6 +563,22 @@ def phase_sim(
     return _report(name, setup, capacity, levels, plot_files, out, noise)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for the block (0: left alone), restored after."""
+    if not n:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None)
@@ -626,6 +644,9 @@ def main(argv: list[str] | None = None) -> Path:
     if args.phase == "sim":
         if not args.src:
             parser.error("--phase sim needs --from <dir of a --phase real run>")
+        if args.torch_threads is not None or args.calibrate_each_load:
+            parser.error("--torch-threads and --calibrate-each-load shape the real runs: give "
+                         "them to --phase real")  # fmt: skip
         out = Path(args.out or "benchmarks/results")
         out.mkdir(parents=True, exist_ok=True)
         return phase_sim(Path(args.src), args.name, out, command, tuple(args.extra))
@@ -647,36 +668,33 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error("--real-repeats must be >= 1")
     if preset.torch_threads < 0:
         parser.error("--torch-threads must be >= 0")
-    if preset.torch_threads:
-        import torch
-
-        torch.set_num_threads(preset.torch_threads)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
-    if args.phase == "real":
-        if not args.out:
-            parser.error("--phase real needs --out (the directory to bring back)")
-        out = Path(args.out).resolve()
+    with torch_threads(preset.torch_threads):
+        if args.phase == "real":
+            if not args.out:
+                parser.error("--phase real needs --out (the directory to bring back)")
+            out = Path(args.out).resolve()
+            out.mkdir(parents=True, exist_ok=True)
+            return phase_real(args.preset, preset, backends, name, out, command)
+        out = Path(args.out or "benchmarks/results")
         out.mkdir(parents=True, exist_ok=True)
-        return phase_real(args.preset, preset, backends, name, out, command)
-    out = Path(args.out or "benchmarks/results")
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    capacity, levels, plot_files, noise = {}, [], {}, {}
-    for backend in backends:
-        capacity[backend], rows, plot_files[backend], floor = run_backend(
-            preset, backend, name, out
-        )
-        levels += rows
-        noise.update(floor)
-    setup = {
-        "preset": args.preset,
-        "command": command,
-        **environment(),
-        "requests_per_load": preset.num_requests,
-        "real_runs_per_load": preset.real_repeats,
-        "wall_time_s": round(time.perf_counter() - started, 1),
-    }
-    return _report(name, setup, capacity, levels, plot_files, out, noise)
+        started = time.perf_counter()
+        capacity, levels, plot_files, noise = {}, [], {}, {}
+        for backend in backends:
+            capacity[backend], rows, plot_files[backend], floor = run_backend(
+                preset, backend, name, out
+            )
+            levels += rows
+            noise.update(floor)
+        setup = {
+            "preset": args.preset,
+            "command": command,
+            **environment(),
+            "requests_per_load": preset.num_requests,
+            "real_runs_per_load": preset.real_repeats,
+            "wall_time_s": round(time.perf_counter() - started, 1),
+        }
+        return _report(name, setup, capacity, levels, plot_files, out, noise)
 
 
 if __name__ == "__main__":

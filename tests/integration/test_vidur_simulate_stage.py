@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.config.schema import HardwareConfig, OutputConfig
+from gpu_simulate_test.config.schema import ConfigError, HardwareConfig, OutputConfig
 from gpu_simulate_test.config.vidur import (
     VidurConfig,
     VidurPredictorConfig,
@@ -277,6 +277,11 @@ def test_step_jitter_stretches_steps_by_the_calibrated_spread(tmp_path: Path) ->
         run = simulate_run(cfg, {})
         return metrics_of(run), run
 
+    # jitter without the engine overhead it is measured with: a config error, no run left
+    no_overhead = lone_request_config(tmp_path, "bare-jitter", cap_one, "none", step_jitter=True)
+    with pytest.raises(ConfigError, match=r"step_jitter=true needs vidur.engine_overhead"):
+        simulate_run(no_overhead, {})
+    assert not (tmp_path / "vidur_simulate" / "bare-jitter").exists()
     # a calibration without the spread (before version 4): a clear error, no run left
     write_json(bundle / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": {}}})
     with pytest.raises(ArtifactError, match=r"meta.json: engine_calibration\.hf_cb\.step_jitter"):

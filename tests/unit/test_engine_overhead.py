@@ -209,7 +209,6 @@ def test_step_jitter_draws_follow_the_recorded_spread() -> None:
     assert jitter.mean_ratio == pytest.approx(1.075)
     draw = jitter.sampler(seed=7)
     draws = np.array([draw() for _ in range(20_000)])
-    assert draws.min() >= 0.9 and draws.max() <= 2.0
     assert np.median(draws) == pytest.approx(1.0, abs=0.01)
     assert np.percentile(draws, 90) == pytest.approx(1.2, abs=0.02)
     assert draws.mean() == pytest.approx(jitter.mean_ratio, rel=0.01)
@@ -340,16 +339,18 @@ def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
     assert jitter["ratios"] == pytest.approx([1.0] * len(jitter["percentiles"]))
 
 
-def test_step_jitter_pools_decode_gaps_relative_to_their_row() -> None:
+def test_step_jitter_weighs_decode_rows_alike_relative_to_their_median() -> None:
     from gpu_simulate_test.profiling.engine_steps import Experiment, step_jitter
 
-    slow, fast = Experiment("decode", 1, 32), Experiment("decode", 4, 32)
-    # two rows at different levels, the same shape: 3 of 4 steps at the median, 1 twice as long
-    jitter = step_jitter({slow: [0.1, 0.1, 0.1, 0.2], fast: [0.01, 0.01, 0.01, 0.02]})
+    one, four = Experiment("decode", 1, 32), Experiment("decode", 4, 32)
+    # batch 1: 3 of 4 steps at the median, 1 twice as long; batch 4 (its lockstep steps seen by
+    # 4 requests, so 4 times the gaps, and one zero gap: two tokens in one event) never strays
+    jitter = step_jitter({one: [0.1, 0.1, 0.1, 0.2], four: [0.0] + [0.01] * 16})
     assert jitter is not None
-    assert jitter["samples"] == 8
-    assert jitter["mean_ratio"] == pytest.approx(1.25)
+    assert (jitter["rows"], jitter["samples"]) == (2, 20)
+    assert jitter["mean_ratio"] == pytest.approx((1.25 + 1.0) / 2)  # not pulled to 1 by 16 gaps
     by_percentile = dict(zip(jitter["percentiles"], jitter["ratios"], strict=True))
     assert by_percentile[50] == pytest.approx(1.0)
-    assert by_percentile[100] == pytest.approx(2.0)
+    assert by_percentile[0] == pytest.approx(1.0)  # the zero gap is left out
+    assert by_percentile[100] == pytest.approx((2.0 + 1.0) / 2)
     assert step_jitter({Experiment("prefill", 1, 64): [0.02, 0.03]}) is None

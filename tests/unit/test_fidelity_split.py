@@ -131,3 +131,6 @@ def test_bad_thread_count_is_refused_before_any_run(capsys: pytest.CaptureFixtur
         main(["--preset", "cpu_tiny", "--torch-threads", "-1", "--out", "unused"])
     assert exc.value.code == 2
     assert "--torch-threads must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # thread count and calibration shape the real runs only
+        main(["--phase", "sim", "--from", "unused", "--torch-threads", "1"])
+    assert "give them to --phase real" in capsys.readouterr().err

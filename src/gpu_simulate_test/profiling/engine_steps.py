@@ -101,7 +101,8 @@ def auto_batch_sizes(cap: int) -> tuple[int, ...]:
 
 
 def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
-    """The prefill, decode and mixed experiments, in order, each ``times(...)`` times.
+    """The prefill, decode and mixed experiments, each ``times(...)`` times, interleaved in
+    rounds (every experiment once, then every one that still needs a run again, ...).
 
     Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
     chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
@@ -286,27 +287,31 @@ def step_rows(
 
 
 def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any] | None:
-    """The spread of decode steps around their row's median, pooled over the decode rows.
+    """The spread of decode steps around their row's median, every decode row weighted alike.
 
-    Each decode gap is divided by the median of its row (``step_ms``); the percentiles of those
-    ratios (``JITTER_PERCENTILES``) are what ``vidur.step_jitter`` draws a factor from for every
-    simulated step. The rows' medians make the model; this is how far single steps stray from
-    them (the OS, the allocator, the garbage collector), which per-request TPOT and its p90
-    carry and a deterministic simulator does not. None without decode samples.
+    Each decode gap is divided by the median of its row (``step_ms``); the percentiles
+    (``JITTER_PERCENTILES``) of each row's ratios are averaged over the rows, so a batch of 32,
+    whose lockstep step is seen by 32 requests, counts as much as a batch of 1. A zero gap (two
+    tokens in one event) is no step and is left out. ``vidur.step_jitter`` draws a factor for every
+    simulated step from this: the rows' medians make the model, this is how far single steps
+    stray from them (the OS, the allocator, the garbage collector), which per-request TPOT and
+    its p90 carry and a deterministic simulator does not. None without decode samples.
     """
-    ratios = [
-        np.asarray(times) / np.median(times)
-        for exp, times in samples.items()
-        if exp.phase == "decode" and np.median(times) > 0
-    ]
-    if not ratios:
+    rows = []
+    for exp, times in samples.items():
+        gaps = np.asarray(times, dtype=float)
+        gaps = gaps[gaps > 0]
+        if exp.phase == "decode" and gaps.size:
+            rows.append(gaps / np.median(gaps))
+    if not rows:
         return None
-    pooled = np.concatenate(ratios)
+    curves = np.array([np.percentile(r, JITTER_PERCENTILES) for r in rows])
     return {
         "percentiles": list(JITTER_PERCENTILES),
-        "ratios": [round(float(v), 6) for v in np.percentile(pooled, JITTER_PERCENTILES)],
-        "mean_ratio": round(float(pooled.mean()), 6),
-        "samples": int(pooled.size),
+        "ratios": [round(float(v), 6) for v in curves.mean(axis=0)],
+        "mean_ratio": round(float(np.mean([r.mean() for r in rows])), 6),
+        "rows": len(rows),
+        "samples": int(sum(r.size for r in rows)),
     }
 
 

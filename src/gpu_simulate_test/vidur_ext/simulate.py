@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
@@ -59,6 +60,11 @@ class Inputs:
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     """Read the workload and bundle and run every check; raises before any long work."""
+    if cfg.vidur.step_jitter and cfg.vidur.engine_overhead == "none":
+        raise ConfigError(
+            "vidur.step_jitter=true needs vidur.engine_overhead=<backend>: the spread is "
+            "measured by that backend's engine calibration"
+        )
     workload = load_workload(cfg.workload_dir)
     prefill, decode = plan.workload_lengths(workload.lengths)
     arrival = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
@@ -93,17 +99,13 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
 
 def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
     """The step spread ``backend``'s calibration recorded; ArtifactError when there is none."""
-    if backend == "none":
-        raise ArtifactError(
-            "vidur.step_jitter=true needs vidur.engine_overhead=<backend>: the spread is "
-            "measured by that backend's engine calibration"
-        )
     where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.step_jitter"
     recorded = (bundle.engine_calibration(backend) or {}).get("step_jitter")
     if recorded is None:
         raise ArtifactError(
-            f"{where} is missing (calibrated before calibration version 4); profile again with "
-            f"engine.enable=true engine.backend.name={backend}, or set vidur.step_jitter=false"
+            f"{where} is missing (a calibration before version 4, or one without decode steps); "
+            f"profile again with engine.enable=true engine.backend.name={backend}, or set "
+            "vidur.step_jitter=false"
         )
     try:
         return overhead.StepJitter.from_calibration(recorded, where)

@@ -56,9 +56,9 @@ def operator_rows(events: Iterable[Any]) -> list[dict[str, Any]]:
     On CUDA a ``record_function`` range (``prefill``, ``decode``) comes back twice under one
     key: its CPU event and its GPU-side user annotation, whose "self" device time is the whole
     range's span, the kernels inside it counted a second time (pytorch/pytorch#130730). A user
-    annotation therefore adds no self device time; its device total is its span (or, without
-    one, the kernels it launched). Shares are of the summed self time of every operator, so they
-    add up to 100 %.
+    annotation therefore adds no self device time; its device total is the larger of its span
+    and the summed time of the kernels it launched. Shares are of the summed self time of every
+    operator, so they add up to 100 %.
     """
     merged: dict[str, dict[str, Any]] = {}
     spans: dict[str, float] = {}
