@@ -89,11 +89,12 @@ def step_shape(row: Any) -> tuple[list[int], list[int]]:
     return [q] * batch, [kv] * batch
 
 
-def _nnls_line(x: np.ndarray, y: np.ndarray, scale: np.ndarray) -> tuple[float, float]:
-    """Non-negative ``(intercept, slope)`` minimising the error of y relative to ``scale``."""
-    design = np.column_stack([np.ones_like(x), x]) / scale[:, None]
+def _nnls(columns: Sequence[np.ndarray], y: np.ndarray, scale: np.ndarray) -> list[float]:
+    """Non-negative coefficients of ``columns`` minimising the error of y relative to
+    ``scale``."""
+    design = np.column_stack(columns) / scale[:, None]
     coef, _ = nnls(design, y / scale)
-    return float(coef[0]), float(coef[1])
+    return [float(c) for c in coef]
 
 
 def _predictions(
@@ -143,9 +144,8 @@ def _prefill_terms(
     separate_idle = bool(mixed.any()) and bool(prefill.any())
     if separate_idle:
         columns.append(prefill[carrying].astype(float))
-    scale = measured[carrying]  # relative error, as for the decode line
-    coef, _ = nnls(np.column_stack(columns) / scale[:, None], extra[carrying] / scale)
-    terms = iter(float(c) for c in coef)
+    # relative error, as for the decode line
+    terms = iter(_nnls(columns, extra[carrying], measured[carrying]))
     per_prefill = next(terms)
     per_token = next(terms) if spans_lengths else 0.0
     idle = next(terms) if separate_idle else 0.0
@@ -167,7 +167,8 @@ def fit(
     decode, prefill, mixed = phase == "decode", phase == "prefill", phase == "mixed"
     batch = rows["batch_size"].to_numpy(dtype=float)
     tokens = rows["num_q_tokens"].to_numpy(dtype=float)
-    base, per_request = _nnls_line(batch[decode], residual[decode], measured[decode])
+    x = batch[decode]
+    base, per_request = _nnls([np.ones_like(x), x], residual[decode], measured[decode])
     by_size = (
         pd.DataFrame({"b": batch[decode].astype(int), "r": np.maximum(residual[decode], 0.0)})
         .groupby("b")["r"]
