@@ -7,7 +7,7 @@
 # Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
 # on a few decode steps) and "fidelity" (benchmarks/fidelity.py --phase real, the GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
-# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS; results and logs go to $OUT (default tmp/gpu_out).
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_PRESET; results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
 MODEL=${MODEL:-qwen3_0_6b}
 HW=${HW:-h100}
@@ -18,6 +18,7 @@ OUT=${OUT:-tmp/gpu_out}
 TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
 FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
+FIDELITY_PRESET=${FIDELITY_PRESET:-gpu_0_6b}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -67,7 +68,7 @@ if want deep_profile; then
 fi
 
 if want fidelity; then
-  step fidelity python3 -m benchmarks.fidelity --preset gpu_0_6b --backend "$FIDELITY_BACKEND" \
+  step fidelity python3 -m benchmarks.fidelity --preset "$FIDELITY_PRESET" --backend "$FIDELITY_BACKEND" \
     --phase real --out "$OUT/fid"
   tar czf "$OUT/fid.tgz" -C "$OUT" fid 2>/dev/null && rm -rf "$OUT/fid"
 fi
