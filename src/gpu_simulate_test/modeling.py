@@ -67,25 +67,38 @@ def check_snapshot_matches(model: ModelConfig, snapshot_config: Any, where: str)
         )
 
 
+def check_model_source(model: ModelConfig) -> None:
+    """Fail before anything is built when ``model.local_path`` is not a snapshot of this model.
+
+    Without a local path the weights are random and there is nothing to check.
+    """
+    if not model.local_path:
+        return
+    from transformers import AutoConfig
+
+    path = Path(model.local_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.local_path={path}: no config.json there (expected a Hugging Face snapshot "
+            "directory; see models/README.md)"
+        )
+    check_snapshot_matches(
+        model, AutoConfig.from_pretrained(path, local_files_only=True), str(path)
+    )
+
+
 def build_model(
     model: ModelConfig, device: str = "cpu", dtype: str = "auto", attn_implementation: str = "sdpa"
 ) -> Any:
     """A ``Qwen3ForCausalLM`` in eval mode on ``device``: snapshot weights or random init."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
 
     torch_dtype = resolve_dtype(dtype, device)
     net: Any
     if model.local_path:
+        check_model_source(model)
         path = Path(model.local_path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(
-                f"model.local_path={path}: no config.json there (expected a Hugging Face snapshot "
-                "directory; see models/README.md)"
-            )
-        check_snapshot_matches(
-            model, AutoConfig.from_pretrained(path, local_files_only=True), str(path)
-        )
         net = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=torch_dtype, attn_implementation=attn_implementation
         )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
@@ -254,3 +257,59 @@ def test_openai_backend_against_a_started_transformers_serve(tmp_path: Path) -> 
     for _, group in tokens.groupby("request_id"):
         assert is_monotonic(group.time_s.tolist())
     assert len(tokens) == requests.num_events.astype(int).sum()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
+def test_a_gpu_hardware_without_cuda_fails_before_the_run_dir(workspace: Path) -> None:
+    proc = run_cli(
+        "real_bench",
+        "workload_dir=tmp/workload/w50",
+        "hardware=h100",
+        "output.run_id=nogpu",
+        cwd=workspace,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "hardware=h100 needs a CUDA device" in proc.stdout
+    assert not (workspace / "tmp" / "real_bench" / "nogpu").exists()
+
+
+def test_a_bad_local_path_fails_before_an_earlier_run_is_replaced(workspace: Path) -> None:
+    earlier = workspace / "tmp" / "real_bench" / "keep"
+    earlier.mkdir(parents=True)
+    (earlier / "sentinel.txt").write_text("an earlier run", encoding="utf-8")
+    proc = run_cli(
+        "real_bench",
+        "workload_dir=tmp/workload/w50",
+        f"model.local_path={workspace / 'no-snapshot'}",
+        "output.run_id=keep",
+        "output.overwrite=true",
+        cwd=workspace,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "no-snapshot: no config.json there" in proc.stdout
+    assert (earlier / "sentinel.txt").read_text(encoding="utf-8") == "an earlier run"
+
+
+@pytest.mark.parametrize(
+    ("token", "shown"), [(1.5, "got 1.5"), ("7", "got '7'"), (-1, "got -1"), (True, "got True")]
+)
+def test_a_prompt_token_id_that_is_no_integer_is_named(
+    workspace: Path, token: object, shown: str
+) -> None:
+    source = workspace / "tmp" / "workload" / "w50"
+    bad = workspace / "tmp" / "workload" / f"w50-bad-{len(shown)}-{type(token).__name__}"
+    shutil.copytree(source, bad)
+    lines = (bad / layout.PROMPTS).read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["prompt_token_ids"][2] = token
+    lines[0] = json.dumps(first)
+    (bad / layout.PROMPTS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = run_cli(
+        "real_bench", f"workload_dir={bad}", "output.run_id=badtok", cwd=workspace, check=False
+    )
+    assert proc.returncode == 2, proc.stdout
+    assert layout.PROMPTS in proc.stdout and "prompt_token_ids[2]" in proc.stdout
+    assert shown in proc.stdout
+    assert not (workspace / "tmp" / "real_bench" / "badtok").exists()

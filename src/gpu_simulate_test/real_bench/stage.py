@@ -37,6 +37,20 @@ TELEMETRY_CSV = "telemetry.csv"
 WARMUP_SEED = 12345
 
 
+def _token_ids(value: Any, where: str) -> tuple[int, ...]:
+    """``prompt_token_ids`` as given: a list of non-negative integers, nothing coerced."""
+    if not isinstance(value, list):
+        raise ArtifactError(
+            f"{where}: prompt_token_ids must be a list of integers, got {type(value).__name__}"
+        )
+    for i, token in enumerate(value):
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise ArtifactError(
+                f"{where}: prompt_token_ids[{i}] must be a non-negative integer, got {token!r}"
+            )
+    return tuple(value)
+
+
 def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[BenchRequest]:
     """The workload's requests in arrival order, with prompts checked against the lengths."""
     prompts_path = workload.path / layout.PROMPTS
@@ -70,6 +84,13 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
             raise ArtifactError(
                 f"{prompts_path}: request {rid} has neither prompt_token_ids nor prompt_text"
             )
+        if ids is not None:
+            ids = _token_ids(ids, f"{prompts_path}: request {rid}")
+        if text is not None and not isinstance(text, str):
+            raise ArtifactError(
+                f"{prompts_path}: request {rid}: prompt_text must be a string, got "
+                f"{type(text).__name__}"
+            )
         if ids is not None and len(ids) != prefill:
             raise ArtifactError(
                 f"{prompts_path}: request {rid} has {len(ids)} prompt token ids but "
@@ -81,7 +102,7 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
                 num_prefill_tokens=prefill,
                 num_decode_tokens=int(decode_of[rid]),
                 scheduled_arrival_s=float(arrival),
-                prompt_token_ids=tuple(int(t) for t in ids) if ids is not None else None,
+                prompt_token_ids=ids,
                 prompt_text=text,
             )
         )

@@ -7,12 +7,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.modeling import build_model, resolve_dtype
+from gpu_simulate_test.modeling import build_model, check_model_source, resolve_dtype
+from gpu_simulate_test.profiling.device import check_device
 from gpu_simulate_test.real_bench.records import BenchRequest
 
 
-def check_token_ids(cfg: RealBenchStageConfig, requests: Sequence[BenchRequest]) -> None:
-    """In-process backends need token ids within the model's vocabulary."""
+def check_in_process(cfg: RealBenchStageConfig, requests: Sequence[BenchRequest]) -> None:
+    """What an in-process backend needs before anything starts: the configured device on this
+    machine, a usable ``model.local_path`` when one is set, and token ids in the vocabulary."""
+    check_device(cfg.hardware)
+    check_model_source(cfg.model)
     for req in requests:
         if req.prompt_token_ids is None:
             raise ValueError(

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.real_bench.backends._inprocess import (
-    check_token_ids,
+    check_in_process,
     describe_model,
     load_model,
     nvtx_module,
@@ -101,7 +101,7 @@ class HfContinuousBatchingBackend(Backend):
 
     # ------------------------------------------------------------------ checks and start-up
     def check(self, requests: Sequence[BenchRequest]) -> None:
-        check_token_ids(self.cfg, requests)
+        check_in_process(self.cfg, requests)
         b = self.cfg.backend
         longest = max(requests, key=lambda r: r.total_tokens)
         blocks = math.ceil(longest.total_tokens / b.block_size)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.real_bench.backends._inprocess import (
-    check_token_ids,
+    check_in_process,
     describe_model,
     load_model,
     nvtx_module,
@@ -80,7 +80,7 @@ class HfGenerateBackend(Backend):
         self._closed = False
 
     def check(self, requests: Sequence[BenchRequest]) -> None:
-        check_token_ids(self.cfg, requests)
+        check_in_process(self.cfg, requests)
 
     def start(self, recorder: Recorder) -> None:
         self.recorder = recorder
