@@ -114,3 +114,26 @@ def test_never_touches_the_hub(
     settings = replace(SETTINGS, cache_dir=str(tmp_path / "cache"))
     predictor = make_predictor(bundle, settings, QWEN3_TINY)
     assert predictor._predictions["attn_prefill"]
+
+
+def test_a_truncated_cache_file_is_retrained_and_rewritten(
+    bundle: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed while Vidur wrote its cache left a truncated file that failed every run."""
+    settings = replace(SETTINGS, cache_dir=str(tmp_path / "cache"))
+    first = make_predictor(bundle, settings, QWEN3_TINY)
+    cache = Path(first._config.cache_dir)
+    table = next(cache.glob("predictions/*/attn_decode.csv.xz"))
+    forest = next(cache.glob("predictors/*/attn_decode.pkl"))
+    for path in (table, forest):
+        path.write_bytes(path.read_bytes()[:40])
+
+    second = make_predictor(bundle, settings, QWEN3_TINY)
+    assert not second.cache_hit
+    warned = capsys.readouterr().out.replace("\n", "")
+    assert f"{table} is unreadable" in warned and f"{forest} is unreadable" in warned
+    assert second._predictions["attn_decode"] == pytest.approx(first._predictions["attn_decode"])
+    third = make_predictor(bundle, settings, QWEN3_TINY)
+    assert third.cache_hit
+    assert third._predictions["attn_decode"] == pytest.approx(first._predictions["attn_decode"])
+    assert not list(cache.rglob(".tmp-*"))

@@ -9,6 +9,11 @@ Vidur's own cache key (md5 of a few settings) ignores the model, the profile con
 forest settings, so two models would share entries. Ours: ``cache_dir/<fingerprint>/`` where the
 fingerprint hashes the bundle CSV bytes, the model dimensions, every predictor setting and the
 Vidur version; the fingerprint is also mixed into Vidur's key.
+
+Vidur writes its cache files (forest pickles, ``.csv.xz`` prediction tables) in place, so a run
+killed mid-write left a truncated file that every later run with the same fingerprint failed to
+read. Ours are written to a temporary name and renamed, and an unreadable cache file is reported
+and retrained rather than trusted.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import pickle
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -33,10 +41,12 @@ from vidur.execution_time_predictor.random_forrest_execution_time_predictor impo
 from vidur.execution_time_predictor.sklearn_execution_time_predictor import (
     ModelType,
     _load_prediction_file,
+    _store_prediction_file,
 )
 
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
+from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext.bundle import Bundle
 from gpu_simulate_test.vidur_ext.models import vidur_fields
 from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, StepOverhead
@@ -60,6 +70,27 @@ COMPUTE_OPS: tuple[str, ...] = (
 """The prediction tables a TP=1, PP=1 simulation reads."""
 RANDOM_STATE = 0
 """Seed of every forest, so training is reproducible."""
+
+
+@contextmanager
+def _atomic_path(final: str) -> Iterator[str]:
+    """A temporary path next to ``final`` to write; renamed onto ``final`` only on success."""
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(final), prefix=".tmp-")
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _unreadable(path: str, exc: Exception) -> None:
+    console.print(
+        f"[yellow]warning:[/] predictor cache file {path} is unreadable "
+        f"({type(exc).__name__}: {exc}); retraining"
+    )
 
 
 @dataclass
@@ -131,11 +162,52 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
         if not self._config.no_cache and all(os.path.exists(f) for f in files.values()):
             lock = f"{self._cache_dir}/{self._get_hash(ModelType.COMPUTE)}_prediction_lock.file"
             with InterProcessReaderWriterLock(lock).read_lock():
-                predictions = {op: _load_prediction_file(f) for op, f in files.items()}
-            self.cache_hit = True
-            return predictions
+                predictions = {}
+                for op, path in files.items():
+                    try:
+                        predictions[op] = _load_prediction_file(path)
+                    except Exception as exc:  # any damage: retrain, which rewrites the file
+                        _unreadable(path, exc)
+                        break
+            if len(predictions) == len(files):
+                self.cache_hit = True
+                return predictions
         self.cache_hit = False
         return self._predict_from_models(self._train_models())
+
+    def _load_model_from_cache(self, model_name: str, model_hash: str) -> Any:
+        try:
+            return super()._load_model_from_cache(model_name, model_hash)
+        except Exception as exc:
+            _unreadable(f"{self._cache_dir}/predictors/{model_hash}/{model_name}.pkl", exc)
+            return None
+
+    def _store_model_in_cache(self, model_name: str, model_hash: str, model: Any) -> None:
+        lock = f"{self._cache_dir}/{model_hash}_model_lock.file"
+        final = f"{self._cache_dir}/predictors/{model_hash}/{model_name}.pkl"
+        with (
+            InterProcessReaderWriterLock(lock).write_lock(),
+            _atomic_path(final) as tmp,
+            open(tmp, "wb") as handle,
+        ):
+            pickle.dump(model, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _load_model_prediction_cache(
+        self, model_name: str, model_hash: str
+    ) -> dict[tuple[Any, ...], float]:
+        try:
+            return dict(super()._load_model_prediction_cache(model_name, model_hash))
+        except Exception as exc:
+            _unreadable(f"{self._cache_dir}/predictions/{model_hash}/{model_name}.csv.xz", exc)
+            return {}
+
+    def _store_model_prediction_cache(
+        self, model_name: str, model_hash: str, predictions: dict[tuple[Any, ...], float]
+    ) -> None:
+        lock = f"{self._cache_dir}/{model_hash}_prediction_lock.file"
+        final = f"{self._cache_dir}/predictions/{model_hash}/{model_name}.csv.xz"
+        with InterProcessReaderWriterLock(lock).write_lock(), _atomic_path(final) as tmp:
+            _store_prediction_file(tmp, predictions)
 
     def _upload_predictions_to_hf(self) -> None:
         return None
