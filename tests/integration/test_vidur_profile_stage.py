@@ -18,7 +18,13 @@ from gpu_simulate_test.config.schema import ModelConfig, WorkloadStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import open_upstream_run
-from gpu_simulate_test.vidur_ext.bundle import META_REQUIRED_KEYS, BundleRanges, load_bundle
+from gpu_simulate_test.profiling.profile_checks import profile_warnings
+from gpu_simulate_test.vidur_ext.bundle import (
+    META_REQUIRED_KEYS,
+    MLP_OPS,
+    BundleRanges,
+    load_bundle,
+)
 from gpu_simulate_test.workloads import build
 from tests.conftest import run_cli
 
@@ -131,6 +137,9 @@ def test_multirun_writes_one_valid_bundle_and_run_per_job(profiled: Profiled, jo
     run_meta = open_upstream_run(run, "vidur_profile")
     assert (profiled.root / run_meta["bundle_dir"]).resolve() == bundle_path.resolve()
     assert run_meta["num_attention_rows"] == len(attention)
+    # the disturbed-profile check is the bundle's own: whatever this machine's load was
+    assert meta["quality_warnings"] == profile_warnings(mlp, attention, MLP_OPS)
+    assert run_meta["quality_warnings"] == len(meta["quality_warnings"])
     assert [p.name for p in bundle_path.parent.iterdir()] == ["qwen3_tiny"]  # no staging dirs
     assert str(Path("cpu") / "qwen3_tiny") in profiled.stdout
 

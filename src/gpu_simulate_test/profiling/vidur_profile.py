@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from gpu_simulate_test.profiling.layer_ops import (
     build_layer,
     check_attn_implementation,
 )
+from gpu_simulate_test.profiling.profile_checks import profile_warnings
 from gpu_simulate_test.profiling.profiler import ProfileTables, profile_tables
 from gpu_simulate_test.profiling.timing import TimingPolicy, timing_method
 from gpu_simulate_test.reporting import console, print_table, progress_bar
@@ -258,6 +259,7 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         ) as advance:
             tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
         del layer
+        warnings = profile_warnings(tables.mlp, tables.attention, MLP_OPS)
         steps, calibrations = earlier_calibrations(bundle, cfg, dtype_name(dtype))
         if cfg.engine.enable:
             rows, info = calibrate_engine(cfg, device, grid)
@@ -266,16 +268,35 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         wall_time_s = time.perf_counter() - started
         meta = bundle_meta(cfg, device, dtype, ranges, grid, workload, tables, wall_time_s, run_id)
         meta["engine_calibration"] = calibrations
+        meta["quality_warnings"] = warnings
         write_bundle(bundle, tables, meta, cfg.output.overwrite, steps)
         r.update_meta(
             num_mlp_rows=len(tables.mlp),
             num_attention_rows=len(tables.attention),
             profile_wall_time_s=meta["profile_wall_time_s"],
             engine_calibration=sorted(calibrations),
+            quality_warnings=len(warnings),
         )
+    report_warnings(warnings, bundle)
     if cfg.progress:
         print_summary(meta, tables, bundle, r.path, steps)
     return bundle
+
+
+def report_warnings(warnings: Sequence[str], bundle: Path, shown: int = 5) -> None:
+    """Say that the profile looks disturbed (``profile_checks``), with the worst cases."""
+    if not warnings:
+        return
+    console.print(
+        f"[yellow]warning:[/] {len(warnings)} op(s) in {bundle} take far longer on a smaller "
+        "shape than on a larger one; the machine was probably busy while they were timed. "
+        "Re-profile on a quiet machine (output.overwrite=true) before trusting simulations. "
+        "All of them are in meta.json quality_warnings:"
+    )
+    for line in warnings[:shown]:
+        console.print(f"  {line}")
+    if len(warnings) > shown:
+        console.print(f"  ... and {len(warnings) - shown} more")
 
 
 def print_summary(
