@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -313,3 +318,46 @@ def test_a_prompt_token_id_that_is_no_integer_is_named(
     assert layout.PROMPTS in proc.stdout and "prompt_token_ids[2]" in proc.stdout
     assert shown in proc.stdout
     assert not (workspace / "tmp" / "real_bench" / "badtok").exists()
+
+
+def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path) -> None:
+    """SIGINT mid-replay: exit 130, no traceback, the run marked interrupted with its tables."""
+    run_cli(
+        "workload",
+        "output.run_id=slow",
+        "workload.num_requests=200",
+        "workload.qps=2",
+        "workload.prompt_len.min=4",
+        "workload.prompt_len.max=8",
+        "workload.output_len.min=1",
+        "workload.output_len.max=2",
+        "progress=false",
+        cwd=workspace,
+    )
+    run = workspace / "tmp" / "real_bench" / "ctrlc"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    cmd = [sys.executable, "-m", "gpu_simulate_test.cli.real_bench"]
+    args = ["workload_dir=tmp/workload/slow", "output.run_id=ctrlc", "progress=false"]
+    with subprocess.Popen(
+        [*cmd, *args], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        deadline = time.monotonic() + 120
+        while "backend" not in _meta_or_empty(run) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the backend is described once warm-up is over: replay has begun
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text and "interrupted (Ctrl-C)" in text
+    meta = read_json(run / layout.RUN_META)
+    assert meta["status"] == "interrupted"
+    requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
+    assert (requests.status == "ok").sum() >= 1 and len(requests) < 200
+
+
+def _meta_or_empty(run: Path) -> dict[str, object]:
+    try:
+        return dict(read_json(run / layout.RUN_META))
+    except Exception:  # not written yet, or being replaced
+        return {}

@@ -46,3 +46,11 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
     except USER_ERRORS as exc:
         console.print(f"[bold red]error:[/] {exc}")
         sys.exit(2)
+    except KeyboardInterrupt:
+        # the run directory (if one was started) is already marked interrupted, with what was
+        # measured so far; a traceback would only hide that
+        console.print(
+            "[bold red]interrupted[/] (Ctrl-C); a run already started is marked interrupted, "
+            "with what it had written"
+        )
+        sys.exit(130)
