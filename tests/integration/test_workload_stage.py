@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,54 @@ def test_console_script_runs_the_stage_from_any_directory(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert load_workload(tmp_path / "tmp" / "workload" / "cs").meta["summary"]["num_requests"] == 64
+
+
+@pytest.mark.parametrize(
+    ("files", "overrides", "message"),
+    [
+        (
+            {"binary.csv": b"num_prefill_tokens,num_decode_tokens\n5,3\n\xff\xfe,3\n"},
+            ["workload=trace", "workload.trace_file=binary.csv"],
+            "binary.csv, line 3: not UTF-8 text (byte 0xff); expected a trace CSV",
+        ),
+        (
+            {"extra.csv": b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n0.5,10,5,7\n"},
+            ["workload=trace", "workload.trace_file=extra.csv"],
+            "extra.csv: not a valid CSV (Expected 3 fields in line 3, saw 4)",
+        ),
+        (
+            {},
+            ["workload.output_len.min=100"],
+            "workload.output_len.max (64) must be >= workload.output_len.min (100)",
+        ),
+        ({}, ["workload.seed=-1"], "workload.seed must be >= 0, got -1"),
+    ],
+)
+def test_malformed_input_exits_2_with_one_error_naming_it(
+    tmp_path: Path, files: dict[str, bytes], overrides: list[str], message: str
+) -> None:
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    proc = run_cli("workload", *overrides, "output.run_id=bad", cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # one error message (rich may wrap it at the terminal width), no traceback
+    assert proc.stdout.startswith("error:") and proc.stdout.count("error:") == 1
+    assert message in " ".join(proc.stdout.split()) and "Traceback" not in proc.stderr
+    assert not (tmp_path / "tmp" / "workload" / "bad").exists()
+
+
+def test_identical_launches_at_once_get_their_own_runs(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "gpu_simulate_test.cli.workload"]
+    argv += ["workload.num_requests=3", "progress=false"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = [
+        subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out
+    runs = sorted((tmp_path / "tmp" / "workload").iterdir())
+    assert len(runs) == 2
+    first, second = (load_workload(run) for run in runs)
+    assert first.workload_id == second.workload_id  # same config, same requests, two runs

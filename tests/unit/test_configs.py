@@ -108,12 +108,12 @@ def test_typo_inside_a_yaml_group_is_rejected(tmp_path: Path) -> None:
     [
         (["workload.qps=0"], "workload.qps must be > 0"),
         (["workload.num_requests=0"], "workload.num_requests must be >= 1"),
-        (["workload.prompt_len.kind=poisson"], "length.kind='poisson' is not one of"),
+        (["workload.prompt_len.kind=poisson"], "workload.prompt_len.kind='poisson' is not one of"),
         (
             ["workload.prompt_len.min=10", "workload.prompt_len.max=5"],
-            "length.max (5) must be >= length.min (10)",
+            "workload.prompt_len.max (5) must be >= workload.prompt_len.min (10)",
         ),
-        (["workload.arrival.process=bursty"], "arrival.process='bursty' is not one of"),
+        (["workload.arrival.process=bursty"], "workload.arrival.process='bursty' is not one of"),
         (["model.num_key_value_heads=3"], "must be a multiple of model.num_key_value_heads"),
         (["workload.prompt_mode=images"], "workload.prompt_mode='images'"),
     ],

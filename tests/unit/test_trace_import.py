@@ -45,7 +45,7 @@ def write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "trace is empty"),
+        ("", "file is empty (expected a trace CSV"),
         ("arrived_at,num_prefill_tokens,num_decode_tokens\n", "header but no rows"),
         ("arrived_at,num_prefill_tokens\n0,5\n", "missing required column(s) num_decode_tokens"),
         (

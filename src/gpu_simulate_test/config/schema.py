@@ -125,7 +125,11 @@ class HardwareConfig:
 
 @dataclass(frozen=True)
 class LengthDistConfig:
-    """A token-length distribution; samples are rounded and clipped to [min, max]."""
+    """A token-length distribution; samples are rounded and clipped to [min, max].
+
+    Checked by :meth:`check`, which the :class:`WorkloadConfig` holding it calls with its key
+    (``workload.prompt_len``), so that errors name the full key.
+    """
 
     kind: str = "fixed"
     """One of fixed, uniform, normal, zipf, lognormal."""
@@ -142,23 +146,25 @@ class LengthDistConfig:
     zipf_a: float = 1.5
     """Exponent for ``zipf`` (> 1); the sample is offset so that ``min`` is the mode."""
 
-    def __post_init__(self) -> None:
-        _check_choice("length.kind", self.kind, LENGTH_KINDS)
-        _check(self.min >= 1, f"length.min must be >= 1, got {self.min}")
-        _check(self.max >= self.min, f"length.max ({self.max}) must be >= length.min ({self.min})")
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (e.g. ``workload.output_len.max``)."""
+        _check_choice(f"{key}.kind", self.kind, LENGTH_KINDS)
+        _check(self.min >= 1, f"{key}.min must be >= 1, got {self.min}")
+        _check(self.max >= self.min, f"{key}.max ({self.max}) must be >= {key}.min ({self.min})")
         if self.kind == "fixed":
-            _check(self.value >= 1, f"length.value must be >= 1, got {self.value}")
-        _check(self.std >= 0, f"length.std must be >= 0, got {self.std}")
-        _check(self.sigma > 0, f"length.sigma must be > 0, got {self.sigma}")
-        _check(self.zipf_a > 1, f"length.zipf_a must be > 1, got {self.zipf_a}")
-        _check(self.mean > 0, f"length.mean must be > 0, got {self.mean}")
+            _check(self.value >= 1, f"{key}.value must be >= 1, got {self.value}")
+        _check(self.std >= 0, f"{key}.std must be >= 0, got {self.std}")
+        _check(self.sigma > 0, f"{key}.sigma must be > 0, got {self.sigma}")
+        _check(self.zipf_a > 1, f"{key}.zipf_a must be > 1, got {self.zipf_a}")
+        _check(self.mean > 0, f"{key}.mean must be > 0, got {self.mean}")
 
 
 @dataclass(frozen=True)
 class ArrivalConfig:
     """Request arrivals as in ``vllm bench serve`` (``--request-rate``, ``--burstiness``).
 
-    Poisson is gamma with shape 1.
+    Poisson is gamma with shape 1. Checked by :meth:`check`, which the :class:`WorkloadConfig`
+    holding it calls with its key (``workload.arrival``).
     """
 
     process: str = "poisson"
@@ -166,9 +172,10 @@ class ArrivalConfig:
     burstiness: float = 1.0
     """Gamma shape: 1 is Poisson, < 1 burstier, > 1 more regular (vLLM's convention)."""
 
-    def __post_init__(self) -> None:
-        _check_choice("arrival.process", self.process, ARRIVAL_PROCESSES)
-        _check(self.burstiness > 0, f"arrival.burstiness must be > 0, got {self.burstiness}")
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (``workload.arrival.process``)."""
+        _check_choice(f"{key}.process", self.process, ARRIVAL_PROCESSES)
+        _check(self.burstiness > 0, f"{key}.burstiness must be > 0, got {self.burstiness}")
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,7 @@ class WorkloadConfig:
     qps: float = 2.0
     """Mean arrival rate, requests/s (synthetic, lengths-only traces); inf sends all at once."""
     seed: int = 0
+    """Seeds every random stream of the workload (numpy SeedSequence: >= 0)."""
     prompt_len: LengthDistConfig = field(default_factory=LengthDistConfig)
     output_len: LengthDistConfig = field(default_factory=LengthDistConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
@@ -204,6 +212,10 @@ class WorkloadConfig:
         )
         if self.source == "synthetic":
             _check(self.num_requests >= 1, "workload.num_requests must be >= 1 for synthetic")
+        _check(self.seed >= 0, f"workload.seed must be >= 0, got {self.seed}")
+        self.prompt_len.check("workload.prompt_len")
+        self.output_len.check("workload.output_len")
+        self.arrival.check("workload.arrival")
         _check(
             self.qps > 0 and not math.isnan(self.qps), f"workload.qps must be > 0, got {self.qps}"
         )
@@ -257,7 +269,7 @@ class OutputConfig:
 
     root: str = "tmp"
     run_id: str | None = None
-    """Name of the run; None makes one from the time and the config's stable id."""
+    """Name of the run; None makes one from the time, the config's stable id and a random part."""
     overwrite: bool = False
     """Allow replacing an existing run with the same id (never done silently)."""
 

@@ -41,6 +41,8 @@ class Column:
     """Empty cells allowed (e.g. TTFT of a failed request)."""
     min_value: float | None = None
     """Smallest allowed value for numeric columns (inclusive)."""
+    allowed: tuple[str, ...] = ()
+    """The only values a ``str`` column may hold (empty: any)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ def read_json(path: Path | str, required_keys: Sequence[str] = ()) -> dict[str, 
         raise ArtifactError(f"{p}: file does not exist")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise not_utf8_error(p, "a JSON object") from exc
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{p}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
@@ -149,6 +153,25 @@ def read_json(path: Path | str, required_keys: Sequence[str] = ()) -> dict[str, 
     if missing:
         raise ArtifactError(f"{p}: missing required key(s) {', '.join(missing)}")
     return data
+
+
+def not_utf8_error(path: Path, expected: str) -> ArtifactError:
+    """The error for a file that is not UTF-8 text (a binary file, or another encoding): it names
+    the file, the first bad line and byte, and what was ``expected``.
+
+    The file is scanned again line by line, because decoders report offsets within the chunk they
+    were given, not within the file (and a newline byte never occurs inside a UTF-8 character).
+    """
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return ArtifactError(
+                    f"{path}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                    f"expected {expected}"
+                )
+    return ArtifactError(f"{path}: not UTF-8 text; expected {expected}")
 
 
 def write_jsonl(path: Path | str, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -166,8 +189,12 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     if not p.is_file():
         raise ArtifactError(f"{p}: file does not exist")
     rows: list[dict[str, Any]] = []
-    with p.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+    with p.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8_error(p, "one JSON object per line") from exc
             if not line.strip():
                 continue
             try:
@@ -185,6 +212,11 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message: ``10.7`` or ``'abc'``, never ``np.float64(10.7)``."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
     """Return ``frame[col.name]`` converted to the declared dtype, or raise naming the bad row."""
     series = frame[col.name]
@@ -193,6 +225,14 @@ def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
         if not col.nullable and missing.any():
             row = int(np.flatnonzero(missing.to_numpy())[0])
             raise ArtifactError(f"{where}: row {row + 1}, column {col.name!r}: empty value")
+        if col.allowed:
+            unknown = ~series.isin(col.allowed) & ~missing
+            if unknown.any():
+                row = int(np.flatnonzero(unknown.to_numpy())[0])
+                raise ArtifactError(
+                    f"{where}: row {row + 1}, column {col.name!r}: {_shown(series.iloc[row])} is "
+                    f"not one of {', '.join(col.allowed)}"
+                )
         return series.astype("string") if not missing.all() else series
     if col.dtype == "bool":
         mapping = {"true": True, "false": False, "1": True, "0": False}
@@ -202,7 +242,7 @@ def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise ArtifactError(
                 f"{where}: row {row + 1}, column {col.name!r}: expected true/false, "
-                f"got {series.iloc[row]!r}"
+                f"got {_shown(series.iloc[row])}"
             )
         return lowered.map(mapping).astype("boolean")
     numeric = pd.to_numeric(series, errors="coerce")
@@ -211,7 +251,7 @@ def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise ArtifactError(
             f"{where}: row {row + 1}, column {col.name!r}: expected a number ({col.dtype}), "
-            f"got {series.iloc[row]!r}"
+            f"got {_shown(series.iloc[row])}"
         )
     if not col.nullable and numeric.isna().any():
         row = int(np.flatnonzero(numeric.isna().to_numpy())[0])
@@ -235,7 +275,7 @@ def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
             row = int(np.flatnonzero(fractional)[0])
             raise ArtifactError(
                 f"{where}: row {row + 1}, column {col.name!r}: expected an integer, "
-                f"got {values[row]!r}"
+                f"got {_shown(values[row])}"
             )
         return numeric.astype("Int64") if col.nullable else numeric.astype("int64")
     return numeric.astype("float64")
@@ -262,7 +302,7 @@ def validate_frame(frame: pd.DataFrame, schema: TableSchema, where: str = "") ->
             row = int(np.flatnonzero(dup.to_numpy())[0])
             raise ArtifactError(
                 f"{where}: row {row + 1}, column {schema.unique!r}: duplicate value "
-                f"{out[schema.unique].iloc[row]!r}"
+                f"{_shown(out[schema.unique].iloc[row])}"
             )
     if schema.sorted_by is not None and len(out) > 1:
         values = out[schema.sorted_by].to_numpy(dtype=float)
@@ -291,14 +331,28 @@ def read_csv(path: Path | str, schema: TableSchema) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise ArtifactError(f"{p}: file does not exist (expected table {schema.name})")
-    try:
-        frame = pd.read_csv(p, dtype=str, keep_default_na=True)
-    except pd.errors.EmptyDataError as exc:
-        raise ArtifactError(f"{p}: file is empty (expected table {schema.name})") from exc
-    except pd.errors.ParserError as exc:
-        raise ArtifactError(f"{p}: not a valid CSV ({exc})") from exc
-    frame.columns = [str(c).strip() for c in frame.columns]
+    frame = read_csv_text(p, f"table {schema.name}")
     return validate_frame(frame, schema, where=str(p))
+
+
+def read_csv_text(path: Path, expected: str) -> pd.DataFrame:
+    """Read a CSV with every cell as a string (empty ones NaN) and column names stripped.
+
+    An empty, malformed (a row with more fields than the header) or non-UTF-8 file fails with an
+    :class:`ArtifactError` naming the file, the line where known, and what was ``expected``.
+    """
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=True)
+    except UnicodeDecodeError as exc:
+        raise not_utf8_error(path, expected) from exc
+    except pd.errors.EmptyDataError as exc:
+        raise ArtifactError(f"{path}: file is empty (expected {expected})") from exc
+    except pd.errors.ParserError as exc:
+        # pandas says e.g. "Error tokenizing data. C error: Expected 3 fields in line 3, saw 4"
+        detail = str(exc).strip().removeprefix("Error tokenizing data. C error: ")
+        raise ArtifactError(f"{path}: not a valid CSV ({detail}); expected {expected}") from exc
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return frame
 
 
 # --------------------------------------------------------------------------------------------

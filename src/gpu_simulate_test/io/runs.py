@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import secrets
 import shutil
 import socket
 import subprocess
@@ -226,17 +227,28 @@ def open_upstream_run(path: Path | str, stage: str) -> dict[str, Any]:
     meta = read_json(p / layout.RUN_META, required_keys=("stage", "status"))
     if meta["stage"] != stage:
         raise ArtifactError(f"{p}: is a {meta['stage']} run, expected a {stage} run")
-    if meta["status"] != "complete" or (p / layout.INCOMPLETE_MARKER).exists():
+    if meta["status"] != "complete":
         raise ArtifactError(
             f"{p}: run is not complete (status={meta['status']}); "
             f"error: {meta.get('error') or 'none recorded'}"
+        )
+    marker = p / layout.INCOMPLETE_MARKER
+    if marker.exists():
+        raise ArtifactError(
+            f"{p}: {layout.RUN_META} says complete, but the marker {marker} is still there: the "
+            "run was interrupted while finishing, or is still being written; rerun that stage "
+            "(or wait for it to finish)"
         )
     return meta
 
 
 def default_run_id(config: Mapping[str, Any]) -> str:
-    """``<UTC time>-<config id>``: unique per launch, and says which config it ran."""
+    """``<UTC time>-<config id>-<random>``: sorts by launch time, says which config it ran, and
+    is unique per call (the random part tells apart launches of one config in the same second).
+
+    Call it once per launch and hand the id to every stage of that launch (as the pipeline does).
+    """
     from gpu_simulate_test.io.artifacts import stable_id
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{stable_id(dict(config), length=8)}"
+    return f"{stamp}-{stable_id(dict(config), length=8)}-{secrets.token_hex(3)}"

@@ -61,6 +61,11 @@ PROMPT_RECORD_KEYS: tuple[str, ...] = (
 )
 """Keys every ``prompts.jsonl`` line carries, plus ``prompt_token_ids`` or ``prompt_text``."""
 
+REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cancelled")
+"""Every ``status`` a request_metrics row may have: the real bench's terminal statuses
+(``real_bench.records.TERMINAL_STATUSES``: ok; error, the engine failed it or produced the wrong
+number of tokens; timeout; cancelled, in flight when the run stopped). Vidur writes only ok."""
+
 REQUEST_METRICS = TableSchema(
     name="request_metrics",
     version="1.0",
@@ -83,7 +88,7 @@ REQUEST_METRICS = TableSchema(
             "tpot_s", "float", "s", "(e2e - ttft) / (output tokens - 1)", nullable=True, min_value=0
         ),
         Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
-        Column("status", "str", "", "ok, error or timeout"),
+        Column("status", "str", "", "how the request ended", allowed=REQUEST_STATUSES),
     ),
 )
 

@@ -86,9 +86,11 @@ def render() -> str:
         parts.append("| --- | --- | --- | --- | --- | --- |\n")
         for col in table.columns:
             minimum = "" if col.min_value is None else f"{col.min_value:g}"
+            allowed = ", ".join(f"`{v}`" for v in col.allowed)
+            meaning = f"{col.description}: one of {allowed}" if allowed else col.description
             parts.append(
                 f"| `{col.name}` | {col.dtype} | {col.unit} | {'yes' if col.nullable else 'no'} "
-                f"| {minimum} | {col.description} |\n"
+                f"| {minimum} | {meaning} |\n"
             )
     parts.append(JSON_ARTIFACTS)
     return "".join(parts)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from gpu_simulate_test.io.artifacts import ArtifactError, validate_frame
+from gpu_simulate_test.io.artifacts import ArtifactError, read_csv_text, validate_frame
 from gpu_simulate_test.io.schemas import TRACE_IMPORT, TRACE_IMPORT_ARRIVED_AT
 
 TRACE_IMPORT_TIMED = dataclasses.replace(
@@ -18,6 +17,8 @@ TRACE_IMPORT_TIMED = dataclasses.replace(
     columns=(TRACE_IMPORT_ARRIVED_AT, *TRACE_IMPORT.columns),
     sorted_by=TRACE_IMPORT_ARRIVED_AT.name,
 )
+TRACE_EXPECTED = "a trace CSV (num_prefill_tokens, num_decode_tokens, optional arrived_at)"
+"""What a trace file should be, for error messages."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,7 @@ def load_trace(
     p = Path(path)
     if not p.is_file():
         raise ArtifactError(f"workload.trace_file={p}: file does not exist")
-    try:
-        frame = pd.read_csv(p, dtype=str)
-    except pd.errors.EmptyDataError as exc:
-        raise ArtifactError(f"{p}: trace is empty (no header, no rows)") from exc
-    frame.columns = [str(c).strip() for c in frame.columns]
+    frame = read_csv_text(p, TRACE_EXPECTED)
     total_rows = len(frame)
     if total_rows == 0:
         raise ArtifactError(f"{p}: trace has a header but no rows")
