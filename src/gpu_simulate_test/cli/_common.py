@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
 
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
@@ -44,7 +45,8 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         assert isinstance(resolved, dict)
         return body(typed, {str(k): v for k, v in resolved.items()})
     except USER_ERRORS as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        # one line however long (a path and its detail), and brackets in it are not markup
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         # the run directory (if one was started) is already marked interrupted, with what was
