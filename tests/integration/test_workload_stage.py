@@ -203,6 +203,12 @@ def test_console_script_runs_the_stage_from_any_directory(tmp_path: Path) -> Non
             "workload.output_len.max (64) must be >= workload.output_len.min (100)",
         ),
         ({}, ["workload.seed=-1"], "workload.seed must be >= 0, got -1"),
+        (  # a target rate cannot stretch arrivals that have no time span
+            {"same.csv": b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n0,6,3\n"},
+            ["workload=trace", "workload.trace_file=same.csv", "workload.trace_target_qps=5"],
+            "workload.trace_target_qps=5: the 2 arrivals for same.csv (trace) all fall at one "
+            "instant",
+        ),
         (  # a long path with brackets: not wrapped, and not taken for rich markup
             {},
             ["workload=trace", f"workload.trace_file='{'long-directory-name/' * 6}[v2]/t.csv'"],

@@ -81,7 +81,14 @@ def generate(cfg: WorkloadConfig, model: ModelConfig) -> tuple[Workload, dict[st
         else:
             arrivals = sample_arrivals(cfg.arrival, len(prefill), cfg.qps, streams[2])
             notes["arrivals_from"] = f"generated ({cfg.arrival.process}, qps={cfg.qps})"
-        if cfg.trace_target_qps is not None:
+        if cfg.trace_target_qps is not None and len(arrivals) > 1:
+            if float(np.ptp(arrivals)) <= 0:
+                raise ArtifactError(
+                    f"workload.trace_target_qps={cfg.trace_target_qps:g}: the {len(arrivals)} "
+                    f"arrivals for {cfg.trace_file} ({notes['arrivals_from']}) all fall at one "
+                    "instant, so there is no time span to stretch to that rate; drop "
+                    "trace_target_qps, or give the trace distinct arrived_at times"
+                )
             arrivals = rescale_to_qps(arrivals, cfg.trace_target_qps)
             notes["rescaled_to_qps"] = cfg.trace_target_qps
         notes.update(
