@@ -96,3 +96,45 @@ def test_callback_needs_a_run_id_and_two_jobs(tmp_path: Path, compose_stage, cap
     callback.on_multirun_end(config=cfg)
     assert not (root / "compare" / "one-sweep").exists()
     assert "no sweep report" in capsys.readouterr().out
+
+
+def test_callback_refuses_an_existing_report_before_the_jobs(
+    tmp_path: Path, compose_stage, capsys
+) -> None:
+    """Hydra turns a callback's exception into a warning and exit 0: the callback exits itself."""
+    root = tmp_path / "tmp"
+    (root / "compare" / "pw-sweep").mkdir(parents=True)
+    cfg = _pipeline_config(compose_stage, f"output.root={root}", "output.run_id=pw")
+    callback = instantiate(cfg.hydra.callbacks.sweep_report)
+    with pytest.raises(SystemExit) as caught:
+        callback.on_multirun_start(config=cfg)
+    assert caught.value.code == 2
+    printed = capsys.readouterr().out.replace("\n", "")  # rich wraps long lines
+    assert "compare/pw-sweep already exists" in printed
+    # the report directory appearing while the jobs run: the failure is an exit too, not a warning
+    (root / "compare" / "pw-sweep").rmdir()
+    callback.on_multirun_start(config=cfg)
+    for job in (0, 1):
+        _compare(root, f"pw-{job}", 0.9, job + 1.0)
+    (root / "compare" / "pw-sweep").mkdir()
+    with pytest.raises(SystemExit) as caught:
+        callback.on_multirun_end(config=cfg)
+    assert caught.value.code == 2
+    assert "sweep report failed" in capsys.readouterr().out
+    # overwrite=true, or the report turned off, lets the multirun start
+    overwrite = ("output.run_id=pw", "output.overwrite=true")
+    cfg_overwrite = _pipeline_config(compose_stage, f"output.root={root}", *overwrite)
+    instantiate(cfg.hydra.callbacks.sweep_report).on_multirun_start(config=cfg_overwrite)
+    cfg.hydra.callbacks.sweep_report.enabled = False
+    instantiate(cfg.hydra.callbacks.sweep_report).on_multirun_start(config=cfg)
+
+
+def test_pipeline_multirun_with_an_existing_report_exits_2_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tmp" / "compare" / "pw-sweep").mkdir(parents=True)
+    proc = run_cli("pipeline", "-m", "workload.qps=2,4", "output.run_id=pw",
+                   "workload.num_requests=4", cwd=tmp_path, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pw-sweep already exists" in proc.stdout.replace("\n", "")
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == ["compare"]

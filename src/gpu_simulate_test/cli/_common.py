@@ -24,6 +24,12 @@ USER_ERRORS = (ConfigError, ArtifactError, RunExistsError, FileNotFoundError, Va
 """Failures caused by the input: shown as one clear line, not a traceback."""
 
 
+def print_error(label: str, exc: BaseException) -> None:
+    """``<label>: <exc>`` in red, on one line however long (a path and its detail), with any
+    brackets in the message shown as they are (not read as rich markup)."""
+    console.print(f"[bold red]{label}:[/] {escape(str(exc))}", soft_wrap=True)
+
+
 def _multirun_suffix(cfg: DictConfig) -> DictConfig:
     """In a multirun, give each job its own run id (``<run_id>-<job number>``)."""
     if not HydraConfig.initialized():
@@ -45,8 +51,7 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         assert isinstance(resolved, dict)
         return body(typed, {str(k): v for k, v in resolved.items()})
     except USER_ERRORS as exc:
-        # one line however long (a path and its detail), and brackets in it are not markup
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        print_error("error", exc)
         sys.exit(2)
     except KeyboardInterrupt:
         # the run directory (if one was started) is already marked interrupted, with what was

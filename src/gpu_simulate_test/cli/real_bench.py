@@ -10,12 +10,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from gpu_simulate_test.cli._common import run_stage
+from gpu_simulate_test.cli._common import print_error, run_stage
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.real_bench.backends import BackendError
 from gpu_simulate_test.real_bench.stage import run
-from gpu_simulate_test.reporting import console
 
 register_configs()
 
@@ -24,7 +23,7 @@ def _run(cfg: RealBenchStageConfig, resolved: dict[str, Any]) -> Path:
     try:
         return run(cfg, resolved)
     except BackendError as exc:  # the engine died mid-run: partial results are written
-        console.print(f"[bold red]run failed:[/] {exc}")
+        print_error("run failed", exc)
         sys.exit(1)
 
 

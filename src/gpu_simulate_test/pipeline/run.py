@@ -3,15 +3,19 @@ compare, in one process, each stage's typed config built from the pipeline's.
 
 Every stage lands in ``<output.root>/<stage>/<run_id>/`` with the same run id; the pipeline's
 own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the time each took.
+Before any stage runs, :func:`check_outputs_free` refuses when one of those directories exists
+(unless ``output.overwrite``), so a refusal leaves no half-finished pipeline behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from gpu_simulate_test.analysis.knobs import derive_scheduler
 from gpu_simulate_test.config.compare import CompareStageConfig
@@ -28,10 +32,10 @@ from gpu_simulate_test.config.vidur import (
 )
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
-from gpu_simulate_test.io.runs import Run, default_run_id, start_run
+from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
-from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
+from gpu_simulate_test.vidur_ext.bundle import Bundle, BundleRanges, load_bundle
 
 T = TypeVar("T")
 
@@ -109,15 +113,40 @@ def simulation_vidur(cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig) 
     return dataclasses.replace(cfg.vidur, scheduler=scheduler, engine_overhead=overhead)
 
 
-def profile_ranges(base: ProfileRangesConfig, needs: plan.Requirements) -> ProfileRangesConfig:
-    """``base`` widened to what the simulation needs."""
+def existing_bundle_ranges(cfg: PipelineStageConfig) -> BundleRanges | None:
+    """What the bundle in ``<profiling_root>/<hardware>/<model>`` covers (its context capped at the
+    model's); None when there is none or it cannot be read."""
+    path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    if not path.is_dir():
+        return None
+    try:
+        ranges = load_bundle(path).ranges
+    except ArtifactError:
+        return None
+    context = min(ranges.max_kv_cache_size, cfg.model.max_position_embeddings)
+    return dataclasses.replace(ranges, max_kv_cache_size=context)
+
+
+def profile_ranges(
+    base: ProfileRangesConfig,
+    needs: plan.Requirements,
+    existing: BundleRanges | None = None,
+) -> ProfileRangesConfig:
+    """``base`` widened to what the simulation needs and to what ``existing`` (the bundle being
+    replaced) covers, so re-profiling never narrows a bundle other runs rely on."""
+    keep = existing or BundleRanges(0, 0, 0, 0, 0)
     return dataclasses.replace(
         base,
-        max_num_tokens=max(base.max_num_tokens, needs.max_batch_tokens),
-        max_batch_size=max(base.max_batch_size, needs.max_batch_size),
-        max_prefill_chunk=max(base.max_prefill_chunk, needs.max_prefill_chunk),
+        max_num_tokens=max(base.max_num_tokens, needs.max_batch_tokens, keep.max_num_tokens),
+        max_batch_size=max(base.max_batch_size, needs.max_batch_size, keep.max_batch_size),
+        max_prefill_chunk=max(
+            base.max_prefill_chunk, needs.max_prefill_chunk, keep.max_prefill_chunk
+        ),
+        # 0 stands for the model's whole context, which covers any bundle of this model
         max_kv_cache_size=(
-            max(base.max_kv_cache_size, needs.max_request_tokens) if base.max_kv_cache_size else 0
+            max(base.max_kv_cache_size, needs.max_request_tokens, keep.max_kv_cache_size)
+            if base.max_kv_cache_size
+            else 0
         ),
     )
 
@@ -130,12 +159,17 @@ def profile_config(
     output: OutputConfig,
     progress: bool,
 ) -> VidurProfileStageConfig:
-    """The vidur_profile config whose bundle covers ``needs``; it replaces a misfit bundle."""
+    """The vidur_profile config whose bundle covers ``needs`` and at least what the bundle it
+    replaces covered.
+
+    ``output.overwrite`` is true so that the bundle is replaced; for the stage's run directory
+    that is only safe after :func:`check_outputs_free` (the caller's duty).
+    """
     return VidurProfileStageConfig(
         model=cfg.model,
         hardware=cfg.hardware,
         profiling=cfg.profiling,
-        profile=profile_ranges(cfg.profile, needs),
+        profile=profile_ranges(cfg.profile, needs, existing_bundle_ranges(cfg)),
         block_size=scheduler.block_size,
         profiling_root=cfg.profiling_root,
         workload_dir=str(workload_dir),
@@ -143,6 +177,67 @@ def profile_config(
         output=dataclasses.replace(output, overwrite=True),
         progress=progress,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilePlan:
+    """The scheduler the simulation uses, what it needs of the bundle, and why the bundle must be
+    profiled again (empty: it is reused)."""
+
+    scheduler: VidurSchedulerConfig
+    derived: bool
+    """Whether ``scheduler`` was derived from the real backend's knobs."""
+    needs: plan.Requirements
+    misfits: tuple[str, ...]
+
+
+def profile_plan(cfg: PipelineStageConfig, prefill: np.ndarray, decode: np.ndarray) -> ProfilePlan:
+    """Decide, from the workload's prompt and output lengths, whether the pipeline profiles."""
+    scheduler, derived = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
+    needs = plan.requirements(prefill, decode, scheduler)
+    if not cfg.reuse_profile:
+        return ProfilePlan(scheduler, derived, needs, ("reuse_profile=false",))
+    return ProfilePlan(scheduler, derived, needs, tuple(bundle_misfits(cfg, scheduler, needs)))
+
+
+PIPELINE_STAGES: tuple[str, ...] = (
+    "pipeline",
+    "workload",
+    "vidur_profile",
+    "vidur_simulate",
+    "real_bench",
+    "compare",
+)
+"""Every run directory ``<output.root>/<stage>/<run_id>`` a pipeline may create, in order."""
+
+
+def check_runs_free(paths: Sequence[Path]) -> None:
+    """Raise :class:`RunExistsError` naming every one of ``paths`` that exists already."""
+    existing = [str(path) for path in paths if path.exists()]
+    if existing:
+        verb = "exists" if len(existing) == 1 else "exist"
+        raise RunExistsError(
+            f"{', '.join(existing)} already {verb}; nothing was run (choose another "
+            "output.run_id or pass output.overwrite=true)"
+        )
+
+
+def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
+    """Refuse, before anything is created, when a run directory the pipeline would create
+    exists and ``output.overwrite`` is false. ``vidur_profile`` counts only when the pipeline
+    will profile (decided on the workload it is about to generate, without writing it)."""
+    if cfg.output.overwrite:
+        return
+    paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]
+    profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
+    if profile_dir.exists() and cfg.reuse_profile:
+        from gpu_simulate_test.workloads.build import generate
+
+        workload, _ = generate(cfg.workload, cfg.model)
+        decided = profile_plan(cfg, workload.num_prefill_tokens, workload.num_decode_tokens)
+        if not decided.misfits:
+            paths.remove(profile_dir)
+    check_runs_free(paths)
 
 
 def stage_configs(
@@ -198,23 +293,24 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     from gpu_simulate_test.workloads.build import run as workload_run
 
     run_id = cfg.output.run_id or default_run_id(resolved_config)
+    check_outputs_free(cfg, run_id)
     out = OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=cfg.output.overwrite)
     workload_cfg, real_bench_cfg = stage_configs(cfg, run_id)
     with start_run(cfg.output.root, "pipeline", run_id, resolved_config, cfg.output.overwrite) as p:
         workload_dir = _timed(p, "workload", workload_run, workload_cfg, cfg.progress)
         prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
-        scheduler, derived = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
-        needs = plan.requirements(prefill, decode, scheduler)
+        decided = profile_plan(cfg, prefill, decode)
+        scheduler, needs = decided.scheduler, decided.needs
         p.update_meta(
             scheduler=dataclasses.asdict(scheduler),
-            scheduler_derived_from=cfg.backend.name if derived else None,
+            scheduler_derived_from=cfg.backend.name if decided.derived else None,
         )
 
-        misfits = ["reuse_profile=false"] if not cfg.reuse_profile else []
-        misfits += bundle_misfits(cfg, scheduler, needs) if cfg.reuse_profile else []
-        if misfits:
+        if decided.misfits:
             if cfg.progress:
-                console.print("profiling, because: " + "; ".join(misfits))
+                console.print("profiling, because: " + "; ".join(decided.misfits))
+            if not cfg.output.overwrite:  # the profile stage's overwrite is meant for the bundle
+                check_runs_free([layout.run_dir(cfg.output.root, "vidur_profile", run_id)])
             profile_cfg = profile_config(cfg, scheduler, needs, workload_dir, out, cfg.progress)
             _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
         else:

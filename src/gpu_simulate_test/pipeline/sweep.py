@@ -15,9 +15,29 @@ from gpu_simulate_test.config.compare import CompareOptions, CompareStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
+from gpu_simulate_test.io.runs import RunExistsError
 
 SWEEP_SUFFIX = "sweep"
 """The report of the jobs ``<run_id>-0``, ``<run_id>-1``, … lands in ``compare/<run_id>-sweep``."""
+
+
+def sweep_report_dir(output: OutputConfig) -> Path | None:
+    """``<root>/compare/<run_id>-sweep``, where a multirun's report lands; None without a run id."""
+    if not output.run_id:
+        return None
+    return layout.run_dir(output.root, "compare", f"{output.run_id}-{SWEEP_SUFFIX}")
+
+
+def check_sweep_report_free(output: OutputConfig) -> None:
+    """Refuse, before the multirun's jobs run, when its report directory exists already (and
+    ``output.overwrite`` is false): the report would fail only after every job had run."""
+    path = sweep_report_dir(output)
+    if path is not None and path.exists() and not output.overwrite:
+        raise RunExistsError(
+            f"{path} already exists, where this multirun's sweep report would go; nothing was "
+            "run (choose another output.run_id, pass output.overwrite=true or "
+            "hydra.callbacks.sweep_report.enabled=false)"
+        )
 
 
 def job_compare_dirs(root: str | Path, run_id: str, since: datetime) -> list[Path]:
