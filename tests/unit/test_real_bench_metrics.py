@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from gpu_simulate_test.io.artifacts import read_csv, write_csv
+from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.real_bench.metrics import (
     distribution_ms,
     gaps_s,
@@ -141,3 +144,15 @@ def test_distribution_ignores_nan_and_is_nan_when_empty() -> None:
 
 def test_monotonic() -> None:
     assert is_monotonic([0.1, 0.1, 0.2]) and not is_monotonic([0.2, 0.1])
+
+
+def test_a_request_still_in_flight_when_written_is_a_valid_cancelled_row(tmp_path: Path) -> None:
+    """A second Ctrl-C during the cancel loop leaves a record pending; its row must still be
+    written (the table's status column accepts only how a request ended)."""
+    frame = request_frame([record(0, 0.0, [0.3, 0.5]), record(1, 0.1, [0.4], status="pending")])
+    assert frame["status"].tolist() == ["ok", "cancelled"]
+    write_csv(tmp_path / "request_metrics.csv", frame, REQUEST_METRICS)
+    assert read_csv(tmp_path / "request_metrics.csv", REQUEST_METRICS)["status"].tolist() == [
+        "ok",
+        "cancelled",
+    ]

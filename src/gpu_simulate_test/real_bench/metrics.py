@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.real_bench.records import STATUS_OK, RequestRecord
+from gpu_simulate_test.real_bench.records import (
+    STATUS_CANCELLED,
+    STATUS_OK,
+    TERMINAL_STATUSES,
+    RequestRecord,
+)
 
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 NAN = float("nan")
@@ -77,7 +82,9 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "ttft_s": ttft,
         "tpot_s": tpot_s(ttft, e2e, n_out) if rec.event_times_s else NAN,
         "e2e_s": e2e,
-        "status": rec.status,
+        # a request still in flight when the tables are written (a second Ctrl-C during the
+        # cancel loop) ended there: cancelled, so its row is kept and the table stays valid
+        "status": rec.status if rec.status in TERMINAL_STATUSES else STATUS_CANCELLED,
         "scheduled_arrival_time_s": rec.scheduled_arrival_s,
         "first_token_time_s": first,
         "last_token_time_s": last,

@@ -12,14 +12,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpu_simulate_test.io.schemas import REQUEST_STATUSES
+
 STATUS_PENDING = "pending"
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 STATUS_TIMEOUT = "timeout"
 STATUS_CANCELLED = "cancelled"
-TERMINAL_STATUSES: tuple[str, ...] = (STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT, STATUS_CANCELLED)
-"""ok; error (the engine failed it or produced the wrong number of tokens); timeout (not done
-``request_timeout_s`` after arrival); cancelled (in flight when the run was stopped)."""
+TERMINAL_STATUSES: tuple[str, ...] = REQUEST_STATUSES
+"""How a request can end, and what ``request_metrics.csv`` accepts (``io.schemas``)."""
 
 
 @dataclass(frozen=True)
