@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,8 +205,12 @@ def test_console_script_runs_the_stage_from_any_directory(tmp_path: Path) -> Non
         (  # a target rate cannot stretch arrivals that have no time span
             {"same.csv": b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n0,6,3\n"},
             ["workload=trace", "workload.trace_file=same.csv", "workload.trace_target_qps=5"],
-            "workload.trace_target_qps=5: the 2 arrivals for same.csv (trace) all fall at one "
-            "instant",
+            "workload.trace_target_qps=5: same.csv (trace): its 2 arrivals all fall at one instant",
+        ),
+        (
+            {"one.csv": b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n"},
+            ["workload=trace", "workload.trace_file=one.csv", "workload.trace_target_qps=5"],
+            "one.csv (trace): one request has no arrival rate to set",
         ),
         (  # a long path with brackets: not wrapped, and not taken for rich markup
             {},
@@ -227,20 +230,3 @@ def test_malformed_input_exits_2_with_one_error_naming_it(
     assert proc.stdout.startswith("error:") and proc.stdout.strip().count("\n") == 0
     assert message in proc.stdout and "Traceback" not in proc.stderr
     assert not (tmp_path / "tmp" / "workload" / "bad").exists()
-
-
-def test_identical_launches_at_once_get_their_own_runs(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "gpu_simulate_test.cli.workload"]
-    argv += ["workload.num_requests=3", "progress=false"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    procs = [
-        subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    for proc in procs:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, out
-    runs = sorted((tmp_path / "tmp" / "workload").iterdir())
-    assert len(runs) == 2
-    first, second = (load_workload(run) for run in runs)
-    assert first.workload_id == second.workload_id  # same config, same requests, two runs

@@ -228,6 +228,11 @@ class WorkloadConfig:
                 self.trace_target_qps > 0,
                 f"workload.trace_target_qps must be > 0, got {self.trace_target_qps}",
             )
+            _check(
+                self.source == "trace",
+                f"workload.trace_target_qps={self.trace_target_qps:g} rescales a trace's "
+                "arrivals (workload=trace); a synthetic workload's rate is workload.qps",
+            )
 
 
 @dataclass(frozen=True)

@@ -81,14 +81,8 @@ def generate(cfg: WorkloadConfig, model: ModelConfig) -> tuple[Workload, dict[st
         else:
             arrivals = sample_arrivals(cfg.arrival, len(prefill), cfg.qps, streams[2])
             notes["arrivals_from"] = f"generated ({cfg.arrival.process}, qps={cfg.qps})"
-        if cfg.trace_target_qps is not None and len(arrivals) > 1:
-            if float(np.ptp(arrivals)) <= 0:
-                raise ArtifactError(
-                    f"workload.trace_target_qps={cfg.trace_target_qps:g}: the {len(arrivals)} "
-                    f"arrivals for {cfg.trace_file} ({notes['arrivals_from']}) all fall at one "
-                    "instant, so there is no time span to stretch to that rate; drop "
-                    "trace_target_qps, or give the trace distinct arrived_at times"
-                )
+        if cfg.trace_target_qps is not None:
+            _check_rescalable(arrivals, cfg, str(notes["arrivals_from"]))
             arrivals = rescale_to_qps(arrivals, cfg.trace_target_qps)
             notes["rescaled_to_qps"] = cfg.trace_target_qps
         notes.update(
@@ -97,6 +91,25 @@ def generate(cfg: WorkloadConfig, model: ModelConfig) -> tuple[Workload, dict[st
             clipped_requests=trace.clipped_rows,
         )
     return Workload(prefill, decode, np.asarray(arrivals, dtype=float)), notes
+
+
+def _check_rescalable(arrivals: np.ndarray, cfg: WorkloadConfig, arrivals_from: str) -> None:
+    """``trace_target_qps`` needs arrivals spread over time: a rate is (N - 1) / span."""
+    if len(arrivals) > 1 and float(np.ptp(arrivals)) > 0:
+        return
+    if len(arrivals) <= 1:
+        why = "one request has no arrival rate to set"
+    else:
+        why = f"its {len(arrivals)} arrivals all fall at one instant, with no time span to stretch"
+    fix = (
+        "give the trace distinct arrived_at times"
+        if arrivals_from == "trace"
+        else "set workload.qps to a finite rate"
+    )
+    raise ArtifactError(
+        f"workload.trace_target_qps={cfg.trace_target_qps:g}: {cfg.trace_file} ({arrivals_from}): "
+        f"{why}; drop trace_target_qps, or {fix}"
+    )
 
 
 def _percentiles(values: np.ndarray) -> dict[str, float]:
