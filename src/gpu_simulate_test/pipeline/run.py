@@ -211,13 +211,14 @@ PIPELINE_STAGES: tuple[str, ...] = (
 """Every run directory ``<output.root>/<stage>/<run_id>`` a pipeline may create, in order."""
 
 
-def check_runs_free(paths: Sequence[Path]) -> None:
-    """Raise :class:`RunExistsError` naming every one of ``paths`` that exists already."""
+def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> None:
+    """Raise :class:`RunExistsError` naming every one of ``paths`` that exists already, and
+    ``done``: what had run by then."""
     existing = [str(path) for path in paths if path.exists()]
     if existing:
         verb = "exists" if len(existing) == 1 else "exist"
         raise RunExistsError(
-            f"{', '.join(existing)} already {verb}; nothing was run (choose another "
+            f"{', '.join(existing)} already {verb}; {done} (choose another "
             "output.run_id or pass output.overwrite=true)"
         )
 
@@ -310,7 +311,11 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             if cfg.progress:
                 console.print("profiling, because: " + "; ".join(decided.misfits))
             if not cfg.output.overwrite:  # the profile stage's overwrite is meant for the bundle
-                check_runs_free([layout.run_dir(cfg.output.root, "vidur_profile", run_id)])
+                # a safety net: check_outputs_free decided on the same workload before any stage
+                check_runs_free(
+                    [layout.run_dir(cfg.output.root, "vidur_profile", run_id)],
+                    "the workload stage ran, the pipeline stopped before profiling",
+                )
             profile_cfg = profile_config(cfg, scheduler, needs, workload_dir, out, cfg.progress)
             _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
         else:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.markup import escape
 
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.io import layout
@@ -288,13 +289,13 @@ def report_warnings(warnings: Sequence[str], bundle: Path, shown: int = 5) -> No
     if not warnings:
         return
     console.print(
-        f"[yellow]warning:[/] {len(warnings)} op(s) in {bundle} take far longer on a smaller "
-        "shape than on a larger one; the machine was probably busy while they were timed. "
-        "Re-profile on a quiet machine (output.overwrite=true) before trusting simulations. "
-        "All of them are in meta.json quality_warnings:"
+        f"[yellow]warning:[/] {len(warnings)} finding(s) in {escape(str(bundle))}: an op takes "
+        "far longer on a smaller shape than on a larger one; the machine was probably busy while "
+        "they were timed. Re-profile on a quiet machine (output.overwrite=true) before trusting "
+        "simulations. All of them are in meta.json quality_warnings:"
     )
     for line in warnings[:shown]:
-        console.print(f"  {line}")
+        console.print(f"  {escape(line)}", soft_wrap=True)
     if len(warnings) > shown:
         console.print(f"  ... and {len(warnings) - shown} more")
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fasteners import InterProcessReaderWriterLock  # type: ignore[import-untyped]
+from rich.markup import escape
 from sklearn.ensemble import RandomForestRegressor
 from vidur.config import RandomForrestExecutionTimePredictorConfig
 from vidur.entities import Batch
@@ -88,8 +89,9 @@ def _atomic_path(final: str) -> Iterator[str]:
 
 def _unreadable(path: str, exc: Exception) -> None:
     console.print(
-        f"[yellow]warning:[/] predictor cache file {path} is unreadable "
-        f"({type(exc).__name__}: {exc}); retraining"
+        f"[yellow]warning:[/] predictor cache file {escape(path)} is unreadable "
+        f"({type(exc).__name__}: {escape(str(exc))}); retraining",
+        soft_wrap=True,
     )
 
 
