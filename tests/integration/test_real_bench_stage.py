@@ -339,7 +339,14 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path)
     cmd = [sys.executable, "-m", "gpu_simulate_test.cli.real_bench"]
     args = ["workload_dir=tmp/workload/slow", "output.run_id=ctrlc", "progress=false"]
     with subprocess.Popen(
-        [*cmd, *args], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [*cmd, *args],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # as from a terminal: a test session started in the background inherits SIGINT ignored,
+        # and Python then never turns it into KeyboardInterrupt
+        preexec_fn=_sigint_default,
     ) as proc:
         deadline = time.monotonic() + 120
         while "backend" not in _meta_or_empty(run) and time.monotonic() < deadline:
@@ -354,6 +361,10 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path)
     assert meta["status"] == "interrupted"
     requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
     assert (requests.status == "ok").sum() >= 1 and len(requests) < 200
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _meta_or_empty(run: Path) -> dict[str, object]:
