@@ -15,13 +15,15 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import importlib.metadata
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,11 +303,18 @@ def _widest(a: plan.Requirements | None, b: plan.Requirements) -> plan.Requireme
     )
 
 
-def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str, Any]:
+def real_backend(
+    preset: Preset,
+    backend: str,
+    name: str,
+    out: Path,
+    measured: Callable[[dict[str, Any]], None] = lambda _record: None,
+) -> dict[str, Any]:
     """``--phase real`` for one backend, everything under ``out``: capacity probe, then per
     load the workload, the Vidur profile when the bundle does not cover it yet (one bundle per
     backend in ``out/profiles/<backend>``, widened to every load so far) and the real bench.
-    Never imports Vidur. Returns the backend's manifest record."""
+    Never imports Vidur. Returns the backend's manifest record, and hands the record so far to
+    ``measured`` after the probe and after every load."""
     from gpu_simulate_test.profiling.vidur_profile import run as profile_run
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
     from gpu_simulate_test.workloads.build import run as workload_run
@@ -321,6 +330,13 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
     )
     console.print(f"capacity {cap['capacity_qps']:.3g} req/s ({cap['output_tokens_per_s']} tok/s)")
     loads: list[dict[str, Any]] = []
+    record = {
+        "overrides": overrides,
+        "profiling_root": str(profiling_root),
+        "capacity": cap,
+        "loads": loads,
+    }
+    measured(record)
     needs: plan.Requirements | None = None
     for index, (fraction, qps) in enumerate(fid.load_levels(cap["capacity_qps"])):
         console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s (real)")
@@ -360,12 +376,8 @@ def real_backend(preset: Preset, backend: str, name: str, out: Path) -> dict[str
         if preset.calibrate_each_load:
             load["profiling_root"] = load_cfg.profiling_root
         loads.append(load)
-    return {
-        "overrides": overrides,
-        "profiling_root": str(profiling_root),
-        "capacity": cap,
-        "loads": loads,
-    }
+        measured(record)
+    return record
 
 
 def sim_backend(
@@ -511,20 +523,44 @@ def _report(
 def phase_real(
     preset_name: str, preset: Preset, backends: tuple[str, ...], name: str, out: Path, command: str
 ) -> Path:
-    """``--phase real``: the GPU half, under ``out``, and its manifest; returns the manifest."""
+    """``--phase real``: the GPU half, under ``out``, and its manifest; returns the manifest.
+
+    The manifest is written after the capacity probe and after every load, marked incomplete
+    until the end: a real phase stopped part-way (Ctrl-C, a device call's time limit) leaves the
+    loads it measured, which ``--phase sim`` reports as such."""
     started = time.perf_counter()
-    records = {b: real_backend(preset, b, name, out) for b in backends}
-    manifest = fid.make_manifest(
-        out,
-        preset=preset_name,
-        name=name,
-        command=command,
-        environment=environment(),
-        requests_per_load=preset.num_requests,
-        wall_time_s=round(time.perf_counter() - started, 1),
-        backends=records,
-    )
-    path = fid.write_manifest(out, manifest)
+    env = environment()
+    records: dict[str, dict[str, Any]] = {}
+
+    def save(complete: bool) -> Path:
+        manifest = fid.make_manifest(
+            out,
+            preset=preset_name,
+            name=name,
+            command=command,
+            environment=env,
+            requests_per_load=preset.num_requests,
+            wall_time_s=round(time.perf_counter() - started, 1),
+            backends=records,
+            complete=complete,
+        )
+        return fid.write_manifest(out, manifest)
+
+    def measured(backend: str, record: dict[str, Any]) -> None:
+        records[backend] = record
+        save(complete=False)
+
+    try:
+        for b in backends:
+            real_backend(preset, b, name, out, functools.partial(measured, b))
+    except KeyboardInterrupt:
+        if records:
+            console.print(
+                f"[bold red]interrupted:[/] {out / fid.MANIFEST_FILE} keeps the loads measured "
+                f"so far; --phase sim --from {out} reports them"
+            )
+        raise
+    path = save(complete=True)
     console.print(f"[bold]manifest:[/] {path}; simulate with --phase sim --from {out}")
     return path
 
@@ -538,7 +574,11 @@ def phase_sim(
     name = name or str(manifest["name"])
     started = time.perf_counter()
     capacity, levels, plot_files, noise = {}, [], {}, {}
+    missing = fid.missing_loads(manifest)
     for backend in manifest["backends"]:
+        if not manifest["backends"][backend]["loads"]:
+            console.print(f"{backend}: the real phase stopped before its first load; left out")
+            continue
         capacity[backend], rows, plot_files[backend], floor = sim_backend(
             manifest, backend, name, src, out, extra
         )
@@ -560,6 +600,10 @@ def phase_sim(
         "sim_wall_time_s": sim_wall,
         "real_from": str(src),
     }
+    if not manifest.get("complete", True):
+        setup["real_phase"] = "stopped part-way: " + ", ".join(
+            f"{backend} without its last {n} load(s)" for backend, n in missing.items()
+        )
     return _report(name, setup, capacity, levels, plot_files, out, noise)
 
 
@@ -636,6 +680,10 @@ def main(argv: list[str] | None = None) -> Path:
         "with --phase sim it changes the simulation only (e.g. vidur.step_jitter=true)",
     )
     args = parser.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background, SIGINT inherited ignored: a sent one (scripts/
+        # gpu_validate.sh's step time limit) must still stop the run cleanly, keeping what ran
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.summarize:
         reports = [read_json(Path(f), required_keys=("name", "rows")) for f in args.summarize]
         print(fid.summary_table(reports))
@@ -698,4 +746,8 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # every stage has marked its run; the manifest says what is kept
+        console.print("[bold red]interrupted[/] (Ctrl-C)")
+        sys.exit(130)

@@ -7,7 +7,8 @@
 # Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
 # on a few decode steps) and "fidelity" (benchmarks/fidelity.py --phase real, the GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
-# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_PRESET; results and logs go to $OUT (default tmp/gpu_out).
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_PRESET, STEP_TIMEOUT_S;
+# results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
 MODEL=${MODEL:-qwen3_0_6b}
 HW=${HW:-h100}
@@ -19,6 +20,7 @@ TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
 FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
 FIDELITY_PRESET=${FIDELITY_PRESET:-gpu_0_6b}
+STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-530}  # one device call runs at most 600 s, set-up included
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -34,9 +36,11 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONU
 } | tee "$OUT/env.txt"
 
 step() {  # step NAME CMD...: run, log to $OUT/NAME.log, record wall time
+  # Ctrl-C after STEP_TIMEOUT_S (then a kill 30 s later), so a step that outlives the device
+  # call's limit still leaves its runs (marked interrupted) and its tarball is still made
   local name=$1; shift
   local start=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
+  timeout -s INT -k 30 "$STEP_TIMEOUT_S" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc wall_s=$((SECONDS - start))" | tee -a "$OUT/steps.txt"
   tail -25 "$OUT/$name.log"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,54 @@ def test_bad_thread_count_is_refused_before_any_run(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):  # thread count and calibration shape the real runs only
         main(["--phase", "sim", "--from", "unused", "--torch-threads", "1"])
     assert "give them to --phase real" in capsys.readouterr().err
+
+
+def _incomplete(tmp_path: Path, loads: int, complete: bool) -> dict[str, object]:
+    rec = _backend(tmp_path, "hf_cb", 3.7)
+    rec["loads"] = rec["loads"][:loads]  # type: ignore[index]
+    return fid.make_manifest(
+        tmp_path, preset="p", name="t", command="c", environment={}, requests_per_load=1,
+        wall_time_s=0.0, backends={"hf_cb": rec}, complete=complete,
+    )  # fmt: skip
+
+
+def test_a_real_phase_stopped_part_way_keeps_the_loads_it_measured(tmp_path: Path) -> None:
+    fid.write_manifest(tmp_path, _incomplete(tmp_path, 2, complete=False))
+    back = fid.read_manifest(tmp_path)
+    assert [p.index for p in fid.load_plan(back)] == [0, 1]
+    assert fid.missing_loads(back) == {"hf_cb": 1}
+    # marked complete, two loads of three are a broken manifest, not a partial one
+    fid.write_manifest(tmp_path, _incomplete(tmp_path, 2, complete=True))
+    with pytest.raises(ValueError, match="not the levels"):
+        fid.read_manifest(tmp_path)
+
+
+def test_phase_real_writes_the_manifest_after_every_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted in its second load (Ctrl-C, a device call's time limit), the real phase
+    leaves a manifest with the first load, marked incomplete."""
+    import benchmarks.fidelity as harness
+
+    full = _backend(tmp_path, "hf_cb", 3.7)
+
+    def one_load_then_ctrl_c(
+        preset: object, backend: str, name: str, out: Path, measured: Callable[[object], None]
+    ) -> None:
+        loads: list[object] = []
+        record = {**full, "loads": loads}
+        measured(record)
+        loads.append(full["loads"][0])  # type: ignore[index]
+        measured(record)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(harness, "real_backend", one_load_then_ctrl_c)
+    monkeypatch.setattr(harness, "environment", lambda: {"device": "CPU"})
+    with pytest.raises(KeyboardInterrupt):
+        harness.phase_real(
+            "cpu_tiny", harness.PRESETS["cpu_tiny"], ("hf_cb",), "t", tmp_path, "cmd"
+        )
+    back = fid.read_manifest(tmp_path)
+    assert back["complete"] is False
+    assert [p.run_id for p in fid.load_plan(back)] == ["t-hf_cb-load0"]
+    assert fid.missing_loads(back) == {"hf_cb": 2}

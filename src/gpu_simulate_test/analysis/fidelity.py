@@ -423,8 +423,11 @@ def make_manifest(
     requests_per_load: int,
     wall_time_s: float,
     backends: Mapping[str, Mapping[str, Any]],
+    complete: bool = True,
 ) -> dict[str, Any]:
-    """The real phase's manifest. ``backends[b]`` holds ``overrides`` (the Hydra overrides that
+    """The real phase's manifest (``complete``: every load of every backend ran; a real phase
+    writes an incomplete one after each load, so one stopped part-way still leaves the loads it
+    measured). ``backends[b]`` holds ``overrides`` (the Hydra overrides that
     compose the backend's config, without output or profiling roots), ``profiling_root``,
     ``capacity`` (with ``probe_run``) and ``loads`` (``load_fraction``, ``offered_qps``,
     ``run_id``, ``workload_dir``, ``real_dir``, ``scheduler``, and ``profiling_root`` when the
@@ -463,6 +466,7 @@ def make_manifest(
         **dict(environment),
         "requests_per_load": requests_per_load,
         "wall_time_s": wall_time_s,
+        "complete": complete,
         "backends": out,
     }
 
@@ -484,12 +488,23 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     for key in ("preset", "name", "backends", "requests_per_load"):
         if key not in manifest:
             raise ValueError(f"{path}: no {key!r}")
+    complete = manifest.get("complete", True)
     for backend, rec in manifest["backends"].items():
         want = load_levels(float(rec["capacity"]["capacity_qps"]))
         got = [(float(x["load_fraction"]), float(x["offered_qps"])) for x in rec["loads"]]
-        if got != want:
-            raise ValueError(f"{path}: {backend} loads {got} are not the levels {want}")
+        if got != want[: len(got)] or (complete and len(got) != len(want)):
+            what = "the levels" if complete else "the first of the levels"
+            raise ValueError(f"{path}: {backend} loads {got} are not {what} {want}")
     return dict(manifest)
+
+
+def missing_loads(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """Per backend, how many load levels an incomplete real phase did not run."""
+    return {
+        str(backend): len(load_levels(float(rec["capacity"]["capacity_qps"]))) - len(rec["loads"])
+        for backend, rec in manifest["backends"].items()
+        if len(load_levels(float(rec["capacity"]["capacity_qps"]))) > len(rec["loads"])
+    }
 
 
 def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
