@@ -130,10 +130,13 @@ def test_ncu_argv_filters_on_the_nvtx_range_and_top_kernels(tmp_path: Path) -> N
     argv = ncu_argv(_cfg(), tmp_path, tmp_path / "ncu", "ncu", ["gemv<float>", "k2"])
     i = argv.index("--nvtx-include")
     assert argv[i - 1] == "--nvtx" and argv[i + 1] == "decode/"
-    assert argv[argv.index("--kernel-name") + 1] == r"regex:^gemv<float>$|^k2$"
+    # nsys reports demangled names; ncu matches its bare function name unless told otherwise
+    assert argv[argv.index("--kernel-name-base") + 1] == "demangled"
+    assert argv[argv.index("--kernel-name") + 1] == r"regex:^gemv<float>(\(.*\))?$|^k2(\(.*\))?$"
     assert argv[argv.index("--launch-count") + 1] == "50"
     assert "SpeedOfLight" in argv  # kernel_overview preset sections
-    assert "--kernel-name" not in ncu_argv(_cfg(), tmp_path, tmp_path)
+    unfiltered = ncu_argv(_cfg(), tmp_path, tmp_path)
+    assert "--kernel-name" not in unfiltered and "--kernel-name-base" not in unfiltered
 
 
 def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:

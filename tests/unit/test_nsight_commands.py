@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -21,7 +22,11 @@ from gpu_simulate_test.profiling.nsight.commands import (
 )
 from gpu_simulate_test.profiling.nsight.parsers import KernelRecord, parse_kernel_summary
 from gpu_simulate_test.profiling.nsight.tools import StepOutcome, find_tool, require_tool
-from gpu_simulate_test.profiling.nsight.top_kernels import extract_top_kernels, main
+from gpu_simulate_test.profiling.nsight.top_kernels import (
+    extract_top_kernels,
+    kernel_name_regex,
+    main,
+)
 from tests.conftest import REPO_ROOT, SHARED_FIXTURES
 
 APP = ["python", "-m", "bench", "--steps", "3"]
@@ -106,6 +111,10 @@ def test_nsys_stats_argv_and_outputs() -> None:
             {"kernel_regex": "gemv", "launch_skip": 1, "launch_count": 1},
             ["--kernel-name", "regex:gemv", "--launch-skip", "1", "--launch-count", "1"],
         ),
+        (
+            {"kernel_regex": "^k$", "kernel_name_base": "demangled"},
+            ["--kernel-name-base", "demangled", "--kernel-name", "regex:^k$"],
+        ),
     ],
 )
 def test_ncu_profile_toggles(kwargs: dict, middle: list[str]) -> None:
@@ -185,3 +194,35 @@ def test_step_outcome() -> None:
         StepOutcome("ncu", "failed")
     with pytest.raises(ValueError, match="status='maybe'"):
         StepOutcome("ncu", "maybe", "x")  # type: ignore[arg-type]
+
+
+def test_kernel_name_regex_matches_the_demangled_name_with_or_without_parameters() -> None:
+    """Every kernel of the real nsys summary: its regex matches the name nsys printed, the same
+    name with its parameters spelled otherwise or left out, and not another instantiation."""
+    records = parse_kernel_summary(SHARED_FIXTURES / "nsys" / "cuda_gpu_kern_sum.csv")
+    with_parameters = 0
+    for rec in records:
+        pattern = re.compile(kernel_name_regex(rec.kernel_name))
+        assert pattern.fullmatch(rec.kernel_name), rec.kernel_name
+        if rec.kernel_name.endswith(")"):
+            with_parameters += 1
+            bare = rec.kernel_name[: rec.kernel_name.rindex("(")]
+            assert pattern.fullmatch(bare + "(int, float*)"), rec.kernel_name
+        assert not pattern.fullmatch(rec.kernel_name.replace("<", "<int, ", 1) + "x")
+    assert with_parameters >= 1  # the fixture has parameter lists to strip
+    assert (
+        kernel_name_regex("void k<int>(T1, (anonymous namespace)::T2)")
+        == r"^void\ k<int>(\(.*\))?$"
+    )
+
+
+def test_top_kernels_cli_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tmp_path / "missing.csv"), "-o", str(tmp_path / "t.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "missing.csv" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "missing.csv"), "-k", "0"])
+    assert exc.value.code == 2 and "-k must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "t.yaml").exists()

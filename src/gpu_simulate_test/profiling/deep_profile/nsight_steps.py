@@ -28,8 +28,10 @@ from gpu_simulate_test.profiling.nsight.commands import (
 from gpu_simulate_test.profiling.nsight.parsers import parse_kernel_summary, parse_ncu_csv
 from gpu_simulate_test.profiling.nsight.tools import StepOutcome
 from gpu_simulate_test.profiling.nsight.top_kernels import (
+    KERNEL_NAME_BASE,
     TOP_KERNELS_FILE,
     extract_top_kernels,
+    kernel_name_regex,
     write_top_kernels_yaml,
 )
 
@@ -110,9 +112,10 @@ def ncu_argv(
     kernel_names: Sequence[str] = (),
 ) -> list[str]:
     """``ncu`` of the workload app: kernels inside ``pipeline.ncu.nvtx_range`` (push/pop), only
-    ``kernel_names`` when given, at most ``launch_count`` launches."""
+    ``kernel_names`` (demangled, as nsys reports them) when given, at most ``launch_count``
+    launches."""
     opts = cfg.pipeline.ncu
-    regex = "|".join(f"^{_escape(name)}$" for name in kernel_names) or None
+    regex = "|".join(kernel_name_regex(name) for name in kernel_names) or None
     return ncu_profile_argv(
         workload_app_argv(run_dir, out / "app"),
         out / files.NCU_REPORT_STEM,
@@ -120,14 +123,9 @@ def ncu_argv(
         preset=opts.preset,
         nvtx_include=opts.nvtx_range,
         kernel_regex=regex,
+        kernel_name_base=KERNEL_NAME_BASE if regex else None,
         launch_count=opts.launch_count,
     )
-
-
-def _escape(name: str) -> str:
-    import re
-
-    return re.escape(name)
 
 
 def _write_command(out: Path, argv: Sequence[str], outcome: StepOutcome, **extra: Any) -> None:

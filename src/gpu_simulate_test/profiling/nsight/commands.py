@@ -20,6 +20,8 @@ NVTX_REGISTER_ENV: dict[str, str] = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
 """Environment that lets nsys match NVTX ranges named by unregistered (Python) strings."""
 
 NSYS_STATS_REPORTS: tuple[str, ...] = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
+KERNEL_NAME_BASES: tuple[str, ...] = ("function", "demangled", "mangled")
+"""``ncu --kernel-name-base`` choices: what ``--kernel-name`` is matched against."""
 CaptureRange = Literal["none", "nvtx", "cudaProfilerApi"]
 NcuPage = Literal["details", "raw"]
 _CAPTURE_END = re.compile(r"^(none|stop|stop-shutdown|repeat(\[?:\d+\]?)?|repeat-shutdown:\d+)$")
@@ -185,6 +187,7 @@ def ncu_profile_argv(
     nvtx_include: str | None = None,
     nvtx_push_pop: bool = True,
     kernel_regex: str | None = None,
+    kernel_name_base: str | None = None,
     launch_skip: int | None = None,
     launch_count: int | None = None,
     target_processes: str = "all",
@@ -194,7 +197,9 @@ def ncu_profile_argv(
     """``ncu`` profiling ``app_argv`` into ``<export>.ncu-rep``.
 
     ``nvtx_include`` turns on ``--nvtx`` and filters to kernels inside that range;
-    ``kernel_regex`` becomes ``--kernel-name regex:<regex>``.
+    ``kernel_regex`` becomes ``--kernel-name regex:<regex>``, matched against the name
+    ``kernel_name_base`` selects (``--kernel-name-base function|demangled|mangled``; ncu's
+    default is ``function``, the bare function name).
     """
     if not app_argv:
         raise ValueError("ncu: app_argv is empty (nothing to profile)")
@@ -205,6 +210,13 @@ def ncu_profile_argv(
     argv = [ncu, "--target-processes", target_processes]
     if nvtx_include is not None:
         argv += ["--nvtx", "--nvtx-include", nvtx_include_expr(nvtx_include, nvtx_push_pop)]
+    if kernel_name_base is not None:
+        if kernel_name_base not in KERNEL_NAME_BASES:
+            raise ValueError(
+                f"ncu: kernel_name_base={kernel_name_base!r} is not one of "
+                f"{', '.join(KERNEL_NAME_BASES)}"
+            )
+        argv += ["--kernel-name-base", kernel_name_base]
     if kernel_regex is not None:
         if not kernel_regex:
             raise ValueError("ncu: kernel_regex is empty")
