@@ -151,6 +151,42 @@ def test_unknown_request_status_is_rejected_naming_row_and_allowed_values(tmp_pa
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_a_row_cut_short_is_named_not_filled_with_empty_cells(tmp_path: Path) -> None:
+    path = _request_metrics_csv(tmp_path / "request_metrics.csv", ["ok", "ok", "ok"])
+    text = path.read_text()
+    path.write_text(text[: text.rindex(",0.05,")] + "\n")  # the last row ends mid-way
+    with pytest.raises(ArtifactError) as err:
+        read_csv(path, REQUEST_METRICS)
+    assert str(err.value).startswith(f"{path}, line 4: 5 fields, the header has 8")
+
+
+def _compare_input(tmp_path: Path, statuses: list[str], num_requests: int) -> Path:
+    with start_run(tmp_path, "vidur_simulate", "s", {}) as run:
+        run.update_meta(workload_id="w", num_requests=num_requests)
+        _request_metrics_csv(run.path / layout.REQUEST_METRICS, statuses)
+    return run.path
+
+
+def test_compare_refuses_a_table_that_lost_rows_or_an_ok_row_without_times(
+    tmp_path: Path,
+) -> None:
+    from gpu_simulate_test.analysis.inputs import load_run
+
+    assert (
+        len(load_run(_compare_input(tmp_path / "a", ["ok"] * 3, 3), "vidur_simulate").requests) == 3
+    )
+    short = _compare_input(tmp_path / "b", ["ok"] * 3, 5)
+    with pytest.raises(ArtifactError, match=r"3 rows, but run_meta\.json says the run had 5"):
+        load_run(short, "vidur_simulate")
+    blank = _compare_input(tmp_path / "c", ["ok"] * 3, 3)
+    table = blank / layout.REQUEST_METRICS
+    lines = table.read_text().splitlines()
+    lines[2] = lines[2].replace(",0.1,0.05,", ",,0.05,")  # row 2: ttft_s emptied
+    table.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ArtifactError, match=r"row 2, column 'ttft_s': empty, but .* status is ok"):
+        load_run(blank, "vidur_simulate")
+
+
 def test_every_request_status_the_producers_write_is_allowed(tmp_path: Path) -> None:
     from gpu_simulate_test.real_bench import records
 

@@ -35,7 +35,24 @@ def load_run(path: Path | str, stage: str) -> RunInput:
     meta = open_upstream_run(p, stage)
     if not meta.get("workload_id"):
         raise ArtifactError(f"{p / layout.RUN_META}: no workload_id recorded")
-    return RunInput(p, meta, read_csv(p / layout.REQUEST_METRICS, REQUEST_METRICS))
+    table = p / layout.REQUEST_METRICS
+    frame = read_csv(table, REQUEST_METRICS)
+    expected = meta.get("num_requests")
+    if isinstance(expected, int) and len(frame) != expected:
+        raise ArtifactError(
+            f"{table}: {len(frame)} rows, but {layout.RUN_META} says the run had {expected} "
+            "requests (a truncated or edited file?)"
+        )
+    ok = frame["status"] == "ok"
+    for column in ("ttft_s", "e2e_s"):
+        missing = ok & frame[column].isna()
+        if missing.any():
+            row = int(missing.to_numpy().nonzero()[0][0])
+            raise ArtifactError(
+                f"{table}: row {row + 1}, column {column!r}: empty, but the request's status "
+                "is ok (a finished request has a first and a last token)"
+            )
+    return RunInput(p, meta, frame)
 
 
 def real_itls_s(run: RunInput, request_ids: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ half-written file under the final name.
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import math
@@ -352,7 +353,21 @@ def read_csv_text(path: Path, expected: str) -> pd.DataFrame:
         detail = str(exc).strip().removeprefix("Error tokenizing data. C error: ")
         raise ArtifactError(f"{path}: not a valid CSV ({detail}); expected {expected}") from exc
     frame.columns = [str(c).strip() for c in frame.columns]
+    _check_row_widths(path, len(frame.columns), expected)
     return frame
+
+
+def _check_row_widths(path: Path, width: int, expected: str) -> None:
+    """Fail on a row with fewer fields than the header (pandas fills those with NaN): a file cut
+    short mid-row, or a hand edit, would otherwise pass as a row with empty trailing cells."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        for fields in reader:
+            if fields and len(fields) < width:
+                raise ArtifactError(
+                    f"{path}, line {reader.line_num}: {len(fields)} fields, the header has {width} "
+                    f"(a truncated or edited file?); expected {expected}"
+                )
 
 
 # --------------------------------------------------------------------------------------------
