@@ -111,6 +111,17 @@ def test_nsight_steps_skip_with_reason_and_still_write_the_command(tmp_path: Pat
     assert command["status"] == "skipped" and command["argv"][:2] == ["nsys", "profile"]
 
 
+def test_model_steps_skip_with_reason_on_a_gpu_hardware_without_a_gpu(tmp_path: Path) -> None:
+    """hardware=h100 where torch sees no GPU: skipped, saying why, not an AssertionError."""
+    ctx = _ctx(tmp_path, _cfg(), cuda_check=lambda: False)
+    for step in ("torch_profiler", "run_workload"):
+        outcome = steps.STEPS[step](ctx)
+        assert (outcome.step, outcome.status) == (step, "skipped")
+        assert "hardware=h100 runs on cuda" in outcome.reason
+        assert "torch.cuda.is_available() is False" in outcome.reason
+    assert ctx._model is None  # nothing was built
+
+
 def test_nsys_argv_profiles_the_stage_with_only_run_workload(tmp_path: Path) -> None:
     argv = nsys_argv(_cfg(), tmp_path, tmp_path / "nsys", "/usr/bin/nsys")
     assert argv[:2] == ["/usr/bin/nsys", "profile"]
@@ -197,3 +208,13 @@ def test_bad_pipeline_values_fail_naming_the_field(compose_stage: Any) -> None:
         compose_stage("deep_profile", ["pipeline.nsys.top_k=many"])
     cfg = to_typed(compose_stage("deep_profile", ["hardware=h100"]), DeepProfileStageConfig)
     assert cfg.stage.run_type == "deep_profile" and cfg.hardware.device == "cuda"
+
+
+def test_stakeholder_summary_says_why_the_timed_run_is_missing() -> None:
+    from gpu_simulate_test.profiling.deep_profile.report import stakeholder_summary
+
+    skipped = StepOutcome.skipped("torch_profiler", "no GPU visible to torch")
+    text = stakeholder_summary("t", [StepOutcome.ok("static_analysis"), skipped], None, "h100")
+    assert "did not complete" in text and "no GPU visible to torch" in text
+    disabled = stakeholder_summary("t", [StepOutcome.ok("static_analysis")], None, "h100")
+    assert "was not part of this profile" in disabled

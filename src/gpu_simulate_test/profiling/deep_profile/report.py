@@ -251,6 +251,8 @@ def stakeholder_summary(
             lines.append("\nThe three biggest costs (share of measured operator time):\n")
             lines += [f"{i}. `{op}`: {share:.1f} %" for i, (op, share) in enumerate(costs, 1)]
             lines.append("")
+    elif any(o.step == "torch_profiler" for o in outcomes):
+        lines.append("- The timed run (torch_profiler) did not complete: see below why.\n")
     else:
         lines.append("- The timed run (torch_profiler) was not part of this profile.\n")
     skipped = [o for o in outcomes if o.status != "ok"]

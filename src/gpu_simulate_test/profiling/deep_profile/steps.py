@@ -73,13 +73,29 @@ def _static(ctx: StepContext) -> StepOutcome:
     return StepOutcome.ok("static_analysis")
 
 
+def _no_gpu(ctx: StepContext, step: str) -> StepOutcome | None:
+    """``skipped`` when the configured device is a GPU that torch cannot see; None otherwise."""
+    device = ctx.cfg.hardware.device
+    if not device.startswith("cuda") or ctx.cuda_check():
+        return None
+    return StepOutcome.skipped(
+        step,
+        f"hardware={ctx.cfg.hardware.name} runs on {device}, but torch.cuda.is_available() is "
+        "False (no GPU visible to torch); run on a GPU machine or pass hardware=cpu",
+    )
+
+
 def _torch(ctx: StepContext) -> StepOutcome:
+    if (skip := _no_gpu(ctx, "torch_profiler")) is not None:
+        return skip
     out = ctx.run_dir / files.TORCH_DIR
     ctx.results["torch_profiler"] = run_torch_profiler(ctx.cfg, ctx.model(), ctx.inputs, out)
     return StepOutcome.ok("torch_profiler")
 
 
 def _run_workload(ctx: StepContext) -> StepOutcome:
+    if (skip := _no_gpu(ctx, "run_workload")) is not None:
+        return skip
     cfg = ctx.cfg
     opts = cfg.pipeline.run_workload
     device = cfg.hardware.device
