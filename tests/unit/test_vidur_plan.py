@@ -135,8 +135,11 @@ def test_coverage_gaps_are_named(
     root: Path, ranges: SyntheticRanges, knobs: dict[str, object], message: str
 ) -> None:
     write_synthetic_bundle(root / "profiles", QWEN3_TINY, ranges=ranges, points=6)
-    with pytest.raises(ArtifactError, match=message):
+    with pytest.raises(ArtifactError, match=message) as err:
         prepare(stage(root, **knobs))
+    if "bundle has" in message:  # a range gap names the command that fixes it
+        assert f"vidur_profile model={QWEN3_TINY.name} hardware=cpu" in str(err.value)
+        assert "output.overwrite=true" in str(err.value)
 
 
 def test_vllm_budget_below_the_longest_prompt_is_refused(root: Path) -> None:

@@ -154,7 +154,11 @@ def check_coverage(needs: Requirements, bundle: Bundle) -> None:
         raise ArtifactError(
             f"{bundle.path}: profiling bundle does not cover this workload and scheduler ("
             + "; ".join(gaps)
-            + "); re-run vidur_profile with wider ranges (or workload_dir=)"
+            + "); re-profile to cover it, e.g. python -m gpu_simulate_test.cli.vidur_profile "
+            f"model={bundle.meta.get('model', {}).get('name', '<model>')} "
+            f"hardware={bundle.meta.get('hardware', '<hardware>')} "
+            "workload_dir=<this workload> output.overwrite=true (the bundle's ranges widen to the "
+            "workload), or lower the scheduler knobs named above"
         )
 
 
