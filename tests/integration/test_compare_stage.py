@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -132,4 +133,17 @@ def test_sweep_report_over_three_loads(tmp_path: Path) -> None:
     assert ttft_p90["load"].tolist() == pytest.approx([1.0, 2.0, 4.0])
     assert ttft_p90["signed_rel_error"].tolist() == pytest.approx([-0.1, -0.2, -0.3])
     assert (out / "sweep_latency_vs_load.png").stat().st_size > 20_000
-    assert "latency vs load" in (out / "sweep.md").read_text()
+    md = (out / "sweep.md").read_text()
+    assert "latency vs offered load" in md and "| offered load | run |" in md
+    assert "| ttft | p90 | 2 | `q-1` |" in md  # every row names its run
+
+    # two runs at one x, or a sweep report named as a run: refused, nothing written
+    shutil.copytree(root / "compare" / "q-0", root / "compare" / "q-dup")
+    for dirs, message in (
+        (f"[{root}/compare/q-0,{root}/compare/q-dup]", "both have offered_qps=1"),
+        (f"[{root}/compare/q-0,{root}/compare/sweep]", "is a sweep report, not a compare run"),
+    ):
+        proc = run_cli("compare", f"sweep_dirs={dirs}", "output.run_id=bad-sweep", cwd=tmp_path,
+                       check=False)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stdout, proc.stdout
+        assert not (root / "compare" / "bad-sweep").exists()

@@ -119,7 +119,8 @@ def plot_error_by_length(comparison: Comparison, path: Path, title: str) -> Path
 
 
 def plot_sweep(table: pd.DataFrame, path: Path, x_label: str, stats: Sequence[str]) -> Path:
-    """Latency vs load, real (solid) vs simulated (dashed), one panel per metric, and the error."""
+    """Latency vs the sweep's x (``x_label``), real (solid) vs simulated (dashed), one panel per
+    metric, and the error."""
     metrics = [mt for mt in PLOT_METRICS if mt in set(table["metric"])]
     fig, axes = plt.subplots(2, len(metrics), figsize=(5 * len(metrics), 8), squeeze=False)
     for col, metric in enumerate(metrics):
@@ -131,13 +132,14 @@ def plot_sweep(table: pd.DataFrame, path: Path, x_label: str, stats: Sequence[st
             top.plot(rows["load"], rows["real_ms"], "-o", color=color, label=f"{stat} real")
             top.plot(rows["load"], rows["sim_ms"], "--x", color=color, label=f"{stat} simulated")
             bottom.plot(rows["load"], rows["signed_rel_error"] * 100, "-o", color=color, label=stat)
-        top.set_title(f"{m.METRIC_LABELS[metric]} vs load")
+        what = x_label.split(" (")[0]
+        top.set_title(f"{m.METRIC_LABELS[metric]} vs {what}")
         top.set_xlabel(x_label)
         top.set_ylabel(f"{m.METRIC_LABELS[metric]} (ms)")
         top.grid(alpha=0.3)
         top.legend(fontsize=8)
         bottom.axhline(0, color="black", linewidth=1)
-        bottom.set_title(f"{m.METRIC_LABELS[metric]} error vs load")
+        bottom.set_title(f"{m.METRIC_LABELS[metric]} error vs {what}")
         bottom.set_xlabel(x_label)
         bottom.set_ylabel("simulated / real − 1 (%)")
         bottom.grid(alpha=0.3)

@@ -75,34 +75,53 @@ def sweep_table(
 
 
 def markdown(table: pd.DataFrame, axis: str, workloads: Mapping[str, str]) -> str:
-    """``sweep.md``: latency vs load, real vs simulated, error per level, and the plot."""
+    """``sweep.md``: latency vs the sweep's x, real vs simulated, error per level, and the plot."""
+    x = X_LABELS[axis]
+    what = x.split(" (")[0]
     lines = [
-        "# Sweep: latency vs load, real vs simulated",
+        f"# Sweep: latency vs {what}, real vs simulated",
         "",
-        f"x axis: {X_LABELS[axis]}; error = simulated / real − 1.",
+        f"x axis: {x}; error = simulated / real − 1.",
         "",
-        "| metric | stat | " + " | ".join(["load", "real (ms)", "sim (ms)", "error"]) + " |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| metric | stat | " + " | ".join([what, "run", "real (ms)", "sim (ms)", "error"]) + " |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rec in table[table["stat"] != "mean"].to_dict("records"):
         err = rec["signed_rel_error"]
         lines.append(
-            f"| {rec['metric']} | {rec['stat']} | {rec['load']:.3g} | {rec['real_ms']:.2f} | "
+            f"| {rec['metric']} | {rec['stat']} | {rec['load']:.3g} | "
+            f"`{Path(rec['compare_dir']).name}` | {rec['real_ms']:.2f} | "
             f"{rec['sim_ms']:.2f} | {f'{err:+.1%}' if np.isfinite(err) else '–'} |"
         )
     lines += ["", "Runs: " + ", ".join(f"`{d}` ({w})" for d, w in workloads.items()), ""]
-    lines += [f"![latency vs load]({plots.SWEEP_PLOT})", ""]
+    lines += [f"![latency vs {what}]({plots.SWEEP_PLOT})", ""]
     return "\n".join(lines)
+
+
+def check_distinct_x(runs: Sequence[tuple[Path, Mapping[str, Any], Any]], axis: str) -> None:
+    """Fail when two runs sit at one x: their rows and points could not be told apart."""
+    seen: dict[float, Path] = {}
+    for index, (path, comparison, _) in enumerate(runs):
+        x = _load_level(comparison, axis, index)
+        if x in seen:
+            raise ArtifactError(
+                f"sweep_dirs: {seen[x]} and {path} both have {axis}={x:g}; a sweep needs one run "
+                "per x (compare.sweep_x=run keeps every run, in the order given)"
+            )
+        seen[x] = path
 
 
 def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Read every compare run, then write the sweep table, JSON, markdown and plot."""
     runs = []
     workloads: dict[str, str] = {}
+    named = {Path(p) for p in cfg.sweep_dirs if not glob.has_magic(p)}
     for path in expand_dirs(cfg.sweep_dirs):
         meta = open_upstream_run(path, "compare")
-        if meta.get("kind") == "sweep":  # an earlier sweep report matched by the same glob
-            continue
+        if meta.get("kind") == "sweep":
+            if path in named:
+                raise ArtifactError(f"sweep_dirs: {path} is a sweep report, not a compare run")
+            continue  # an earlier sweep report matched by the same glob
         comparison = read_json(path / "comparison.json", required_keys=("offered_qps", "setup"))
         percentiles = read_csv(path / "percentiles.csv", COMPARISON_PERCENTILES)
         runs.append((path, comparison, percentiles))
@@ -110,6 +129,7 @@ def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Pa
     if len(runs) < 2:
         raise ArtifactError("a sweep report needs at least two compare runs in sweep_dirs")
     axis = cfg.compare.sweep_x
+    check_distinct_x(runs, axis)
     table = sweep_table(runs, axis)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
@@ -123,7 +143,7 @@ def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         shown = table[table["stat"] == "p90"]
         print_table(
             f"sweep of {len(runs)} compare runs (p90, ms; x = {X_LABELS[axis]})",
-            ["metric", "load", "real", "simulated", "error"],
+            ["metric", X_LABELS[axis].split(" (")[0], "real", "simulated", "error"],
             [
                 [
                     str(rec["metric"]),
