@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.io.artifacts import write_csv
+from gpu_simulate_test.analysis.sweep import run_sweep
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.io.artifacts import read_json, write_csv
 from gpu_simulate_test.io.runs import start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from tests.conftest import run_cli
@@ -147,3 +150,15 @@ def test_sweep_report_over_three_loads(tmp_path: Path) -> None:
                        check=False)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stdout, proc.stdout
         assert not (root / "compare" / "bad-sweep").exists()
+    # a pipeline multirun over another knob (same load in every job): the jobs in order instead
+    ordered = run_sweep(
+        CompareStageConfig(
+            sweep_dirs=(str(root / "compare" / "q-0"), str(root / "compare" / "q-dup")),
+            output=OutputConfig(root=str(root), run_id="ordered"),
+            progress=False,
+        ),
+        {},
+        order_if_shared=True,
+    )
+    assert pd.read_csv(ordered / "sweep.csv")["load"].unique().tolist() == [0, 1]
+    assert read_json(ordered / "run_meta.json")["sweep_x"] == "run"

@@ -98,21 +98,26 @@ def markdown(table: pd.DataFrame, axis: str, workloads: Mapping[str, str]) -> st
     return "\n".join(lines)
 
 
-def check_distinct_x(runs: Sequence[tuple[Path, Mapping[str, Any], Any]], axis: str) -> None:
-    """Fail when two runs sit at one x: their rows and points could not be told apart."""
+def shared_x(
+    runs: Sequence[tuple[Path, Mapping[str, Any], Any]], axis: str
+) -> tuple[Path, Path, float] | None:
+    """The first two runs that sit at one x (their rows and points could not be told apart)."""
     seen: dict[float, Path] = {}
     for index, (path, comparison, _) in enumerate(runs):
         x = _load_level(comparison, axis, index)
         if x in seen:
-            raise ArtifactError(
-                f"sweep_dirs: {seen[x]} and {path} both have {axis}={x:g}; a sweep needs one run "
-                "per x (compare.sweep_x=run keeps every run, in the order given)"
-            )
+            return seen[x], path, x
         seen[x] = path
+    return None
 
 
-def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
-    """Read every compare run, then write the sweep table, JSON, markdown and plot."""
+def run_sweep(
+    cfg: CompareStageConfig, resolved_config: Mapping[str, Any], order_if_shared: bool = False
+) -> Path:
+    """Read every compare run, then write the sweep table, JSON, markdown and plot.
+
+    Two runs at one x are refused, or with ``order_if_shared`` (a pipeline multirun over some
+    other knob) put in the order given (``sweep_x=run``), saying so."""
     runs = []
     workloads: dict[str, str] = {}
     named = {Path(p) for p in cfg.sweep_dirs if not glob.has_magic(p)}
@@ -129,7 +134,16 @@ def run_sweep(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Pa
     if len(runs) < 2:
         raise ArtifactError("a sweep report needs at least two compare runs in sweep_dirs")
     axis = cfg.compare.sweep_x
-    check_distinct_x(runs, axis)
+    if (shared := shared_x(runs, axis)) is not None:
+        first, second, x = shared
+        why = f"{first} and {second} both have {axis}={x:g}"
+        if not order_if_shared:
+            raise ArtifactError(
+                f"sweep_dirs: {why}; a sweep needs one run per x (compare.sweep_x=run keeps "
+                "every run, in the order given)"
+            )
+        console.print(f"sweep report: {why}, so its x is the run, in job order")
+        axis = "run"
     table = sweep_table(runs, axis)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:

@@ -85,4 +85,4 @@ def write_sweep_report(
         "compare": {"plots": options.plots, "sweep_x": options.sweep_x},
         "output": {"root": output.root, "run_id": cfg.output.run_id},
     }
-    return run_sweep(cfg, resolved)
+    return run_sweep(cfg, resolved, order_if_shared=True)
