@@ -136,4 +136,4 @@ def test_a_truncated_cache_file_is_retrained_and_rewritten(
     third = make_predictor(bundle, settings, QWEN3_TINY)
     assert third.cache_hit
     assert third._predictions["attn_decode"] == pytest.approx(first._predictions["attn_decode"])
-    assert not list(cache.rglob(".tmp-*"))
+    assert not list(cache.rglob("*.part"))  # atomic writes leave no temporary file behind

@@ -76,28 +76,43 @@ class TableSchema:
 
 
 @contextlib.contextmanager
-def atomic_open(
-    path: Path | str, mode: str = "w", encoding: str | None = "utf-8"
-) -> Iterator[IO[Any]]:
-    """Open a temporary sibling of ``path`` for writing and rename it over ``path`` on success.
+def atomic_path(path: Path | str) -> Iterator[Path]:
+    """A temporary sibling of ``path`` for a writer that wants a file name (a library's own save
+    function); renamed over ``path`` when the block ends without error.
 
     On any exception the temporary file is removed and ``path`` is left as it was.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.close(fd)
     tmp = Path(tmp_name)
     os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary readable files
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield tmp
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+
+
+@contextlib.contextmanager
+def atomic_open(
+    path: Path | str, mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[IO[Any]]:
+    """Open a temporary sibling of ``path`` for writing and rename it over ``path`` on success
+    (:func:`atomic_path`), flushed to disk first.
+
+    On any exception the temporary file is removed and ``path`` is left as it was.
+    """
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, mode, encoding=None if "b" in mode else encoding) as handle,
+    ):
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _json_default(value: Any) -> Any:

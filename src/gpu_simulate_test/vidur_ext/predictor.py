@@ -22,9 +22,7 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +45,7 @@ from vidur.execution_time_predictor.sklearn_execution_time_predictor import (
 
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
+from gpu_simulate_test.io.artifacts import atomic_open, atomic_path
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext.bundle import Bundle
 from gpu_simulate_test.vidur_ext.models import vidur_fields
@@ -71,20 +70,6 @@ COMPUTE_OPS: tuple[str, ...] = (
 """The prediction tables a TP=1, PP=1 simulation reads."""
 RANDOM_STATE = 0
 """Seed of every forest, so training is reproducible."""
-
-
-@contextmanager
-def _atomic_path(final: str) -> Iterator[str]:
-    """A temporary path next to ``final`` to write; renamed onto ``final`` only on success."""
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(final), prefix=".tmp-")
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _unreadable(path: str, exc: Exception) -> None:
@@ -187,11 +172,7 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     def _store_model_in_cache(self, model_name: str, model_hash: str, model: Any) -> None:
         lock = f"{self._cache_dir}/{model_hash}_model_lock.file"
         final = f"{self._cache_dir}/predictors/{model_hash}/{model_name}.pkl"
-        with (
-            InterProcessReaderWriterLock(lock).write_lock(),
-            _atomic_path(final) as tmp,
-            open(tmp, "wb") as handle,
-        ):
+        with InterProcessReaderWriterLock(lock).write_lock(), atomic_open(final, "wb") as handle:
             pickle.dump(model, handle, protocol=pickle.HIGHEST_PROTOCOL)
 
     def _load_model_prediction_cache(
@@ -208,8 +189,8 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     ) -> None:
         lock = f"{self._cache_dir}/{model_hash}_prediction_lock.file"
         final = f"{self._cache_dir}/predictions/{model_hash}/{model_name}.csv.xz"
-        with InterProcessReaderWriterLock(lock).write_lock(), _atomic_path(final) as tmp:
-            _store_prediction_file(tmp, predictions)
+        with InterProcessReaderWriterLock(lock).write_lock(), atomic_path(final) as tmp:
+            _store_prediction_file(str(tmp), predictions)
 
     def _upload_predictions_to_hf(self) -> None:
         return None
