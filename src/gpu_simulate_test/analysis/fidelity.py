@@ -500,11 +500,11 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
 
 def missing_loads(manifest: Mapping[str, Any]) -> dict[str, int]:
     """Per backend, how many load levels an incomplete real phase did not run."""
-    return {
+    left = {
         str(backend): len(load_levels(float(rec["capacity"]["capacity_qps"]))) - len(rec["loads"])
         for backend, rec in manifest["backends"].items()
-        if len(load_levels(float(rec["capacity"]["capacity_qps"]))) > len(rec["loads"])
     }
+    return {backend: n for backend, n in left.items() if n > 0}
 
 
 def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
