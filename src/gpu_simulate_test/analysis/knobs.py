@@ -2,6 +2,9 @@
 
 ``hf_cb`` (transformers continuous batching) ↔ Vidur ``sarathi``: chunk_size = max_batch_tokens,
 batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = num_blocks.
+``vllm`` (V1 engine: chunked prefill, FCFS, decodes first, then prefills filling the token
+budget) ↔ ``sarathi`` the same way: chunk_size = ``--max-num-batched-tokens``, batch_size_cap =
+``--max-num-seqs``, block_size = ``--block-size``, num_blocks = ``--num-gpu-blocks-override``.
 ``hf_generate`` (one request at a time, whole prompt in one prefill) ↔ ``sarathi`` with
 batch_size_cap = 1 and a chunk as large as the longest prompt. ``openai`` serves from an engine
 we cannot see: the configured Vidur knobs are used as given.
@@ -22,14 +25,17 @@ HF_CB_PAIRS: tuple[tuple[str, str], ...] = (
     ("block_size", "block_size"),
     ("num_blocks", "num_blocks"),
 )
-"""(backend knob, Vidur scheduler knob) pairs that must be equal for hf_cb ↔ sarathi."""
+"""(backend knob, Vidur scheduler knob) pairs that must be equal for hf_cb and vllm ↔ sarathi."""
+
+CHUNKED_BACKENDS: tuple[str, ...] = ("hf_cb", "vllm")
+"""Backends whose scheduler Vidur's sarathi mirrors knob for knob (:data:`HF_CB_PAIRS`)."""
 
 
 def derive_scheduler(
     backend: BackendConfig, base: VidurSchedulerConfig, max_prompt_tokens: int
 ) -> tuple[VidurSchedulerConfig, bool]:
     """The Vidur scheduler that mirrors ``backend``, and whether it was derived (not as given)."""
-    if backend.name == "hf_cb":
+    if backend.name in CHUNKED_BACKENDS:
         values = {vidur: getattr(backend, real) for real, vidur in HF_CB_PAIRS}
         return dataclasses.replace(base, name="sarathi", **values), True
     if backend.name == "hf_generate":
@@ -51,9 +57,11 @@ def knob_mismatches(
     """
     name = backend.get("name")
     out: dict[str, tuple[Any, Any]] = {}
-    if name == "hf_cb":
+    if name in CHUNKED_BACKENDS:
         if scheduler.get("name") != "sarathi":
-            out["scheduler"] = ("hf_cb (chunked prefill)", scheduler.get("name"))
+            out["scheduler"] = (f"{name} (chunked prefill)", scheduler.get("name"))
+        if name == "vllm" and backend.get("enable_prefix_caching"):
+            out["prefix caching"] = ("on", "not modelled")
         for real, vidur in HF_CB_PAIRS:
             sim_value = num_blocks if vidur == "num_blocks" and num_blocks else scheduler.get(vidur)
             if backend.get(real) is not None and backend.get(real) != sim_value:

@@ -17,7 +17,7 @@ from gpu_simulate_test.config.schema import (
     _check_choice,
 )
 
-BACKEND_NAMES: tuple[str, ...] = ("hf_cb", "hf_generate", "openai")
+BACKEND_NAMES: tuple[str, ...] = ("hf_cb", "hf_generate", "openai", "vllm")
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "sdpa",
     "eager",
@@ -25,20 +25,21 @@ ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "flash_attention_2",
     "flash_attention_3",
 )
-SERVER_KINDS: tuple[str, ...] = ("external", "transformers_serve")
+SERVER_KINDS: tuple[str, ...] = ("external", "transformers_serve", "vllm")
 EXACT_LENGTH_MODES: tuple[str, ...] = ("auto", "ignore_eos", "generation_config", "none")
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """A server the ``openai`` backend starts and stops itself (``kind=transformers_serve``)."""
+    """A server the ``openai``/``vllm`` backends start and stop themselves, or one the user runs."""
 
     kind: str = "external"
-    """external (the user runs it at ``base_url``) or transformers_serve (started on 127.0.0.1)."""
+    """external (the user runs it at ``base_url``), transformers_serve or vllm (started on
+    127.0.0.1 in its own process group and stopped by pid)."""
     port: int = 0
     """Loopback port for a started server; 0 picks a free one."""
     startup_timeout_s: float = 180.0
-    """How long a started server may take to answer ``/v1/models``."""
+    """How long a started server may take to answer ``/health``."""
     extra_args: tuple[str, ...] = ()
     """Extra command-line arguments for the started server."""
 
@@ -53,15 +54,32 @@ class BackendConfig:
     """Which engine serves the requests, and its knobs (hf_cb mirrors Vidur's sarathi scheduler)."""
 
     name: str = "hf_cb"
-    """hf_cb (transformers continuous batching), hf_generate (one at a time) or openai (HTTP)."""
+    """hf_cb (transformers continuous batching), hf_generate (one at a time), openai (HTTP) or
+    vllm (a vLLM OpenAI server, started here or at ``base_url``)."""
     max_batch_tokens: int = 256
-    """hf_cb: token budget of one batch, long prefills chunked to fit (Vidur sarathi chunk_size)."""
+    """hf_cb, vllm: token budget of one step, long prefills chunked to fit (vLLM
+    ``--max-num-batched-tokens``; Vidur sarathi chunk_size)."""
     max_requests_per_batch: int = 32
-    """hf_cb: most requests in one batch (Vidur batch_size_cap)."""
+    """hf_cb, vllm: most requests in one step (vLLM ``--max-num-seqs``; Vidur batch_size_cap)."""
     num_blocks: int = 512
-    """hf_cb: KV-cache blocks (Vidur num_blocks); set explicitly, auto-sizing takes 60% of RAM."""
+    """hf_cb, vllm: KV-cache blocks (vLLM ``--num-gpu-blocks-override``; Vidur num_blocks); set
+    explicitly, transformers' auto-sizing takes 60% of RAM."""
     block_size: int = 16
-    """hf_cb: tokens per KV-cache page, transformers ``page_size`` (Vidur block_size)."""
+    """hf_cb, vllm: tokens per KV-cache block, transformers ``page_size`` (Vidur block_size)."""
+    enable_prefix_caching: bool = False
+    """vllm: automatic prefix caching; off, as Vidur does not model it (a run checks the
+    server's prefix-cache hits either way)."""
+    enable_chunked_prefill: bool = True
+    """vllm: chunked prefill (Vidur's sarathi scheduler chunks the same way)."""
+    enforce_eager: bool = True
+    """vllm: no torch.compile (ready in seconds instead of minutes on CPU)."""
+    kv_cache_space_gib: int = 1
+    """vllm on CPU: ``VLLM_CPU_KVCACHE_SPACE``, the memory the KV cache may take (GiB)."""
+    cpu_threads_bind: str = "auto"
+    """vllm on CPU: ``VLLM_CPU_OMP_THREADS_BIND``; auto leaves core 0 to the client (and the
+    API server) and binds the engine to the others, or to core 0 on a one-core machine."""
+    max_model_len: int = 0
+    """vllm: ``--max-model-len``; 0 takes the model's context (``max_position_embeddings``)."""
     allow_block_sharing: bool = False
     """hf_cb: prefix block sharing; off so repeated prompts time like fresh ones (as in Vidur)."""
     use_cuda_graph: bool | None = None
@@ -89,6 +107,8 @@ class BackendConfig:
             _check(value >= 1, f"backend.{name} must be >= 1, got {value}")
         _check(self.block_size >= 4, f"backend.block_size must be >= 4, got {self.block_size}")
         _check(self.request_timeout_s > 0, "backend.request_timeout_s must be > 0")
+        _check(self.kv_cache_space_gib >= 1, "backend.kv_cache_space_gib must be >= 1")
+        _check(self.max_model_len >= 0, "backend.max_model_len must be >= 0")
         _check(
             0 < self.gil_switch_interval_s <= 0.1,
             f"backend.gil_switch_interval_s must be in (0, 0.1], got {self.gil_switch_interval_s}",

@@ -111,10 +111,42 @@ TOKEN_METRICS = TableSchema(
     ),
 )
 
+ENGINE_STEP_LOG = TableSchema(
+    name="engine_step_log",
+    version="1.0",
+    description=(
+        "A real engine's own per-step log (vLLM --enable-logging-iteration-details), one row per "
+        "engine step taken during the replay (warm-up steps left out)."
+    ),
+    columns=(
+        Column("step_index", "int", "", "the engine's step counter (Iteration(N))", min_value=0),
+        Column(
+            "time_s",
+            "float",
+            "s",
+            "when the step's log line was read, from run start (step end plus log latency)",
+        ),
+        Column("num_prefill_requests", "int", "", "requests with prompt tokens", min_value=0),
+        Column("num_prefill_tokens", "int", "tokens", "prompt tokens computed", min_value=0),
+        Column("num_decode_requests", "int", "", "requests generating a token", min_value=0),
+        Column("num_decode_tokens", "int", "tokens", "tokens generated", min_value=0),
+        Column("elapsed_ms", "float", "ms", "the step's time as the engine measured it", min_value=0),
+        Column(
+            "kv_cache_usage_pct",
+            "float",
+            "%",
+            "KV cache in use after the step",
+            nullable=True,
+            min_value=0,
+        ),
+    ),
+)
+
 ALL_TABLES: tuple[TableSchema, ...] = (
     TRACE_LENGTHS,
     TRACE_INTERVALS,
     TRACE_IMPORT,
     REQUEST_METRICS,
     TOKEN_METRICS,
+    ENGINE_STEP_LOG,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +35,6 @@ from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
 
 SUMMARY = "summary.json"
 TELEMETRY_CSV = "telemetry.csv"
-WARMUP_SEED = 12345
 
 
 def _token_ids(value: Any, where: str) -> tuple[int, ...]:
@@ -126,13 +126,14 @@ def check_context(requests: Sequence[BenchRequest], model: ModelConfig) -> None:
 
 
 def warmup_requests(
-    requests: Sequence[BenchRequest], count: int, vocab_size: int
+    requests: Sequence[BenchRequest], count: int, vocab_size: int, seed: int | None = None
 ) -> list[BenchRequest]:
     """Warm-up requests shaped like the first ``count`` ones, with fresh random prompts.
 
-    Fresh prompts keep a server's prefix cache from speeding up the measured requests.
+    Fresh prompts (a new ``seed`` each run unless one is given) keep a server's prefix cache
+    from serving the measured requests, or a later run's warm-up, from an earlier run.
     """
-    rng = np.random.default_rng(WARMUP_SEED)
+    rng = np.random.default_rng(seed)
     out: list[BenchRequest] = []
     for i, req in enumerate(requests[:count]):
         ids = tuple(
@@ -224,7 +225,8 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     check_context(requests, cfg.model)
     backend = get_backend(cfg.backend.name)(cfg)
     backend.check(requests)
-    warmups = warmup_requests(requests, cfg.num_warmup_requests, cfg.model.vocab_size)
+    warmup_seed = int(np.random.SeedSequence().entropy % 2**32)  # type: ignore[operator]
+    warmups = warmup_requests(requests, cfg.num_warmup_requests, cfg.model.vocab_size, warmup_seed)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     recorder = Recorder(requests)
     telemetry = TelemetrySampler(cfg.hardware.device, cfg.telemetry_interval_s)
@@ -239,8 +241,11 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             workload_id=workload.workload_id,
             num_requests=len(requests),
             num_warmup_requests=len(warmups),
+            warmup_seed=warmup_seed,
         )
         info: dict[str, Any] = {"name": backend.name}
+        backend.log_dir = r.path
+        replay_started: float | None = None
         try:
             with _backend_session(backend, recorder) as info:
                 backend.warmup(warmups)
@@ -249,6 +254,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 telemetry.start()
                 interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
                 with switch_interval(interval), live_progress(len(requests), cfg.progress) as bar:
+                    replay_started = time.perf_counter()
                     outcome = replay(
                         backend, requests, recorder, cfg.backend.request_timeout_s, bar
                     )
@@ -257,6 +263,9 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             telemetry_origin_fix(telemetry, recorder)
             if outcome is not None:
                 r.update_meta(replay_wall_time_s=round(outcome.wall_time_s, 3))
+            if replay_started is not None:
+                r.update_meta(engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started))
+            extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
             summary = write_results(r, recorder, telemetry, info, extra)
     if cfg.progress:
         print_summary(

@@ -7,11 +7,13 @@ from gpu_simulate_test.real_bench.backends.base import Backend, BackendError
 from gpu_simulate_test.real_bench.backends.hf_cb import HfContinuousBatchingBackend
 from gpu_simulate_test.real_bench.backends.hf_generate import HfGenerateBackend
 from gpu_simulate_test.real_bench.backends.openai import OpenAIBackend
+from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,
     HfGenerateBackend.name: HfGenerateBackend,
     OpenAIBackend.name: OpenAIBackend,
+    VllmBackend.name: VllmBackend,
 }
 """``backend.name`` → implementation."""
 

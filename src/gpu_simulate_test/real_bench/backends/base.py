@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
@@ -29,6 +30,8 @@ class Backend(ABC):
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         self.cfg = cfg
+        self.log_dir: Path | None = None
+        """Where a started server writes its log (the run directory; a temporary one if None)."""
 
     def check(self, requests: Sequence[BenchRequest]) -> None:  # noqa: B027 - optional hook
         """Fail with ValueError, before anything starts, on requests this backend cannot serve."""
@@ -55,6 +58,12 @@ class Backend(ABC):
     @abstractmethod
     def close(self, abort: bool = False) -> None:
         """Stop the engine (``abort``: drop in-flight work) and release it; idempotent."""
+
+    def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
+        """Write what the engine itself recorded (its step log, its counters) into ``run_dir``;
+        ``origin`` is the run clock's zero and ``since`` the replay's start (``perf_counter``).
+        Returns what ``run_meta.json`` should say of it."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """The backend's resolved knobs, device, dtype, attention kernel: for ``run_meta.json``."""

@@ -12,14 +12,10 @@ honours ``generation_config='{"max_new_tokens": N, "eos_token_id": -1}'``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,15 +32,9 @@ from gpu_simulate_test.real_bench.records import (
     BenchRequest,
     Recorder,
 )
+from gpu_simulate_test.real_bench.server import ManagedServer, ServerError, free_loopback_port
 
 CONNECT_TIMEOUT_S = 5.0
-
-
-def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | None:
@@ -58,6 +48,15 @@ def parse_sse_line(line: str) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
+def event_tokens(choice: dict[str, Any]) -> int:
+    """Tokens one streamed choice carries: its ``token_ids`` where the server returns them
+    (vLLM's ``return_token_ids``; one chunk may carry several), else one per non-empty text."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list):
+        return len(ids)
+    return 1 if choice.get("text") else 0
+
+
 class OpenAIBackend(Backend):
     """Streaming ``/v1/completions`` requests, one thread each, against a local or remote server."""
 
@@ -69,8 +68,10 @@ class OpenAIBackend(Backend):
         self.recorder: Recorder | None = None
         self.base_url = cfg.backend.base_url.rstrip("/")
         self.model_name: str | None = cfg.backend.served_model_name
-        self.process: subprocess.Popen[bytes] | None = None
+        self.server: ManagedServer | None = None
         self.log_path: Path | None = None
+        self.served_model_id: str | None = None
+        """What the server says it serves (``/v1/models``: ``root``, else ``id``)."""
         self._client: Any = None
         self._closed = False
         self._threads: list[threading.Thread] = []
@@ -88,6 +89,8 @@ class OpenAIBackend(Backend):
         return mode
 
     def check(self, requests: Sequence[BenchRequest]) -> None:
+        if self.cfg.backend.server.kind == "vllm" and self.name == "openai":
+            raise ValueError("backend.server.kind=vllm starts a vLLM server: use backend=vllm")
         if self.starts_server:
             path = self.cfg.model.local_path
             if not path or not (Path(path) / "config.json").is_file():
@@ -141,34 +144,17 @@ class OpenAIBackend(Backend):
     def _start_server(self) -> None:
         port = self.cfg.backend.server.port or free_loopback_port()
         self.base_url = f"http://127.0.0.1:{port}"
-        log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept open for the server's lifetime
-            prefix="transformers-serve-", suffix=".log", delete=False
-        )
-        self.log_path = Path(log.name)
+        folder = self.log_dir or Path(tempfile.mkdtemp(prefix="transformers-serve-"))
+        self.log_path = folder / "server.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.process = subprocess.Popen(
-            self._server_command(port), stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-        log.close()
-        self._wait_for_server(self.cfg.backend.server.startup_timeout_s)
-
-    def _wait_for_server(self, timeout_s: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if (why := self.failure()) is not None:
-                raise BackendError(f"server did not start: {why}\n{self._log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.5)
-        raise BackendError(f"server not up after {timeout_s:g} s\n{self._log_tail()}")
-
-    def _log_tail(self, chars: int = 2000) -> str:
-        if self.log_path is None or not self.log_path.is_file():
-            return ""
-        return self.log_path.read_text(errors="replace")[-chars:]
+        self.server = ManagedServer(self._server_command(port), self.log_path, env)
+        self.server.start()
+        try:
+            self.server.wait_healthy(
+                f"{self.base_url}/health", self.cfg.backend.server.startup_timeout_s
+            )
+        except ServerError as exc:
+            raise BackendError(str(exc)) from None
 
     def start(self, recorder: Recorder) -> None:
         import httpx
@@ -182,12 +168,17 @@ class OpenAIBackend(Backend):
             timeout=httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S),
             limits=limits,
         )
-        if self.model_name is None and self.starts_server:
-            self.model_name = str(self.cfg.model.local_path)
-        elif self.model_name is None:
-            models = self._client.get(f"{self.base_url}/v1/models").json().get("data", [])
+        if self.cfg.backend.server.kind == "transformers_serve":
+            self.model_name = self.model_name or str(self.cfg.model.local_path)
+            self.served_model_id = str(self.cfg.model.local_path)
+            return
+        models = self._client.get(f"{self.base_url}/v1/models").json().get("data") or []
+        if self.model_name is None:
             fallback = self.cfg.model.local_path or self.cfg.model.hf_name
             self.model_name = str(models[0]["id"]) if models else str(fallback)
+        served = next((m for m in models if m.get("id") == self.model_name), None)
+        if served is not None:
+            self.served_model_id = str(served.get("root") or served["id"])
 
     # ------------------------------------------------------------------ requests
     def body(self, req: BenchRequest) -> dict[str, Any]:
@@ -233,8 +224,8 @@ class OpenAIBackend(Backend):
                     if payload.get("usage"):
                         usage = int(payload["usage"].get("completion_tokens", 0))
                     choices = payload.get("choices") or []
-                    if choices and choices[0].get("text") and recorder is not None:
-                        recorder.tokens(rid, now, 1)
+                    if choices and recorder is not None:
+                        recorder.tokens(rid, now, event_tokens(choices[0]))
         except (httpx.HTTPError, BackendError, ValueError) as exc:
             if recorder is None:
                 raise BackendError(f"warm-up request failed: {exc}") from exc
@@ -258,9 +249,7 @@ class OpenAIBackend(Backend):
         self._threads.append(thread)
 
     def failure(self) -> str | None:
-        if self.process is not None and (code := self.process.poll()) is not None:
-            return f"server process {self.process.pid} exited with code {code}"
-        return None
+        return self.server.failure() if self.server is not None else None
 
     def close(self, abort: bool = False) -> None:
         if self._closed:
@@ -268,15 +257,8 @@ class OpenAIBackend(Backend):
         self._closed = True
         if self._client is not None:
             self._client.close()
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=15)
+        if self.server is not None:
+            self.server.stop()
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -289,9 +271,11 @@ class OpenAIBackend(Backend):
             "dtype": self.cfg.dtype,
             "attn_implementation": self.cfg.attn_implementation if self.starts_server else None,
         }
-        if self.process is not None:
+        if self.served_model_id is not None:
+            info["model_id"] = self.served_model_id
+        if self.server is not None and self.cfg.backend.server.kind == "transformers_serve":
             info.update(
-                server_pid=self.process.pid,
+                server_pid=self.server.pid,
                 server_command=self._server_command(int(self.base_url.rsplit(":", 1)[1])),
                 server_log=str(self.log_path),
             )
