@@ -252,7 +252,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 info.update(backend.describe())
                 r.update_meta(backend=dict(info))
                 telemetry.start()
-                interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
+                interval = cfg.backend.gil_switch_interval_s
                 with switch_interval(interval), live_progress(len(requests), cfg.progress) as bar:
                     replay_started = time.perf_counter()
                     outcome = replay(

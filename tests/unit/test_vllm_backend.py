@@ -1,0 +1,203 @@
+"""The vLLM backend's pieces on real vLLM output: step-log and /metrics parsing, token counting,
+knobs, up-front checks, and the server process manager on real processes."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.real_bench.backends.openai import event_tokens
+from gpu_simulate_test.real_bench.backends.vllm import (
+    VllmBackend,
+    cpu_threads_bind,
+    prefix_sharing,
+)
+from gpu_simulate_test.real_bench.records import BenchRequest
+from gpu_simulate_test.real_bench.server import ManagedServer, ServerError, free_loopback_port
+from gpu_simulate_test.real_bench.vllm_log import (
+    StepLog,
+    metric_total,
+    metrics_delta,
+    parse_iteration_line,
+    parse_metrics,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
+
+
+def _feed_fixture_log() -> StepLog:
+    log = StepLog()
+    for i, line in enumerate((DATA / "server_q06b_iterations.log").read_text().splitlines()):
+        log.feed(line, float(i))
+    return log
+
+
+def test_every_step_line_of_a_real_server_log_is_parsed() -> None:
+    log = _feed_fixture_log()
+    assert len(log.steps) == 520
+    assert [s.step_index for _, s in log.steps] == list(range(520))
+    first = log.steps[0][1]
+    assert (first.num_prefill_requests, first.num_prefill_tokens) == (1, 128)
+    assert (first.num_decode_requests, first.num_decode_tokens) == (0, 0)
+    assert first.elapsed_ms == pytest.approx(155.76) and first.kv_cache_usage_pct == 0.3
+    assert log.version == "0.32.0" and log.kv_cache_tokens == 37376
+
+
+def test_step_frame_keeps_steps_after_the_replay_started_on_the_run_clock() -> None:
+    log = _feed_fixture_log()
+    lines_before_first_step = log.steps[0][0]
+    frame = log.frame(origin=100.0, since=lines_before_first_step + 10)
+    assert len(frame) == 510 and frame["step_index"].iloc[0] == 10
+    assert frame["time_s"].iloc[0] == pytest.approx(lines_before_first_step + 10 - 100.0)
+
+
+def test_non_step_lines_are_not_steps() -> None:
+    assert parse_iteration_line("INFO: 127.0.0.1 - POST /v1/completions 200 OK") is None
+    step = parse_iteration_line(
+        "Engine 000: Iteration(7): 2 context requests, 300 context tokens, 5 generation "
+        "requests, 5 generation tokens, iteration elapsed time: 12.5 ms"
+    )
+    assert step is not None and step.kv_cache_usage_pct is None and step.num_decode_requests == 5
+
+
+def test_metrics_of_a_real_server_are_parsed_by_prometheus_parser() -> None:
+    samples = parse_metrics((DATA / "metrics_tiny.prom").read_text())
+    assert metric_total(samples, "vllm:prompt_tokens_total") == 2437.0
+    assert metric_total(samples, "vllm:request_queue_time_seconds_count") == 20.0
+    assert metric_total(samples, "vllm:no_such_metric") is None
+    before = {k: 0.0 for k in samples}
+    delta = metrics_delta(before, samples)
+    assert delta["vllm:prefix_cache_hits_total"] == 0.0
+    assert delta["mean_queue_time_ms"] == pytest.approx(0.000770412000235865 / 20 * 1000)
+
+
+def test_tokens_are_counted_from_token_ids_not_chunks() -> None:
+    assert event_tokens({"text": "ab", "token_ids": [5, 6, 7]}) == 3
+    assert event_tokens({"text": "", "token_ids": []}) == 0
+    assert event_tokens({"text": "x"}) == 1
+    assert event_tokens({"text": ""}) == 0
+
+
+def _req(rid: int, ids: tuple[int, ...], out: int = 4) -> BenchRequest:
+    return BenchRequest(rid, len(ids), out, 0.0, prompt_token_ids=ids)
+
+
+def test_prefix_sharing_counts_requests_whose_first_block_was_seen() -> None:
+    a = tuple(range(40))
+    b = tuple(range(32)) + (99,) * 8  # same first block of 32 as a
+    c = tuple(range(1, 41))
+    short = tuple(range(10))  # under one block: nothing to share
+    assert prefix_sharing([_req(0, a), _req(1, b), _req(2, c), _req(3, short)], 32) == 1
+    assert prefix_sharing([_req(0, a), _req(1, c)], 32) == 0
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(1, "0"), (2, "1"), (4, "1-3")])
+def test_auto_thread_binding_leaves_core_zero_to_the_client(cpus: int, expected: str) -> None:
+    assert cpu_threads_bind("auto", cpus) == expected
+    assert cpu_threads_bind("0-1", cpus) == "0-1"
+
+
+def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
+    return to_typed(
+        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
+        RealBenchStageConfig,
+    )
+
+
+def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Path) -> None:
+    backend = VllmBackend(_cfg(compose_stage, "backend.max_batch_tokens=512"))
+    cmd = backend.server_command(8000, tmp_path)
+    pairs = dict(zip(cmd, cmd[1:], strict=False))
+    assert pairs["--max-num-batched-tokens"] == "512"
+    assert pairs["--max-num-seqs"] == "32" and pairs["--block-size"] == "32"
+    assert pairs["--num-gpu-blocks-override"] == "256" and pairs["--host"] == "127.0.0.1"
+    assert "--no-enable-prefix-caching" in cmd and "--enable-logging-iteration-details" in cmd
+    assert pairs["--dtype"] == "float32" and pairs["--served-model-name"] == "qwen3_tiny"
+    env = backend.server_env()
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_bad_input_is_refused_before_anything_starts(compose_stage, tmp_path: Path) -> None:
+    ok = [_req(0, tuple(range(40)))]
+    with pytest.raises(ValueError, match="multiple of 32"):
+        VllmBackend(_cfg(compose_stage, "backend.block_size=16")).check(ok)
+    long = [_req(3, tuple(range(100)), out=4000)]
+    with pytest.raises(ValueError, match="request 3 needs 100 prompt"):
+        VllmBackend(_cfg(compose_stage)).check(long)
+    with pytest.raises(ValueError, match="token-id prompts"):
+        VllmBackend(_cfg(compose_stage)).check([BenchRequest(0, 5, 2, 0.0, prompt_text="hi")])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="no tokenizer"):
+        VllmBackend(_cfg(compose_stage, f"model.local_path={tmp_path}")).check(ok)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ValueError, match="already in use"):
+            VllmBackend(_cfg(compose_stage, f"backend.server.port={port}")).check(ok)
+
+
+HEALTHY_SERVER = textwrap.dedent(
+    """
+    import http.server, subprocess, sys
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print("child", child.pid, flush=True)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_managed_server_waits_for_health_and_stops_its_whole_group(tmp_path: Path) -> None:
+    port = free_loopback_port()
+    lines: list[str] = []
+    server = ManagedServer(
+        [sys.executable, "-c", HEALTHY_SERVER, str(port)],
+        tmp_path / "server.log",
+        hook=lambda line, _at: lines.append(line),
+    )
+    server.start()
+    try:
+        server.wait_healthy(f"http://127.0.0.1:{port}/health", 30)
+        assert server.failure() is None
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(lines[0].split()[1])
+        assert _alive(child)
+    finally:
+        server.stop()
+    assert server.failure() is not None
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the server's child outlived the stop"
+    assert "child" in (tmp_path / "server.log").read_text()
+
+
+def test_a_server_that_dies_at_start_reports_its_root_cause(tmp_path: Path) -> None:
+    script = "import sys; print('loading'); print('ValueError: No common block size'); sys.exit(3)"
+    server = ManagedServer([sys.executable, "-c", script], tmp_path / "s.log")
+    server.start()
+    with pytest.raises(ServerError, match=r"exited with code 3 \(ValueError: No common block size"):
+        server.wait_healthy("http://127.0.0.1:9/health", 30)
+    server.stop()
