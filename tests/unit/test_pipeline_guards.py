@@ -101,12 +101,17 @@ def test_an_existing_profile_run_counts_only_when_the_pipeline_will_profile(
     root = tmp_path / "tmp"
     _earlier_run(root, "vidur_profile", "r1")
     # a bundle that fits the workload (no engine calibration asked for): it is reused
-    cfg = pipeline_cfg("output.run_id=r1", "workload.num_requests=4", "engine_overhead=false")
+    # (hf_cb: the synthetic bundle has hf_cb's block size)
+    cfg = pipeline_cfg(
+        "output.run_id=r1", "workload.num_requests=4", "engine_overhead=false", "backend=hf_cb"
+    )
     write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, points=6)
     check_outputs_free(cfg, "r1")
-    no_reuse = pipeline_cfg("output.run_id=r1", "engine_overhead=false", "reuse_profile=false")
+    no_reuse = pipeline_cfg(
+        "output.run_id=r1", "engine_overhead=false", "reuse_profile=false", "backend=hf_cb"
+    )
     with pytest.raises(RunExistsError, match="vidur_profile/r1"):
         check_outputs_free(no_reuse, "r1")
-    calibrated = pipeline_cfg("output.run_id=r1", "workload.num_requests=4")  # needs hf_cb's
+    calibrated = pipeline_cfg("output.run_id=r1", "workload.num_requests=4", "backend=hf_cb")
     with pytest.raises(RunExistsError, match="vidur_profile/r1"):
         check_outputs_free(calibrated, "r1")

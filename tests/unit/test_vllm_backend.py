@@ -3,6 +3,7 @@ knobs, up-front checks, and the server process manager on real processes."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 import textwrap
@@ -114,7 +115,7 @@ def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
 def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Path) -> None:
     backend = VllmBackend(_cfg(compose_stage, "backend.max_batch_tokens=512"))
     cmd = backend.server_command(8000, tmp_path)
-    pairs = dict(zip(cmd, cmd[1:], strict=False))
+    pairs = dict(itertools.pairwise(cmd))
     assert pairs["--max-num-batched-tokens"] == "512"
     assert pairs["--max-num-seqs"] == "32" and pairs["--block-size"] == "32"
     assert pairs["--num-gpu-blocks-override"] == "256" and pairs["--host"] == "127.0.0.1"

@@ -222,6 +222,9 @@ class VidurSimulateStageConfig:
     """The workload run to replay (``tmp/workload/<run_id>``)."""
     profiling_root: str = "tmp/profiles"
     """Where ``vidur_profile`` put bundles: ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    arrivals_from: str | None = None
+    """A ``real_bench`` run of the same workload whose actual arrival times (when the client
+    really sent each request) replace the scheduled ones; requests it did not send keep theirs."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
 

@@ -130,7 +130,9 @@ ENGINE_STEP_LOG = TableSchema(
         Column("num_prefill_tokens", "int", "tokens", "prompt tokens computed", min_value=0),
         Column("num_decode_requests", "int", "", "requests generating a token", min_value=0),
         Column("num_decode_tokens", "int", "tokens", "tokens generated", min_value=0),
-        Column("elapsed_ms", "float", "ms", "the step's time as the engine measured it", min_value=0),
+        Column(
+            "elapsed_ms", "float", "ms", "the step's time as the engine measured it", min_value=0
+        ),
         Column(
             "kv_cache_usage_pct",
             "float",

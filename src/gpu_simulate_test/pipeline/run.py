@@ -1,5 +1,6 @@
-"""The pipeline: workload → vidur_profile (reused when it fits) → vidur_simulate → real_bench →
-compare, in one process, each stage's typed config built from the pipeline's.
+"""The pipeline: workload → vidur_profile (reused when it fits) → real_bench → vidur_simulate
+(of the arrivals the real run actually sent) → compare, in one process, each stage's typed config
+built from the pipeline's.
 
 Every stage lands in ``<output.root>/<stage>/<run_id>/`` with the same run id; the pipeline's
 own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the time each took.
@@ -204,8 +205,8 @@ PIPELINE_STAGES: tuple[str, ...] = (
     "pipeline",
     "workload",
     "vidur_profile",
-    "vidur_simulate",
     "real_bench",
+    "vidur_simulate",
     "compare",
 )
 """Every run directory ``<output.root>/<stage>/<run_id>`` a pipeline may create, in order."""
@@ -324,19 +325,20 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             if cfg.progress:
                 console.print(f"reusing the profiling bundle {bundle} (it covers this run)")
 
+        real_dir = _timed(
+            p, "real_bench", real_bench_run, real_bench_cfg(str(workload_dir)), cfg.progress
+        )
         simulate_cfg = VidurSimulateStageConfig(
             model=cfg.model,
             hardware=cfg.hardware,
             vidur=simulation_vidur(cfg, scheduler),
             workload_dir=str(workload_dir),
             profiling_root=cfg.profiling_root,
+            arrivals_from=str(real_dir),  # the load the engine was really offered
             output=out,
             progress=cfg.progress,
         )
         sim_dir = _timed(p, "vidur_simulate", simulate_run, simulate_cfg, cfg.progress)
-        real_dir = _timed(
-            p, "real_bench", real_bench_run, real_bench_cfg(str(workload_dir)), cfg.progress
-        )
         compare_cfg = CompareStageConfig(
             real_run_dir=str(real_dir),
             sim_run_dir=str(sim_dir),

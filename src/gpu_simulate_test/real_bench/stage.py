@@ -264,7 +264,9 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             if outcome is not None:
                 r.update_meta(replay_wall_time_s=round(outcome.wall_time_s, 3))
             if replay_started is not None:
-                r.update_meta(engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started))
+                r.update_meta(
+                    engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started)
+                )
             extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
             summary = write_results(r, recorder, telemetry, info, extra)
     if cfg.progress:

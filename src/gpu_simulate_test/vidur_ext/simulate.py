@@ -68,6 +68,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     workload = load_workload(cfg.workload_dir)
     prefill, decode = plan.workload_lengths(workload.lengths)
     arrival = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
+    if cfg.arrivals_from:
+        arrival = actual_arrivals(cfg.arrivals_from, workload, arrival)
     plan.check_context(prefill, decode, cfg.model, str(workload.path))
     bundle = load_bundle(
         layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name), cfg.model
@@ -95,6 +97,33 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         engine_steps=engine_steps,
         step_jitter=jitter,
     )
+
+
+def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarray) -> np.ndarray:
+    """The arrival times a real run of ``workload`` actually sent its requests at, in the
+    workload's request order; a request it did not send keeps its ``scheduled`` time.
+
+    Sends happen one after another, so actual arrivals keep the workload's order."""
+    from gpu_simulate_test.analysis.inputs import load_run
+
+    run = load_run(real_run, "real_bench")
+    if run.workload_id != workload.workload_id:
+        raise ArtifactError(
+            f"arrivals_from={real_run} replayed workload {run.workload_id}, not "
+            f"{workload.workload_id} ({workload.path})"
+        )
+    sent = dict(
+        zip(
+            run.requests["request_id"].astype(int).tolist(),
+            run.requests["arrival_time_s"].astype(float).tolist(),
+            strict=True,
+        )
+    )
+    ids = workload.intervals["request_id"].astype(int).tolist()
+    actual = np.array(
+        [sent.get(rid, sched) for rid, sched in zip(ids, scheduled.tolist(), strict=True)]
+    )
+    return np.maximum.accumulate(np.maximum(actual, 0.0))
 
 
 def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
@@ -311,6 +340,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             scheduler=asdict(cfg.vidur.scheduler),
             requirements=asdict(inputs.needs),
             prediction_bounds=inputs.bounds,
+            arrivals_from=cfg.arrivals_from,
         )
         out_dir = r.file(VIDUR_DIR)
         trace_file = write_trace(out_dir / TRACE_FILE, inputs)

@@ -219,7 +219,9 @@ class VllmBackend(OpenAIBackend):
             str(b.block_size),
             "--num-gpu-blocks-override",
             str(b.num_blocks),
-            "--enable-chunked-prefill" if b.enable_chunked_prefill else "--no-enable-chunked-prefill",
+            "--enable-chunked-prefill"
+            if b.enable_chunked_prefill
+            else "--no-enable-chunked-prefill",
             "--enable-prefix-caching" if b.enable_prefix_caching else "--no-enable-prefix-caching",
             "--enable-logging-iteration-details",
             "--disable-uvicorn-access-log",
