@@ -26,6 +26,7 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
         "backend.max_requests_per_batch=16",
         "backend.max_batch_tokens=128",
         "num_warmup_requests=1",
+        "engine_overhead=false",  # one vLLM server start, not two (make run calibrates)
         "output.run_id=e2e",
         cwd=tmp_path,
     )
@@ -34,7 +35,11 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
         meta = json.loads((root / stage / "e2e" / "run_meta.json").read_text())
         assert meta["status"] == "complete", stage
     sim_meta = json.loads((root / "vidur_simulate" / "e2e" / "run_meta.json").read_text())
+    real_meta = json.loads((root / "real_bench" / "e2e" / "run_meta.json").read_text())
+    assert real_meta["backend"]["name"] == "vllm"  # the default truth
+    assert sim_meta["arrivals_from"] == str(Path("tmp") / "real_bench" / "e2e")
     assert sim_meta["scheduler"]["chunk_size"] == 128  # derived from backend.max_batch_tokens
+    assert sim_meta["scheduler"]["block_size"] == 32  # vLLM's CPU block size
     assert sim_meta["scheduler"]["batch_size_cap"] == 16
     compare_dir = root / "compare" / "e2e"
     data = json.loads((compare_dir / "comparison.json").read_text())

@@ -25,7 +25,12 @@ from gpu_simulate_test.io.artifacts import ArtifactError, read_jsonl, write_csv,
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench.backends import Backend, get_backend
-from gpu_simulate_test.real_bench.harness import ReplayOutcome, replay, switch_interval
+from gpu_simulate_test.real_bench.harness import (
+    ReplayOutcome,
+    gc_paused,
+    replay,
+    switch_interval,
+)
 from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
 from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
@@ -253,7 +258,11 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 r.update_meta(backend=dict(info))
                 telemetry.start()
                 interval = cfg.backend.gil_switch_interval_s
-                with switch_interval(interval), live_progress(len(requests), cfg.progress) as bar:
+                with (
+                    switch_interval(interval),
+                    gc_paused(),
+                    live_progress(len(requests), cfg.progress) as bar,
+                ):
                     replay_started = time.perf_counter()
                     outcome = replay(
                         backend, requests, recorder, cfg.backend.request_timeout_s, bar

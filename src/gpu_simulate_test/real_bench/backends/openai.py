@@ -65,6 +65,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         super().__init__(cfg)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
         self.recorder: Recorder | None = None
         self.base_url = cfg.backend.base_url.rstrip("/")
         self.model_name: str | None = cfg.backend.served_model_name
@@ -160,7 +161,6 @@ class OpenAIBackend(Backend):
         import httpx
 
         self.recorder = recorder
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
         if self.starts_server:
             self._start_server()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)

