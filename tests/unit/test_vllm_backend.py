@@ -14,6 +14,7 @@ import pytest
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.pipeline.run import engine_identity
 from gpu_simulate_test.real_bench.backends.openai import event_tokens
 from gpu_simulate_test.real_bench.backends.vllm import (
     VllmBackend,
@@ -21,7 +22,12 @@ from gpu_simulate_test.real_bench.backends.vllm import (
     prefix_sharing,
 )
 from gpu_simulate_test.real_bench.records import BenchRequest
-from gpu_simulate_test.real_bench.server import ManagedServer, ServerError, free_loopback_port
+from gpu_simulate_test.real_bench.server import (
+    LogFollower,
+    ManagedServer,
+    ServerError,
+    free_loopback_port,
+)
 from gpu_simulate_test.real_bench.vllm_log import (
     StepLog,
     metric_total,
@@ -202,3 +208,40 @@ def test_a_server_that_dies_at_start_reports_its_root_cause(tmp_path: Path) -> N
     with pytest.raises(ServerError, match=r"exited with code 3 \(ValueError: No common block size"):
         server.wait_healthy("http://127.0.0.1:9/health", 30)
     server.stop()
+
+
+def test_log_follower_reads_only_what_is_appended_after_it_starts(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("old line, before the follower\n")
+    seen: list[str] = []
+    follower = LogFollower(log, lambda line, _at: seen.append(line))
+    follower.start()
+    with log.open("a") as handle:
+        handle.write("Engine 000: Iteration(3): 0 context requests, 0 context tokens, ")
+        handle.flush()
+        time.sleep(0.05)  # a line written in two pieces is read as one
+        handle.write("1 generation requests, 1 generation tokens, iteration elapsed time: 2.0 ms\n")
+        handle.write("another\n")
+    time.sleep(0.1)
+    follower.stop()
+    assert len(seen) == 2 and seen[1] == "another"
+    step = parse_iteration_line(seen[0])
+    assert step is not None and step.step_index == 3 and step.elapsed_ms == 2.0
+
+
+def test_a_calibration_through_the_pipelines_own_server_stands_for_the_engine() -> None:
+    started_here = {
+        "name": "vllm",
+        "block_size": 32,
+        "base_url": "http://127.0.0.1:8000",
+        "server": {"kind": "vllm"},
+        "served_model_name": None,
+    }
+    shared = {
+        **started_here,
+        "base_url": "http://127.0.0.1:41234",
+        "server": {"kind": "external", "log_file": "tmp/pipeline/x/server.log"},
+        "served_model_name": "qwen3_tiny",
+    }
+    assert engine_identity(started_here) == engine_identity(shared)
+    assert engine_identity({**shared, "block_size": 64}) != engine_identity(started_here)

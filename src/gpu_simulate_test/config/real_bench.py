@@ -42,6 +42,9 @@ class ServerConfig:
     """How long a started server may take to answer ``/health``."""
     extra_args: tuple[str, ...] = ()
     """Extra command-line arguments for the started server."""
+    log_file: str | None = None
+    """vllm with kind=external: the server's log file (started with
+    ``--enable-logging-iteration-details``); its per-step lines are read from there."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.server.kind", self.kind, SERVER_KINDS)

@@ -10,18 +10,19 @@ Before any stage runs, :func:`check_outputs_free` refuses when one of those dire
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from gpu_simulate_test.analysis.knobs import derive_scheduler
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.real_bench import BackendConfig, RealBenchStageConfig
 from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
 from gpu_simulate_test.config.vidur import (
     EngineCalibrationConfig,
@@ -78,13 +79,26 @@ def bundle_misfits(
     return reasons
 
 
-def engine_calibration(cfg: PipelineStageConfig) -> EngineCalibrationConfig:
-    """How the profile stage calibrates the pipeline's backend (its knobs and attention)."""
+def engine_calibration(
+    cfg: PipelineStageConfig, backend: BackendConfig | None = None
+) -> EngineCalibrationConfig:
+    """How the profile stage calibrates the pipeline's backend (its knobs and attention);
+    ``backend``: the same engine at the pipeline's own server."""
     return EngineCalibrationConfig(
         enable=cfg.engine_overhead,
-        backend=cfg.backend,
+        backend=backend or cfg.backend,
         attn_implementation=cfg.attn_implementation,
     )
+
+
+SERVER_FIELDS: tuple[str, ...] = ("base_url", "served_model_name", "server")
+"""Backend fields that say where a server runs, not what engine it is: a calibration made
+through one started for the pipeline stands for the same engine started anywhere."""
+
+
+def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored backend config without :data:`SERVER_FIELDS`."""
+    return {k: v for k, v in backend.items() if k not in SERVER_FIELDS}
 
 
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
@@ -101,7 +115,9 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             f"calibrates version {CALIBRATION_VERSION}"
         ]
     want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
-    have = recorded.get("settings", {})
+    have = dict(recorded.get("settings", {}))
+    want["backend"] = engine_identity(want["backend"])
+    have["backend"] = engine_identity(have.get("backend") or {})
     differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
     if differ:
         return [f"engine calibration of {name} was made with other {', '.join(differ)}"]
@@ -159,6 +175,7 @@ def profile_config(
     workload_dir: Path,
     output: OutputConfig,
     progress: bool,
+    backend: BackendConfig | None = None,
 ) -> VidurProfileStageConfig:
     """The vidur_profile config whose bundle covers ``needs`` and at least what the bundle it
     replaces covered.
@@ -174,7 +191,7 @@ def profile_config(
         block_size=scheduler.block_size,
         profiling_root=cfg.profiling_root,
         workload_dir=str(workload_dir),
-        engine=engine_calibration(cfg),
+        engine=engine_calibration(cfg, backend),
         output=dataclasses.replace(output, overwrite=True),
         progress=progress,
     )
@@ -242,20 +259,29 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     check_runs_free(paths)
 
 
+class RealBenchConfigFn(Protocol):
+    """Builds the real bench's config once the workload exists."""
+
+    def __call__(
+        self, workload_dir: str, backend: BackendConfig | None = None
+    ) -> RealBenchStageConfig: ...
+
+
 def stage_configs(
     cfg: PipelineStageConfig, run_id: str
-) -> tuple[WorkloadStageConfig, Callable[[str], RealBenchStageConfig]]:
-    """The workload stage's config, and the real bench's once the workload exists."""
+) -> tuple[WorkloadStageConfig, RealBenchConfigFn]:
+    """The workload stage's config, and the real bench's once the workload exists (at the
+    pipeline's own server when ``backend`` is given)."""
     out = OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=cfg.output.overwrite)
     workload = WorkloadStageConfig(
         model=cfg.model, workload=cfg.workload, output=out, progress=cfg.progress
     )
 
-    def real_bench(workload_dir: str) -> RealBenchStageConfig:
+    def real_bench(workload_dir: str, backend: BackendConfig | None = None) -> RealBenchStageConfig:
         return RealBenchStageConfig(
             model=cfg.model,
             hardware=cfg.hardware,
-            backend=cfg.backend,
+            backend=backend or cfg.backend,
             workload_dir=workload_dir,
             dtype=cfg.dtype,
             attn_implementation=cfg.attn_implementation,
@@ -265,6 +291,42 @@ def stage_configs(
         )
 
     return workload, real_bench
+
+
+@contextlib.contextmanager
+def shared_server(
+    pipeline: Run, real_bench_cfg: RealBenchStageConfig, progress: bool
+) -> Iterator[BackendConfig | None]:
+    """For a vLLM server the pipeline starts: start one, for the engine calibration and the real
+    bench both (a start-up costs about a minute on 2 CPU cores), and yield the backend config
+    that points at it (``server.kind=external``, its ``base_url`` and ``log_file``); stop it on
+    the way out, whatever happened. Yields None for other backends (each stage does its own)."""
+    backend_cfg = real_bench_cfg.backend
+    if backend_cfg.name != "vllm" or backend_cfg.server.kind != "vllm":
+        yield None
+        return
+    from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
+    from gpu_simulate_test.real_bench.stage import load_requests
+    from gpu_simulate_test.workloads.build import load_workload
+
+    backend = VllmBackend(real_bench_cfg)
+    backend.check(load_requests(load_workload(real_bench_cfg.workload_dir)))
+    backend.log_dir = pipeline.path
+    if progress:
+        console.print("starting the vLLM server for the calibration and the real bench")
+    try:
+        backend.start_server()
+        pipeline.update_meta(server=backend.describe())
+        yield dataclasses.replace(
+            backend_cfg,
+            base_url=backend.base_url,
+            served_model_name=real_bench_cfg.model.name,
+            server=dataclasses.replace(
+                backend_cfg.server, kind="external", log_file=str(backend.log_path)
+            ),
+        )
+    finally:
+        backend.stop_server()
 
 
 def _timed(
@@ -308,26 +370,33 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             scheduler_derived_from=cfg.backend.name if decided.derived else None,
         )
 
-        if decided.misfits:
-            if cfg.progress:
-                console.print("profiling, because: " + "; ".join(decided.misfits))
-            if not cfg.output.overwrite:  # the profile stage's overwrite is meant for the bundle
-                # a safety net: check_outputs_free decided on the same workload before any stage
-                check_runs_free(
-                    [layout.run_dir(cfg.output.root, "vidur_profile", run_id)],
-                    "the workload stage ran, the pipeline stopped before profiling",
+        if decided.misfits and not cfg.output.overwrite:
+            # a safety net (the profile stage's overwrite is meant for the bundle):
+            # check_outputs_free decided on the same workload before any stage
+            check_runs_free(
+                [layout.run_dir(cfg.output.root, "vidur_profile", run_id)],
+                "the workload stage ran, the pipeline stopped before profiling",
+            )
+        with shared_server(p, real_bench_cfg(str(workload_dir), None), cfg.progress) as served:
+            if decided.misfits:
+                if cfg.progress:
+                    console.print("profiling, because: " + "; ".join(decided.misfits))
+                profile_cfg = profile_config(
+                    cfg, scheduler, needs, workload_dir, out, cfg.progress, served
                 )
-            profile_cfg = profile_config(cfg, scheduler, needs, workload_dir, out, cfg.progress)
-            _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
-        else:
-            bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
-            p.update_meta(reused_bundle=str(bundle))
-            if cfg.progress:
-                console.print(f"reusing the profiling bundle {bundle} (it covers this run)")
-
-        real_dir = _timed(
-            p, "real_bench", real_bench_run, real_bench_cfg(str(workload_dir)), cfg.progress
-        )
+                _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
+            else:
+                bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+                p.update_meta(reused_bundle=str(bundle))
+                if cfg.progress:
+                    console.print(f"reusing the profiling bundle {bundle} (it covers this run)")
+            real_dir = _timed(
+                p,
+                "real_bench",
+                real_bench_run,
+                real_bench_cfg(str(workload_dir), served),
+                cfg.progress,
+            )
         simulate_cfg = VidurSimulateStageConfig(
             model=cfg.model,
             hardware=cfg.hardware,

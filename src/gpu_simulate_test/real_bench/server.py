@@ -19,12 +19,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 LineHook = Callable[[str, float], None]
 """Called with each line of server output (no newline) and the ``perf_counter`` it arrived at."""
 
 ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .+$")
 STOP_GRACE_S = 15.0
+FOLLOW_POLL_S = 0.005
+"""How often a followed log file is checked for new lines."""
 """How long a stopped server may take to exit after SIGTERM before it is killed."""
 
 
@@ -169,3 +172,49 @@ class ManagedServer:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+class LogFollower:
+    """Lines another process appends to a log file, each handed to ``hook`` with the
+    ``perf_counter`` it was read at (within :data:`FOLLOW_POLL_S` of being written).
+
+    For a server started elsewhere (``backend.server.log_file``): reading starts at the file's
+    end, so only what the server logs from now on is seen.
+    """
+
+    def __init__(self, path: Path, hook: LineHook) -> None:
+        self.path = path
+        self.hook = hook
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        handle = self.path.open("rb")
+        handle.seek(0, os.SEEK_END)
+        self._thread = threading.Thread(
+            target=self._follow, args=(handle,), name="log-follower", daemon=True
+        )
+        self._thread.start()
+
+    def _follow(self, handle: Any) -> None:
+        partial = b""
+        with handle:
+            while True:
+                chunk = handle.readline()
+                if chunk:
+                    partial += chunk
+                    if partial.endswith(b"\n"):
+                        now = time.perf_counter()
+                        with contextlib.suppress(Exception):
+                            self.hook(partial.decode(errors="replace").rstrip("\r\n"), now)
+                        partial = b""
+                    continue
+                if self._stop.is_set():
+                    return
+                time.sleep(FOLLOW_POLL_S)
+
+    def stop(self) -> None:
+        """Read what is there now, then stop."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)

@@ -32,6 +32,7 @@ from gpu_simulate_test.real_bench.backends.base import BackendError
 from gpu_simulate_test.real_bench.backends.openai import OpenAIBackend
 from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
 from gpu_simulate_test.real_bench.server import (
+    LogFollower,
     ManagedServer,
     ServerError,
     free_loopback_port,
@@ -98,6 +99,7 @@ class VllmBackend(OpenAIBackend):
         super().__init__(cfg)
         self.steps = StepLog()
         self.server: ManagedServer | None = None
+        self.follower: LogFollower | None = None
         self.model_dir: Path | None = None
         self.metrics_before: dict[str, float] = {}
         self.metrics_after: dict[str, float] = {}
@@ -137,6 +139,9 @@ class VllmBackend(OpenAIBackend):
         b = self.cfg.backend
         self.shared_prefix_requests = prefix_sharing(requests, b.block_size)
         if not self.starts_server:
+            log_file = b.server.log_file
+            if log_file and not Path(log_file).is_file():
+                raise ValueError(f"backend.server.log_file={log_file}: no such file")
             super().check(requests)
             self.server_max_model_len = self._served_max_model_len()
             self._check_lengths(requests, self.server_max_model_len or self.max_model_len)
@@ -251,6 +256,11 @@ class VllmBackend(OpenAIBackend):
         return env
 
     def _start_server(self) -> None:
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Save (or reuse) the model snapshot, start the server and wait for ``/health``;
+        :class:`BackendError` with its log's root cause and last lines if it does not come up."""
         from gpu_simulate_test.modeling import ensure_snapshot
 
         root = Path(self.cfg.output.root) / SNAPSHOTS
@@ -274,6 +284,11 @@ class VllmBackend(OpenAIBackend):
             raise BackendError(str(exc)) from None
 
     def start(self, recorder: Recorder) -> None:
+        log_file = self.cfg.backend.server.log_file
+        if not self.starts_server and log_file:
+            self.log_path = Path(log_file)
+            self.follower = LogFollower(self.log_path, self.steps.feed)
+            self.follower.start()
         super().start(recorder)
         self.version = self.steps.version or self._remote_version() or vllm_version()
 
@@ -313,8 +328,15 @@ class VllmBackend(OpenAIBackend):
         super().close(abort)
         if self.server is not None:
             self.server.stop()
+        if self.follower is not None:
+            self.follower.stop()
 
     # ------------------------------------------------------------------ results
+    def stop_server(self) -> None:
+        """Stop a server :meth:`start_server` started (its whole process group)."""
+        if self.server is not None:
+            self.server.stop()
+
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
         steps = self.steps.frame(origin, since)
         write_csv(run_dir / STEP_LOG, steps, ENGINE_STEP_LOG)
@@ -344,6 +366,8 @@ class VllmBackend(OpenAIBackend):
             shared_prefix_requests=self.shared_prefix_requests,
             kv_cache_tokens=self.steps.kv_cache_tokens,
         )
+        if self.follower is not None:
+            info["server_log"] = str(self.log_path)
         if self.server is not None:
             info.update(
                 server_pid=self.server.pid,
