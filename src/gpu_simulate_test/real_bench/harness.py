@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -75,6 +76,20 @@ def gc_paused() -> Iterator[None]:
         if was_enabled:
             gc.enable()
         gc.unfreeze()
+
+
+@contextlib.contextmanager
+def cpu_affinity(cpus: set[int] | None) -> Iterator[None]:
+    """Keep this process (all its threads) on ``cpus`` for the block; None leaves it alone."""
+    if not cpus:
+        yield
+        return
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, previous)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench.backends import Backend, get_backend
 from gpu_simulate_test.real_bench.harness import (
     ReplayOutcome,
+    cpu_affinity,
     gc_paused,
     replay,
     switch_interval,
@@ -255,11 +256,14 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             with _backend_session(backend, recorder) as info:
                 backend.warmup(warmups)
                 info.update(backend.describe())
+                client_cpus = backend.client_cpus()
+                info["client_cpus"] = sorted(client_cpus) if client_cpus else None
                 r.update_meta(backend=dict(info))
                 telemetry.start()
                 interval = cfg.backend.gil_switch_interval_s
                 with (
                     switch_interval(interval),
+                    cpu_affinity(backend.client_cpus()),
                     gc_paused(),
                     live_progress(len(requests), cfg.progress) as bar,
                 ):

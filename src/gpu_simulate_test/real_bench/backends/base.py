@@ -59,6 +59,11 @@ class Backend(ABC):
     def close(self, abort: bool = False) -> None:
         """Stop the engine (``abort``: drop in-flight work) and release it; idempotent."""
 
+    def client_cpus(self) -> set[int] | None:
+        """The cores the client should keep to during the replay, so that it neither steals the
+        engine's cores nor waits for them (None: wherever the OS puts it)."""
+        return None
+
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
         """Write what the engine itself recorded (its step log, its counters) into ``run_dir``;
         ``origin`` is the run clock's zero and ``since`` the replay's start (``perf_counter``).

@@ -72,6 +72,15 @@ def cpu_threads_bind(setting: str, num_cpus: int | None = None) -> str:
     return ",".join(str(c) for c in rest)
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """``"1-3,5"`` → ``[1, 2, 3, 5]`` (the format of ``VLLM_CPU_OMP_THREADS_BIND``)."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus += range(int(lo), int(hi or lo) + 1)
+    return cpus
+
+
 def prefix_sharing(requests: Sequence[BenchRequest], block_size: int) -> int:
     """How many requests share their first full KV block of prompt with an earlier request.
 
@@ -332,6 +341,16 @@ class VllmBackend(OpenAIBackend):
             self.follower.stop()
 
     # ------------------------------------------------------------------ results
+    def client_cpus(self) -> set[int] | None:
+        """With ``cpu_threads_bind=auto`` on CPU, the engine has every core but the first, and
+        the client the first (as vLLM's own client would be placed by hand)."""
+        b = self.cfg.backend
+        if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
+            return None
+        engine = set(parse_cpu_list(cpu_threads_bind("auto")))
+        rest = set(os.sched_getaffinity(0)) - engine
+        return rest or None
+
     def stop_server(self) -> None:
         """Stop a server :meth:`start_server` started (its whole process group)."""
         if self.server is not None:
