@@ -109,3 +109,59 @@ def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
     assert "server did not start" in proc.stdout and "--no-such-flag" in proc.stdout
     meta = read_json(tmp_path / "tmp" / "real_bench" / "bad" / layout.RUN_META)
     assert meta["status"] == "failed"
+
+
+def test_a_server_that_dies_mid_run_fails_the_run_and_keeps_what_was_measured(
+    tmp_path: Path,
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_cli(
+        "workload",
+        "output.run_id=w",
+        "workload.num_requests=60",
+        "workload.qps=4",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    meta_path = tmp_path / "tmp" / "real_bench" / "dies" / layout.RUN_META
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpu_simulate_test.cli.real_bench",
+            "workload_dir=tmp/workload/w",
+            "backend=vllm",
+            "output.run_id=dies",
+            "progress=false",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        pid = None
+        while pid is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            if meta_path.is_file():
+                pid = json.loads(meta_path.read_text()).get("backend", {}).get("server_pid")
+        assert pid is not None, "the replay never started"
+        time.sleep(3)  # some requests finish, others are in flight
+        os.killpg(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "run failed" in out, out[-2000:]
+    meta = read_json(meta_path)
+    assert meta["status"] == "failed"
+    requests = read_csv(meta_path.parent / layout.REQUEST_METRICS, REQUEST_METRICS)
+    assert (requests.status == "ok").any() and (requests.status != "ok").any()
+    assert _gone(pid)
