@@ -46,6 +46,13 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert data["num_compared"] == 12
     assert not any("engine knobs differ" in line for line in data["findings"])
     assert (compare_dir / "cdf.png").stat().st_size > 20_000
+    # both sides' engine steps line up: vLLM's own step log against Vidur's batches
+    assert (compare_dir / "steps.png").stat().st_size > 20_000
+    assert (
+        data["steps"]["totals"]["real"]["prefill_tokens"]
+        == data["steps"]["totals"]["sim"]["prefill_tokens"]
+    )
+    assert "## Engine steps" in (compare_dir / "summary.md").read_text()
     assert "## Discrepancies" in (compare_dir / "summary.md").read_text()
     assert "TTFT" in proc.stdout
     pipeline_meta = json.loads((root / "pipeline" / "e2e" / "run_meta.json").read_text())

@@ -145,3 +145,34 @@ def plot_sweep(table: pd.DataFrame, path: Path, x_label: str, stats: Sequence[st
         bottom.grid(alpha=0.3)
         bottom.legend(fontsize=8)
     return _save(fig, path)
+
+
+STEPS_PLOT = "steps.png"
+
+
+def plot_steps(
+    real: pd.DataFrame, sim: pd.DataFrame, groups: pd.DataFrame, path: Path, title: str
+) -> Path:
+    """Engine steps: step time against tokens in the step (real vs simulated, each step a dot),
+    and steps per composition group side by side."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.6))
+    for label, steps, color in (("real", real, REAL_COLOR), ("simulated", sim, SIM_COLOR)):
+        keep = _thin(len(steps))
+        tokens = (steps["num_prefill_tokens"] + steps["num_decode_tokens"]).to_numpy()[keep]
+        left.scatter(
+            tokens, steps["elapsed_ms"].to_numpy()[keep], s=8, alpha=0.5, label=label, color=color
+        )
+    left.set_xscale("symlog", linthresh=8)
+    left.set_xlabel("tokens in the step (prompt + decode)")
+    left.set_ylabel("step time (ms)")
+    left.set_title("step time by step size")
+    left.legend()
+    x = np.arange(len(groups))
+    right.bar(x - 0.2, groups["real_steps"], 0.4, label="real", color=REAL_COLOR)
+    right.bar(x + 0.2, groups["sim_steps"], 0.4, label="simulated", color=SIM_COLOR)
+    right.set_xticks(x, groups["group"], rotation=35, ha="right", fontsize=8)
+    right.set_ylabel("steps")
+    right.set_title("steps per composition")
+    right.legend()
+    fig.suptitle(title)
+    return _save(fig, path)

@@ -58,3 +58,21 @@ SWEEP_TABLE = TableSchema(
         Column("signed_rel_error", "float", "", "sim / real - 1", nullable=True),
     ),
 )
+
+COMPARISON_STEPS = TableSchema(
+    name="comparison_steps",
+    version=COMPARISON_SCHEMA_VERSION,
+    description=(
+        "Engine steps by composition: how many the real engine and Vidur took, their median time "
+        "and the simulator's relative error (both runs must have an engine_step_log)."
+    ),
+    unique="group",
+    columns=(
+        Column("group", "str", "", "decode-only steps by requests, prompt steps by tokens"),
+        Column("real_steps", "int", "", "real engine steps in the group", min_value=0),
+        Column("sim_steps", "int", "", "simulated batches in the group", min_value=0),
+        Column("real_median_ms", "float", "ms", "median real step time", nullable=True),
+        Column("sim_median_ms", "float", "ms", "median simulated batch time", nullable=True),
+        Column("rel_error", "float", "", "sim median / real median - 1", nullable=True),
+    ),
+)

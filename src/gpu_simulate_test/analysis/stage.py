@@ -11,25 +11,38 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from gpu_simulate_test.analysis import plots, report
 from gpu_simulate_test.analysis.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.analysis.inputs import (
+    RunInput,
     check_same_workload,
     load_run,
     real_itls_s,
     setup,
 )
 from gpu_simulate_test.analysis.knobs import knob_mismatches
-from gpu_simulate_test.analysis.schemas import COMPARISON_PERCENTILES, COMPARISON_REQUESTS
+from gpu_simulate_test.analysis.schemas import (
+    COMPARISON_PERCENTILES,
+    COMPARISON_REQUESTS,
+    COMPARISON_STEPS,
+)
+from gpu_simulate_test.analysis.steps import StepComparison, compare_steps
+from gpu_simulate_test.analysis.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
-from gpu_simulate_test.io.artifacts import write_csv, write_json
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, start_run
-from gpu_simulate_test.reporting import console, print_table
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
+from gpu_simulate_test.reporting import console, markdown_table, print_table
 
 COMPARISON_JSON = "comparison.json"
 SUMMARY_MD = "summary.md"
 PERCENTILES_CSV = "percentiles.csv"
 REQUESTS_CSV = "requests.csv"
+STEPS_CSV = "steps.csv"
 
 
 def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -56,6 +69,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     findings = discrepancies(comparison, mismatches)
+    steps = load_steps(real, sim, comparison)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
         r.update_meta(
@@ -70,13 +84,75 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
         drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
-        write_json(r.file(COMPARISON_JSON), report.to_dict(comparison, context, findings))
+        data = report.to_dict(comparison, context, findings)
+        if steps is not None:
+            real_steps, sim_steps, result = steps
+            write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
+            data["steps"] = {"totals": result.totals, "findings": result.findings}
+            if cfg.compare.plots:
+                title = f"engine steps: {context['real'].get('backend')} vs Vidur"
+                plots.plot_steps(
+                    real_steps, sim_steps, result.groups, r.file(plots.STEPS_PLOT), title
+                )
+        write_json(r.file(COMPARISON_JSON), data)
         text = report.summary_markdown(comparison, context, findings, drawn)
+        if steps is not None:
+            text += steps_markdown(steps[2], cfg.compare.plots)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
         print_headline(comparison, context, findings, r.path)
+        if steps is not None:
+            for line in steps[2].findings:
+                console.print(f"- {line}")
     return r.path
+
+
+def load_steps(
+    real: RunInput, sim: RunInput, comparison: Comparison
+) -> tuple[pd.DataFrame, pd.DataFrame, StepComparison] | None:
+    """Both runs' engine steps and their comparison; None unless both runs have a step log
+    (a vLLM run, and a simulation from this version on)."""
+    real_path, sim_path = real.path / layout.ENGINE_STEP_LOG, sim.path / layout.ENGINE_STEP_LOG
+    if not (real_path.is_file() and sim_path.is_file()):
+        return None
+    real_steps = read_csv(real_path, ENGINE_STEP_LOG)
+    sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
+    delay = comparison.joined.sim.scheduling_delay_s
+    queue = {
+        "real": (real.meta.get("engine_log") or {}).get("mean_server_queue_time_ms"),
+        "sim": float(np.nanmean(delay) * 1000) if np.isfinite(delay).any() else None,
+    }
+    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue)
+
+
+def steps_markdown(result: StepComparison, with_plot: bool) -> str:
+    """The ``## Engine steps`` section of ``summary.md``."""
+    lines = [
+        "",
+        "## Engine steps: step time or scheduling?",
+        "",
+        "The real engine's own per-step log against Vidur's batches, grouped by composition "
+        "(decode-only steps by requests, steps with prompt tokens by tokens in the step).",
+        "",
+        *(f"- {line}" for line in result.findings),
+        "",
+        markdown_table(
+            [
+                "group",
+                "real steps",
+                "simulated steps",
+                "real median (ms)",
+                "sim median (ms)",
+                "error",
+            ],
+            steps_rows(result.groups),
+        ),
+        "",
+    ]
+    if with_plot:
+        lines += [f"![engine steps]({plots.STEPS_PLOT})", ""]
+    return "\n".join(lines)
 
 
 def draw_plots(comparison: Comparison, out_dir: Path, context: Mapping[str, Any]) -> dict[str, str]:

@@ -35,6 +35,8 @@ ENGINE_STEPS = "engine_steps.csv"
 # bench / simulate stages
 REQUEST_METRICS = "request_metrics.csv"
 TOKEN_METRICS = "token_metrics.csv"
+ENGINE_STEP_LOG = "engine_step_log.csv"
+"""The engine's steps: a real vLLM server's own per-step log, or Vidur's simulated batches."""
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,127}$")
 

@@ -115,8 +115,9 @@ ENGINE_STEP_LOG = TableSchema(
     name="engine_step_log",
     version="1.0",
     description=(
-        "A real engine's own per-step log (vLLM --enable-logging-iteration-details), one row per "
-        "engine step taken during the replay (warm-up steps left out)."
+        "An engine's steps: a real engine's own per-step log (vLLM "
+        "--enable-logging-iteration-details), one row per step taken during the replay (warm-up "
+        "steps left out), or Vidur's simulated batches (no times)."
     ),
     columns=(
         Column("step_index", "int", "", "the engine's step counter (Iteration(N))", min_value=0),
@@ -124,7 +125,9 @@ ENGINE_STEP_LOG = TableSchema(
             "time_s",
             "float",
             "s",
-            "when the step's log line was read, from run start (step end plus log latency)",
+            "when the step's log line was read, from run start (step end plus log latency); "
+            "empty for simulated batches",
+            nullable=True,
         ),
         Column("num_prefill_requests", "int", "", "requests with prompt tokens", min_value=0),
         Column("num_prefill_tokens", "int", "tokens", "prompt tokens computed", min_value=0),

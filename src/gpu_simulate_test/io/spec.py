@@ -60,6 +60,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
         ENGINE_STEPS_TABLE,
         compare_tables.COMPARISON_PERCENTILES,
         compare_tables.COMPARISON_REQUESTS,
+        compare_tables.COMPARISON_STEPS,
         compare_tables.SWEEP_TABLE,
         deep_profile_tables.OPERATORS,
         deep_profile_tables.STEP_TIMINGS,

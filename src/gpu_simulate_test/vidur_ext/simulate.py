@@ -23,7 +23,7 @@ from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
-from gpu_simulate_test.io.schemas import REQUEST_METRICS
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.reporting import console, print_table
 from gpu_simulate_test.vidur_ext import metrics as vidur_metrics
 from gpu_simulate_test.vidur_ext import overhead, plan
@@ -276,6 +276,41 @@ class SimulationResult:
     """The fitted per-step overhead and its calibration errors (None: not modelled)."""
     engine_overhead_fit: pd.DataFrame | None = None
     """Per calibration step: measured, Vidur's ops, fitted overhead, error."""
+    steps: pd.DataFrame | None = None
+    """Every simulated batch, as the ``engine_step_log`` table (no times: Vidur keeps none)."""
+
+
+def batch_steps(metric_store: Any) -> pd.DataFrame:
+    """Vidur's batches as rows of the ``engine_step_log`` table, so they line up with a real
+    engine's steps: requests and tokens by phase and the batch's execution time.
+
+    Read from the metric store's per-batch series (kept for every batch whatever Vidur writes).
+    A decode is one token of one request; Vidur counts a one-token prefill chunk as a decode."""
+    from vidur.metrics.constants import BatchMetricsCountDistribution, BatchMetricsTimeDistribution
+
+    counts = metric_store._batch_metrics_count_distribution_per_batch
+    times = metric_store._batch_metrics_time_distribution_per_batch
+
+    def series(store: Any, key: Any) -> dict[int, float]:
+        return {int(x): float(y) for x, y in store[key]._data_series}
+
+    size = series(counts, BatchMetricsCountDistribution.BATCH_SIZE)
+    prefill = series(counts, BatchMetricsCountDistribution.BATCH_NUM_PREFILL_TOKENS)
+    decode = series(counts, BatchMetricsCountDistribution.BATCH_NUM_DECODE_TOKENS)
+    elapsed = series(times, BatchMetricsTimeDistribution.BATCH_EXECUTION_TIME)
+    ids = sorted(size)
+    return pd.DataFrame(
+        {
+            "step_index": ids,
+            "time_s": [float("nan")] * len(ids),
+            "num_prefill_requests": [int(size[i] - decode[i]) for i in ids],
+            "num_prefill_tokens": [int(prefill[i]) for i in ids],
+            "num_decode_requests": [int(decode[i]) for i in ids],
+            "num_decode_tokens": [int(decode[i]) for i in ids],
+            "elapsed_ms": [1000.0 * elapsed[i] for i in ids],
+            "kv_cache_usage_pct": [float("nan")] * len(ids),
+        }
+    )
 
 
 def simulate(
@@ -321,6 +356,7 @@ def simulate(
         predictor_cache_hit=bool(predictor.cache_hit),
         engine_overhead=report,
         engine_overhead_fit=table,
+        steps=batch_steps(simulator.metric_store),
     )
 
 
@@ -372,6 +408,8 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         )
         table = vidur_metrics.normalize(rows, inputs.prefill, inputs.decode, inputs.arrival_time_s)
         write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
+        if result.steps is not None:
+            write_csv(r.file(layout.ENGINE_STEP_LOG), result.steps, ENGINE_STEP_LOG)
         summary = vidur_metrics.summarize(table)
         r.update_meta(summary=summary)
     if cfg.progress:

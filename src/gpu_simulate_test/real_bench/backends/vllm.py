@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
 from gpu_simulate_test.real_bench.backends.base import BackendError
@@ -41,7 +42,6 @@ from gpu_simulate_test.real_bench.server import (
 from gpu_simulate_test.real_bench.vllm_log import StepLog, metrics_delta, parse_metrics
 
 SERVER_LOG = "server.log"
-STEP_LOG = "engine_step_log.csv"
 SERVER_METRICS = "server_metrics.json"
 CPU_BLOCK_MULTIPLE = 32
 """vLLM's CPU attention takes KV blocks of a multiple of this many tokens (0.32)."""
@@ -358,7 +358,7 @@ class VllmBackend(OpenAIBackend):
 
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
         steps = self.steps.frame(origin, since)
-        write_csv(run_dir / STEP_LOG, steps, ENGINE_STEP_LOG)
+        write_csv(run_dir / layout.ENGINE_STEP_LOG, steps, ENGINE_STEP_LOG)
         delta = metrics_delta(self.metrics_before, self.metrics_after)
         write_json(
             run_dir / SERVER_METRICS,

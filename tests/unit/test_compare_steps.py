@@ -1,0 +1,64 @@
+"""Engine steps, real vs simulated: grouping by composition and where the error lives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.analysis.steps import compare_steps, step_group
+
+
+def _steps(rows: list[tuple[int, int, int, float]]) -> pd.DataFrame:
+    """(prefill requests, prefill tokens, decode requests, elapsed ms) per step."""
+    return pd.DataFrame(
+        {
+            "step_index": range(len(rows)),
+            "time_s": np.nan,
+            "num_prefill_requests": [r[0] for r in rows],
+            "num_prefill_tokens": [r[1] for r in rows],
+            "num_decode_requests": [r[2] for r in rows],
+            "num_decode_tokens": [r[2] for r in rows],
+            "elapsed_ms": [r[3] for r in rows],
+            "kv_cache_usage_pct": np.nan,
+        }
+    )
+
+
+def test_steps_are_grouped_by_composition() -> None:
+    steps = _steps([(0, 0, 1, 10), (0, 0, 3, 11), (1, 100, 0, 20), (1, 62, 4, 15), (0, 0, 40, 30)])
+    assert step_group(steps).tolist() == [
+        "decode 1 request",
+        "decode 2–4 requests",
+        "prefill 65–128 tokens",
+        "prefill 65–128 tokens",  # 62 prompt + 4 decode tokens: a mixed step
+        "decode 33+ requests",
+    ]
+
+
+def test_a_simulator_with_slow_steps_shows_as_step_time_not_scheduling() -> None:
+    real = _steps([(0, 0, 1, 10.0)] * 10 + [(1, 100, 0, 20.0)] * 2)
+    sim = _steps([(0, 0, 1, 12.0)] * 10 + [(1, 100, 0, 24.0)] * 2)
+    result = compare_steps(real, sim)
+    assert result.totals["step_time_error"] == pytest.approx(0.2)
+    assert result.totals["step_count_error"] == 0.0
+    assert result.totals["busy_time_error"] == pytest.approx(0.2)
+    assert result.groups["rel_error"].tolist() == pytest.approx([0.2, 0.2])
+    assert any(line.startswith("step time:") and "+20%" in line for line in result.findings)
+
+
+def test_a_simulator_that_batches_differently_shows_as_scheduling() -> None:
+    # same step times per composition, but Vidur runs pairs where the engine ran singles
+    real = _steps([(0, 0, 1, 10.0)] * 20)
+    sim = _steps([(0, 0, 2, 11.0)] * 10 + [(0, 0, 1, 10.0)] * 2)
+    result = compare_steps(real, sim, {"real": 0.5, "sim": 2.0})
+    assert result.totals["step_time_error"] == pytest.approx(0.0)
+    assert result.totals["step_count_error"] == pytest.approx(-0.4)
+    assert (
+        result.totals["sim"]["batch_size_p50"] == 2 and result.totals["real"]["batch_size_p50"] == 1
+    )
+    groups = result.groups.set_index("group")
+    assert groups.loc["decode 2–4 requests", "real_steps"] == 0
+    assert groups["rel_error"].isna().tolist() == [False, True]
+    assert any("scheduling: 12 simulated steps vs 20 real (-40%)" in f for f in result.findings)
+    assert any("2.00 ms simulated vs 0.50 ms real" in f for f in result.findings)
