@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.analysis.steps import compare_steps, step_group
+from gpu_simulate_test.analysis.steps import compare_steps, step_cost_ms, step_group
 
 
 def _steps(rows: list[tuple[int, int, int, float]]) -> pd.DataFrame:
@@ -62,3 +62,16 @@ def test_a_simulator_that_batches_differently_shows_as_scheduling() -> None:
     assert groups["rel_error"].isna().tolist() == [False, True]
     assert any("scheduling: 12 simulated steps vs 20 real (-40%)" in f for f in result.findings)
     assert any("2.00 ms simulated vs 0.50 ms real" in f for f in result.findings)
+
+
+def test_a_real_steps_cost_is_its_cadence_when_back_to_back() -> None:
+    steps = _steps([(1, 100, 0, 20.0), (0, 0, 1, 10.0), (0, 0, 1, 10.0), (1, 50, 0, 15.0)])
+    # read 20 ms apart: the two decodes cost 12 ms each (2 ms of engine loop); the last
+    # prefill came after a pause (no decodes running) and gets its own time plus that loop
+    steps["time_s"] = [1.000, 1.012, 1.024, 2.000]
+    cost, loop = step_cost_ms(steps)
+    assert loop == pytest.approx(2.0)
+    assert cost.tolist() == pytest.approx([22.0, 12.0, 12.0, 17.0])
+    no_times = _steps([(0, 0, 1, 10.0)])
+    cost, loop = step_cost_ms(no_times)  # Vidur's batches: their own time
+    assert loop == 0.0 and cost.tolist() == [10.0]

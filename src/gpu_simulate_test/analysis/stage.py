@@ -133,7 +133,9 @@ def steps_markdown(result: StepComparison, with_plot: bool) -> str:
         "## Engine steps: step time or scheduling?",
         "",
         "The real engine's own per-step log against Vidur's batches, grouped by composition "
-        "(decode-only steps by requests, steps with prompt tokens by tokens in the step).",
+        "(decode-only steps by requests, steps with prompt tokens by tokens in the step). A "
+        "real step's time is its full cost: the engine's timed step plus its loop around it "
+        "(the gap between back-to-back steps' log lines).",
         "",
         *(f"- {line}" for line in result.findings),
         "",
@@ -143,6 +145,7 @@ def steps_markdown(result: StepComparison, with_plot: bool) -> str:
                 "real steps",
                 "simulated steps",
                 "real median (ms)",
+                "of which the engine's timed step (ms)",
                 "sim median (ms)",
                 "error",
             ],
