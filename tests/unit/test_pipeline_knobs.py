@@ -100,3 +100,54 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     assert calibrated(version=CALIBRATION_VERSION, settings=other) == [
         "engine calibration of hf_cb was made with other backend"
     ]
+
+
+def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: Path) -> None:
+    """A calibration through the pipeline's own server (another port) stands for the engine;
+    one made on another vLLM version does not."""
+    import dataclasses
+
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.config.real_bench import BackendConfig, ServerConfig
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.pipeline.run import calibration_misfits, engine_calibration
+    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.real_bench.backends.vllm import vllm_version
+    from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from tests.unit.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    backend = BackendConfig(name="vllm", block_size=32, server=ServerConfig(kind="vllm"))
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=backend,
+        output=OutputConfig(),
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    meta = read_json(path / layout.BUNDLE_META)
+    shared = dataclasses.replace(
+        backend,
+        base_url="http://127.0.0.1:41234",
+        server=ServerConfig(kind="external", log_file="tmp/pipeline/x/server.log"),
+    )
+    settings = as_stored_json(dataclasses.asdict(engine_calibration(cfg, shared)))
+
+    def calibrated(version: str | None) -> list[str]:
+        info = {
+            "version": CALIBRATION_VERSION,
+            "settings": settings,
+            "engine": {"vllm_version": version},
+        }
+        write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": info}})
+        return calibration_misfits(cfg, load_bundle(path))
+
+    installed = vllm_version()
+    if installed is None:
+        pytest.skip("needs vllm installed")
+    assert calibrated(installed) == []
+    assert calibrated("0.1.0") == [
+        f"engine calibration of vllm was made on vLLM 0.1.0, this is {installed}"
+    ]

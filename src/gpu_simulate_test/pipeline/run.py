@@ -114,6 +114,12 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             f"engine calibration of {name} is version {recorded.get('version')}, this code "
             f"calibrates version {CALIBRATION_VERSION}"
         ]
+    if name == "vllm":
+        from gpu_simulate_test.real_bench.backends.vllm import vllm_version
+
+        made_on, installed = (recorded.get("engine") or {}).get("vllm_version"), vllm_version()
+        if installed and made_on != installed:
+            return [f"engine calibration of vllm was made on vLLM {made_on}, this is {installed}"]
     want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
     have = dict(recorded.get("settings", {}))
     want["backend"] = engine_identity(want["backend"])
