@@ -51,7 +51,9 @@ def test_a_simulator_that_batches_differently_shows_as_scheduling() -> None:
     # same step times per composition, but Vidur runs pairs where the engine ran singles
     real = _steps([(0, 0, 1, 10.0)] * 20)
     sim = _steps([(0, 0, 2, 11.0)] * 10 + [(0, 0, 1, 10.0)] * 2)
-    result = compare_steps(real, sim, {"real": 0.5, "sim": 2.0})
+    result = compare_steps(
+        real, sim, {"real": 0.5, "sim": 2.0}, {"client": 30.0, "server": 24.5, "sim": 20.0}
+    )
     assert result.totals["step_time_error"] == pytest.approx(0.0)
     assert result.totals["step_count_error"] == pytest.approx(-0.4)
     assert (
@@ -62,6 +64,10 @@ def test_a_simulator_that_batches_differently_shows_as_scheduling() -> None:
     assert groups["rel_error"].isna().tolist() == [False, True]
     assert any("scheduling: 12 simulated steps vs 20 real (-40%)" in f for f in result.findings)
     assert any("2.00 ms simulated vs 0.50 ms real" in f for f in result.findings)
+    assert any(
+        "30.0 ms at the client, 24.5 ms on the server's own clock, 20.0 ms simulated; 5.5 ms" in f
+        for f in result.findings
+    )
 
 
 def test_a_real_steps_cost_is_its_cadence_when_back_to_back() -> None:

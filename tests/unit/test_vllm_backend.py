@@ -83,6 +83,9 @@ def test_metrics_of_a_real_server_are_parsed_by_prometheus_parser() -> None:
     delta = metrics_delta(before, samples)
     assert delta["vllm:prefix_cache_hits_total"] == 0.0
     assert delta["mean_queue_time_ms"] == pytest.approx(0.000770412000235865 / 20 * 1000)
+    ttft_sum = metric_total(samples, "vllm:time_to_first_token_seconds_sum")
+    assert ttft_sum is not None and delta["mean_ttft_ms"] == pytest.approx(ttft_sum / 20 * 1000)
+    assert delta["mean_e2e_ms"] is not None and delta["mean_e2e_ms"] > delta["mean_ttft_ms"]
 
 
 def test_tokens_are_counted_from_token_ids_not_chunks() -> None:

@@ -119,11 +119,17 @@ def load_steps(
     real_steps = read_csv(real_path, ENGINE_STEP_LOG)
     sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
     delay = comparison.joined.sim.scheduling_delay_s
+    engine_log = real.meta.get("engine_log") or {}
     queue = {
-        "real": (real.meta.get("engine_log") or {}).get("mean_server_queue_time_ms"),
+        "real": engine_log.get("mean_server_queue_time_ms"),
         "sim": float(np.nanmean(delay) * 1000) if np.isfinite(delay).any() else None,
     }
-    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue)
+    ttft = {
+        "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
+        "server": engine_log.get("mean_server_ttft_ms"),
+        "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
+    }
+    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
 
 
 def steps_markdown(result: StepComparison, with_plot: bool) -> str:

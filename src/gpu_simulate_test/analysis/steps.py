@@ -132,7 +132,10 @@ def _rel(sim: float, real: float) -> float:
 
 
 def compare_steps(
-    real: pd.DataFrame, sim: pd.DataFrame, queue_ms: Mapping[str, float | None] | None = None
+    real: pd.DataFrame,
+    sim: pd.DataFrame,
+    queue_ms: Mapping[str, float | None] | None = None,
+    ttft_ms: Mapping[str, float | None] | None = None,
 ) -> StepComparison:
     """Line up the real engine's steps with Vidur's batches (``engine_step_log`` tables).
 
@@ -178,6 +181,8 @@ def compare_steps(
     totals["busy_time_error"] = _rel(totals["sim"]["busy_ms"], totals["real"]["busy_ms"])
     if queue_ms:
         totals["queue_ms"] = dict(queue_ms)
+    if ttft_ms:
+        totals["ttft_ms"] = dict(ttft_ms)
     return StepComparison(groups, totals, step_findings(groups, totals))
 
 
@@ -222,6 +227,14 @@ def step_findings(groups: pd.DataFrame, totals: Mapping[str, Any]) -> list[str]:
         out.append(
             f"time queued before the first step, mean: {queue['sim']:.2f} ms simulated vs "
             f"{queue['real']:.2f} ms real (the server's own count)"
+        )
+    ttft = totals.get("ttft_ms") or {}
+    if all(ttft.get(k) is not None for k in ("client", "server", "sim")):
+        out.append(
+            f"TTFT, mean: {ttft['client']:.1f} ms at the client, {ttft['server']:.1f} ms on the "
+            f"server's own clock, {ttft['sim']:.1f} ms simulated; "
+            f"{ttft['client'] - ttft['server']:.1f} ms of each first token is spent outside the "
+            "server (HTTP, streaming, the client), which Vidur does not model"
         )
     return out
 

@@ -131,9 +131,13 @@ SERVER_COUNTERS: tuple[str, ...] = (
     "vllm:request_queue_time_seconds_sum",
     "vllm:request_queue_time_seconds_count",
     "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+    "vllm:e2e_request_latency_seconds_sum",
+    "vllm:e2e_request_latency_seconds_count",
 )
 """Counters whose change over a run says what the server did: tokens, prefix-cache hits,
-preemptions, time requests spent queued."""
+preemptions, time requests spent queued, TTFT and E2E on the server's own clock."""
 
 
 def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:
@@ -142,7 +146,11 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
     for name in SERVER_COUNTERS:
         b, a = metric_total(before, name), metric_total(after, name)
         out[name] = None if a is None else a - (b or 0.0)
-    count = out.get("vllm:request_queue_time_seconds_count")
-    total = out.get("vllm:request_queue_time_seconds_sum")
-    out["mean_queue_time_ms"] = 1000.0 * total / count if count and total is not None else None
+    for key, name in (
+        ("mean_queue_time_ms", "vllm:request_queue_time_seconds"),
+        ("mean_ttft_ms", "vllm:time_to_first_token_seconds"),
+        ("mean_e2e_ms", "vllm:e2e_request_latency_seconds"),
+    ):
+        count, total = out.get(f"{name}_count"), out.get(f"{name}_sum")
+        out[key] = 1000.0 * total / count if count and total is not None else None
     return out

@@ -370,6 +370,8 @@ class VllmBackend(OpenAIBackend):
             "prefix_cache_hit_tokens": hits,
             "preemptions": delta.get("vllm:num_preemptions_total"),
             "mean_server_queue_time_ms": delta.get("mean_queue_time_ms"),
+            "mean_server_ttft_ms": delta.get("mean_ttft_ms"),
+            "mean_server_e2e_ms": delta.get("mean_e2e_ms"),
         }
 
     def describe(self) -> dict[str, Any]:
