@@ -248,3 +248,28 @@ def test_a_calibration_through_the_pipelines_own_server_stands_for_the_engine() 
     }
     assert engine_identity(started_here) == engine_identity(shared)
     assert engine_identity({**shared, "block_size": 64}) != engine_identity(started_here)
+
+
+def test_sender_pool_runs_any_number_of_requests_at_once() -> None:
+    """20 sends that each wait for all 20 to have started: only possible if none waits for a
+    free thread (the pool grows its spares as they are taken)."""
+    import threading
+
+    from gpu_simulate_test.real_bench.backends.openai import SenderPool
+
+    barrier = threading.Barrier(20, timeout=20)
+    done: list[int] = []
+
+    def send(req: BenchRequest) -> None:
+        barrier.wait()
+        done.append(req.request_id)
+
+    pool = SenderPool(send, spare=4)
+    pool.start()
+    for i in range(20):
+        pool.put(_req(i, (1, 2, 3)))
+    deadline = time.monotonic() + 20
+    while len(done) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.stop()
+    assert sorted(done) == list(range(20))

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,6 +58,54 @@ def event_tokens(choice: dict[str, Any]) -> int:
     return 1 if choice.get("text") else 0
 
 
+class SenderPool:
+    """Threads that each send one request at a time, started ahead of need: a send is a queue
+    put. A thread that takes a request starts a new spare when fewer than :attr:`spare` are
+    idle, so any number of requests can be in flight and the caller never starts a thread."""
+
+    def __init__(self, send: Callable[[BenchRequest], None], spare: int = 8) -> None:
+        self.send = send
+        self.spare = spare
+        self._jobs: queue.SimpleQueue[BenchRequest | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for _ in range(self.spare):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._idle += 1
+            thread = threading.Thread(target=self._run, name="sender", daemon=True)
+            self._threads.append(thread)
+        thread.start()
+
+    def _run(self) -> None:
+        while (req := self._jobs.get()) is not None:
+            with self._lock:
+                self._idle -= 1
+                short = self._idle < self.spare
+            if short:
+                self._spawn()
+            try:
+                self.send(req)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def put(self, request: BenchRequest) -> None:
+        self._jobs.put(request)
+
+    def stop(self) -> None:
+        """Let every thread finish its request and end (they are daemons: none blocks exit)."""
+        with self._lock:
+            count = len(self._threads)
+        for _ in range(count):
+            self._jobs.put(None)
+
+
 class OpenAIBackend(Backend):
     """Streaming ``/v1/completions`` requests, one thread each, against a local or remote server."""
 
@@ -75,7 +124,7 @@ class OpenAIBackend(Backend):
         """What the server says it serves (``/v1/models``: ``root``, else ``id``)."""
         self._client: Any = None
         self._closed = False
-        self._threads: list[threading.Thread] = []
+        self._senders = SenderPool(lambda req: self._stream(req, self.recorder))
 
     # ------------------------------------------------------------------ checks and start-up
     @property
@@ -161,6 +210,7 @@ class OpenAIBackend(Backend):
         import httpx
 
         self.recorder = recorder
+        self._senders.start()
         if self.starts_server:
             self._start_server()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
@@ -239,14 +289,11 @@ class OpenAIBackend(Backend):
             self._stream(req, None)
 
     def submit(self, request: BenchRequest) -> None:
+        """Stamp the arrival and hand the request to a sender thread that is already running
+        (starting a thread here would keep the replay from the next arrival)."""
         assert self.recorder is not None
         self.recorder.arrived(request.request_id, time.perf_counter())
-        thread = threading.Thread(
-            target=self._stream, args=(request, self.recorder), name=f"req-{request.request_id}"
-        )
-        thread.daemon = True
-        thread.start()
-        self._threads.append(thread)
+        self._senders.put(request)
 
     def failure(self) -> str | None:
         return self.server.failure() if self.server is not None else None
@@ -255,6 +302,7 @@ class OpenAIBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        self._senders.stop()
         if self._client is not None:
             self._client.close()
         if self.server is not None:
