@@ -107,7 +107,7 @@ class SenderPool:
 
 
 class OpenAIBackend(Backend):
-    """Streaming ``/v1/completions`` requests, each on a sender thread, to a local or remote server."""
+    """Streaming ``/v1/completions`` requests, each on a sender thread, to a server."""
 
     name: ClassVar[str] = "openai"
     in_process: ClassVar[bool] = False
