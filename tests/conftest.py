@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+SHARED_FIXTURES = REPO_ROOT / "tests" / "data" / "fixtures"
+"""Real tool outputs and a real trace, carried in the repository (README there: provenance)."""
 SPLITWISE_TRACE = SHARED_FIXTURES / "traces" / "splitwise_conv.csv"
 
 

@@ -90,7 +90,6 @@ def test_multirun_over_qps_writes_one_run_per_value(tmp_path: Path) -> None:
     assert rates[2] == pytest.approx(4, rel=0.15)
 
 
-@pytest.mark.skipif(not SPLITWISE_TRACE.is_file(), reason="shared fixtures not present")
 def test_splitwise_trace_import_with_first_n_and_rescale(tmp_path: Path) -> None:
     run_cli(
         "workload",

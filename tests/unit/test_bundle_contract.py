@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.vidur_ext.bundle import MLP_TABLE
@@ -12,7 +11,6 @@ from tests.conftest import SHARED_FIXTURES
 REAL_MLP = SHARED_FIXTURES / "vidur" / "mlp_llama2_7b_a100_head40.csv"
 
 
-@pytest.mark.skipif(not REAL_MLP.is_file(), reason="shared fixtures not present")
 def test_real_vidur_mlp_profile_matches_our_schema() -> None:
     header = pd.read_csv(REAL_MLP, nrows=0).columns.tolist()
     assert header == MLP_TABLE.column_names

@@ -154,8 +154,7 @@ def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
     """The GPU path end to end with recorded outputs: stats parsed, top kernels fed to ncu."""
     kern_sum = SHARED_FIXTURES / "nsys" / "cuda_gpu_kern_sum.csv"
     ncu_csvs = sorted((SHARED_FIXTURES / "ncu").glob("kernel_*/ncu.section_SpeedOfLight.csv"))
-    if not kern_sum.is_file() or not ncu_csvs:
-        pytest.skip("shared Nsight fixtures not present")
+    assert kern_sum.is_file() and ncu_csvs, "tests/data/fixtures is incomplete"
     calls: list[list[str]] = []
 
     def runner(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:

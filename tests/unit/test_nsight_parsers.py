@@ -1,4 +1,4 @@
-"""nsys stats and ncu CSV parsers against the shared real fixtures and small written data."""
+"""nsys stats and ncu CSV parsers against the real fixtures in tests/data and small written data."""
 
 from __future__ import annotations
 

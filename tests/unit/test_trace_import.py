@@ -11,12 +11,7 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.workloads.trace import load_trace
 from tests.conftest import SPLITWISE_TRACE
 
-needs_fixture = pytest.mark.skipif(
-    not SPLITWISE_TRACE.is_file(), reason="shared fixtures not present"
-)
 
-
-@needs_fixture
 def test_real_splitwise_trace_imports() -> None:
     trace = load_trace(SPLITWISE_TRACE, 0, 40960, False)
     assert trace.total_rows == 19366 and len(trace.num_prefill_tokens) == 19366
@@ -26,7 +21,6 @@ def test_real_splitwise_trace_imports() -> None:
     assert np.all(np.diff(trace.arrived_at_s) >= 0)
 
 
-@needs_fixture
 def test_first_n_and_clipping_on_the_real_trace() -> None:
     trace = load_trace(SPLITWISE_TRACE, 500, 2048, True)
     assert len(trace.num_prefill_tokens) == 500
