@@ -317,10 +317,9 @@ class VllmBackend(OpenAIBackend):
         import httpx
 
         try:
-            text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
-        except httpx.HTTPError:
+            return parse_metrics(httpx.get(f"{self.base_url}/metrics", timeout=10).text)
+        except (httpx.HTTPError, ValueError):  # counters are a record, not the measurement
             return {}
-        return parse_metrics(text)
 
     # ------------------------------------------------------------------ requests
     def body(self, req: BenchRequest) -> dict[str, Any]:
