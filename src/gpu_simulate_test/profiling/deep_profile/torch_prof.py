@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from gpu_simulate_test.profiling.deep_profile.metrics import (
     phase_metrics,
     serving_summary,
 )
+from gpu_simulate_test.profiling.deep_profile.peaks import measure_cpu_peaks
 from gpu_simulate_test.profiling.deep_profile.report import (
     operators_markdown,
     torch_profiler_report,
@@ -173,18 +175,34 @@ def run_torch_profiler(
         pd.DataFrame([s.to_dict() for s in steps]),
         files.STEP_TIMINGS,
     )
+    hardware, peaks = cfg.hardware, {"source": "config"}
+    if not device.startswith("cuda"):  # a CPU's config peaks are guesses: measure them
+        measured = measure_cpu_peaks()
+        hardware = dataclasses.replace(
+            cfg.hardware,
+            peak_bf16_tflops=measured.peak_tflops,
+            memory_bandwidth_gb_s=measured.memory_bandwidth_gb_s,
+        )
+        peaks = measured.to_dict()
+        notes.append(
+            f"CPU peaks measured on this host: {measured.memory_bandwidth_gb_s:.1f} GB/s copy "
+            f"bandwidth, {measured.peak_tflops:.3f} TFLOP/s fp32 matmul ({measured.threads} "
+            f"threads; the config says {cfg.hardware.memory_bandwidth_gb_s:g} GB/s, "
+            f"{cfg.hardware.peak_bf16_tflops:g} TFLOP/s); MFU and MBU use the measured ones"
+        )
     phases = {
         phase: m.to_dict()
         for phase in PHASES
-        if (m := phase_metrics(steps, phase, cfg.hardware)) is not None
+        if (m := phase_metrics(steps, phase, hardware)) is not None
     }
     metrics: dict[str, Any] = {
         "schema_version": "1.0",
         "hardware": {
             "name": cfg.hardware.name,
             "device": device,
-            "peak_bf16_tflops": cfg.hardware.peak_bf16_tflops,
-            "memory_bandwidth_gb_s": cfg.hardware.memory_bandwidth_gb_s,
+            "peak_bf16_tflops": hardware.peak_bf16_tflops,
+            "memory_bandwidth_gb_s": hardware.memory_bandwidth_gb_s,
+            "peaks": peaks,
         },
         "activities": activities,
         "notes": notes,
@@ -194,8 +212,10 @@ def run_torch_profiler(
         "serving": serving_summary(steps),
         "top_operators": top_operators(rows, key, opts.top_n),
         "conventions": {
-            "mfu": "analytic FLOPs / (measured time x hardware.peak_bf16_tflops)",
-            "mbu": "analytic bytes moved / (measured time x hardware.memory_bandwidth_gb_s)",
+            "mfu": "analytic FLOPs / (measured time x hardware.peak_bf16_tflops; on a CPU the "
+            "probe's matmul rate)",
+            "mbu": "analytic bytes moved / (measured time x hardware.memory_bandwidth_gb_s; on a "
+            "CPU the probe's copy bandwidth); above 1 when weights sit in cache",
             "ttft": "prefill step time, one request at a time (no queueing)",
             "tpot": "mean decode step time per request, first token excluded",
         },
