@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,9 +33,16 @@ from gpu_simulate_test.real_bench.records import (
     BenchRequest,
     Recorder,
 )
-from gpu_simulate_test.real_bench.server import ManagedServer, ServerError, free_loopback_port
+from gpu_simulate_test.real_bench.server import (
+    LineHook,
+    ManagedServer,
+    ServerError,
+    free_loopback_port,
+)
 
 CONNECT_TIMEOUT_S = 5.0
+SERVER_LOG = "server.log"
+"""A started server's log, in the run directory."""
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | None:
@@ -192,15 +199,26 @@ class OpenAIBackend(Backend):
         return cmd + [str(a) for a in b.server.extra_args]
 
     def _start_server(self) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.launch_server(self._server_command, env)
+
+    def launch_server(
+        self,
+        command: Callable[[int], list[str]],
+        env: Mapping[str, str],
+        hook: LineHook | None = None,
+    ) -> float:
+        """Start ``command(port)`` on a loopback port (``server.port`` or a free one), its log
+        as ``server.log`` in :attr:`log_dir` (or a temporary folder), and wait for ``/health``;
+        returns the seconds it took, or raises :class:`BackendError` with the log's root cause."""
         port = self.cfg.backend.server.port or free_loopback_port()
         self.base_url = f"http://127.0.0.1:{port}"
-        folder = self.log_dir or Path(tempfile.mkdtemp(prefix="transformers-serve-"))
-        self.log_path = folder / "server.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.server = ManagedServer(self._server_command(port), self.log_path, env)
+        folder = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
+        self.log_path = folder / SERVER_LOG
+        self.server = ManagedServer(command(port), self.log_path, env, hook)
         self.server.start()
         try:
-            self.server.wait_healthy(
+            return self.server.wait_healthy(
                 f"{self.base_url}/health", self.cfg.backend.server.startup_timeout_s
             )
         except ServerError as exc:

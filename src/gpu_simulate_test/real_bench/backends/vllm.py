@@ -20,7 +20,6 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,19 +28,15 @@ from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
-from gpu_simulate_test.real_bench.backends.base import BackendError
 from gpu_simulate_test.real_bench.backends.openai import OpenAIBackend
 from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
 from gpu_simulate_test.real_bench.server import (
     LogFollower,
     ManagedServer,
-    ServerError,
-    free_loopback_port,
     port_in_use,
 )
 from gpu_simulate_test.real_bench.vllm_log import StepLog, metrics_delta, parse_metrics
 
-SERVER_LOG = "server.log"
 SERVER_METRICS = "server_metrics.json"
 CPU_BLOCK_MULTIPLE = 32
 """vLLM's CPU attention takes KV blocks of a multiple of this many tokens (0.32)."""
@@ -272,25 +267,13 @@ class VllmBackend(OpenAIBackend):
         :class:`BackendError` with its log's root cause and last lines if it does not come up."""
         from gpu_simulate_test.modeling import ensure_snapshot
 
-        root = Path(self.cfg.output.root) / SNAPSHOTS
-        self.model_dir = ensure_snapshot(self.cfg.model, root, self.dtype)
-        port = self.cfg.backend.server.port or free_loopback_port()
-        self.base_url = f"http://127.0.0.1:{port}"
-        if self.log_dir is not None:
-            log_path = self.log_dir / SERVER_LOG
-        else:
-            log_path = Path(tempfile.mkdtemp(prefix="vllm-server-")) / SERVER_LOG
-        self.log_path = log_path
-        self.server = ManagedServer(
-            self.server_command(port, self.model_dir), log_path, self.server_env(), self.steps.feed
+        model_dir = ensure_snapshot(
+            self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
         )
-        self.server.start()
-        try:
-            self.startup_s = self.server.wait_healthy(
-                f"{self.base_url}/health", self.cfg.backend.server.startup_timeout_s
-            )
-        except ServerError as exc:
-            raise BackendError(str(exc)) from None
+        self.model_dir = model_dir
+        self.startup_s = self.launch_server(
+            lambda port: self.server_command(port, model_dir), self.server_env(), self.steps.feed
+        )
 
     def start(self, recorder: Recorder) -> None:
         log_file = self.cfg.backend.server.log_file
