@@ -263,7 +263,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 interval = cfg.backend.gil_switch_interval_s
                 with (
                     switch_interval(interval),
-                    cpu_affinity(backend.client_cpus()),
+                    cpu_affinity(client_cpus),
                     gc_paused(),
                     live_progress(len(requests), cfg.progress) as bar,
                 ):
