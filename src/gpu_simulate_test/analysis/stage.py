@@ -129,6 +129,11 @@ def load_steps(
         "server": engine_log.get("mean_server_ttft_ms"),
         "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
     }
+    frontend = sim.meta.get("frontend")
+    if isinstance(frontend, dict) and sim.meta.get("mean_frontend_input_ms") is not None:
+        ttft["sim_frontend"] = float(sim.meta["mean_frontend_input_ms"]) + float(
+            frontend.get("output_ms", 0.0)
+        )
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
 
 

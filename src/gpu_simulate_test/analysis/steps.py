@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.real_bench.vllm_log import step_cost_ms
+
 DECODE_BUCKETS: tuple[tuple[int, int], ...] = (
     (1, 1),
     (2, 4),
@@ -54,10 +56,6 @@ def step_group(steps: pd.DataFrame) -> pd.Series:
     return out
 
 
-MAX_LOOP_GAP_MS = 50.0
-"""A step that follows the previous one by more than its own time plus this was not back to back
-(the engine waited, or the log line was late): its cadence is not used."""
-
 GROUP_COLUMNS: tuple[str, ...] = (
     "group",
     "real_steps",
@@ -67,27 +65,6 @@ GROUP_COLUMNS: tuple[str, ...] = (
     "sim_median_ms",
     "rel_error",
 )
-
-
-def step_cost_ms(steps: pd.DataFrame) -> tuple[pd.Series, float]:
-    """What each step costs the engine: its own time plus the engine loop around it.
-
-    vLLM times the step (``elapsed_ms``); between two steps its engine loop also schedules,
-    processes outputs and hands them to the API server. A step with decodes follows the previous
-    one back to back (requests were running), so the gap between their log lines is its full cost.
-    Other steps (and Vidur's batches, which have no times) get their own time plus the median of
-    that loop time. Returns the costs and the median loop time (0 without times)."""
-    elapsed = steps["elapsed_ms"].astype(float)
-    period = steps["time_s"].astype(float).diff() * 1000.0
-    back_to_back = (
-        (steps["num_decode_requests"] > 0)
-        & period.notna()
-        & (period >= elapsed)
-        & (period <= elapsed + MAX_LOOP_GAP_MS)
-    )
-    loop = float((period - elapsed)[back_to_back].median()) if back_to_back.any() else 0.0
-    cost = (elapsed + loop).where(~back_to_back, period)
-    return cost, loop
 
 
 def _order() -> list[str]:
@@ -230,11 +207,17 @@ def step_findings(groups: pd.DataFrame, totals: Mapping[str, Any]) -> list[str]:
         )
     ttft = totals.get("ttft_ms") or {}
     if all(ttft.get(k) is not None for k in ("client", "server", "sim")):
+        modelled = ttft.get("sim_frontend")
         out.append(
             f"TTFT, mean: {ttft['client']:.1f} ms at the client, {ttft['server']:.1f} ms on the "
             f"server's own clock, {ttft['sim']:.1f} ms simulated; "
             f"{ttft['client'] - ttft['server']:.1f} ms of each first token is spent outside the "
-            "server (HTTP, streaming, the client), which Vidur does not model"
+            "server (HTTP, streaming, the client), "
+            + (
+                "which Vidur does not model"
+                if modelled is None
+                else f"against {modelled:.1f} ms of calibrated front end in the simulation"
+            )
         )
     return out
 

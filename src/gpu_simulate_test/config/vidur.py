@@ -202,6 +202,11 @@ class VidurConfig:
     """Multiply every simulated step by a factor drawn (seeded by ``seed``) from the spread of
     the calibrated decode steps around their median (meta.json
     ``engine_calibration.<backend>.step_jitter``); needs ``engine_overhead``."""
+    frontend_latency: bool = True
+    """With ``engine_overhead``, delay every request's arrival at the scheduler and every
+    token's delivery by the front end's latency the calibration measured (meta.json
+    ``engine_calibration.<backend>.frontend``: vLLM's HTTP server, tokenization and output
+    stream); calibrations without it simulate none."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""

@@ -16,6 +16,16 @@ with two kinds of experiment, each alone on an idle engine:
   token. On an idle engine (prefill) a request also pays for waking the engine up; a busy one
   (mixed) does not, and the two are modelled apart.
 
+On an engine that logs its own steps (vLLM with ``--enable-logging-iteration-details``) the
+step times come from that log instead of the client's token times: every step the experiment
+ran, with its composition and its full cost (the step plus the engine loop around it, see
+:func:`~gpu_simulate_test.real_bench.vllm_log.step_cost_ms`). What the client sees on top of an
+idle prefill step is then the **front end** (HTTP, the API server, tokenization, the trip to the
+engine and the stream back): measured apart as the time from send to the step's start
+(``input_ms``) and from the step's end to the first token at the client (``output_ms``), and
+simulated as a delay of every request's arrival at the scheduler and of every token's delivery,
+not as part of a step (under load, a request pays it while other requests' steps run).
+
 The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
 ``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
 every simulated batch (:mod:`gpu_simulate_test.vidur_ext.overhead`).
@@ -38,13 +48,15 @@ from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.real_bench.backends import BackendError, get_backend
 from gpu_simulate_test.real_bench.harness import switch_interval
 from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.real_bench.vllm_log import StepLog, step_cost_ms
 from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
 
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
-``step_jitter``, and the experiments interleaved in rounds); a bundle calibrated by another
-version is not reused by the pipeline."""
+``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
+(vLLM), step times from that log and the front end's latency apart); a bundle calibrated by
+another version is not reused by the pipeline."""
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
@@ -315,6 +327,123 @@ def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any]
     }
 
 
+def step_log_samples(
+    experiments: Sequence[Experiment],
+    starts: Sequence[float],
+    steps: pd.DataFrame,
+) -> dict[Experiment, list[float]]:
+    """Every step's full cost (seconds) per distinct experiment, from the engine's own log.
+
+    ``starts`` are the experiments' submit times and ``steps`` the logged steps (``time_s``),
+    both in seconds from the recorder's origin; a step belongs to the experiment whose window
+    (its start to the next one's) it was logged in. decode: the steps that decoded exactly the
+    batch and nothing else; prefill: the step that computed the prompt (on an idle engine: its
+    own time plus the engine loop's median); mixed: the step with the prompt next to the
+    decoders.
+    """
+    cost, _ = step_cost_ms(steps)
+    times = steps["time_s"].to_numpy(dtype=float)
+    bounds = [*starts[1:], float("inf")]
+    samples: dict[Experiment, list[float]] = {}
+    for exp, lo, hi in zip(experiments, starts, bounds, strict=True):
+        inside = (times >= lo) & (times < hi)
+        win = steps[inside]
+        prompt = win["num_prefill_tokens"]
+        if exp.phase == "decode":
+            chosen = (prompt == 0) & (win["num_decode_requests"] == exp.batch_size)
+        elif exp.phase == "prefill":
+            chosen = (prompt == exp.prompt_tokens) & (win["num_decode_requests"] == 0)
+        else:
+            chosen = (prompt == exp.prompt_tokens) & (win["num_decode_requests"] == exp.batch_size)
+        picked = cost[inside][chosen.to_numpy()]
+        if exp.phase != "decode":
+            picked = picked.iloc[:1]  # the prompt's one step (a repeat is another experiment)
+        samples.setdefault(exp, []).extend((picked / 1000.0).tolist())
+    return {exp: t for exp, t in samples.items() if t}
+
+
+def _line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of y over x by least squares, slope and intercept >= 0 (a flat
+    line at the median with one x)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(xs)) < 2:
+        return max(0.0, float(np.median(ys))), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if slope < 0:
+        return max(0.0, float(np.median(ys))), 0.0
+    if intercept < 0:  # through the origin instead
+        return 0.0, max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))
+    return float(intercept), float(slope)
+
+
+def frontend_latency(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    starts: Sequence[float],
+    steps: pd.DataFrame,
+) -> dict[str, Any] | None:
+    """The front end's latency around a prompt's step, and how its input side grows with the
+    requests the server is already streaming (ms).
+
+    - Idle prefills (0 running): the **total** is what the client's TTFT has beyond the prompt's
+      step at its full cost (what a simulated step costs); the **input** is from the client's
+      send to the step's start (the log line's time less the step's own time), capped at the
+      total; ``output_ms`` is the rest (the result's way back).
+    - Mixed experiments' newcomers (B decoders running): the newcomer reached the engine after the
+      previous step started (else that step would have taken it) and before its own step started;
+      its input is taken as the middle of that window, from its send.
+
+    The input medians per number of running requests are fitted with a non-negative line,
+    ``input_ms + input_per_running_ms · running``: on 2 CPU cores the API server streams every
+    running request's tokens on the cores the engine and the client use, and a newcomer waits
+    behind them. None without idle prefill steps.
+    """
+    _, loop = step_cost_ms(steps)
+    times = steps["time_s"].to_numpy(dtype=float)
+    starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
+    bounds = [*starts[1:], float("inf")]
+    inputs: dict[int, list[float]] = {}
+    totals: list[float] = []
+    for exp, group, lo, hi in zip(experiments, groups, starts, bounds, strict=True):
+        if exp.phase == "decode":
+            continue
+        running = exp.batch_size if exp.phase == "mixed" else 0
+        chosen = np.flatnonzero(
+            (times >= lo)
+            & (times < hi)
+            & (steps["num_prefill_tokens"].to_numpy() == exp.prompt_tokens)
+            & (steps["num_decode_requests"].to_numpy() == running)
+        )
+        rec = recorder.records[group[-1].request_id]  # the prompt (a mixed one's newcomer)
+        if not chosen.size or rec.arrival_s is None or not rec.event_times_s:
+            continue
+        k = int(chosen[0])
+        sent, start = rec.arrival_s, float(starts_at[k])
+        if running == 0:
+            inputs.setdefault(0, []).append(1000.0 * (start - sent))
+            elapsed = float(times[k]) - start
+            totals.append(1000.0 * (rec.event_times_s[0] - sent - elapsed) - loop)
+        elif k > 0:
+            earliest = max(sent, float(starts_at[k - 1]))
+            inputs.setdefault(running, []).append(1000.0 * ((earliest + start) / 2.0 - sent))
+    if 0 not in inputs:
+        return None
+    total = max(0.0, float(np.median(totals)))
+    medians = {n: float(np.median(v)) for n, v in sorted(inputs.items())}
+    medians[0] = min(total, max(0.0, medians[0]))
+    in_a, in_b = _line(list(medians), list(medians.values()))
+    in_a = min(in_a, total)
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "output_ms": round(total - in_a, 4),
+        "engine_loop_ms": round(loop, 4),
+        "measured_input_ms": {str(n): round(v, 4) for n, v in medians.items()},
+        "samples": {str(n): len(v) for n, v in inputs.items()},
+    }
+
+
 def _run_experiment(
     backend: Any,
     recorder: Recorder,
@@ -350,6 +479,7 @@ def calibrate(
     backend = get_backend(cfg.backend.name)(bench)
     backend.check(every)
     recorder = Recorder(every)
+    starts: list[float] = []  # each experiment's submit, from the recorder's origin
     started = time.perf_counter()
     interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
     try:
@@ -359,6 +489,7 @@ def calibrate(
         recorder.origin = time.perf_counter()
         with switch_interval(interval):  # as during the real bench's replay
             for exp, group in zip(experiments, groups, strict=True):
+                starts.append(recorder.rel(time.perf_counter()))
                 _run_experiment(
                     backend, recorder, exp, group, cfg.decode_tokens, cfg.backend.request_timeout_s
                 )
@@ -366,6 +497,14 @@ def calibrate(
     finally:
         backend.close()
     samples = step_samples(experiments, groups, recorder)
+    frontend, source = None, "client token times"
+    log: StepLog | None = getattr(backend, "steps", None)
+    logged = log.frame(recorder.origin, recorder.origin) if log is not None else None
+    if logged is not None and not logged.empty:
+        from_log = step_log_samples(experiments, starts, logged)
+        if {e.phase for e in from_log} >= {"prefill", "decode"}:
+            samples, source = from_log, "engine step log"
+            frontend = frontend_latency(experiments, groups, recorder, starts, logged)
     rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)
     info = {
         "version": CALIBRATION_VERSION,
@@ -380,5 +519,8 @@ def calibrate(
         "wall_time_s": round(time.perf_counter() - started, 3),
         "engine": backend.describe(),
         "step_jitter": step_jitter(samples),
+        "step_times_from": source,
+        "frontend": frontend,
+        "logged_steps": 0 if logged is None else len(logged),
     }
     return rows, info

@@ -154,3 +154,29 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
         count, total = out.get(f"{name}_count"), out.get(f"{name}_sum")
         out[key] = 1000.0 * total / count if count and total is not None else None
     return out
+
+
+MAX_LOOP_GAP_MS = 50.0
+"""A step that follows the previous one by more than its own time plus this was not back to back
+(the engine waited, or the log line was late): its cadence is not used."""
+
+
+def step_cost_ms(steps: pd.DataFrame) -> tuple[pd.Series, float]:
+    """What each step costs the engine: its own time plus the engine loop around it.
+
+    vLLM times the step (``elapsed_ms``); between two steps its engine loop also schedules,
+    processes outputs and hands them to the API server. A step with decodes follows the previous
+    one back to back (requests were running), so the gap between their log lines is its full cost.
+    Other steps (and Vidur's batches, which have no times) get their own time plus the median of
+    that loop time. Returns the costs and the median loop time (0 without times)."""
+    elapsed = steps["elapsed_ms"].astype(float)
+    period = steps["time_s"].astype(float).diff() * 1000.0
+    back_to_back = (
+        (steps["num_decode_requests"] > 0)
+        & period.notna()
+        & (period >= elapsed)
+        & (period <= elapsed + MAX_LOOP_GAP_MS)
+    )
+    loop = float((period - elapsed)[back_to_back].median()) if back_to_back.any() else 0.0
+    cost = (elapsed + loop).where(~back_to_back, period)
+    return cost, loop

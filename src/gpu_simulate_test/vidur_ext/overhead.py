@@ -285,10 +285,52 @@ class ExecutionTimeWithOverhead:
 
 
 def fit_report(overhead: StepOverhead, table: pd.DataFrame) -> dict[str, Any]:
-    """What run_meta.json records about the fit."""
+    """What run_meta.json records about the fit, with its error per kind of step."""
+    by_phase = {
+        str(phase): {
+            "steps": len(errors),
+            "abs_error_median": float(errors.abs().median()),
+            "abs_error_max": float(errors.abs().max()),
+        }
+        for phase, errors in table.groupby("phase")["error"]
+    }
     return {
         **asdict(overhead),
         "num_calibration_steps": len(table),
         "calibration_abs_error_max": float(table["error"].abs().max()),
         "calibration_abs_error_median": float(table["error"].abs().median()),
+        "calibration_error_by_phase": by_phase,
     }
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """The serving front end's latency around the engine (milliseconds): a request reaches the
+    scheduler ``input_ms + input_per_running_ms · running`` after it was sent (``running``: the
+    requests in flight when it was sent), and each token reaches the client ``output_ms`` after
+    its step (and the engine loop) ended."""
+
+    input_ms: float
+    output_ms: float
+    input_per_running_ms: float = 0.0
+
+    def input_delays_s(self, running: np.ndarray) -> np.ndarray:
+        """Each request's input delay (seconds) given the requests running at its send."""
+        return (self.input_ms + self.input_per_running_ms * running) / 1000.0
+
+    @classmethod
+    def from_calibration(cls, recorded: Any, where: str) -> FrontEnd:
+        """From ``engine_calibration.<backend>.frontend``; ValueError naming ``where``."""
+        if not isinstance(recorded, dict):
+            raise ValueError(f"{where}: expected a mapping with input_ms and output_ms")
+        values = {}
+        for key in ("input_ms", "output_ms", "input_per_running_ms"):
+            if key == "input_per_running_ms" and key not in recorded:
+                continue  # an older calibration: no growth with load
+            value = recorded.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
+            values[key] = float(value)
+        return cls(**values)

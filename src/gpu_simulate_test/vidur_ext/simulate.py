@@ -56,6 +56,35 @@ class Inputs:
     """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
     step_jitter: overhead.StepJitter | None = None
     """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
+    frontend: overhead.FrontEnd | None = None
+    """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
+
+    def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
+        """When requests reach the simulated scheduler: sent, plus the front end's input for
+        ``running`` requests in flight at each send (None: none), in the workload's order."""
+        if self.frontend is None:
+            return self.arrival_time_s
+        if running is None:
+            running = np.zeros(len(self.arrival_time_s))
+        reached = self.arrival_time_s + self.frontend.input_delays_s(running)
+        return np.maximum.accumulate(reached)  # the API server hands requests on in order
+
+
+def running_at_send(
+    arrival_s: np.ndarray, scheduler_arrival_s: np.ndarray, raw: pd.DataFrame
+) -> np.ndarray:
+    """How many other requests were in flight (reached the scheduler, not finished) when each
+    request was sent, by a simulation's results (Vidur's rows, any order)."""
+    rows = raw.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
+    done = scheduler_arrival_s + rows["request_e2e_time"].to_numpy(dtype=float)
+    start = scheduler_arrival_s
+    sent = np.asarray(arrival_s, dtype=float)
+    return np.array(
+        [
+            int(((start <= t) & (done > t)).sum()) - int(start[i] <= t < done[i])
+            for i, t in enumerate(sent)
+        ]
+    )
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
@@ -84,6 +113,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     backend = cfg.vidur.engine_overhead
     engine_steps = bundle.engine_steps(backend) if backend != "none" else None
     jitter = load_step_jitter(bundle, backend) if cfg.vidur.step_jitter else None
+    frontend = (
+        load_frontend(bundle, backend) if backend != "none" and cfg.vidur.frontend_latency else None
+    )
     return Inputs(
         workload=workload,
         bundle=bundle,
@@ -96,6 +128,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
         engine_steps=engine_steps,
         step_jitter=jitter,
+        frontend=frontend,
     )
 
 
@@ -142,9 +175,28 @@ def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
         raise ArtifactError(str(exc)) from exc
 
 
-def write_trace(path: Path, inputs: Inputs) -> Path:
+def load_frontend(bundle: Bundle, backend: str) -> overhead.FrontEnd | None:
+    """The front-end latency ``backend``'s calibration measured (None: it measured none, e.g.
+    an in-process engine, or a calibration by client token times)."""
+    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.frontend"
+    recorded = (bundle.engine_calibration(backend) or {}).get("frontend")
+    if recorded is None:
+        return None
+    try:
+        return overhead.FrontEnd.from_calibration(recorded, where)
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from exc
+
+
+FRONTEND_PASSES = 4
+"""Simulations at most, when the front end's input delay grows with the requests in flight:
+each pass takes those counts from the one before, until no delay moves by FRONTEND_TOLERANCE_S."""
+FRONTEND_TOLERANCE_S = 1e-4
+
+
+def write_trace(path: Path, inputs: Inputs, arrival_s: np.ndarray) -> Path:
     """Write the workload as Vidur's trace CSV (floats at full precision: exact arrivals)."""
-    frame = plan.trace_frame(inputs.prefill, inputs.decode, inputs.arrival_time_s)
+    frame = plan.trace_frame(inputs.prefill, inputs.decode, arrival_s)
     with atomic_open(path) as handle:
         frame.to_csv(handle, index=False, lineterminator="\n")
     return path
@@ -377,16 +429,33 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             requirements=asdict(inputs.needs),
             prediction_bounds=inputs.bounds,
             arrivals_from=cfg.arrivals_from,
+            frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
         )
         out_dir = r.file(VIDUR_DIR)
-        trace_file = write_trace(out_dir / TRACE_FILE, inputs)
-        built = build_simulation_config(cfg, inputs, out_dir, trace_file)
-        r.update_meta(num_blocks=inputs.kv_cache.num_blocks, **built.notes)
-        result = simulate(
-            built.simulation_config,
-            inputs.engine_steps,
-            cfg.vidur.engine_overhead,
-            inputs.step_jitter,
+        arrival = inputs.scheduler_arrival_s()
+        grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
+        for done in range(1, FRONTEND_PASSES + 1):
+            trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
+            built = build_simulation_config(cfg, inputs, out_dir, trace_file)
+            result = simulate(
+                built.simulation_config,
+                inputs.engine_steps,
+                cfg.vidur.engine_overhead,
+                inputs.step_jitter,
+            )
+            if not grows:
+                break
+            running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
+            moved = inputs.scheduler_arrival_s(running)
+            if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
+                break
+            if done < FRONTEND_PASSES:
+                arrival = moved
+        r.update_meta(
+            num_blocks=inputs.kv_cache.num_blocks,
+            frontend_passes=done,
+            mean_frontend_input_ms=float(np.mean(arrival - inputs.arrival_time_s) * 1000.0),
+            **built.notes,
         )
         if result.engine_overhead_fit is not None:
             with atomic_open(r.file(ENGINE_OVERHEAD_FIT)) as handle:
@@ -403,10 +472,17 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             result.raw_metrics,
             inputs.prefill,
             inputs.decode,
-            inputs.arrival_time_s,
+            arrival,
             str(out_dir / VIDUR_REQUEST_METRICS),
         )
-        table = vidur_metrics.normalize(rows, inputs.prefill, inputs.decode, inputs.arrival_time_s)
+        table = vidur_metrics.normalize(
+            rows,
+            inputs.prefill,
+            inputs.decode,
+            inputs.arrival_time_s,
+            inputs.frontend,
+            arrival - inputs.arrival_time_s,
+        )
         write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
         if result.steps is not None:
             write_csv(r.file(layout.ENGINE_STEP_LOG), result.steps, ENGINE_STEP_LOG)

@@ -98,6 +98,10 @@ class VllmBackend(OpenAIBackend):
 
     name: ClassVar[str] = "vllm"
     in_process: ClassVar[bool] = False
+    _live_logs: ClassVar[dict[Path, StepLog]] = {}
+    """Step logs of the servers this process started and still runs, by log file: a backend
+    pointed at one of them (``server.kind=external``, its ``log_file``; the pipeline's shared
+    server) reads its steps as they were timed off the server's pipe, not by polling the file."""
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         super().__init__(cfg)
@@ -274,13 +278,19 @@ class VllmBackend(OpenAIBackend):
         self.startup_s = self.launch_server(
             lambda port: self.server_command(port, model_dir), self.server_env(), self.steps.feed
         )
+        if self.log_path is not None:
+            self._live_logs[self.log_path.resolve()] = self.steps
 
     def start(self, recorder: Recorder) -> None:
         log_file = self.cfg.backend.server.log_file
         if not self.starts_server and log_file:
             self.log_path = Path(log_file)
-            self.follower = LogFollower(self.log_path, self.steps.feed)
-            self.follower.start()
+            live = self._live_logs.get(self.log_path.resolve())
+            if live is not None:  # a server of this process: its lines are timed already
+                self.steps = live
+            else:
+                self.follower = LogFollower(self.log_path, self.steps.feed)
+                self.follower.start()
         super().start(recorder)
         self.version = self.steps.version or self._remote_version() or vllm_version()
 
@@ -317,8 +327,7 @@ class VllmBackend(OpenAIBackend):
         if self.failure() is None and self._client is not None:
             self.metrics_after = self._metrics()
         super().close(abort)
-        if self.server is not None:
-            self.server.stop()
+        self.stop_server()
         if self.follower is not None:
             self.follower.stop()
 
@@ -336,6 +345,8 @@ class VllmBackend(OpenAIBackend):
     def stop_server(self) -> None:
         """Stop a server :meth:`start_server` started (its whole process group)."""
         if self.server is not None:
+            if self.log_path is not None:
+                self._live_logs.pop(self.log_path.resolve(), None)
             self.server.stop()
 
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
