@@ -1,10 +1,11 @@
 """Fidelity harness: capacity, three loads real + simulated, one table (docs/fidelity.md).
 
-Run: ``python -m benchmarks.fidelity --preset cpu_tiny|gpu_0_6b [--backend hf_cb|hf_generate|both]
-[--name NAME] [--out benchmarks/results]``. Per backend: an all-at-once burst replayed for real
-gives the capacity (max sustainable requests/s for the preset's fixed length mix); then the
-pipeline (workload → profile, reused when it fits → Vidur → real bench → compare) runs at 20%,
-50% and 85% of it with the same seeded workload. Writes ``<name>-fidelity.md``,
+Run: ``python -m benchmarks.fidelity --preset cpu_tiny|cpu_0_6b|gpu_0_6b
+[--backend hf_cb|hf_generate|vllm|both] [--name NAME] [--out benchmarks/results]``. Per
+backend: an all-at-once burst replayed for real gives the capacity (max sustainable requests/s
+for the preset's fixed length mix); then the pipeline (workload → profile, reused when it fits →
+Vidur → real bench → compare) runs at 20%, 50% and 85% of it with the same seeded workload (a
+vLLM backend: one server for all of it). Writes ``<name>-fidelity.md``,
 ``<name>-fidelity.json`` and ``<name>-<backend>-latency-vs-load.png`` into ``--out``; the
 stages' run directories stay in ``tmp/<stage>/<name>-<backend>-*``.
 """
@@ -62,7 +63,7 @@ from gpu_simulate_test.pipeline.run import run as pipeline_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
 
-BACKENDS: tuple[str, ...] = ("hf_cb", "hf_generate")
+BACKENDS: tuple[str, ...] = ("hf_cb", "hf_generate", "vllm")
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,12 @@ PRESETS: dict[str, Preset] = {
                 "backend.num_blocks=512",
             ),
             "hf_generate": (),
+            # the pipeline's vLLM defaults: 256 tokens / 32 requests a step, 256 blocks of 32
+            "vllm": (),
         },
         # 16 requests per load left the real percentiles to chance (one run's TTFT p50 at 50%
         # moved 25 -> 63 ms between two identical runs); 64 keeps a run near 3 minutes
-        probe_requests={"hf_cb": 64, "hf_generate": 16},
+        probe_requests={"hf_cb": 64, "hf_generate": 16, "vllm": 96},
         num_requests=64,
         real_repeats=2,  # the noise floor: on a shared 2-core machine it is not small
         # with torch on both cores, the engine's matmuls, the harness's replay and collector
@@ -208,6 +211,9 @@ def load_record(
         "sustained": fid.is_sustained(ratio),
         "compare_run": str(compare_dir),
     }
+    totals = (comparison.get("steps") or {}).get("totals")
+    if totals:
+        record["steps"] = fid.step_attribution(totals)
     return record, comparison, percentiles
 
 
@@ -256,12 +262,49 @@ def finish_backend(
     return cap, levels, plot, dict(noise or {})
 
 
+@contextlib.contextmanager
+def one_server(overrides: list[str], name: str) -> Iterator[list[str]]:
+    """For the vLLM backend: start one server for the whole campaign (probe, calibration, every
+    load and repeat: a start costs about a minute on 2 CPU cores) and yield the overrides that
+    point every stage at it; its log lands in ``tmp/fidelity_servers/<name>/``. Yields no
+    overrides for other backends. The server is stopped by pid on the way out, whatever
+    happened."""
+    cfg, _ = compose_config([*overrides, "progress=false"])
+    if cfg.backend.name != "vllm" or cfg.backend.server.kind != "vllm":
+        yield []
+        return
+    from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
+
+    _, real_bench_cfg = stage_configs(cfg, name)
+    backend = VllmBackend(real_bench_cfg("(fidelity campaign)"))
+    backend.log_dir = Path(cfg.output.root) / "fidelity_servers" / name
+    backend.log_dir.mkdir(parents=True, exist_ok=True)
+    console.print("starting one vLLM server for the campaign")
+    try:
+        backend.start_server()
+        yield [
+            "backend.server.kind=external",
+            f"backend.base_url={backend.base_url}",
+            f"backend.served_model_name={cfg.model.name}",
+            f"backend.server.log_file={backend.log_path}",
+        ]
+    finally:
+        backend.stop_server()
+
+
 def run_backend(
     preset: Preset, backend: str, name: str, out: Path
 ) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
     """Capacity, then the three loads real + simulated; returns the capacity record, the
     per-load percentiles and the plot's file name."""
-    cfg, resolved = compose_config([*backend_overrides(preset, backend), "progress=false"])
+    with one_server(backend_overrides(preset, backend), f"{name}-{backend}") as served:
+        return _run_backend(preset, backend, name, out, served)
+
+
+def _run_backend(
+    preset: Preset, backend: str, name: str, out: Path, served: list[str]
+) -> tuple[dict[str, Any], list[tuple[str, float, float, pd.DataFrame]], str, Noise]:
+    cfg, resolved = compose_config([*backend_overrides(preset, backend), *served, "progress=false"])
     console.rule(f"[bold]{backend}: capacity probe ({preset.probe_requests[backend]} requests)")
     cap = measure_capacity(
         cfg, resolved, f"{name}-{backend}-capacity", preset.probe_requests[backend]
@@ -716,7 +759,7 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error("--real-repeats must be >= 1")
     if preset.torch_threads < 0:
         parser.error("--torch-threads must be >= 0")
-    backends = BACKENDS if args.backend == "both" else (args.backend,)
+    backends = ("hf_cb", "hf_generate") if args.backend == "both" else (args.backend,)
     with torch_threads(preset.torch_threads):
         if args.phase == "real":
             if not args.out:

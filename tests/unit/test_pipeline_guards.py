@@ -7,12 +7,21 @@ from pathlib import Path
 
 import pytest
 
+from gpu_simulate_test.analysis.knobs import derive_scheduler
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_json, write_json
 from gpu_simulate_test.io.runs import RunExistsError
-from gpu_simulate_test.pipeline.run import check_outputs_free, profile_config, run
+from gpu_simulate_test.pipeline.run import (
+    DisturbedProfileError,
+    bundle_misfits,
+    check_outputs_free,
+    check_profile_quality,
+    profile_config,
+    run,
+)
 from gpu_simulate_test.vidur_ext.plan import Requirements
 from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
 
@@ -115,3 +124,24 @@ def test_an_existing_profile_run_counts_only_when_the_pipeline_will_profile(
     calibrated = pipeline_cfg("output.run_id=r1", "workload.num_requests=4", "backend=hf_cb")
     with pytest.raises(RunExistsError, match="vidur_profile/r1"):
         check_outputs_free(calibrated, "r1")
+
+
+def test_a_disturbed_bundle_is_profiled_again_unless_accepted(pipeline_cfg) -> None:
+    cfg = pipeline_cfg("engine_overhead=false")
+    scheduler = derive_scheduler(cfg.backend, cfg.vidur.scheduler, 128)[0]
+    ranges = SyntheticRanges(block_size=scheduler.block_size)
+    path = write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, ranges=ranges, points=6)
+    meta = read_json(path / layout.BUNDLE_META)
+    assert bundle_misfits(cfg, scheduler, NEEDS) == []  # a clean bundle is reused
+    meta["quality_warnings"] = ["mlp.csv: mlp_up_proj takes 20.8 ms at num_tokens=6 ..."]
+    write_json(path / layout.BUNDLE_META, meta)
+    assert bundle_misfits(cfg, scheduler, NEEDS) == [
+        "its profile carries 1 quality warning(s) (timings disturbed by a busy machine; "
+        "meta.json quality_warnings)"
+    ]
+    accepting = pipeline_cfg("engine_overhead=false", "accept_profile_warnings=true")
+    assert bundle_misfits(accepting, scheduler, NEEDS) == []
+    # a fresh profile that still carries them stops the pipeline, naming the way out
+    with pytest.raises(DisturbedProfileError, match="accept_profile_warnings=true"):
+        check_profile_quality(cfg, path)
+    check_profile_quality(accepting, path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpu_simulate_test.profiling.profile_checks import inversions, profile_warnings
+from gpu_simulate_test.profiling.profile_checks import inversions, profile_warnings, slow_sizes
+from gpu_simulate_test.profiling.vidur_profile import _keep_fastest
 
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
 
@@ -69,3 +70,25 @@ def test_attention_is_checked_per_kv_size() -> None:
         "attention.csv: attn_decode (kv_cache_size=64) takes 8 ms at batch_size=2 but 0.08 ms "
         "at 4 (100x; 1 size(s) affected)"
     ]
+
+
+def test_slow_sizes_are_the_smaller_shapes_of_each_inverted_pair() -> None:
+    times = [0.05, 30.0, 48.0, 44.0, 40.0, 0.2, 0.4, 0.8]
+    assert slow_sizes(mlp(times), "num_tokens", ["mlp_up_proj", "mlp_down_proj"]) == {
+        (2,),
+        (4,),
+        (8,),
+        (16,),
+    }
+    assert slow_sizes(mlp([0.1 * s for s in SIZES]), "num_tokens", ["mlp_up_proj"]) == set()
+
+
+def test_the_fastest_look_at_each_op_is_kept() -> None:
+    disturbed = mlp([0.05, 30.0, 48.0, 0.1, 0.12, 0.2, 0.4, 0.8])
+    again = disturbed.iloc[[1, 2]].copy()
+    again["time_stats.mlp_up_proj.median"] = [0.06, 60.0]  # 2 tokens now clean, 4 still busy
+    again["time_stats.mlp_down_proj.median"] = [9.0, 0.0]  # slower: not taken; faster: taken
+    kept = _keep_fastest(disturbed, again, ["num_tokens"])
+    assert kept["time_stats.mlp_up_proj.median"].tolist()[:4] == [0.05, 0.06, 48.0, 0.1]
+    assert kept["time_stats.mlp_down_proj.median"].tolist()[1:3] == [0.2, 0.0]
+    assert disturbed["time_stats.mlp_up_proj.median"].iloc[1] == 30.0  # the input is untouched

@@ -289,6 +289,66 @@ def _pct(value: float) -> str:
     return f"{value:+.1%}" if np.isfinite(value) else "–"
 
 
+def step_attribution(totals: Mapping[str, Any]) -> dict[str, float | None]:
+    """A load's step-level attribution (``comparison.json`` ``steps.totals`` of its compare run):
+    step time vs scheduling vs the front end."""
+
+    def num(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and np.isfinite(value) else None
+
+    ttft = totals.get("ttft_ms") or {}
+    client, server = num(ttft.get("client")), num(ttft.get("server"))
+    return {
+        "step_time_error": num(totals.get("step_time_error")),
+        "step_count_error": num(totals.get("step_count_error")),
+        "busy_time_error": num(totals.get("busy_time_error")),
+        "real_frontend_ms": client - server if client is not None and server is not None else None,
+        "sim_frontend_ms": num(ttft.get("sim_frontend")),
+    }
+
+
+def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The report's ``Where the error lives`` section: per load, the engine steps' attribution
+    (loads whose compare run had a real step log); empty without any."""
+    rows = [
+        (backend, level)
+        for backend, cap in capacity.items()
+        for level in cap["loads"]
+        if level.get("steps")
+    ]
+    if not rows:
+        return []
+
+    def pct(v: float | None) -> str:
+        return "–" if v is None else f"{v:+.1%}"
+
+    def ms(v: float | None) -> str:
+        return "–" if v is None else f"{v:.1f}"
+
+    lines = [
+        "",
+        "## Where the error lives",
+        "",
+        "From each load's engine-step comparison (compare's `steps.csv`): *step time* is how much "
+        "faster or slower Vidur's steps are than the engine's for the same compositions (engine "
+        "loop included); *steps* and *busy time* compare the step count and the total time the "
+        "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
+        "client saw beyond the server's own TTFT, against what the simulation adds for it.",
+        "",
+        "| backend | load | step time | steps | busy time | front end real (ms) | "
+        "front end simulated (ms) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for backend, level in rows:
+        a = level["steps"]
+        lines.append(
+            f"| {backend} | {level['load_fraction']:.0%} | {pct(a['step_time_error'])} | "
+            f"{pct(a['step_count_error'])} | {pct(a['busy_time_error'])} | "
+            f"{ms(a['real_frontend_ms'])} | {ms(a['sim_frontend_ms'])} |"
+        )
+    return lines
+
+
 def markdown(
     name: str,
     setup: Mapping[str, Any],
@@ -350,6 +410,7 @@ def markdown(
         if noisy:
             row += f" {rec['real_repeat_ms']:.2f} | {_pct(rec['noise'])} |"
         lines.append(row)
+    lines += where_error_lives(capacity)
     worst = largest_abs_error(table)
     lines += ["", "## Largest absolute error", ""]
     if worst["abs_error_pct"] is None:

@@ -45,6 +45,10 @@ class PipelineStageConfig:
     reuse_profile: bool = True
     """Reuse the bundle there when model dims, hardware, dtype, block size and ranges fit;
     otherwise (or when false) profile again and replace it."""
+    accept_profile_warnings: bool = False
+    """Simulate with a bundle whose profile still looks disturbed after re-timing (meta.json
+    ``quality_warnings``); by default such a bundle is re-profiled rather than reused, and the
+    pipeline stops if a fresh profile still carries them."""
     engine_overhead: bool = True
     """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
     while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);

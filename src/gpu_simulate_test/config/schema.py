@@ -254,8 +254,15 @@ class ProfilingConfig:
     warmup_iters: int = 3
     repeat_iters: int = 10
     attn_implementation: str = "sdpa"
+    remeasure_rounds: int = 3
+    """Rounds of re-timing the shapes a fresh profile looks disturbed at (an op far slower on a
+    smaller shape), each with 3x the repeats, keeping each op's fastest median; 0: none."""
 
     def __post_init__(self) -> None:
+        _check(
+            self.remeasure_rounds >= 0,
+            f"profiling.remeasure_rounds must be >= 0, got {self.remeasure_rounds}",
+        )
         _check(
             self.dtype == "auto" or self.dtype in DTYPES,
             f"profiling.dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",

@@ -33,7 +33,7 @@ from gpu_simulate_test.config.vidur import (
     VidurSimulateStageConfig,
 )
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
 from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
 from gpu_simulate_test.reporting import console
 from gpu_simulate_test.vidur_ext import plan
@@ -61,6 +61,12 @@ def bundle_misfits(
     except ArtifactError as exc:
         return [str(exc)]
     reasons = []
+    disturbed = bundle.meta.get("quality_warnings") or []
+    if disturbed and not cfg.accept_profile_warnings:
+        reasons.append(
+            f"its profile carries {len(disturbed)} quality warning(s) (timings disturbed by a busy "
+            "machine; meta.json quality_warnings)"
+        )
     if bundle.meta.get("hardware") != cfg.hardware.name:
         reasons.append(f"profiled on {bundle.meta.get('hardware')}, not {cfg.hardware.name}")
     want_dtype = _dtype_for(cfg.profiling.dtype, cfg.hardware.device)
@@ -335,6 +341,23 @@ def shared_server(
         backend.stop_server()
 
 
+class DisturbedProfileError(ArtifactError):
+    """A fresh profile still looks disturbed and ``accept_profile_warnings`` is false."""
+
+
+def check_profile_quality(cfg: PipelineStageConfig, bundle: Path) -> None:
+    """Stop when a fresh profile still carries quality warnings (unless accepted)."""
+    if cfg.accept_profile_warnings:
+        return
+    warnings = read_json(bundle / layout.BUNDLE_META).get("quality_warnings") or []
+    if warnings:
+        raise DisturbedProfileError(
+            f"the profile in {bundle} still looks disturbed after re-timing ({len(warnings)} "
+            "finding(s) in meta.json quality_warnings): run again on a quieter machine, or pass "
+            "accept_profile_warnings=true to simulate with it"
+        )
+
+
 def _timed(
     pipeline: Run,
     name: str,
@@ -390,7 +413,8 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 profile_cfg = profile_config(
                     cfg, scheduler, needs, workload_dir, out, cfg.progress, served
                 )
-                _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
+                bundle_path = _timed(p, "vidur_profile", profile_run, profile_cfg, cfg.progress)
+                check_profile_quality(cfg, bundle_path)
             else:
                 bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
                 p.update_meta(reused_bundle=str(bundle))

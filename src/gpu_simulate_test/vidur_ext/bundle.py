@@ -7,6 +7,7 @@ Written by the ``vidur_profile`` stage, read by ``vidur_simulate``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,48 @@ def check_model_matches(meta: dict[str, Any], model: ModelConfig, where: str) ->
         )
 
 
+def _missing(
+    where: Path, table: pd.DataFrame, columns: Sequence[str], expected: set[tuple[int, ...]]
+) -> None:
+    have = {tuple(int(v) for v in row) for row in table[list(columns)].itertuples(index=False)}
+    absent = sorted(expected - have)
+    if absent:
+        first = ", ".join(f"{c}={v}" for c, v in zip(columns, absent[0], strict=True))
+        raise ArtifactError(
+            f"{where}: no row for {first}"
+            + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else "")
+            + f", which the profile's grid in {layout.BUNDLE_META} lists: a row was removed? "
+            "Profile again (vidur_profile output.overwrite=true)"
+        )
+    extra = len(table) - len(have)
+    if extra:
+        raise ArtifactError(f"{where}: {extra} duplicate row(s) of the same {', '.join(columns)}")
+
+
+def check_grid_rows(
+    path: Path, meta: Mapping[str, Any], mlp: pd.DataFrame, attention: pd.DataFrame
+) -> None:
+    """Every shape of the grid ``meta.json`` records has its row, once (a bundle from before the
+    grid was recorded is not checked)."""
+    grid = meta.get("grid")
+    if not isinstance(grid, Mapping):
+        return
+    try:
+        tokens: set[tuple[int, ...]] = {(int(t),) for t in grid["num_tokens"]}
+        kv = [int(k) for k in grid["kv_cache_sizes"]]
+        decode = {(int(b), k, 0) for b in grid["batch_sizes"] for k in kv}
+        prefill = {(1, k, int(c)) for c in grid["prefill_chunks"] for k in kv}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"{path / layout.BUNDLE_META}: bad 'grid' ({exc})") from exc
+    _missing(path / layout.MLP_PROFILE, mlp, ["num_tokens"], tokens)
+    _missing(
+        path / layout.ATTENTION_PROFILE,
+        attention,
+        ["batch_size", "kv_cache_size", "prefill_chunk_size"],
+        decode | prefill,
+    )
+
+
 def load_bundle(path: Path | str, model: ModelConfig | None = None) -> Bundle:
     """Read and validate a bundle directory; with ``model``, also check the dimensions match."""
     p = Path(path)
@@ -227,6 +270,7 @@ def load_bundle(path: Path | str, model: ModelConfig | None = None) -> Bundle:
     attention = read_csv(p / layout.ATTENTION_PROFILE, ATTENTION_TABLE)
     if model is not None:
         check_model_matches(meta, model, str(p / layout.BUNDLE_META))
+    check_grid_rows(p, meta, mlp, attention)
     try:
         ranges = BundleRanges(
             **{k: int(meta["ranges"][k]) for k in BundleRanges.__dataclass_fields__}
