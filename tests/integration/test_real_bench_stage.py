@@ -320,11 +320,15 @@ def test_a_prompt_token_id_that_is_no_integer_is_named(
     assert not (workspace / "tmp" / "real_bench" / "badtok").exists()
 
 
-def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path) -> None:
-    """SIGINT mid-replay: exit 130, no traceback, the run marked interrupted with its tables."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(
+    workspace: Path, signum: int
+) -> None:
+    """SIGINT or SIGTERM mid-replay: exit 130, no traceback, the run marked interrupted with its
+    tables."""
     run_cli(
         "workload",
-        "output.run_id=slow",
+        f"output.run_id=slow{int(signum)}",
         "workload.num_requests=200",
         "workload.qps=2",
         "workload.prompt_len.min=4",
@@ -334,10 +338,14 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path)
         "progress=false",
         cwd=workspace,
     )
-    run = workspace / "tmp" / "real_bench" / "ctrlc"
+    run = workspace / "tmp" / "real_bench" / f"ctrlc{int(signum)}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     cmd = [sys.executable, "-m", "gpu_simulate_test.cli.real_bench"]
-    args = ["workload_dir=tmp/workload/slow", "output.run_id=ctrlc", "progress=false"]
+    args = [
+        f"workload_dir=tmp/workload/slow{int(signum)}",
+        f"output.run_id=ctrlc{int(signum)}",
+        "progress=false",
+    ]
     with subprocess.Popen(
         [*cmd, *args],
         cwd=workspace,
@@ -352,11 +360,11 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(workspace: Path)
         while "backend" not in _meta_or_empty(run) and time.monotonic() < deadline:
             time.sleep(0.2)  # the backend is described once warm-up is over: replay has begun
         time.sleep(2.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, _ = proc.communicate(timeout=60)
     text = out.decode()
     assert proc.returncode == 130, text
-    assert "Traceback" not in text and "interrupted (Ctrl-C)" in text
+    assert "Traceback" not in text and "interrupted (Ctrl-C or SIGTERM)" in text
     meta = read_json(run / layout.RUN_META)
     assert meta["status"] == "interrupted"
     requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)

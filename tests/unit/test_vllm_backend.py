@@ -213,6 +213,30 @@ def test_a_server_that_dies_at_start_reports_its_root_cause(tmp_path: Path) -> N
     server.stop()
 
 
+def test_a_warning_naming_an_error_is_not_taken_for_the_root_cause(tmp_path: Path) -> None:
+    # vLLM 0.32's first lines when it cannot raise the open-files limit, then the real cause
+    log = tmp_path / "s.log"
+    log.write_text(
+        "(APIServer pid=1) WARNING 11-23 20:03:14 [system_utils.py:255] Found ulimit of 20000 "
+        "and failed to automatically increase with error current limit exceeds maximum limit. "
+        "This can cause fd limit errors like `OSError: [Errno 24] Too many open files`. "
+        "Consider increasing with ulimit -n\n"
+        "(EngineCore pid=2) ERROR 11-23 20:03:53 [core.py:1510] ValueError: To serve at least "
+        "one request with the model's max seq len (40960), (4.38 GiB KV cache is needed\n"
+    )
+    server = ManagedServer([sys.executable, "-c", "pass"], log)
+    assert (server.first_error() or "").startswith("ValueError: To serve at least one request")
+
+
+def test_max_model_len_defaults_to_what_the_kv_cache_holds(compose_stage) -> None:
+    # 256 blocks of 32 tokens, one kept back by vLLM: 8,160, under Qwen3-0.6B's 40,960 positions
+    big = VllmBackend(_cfg(compose_stage, "model=qwen3_0_6b"))
+    assert big.max_model_len == 8160
+    tiny = VllmBackend(_cfg(compose_stage))  # its 4,096 positions fit
+    assert tiny.max_model_len == 4096
+    assert VllmBackend(_cfg(compose_stage, "backend.max_model_len=2048")).max_model_len == 2048
+
+
 def test_log_follower_reads_only_what_is_appended_after_it_starts(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("old line, before the follower\n")

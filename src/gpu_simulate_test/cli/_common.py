@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,9 +44,17 @@ def _multirun_suffix(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def _terminated(signum: int, _frame: Any) -> None:
+    """SIGTERM (``kill``, a job scheduler) unwinds like Ctrl-C: the run is marked interrupted
+    and a server the stage started is stopped, instead of the process vanishing mid-write."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any]], Path]) -> Path:
     """Validate ``cfg`` against ``schema``, run ``body`` and turn input errors into exit code 2."""
     cfg = _multirun_suffix(cfg)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         typed = to_typed(cfg, schema)
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -57,7 +67,8 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         # the run directory (if one was started) is already marked interrupted, with what was
         # measured so far; a traceback would only hide that
         console.print(
-            "[bold red]interrupted[/] (Ctrl-C); a run already started is marked interrupted, "
+            "[bold red]interrupted[/] (Ctrl-C or SIGTERM); a run already started is marked "
+            "interrupted, "
             "with what it had written"
         )
         sys.exit(130)

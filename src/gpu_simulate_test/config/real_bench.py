@@ -76,8 +76,9 @@ class BackendConfig:
     """vllm: chunked prefill (Vidur's sarathi scheduler chunks the same way)."""
     enforce_eager: bool = True
     """vllm: no torch.compile (ready in seconds instead of minutes on CPU)."""
-    kv_cache_space_gib: int = 1
-    """vllm on CPU: ``VLLM_CPU_KVCACHE_SPACE``, the memory the KV cache may take (GiB)."""
+    kv_cache_space_gib: int = 0
+    """vllm on CPU: ``VLLM_CPU_KVCACHE_SPACE``, the memory the KV cache may take (GiB); 0: what
+    ``num_blocks`` blocks of this model need, rounded up (at least 1)."""
     cpu_threads_bind: str = "auto"
     """vllm on CPU: ``VLLM_CPU_OMP_THREADS_BIND``; auto leaves core 0 to the client (and the
     API server) and binds the engine to the others, or to core 0 on a one-core machine."""
@@ -110,7 +111,7 @@ class BackendConfig:
             _check(value >= 1, f"backend.{name} must be >= 1, got {value}")
         _check(self.block_size >= 4, f"backend.block_size must be >= 4, got {self.block_size}")
         _check(self.request_timeout_s > 0, "backend.request_timeout_s must be > 0")
-        _check(self.kv_cache_space_gib >= 1, "backend.kv_cache_space_gib must be >= 1")
+        _check(self.kv_cache_space_gib >= 0, "backend.kv_cache_space_gib must be >= 0 (0: auto)")
         _check(self.max_model_len >= 0, "backend.max_model_len must be >= 0")
         _check(
             0 < self.gil_switch_interval_s <= 0.1,

@@ -26,6 +26,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
 from gpu_simulate_test.modeling import resolve_dtype
+from gpu_simulate_test.profiling.busy import FOREIGN_CORES_LIMIT, ForeignLoad, busy_warning
 from gpu_simulate_test.profiling.device import check_device, describe_device
 from gpu_simulate_test.profiling.grid import (
     ProfileGrid,
@@ -111,6 +112,36 @@ def _keep_fastest(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str]) -> 
     return out
 
 
+def _merge_fastest(tables: ProfileTables, again: ProfileTables) -> ProfileTables:
+    return ProfileTables(
+        mlp=_keep_fastest(tables.mlp, again.mlp, ["num_tokens"]),
+        attention=_keep_fastest(
+            tables.attention, again.attention, ["batch_size", "kv_cache_size", "prefill_chunk_size"]
+        ),
+    )
+
+
+def retime_while_busy(
+    layer: Any,
+    grid: ProfileGrid,
+    tables: ProfileTables,
+    cfg: VidurProfileStageConfig,
+    busy: float,
+) -> tuple[ProfileTables, float]:
+    """When other processes used the CPU while the profile was timed (``busy`` cores), time
+    the whole grid again, up to ``profiling.remeasure_rounds`` times until a round is quiet,
+    keeping each op's fastest look; returns the tables and the least busy round's load."""
+    least = busy
+    for _ in range(cfg.profiling.remeasure_rounds):
+        if least <= FOREIGN_CORES_LIMIT:
+            break
+        load = ForeignLoad().start()
+        again = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg))
+        least = min(least, load.stop())
+        tables = _merge_fastest(tables, again)
+    return tables, least
+
+
 def remeasure_disturbed(
     layer: Any,
     grid: ProfileGrid,
@@ -143,15 +174,7 @@ def remeasure_disturbed(
             prefill_chunks=tuple(sorted({c for _, c in prefill})),
             kv_cache_sizes=tuple(sorted({kv for kv, _ in decode | prefill})),
         )
-        again = profile_tables(layer, sub, cfg.block_size, stronger)
-        tables = ProfileTables(
-            mlp=_keep_fastest(tables.mlp, again.mlp, ["num_tokens"]),
-            attention=_keep_fastest(
-                tables.attention,
-                again.attention,
-                ["batch_size", "kv_cache_size", "prefill_chunk_size"],
-            ),
-        )
+        tables = _merge_fastest(tables, profile_tables(layer, sub, cfg.block_size, stronger))
         done["rounds"] += 1
         done["shapes"] += sub.num_shapes
     return tables, done
@@ -261,18 +284,36 @@ def earlier_calibrations(
 
 def calibrate_engine(
     cfg: VidurProfileStageConfig, device: str, grid: ProfileGrid
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Time the real engine's steps (``cfg.engine``) for this model on this device."""
+) -> tuple[pd.DataFrame, dict[str, Any], str | None]:
+    """Time the real engine's steps (``cfg.engine``) for this model on this device.
+
+    While other processes use the CPU (:class:`ForeignLoad`), the calibration runs again, up to
+    ``profiling.remeasure_rounds`` more times, and the least disturbed run is kept; returns its
+    rows and info (with ``foreign_cores``) and a quality warning if even that one was busy."""
     from gpu_simulate_test.profiling import engine_steps
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
     experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)
-    with progress_bar(
-        f"engine calibration ({cfg.engine.backend.name})", len(experiments), cfg.progress
-    ) as advance:
-        return engine_steps.calibrate(
-            cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
-        )
+    best: tuple[float, pd.DataFrame, dict[str, Any]] | None = None
+    for attempt in range(cfg.profiling.remeasure_rounds + 1):
+        label = f"engine calibration ({cfg.engine.backend.name})"
+        if attempt:
+            label += f", again: the CPU was busy ({best[0] if best else 0:.2f} other cores)"
+        with progress_bar(label, len(experiments), cfg.progress) as advance:
+            load = ForeignLoad().start()
+            rows, info = engine_steps.calibrate(
+                cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
+            )
+            cores = load.stop()
+        info["foreign_cores"] = round(cores, 3)
+        info["attempts"] = attempt + 1
+        if best is None or cores < best[0]:
+            best = (cores, rows, info)
+        if cores <= FOREIGN_CORES_LIMIT:
+            break
+    assert best is not None
+    cores, rows, info = best
+    return rows, info, busy_warning(f"engine calibration of {cfg.engine.backend.name}", cores)
 
 
 def write_bundle(
@@ -331,13 +372,20 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         with progress_bar(
             f"profiling {cfg.model.name} on {cfg.hardware.name}", grid.num_shapes, cfg.progress
         ) as advance:
+            load = ForeignLoad().start()
             tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
+            tables, busy = retime_while_busy(layer, grid, tables, cfg, load.stop())
         tables, remeasured = remeasure_disturbed(layer, grid, tables, cfg)
+        remeasured["foreign_cores"] = round(busy, 3)
         del layer
         warnings = profile_warnings(tables.mlp, tables.attention, MLP_OPS)
+        if (busy_profile := busy_warning("profile", busy)) is not None:
+            warnings.append(busy_profile)
         steps, calibrations = earlier_calibrations(bundle, cfg, dtype_name(dtype))
         if cfg.engine.enable:
-            rows, info = calibrate_engine(cfg, device, grid)
+            rows, info, busy_calibration = calibrate_engine(cfg, device, grid)
+            if busy_calibration is not None:
+                warnings.append(busy_calibration)
             steps = rows if steps is None else pd.concat([steps, rows], ignore_index=True)
             calibrations[cfg.engine.backend.name] = info
         wall_time_s = time.perf_counter() - started

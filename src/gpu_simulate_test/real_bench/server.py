@@ -116,9 +116,13 @@ class ManagedServer:
         last lines only show the API server giving up."""
         if not self.log_path.is_file():
             return None
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if m := ERROR_LINE.search(line):
-                return m.group(0).strip()
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        # a WARNING that names an error it might cause (vLLM's ulimit one names Errno 24) is
+        # not what went wrong: errors first, then anything
+        for candidates in ([ln for ln in lines if " WARNING " not in ln], lines):
+            for line in candidates:
+                if m := ERROR_LINE.search(line):
+                    return m.group(0).strip()
         return None
 
     def wait_healthy(self, url: str, timeout_s: float) -> float:

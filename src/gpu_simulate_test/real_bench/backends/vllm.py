@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -135,7 +136,29 @@ class VllmBackend(OpenAIBackend):
 
     @property
     def max_model_len(self) -> int:
-        return self.cfg.backend.max_model_len or self.cfg.model.max_position_embeddings
+        """``backend.max_model_len``, or the longest sequence both the model and the KV cache
+        the server is given hold (``num_blocks`` - 1 blocks of ``block_size``: vLLM 0.32 keeps
+        one back): vLLM refuses to start when one sequence of its max_model_len does not fit
+        the cache (Qwen3's 40,960 positions need 4.4 GiB for the 0.6B shape)."""
+        b = self.cfg.backend
+        if b.max_model_len:
+            return b.max_model_len
+        cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
+        model_len = self.cfg.model.max_position_embeddings
+        return min(model_len, cache_tokens) if cache_tokens else model_len
+
+    @property
+    def kv_cache_space_gib(self) -> int:
+        """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
+        keys and values take in the served dtype, with a quarter more for vLLM's own margin,
+        rounded up to whole GiB."""
+        b, m = self.cfg.backend, self.cfg.model
+        if b.kv_cache_space_gib:
+            return b.kv_cache_space_gib
+        itemsize = 4 if self.dtype == "float32" else 2
+        per_token = 2 * m.num_layers * m.num_key_value_heads * m.head_dim * itemsize
+        need = b.num_blocks * b.block_size * per_token * 1.25
+        return max(1, math.ceil(need / 2**30))
 
     # ------------------------------------------------------------------ checks
     def check(self, requests: Sequence[BenchRequest]) -> None:
@@ -259,7 +282,7 @@ class VllmBackend(OpenAIBackend):
             "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         }
         if not self.cfg.hardware.device.startswith("cuda"):
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cfg.backend.kv_cache_space_gib)
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.cfg.backend.cpu_threads_bind)
         return env
 

@@ -1,0 +1,77 @@
+"""Is something else using the CPU while we time? Other processes' CPU time, measured.
+
+A profile or an engine calibration taken while another job holds a core is wrong in a way the
+numbers alone do not always show (a uniform slowdown has no inversion to find). :class:`ForeignLoad`
+reads, between ``start()`` and ``stop()``, the CPU time of every process outside this one and its
+descendants (a vLLM server the stage started is one of them) plus the hypervisor's steal time,
+and reports it in cores on average. Above :data:`FOREIGN_CORES_LIMIT` the timing is called busy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import psutil
+
+FOREIGN_CORES_LIMIT = 0.25
+"""Average cores other processes (and steal) may use while we time before the timing is called
+busy: a shell, the OS and the sandbox's own agents stay well under it; one CPU-bound job is 1."""
+
+
+def _own_pids() -> set[int]:
+    me = psutil.Process()
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        pids.update(child.pid for child in me.children(recursive=True))
+    return pids
+
+
+def _foreign_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) of every process not ours, by pid."""
+    mine = _own_pids()
+    out: dict[int, float] = {}
+    for proc in psutil.process_iter(["cpu_times"]):
+        if proc.pid in mine:
+            continue
+        times = proc.info.get("cpu_times")
+        if times is not None:
+            out[proc.pid] = float(times.user + times.system)
+    return out
+
+
+def _steal_s() -> float:
+    return float(getattr(psutil.cpu_times(), "steal", 0.0) or 0.0)
+
+
+class ForeignLoad:
+    """Other processes' CPU use over an interval, in cores on average (``stop()`` returns it)."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self._before: dict[int, float] = {}
+        self._steal = 0.0
+
+    def start(self) -> ForeignLoad:
+        self._before = _foreign_cpu_s()
+        self._steal = _steal_s()
+        self._started = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        elapsed = time.perf_counter() - self._started
+        after = _foreign_cpu_s()
+        used = sum(max(0.0, t - self._before.get(pid, 0.0)) for pid, t in after.items())
+        used += max(0.0, _steal_s() - self._steal)
+        return used / elapsed if elapsed > 0 else 0.0
+
+
+def busy_warning(what: str, cores: float) -> str | None:
+    """A quality warning when ``cores`` (from :class:`ForeignLoad`) is over the limit."""
+    if cores <= FOREIGN_CORES_LIMIT:
+        return None
+    return (
+        f"{what}: other processes used {cores:.2f} core(s) on average while it was timed "
+        f"(limit {FOREIGN_CORES_LIMIT}); its times are probably too slow"
+    )

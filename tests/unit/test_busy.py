@@ -1,0 +1,59 @@
+"""Other processes' CPU use is measured while we time, and a busy timing is called busy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpu_simulate_test.profiling.busy import (
+    FOREIGN_CORES_LIMIT,
+    ForeignLoad,
+    _foreign_cpu_s,
+    _own_pids,
+    busy_warning,
+)
+
+
+@pytest.fixture
+def competitor():
+    """A CPU-bound process that is not ours (its parent exits: it is nobody's child here)."""
+    out = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(out.stdout.strip())
+    time.sleep(0.2)
+    yield pid
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cpu_bound_stranger_is_seen(competitor: int) -> None:
+    load = ForeignLoad().start()
+    time.sleep(1.0)
+    cores = load.stop()
+    assert cores > 0.5  # one spinning process is about one core
+    warning = busy_warning("profile", cores)
+    assert warning is not None and "other processes used" in warning
+
+
+def test_our_own_children_are_not_foreign(competitor: int) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        mine = _own_pids()
+        assert child.pid in mine and os.getpid() in mine
+        assert competitor not in mine  # reparented: not ours
+        assert child.pid not in _foreign_cpu_s() and competitor in _foreign_cpu_s()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_under_the_limit_is_quiet() -> None:
+    assert busy_warning("profile", FOREIGN_CORES_LIMIT) is None
