@@ -55,6 +55,14 @@ def test_deep_profile_on_cpu_reports_mfu_and_skips_nsight(tmp_path: Path) -> Non
     assert (run / "torch_profiler" / "operators.md").read_text().startswith("# Operators")
     steps = pd.read_csv(run / "static_analysis" / "step_costs.csv")
     assert set(steps["phase"]) == {"prefill", "decode"}
+    # the roofline too stands on the measured peaks, the same probe as MFU's
+    static = json.loads((run / "static_analysis" / "static_analysis.json").read_text())
+    assert static["peaks"]["source"] == "measured"
+    assert static["peaks"]["peak_tflops"] == peaks["peak_tflops"]
+    assert (
+        "roofline peaks (measured on this host)"
+        in (run / "static_analysis" / "static_analysis.md").read_text()
+    )
 
     report = (run / "report.md").read_text()
     assert "| nsys | skipped | nsys not found" in report or "| nsys | skipped |" in report

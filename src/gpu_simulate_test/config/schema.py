@@ -256,13 +256,18 @@ class ProfilingConfig:
     attn_implementation: str = "sdpa"
     remeasure_rounds: int = 3
     """Rounds of re-timing the shapes a fresh profile looks disturbed at (an op far slower on a
-    smaller shape), each with 3x the repeats, keeping each op's fastest median; 0: none."""
+    smaller shape), each with 3x the repeats, keeping each op's fastest median; and times a
+    profile or calibration timed while other processes used the CPU is timed again; 0: none."""
+    busy_wait_s: float = 180.0
+    """Before timing again what was timed on a busy machine, wait up to this long (in all, per
+    profile and per calibration) for the other processes to stop."""
 
     def __post_init__(self) -> None:
         _check(
             self.remeasure_rounds >= 0,
             f"profiling.remeasure_rounds must be >= 0, got {self.remeasure_rounds}",
         )
+        _check(self.busy_wait_s >= 0, f"profiling.busy_wait_s must be >= 0, got {self.busy_wait_s}")
         _check(
             self.dtype == "auto" or self.dtype in DTYPES,
             f"profiling.dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",

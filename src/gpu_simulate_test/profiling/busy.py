@@ -2,8 +2,9 @@
 
 A profile or an engine calibration taken while another job holds a core is wrong in a way the
 numbers alone do not always show (a uniform slowdown has no inversion to find). :class:`ForeignLoad`
-reads, between ``start()`` and ``stop()``, the CPU time of every process outside this one and its
-descendants (a vLLM server the stage started is one of them) plus the hypervisor's steal time,
+reads, between ``start()`` and ``stop()``, the CPU time of every process outside this one, its
+descendants (a vLLM server the stage started is one of them) and its ancestors (the shell or test
+runner that waits for it), plus the hypervisor's steal time,
 and reports it in cores on average. Above :data:`FOREIGN_CORES_LIMIT` the timing is called busy.
 """
 
@@ -21,10 +22,14 @@ busy: a shell, the OS and the sandbox's own agents stay well under it; one CPU-b
 
 
 def _own_pids() -> set[int]:
+    """This process, its descendants (a server it started) and its ancestors (the shell or test
+    runner waiting for it)."""
     me = psutil.Process()
     pids = {os.getpid()}
     with contextlib.suppress(psutil.Error):
         pids.update(child.pid for child in me.children(recursive=True))
+    with contextlib.suppress(psutil.Error):
+        pids.update(parent.pid for parent in me.parents())
     return pids
 
 
@@ -75,3 +80,21 @@ def busy_warning(what: str, cores: float) -> str | None:
         f"{what}: other processes used {cores:.2f} core(s) on average while it was timed "
         f"(limit {FOREIGN_CORES_LIMIT}); its times are probably too slow"
     )
+
+
+QUIET_CHECK_S = 1.0
+"""How long each look at the machine lasts while waiting for it to go quiet."""
+
+
+def wait_for_quiet(budget_s: float, check_s: float = QUIET_CHECK_S) -> tuple[bool, float]:
+    """Look at the machine ``check_s`` at a time until other processes use no more than
+    :data:`FOREIGN_CORES_LIMIT`, for ``budget_s`` at most; returns whether it went quiet and
+    the seconds waited. A busy timing is better repeated after the other job than beside it."""
+    started = time.perf_counter()
+    while True:
+        load = ForeignLoad().start()
+        time.sleep(check_s)
+        if load.stop() <= FOREIGN_CORES_LIMIT:
+            return True, time.perf_counter() - started
+        if time.perf_counter() - started >= budget_s:
+            return False, time.perf_counter() - started

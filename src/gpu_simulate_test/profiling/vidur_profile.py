@@ -26,7 +26,12 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
 from gpu_simulate_test.modeling import resolve_dtype
-from gpu_simulate_test.profiling.busy import FOREIGN_CORES_LIMIT, ForeignLoad, busy_warning
+from gpu_simulate_test.profiling.busy import (
+    FOREIGN_CORES_LIMIT,
+    ForeignLoad,
+    busy_warning,
+    wait_for_quiet,
+)
 from gpu_simulate_test.profiling.device import check_device, describe_device
 from gpu_simulate_test.profiling.grid import (
     ProfileGrid,
@@ -132,9 +137,11 @@ def retime_while_busy(
     the whole grid again, up to ``profiling.remeasure_rounds`` times until a round is quiet,
     keeping each op's fastest look; returns the tables and the least busy round's load."""
     least = busy
+    deadline = time.perf_counter() + cfg.profiling.busy_wait_s
     for _ in range(cfg.profiling.remeasure_rounds):
         if least <= FOREIGN_CORES_LIMIT:
             break
+        wait_for_quiet(max(0.0, deadline - time.perf_counter()))
         load = ForeignLoad().start()
         again = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg))
         least = min(least, load.stop())
@@ -295,10 +302,12 @@ def calibrate_engine(
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
     experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)
     best: tuple[float, pd.DataFrame, dict[str, Any]] | None = None
+    deadline = time.perf_counter() + cfg.profiling.busy_wait_s
     for attempt in range(cfg.profiling.remeasure_rounds + 1):
         label = f"engine calibration ({cfg.engine.backend.name})"
         if attempt:
             label += f", again: the CPU was busy ({best[0] if best else 0:.2f} other cores)"
+            wait_for_quiet(max(0.0, deadline - time.perf_counter()))
         with progress_bar(label, len(experiments), cfg.progress) as advance:
             load = ForeignLoad().start()
             rows, info = engine_steps.calibrate(

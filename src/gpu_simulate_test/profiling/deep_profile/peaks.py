@@ -8,9 +8,13 @@ this host does, not to a number in a YAML file.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from gpu_simulate_test.config.schema import HardwareConfig
 
 COPY_BYTES = 256 * 2**20
 """Large enough to leave every cache level."""
@@ -46,8 +50,24 @@ def _best_s(work: Any) -> float:
     return best
 
 
+def host_peaks(hardware: HardwareConfig) -> tuple[HardwareConfig, dict[str, Any]]:
+    """``hardware`` with its peaks as this host measured them when it is a CPU (a GPU's are
+    kept), and the record of where they came from (``source``: config or measured)."""
+    if hardware.device.startswith("cuda"):
+        return hardware, {"source": "config"}
+    measured = measure_cpu_peaks()
+    adjusted = dataclasses.replace(
+        hardware,
+        peak_bf16_tflops=measured.peak_tflops,
+        memory_bandwidth_gb_s=measured.memory_bandwidth_gb_s,
+    )
+    return adjusted, measured.to_dict()
+
+
+@functools.lru_cache(maxsize=1)
 def measure_cpu_peaks() -> MeasuredPeaks:
-    """Copy bandwidth and matmul FLOP rate of this CPU, with torch's threads."""
+    """Copy bandwidth and matmul FLOP rate of this CPU, with torch's threads (probed once per
+    process: the static analysis and the torch profiler step share it)."""
     import torch
 
     src = torch.ones(COPY_BYTES // 4, dtype=torch.float32)

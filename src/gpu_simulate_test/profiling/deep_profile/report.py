@@ -68,6 +68,17 @@ def operators_markdown(
     )
 
 
+def _peaks_line(peaks: Any) -> str:
+    """Where the roofline's peaks came from (measured on a CPU host, the config on a GPU)."""
+    if not isinstance(peaks, dict):
+        return ""
+    where = "measured on this host" if peaks.get("source") == "measured" else "from the config"
+    return (
+        f"- roofline peaks ({where}): {peaks.get('peak_tflops', float('nan')):.3g} TFLOP/s, "
+        f"{peaks.get('memory_bandwidth_gb_s', float('nan')):.3g} GB/s\n"
+    )
+
+
 def static_markdown(doc: Mapping[str, Any]) -> str:
     """Parameters, KV bytes/token and the per-step roofline table."""
     params = doc["parameters"]
@@ -90,7 +101,9 @@ def static_markdown(doc: Mapping[str, Any]) -> str:
         f"- parameters: {params['total']:,} ({params['per_layer']:,} per layer × "
         f"{params['num_layers']}, embedding {params['embedding']:,}, "
         f"LM head {params['lm_head']:,})\n"
-        f"- KV cache: {doc['kv_cache_bytes_per_token']:,} bytes/token\n\n"
+        f"- KV cache: {doc['kv_cache_bytes_per_token']:,} bytes/token\n"
+        + _peaks_line(doc.get("peaks"))
+        + "\n"
         + markdown_table(
             [
                 "phase",

@@ -12,6 +12,7 @@ from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.profiling.deep_profile import files
 from gpu_simulate_test.profiling.deep_profile.engine import static_dtype
+from gpu_simulate_test.profiling.deep_profile.peaks import host_peaks
 from gpu_simulate_test.profiling.deep_profile.report import static_markdown
 from gpu_simulate_test.profiling.static_analysis import (
     ModelCost,
@@ -65,9 +66,10 @@ def run_static_analysis(
     opts = cfg.pipeline.static_analysis
     dtype = static_dtype(cfg.dtype, cfg.hardware.device)
     prompts, contexts = lengths_of(requests, opts.prompt_lens, opts.context_lens)
+    hardware, peaks = host_peaks(cfg.hardware)  # a CPU's roofline from its measured peaks
     rows = cost_table(
         cfg.model,
-        cfg.hardware,
+        hardware,
         prompt_lens=prompts,
         context_lens=contexts,
         batch_sizes=opts.batch_sizes,
@@ -85,6 +87,11 @@ def run_static_analysis(
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
         "dtype": dtype,
+        "peaks": {
+            **peaks,
+            "peak_tflops": hardware.peak_bf16_tflops,
+            "memory_bandwidth_gb_s": hardware.memory_bandwidth_gb_s,
+        },
         "parameters": parameter_counts(cfg.model).to_dict(),
         "kv_cache_bytes_per_token": kv_cache_bytes_per_token(cfg.model, dtype),
         "prompt_lens": list(prompts),
@@ -93,7 +100,7 @@ def run_static_analysis(
         "per_layer": {
             f"{c.phase}_{c.new_tokens}_{c.cached_tokens}": {
                 **c.layer.to_dict(),
-                "roofline": step_roofline(c, cfg.hardware).to_dict(),
+                "roofline": step_roofline(c, hardware).to_dict(),
             }
             for c in shapes
         },

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from gpu_simulate_test.profiling.deep_profile.metrics import (
     phase_metrics,
     serving_summary,
 )
-from gpu_simulate_test.profiling.deep_profile.peaks import measure_cpu_peaks
+from gpu_simulate_test.profiling.deep_profile.peaks import host_peaks
 from gpu_simulate_test.profiling.deep_profile.report import (
     operators_markdown,
     torch_profiler_report,
@@ -175,18 +174,11 @@ def run_torch_profiler(
         pd.DataFrame([s.to_dict() for s in steps]),
         files.STEP_TIMINGS,
     )
-    hardware, peaks = cfg.hardware, {"source": "config"}
-    if not device.startswith("cuda"):  # a CPU's config peaks are guesses: measure them
-        measured = measure_cpu_peaks()
-        hardware = dataclasses.replace(
-            cfg.hardware,
-            peak_bf16_tflops=measured.peak_tflops,
-            memory_bandwidth_gb_s=measured.memory_bandwidth_gb_s,
-        )
-        peaks = measured.to_dict()
+    hardware, peaks = host_peaks(cfg.hardware)  # a CPU's config peaks are guesses: measured
+    if peaks["source"] == "measured":
         notes.append(
-            f"CPU peaks measured on this host: {measured.memory_bandwidth_gb_s:.1f} GB/s copy "
-            f"bandwidth, {measured.peak_tflops:.3f} TFLOP/s fp32 matmul ({measured.threads} "
+            f"CPU peaks measured on this host: {hardware.memory_bandwidth_gb_s:.1f} GB/s copy "
+            f"bandwidth, {hardware.peak_bf16_tflops:.3f} TFLOP/s fp32 matmul ({peaks['threads']} "
             f"threads; the config says {cfg.hardware.memory_bandwidth_gb_s:g} GB/s, "
             f"{cfg.hardware.peak_bf16_tflops:g} TFLOP/s); MFU and MBU use the measured ones"
         )

@@ -65,6 +65,10 @@ def event_tokens(choice: dict[str, Any]) -> int:
     return 1 if choice.get("text") else 0
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long an idle connection is kept for reuse: under the servers' 5 s keep-alive timeout."""
+
+
 class SenderPool:
     """Threads that each send one request at a time, started ahead of need: a send is a queue
     put. A thread that takes a request starts a new spare when fewer than :attr:`spare` are
@@ -231,7 +235,14 @@ class OpenAIBackend(Backend):
         self._senders.start()
         if self.starts_server:
             self._start_server()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # an idle connection is dropped here before the server's keep-alive timeout (uvicorn's
+        # 5 s, httpx's default too) can close it under a request being sent on it: that race
+        # reset a calibration request on a loaded 2-core machine
+        limits = httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=64,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
         self._client = httpx.Client(
             timeout=httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S),
             limits=limits,
