@@ -129,13 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             err = b / q - 1.0
             errors.append(abs(err))
             rows.append([f"{metric} {stat}", f"{q:.2f}", f"{b:.2f}", f"{err:+.1%}"])
-    print_table(
-        "predicted from the quiet and the busy bundle (ms)", ["", "quiet", "busy", "busy/quiet"], rows
-    )
+    title = "predicted from the quiet and the busy bundle (ms)"
+    print_table(title, ["", "quiet", "busy", "busy/quiet"], rows)
     for name, bundle, wall in (("quiet", quiet, quiet_s), ("busy", busy, busy_s)):
         meta = read_json(bundle / layout.BUNDLE_META)
         again = meta.get("remeasured") or {}
-        cal = next(iter((meta.get("engine_calibration") or {}).values()), {})
+        cal: dict[str, Any] = next(iter((meta.get("engine_calibration") or {}).values()), {})
         console.print(
             f"{name}: {wall:.0f} s; profile: other processes {again.get('foreign_cores')} cores "
             f"(least busy round), {again.get('rounds')} re-timing round(s) of disturbed shapes; "

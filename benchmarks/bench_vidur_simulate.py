@@ -89,7 +89,7 @@ def time_bare(cfg: VidurSimulateStageConfig, root: Path) -> tuple[float, int]:
 
     inputs = stage.prepare(cfg)
     out = root / f"bare-{cfg.output.run_id}"
-    trace = stage.write_trace(out / stage.TRACE_FILE, inputs)
+    trace = stage.write_trace(out / stage.TRACE_FILE, inputs, inputs.scheduler_arrival_s())
     config = stage.build_simulation_config(cfg, inputs, out, trace).simulation_config
     reset_entity_ids()
     set_seeds(config.seed)

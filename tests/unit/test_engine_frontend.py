@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,7 +22,7 @@ LOOP_MS = 2.0
 INPUT_MS = 5.0
 
 
-def step(t_ms: float, elapsed_ms: float, prompt: int = 0, decodes: int = 0) -> dict[str, float]:
+def step(t_ms: float, elapsed_ms: float, prompt: int = 0, decodes: int = 0) -> dict[str, Any]:
     return {
         "step_index": 0,
         "time_s": t_ms / 1000.0,

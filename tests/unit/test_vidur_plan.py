@@ -19,6 +19,7 @@ from gpu_simulate_test.config.vidur import (
 )
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_ext.overhead import FrontEnd
 from gpu_simulate_test.vidur_ext.simulate import prepare, write_trace
 from tests.vidur_bundle_factory import (
     QWEN3_0_6B,
@@ -196,7 +197,7 @@ def test_model_too_big_for_the_device() -> None:
 def test_trace_file_round_trips_exactly(root: Path) -> None:
     write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
     inputs = prepare(stage(root))
-    path = write_trace(root / "trace.csv", inputs)
+    path = write_trace(root / "trace.csv", inputs, inputs.scheduler_arrival_s())
     back = pd.read_csv(path)
     assert list(back.columns) == list(plan.TRACE_COLUMNS)
     assert (back["Date"] == plan.TRACE_DATE).all()
@@ -204,3 +205,19 @@ def test_trace_file_round_trips_exactly(root: Path) -> None:
     assert back["CompletionTokenCount"].tolist() == DECODE
     assert back["Time"].tolist() == ARRIVALS  # bit-exact floats
     assert math.isclose(back["Time"].iloc[1], 0.1234567891234, rel_tol=0, abs_tol=0)
+
+
+def test_the_front_end_delays_arrivals_at_the_scheduler_in_order(root: Path) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    assert inputs.frontend is None  # a bundle without a calibration: no front end
+    assert inputs.scheduler_arrival_s().tolist() == ARRIVALS
+    front = replace(
+        inputs, frontend=FrontEnd(input_ms=2.0, output_ms=1.0, input_per_running_ms=100.0)
+    )
+    running = np.zeros(len(ARRIVALS))
+    running[0] = 3  # the first request waits 302 ms: the ones sent after it cannot overtake it
+    reached = front.scheduler_arrival_s(running)
+    assert reached[0] == pytest.approx(ARRIVALS[0] + 0.302)
+    assert np.all(np.diff(reached) >= 0)
+    assert reached[-1] == pytest.approx(max(ARRIVALS[-1] + 0.002, reached[0]))
