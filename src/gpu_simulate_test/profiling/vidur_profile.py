@@ -315,6 +315,7 @@ def calibrate_engine(
             )
             cores = load.stop()
         info["foreign_cores"] = round(cores, 3)
+        info["steal_cores"] = round(load.steal_cores, 3)
         info["attempts"] = attempt + 1
         if best is None or cores < best[0]:
             best = (cores, rows, info)
