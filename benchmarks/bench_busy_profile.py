@@ -44,7 +44,8 @@ STATS = ("p50", "p90")
 @contextlib.contextmanager
 def competitor(seconds: float) -> Iterator[int]:
     """A CPU-bound process that is not this one's child (the shell that starts it exits), bounded
-    by ``timeout`` and killed on the way out."""
+    by ``timeout`` and stopped on the way out. The pid is ``timeout``'s: SIGTERM to it reaches
+    the spinning child too (SIGKILL would leave the child spinning, orphaned)."""
     spin = f"timeout {max(1, int(seconds))} '{sys.executable}' -c 'while True: pass'"
     out = subprocess.run(
         ["sh", "-c", f"{spin} >/dev/null 2>&1 & echo $!"],
@@ -57,7 +58,7 @@ def competitor(seconds: float) -> Iterator[int]:
         yield pid
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGTERM)
 
 
 def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path, float]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from benchmarks.bench_busy_profile import competitor as spinning
 
 from gpu_simulate_test.profiling.busy import (
     FOREIGN_CORES_LIMIT,
@@ -21,17 +21,10 @@ from gpu_simulate_test.profiling.busy import (
 
 @pytest.fixture
 def competitor():
-    """A CPU-bound process that is not ours (its parent exits: it is nobody's child here)."""
-    out = subprocess.run(
-        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(out.stdout.strip())
-    time.sleep(0.2)
-    yield pid
-    os.kill(pid, signal.SIGKILL)
+    """A CPU-bound process that is not ours (the benchmark's: its parent shell exits)."""
+    with spinning(60) as pid:
+        time.sleep(0.2)
+        yield pid
 
 
 def test_a_cpu_bound_stranger_is_seen(competitor: int) -> None:

@@ -147,11 +147,25 @@ def test_normalize_adds_the_front_end_to_ttft_and_e2e_not_tpot() -> None:
             "decode_time_execution_plus_preemption_normalized": [0.01],
         }
     )
-    front = FrontEnd(input_ms=4.0, output_ms=1.0)
     plain = vidur_metrics.normalize(rows, np.array([8]), np.array([4]), np.array([0.0]))
+    # 6 ms on the way in, 1 ms on the way out
     shifted = vidur_metrics.normalize(
-        rows, np.array([8]), np.array([4]), np.array([0.0]), front, np.array([0.006])
+        rows, np.array([8]), np.array([4]), np.array([0.0]), np.array([0.006 + 0.001])
     )
     assert shifted["ttft_s"].iloc[0] == pytest.approx(plain["ttft_s"].iloc[0] + 0.007)
     assert shifted["e2e_s"].iloc[0] == pytest.approx(plain["e2e_s"].iloc[0] + 0.007)
     assert shifted["tpot_s"].iloc[0] == pytest.approx(plain["tpot_s"].iloc[0])
+
+
+def test_running_at_send_counts_as_a_scan_of_every_request_would() -> None:
+    rng = np.random.default_rng(7)
+    sent = np.sort(rng.uniform(0, 10, 300))
+    reached = np.maximum.accumulate(sent + rng.uniform(0, 0.05, 300))
+    e2e = rng.uniform(0.01, 2.0, 300)
+    raw = pd.DataFrame({"Request Id": np.arange(300)[::-1], "request_e2e_time": e2e[::-1]})
+    done = reached + e2e
+    scan = [
+        sum(1 for j in range(300) if j != i and reached[j] <= t < done[j])
+        for i, t in enumerate(sent)
+    ]
+    assert running_at_send(sent, reached, raw).tolist() == scan

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -327,6 +327,29 @@ def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any]
     }
 
 
+def _windows(
+    experiments: Sequence[Experiment], starts: Sequence[float], steps: pd.DataFrame
+) -> Iterator[tuple[int, Experiment, np.ndarray]]:
+    """``(i, experiment, rows)`` for every experiment run: the positions in ``steps`` of the
+    steps of exactly its composition, logged in its window (its start to the next one's).
+
+    decode: the steps that decoded exactly the batch and nothing else; prefill: the prompt on its
+    own; mixed: the prompt next to the decoders."""
+    times = steps["time_s"].to_numpy(dtype=float)
+    prompt = steps["num_prefill_tokens"].to_numpy()
+    decoding = steps["num_decode_requests"].to_numpy()
+    bounds = [*starts[1:], float("inf")]
+    for i, (exp, lo, hi) in enumerate(zip(experiments, starts, bounds, strict=True)):
+        inside = (times >= lo) & (times < hi)
+        if exp.phase == "decode":
+            chosen = (prompt == 0) & (decoding == exp.batch_size)
+        elif exp.phase == "prefill":
+            chosen = (prompt == exp.prompt_tokens) & (decoding == 0)
+        else:
+            chosen = (prompt == exp.prompt_tokens) & (decoding == exp.batch_size)
+        yield i, exp, np.flatnonzero(inside & chosen)
+
+
 def step_log_samples(
     experiments: Sequence[Experiment],
     starts: Sequence[float],
@@ -335,30 +358,16 @@ def step_log_samples(
     """Every step's full cost (seconds) per distinct experiment, from the engine's own log.
 
     ``starts`` are the experiments' submit times and ``steps`` the logged steps (``time_s``),
-    both in seconds from the recorder's origin; a step belongs to the experiment whose window
-    (its start to the next one's) it was logged in. decode: the steps that decoded exactly the
-    batch and nothing else; prefill: the step that computed the prompt (on an idle engine: its
-    own time plus the engine loop's median); mixed: the step with the prompt next to the
-    decoders.
+    both in seconds from the recorder's origin; each experiment's steps are those of
+    :func:`_windows` (a prefill on an idle engine costs its own time plus the engine loop's
+    median).
     """
-    cost, _ = step_cost_ms(steps)
-    times = steps["time_s"].to_numpy(dtype=float)
-    bounds = [*starts[1:], float("inf")]
+    cost = step_cost_ms(steps)[0].to_numpy(dtype=float)
     samples: dict[Experiment, list[float]] = {}
-    for exp, lo, hi in zip(experiments, starts, bounds, strict=True):
-        inside = (times >= lo) & (times < hi)
-        win = steps[inside]
-        prompt = win["num_prefill_tokens"]
-        if exp.phase == "decode":
-            chosen = (prompt == 0) & (win["num_decode_requests"] == exp.batch_size)
-        elif exp.phase == "prefill":
-            chosen = (prompt == exp.prompt_tokens) & (win["num_decode_requests"] == 0)
-        else:
-            chosen = (prompt == exp.prompt_tokens) & (win["num_decode_requests"] == exp.batch_size)
-        picked = cost[inside][chosen.to_numpy()]
+    for _, exp, rows in _windows(experiments, starts, steps):
         if exp.phase != "decode":
-            picked = picked.iloc[:1]  # the prompt's one step (a repeat is another experiment)
-        samples.setdefault(exp, []).extend((picked / 1000.0).tolist())
+            rows = rows[:1]  # the prompt's one step (a repeat is another experiment)
+        samples.setdefault(exp, []).extend((cost[rows] / 1000.0).tolist())
     return {exp: t for exp, t in samples.items() if t}
 
 
@@ -402,23 +411,16 @@ def frontend_latency(
     _, loop = step_cost_ms(steps)
     times = steps["time_s"].to_numpy(dtype=float)
     starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
-    bounds = [*starts[1:], float("inf")]
     inputs: dict[int, list[float]] = {}
     totals: list[float] = []
-    for exp, group, lo, hi in zip(experiments, groups, starts, bounds, strict=True):
+    for i, exp, rows in _windows(experiments, starts, steps):
         if exp.phase == "decode":
             continue
         running = exp.batch_size if exp.phase == "mixed" else 0
-        chosen = np.flatnonzero(
-            (times >= lo)
-            & (times < hi)
-            & (steps["num_prefill_tokens"].to_numpy() == exp.prompt_tokens)
-            & (steps["num_decode_requests"].to_numpy() == running)
-        )
-        rec = recorder.records[group[-1].request_id]  # the prompt (a mixed one's newcomer)
-        if not chosen.size or rec.arrival_s is None or not rec.event_times_s:
+        rec = recorder.records[groups[i][-1].request_id]  # the prompt (a mixed one's newcomer)
+        if not rows.size or rec.arrival_s is None or not rec.event_times_s:
             continue
-        k = int(chosen[0])
+        k = int(rows[0])
         sent, start = rec.arrival_s, float(starts_at[k])
         if running == 0:
             inputs.setdefault(0, []).append(1000.0 * (start - sent))

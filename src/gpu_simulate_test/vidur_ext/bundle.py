@@ -241,19 +241,24 @@ def check_grid_rows(
     grid = meta.get("grid")
     if not isinstance(grid, Mapping):
         return
+    from gpu_simulate_test.profiling.grid import ProfileGrid  # the profiler's own shapes
+
     try:
-        tokens: set[tuple[int, ...]] = {(int(t),) for t in grid["num_tokens"]}
-        kv = [int(k) for k in grid["kv_cache_sizes"]]
-        decode = {(int(b), k, 0) for b in grid["batch_sizes"] for k in kv}
-        prefill = {(1, k, int(c)) for c in grid["prefill_chunks"] for k in kv}
+        shapes = ProfileGrid(
+            **{
+                name: tuple(int(v) for v in grid[name])
+                for name in ("num_tokens", "batch_sizes", "prefill_chunks", "kv_cache_sizes")
+            }
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactError(f"{path / layout.BUNDLE_META}: bad 'grid' ({exc})") from exc
-    _missing(path / layout.MLP_PROFILE, mlp, ["num_tokens"], tokens)
+    _missing(path / layout.MLP_PROFILE, mlp, ["num_tokens"], {(t,) for t in shapes.num_tokens})
     _missing(
         path / layout.ATTENTION_PROFILE,
         attention,
         ["batch_size", "kv_cache_size", "prefill_chunk_size"],
-        decode | prefill,
+        {(b, kv, 0) for b, kv in shapes.decode_shapes}
+        | {(1, kv, c) for c, kv in shapes.prefill_shapes},
     )
 
 

@@ -16,15 +16,12 @@ arrival gap. Metric conventions are the real bench's (``vllm bench serve``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.io.artifacts import ArtifactError
-
-if TYPE_CHECKING:
-    from gpu_simulate_test.vidur_ext.overhead import FrontEnd
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
 VIDUR_ID = "Request Id"
@@ -115,19 +112,16 @@ def normalize(
     prefill: np.ndarray,
     decode: np.ndarray,
     arrival_time_s: np.ndarray,
-    frontend: FrontEnd | None = None,
-    input_delay_s: np.ndarray | None = None,
+    frontend_delay_s: float | np.ndarray = 0.0,
 ) -> pd.DataFrame:
     """REQUEST_METRICS columns, then :data:`EXTRA_COLUMNS`, from checked Vidur rows.
 
-    With ``frontend``, Vidur's requests reached the scheduler ``input_delay_s`` after they were
-    sent (``arrival_time_s``) and each token reaches the client ``output_ms`` after its batch:
-    both are added to TTFT and E2E (TPOT, a difference of token times, is unchanged)."""
+    ``frontend_delay_s`` (per request, or one for all) is the front end's share of a request's
+    latency the simulation did not see: its way from the send (``arrival_time_s``) to the
+    scheduler plus its tokens' way back to the client. It is added to TTFT and E2E (TPOT, a
+    difference of token times, is unchanged)."""
     arrival = np.asarray(arrival_time_s, dtype=float)
-    around: float | np.ndarray = 0.0
-    if frontend is not None:
-        delay = input_delay_s if input_delay_s is not None else frontend.input_ms / 1000.0
-        around = np.asarray(delay, dtype=float) + frontend.output_ms / 1000.0
+    around = np.asarray(frontend_delay_s, dtype=float)
     ttft = rows["prefill_e2e_time"].to_numpy(dtype=float) + around
     e2e = rows["request_e2e_time"].to_numpy(dtype=float) + around
     decode = np.asarray(decode, dtype=np.int64)
