@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hydra import compose, initialize_config_dir
 
-from benchmarks.fidelity import compose_config, one_server
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.fidelity.stage import one_server, scheduler_needs
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.pipeline.run import profile_config, simulation_vidur, stage_configs
@@ -64,7 +67,6 @@ def competitor(seconds: float) -> Iterator[int]:
 def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path, float]:
     """The pipeline's profile (per-op and engine calibration) into ``root``; its bundle and
     the wall time."""
-    from benchmarks.fidelity import scheduler_needs
     from gpu_simulate_test.profiling.vidur_profile import run as profile_run
 
     cfg = dataclasses.replace(cfg, profiling_root=str(root))
@@ -78,7 +80,6 @@ def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path
 
 def simulate(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> dict[str, Any]:
     """Simulate the workload with the bundle under ``root``; the summary's percentiles (s)."""
-    from benchmarks.fidelity import scheduler_needs
     from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
 
     scheduler, _ = scheduler_needs(cfg, workload_dir)
@@ -106,13 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where the runs go (default: a temp dir)")
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-busy-"))
-    overrides = [f"output.root={out}", "progress=false"]
-    with one_server(overrides, "bench-busy") as served:
-        cfg, resolved = compose_config([*overrides, *served])
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        composed = compose("pipeline", overrides=[f"output.root={out}", "progress=false"])
+    log_dir = out / "server"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with one_server(to_typed(composed, PipelineStageConfig), log_dir) as cfg:
         from gpu_simulate_test.workloads.build import run as workload_run
 
         workload_cfg, _ = stage_configs(cfg, "busy-bench")
-        workload_dir = workload_run(workload_cfg, resolved)
+        workload_dir = workload_run(workload_cfg, dataclasses.asdict(workload_cfg))
         console.rule("[bold]profile on a quiet machine")
         quiet, quiet_s = profile(cfg, workload_dir, out / "quiet", "quiet")
         console.rule(f"[bold]profile beside a CPU-bound process ({args.busy_s:g} s at most)")

@@ -5,9 +5,9 @@
 # Simulation and comparison run elsewhere from the returned run directories (profile once on the
 # GPU, simulate anywhere). Wheels the GPU image lacks can be carried in .whl/ (see docs/gpu.md).
 # Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
-# on a few decode steps) and "fidelity" (benchmarks/fidelity.py --phase real, the GPU half).
+# on a few decode steps) and "fidelity" (the fidelity stage's real phase, the GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
-# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_PRESET, STEP_TIMEOUT_S;
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, STEP_TIMEOUT_S;
 # results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
 MODEL=${MODEL:-qwen3_0_6b}
@@ -19,7 +19,7 @@ OUT=${OUT:-tmp/gpu_out}
 TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
 FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
-FIDELITY_PRESET=${FIDELITY_PRESET:-gpu_0_6b}
+FIDELITY_EXPERIMENT=${FIDELITY_EXPERIMENT:-fidelity_qwen3_0_6b_h100}
 STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-530}  # one device call runs at most 600 s, set-up included
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
@@ -72,9 +72,13 @@ if want deep_profile; then
 fi
 
 if want fidelity; then
-  step fidelity python3 -m benchmarks.fidelity --preset "$FIDELITY_PRESET" --backend "$FIDELITY_BACKEND" \
-    --phase real --out "$OUT/fid"
-  tar czf "$OUT/fid.tgz" -C "$OUT" fid 2>/dev/null && rm -rf "$OUT/fid"
+  # the run directory is self-contained (runs/, profiles/, the manifest); here:
+  #   tar xzf fid.tgz -C tmp/fid_gpu && python -m gpu_simulate_test.cli.fidelity \
+  #     fidelity.phase=sim fidelity.real_from=tmp/fid_gpu/fidelity/$TAG-fid
+  step fidelity python3 -m gpu_simulate_test.cli.fidelity +experiment="$FIDELITY_EXPERIMENT" \
+    backend="$FIDELITY_BACKEND" fidelity.phase=real output.root="$OUT/fid" \
+    output.run_id="$TAG-fid" progress=false
+  tar czf "$OUT/fid.tgz" -C "$OUT/fid" fidelity 2>/dev/null && rm -rf "$OUT/fid"
 fi
 echo "---- summary ----"
 cat "$OUT/steps.txt"

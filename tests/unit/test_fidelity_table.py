@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.analysis import fidelity as fid
+from gpu_simulate_test.fidelity import tables as fid
 
 
 def test_burst_capacity_is_completions_over_the_span() -> None:

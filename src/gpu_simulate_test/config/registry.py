@@ -11,6 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
+from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
@@ -29,6 +30,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "compare": CompareStageConfig,
     "pipeline": PipelineStageConfig,
     "deep_profile": DeepProfileStageConfig,
+    "fidelity": FidelityStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

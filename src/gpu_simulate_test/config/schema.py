@@ -14,7 +14,7 @@ from typing import Literal
 from omegaconf import MISSING
 
 RunType = Literal[
-    "real", "vidur", "compare", "vidur_profile", "deep_profile", "workload", "pipeline"
+    "real", "vidur", "compare", "vidur_profile", "deep_profile", "workload", "pipeline", "fidelity"
 ]
 RUN_TYPES: tuple[str, ...] = (
     "real",
@@ -24,6 +24,7 @@ RUN_TYPES: tuple[str, ...] = (
     "deep_profile",
     "workload",
     "pipeline",
+    "fidelity",
 )
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")

@@ -13,6 +13,7 @@ STAGES: tuple[str, ...] = (
     "compare",
     "deep_profile",
     "pipeline",
+    "fidelity",
 )
 
 RUN_META = "run_meta.json"

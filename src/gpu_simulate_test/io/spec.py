@@ -42,12 +42,34 @@ their own keys (the workload stage: `workload_id`, `num_requests`).
 `total_decode_tokens`, `max_total_tokens`, and min/mean/p50/p90/p99/max of `num_prefill_tokens`
 and `num_decode_tokens`); for traces also `trace_file`, `trace_rows`, `clipped_requests`,
 `arrivals_from`, `rescaled_to_qps`.
+
+### `fidelity.json` (fidelity stage, schema {{fidelity_version}})
+
+`schema_version`, `name` (the run id), `phase`, `partial` (true when the real phase stopped
+part-way or a load was not sustained: the table is not the whole campaign), `notes` (why it is
+partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (python, torch,
+cuda, transformers, vidur, vllm), `requests_per_load`, `real_runs_per_load`, `load_fractions`,
+`wall_time_s`, `error_convention`, `capacity_rule`, `capacity` (per backend: `probe_requests`,
+`probe_ok`, `probe_run`, `capacity_qps`, `output_tokens_per_s`, and `loads`: `load_fraction`,
+`offered_qps`, `realized_qps`, `completion_ratio`, `sustained`, `compare_run`, `steps`), `rows`
+(the `fidelity` table's rows), `largest_abs_error` (`abs_error_pct` and where),
+`largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`, `median_abs_error_pct`,
+`within_5pct`, `within_10pct`), and with repeated real runs `noise_spread_by_backend`.
+
+### `fidelity-manifest.json` (fidelity stage, real phase, version {{manifest_version}})
+
+`manifest_version`, `name`, `command`, the device fields of `fidelity.json`, `requests_per_load`,
+`load_fractions`, `wall_time_s`, `complete` (false until the last load ran), `backends` (per
+backend: `config`, the pipeline config the loads were built from; `profiling_root`; `capacity`;
+`loads` with `run_id`, `workload_dir`, `real_dir`, `repeat_dirs`, `scheduler` and, for a load with
+its own bundle, `profiling_root`; every path relative to the run directory).
 """
 
 
 def declared_tables() -> tuple[TableSchema, ...]:
     """Every declared table: the shared ones here and those each stage declares beside its code."""
     from gpu_simulate_test.analysis import schemas as compare_tables
+    from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
     from gpu_simulate_test.profiling.deep_profile import files as deep_profile_tables
     from gpu_simulate_test.real_bench.telemetry import TELEMETRY
     from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
@@ -66,6 +88,8 @@ def declared_tables() -> tuple[TableSchema, ...]:
         deep_profile_tables.STEP_TIMINGS,
         deep_profile_tables.STEP_COSTS,
         deep_profile_tables.LAYER_OPS,
+        FIDELITY_TABLE,
+        FIDELITY_TABLE_WITH_REPORT,
     )
 
 
@@ -93,7 +117,14 @@ def render() -> str:
                 f"| `{col.name}` | {col.dtype} | {col.unit} | {'yes' if col.nullable else 'no'} "
                 f"| {minimum} | {meaning} |\n"
             )
-    parts.append(JSON_ARTIFACTS)
+    from gpu_simulate_test.fidelity.contract import FIDELITY_SCHEMA_VERSION
+    from gpu_simulate_test.fidelity.manifest import MANIFEST_VERSION
+
+    parts.append(
+        JSON_ARTIFACTS.format(
+            fidelity_version=FIDELITY_SCHEMA_VERSION, manifest_version=MANIFEST_VERSION
+        )
+    )
     return "".join(parts)
 
 

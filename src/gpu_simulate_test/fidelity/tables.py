@@ -1,6 +1,5 @@
-"""Fidelity harness math: capacity from a burst probe, the load levels, the fidelity table and
-its largest absolute error, and the manifest of a split run (``--phase real`` on the GPU machine
-writes it next to its runs, ``--phase sim --from`` reads it); ``benchmarks/fidelity.py`` runs.
+"""The fidelity stage's math: capacity from a burst probe, the load levels, the fidelity table,
+its largest absolute error and noise floor, and the report (:mod:`.stage` runs the campaign).
 
 Capacity rule: an all-at-once burst of requests of the fixed length mix is replayed for real;
 **capacity = completed requests / (last completion − first arrival)**, the engine's completion
@@ -11,17 +10,12 @@ over the run: the completion rate (over the span of completions) is at least
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-
-from gpu_simulate_test.io.artifacts import write_json
 
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 """Light, ~50% and ~85% of the measured capacity."""
@@ -247,8 +241,8 @@ def fidelity_json(
     capacity: Mapping[str, Mapping[str, Any]],
     table: pd.DataFrame,
 ) -> dict[str, Any]:
-    """``<name>-fidelity.json``: setup, capacity per backend, every row, the largest error
-    overall and per backend (percent)."""
+    """``fidelity.json``: setup, capacity per backend, every row, the largest error overall and
+    per backend (percent)."""
     rows = [
         {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in rec.items()}
         for rec in table.to_dict("records")
@@ -356,10 +350,19 @@ def markdown(
     table: pd.DataFrame,
     plots: Mapping[str, str],
 ) -> str:
-    """``<name>-fidelity.md``: setup, capacity, the table (metric × percentile × load) and the
-    largest absolute error."""
+    """``report.md``: setup, capacity, the table (metric × percentile × load) and the largest
+    absolute error; a partial report says so first."""
     lines = [f"# Fidelity: {name}", ""]
-    lines += [f"- {key}: {value}" for key, value in setup.items() if not isinstance(value, dict)]
+    if setup.get("partial"):
+        lines += [
+            "**Partial report**: " + "; ".join(setup.get("notes") or ["see the loads"]) + ".",
+            "",
+        ]
+    lines += [
+        f"- {key}: {value}"
+        for key, value in setup.items()
+        if not isinstance(value, dict | list) and key not in ("partial", "schema_version")
+    ]
     for key, value in setup.items():
         if isinstance(value, dict):
             lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
@@ -374,9 +377,11 @@ def markdown(
         "| --- | --- | --- | --- |",
     ]
     for backend, cap in capacity.items():
+        tokens = cap.get("output_tokens_per_s")
+        probe = cap["probe_requests"] or "none (capacity given)"
         lines.append(
-            f"| {backend} | {cap['probe_requests']} | {cap['capacity_qps']:.3g} | "
-            f"{cap['output_tokens_per_s']:.1f} |"
+            f"| {backend} | {probe} | {cap['capacity_qps']:.4g} | "
+            f"{'–' if tokens is None else f'{tokens:.1f}'} |"
         )
     lines += ["", "## Loads", "", "| backend | load | offered (req/s) | completion / arrival |"]
     lines += ["| --- | --- | --- | --- |"]
@@ -442,147 +447,3 @@ def markdown(
     lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
     lines.append("")
     return "\n".join(lines)
-
-
-MANIFEST_FILE = "fidelity-manifest.json"
-"""Written by ``--phase real`` at the root of its output, read by ``--phase sim --from``."""
-MANIFEST_VERSION = 1
-
-
-@dataclass(frozen=True)
-class PlannedLoad:
-    """One load of the split run: where its real runs are (relative to the manifest's root)."""
-
-    backend: str
-    index: int
-    load_fraction: float
-    offered_qps: float
-    run_id: str
-    workload_dir: str
-    real_dir: str
-    scheduler: Mapping[str, Any]
-    """Vidur scheduler knobs derived from the backend at profile time (re-derived and checked
-    by the sim phase)."""
-    repeat_dirs: tuple[str, ...] = ()
-    """The real bench run again on the same workload (the noise floor), if asked for."""
-    profiling_root: str = ""
-    """This load's own bundle root (``--calibrate-each-load``); empty: the backend's."""
-
-
-def _relative(path: str | Path, root: Path) -> str:
-    rel = Path(path).resolve().relative_to(root.resolve())
-    return rel.as_posix()
-
-
-def make_manifest(
-    root: str | Path,
-    *,
-    preset: str,
-    name: str,
-    command: str,
-    environment: Mapping[str, Any],
-    requests_per_load: int,
-    wall_time_s: float,
-    backends: Mapping[str, Mapping[str, Any]],
-    complete: bool = True,
-) -> dict[str, Any]:
-    """The real phase's manifest (``complete``: every load of every backend ran; a real phase
-    writes an incomplete one after each load, so one stopped part-way still leaves the loads it
-    measured). ``backends[b]`` holds ``overrides`` (the Hydra overrides that
-    compose the backend's config, without output or profiling roots), ``profiling_root``,
-    ``capacity`` (with ``probe_run``) and ``loads`` (``load_fraction``, ``offered_qps``,
-    ``run_id``, ``workload_dir``, ``real_dir``, ``scheduler``, and ``profiling_root`` when the
-    load has its own bundle); every path is made relative to
-    ``root`` (it must lie under it), so the directory can be moved."""
-    root = Path(root)
-    out: dict[str, Any] = {}
-    for backend, rec in backends.items():
-        capacity = dict(rec["capacity"])
-        capacity["probe_run"] = _relative(capacity["probe_run"], root)
-        out[backend] = {
-            "overrides": list(rec["overrides"]),
-            "profiling_root": _relative(rec["profiling_root"], root),
-            "capacity": capacity,
-            "loads": [
-                {
-                    **dict(load),
-                    "workload_dir": _relative(load["workload_dir"], root),
-                    "real_dir": _relative(load["real_dir"], root),
-                    "repeat_dirs": [_relative(d, root) for d in load.get("repeat_dirs", ())],
-                    "scheduler": dict(load["scheduler"]),
-                    **(
-                        {"profiling_root": _relative(load["profiling_root"], root)}
-                        if load.get("profiling_root")
-                        else {}
-                    ),
-                }
-                for load in rec["loads"]
-            ],
-        }
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "preset": preset,
-        "name": name,
-        "command": command,
-        **dict(environment),
-        "requests_per_load": requests_per_load,
-        "wall_time_s": wall_time_s,
-        "complete": complete,
-        "backends": out,
-    }
-
-
-def write_manifest(root: str | Path, manifest: Mapping[str, Any]) -> Path:
-    """Write the manifest atomically (a killed real phase leaves none, not half of one)."""
-    return write_json(Path(root) / MANIFEST_FILE, manifest)
-
-
-def read_manifest(root: str | Path) -> dict[str, Any]:
-    """The manifest under ``root``; ValueError when it is missing keys, of another version, or
-    its loads are not the load levels of its capacity."""
-    path = Path(root) / MANIFEST_FILE
-    if not path.is_file():
-        raise ValueError(f"no {MANIFEST_FILE} in {root} (write it with --phase real)")
-    manifest = json.loads(path.read_text())
-    if manifest.get("manifest_version") != MANIFEST_VERSION:
-        raise ValueError(f"{path}: manifest_version {manifest.get('manifest_version')!r}")
-    for key in ("preset", "name", "backends", "requests_per_load"):
-        if key not in manifest:
-            raise ValueError(f"{path}: no {key!r}")
-    complete = manifest.get("complete", True)
-    for backend, rec in manifest["backends"].items():
-        want = load_levels(float(rec["capacity"]["capacity_qps"]))
-        got = [(float(x["load_fraction"]), float(x["offered_qps"])) for x in rec["loads"]]
-        if got != want[: len(got)] or (complete and len(got) != len(want)):
-            what = "the levels" if complete else "the first of the levels"
-            raise ValueError(f"{path}: {backend} loads {got} are not {what} {want}")
-    return dict(manifest)
-
-
-def missing_loads(manifest: Mapping[str, Any]) -> dict[str, int]:
-    """Per backend, how many load levels an incomplete real phase did not run."""
-    left = {
-        str(backend): len(load_levels(float(rec["capacity"]["capacity_qps"]))) - len(rec["loads"])
-        for backend, rec in manifest["backends"].items()
-    }
-    return {backend: n for backend, n in left.items() if n > 0}
-
-
-def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
-    """Every backend's loads, in the manifest's order."""
-    return [
-        PlannedLoad(
-            backend=str(backend),
-            index=index,
-            load_fraction=float(load["load_fraction"]),
-            offered_qps=float(load["offered_qps"]),
-            run_id=str(load["run_id"]),
-            workload_dir=str(load["workload_dir"]),
-            real_dir=str(load["real_dir"]),
-            scheduler=dict(load["scheduler"]),
-            repeat_dirs=tuple(str(d) for d in load.get("repeat_dirs", ())),
-            profiling_root=str(load.get("profiling_root", "")),
-        )
-        for backend, rec in manifest["backends"].items()
-        for index, load in enumerate(rec["loads"])
-    ]

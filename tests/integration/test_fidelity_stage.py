@@ -1,0 +1,86 @@
+"""The fidelity stage through its CLI, split as on a GPU machine: the real phase, its run
+directory moved (as a tarball would be), then the sim phase and its report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.fidelity import contract
+from gpu_simulate_test.io.artifacts import read_csv
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TINY = (
+    "+experiment=fidelity_cpu_tiny",  # transformers' continuous batching, one torch thread
+    "backend.max_requests_per_batch=4",
+    "fidelity.probe_requests=8",
+    "fidelity.num_requests=6",
+    "fidelity.loads=[0.3,0.7]",
+    "fidelity.real_repeats=2",
+    "workload.output_len.max=6",
+    "num_warmup_requests=1",
+)
+
+
+def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
+    gpu, here = tmp_path / "gpu", tmp_path / "here"
+    gpu.mkdir()
+    here.mkdir()
+    run_cli("fidelity", *TINY, "fidelity.phase=real", "output.run_id=real", cwd=gpu)
+    real = gpu / "tmp" / "fidelity" / "real"
+    assert json.loads((real / "run_meta.json").read_text())["status"] == "complete"
+    assert not (real / contract.FIDELITY_JSON).exists()  # the real phase reports nothing
+    manifest = json.loads((real / contract.MANIFEST_FILE).read_text())
+    assert manifest["complete"] is True
+    rec = manifest["backends"]["hf_cb"]
+    assert rec["capacity"]["probe_requests"] == 8 and rec["capacity"]["capacity_qps"] > 0
+    assert rec["profiling_root"] == "profiles"  # its bundle travels with it
+    assert [load["real_dir"] for load in rec["loads"]] == [
+        "runs/real_bench/hf_cb-load0",
+        "runs/real_bench/hf_cb-load1",
+    ]
+    assert rec["loads"][0]["repeat_dirs"] == ["runs/real_bench/hf_cb-load0-r2"]
+
+    moved = here / "from_gpu"
+    shutil.move(real, moved)  # paths in the manifest are relative: it still reads
+    proc = run_cli(
+        "fidelity", "fidelity.phase=sim", f"fidelity.real_from={moved}", "output.run_id=sim",
+        cwd=here,
+    )  # fmt: skip
+    sim = here / "tmp" / "fidelity" / "sim"
+    data = json.loads((sim / contract.FIDELITY_JSON).read_text())
+    assert data["schema_version"] == contract.FIDELITY_SCHEMA_VERSION
+    assert data["phase"] == "sim" and data["real_from"] == str(moved)
+    assert data["device"].startswith("CPU") and data["versions"]["vidur"] == "0.0.26"
+    assert len(data["rows"]) == 2 * 3 * 2  # loads × (ttft, tpot, e2e) × (p50, p90)
+    table = read_csv(sim / contract.FIDELITY_CSV, contract.FIDELITY_TABLE)
+    assert table["noise"].notna().all()  # the real side ran twice per load
+    # a 6-request run's simulation is within a loose bound of the truth
+    assert data["largest_abs_error"]["abs_error_pct"] < 100
+    assert (sim / contract.plot_name("hf_cb")).stat().st_size > 20_000
+    report = (sim / contract.REPORT_MD).read_text()
+    assert "## Table (ms)" in report and "real vs real" in report
+    assert (sim / "runs" / "compare" / "hf_cb-load1" / "summary.md").is_file()
+    sim_meta = json.loads(
+        (sim / "runs" / "vidur_simulate" / "hf_cb-load0" / "run_meta.json").read_text()
+    )
+    assert sim_meta["arrivals_from"] == str(moved / "runs" / "real_bench" / "hf_cb-load0")
+    assert "largest absolute error" in proc.stdout
+
+    # an existing run is never overwritten; a real phase of another run is not a manifest
+    again = run_cli(
+        "fidelity", "fidelity.phase=sim", f"fidelity.real_from={moved}", "output.run_id=sim",
+        cwd=here, check=False,
+    )  # fmt: skip
+    assert again.returncode == 2 and "already exists" in again.stdout
+    wrong = run_cli(
+        "fidelity", "fidelity.phase=sim", f"fidelity.real_from={sim / 'runs'}",
+        "output.run_id=sim2", cwd=here, check=False,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "no fidelity-manifest.json" in wrong.stdout
+    assert not (here / "tmp" / "fidelity" / "sim2").exists()
