@@ -192,7 +192,7 @@ def test_phase_real_writes_the_manifest_after_every_load(
     calls: list[int] = []
 
     def one_load_then_ctrl_c(cfg: Any, opts: Any, index: int, fraction: float, qps: float,
-                             needs: Any) -> tuple[dict[str, Any], Any]:  # fmt: skip
+                             needs: Any, *_: Any) -> tuple[dict[str, Any], Any]:  # fmt: skip
         calls.append(index)
         if index == 1:
             raise KeyboardInterrupt

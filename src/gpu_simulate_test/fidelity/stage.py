@@ -270,8 +270,9 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
     base = cfg.pipeline()
     base = dataclasses.replace(base, output=OutputConfig(root=str(r.file(contract.RUNS_DIR))))
     backend = base.backend.name
-    # phase=real brings its bundle back with the run; phase=all reuses the shared bundles
-    own_profiles = opts.phase == "real" or opts.calibrate_each_load
+    # phase=real brings its bundle back with the run, and so does a campaign that calibrates
+    # afresh (reuse_profile=false, the stage's default); otherwise the shared bundles are reused
+    own_profiles = opts.phase == "real" or opts.calibrate_each_load or not base.reuse_profile
     profiling_root = r.file(contract.PROFILES_DIR) if own_profiles else Path(base.profiling_root)
     base = dataclasses.replace(base, profiling_root=str(profiling_root))
     loads: list[dict[str, Any]] = []
@@ -316,10 +317,11 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
         levels = fid.load_levels(capacity, opts.loads)  # before the first load: a bad capacity
         save(complete=False)
         needs: plan.Requirements | None = None
+        fresh = not base.reuse_profile  # the campaign's first load profiles, later ones reuse it
         for index, (fraction, qps) in enumerate(levels):
             if cfg.progress:
                 console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s (real)")
-            load, needs = real_load(cfg_, opts, index, fraction, qps, needs)
+            load, needs = real_load(cfg_, opts, index, fraction, qps, needs, fresh and index == 0)
             loads.append(load)
             save(complete=False)
     save(complete=True)
@@ -333,10 +335,12 @@ def real_load(
     fraction: float,
     qps: float,
     needs: plan.Requirements | None,
+    fresh: bool = False,
 ) -> tuple[dict[str, Any], plan.Requirements]:
-    """One load's workload, profile (when the bundle does not cover every load so far, or
-    with ``calibrate_each_load``: into ``<profiling_root>/load<index>``, right before the real
-    run) and real runs; returns its manifest record and the widest requirements so far."""
+    """One load's workload, profile (when ``fresh``, when the bundle does not cover every load
+    so far, or with ``calibrate_each_load``: into ``<profiling_root>/load<index>``, right before
+    the real run) and real runs; returns its manifest record and the widest requirements so
+    far."""
     from gpu_simulate_test.profiling.vidur_profile import run as profile_run
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
     from gpu_simulate_test.workloads.build import run as workload_run
@@ -353,6 +357,8 @@ def real_load(
         load_root = Path(load_cfg.profiling_root) / f"load{index}"
         load_cfg = dataclasses.replace(load_cfg, profiling_root=str(load_root))
         misfits = ["fidelity.calibrate_each_load"]
+    elif fresh:
+        misfits = ["reuse_profile=false: the campaign calibrates at its start"]
     else:
         misfits = bundle_misfits(load_cfg, scheduler, needs)
     if misfits:
