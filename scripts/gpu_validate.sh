@@ -7,7 +7,8 @@
 # Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
 # on a few decode steps) and "fidelity" (the fidelity stage's real phase, the GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
-# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, STEP_TIMEOUT_S;
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, FIDELITY_ARGS
+# (more overrides of the fidelity stage, e.g. fidelity.num_requests=24), STEP_TIMEOUT_S;
 # results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
 MODEL=${MODEL:-qwen3_0_6b}
@@ -20,6 +21,7 @@ TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
 FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
 FIDELITY_EXPERIMENT=${FIDELITY_EXPERIMENT:-fidelity_qwen3_0_6b_h100}
+FIDELITY_ARGS=${FIDELITY_ARGS:-}
 STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-530}  # one device call runs at most 600 s, set-up included
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
@@ -75,9 +77,10 @@ if want fidelity; then
   # the run directory is self-contained (runs/, profiles/, the manifest); here:
   #   tar xzf fid.tgz -C tmp/fid_gpu && python -m gpu_simulate_test.cli.fidelity \
   #     fidelity.phase=sim fidelity.real_from=tmp/fid_gpu/fidelity/$TAG-fid
+  # shellcheck disable=SC2086
   step fidelity python3 -m gpu_simulate_test.cli.fidelity +experiment="$FIDELITY_EXPERIMENT" \
     backend="$FIDELITY_BACKEND" fidelity.phase=real output.root="$OUT/fid" \
-    output.run_id="$TAG-fid" progress=false
+    output.run_id="$TAG-fid" progress=false $FIDELITY_ARGS
   tar czf "$OUT/fid.tgz" -C "$OUT/fid" fidelity 2>/dev/null && rm -rf "$OUT/fid"
 fi
 echo "---- summary ----"
