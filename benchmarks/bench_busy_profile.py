@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 from hydra import compose, initialize_config_dir
 
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
+from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.fidelity.stage import one_server, scheduler_needs

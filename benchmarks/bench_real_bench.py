@@ -22,8 +22,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
+from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.real_bench.backends._inprocess import load_model

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT / "tests" / "data" / "fixtures"

@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs, to_typed
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
+from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json

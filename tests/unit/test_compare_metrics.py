@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_simulate_test import latency
 from gpu_simulate_test.analysis import metrics as m
 from gpu_simulate_test.analysis.comparison import compare, discrepancies, join_requests
 from gpu_simulate_test.io.artifacts import ArtifactError
@@ -37,7 +38,7 @@ def test_relative_error_sign_and_absolute() -> None:
 
 
 def test_tpot_excludes_single_token_requests() -> None:
-    tpot = m.tpot_s(np.array([0.1, 0.2, 0.3]), np.array([0.5, 0.2, 0.9]), np.array([5, 1, 3]))
+    tpot = latency.tpot_s(np.array([0.1, 0.2, 0.3]), np.array([0.5, 0.2, 0.9]), np.array([5, 1, 3]))
     assert tpot[0] == pytest.approx(0.1)  # (0.5 - 0.1) / 4
     assert math.isnan(tpot[1])
     assert tpot[2] == pytest.approx(0.3)  # (0.9 - 0.3) / 2

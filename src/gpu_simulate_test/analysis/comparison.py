@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test import latency
 from gpu_simulate_test.analysis import metrics as m
 from gpu_simulate_test.io.artifacts import ArtifactError
 
@@ -137,7 +138,7 @@ def join_requests(
         return m.SideTimes(
             arrival_time_s=_column(frame, "arrival_time_s"),
             ttft_s=ttft,
-            tpot_s=m.tpot_s(ttft, e2e, decode),
+            tpot_s=latency.tpot_s(ttft, e2e, decode),
             e2e_s=e2e,
             scheduling_delay_s=delay,
         )

@@ -151,14 +151,6 @@ def compare_distributions(real: Distribution, sim: Distribution) -> tuple[StatEr
     return tuple(rows)
 
 
-def tpot_s(ttft_s: np.ndarray, e2e_s: np.ndarray, num_output_tokens: np.ndarray) -> np.ndarray:
-    """Per-request TPOT = (E2E − TTFT) / (output tokens − 1); NaN with fewer than 2 tokens."""
-    tokens = np.asarray(num_output_tokens, dtype=float)
-    decode_s = np.asarray(e2e_s, dtype=float) - np.asarray(ttft_s, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(tokens >= 2, decode_s / (tokens - 1), np.nan)
-
-
 def per_request_errors(sim: np.ndarray, real: np.ndarray) -> np.ndarray:
     """Per-request ``sim / real − 1``; NaN where either is undefined or real is 0."""
     s, r = np.asarray(sim, dtype=float), np.asarray(real, dtype=float)

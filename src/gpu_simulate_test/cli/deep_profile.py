@@ -8,8 +8,8 @@ import hydra
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import run_stage
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.profiling.deep_profile.stage import run
 
 register_configs()

@@ -14,9 +14,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli._common import USER_ERRORS, print_error, run_stage
+from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.compare import CompareOptions
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.pipeline.run import run
 from gpu_simulate_test.pipeline.sweep import check_sweep_report_free, write_sweep_report

@@ -1,7 +1,8 @@
 """The shipped config-group files as typed configs, for code that runs without Hydra.
 
-``configs/model/<name>.yaml`` is the one place a model's architecture numbers live; benchmarks,
-tests and the Vidur model registration read them through :func:`model_preset`.
+``gpu_simulate_test/configs/model/<name>.yaml`` (package data) is the one place a model's
+architecture numbers live; benchmarks, tests and the Vidur model registration read them through
+:func:`model_preset`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def preset_names(group: str) -> list[str]:
 
 
 def load_preset(group: str, name: str, schema: type[T]) -> T:
-    """``configs/<group>/<name>.yaml`` validated against ``schema``."""
+    """``gpu_simulate_test/configs/<group>/<name>.yaml`` validated against ``schema``."""
     path = CONFIG_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(

@@ -1,11 +1,14 @@
-"""Register the schemas with Hydra's ConfigStore and turn composed configs into dataclasses."""
+"""The stage schemas, where the shipped YAML lives, and composed configs into dataclasses.
+
+No Hydra here: the CLI layer registers :data:`STAGE_SCHEMAS` with Hydra's ConfigStore
+(:func:`gpu_simulate_test.cli.registry.register_configs`); the library only needs OmegaConf to
+validate a composed or stored config (:func:`to_typed`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -19,8 +22,9 @@ from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulat
 
 T = TypeVar("T")
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
-"""The YAML config groups shipped with the project (``configs/`` at the repository root)."""
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+"""The YAML config groups, shipped inside the package (``gpu_simulate_test/configs/``, package
+data of the wheel), so a stage runs from any directory of any install."""
 
 STAGE_SCHEMAS: dict[str, type] = {
     "workload": WorkloadStageConfig,
@@ -33,13 +37,6 @@ STAGE_SCHEMAS: dict[str, type] = {
     "fidelity": FidelityStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
-
-
-def register_configs() -> None:
-    """Register every stage schema and group schema with Hydra's ConfigStore (idempotent)."""
-    cs = ConfigStore.instance()
-    for stage, schema in STAGE_SCHEMAS.items():
-        cs.store(name=f"{stage}_schema", node=writable_schema(schema))
 
 
 def writable_schema(schema: type) -> DictConfig:

@@ -1,8 +1,9 @@
 """Typed configuration schemas shared by every stage.
 
-YAML files under ``configs/`` choose values; these frozen dataclasses validate them. Checks run in
-``__post_init__``, which Hydra calls when a composed ``DictConfig`` is turned into the dataclass
-(``OmegaConf.to_object``); :func:`gpu_simulate_test.config.compose.to_typed` does that for stages.
+YAML files under ``gpu_simulate_test/configs/`` choose values; these frozen dataclasses validate
+them. Checks run in ``__post_init__``, which OmegaConf calls when a composed ``DictConfig`` is
+turned into the dataclass (``OmegaConf.to_object``);
+:func:`gpu_simulate_test.config.registry.to_typed` does that for stages.
 """
 
 from __future__ import annotations

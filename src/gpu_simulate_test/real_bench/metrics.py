@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.latency import e2e_s, itls_s, tpot_s, ttft_s
 from gpu_simulate_test.real_bench.records import (
     STATUS_CANCELLED,
     STATUS_OK,
@@ -31,26 +32,8 @@ PERCENTILES: tuple[int, ...] = (50, 90, 99)
 NAN = float("nan")
 
 
-def ttft_s(arrival_s: float, first_token_s: float) -> float:
-    """Time to first token, queueing included."""
-    return first_token_s - arrival_s
-
-
-def e2e_s(arrival_s: float, last_token_s: float) -> float:
-    """End-to-end latency: arrival to last output token."""
-    return last_token_s - arrival_s
-
-
-def tpot_s(ttft: float, e2e: float, num_output_tokens: int) -> float:
-    """Time per output token after the first: (e2e − ttft) / (n − 1); NaN when n < 2."""
-    if num_output_tokens < 2:
-        return NAN
-    return (e2e - ttft) / (num_output_tokens - 1)
-
-
-def gaps_s(times_s: Sequence[float]) -> list[float]:
-    """Consecutive differences of a request's event times (its inter-token latencies)."""
-    return [b - a for a, b in itertools.pairwise(times_s)]
+gaps_s = itls_s
+"""A request's inter-token latencies (:func:`gpu_simulate_test.latency.itls_s`)."""
 
 
 def pooled_itls_s(records: Iterable[RequestRecord]) -> list[float]:

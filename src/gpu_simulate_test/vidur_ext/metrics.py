@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.latency import tpot_s
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
 VIDUR_ID = "Request Id"
@@ -125,8 +126,7 @@ def normalize(
     ttft = rows["prefill_e2e_time"].to_numpy(dtype=float) + around
     e2e = rows["request_e2e_time"].to_numpy(dtype=float) + around
     decode = np.asarray(decode, dtype=np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(decode > 1, (e2e - ttft) / (decode - 1), np.nan)
+    tpot = tpot_s(ttft, e2e, decode)
     return pd.DataFrame(
         {
             "request_id": np.arange(len(rows)),

@@ -12,6 +12,7 @@ Qwen3-0.6B, really 128). :func:`patch_head_dim` corrects the replica config afte
 from __future__ import annotations
 
 import dataclasses
+from functools import cache
 from typing import Any
 
 from vidur.config.model_config import BaseModelConfig
@@ -30,10 +31,12 @@ def _vidur_name(model: ModelConfig) -> str:
     return model.hf_name or f"gst/{model.name.replace('_', '-')}"
 
 
-QWEN3_FAMILY: dict[str, ModelConfig] = {
-    _vidur_name(model): model for model in map(model_preset, preset_names("model"))
-}
-"""The Qwen3 sizes we ship configs for (``configs/model/``), by the name Vidur knows them under."""
+@cache
+def qwen3_family() -> dict[str, ModelConfig]:
+    """The Qwen3 sizes we ship configs for (``gpu_simulate_test/configs/model/``), by the name
+    Vidur knows them under; read on first use, never at import."""
+    return {_vidur_name(model): model for model in map(model_preset, preset_names("model"))}
+
 
 ARCHITECTURE_FIELDS: tuple[str, ...] = (
     *MODEL_DIMENSIONS,
@@ -78,7 +81,7 @@ def _same_architecture(a: ModelConfig, b: ModelConfig) -> bool:
 def _family_base() -> type[BaseModelConfig]:
     if FAMILY_BASE_NAME not in _CLASSES:
         _CLASSES[FAMILY_BASE_NAME] = _make_class(
-            "Qwen3ModelConfig", BaseModelConfig, FAMILY_BASE_NAME, QWEN3_FAMILY["gst/qwen3-tiny"]
+            "Qwen3ModelConfig", BaseModelConfig, FAMILY_BASE_NAME, qwen3_family()["gst/qwen3-tiny"]
         )
     return _CLASSES[FAMILY_BASE_NAME]
 
@@ -126,7 +129,7 @@ def _known_names() -> set[str]:
 
 def register_qwen3_models() -> list[str]:
     """Make the Qwen3 family known to Vidur (idempotent); returns their Vidur names."""
-    return [_register(name, model) for name, model in QWEN3_FAMILY.items()]
+    return [_register(name, model) for name, model in qwen3_family().items()]
 
 
 def vidur_model_name(model: ModelConfig) -> str:
@@ -141,7 +144,7 @@ def vidur_model_name(model: ModelConfig) -> str:
             f"model.num_attention_heads ({model.num_attention_heads}) for Vidur"
         )
     register_qwen3_models()
-    for name, family in QWEN3_FAMILY.items():
+    for name, family in qwen3_family().items():
         if _same_architecture(model, family):
             return name
     digest = stable_id({f: getattr(model, f) for f in ARCHITECTURE_FIELDS}, length=8)

@@ -1,0 +1,1 @@
+"""Analysis: metrics, comparisons and reports over run artifacts."""

@@ -1,0 +1,71 @@
+"""The real engine's knobs ↔ Vidur's scheduler knobs, so both sides model the same engine.
+
+``hf_cb`` (transformers continuous batching) ↔ Vidur ``sarathi``: chunk_size = max_batch_tokens,
+batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = num_blocks.
+``vllm`` (V1 engine: chunked prefill, FCFS, decodes first, then prefills filling the token
+budget) ↔ ``sarathi`` the same way: chunk_size = ``--max-num-batched-tokens``, batch_size_cap =
+``--max-num-seqs``, block_size = ``--block-size``, num_blocks = ``--num-gpu-blocks-override``.
+``hf_generate`` (one request at a time, whole prompt in one prefill) ↔ ``sarathi`` with
+batch_size_cap = 1 and a chunk as large as the longest prompt. ``openai`` serves from an engine
+we cannot see: the configured Vidur knobs are used as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+
+HF_CB_PAIRS: tuple[tuple[str, str], ...] = (
+    ("max_batch_tokens", "chunk_size"),
+    ("max_requests_per_batch", "batch_size_cap"),
+    ("block_size", "block_size"),
+    ("num_blocks", "num_blocks"),
+)
+"""(backend knob, Vidur scheduler knob) pairs that must be equal for hf_cb and vllm ↔ sarathi."""
+
+CHUNKED_BACKENDS: tuple[str, ...] = ("hf_cb", "vllm")
+"""Backends whose scheduler Vidur's sarathi mirrors knob for knob (:data:`HF_CB_PAIRS`)."""
+
+
+def derive_scheduler(
+    backend: BackendConfig, base: VidurSchedulerConfig, max_prompt_tokens: int
+) -> tuple[VidurSchedulerConfig, bool]:
+    """The Vidur scheduler that mirrors ``backend``, and whether it was derived (not as given)."""
+    if backend.name in CHUNKED_BACKENDS:
+        values = {vidur: getattr(backend, real) for real, vidur in HF_CB_PAIRS}
+        return dataclasses.replace(base, name="sarathi", **values), True
+    if backend.name == "hf_generate":
+        chunk = max(base.chunk_size, max_prompt_tokens)
+        return (
+            dataclasses.replace(base, name="sarathi", batch_size_cap=1, chunk_size=chunk),
+            True,
+        )
+    return base, False
+
+
+def knob_mismatches(
+    backend: Mapping[str, Any], scheduler: Mapping[str, Any], num_blocks: int | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """Knobs on which a real run's backend and a simulated run's scheduler model different engines.
+
+    ``backend`` is the real run's ``config.backend``; ``scheduler`` the simulated run's
+    ``scheduler`` (``num_blocks`` the number Vidur actually used, when known).
+    """
+    name = backend.get("name")
+    out: dict[str, tuple[Any, Any]] = {}
+    if name in CHUNKED_BACKENDS:
+        if scheduler.get("name") != "sarathi":
+            out["scheduler"] = (f"{name} (chunked prefill)", scheduler.get("name"))
+        if name == "vllm" and backend.get("enable_prefix_caching"):
+            out["prefix caching"] = ("on", "not modelled")
+        for real, vidur in HF_CB_PAIRS:
+            sim_value = num_blocks if vidur == "num_blocks" and num_blocks else scheduler.get(vidur)
+            if backend.get(real) is not None and backend.get(real) != sim_value:
+                out[f"{real} ↔ {vidur}"] = (backend.get(real), sim_value)
+    elif name == "hf_generate" and scheduler.get("batch_size_cap") != 1:
+        out["batch_size_cap"] = (1, scheduler.get("batch_size_cap"))
+    return out

@@ -1,0 +1,1 @@
+"""Hydra entry points, one per stage: ``python -m gpu_simulate_test.cli.<stage>``."""

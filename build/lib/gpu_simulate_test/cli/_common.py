@@ -1,0 +1,74 @@
+"""What every stage entry point does around its library call: typing, run ids, error reporting."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
+
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.runs import RunExistsError
+from gpu_simulate_test.reporting import console
+
+T = TypeVar("T")
+
+USER_ERRORS = (ConfigError, ArtifactError, RunExistsError, FileNotFoundError, ValueError)
+"""Failures caused by the input: shown as one clear line, not a traceback."""
+
+
+def print_error(label: str, exc: BaseException) -> None:
+    """``<label>: <exc>`` in red, on one line however long (a path and its detail), with any
+    brackets in the message shown as they are (not read as rich markup)."""
+    console.print(f"[bold red]{label}:[/] {escape(str(exc))}", soft_wrap=True)
+
+
+def _multirun_suffix(cfg: DictConfig) -> DictConfig:
+    """In a multirun, give each job its own run id (``<run_id>-<job number>``)."""
+    if not HydraConfig.initialized():
+        return cfg
+    hydra_cfg = HydraConfig.get()
+    run_id = OmegaConf.select(cfg, "output.run_id")
+    if hydra_cfg.mode == RunMode.MULTIRUN and run_id:
+        cfg = cfg.copy()
+        OmegaConf.update(cfg, "output.run_id", f"{run_id}-{hydra_cfg.job.num}", merge=False)
+    return cfg
+
+
+def _terminated(signum: int, _frame: Any) -> None:
+    """SIGTERM (``kill``, a job scheduler) unwinds like Ctrl-C: the run is marked interrupted
+    and a server the stage started is stopped, instead of the process vanishing mid-write."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any]], Path]) -> Path:
+    """Validate ``cfg`` against ``schema``, run ``body`` and turn input errors into exit code 2."""
+    cfg = _multirun_suffix(cfg)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        typed = to_typed(cfg, schema)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(resolved, dict)
+        return body(typed, {str(k): v for k, v in resolved.items()})
+    except USER_ERRORS as exc:
+        print_error("error", exc)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        # the run directory (if one was started) is already marked interrupted, with what was
+        # measured so far; a traceback would only hide that
+        console.print(
+            "[bold red]interrupted[/] (Ctrl-C or SIGTERM); a run already started is marked "
+            "interrupted, "
+            "with what it had written"
+        )
+        sys.exit(130)

@@ -1,0 +1,18 @@
+"""Hydra's side of the typed configs: every stage schema in the ConfigStore (``<stage>_schema``,
+which each primary config lists in its defaults). Only the CLI layer, tests and scripts that
+compose configs with Hydra call it; the library never imports Hydra."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, writable_schema
+
+__all__ = ["CONFIG_DIR", "register_configs"]
+
+
+def register_configs() -> None:
+    """Register every stage schema with Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    for stage, schema in STAGE_SCHEMAS.items():
+        cs.store(name=f"{stage}_schema", node=writable_schema(schema))

@@ -1,0 +1,62 @@
+"""Typed config of the ``compare`` stage: a real run against a simulated run, or a sweep report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpu_simulate_test.config.schema import (
+    ConfigError,
+    OutputConfig,
+    StageConfig,
+    _check_choice,
+)
+
+SWEEP_AXES: tuple[str, ...] = ("offered_qps", "batch_size_cap", "run")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """How a comparison is reported."""
+
+    plots: bool = True
+    """Draw the PNG plots (CDFs, scatter, error by length) and embed them in summary.md."""
+    sweep_x: str = "offered_qps"
+    """Sweep report x axis: offered_qps (from the arrivals), batch_size_cap or run (order given)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("compare.sweep_x", self.sweep_x, SWEEP_AXES)
+
+
+@dataclass(frozen=True)
+class CompareStageConfig:
+    """``compare``: join a real_bench run and a vidur_simulate run of one workload per request.
+
+    With ``sweep_dirs`` instead, report several compare runs (one per load level) together.
+    """
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="compare"))
+    real_run_dir: str | None = None
+    """A complete real_bench run (``tmp/real_bench/<run_id>``)."""
+    sim_run_dir: str | None = None
+    """A complete vidur_simulate run of the same workload (``tmp/vidur_simulate/<run_id>``)."""
+    sweep_dirs: tuple[str, ...] = ()
+    """Compare runs to report as a sweep (glob patterns allowed, e.g. ``tmp/compare/q-*``)."""
+    compare: CompareOptions = field(default_factory=CompareOptions)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+    """Print the headline table."""
+
+    def __post_init__(self) -> None:
+        if self.sweep_dirs:
+            if self.real_run_dir or self.sim_run_dir:
+                raise ConfigError(
+                    "pass either sweep_dirs=[...] (a sweep report) or real_run_dir= and "
+                    "sim_run_dir= (one comparison), not both"
+                )
+            return
+        if not (self.real_run_dir and self.sim_run_dir):
+            raise ConfigError(
+                "real_run_dir and sim_run_dir are required: pass "
+                "real_run_dir=tmp/real_bench/<run_id> sim_run_dir=tmp/vidur_simulate/<run_id> "
+                "(or sweep_dirs=[tmp/compare/<run_id>,...] for a sweep report)"
+            )

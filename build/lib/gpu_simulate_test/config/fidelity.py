@@ -1,0 +1,91 @@
+"""Typed config of the ``fidelity`` stage: capacity, loads real and simulated, one error table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import StageConfig, _check, _check_choice
+
+FIDELITY_PHASES: tuple[str, ...] = ("all", "real", "sim")
+
+
+@dataclass(frozen=True)
+class FidelityOptions:
+    """How the campaign runs; every other field of the stage is the pipeline's."""
+
+    loads: tuple[float, ...] = (0.2, 0.5, 0.85)
+    """Load levels as fractions of the measured capacity, each in (0, 1]."""
+    num_requests: int = 64
+    """Requests per load (one seed: every load replays the same lengths)."""
+    probe_requests: int = 0
+    """Requests in the all-at-once capacity burst; 0 picks by backend: 16 for hf_generate
+    (one request at a time), else max(64, 3 × the batch cap), so the engine runs at its cap
+    for most of the burst."""
+    capacity_qps: float = 0.0
+    """A known capacity (requests/s): no probe is run. 0 measures it."""
+    real_repeats: int = 1
+    """Real bench runs per load on the same workload; from 2 on, the report carries the real
+    side's run-to-run difference (the noise floor) next to the simulator's error."""
+    calibrate_each_load: bool = False
+    """Profile and calibrate right before every load's real run, into the load's own bundle,
+    instead of once per campaign (on a host whose speed drifts over minutes)."""
+    torch_threads: int = 0
+    """torch's intra-op threads for every stage of the run (0: torch's default)."""
+    phase: str = "all"
+    """all: one call. real: the GPU half (probe, profile, real runs; never imports Vidur) and
+    its manifest. sim: simulate and report the real phase in ``real_from``."""
+    real_from: str | None = None
+    """phase=sim: the run directory of a ``phase=real`` run (``tmp/fidelity/<run_id>``)."""
+    summarize: tuple[str, ...] = ()
+    """Instead of a campaign: one table over these fidelity runs or reports (run directories,
+    ``fidelity.json`` or older ``<name>-fidelity.json`` files), written as ``summary.md``."""
+
+    def __post_init__(self) -> None:
+        _check(len(self.loads) > 0, "fidelity.loads must list at least one load fraction")
+        for fraction in self.loads:
+            _check(
+                0 < fraction <= 1,
+                f"fidelity.loads: {fraction} is not a fraction of capacity in (0, 1]",
+            )
+        _check(
+            list(self.loads) == sorted(set(self.loads)),
+            f"fidelity.loads={list(self.loads)} must be increasing, without repeats",
+        )
+        _check(self.num_requests >= 2, "fidelity.num_requests must be >= 2")
+        _check(self.probe_requests >= 0, "fidelity.probe_requests must be >= 0 (0: by backend)")
+        _check(
+            math.isfinite(self.capacity_qps) and self.capacity_qps >= 0,
+            "fidelity.capacity_qps must be >= 0 (0: measure it)",
+        )
+        _check(self.real_repeats >= 1, "fidelity.real_repeats must be >= 1")
+        _check(self.torch_threads >= 0, "fidelity.torch_threads must be >= 0 (0: torch's own)")
+        _check_choice("fidelity.phase", self.phase, FIDELITY_PHASES)
+        if self.phase == "sim":
+            _check(
+                bool(self.real_from),
+                "fidelity.phase=sim needs fidelity.real_from=<the run directory of a "
+                "fidelity.phase=real run>",
+            )
+        else:
+            _check(
+                not self.real_from,
+                f"fidelity.real_from goes with fidelity.phase=sim only (phase={self.phase})",
+            )
+
+
+@dataclass(frozen=True)
+class FidelityStageConfig(PipelineStageConfig):
+    """``fidelity``: the pipeline's fields (model, hardware, backend, workload shape, engine
+    knobs) and the campaign's (``fidelity.*``). The workload's ``num_requests`` and ``qps`` are
+    set per load by the campaign."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="fidelity"))
+    fidelity: FidelityOptions = field(default_factory=FidelityOptions)
+
+    def pipeline(self) -> PipelineStageConfig:
+        """The pipeline config every load's runs are built from."""
+        fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
+        fields["stage"] = StageConfig(run_type="pipeline")
+        return PipelineStageConfig(**fields)

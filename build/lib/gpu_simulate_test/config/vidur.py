@@ -1,0 +1,238 @@
+"""Typed configs of the two Vidur stages: profile a model on a device, simulate a workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from gpu_simulate_test.config.real_bench import BACKEND_NAMES, BackendConfig
+from gpu_simulate_test.config.schema import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    OutputConfig,
+    ProfilingConfig,
+    StageConfig,
+    _check,
+    _check_choice,
+)
+
+VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca")
+
+
+@dataclass(frozen=True)
+class ProfileRangesConfig:
+    """What the profile covers; Vidur's random forest does not extrapolate beyond it."""
+
+    max_num_tokens: int = 4096
+    """Largest token count of one batch for the per-token ops (mlp.csv ``num_tokens``)."""
+    max_batch_size: int = 32
+    """Largest decode batch (attention.csv ``batch_size`` with ``prefill_chunk_size == 0``)."""
+    max_prefill_chunk: int = 1024
+    """Largest prefill chunk (attention.csv ``prefill_chunk_size``)."""
+    max_kv_cache_size: int = 0
+    """Largest context already in the KV cache; 0 means the model's max context."""
+    num_points: int = 0
+    """Geometric grid points per range (plus half as many linear ones and the small values);
+    0 picks 16 on CUDA and 6 on CPU, where big shapes are slow."""
+    min_repeats: int = 3
+    """Timed repeats every shape gets, even when it exceeds ``shape_time_budget_s``."""
+    shape_time_budget_s: float = 0.05
+    """Stop repeating a shape (after ``min_repeats``) once its timed repeats took this long."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_num_tokens",
+            "max_batch_size",
+            "max_prefill_chunk",
+            "min_repeats",
+        ):
+            value = getattr(self, name)
+            _check(value >= 1, f"profile.{name} must be >= 1, got {value}")
+        _check(self.max_kv_cache_size >= 0, "profile.max_kv_cache_size must be >= 0")
+        _check(self.num_points >= 0, f"profile.num_points must be >= 0, got {self.num_points}")
+        _check(
+            self.shape_time_budget_s >= 0,
+            f"profile.shape_time_budget_s must be >= 0, got {self.shape_time_budget_s}",
+        )
+
+
+@dataclass(frozen=True)
+class EngineCalibrationConfig:
+    """The serving engine's own per-step cost, measured end to end through the real bench's
+    backend (``engine_steps.csv`` in the bundle; read by ``vidur.engine_overhead``)."""
+
+    enable: bool = False
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    """The engine and its knobs, as the real bench will run it."""
+    attn_implementation: str = "sdpa"
+    prompt_lengths: tuple[int, ...] = ()
+    """Single-request prefills to time; () picks 4 lengths up to the engine's token budget."""
+    batch_sizes: tuple[int, ...] = ()
+    """Decode batches to time; () picks every size up to 16, then every 4th, up to the engine's
+    batch cap (1 for hf_generate, which serves one request at a time)."""
+    mixed: bool = True
+    """Also time a prefill joining running decodes (not for hf_generate), so a busy engine's
+    prefill is not charged the idle engine's wake-up."""
+    decode_prompt_tokens: int = 32
+    """Prompt length of the requests in the decode batches."""
+    decode_tokens: int = 16
+    """Output tokens per calibration request; the first half is skipped as ramp-up."""
+    repeats: int = 3
+    """Each experiment runs this often; the step time is the median over all repeats."""
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_lengths", "batch_sizes"):
+            values = getattr(self, name)
+            _check(
+                all(int(v) >= 1 for v in values), f"engine.{name} must all be >= 1, got {values}"
+            )
+        _check(self.decode_prompt_tokens >= 1, "engine.decode_prompt_tokens must be >= 1")
+        _check(
+            self.decode_tokens >= 4, f"engine.decode_tokens must be >= 4, got {self.decode_tokens}"
+        )
+        _check(self.repeats >= 1, f"engine.repeats must be >= 1, got {self.repeats}")
+
+
+@dataclass(frozen=True)
+class VidurProfileStageConfig:
+    """``vidur_profile``: time a Qwen3 decoder layer's ops on a device into a Vidur bundle."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur_profile"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
+    block_size: int = 16
+    """KV-cache block size recorded in attention.csv (Vidur's CacheConfig default)."""
+    profiling_root: str = "tmp/profiles"
+    """The bundle lands in ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    workload_dir: str | None = None
+    """Optional workload run: its longest request widens the ranges to cover it."""
+    engine: EngineCalibrationConfig = field(default_factory=EngineCalibrationConfig)
+    """Also time the real engine's steps (what per-op profiles miss: LM head, sampling, the
+    engine's Python); calibrations of other backends already in the bundle are kept."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
+
+
+@dataclass(frozen=True)
+class VidurSchedulerConfig:
+    """Vidur replica-scheduler knobs (sarathi mirrors transformers' continuous batching)."""
+
+    name: str = "sarathi"
+    """vllm, sarathi or orca."""
+    batch_size_cap: int = 32
+    """Most requests in one batch (hf_cb ``max_requests_per_batch``)."""
+    chunk_size: int = 512
+    """sarathi: token budget per batch, prefill chunked to fit (hf_cb ``max_batch_tokens``)."""
+    max_tokens_in_batch: int = 4096
+    """vllm: token budget per batch."""
+    block_size: int = 16
+    """KV-cache block size in tokens (hf_cb ``page_size``)."""
+    num_blocks: int = 0
+    """KV-cache blocks; 0 derives them from device memory and Qwen3's true KV bytes per token."""
+    watermark_blocks_fraction: float = 0.01
+    """Fraction of blocks kept free when admitting new requests."""
+    memory_margin_fraction: float = 0.1
+    """Fraction of device memory kept free when deriving num_blocks."""
+
+    def __post_init__(self) -> None:
+        _check_choice("vidur.scheduler.name", self.name, VIDUR_SCHEDULERS)
+        for name in ("batch_size_cap", "chunk_size", "max_tokens_in_batch", "block_size"):
+            _check(getattr(self, name) >= 1, f"vidur.scheduler.{name} must be >= 1")
+        _check(self.num_blocks >= 0, "vidur.scheduler.num_blocks must be >= 0")
+        for name in ("watermark_blocks_fraction", "memory_margin_fraction"):
+            value = getattr(self, name)
+            _check(0 <= value < 1, f"vidur.scheduler.{name} must be in [0, 1), got {value}")
+
+
+@dataclass(frozen=True)
+class VidurPredictorConfig:
+    """Vidur's random-forest execution-time predictor, sized for small machines."""
+
+    num_estimators: int = 32
+    """Trees per forest (one grid point; Vidur's default grid is 27 points x 10 folds)."""
+    max_depth: int = 16
+    min_samples_split: int = 2
+    k_fold_cv_splits: int = 2
+    kv_cache_prediction_granularity: int = 64
+    """KV-cache sizes are rounded up to a multiple of this for attention lookups (tokens)."""
+    prefill_chunk_granularity: int = 32
+    """Prefill chunks are rounded up to a multiple of this; fixed at 32 in Vidur 0.0.26."""
+    num_training_job_threads: int = 2
+    cache_dir: str = "tmp/vidur_cache"
+    """Trained predictors, keyed by a fingerprint of the bundle, model and these settings."""
+    no_cache: bool = False
+    """Retrain and re-predict even when the cache holds this fingerprint."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "num_estimators",
+            "max_depth",
+            "k_fold_cv_splits",
+            "num_training_job_threads",
+            "kv_cache_prediction_granularity",
+        ):
+            _check(getattr(self, name) >= 1, f"vidur.predictor.{name} must be >= 1")
+        _check(self.min_samples_split >= 2, "vidur.predictor.min_samples_split must be >= 2")
+        _check(self.k_fold_cv_splits >= 2, "vidur.predictor.k_fold_cv_splits must be >= 2")
+        _check(
+            self.prefill_chunk_granularity == 32,
+            "vidur.predictor.prefill_chunk_granularity must be 32 (hard-coded in Vidur 0.0.26), "
+            f"got {self.prefill_chunk_granularity}",
+        )
+
+
+@dataclass(frozen=True)
+class VidurConfig:
+    """Everything the simulator is told besides the model, device and workload."""
+
+    scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
+    predictor: VidurPredictorConfig = field(default_factory=VidurPredictorConfig)
+    engine_overhead: str = "none"
+    """Add the per-step cost the bundle's engine calibration measured for this backend
+    (``hf_cb``, ``hf_generate``, ...) to every simulated batch; ``none`` simulates the
+    profiled ops alone (Vidur's own model)."""
+    step_jitter: bool = False
+    """Multiply every simulated step by a factor drawn (seeded by ``seed``) from the spread of
+    the calibrated decode steps around their median (meta.json
+    ``engine_calibration.<backend>.step_jitter``); needs ``engine_overhead``."""
+    frontend_latency: bool = True
+    """With ``engine_overhead``, delay every request's arrival at the scheduler and every
+    token's delivery by the front end's latency the calibration measured (meta.json
+    ``engine_calibration.<backend>.frontend``: vLLM's HTTP server, tokenization and output
+    stream); calibrations without it simulate none."""
+    seed: int = 42
+    chrome_trace: bool = False
+    """Vidur's chrome trace (large and slow): off by default."""
+
+    def __post_init__(self) -> None:
+        _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
+
+
+@dataclass(frozen=True)
+class VidurSimulateStageConfig:
+    """``vidur_simulate``: replay a workload run in Vidur with a local profiling bundle."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur"))
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    vidur: VidurConfig = field(default_factory=VidurConfig)
+    workload_dir: str = MISSING
+    """The workload run to replay (``tmp/workload/<run_id>``)."""
+    profiling_root: str = "tmp/profiles"
+    """Where ``vidur_profile`` put bundles: ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    arrivals_from: str | None = None
+    """A ``real_bench`` run of the same workload whose actual arrival times (when the client
+    really sent each request) replace the scheduled ones; requests it did not send keep theirs."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.workload_dir:
+            raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")

@@ -1,0 +1,65 @@
+"""What a fidelity run writes: its file names and the declared error table.
+
+``tmp/fidelity/<run_id>/`` holds ``run_meta.json``, the manifest of its real phase, ``runs/``
+(every stage run of the campaign: ``runs/<stage>/<backend>-load<i>``, the capacity probe
+``runs/real_bench/<backend>-capacity``, repeats ``...-load<i>-r<k>``), ``profiles/`` (bundles the
+campaign made for itself), and the report: ``fidelity.json``, ``fidelity.csv``, ``report.md`` and
+``latency-vs-load-<backend>.png``. A multirun's combined report lands in
+``tmp/fidelity/<run_id>-combined/`` (``combined.json``, ``fidelity.csv``, ``report.md``).
+"""
+
+from __future__ import annotations
+
+from gpu_simulate_test.fidelity.manifest import MANIFEST_FILE
+from gpu_simulate_test.io.artifacts import Column, TableSchema
+
+FIDELITY_JSON = "fidelity.json"
+FIDELITY_CSV = "fidelity.csv"
+REPORT_MD = "report.md"
+SUMMARY_MD = "summary.md"
+COMBINED_JSON = "combined.json"
+RUNS_DIR = "runs"
+"""Stage runs of the campaign, ``runs/<stage>/<run_id>``: the directory is self-contained."""
+PROFILES_DIR = "profiles"
+COMBINED_SUFFIX = "combined"
+FIDELITY_SCHEMA_VERSION = "1.0"
+"""Of ``fidelity.json`` and ``fidelity.csv`` (the argparse harness's reports had none)."""
+
+__all__ = ["MANIFEST_FILE"]
+
+
+def plot_name(backend: str) -> str:
+    return f"latency-vs-load-{backend}.png"
+
+
+FIDELITY_TABLE = TableSchema(
+    name="fidelity",
+    version=FIDELITY_SCHEMA_VERSION,
+    description=(
+        "The fidelity stage's error table (`fidelity.csv`, the same rows as `fidelity.json` "
+        "`rows`): per backend, load, metric and percentile, real against simulated. With "
+        "`fidelity.real_repeats` >= 2 two more columns follow: `real_repeat_ms` (the repeat "
+        "furthest from the first real run) and `noise` (repeat / real - 1, the noise floor)."
+    ),
+    columns=(
+        Column("backend", "str", "", "the real engine (backend.name)"),
+        Column("load_fraction", "float", "", "offered load as a fraction of capacity", min_value=0),
+        Column("offered_qps", "float", "req/s", "the load's arrival rate", min_value=0),
+        Column("metric", "str", "", "ttft, tpot or e2e", allowed=("ttft", "tpot", "e2e")),
+        Column("stat", "str", "", "p50 or p90"),
+        Column("real_ms", "float", "ms", "measured", nullable=True),
+        Column("sim_ms", "float", "ms", "simulated", nullable=True),
+        Column("rel_error", "float", "", "simulated / real - 1", nullable=True),
+        Column("abs_rel_error", "float", "", "|rel_error|", nullable=True, min_value=0),
+    ),
+)
+
+FIDELITY_TABLE_WITH_REPORT = TableSchema(
+    name="fidelity_combined",
+    version=FIDELITY_SCHEMA_VERSION,
+    description=(
+        "`fidelity.csv` of a combined report (a multirun's, or `fidelity.summarize`): the "
+        "`fidelity` table's rows of every report, with the report's name first."
+    ),
+    columns=(Column("report", "str", "", "the fidelity run (its run id)"), *FIDELITY_TABLE.columns),
+)

@@ -1,0 +1,185 @@
+"""The manifest of a fidelity run's real phase: what was measured, where, with which config.
+
+``fidelity.phase=real`` (on the GPU machine) writes it into its run directory after the probe and
+after every load, marked incomplete until the end; ``fidelity.phase=sim`` reads it back (the run
+directory may have been tarred and moved: every path in it is relative to that directory).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.fidelity.tables import LOAD_FRACTIONS, load_levels
+from gpu_simulate_test.io.artifacts import ArtifactError, write_json
+
+MANIFEST_FILE = "fidelity-manifest.json"
+MANIFEST_VERSION = 2
+"""2: the fidelity stage (the backend's resolved config, configurable load fractions); 1 was the
+argparse harness's (Hydra overrides), which the stage cannot replay."""
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    """One load of the split run: where its real runs are (relative to the manifest's root)."""
+
+    backend: str
+    index: int
+    load_fraction: float
+    offered_qps: float
+    run_id: str
+    workload_dir: str
+    real_dir: str
+    scheduler: Mapping[str, Any]
+    """Vidur scheduler knobs derived from the backend at profile time (re-derived and checked
+    by the sim phase)."""
+    repeat_dirs: tuple[str, ...] = ()
+    """The real bench run again on the same workload (the noise floor), if asked for."""
+    profiling_root: str = ""
+    """This load's own bundle root (``fidelity.calibrate_each_load``); empty: the backend's."""
+
+
+def _relative(path: str | Path, root: Path) -> str:
+    """``path`` relative to ``root``; absolute when it lies outside (a shared bundle that
+    ``fidelity.phase=all`` reuses: that run is read where it was made)."""
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(root.resolve()):
+        return resolved.relative_to(root.resolve()).as_posix()
+    return str(resolved)
+
+
+def make_manifest(
+    root: str | Path,
+    *,
+    name: str,
+    command: str,
+    environment: Mapping[str, Any],
+    requests_per_load: int,
+    wall_time_s: float,
+    backends: Mapping[str, Mapping[str, Any]],
+    load_fractions: Sequence[float] = LOAD_FRACTIONS,
+    complete: bool = True,
+) -> dict[str, Any]:
+    """The real phase's manifest (``complete``: every load ran; a real phase writes an
+    incomplete one after each load, so one stopped part-way still leaves the loads it measured).
+    ``backends[b]`` holds ``config`` (the pipeline config the loads were built from, as stored
+    JSON), ``profiling_root``, ``capacity`` (with ``probe_run``, None when the capacity was
+    given) and ``loads`` (``load_fraction``, ``offered_qps``, ``run_id``, ``workload_dir``,
+    ``real_dir``, ``repeat_dirs``, ``scheduler``, and ``profiling_root`` when the load has its
+    own bundle); every path under ``root`` is made relative to it, so the directory can be
+    moved."""
+    root = Path(root)
+    out: dict[str, Any] = {}
+    for backend, rec in backends.items():
+        capacity = dict(rec["capacity"])
+        if capacity.get("probe_run"):
+            capacity["probe_run"] = _relative(capacity["probe_run"], root)
+        out[backend] = {
+            "config": dict(rec["config"]),
+            "profiling_root": _relative(rec["profiling_root"], root),
+            "capacity": capacity,
+            "loads": [
+                {
+                    **dict(load),
+                    "workload_dir": _relative(load["workload_dir"], root),
+                    "real_dir": _relative(load["real_dir"], root),
+                    "repeat_dirs": [_relative(d, root) for d in load.get("repeat_dirs", ())],
+                    "scheduler": dict(load["scheduler"]),
+                    **(
+                        {"profiling_root": _relative(load["profiling_root"], root)}
+                        if load.get("profiling_root")
+                        else {}
+                    ),
+                }
+                for load in rec["loads"]
+            ],
+        }
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "name": name,
+        "command": command,
+        **dict(environment),
+        "requests_per_load": requests_per_load,
+        "load_fractions": [float(f) for f in load_fractions],
+        "wall_time_s": wall_time_s,
+        "complete": complete,
+        "backends": out,
+    }
+
+
+def write_manifest(root: str | Path, manifest: Mapping[str, Any]) -> Path:
+    """Write the manifest atomically (a killed real phase leaves none, not half of one)."""
+    return write_json(Path(root) / MANIFEST_FILE, manifest)
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    """The manifest under ``root``; ArtifactError (naming the file and the field) when it is
+    missing, of another version, lacks a key, or its loads are not its capacity's levels."""
+    path = Path(root) / MANIFEST_FILE
+    if not path.is_file():
+        raise ArtifactError(
+            f"no {MANIFEST_FILE} in {root}: expected the run directory of a fidelity.phase=real "
+            "run (tmp/fidelity/<run_id>)"
+        )
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
+    version = manifest.get("manifest_version") if isinstance(manifest, dict) else None
+    if version != MANIFEST_VERSION:
+        raise ArtifactError(
+            f"{path}: manifest_version {version!r}, expected {MANIFEST_VERSION} (a manifest of "
+            "version 1 comes from the old benchmarks/fidelity.py harness: run its real phase "
+            "again with python -m gpu_simulate_test.cli.fidelity fidelity.phase=real)"
+        )
+    for key in ("name", "backends", "requests_per_load", "load_fractions"):
+        if key not in manifest:
+            raise ArtifactError(f"{path}: no {key!r} field")
+    complete = manifest.get("complete", True)
+    fractions = [float(f) for f in manifest["load_fractions"]]
+    for backend, rec in manifest["backends"].items():
+        for key in ("config", "profiling_root", "capacity", "loads"):
+            if key not in rec:
+                raise ArtifactError(f"{path}: backends.{backend} has no {key!r} field")
+        want = load_levels(float(rec["capacity"]["capacity_qps"]), fractions)
+        got = [(float(x["load_fraction"]), float(x["offered_qps"])) for x in rec["loads"]]
+        if got != want[: len(got)] or (complete and len(got) != len(want)):
+            what = "the levels" if complete else "the first of the levels"
+            raise ArtifactError(
+                f"{path}: backends.{backend}.loads {got} are not {what} {want} of its capacity"
+            )
+    return dict(manifest)
+
+
+def missing_loads(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """Per backend, how many load levels an incomplete real phase did not run."""
+    fractions = manifest.get("load_fractions", LOAD_FRACTIONS)
+    left = {
+        str(backend): len(load_levels(float(rec["capacity"]["capacity_qps"]), fractions))
+        - len(rec["loads"])
+        for backend, rec in manifest["backends"].items()
+    }
+    return {backend: n for backend, n in left.items() if n > 0}
+
+
+def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
+    """Every backend's loads, in the manifest's order."""
+    return [
+        PlannedLoad(
+            backend=str(backend),
+            index=index,
+            load_fraction=float(load["load_fraction"]),
+            offered_qps=float(load["offered_qps"]),
+            run_id=str(load["run_id"]),
+            workload_dir=str(load["workload_dir"]),
+            real_dir=str(load["real_dir"]),
+            scheduler=dict(load["scheduler"]),
+            repeat_dirs=tuple(str(d) for d in load.get("repeat_dirs", ())),
+            profiling_root=str(load.get("profiling_root", "")),
+        )
+        for backend, rec in manifest["backends"].items()
+        for index, load in enumerate(rec["loads"])
+    ]

@@ -1,0 +1,1 @@
+"""Artifact contracts: schemas, validating readers/writers, run directories and metadata."""

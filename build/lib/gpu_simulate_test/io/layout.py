@@ -1,0 +1,71 @@
+"""Where things live: the run-directory template and every artifact's file name, in one place."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+STAGES: tuple[str, ...] = (
+    "workload",
+    "vidur_profile",
+    "vidur_simulate",
+    "real_bench",
+    "compare",
+    "deep_profile",
+    "pipeline",
+    "fidelity",
+)
+
+RUN_META = "run_meta.json"
+INCOMPLETE_MARKER = ".incomplete"
+"""Present while a run is being written, and left behind if it fails or is interrupted."""
+
+# workload stage
+PROMPTS = "prompts.jsonl"
+TRACE_LENGTHS = "trace_lengths.csv"
+TRACE_INTERVALS = "trace_intervals.csv"
+WORKLOAD_META = "workload_meta.json"
+
+# vidur profiling bundle: <profiling_root>/<hardware>/<model>/
+MLP_PROFILE = "mlp.csv"
+ATTENTION_PROFILE = "attention.csv"
+BUNDLE_META = "meta.json"
+ENGINE_STEPS = "engine_steps.csv"
+"""Optional: the serving engine's measured step times (per backend), for the per-step overhead."""
+
+# bench / simulate stages
+REQUEST_METRICS = "request_metrics.csv"
+TOKEN_METRICS = "token_metrics.csv"
+ENGINE_STEP_LOG = "engine_step_log.csv"
+"""The engine's steps: a real vLLM server's own per-step log, or Vidur's simulated batches."""
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,127}$")
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is a safe directory name, else raise ValueError saying why."""
+    if not run_id or "/" in run_id or "\\" in run_id or ".." in run_id:
+        raise ValueError(
+            f"output.run_id={run_id!r} is not allowed: no path separators, no '..', not empty"
+        )
+    if not _RUN_ID.match(run_id):
+        raise ValueError(
+            f"output.run_id={run_id!r} is not allowed: use letters, digits and . _ = , + - "
+            "(at most 128 characters, starting with a letter or digit)"
+        )
+    return run_id
+
+
+def run_dir(root: Path | str, stage: str, run_id: str) -> Path:
+    """``<root>/<stage>/<run_id>``: the only place a stage writes."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+    return Path(root) / stage / validate_run_id(run_id)
+
+
+def bundle_dir(profiling_root: Path | str, hardware: str, model: str) -> Path:
+    """``<profiling_root>/<hardware>/<model>``: where a Vidur profiling bundle lives."""
+    for label, value in (("hardware.name", hardware), ("model.name", model)):
+        if not value or "/" in value or ".." in value:
+            raise ValueError(f"{label}={value!r} cannot name a bundle directory")
+    return Path(profiling_root) / hardware / model

@@ -1,0 +1,157 @@
+"""Declared tables of every artifact. ``specs/data_model.md`` documents the same, for people."""
+
+from __future__ import annotations
+
+from gpu_simulate_test.io.artifacts import Column, TableSchema
+
+TRACE_LENGTHS = TableSchema(
+    name="trace_lengths",
+    version="1.0",
+    description="Per-request token lengths of a workload.",
+    unique="request_id",
+    columns=(
+        Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
+        Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=1),
+        Column(
+            "num_decode_tokens", "int", "tokens", "output length (generated tokens)", min_value=1
+        ),
+    ),
+)
+
+TRACE_INTERVALS = TableSchema(
+    name="trace_intervals",
+    version="1.0",
+    description="Per-request arrival times of a workload, relative to the first request.",
+    unique="request_id",
+    sorted_by="arrival_time_s",
+    columns=(
+        Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
+        Column(
+            "arrival_time_s", "float", "s", "arrival time from the start of the run", min_value=0
+        ),
+        Column(
+            "inter_arrival_s",
+            "float",
+            "s",
+            "gap to the previous arrival (0 for the first)",
+            min_value=0,
+        ),
+    ),
+)
+
+TRACE_IMPORT = TableSchema(
+    name="trace_import",
+    version="1.0",
+    description=(
+        "A real trace to import (Vidur's processed traces): arrived_at is optional; without it, "
+        "arrivals are generated."
+    ),
+    columns=(
+        Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=1),
+        Column("num_decode_tokens", "int", "tokens", "output length", min_value=1),
+    ),
+)
+
+TRACE_IMPORT_ARRIVED_AT = Column("arrived_at", "float", "s", "arrival time", min_value=0)
+
+PROMPT_RECORD_KEYS: tuple[str, ...] = (
+    "request_id",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+)
+"""Keys every ``prompts.jsonl`` line carries, plus ``prompt_token_ids`` or ``prompt_text``."""
+
+REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cancelled")
+"""Every ``status`` a request_metrics row may have: the real bench's terminal statuses
+(``real_bench.records.TERMINAL_STATUSES``: ok; error, the engine failed it or produced the wrong
+number of tokens; timeout; cancelled, in flight when the run stopped). Vidur writes only ok."""
+
+REQUEST_METRICS = TableSchema(
+    name="request_metrics",
+    version="1.0",
+    description="Per-request latency of a real or simulated run (vllm bench serve conventions).",
+    unique="request_id",
+    columns=(
+        Column("request_id", "int", "", "request index from the workload", min_value=0),
+        Column("arrival_time_s", "float", "s", "actual arrival time from run start", min_value=0),
+        Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=0),
+        Column("num_decode_tokens", "int", "tokens", "output tokens produced", min_value=0),
+        Column(
+            "ttft_s",
+            "float",
+            "s",
+            "arrival to first output token (queueing included)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "tpot_s", "float", "s", "(e2e - ttft) / (output tokens - 1)", nullable=True, min_value=0
+        ),
+        Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
+        Column("status", "str", "", "how the request ended", allowed=REQUEST_STATUSES),
+    ),
+)
+
+TOKEN_METRICS = TableSchema(
+    name="token_metrics",
+    version="1.0",
+    description="Per-token times of a real run.",
+    columns=(
+        Column("request_id", "int", "", "request index", min_value=0),
+        Column("token_index", "int", "", "0-based output token index", min_value=0),
+        Column("time_s", "float", "s", "time the token was observed, from run start", min_value=0),
+        Column(
+            "itl_s",
+            "float",
+            "s",
+            "gap to the previous token of the request (empty for the first)",
+            nullable=True,
+            min_value=0,
+        ),
+    ),
+)
+
+ENGINE_STEP_LOG = TableSchema(
+    name="engine_step_log",
+    version="1.0",
+    description=(
+        "An engine's steps: a real engine's own per-step log (vLLM "
+        "--enable-logging-iteration-details), one row per step taken during the replay (warm-up "
+        "steps left out), or Vidur's simulated batches (no times)."
+    ),
+    columns=(
+        Column("step_index", "int", "", "the engine's step counter (Iteration(N))", min_value=0),
+        Column(
+            "time_s",
+            "float",
+            "s",
+            "when the step's log line was read, from run start (step end plus log latency); "
+            "empty for simulated batches",
+            nullable=True,
+        ),
+        Column("num_prefill_requests", "int", "", "requests with prompt tokens", min_value=0),
+        Column("num_prefill_tokens", "int", "tokens", "prompt tokens computed", min_value=0),
+        Column("num_decode_requests", "int", "", "requests generating a token", min_value=0),
+        Column("num_decode_tokens", "int", "tokens", "tokens generated", min_value=0),
+        Column(
+            "elapsed_ms", "float", "ms", "the step's time as the engine measured it", min_value=0
+        ),
+        Column(
+            "kv_cache_usage_pct",
+            "float",
+            "%",
+            "KV cache in use after the step",
+            nullable=True,
+            min_value=0,
+        ),
+    ),
+)
+
+ALL_TABLES: tuple[TableSchema, ...] = (
+    TRACE_LENGTHS,
+    TRACE_INTERVALS,
+    TRACE_IMPORT,
+    REQUEST_METRICS,
+    TOKEN_METRICS,
+    ENGINE_STEP_LOG,
+)

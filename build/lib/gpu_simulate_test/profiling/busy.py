@@ -1,0 +1,109 @@
+"""Is something else using the CPU while we time? Other processes' CPU time, measured.
+
+A profile or an engine calibration taken while another job holds a core is wrong in a way the
+numbers alone do not always show (a uniform slowdown has no inversion to find). :class:`ForeignLoad`
+reads, between ``start()`` and ``stop()``, the CPU time of every process outside this one, its
+descendants (a vLLM server the stage started is one of them) and its ancestors (the shell or test
+runner that waits for it), and reports it in cores on average. Above
+:data:`FOREIGN_CORES_LIMIT` the timing is called busy.
+
+The hypervisor's steal time (another tenant of the host) is measured too (``steal_cores``) and
+recorded, but it does not decide: on a shared cloud VM it never stops (this project's CI machine
+read 0.58 cores of steal with nothing else running), so waiting for it to end, or refusing what
+was timed beside it, would refuse every run there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import psutil
+
+FOREIGN_CORES_LIMIT = 0.25
+"""Average cores other processes may use while we time before the timing is called
+busy: a shell, the OS and the sandbox's own agents stay well under it; one CPU-bound job is 1."""
+
+
+def _own_pids() -> set[int]:
+    """This process, its descendants (a server it started) and its ancestors (the shell or test
+    runner waiting for it)."""
+    me = psutil.Process()
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        pids.update(child.pid for child in me.children(recursive=True))
+    with contextlib.suppress(psutil.Error):
+        pids.update(parent.pid for parent in me.parents())
+    return pids
+
+
+def _foreign_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) of every process not ours, by pid."""
+    mine = _own_pids()
+    out: dict[int, float] = {}
+    for proc in psutil.process_iter(["cpu_times"]):
+        if proc.pid in mine:
+            continue
+        times = proc.info.get("cpu_times")
+        if times is not None:
+            out[proc.pid] = float(times.user + times.system)
+    return out
+
+
+def _steal_s() -> float:
+    return float(getattr(psutil.cpu_times(), "steal", 0.0) or 0.0)
+
+
+class ForeignLoad:
+    """Other processes' CPU use over an interval, in cores on average (``stop()`` returns it)."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self._before: dict[int, float] = {}
+        self._steal = 0.0
+        self.steal_cores = 0.0
+        """The hypervisor's steal over the interval, in cores (set by ``stop()``)."""
+
+    def start(self) -> ForeignLoad:
+        self._before = _foreign_cpu_s()
+        self._steal = _steal_s()
+        self._started = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        elapsed = time.perf_counter() - self._started
+        after = _foreign_cpu_s()
+        used = sum(max(0.0, t - self._before.get(pid, 0.0)) for pid, t in after.items())
+        if elapsed <= 0:
+            return 0.0
+        self.steal_cores = max(0.0, _steal_s() - self._steal) / elapsed
+        return used / elapsed
+
+
+def busy_warning(what: str, cores: float) -> str | None:
+    """A quality warning when ``cores`` (from :class:`ForeignLoad`) is over the limit."""
+    if cores <= FOREIGN_CORES_LIMIT:
+        return None
+    return (
+        f"{what}: other processes used {cores:.2f} core(s) on average while it was timed "
+        f"(limit {FOREIGN_CORES_LIMIT}); its times are probably too slow"
+    )
+
+
+QUIET_CHECK_S = 1.0
+"""How long each look at the machine lasts while waiting for it to go quiet."""
+
+
+def wait_for_quiet(budget_s: float, check_s: float = QUIET_CHECK_S) -> tuple[bool, float]:
+    """Look at the machine ``check_s`` at a time until other processes use no more than
+    :data:`FOREIGN_CORES_LIMIT`, for ``budget_s`` at most; returns whether it went quiet and
+    the seconds waited. A busy timing is better repeated after the other job than beside it."""
+    started = time.perf_counter()
+    while True:
+        load = ForeignLoad().start()
+        time.sleep(check_s)
+        if load.stop() <= FOREIGN_CORES_LIMIT:
+            return True, time.perf_counter() - started
+        if time.perf_counter() - started >= budget_s:
+            return False, time.perf_counter() - started

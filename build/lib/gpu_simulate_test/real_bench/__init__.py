@@ -1,0 +1,1 @@
+"""The real benchmark: replay a workload against a serving engine and time every token."""

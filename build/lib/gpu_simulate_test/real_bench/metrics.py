@@ -1,0 +1,221 @@
+"""Latency metrics of a replay, as pure functions over :class:`RequestRecord` (no I/O).
+
+Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
+
+- TTFT = first output token time − arrival time (queueing included).
+- E2E = last output token time − arrival time.
+- TPOT per request = (E2E − TTFT) / (output tokens − 1); undefined (NaN) with one output token.
+- ITL pools every gap between consecutive output events of every request (a streaming chunk that
+  carries several tokens is one event, one gap).
+- Throughput divides by the duration from time 0 (the first scheduled arrival) to the last token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.latency import e2e_s, itls_s, tpot_s, ttft_s
+from gpu_simulate_test.real_bench.records import (
+    STATUS_CANCELLED,
+    STATUS_OK,
+    TERMINAL_STATUSES,
+    RequestRecord,
+)
+
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+NAN = float("nan")
+
+
+gaps_s = itls_s
+"""A request's inter-token latencies (:func:`gpu_simulate_test.latency.itls_s`)."""
+
+
+def pooled_itls_s(records: Iterable[RequestRecord]) -> list[float]:
+    """Every inter-event gap of every request, pooled (vLLM's ITL)."""
+    pooled: list[float] = []
+    for rec in records:
+        pooled.extend(gaps_s(rec.event_times_s))
+    return pooled
+
+
+def is_monotonic(times_s: Sequence[float]) -> bool:
+    """True when times never go backwards."""
+    return all(b >= a for a, b in itertools.pairwise(times_s))
+
+
+def request_row(rec: RequestRecord) -> dict[str, Any]:
+    """One ``request_metrics`` row (declared columns first, then extras); NaN where undefined."""
+    arrival = rec.arrival_s if rec.arrival_s is not None else NAN
+    first = rec.event_times_s[0] if rec.event_times_s else NAN
+    last = rec.event_times_s[-1] if rec.event_times_s else NAN
+    n_out = rec.num_decode_tokens
+    ttft = ttft_s(arrival, first)
+    e2e = e2e_s(arrival, last)
+    row: dict[str, Any] = {
+        "request_id": rec.request_id,
+        "arrival_time_s": arrival,
+        "num_prefill_tokens": rec.num_prefill_tokens,
+        "num_decode_tokens": n_out,
+        "ttft_s": ttft,
+        "tpot_s": tpot_s(ttft, e2e, n_out) if rec.event_times_s else NAN,
+        "e2e_s": e2e,
+        # a request still in flight when the tables are written (a second Ctrl-C during the
+        # cancel loop) ended there: cancelled, so its row is kept and the table stays valid
+        "status": rec.status if rec.status in TERMINAL_STATUSES else STATUS_CANCELLED,
+        "scheduled_arrival_time_s": rec.scheduled_arrival_s,
+        "first_token_time_s": first,
+        "last_token_time_s": last,
+        "error": rec.error,
+        "arrival_error_s": arrival - rec.scheduled_arrival_s,
+        "expected_num_decode_tokens": rec.expected_decode_tokens,
+        "num_events": len(rec.event_times_s),
+        "token_count_mismatch": sum(rec.event_num_tokens) != n_out
+        or n_out != rec.expected_decode_tokens,
+    }
+    if rec.engine_token_times_s or rec.engine_arrival_s is not None:
+        e_first = rec.engine_token_times_s[0] if rec.engine_token_times_s else NAN
+        e_last = rec.engine_token_times_s[-1] if rec.engine_token_times_s else NAN
+        e_ttft = ttft_s(arrival, e_first)
+        e_e2e = e2e_s(arrival, e_last)
+        row.update(
+            engine_arrival_time_s=_or_nan(rec.engine_arrival_s),
+            engine_scheduled_time_s=_or_nan(rec.engine_scheduled_s),
+            engine_first_token_time_s=e_first,
+            engine_last_token_time_s=e_last,
+            engine_ttft_s=e_ttft,
+            engine_tpot_s=tpot_s(e_ttft, e_e2e, len(rec.engine_token_times_s)),
+            engine_e2e_s=e_e2e,
+        )
+    return row
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
+
+
+def token_rows(rec: RequestRecord) -> list[dict[str, Any]]:
+    """``token_metrics`` rows of one request: one per output event.
+
+    ``token_index`` is the 0-based index of the event's last token; ``num_tokens`` says how many it
+    carried (always 1 for the hf backends, so there is exactly one row per token).
+    """
+    rows: list[dict[str, Any]] = []
+    engine = rec.engine_token_times_s
+    with_engine = len(engine) == len(rec.event_times_s) and bool(engine)
+    index = -1
+    previous: float | None = None
+    for i, (time_s, count) in enumerate(zip(rec.event_times_s, rec.event_num_tokens, strict=True)):
+        index += count
+        row: dict[str, Any] = {
+            "request_id": rec.request_id,
+            "token_index": index,
+            "time_s": time_s,
+            "itl_s": NAN if previous is None else time_s - previous,
+            "num_tokens": count,
+        }
+        if with_engine:
+            row["engine_time_s"] = engine[i]
+            row["engine_itl_s"] = NAN if i == 0 else engine[i] - engine[i - 1]
+        rows.append(row)
+        previous = time_s
+    return rows
+
+
+def request_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
+    """``request_metrics`` of every request that arrived, in request order."""
+    rows = [request_row(r) for r in records if r.arrival_s is not None]
+    return pd.DataFrame(rows, columns=None if rows else _REQUEST_COLUMNS)
+
+
+def token_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
+    """``token_metrics`` of every request, ordered by request then token."""
+    rows = [row for r in records for row in token_rows(r)]
+    return pd.DataFrame(rows, columns=None if rows else _TOKEN_COLUMNS)
+
+
+_REQUEST_COLUMNS = [
+    "request_id",
+    "arrival_time_s",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "status",
+]
+_TOKEN_COLUMNS = ["request_id", "token_index", "time_s", "itl_s", "num_tokens"]
+
+
+def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:
+    """mean, median, std and p50/p90/p99 in milliseconds of the finite values (NaN if none)."""
+    arr = np.asarray([v for v in values_s if math.isfinite(v)], dtype=float) * 1e3
+    if arr.size == 0:
+        return {
+            "mean": NAN,
+            "median": NAN,
+            "std": NAN,
+            **{f"p{p}": NAN for p in PERCENTILES},
+        }
+    return {
+        "mean": float(arr.mean()),
+        "median": float(np.median(arr)),
+        "std": float(arr.std()),
+        **{f"p{p}": float(np.percentile(arr, p)) for p in PERCENTILES},
+    }
+
+
+def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Run totals and latency distributions, keyed like ``vllm bench serve``'s saved results.
+
+    Latency metrics and throughput count successful (``ok``) requests only, as vLLM does.
+    """
+    arrived = [r for r in records if r.arrival_s is not None]
+    ok = [r for r in arrived if r.status == STATUS_OK and r.event_times_s]
+    rows = [request_row(r) for r in ok]
+    last_times = [r.event_times_s[-1] for r in arrived if r.event_times_s]
+    duration = max(last_times) if last_times else 0.0
+    total_output = sum(r.num_decode_tokens for r in ok)
+    total_input = sum(r.num_prefill_tokens for r in ok)
+    summary: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(arrived) - len(ok),
+        "num_prompts": len(records),
+        "num_not_sent": len(records) - len(arrived),
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "request_throughput": len(ok) / duration if duration > 0 else NAN,
+        "output_throughput": total_output / duration if duration > 0 else NAN,
+        "total_token_throughput": (total_input + total_output) / duration if duration > 0 else NAN,
+        "input_lens": [r.num_prefill_tokens for r in ok],
+        "output_lens": [r.num_decode_tokens for r in ok],
+        "ttfts": [row["ttft_s"] for row in rows],
+        "errors": [r.error for r in arrived if r.status != STATUS_OK],
+    }
+    series: Mapping[str, list[float]] = {
+        "ttft": [row["ttft_s"] for row in rows],
+        "tpot": [row["tpot_s"] for row in rows],
+        "itl": pooled_itls_s(ok),
+        "e2el": [row["e2e_s"] for row in rows],
+    }
+    for name, values in series.items():
+        dist = distribution_ms(values)
+        summary[f"mean_{name}_ms"] = dist["mean"]
+        summary[f"median_{name}_ms"] = dist["median"]
+        summary[f"std_{name}_ms"] = dist["std"]
+        for p in PERCENTILES:
+            summary[f"p{p}_{name}_ms"] = dist[f"p{p}"]
+    arrival_errors = [
+        row_err
+        for r in arrived
+        if r.arrival_s is not None and math.isfinite(row_err := r.arrival_s - r.scheduled_arrival_s)
+    ]
+    summary["arrival_error_ms"] = distribution_ms(arrival_errors)
+    summary["max_arrival_error_ms"] = max(arrival_errors) * 1e3 if arrival_errors else NAN
+    return summary

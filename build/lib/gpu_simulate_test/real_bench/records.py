@@ -1,0 +1,189 @@
+"""What a replay sends and what it observes: typed request inputs and per-request records.
+
+Backends report observations to a :class:`Recorder` from their own threads; it keeps one
+:class:`RequestRecord` per request under a lock. Every time is in seconds from the run's clock
+origin (``time.perf_counter()`` at scheduled time 0), the same clock the transformers engine uses
+for its own timestamps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpu_simulate_test.io.schemas import REQUEST_STATUSES
+
+STATUS_PENDING = "pending"
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_TIMEOUT = "timeout"
+STATUS_CANCELLED = "cancelled"
+TERMINAL_STATUSES: tuple[str, ...] = REQUEST_STATUSES
+"""How a request can end, and what ``request_metrics.csv`` accepts (``io.schemas``)."""
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One workload request to replay."""
+
+    request_id: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    scheduled_arrival_s: float
+    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_text: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+@dataclass
+class RequestRecord:
+    """What was observed of one request; filled in by the recorder, read by the metric math."""
+
+    request_id: int
+    num_prefill_tokens: int
+    expected_decode_tokens: int
+    scheduled_arrival_s: float
+    arrival_s: float | None = None
+    """When the harness handed the request to the engine (or started sending it)."""
+    event_times_s: list[float] = field(default_factory=list)
+    """When the harness observed each output event (one token each for hf backends)."""
+    event_num_tokens: list[int] = field(default_factory=list)
+    """Tokens carried by each event (a streaming chunk may carry several)."""
+    engine_token_times_s: list[float] = field(default_factory=list)
+    """The engine's own timestamp of each token, where it gives one."""
+    engine_arrival_s: float | None = None
+    """When the engine registered the request (transformers ``created_time``)."""
+    engine_scheduled_s: float | None = None
+    """When the engine first scheduled it (end of queueing; transformers ``lifespan[0]``)."""
+    reported_decode_tokens: int | None = None
+    """Output tokens as the server counted them (``usage.completion_tokens``)."""
+    status: str = STATUS_PENDING
+    error: str = ""
+
+    @property
+    def num_decode_tokens(self) -> int:
+        """Output tokens produced: the server's count where given, else the events' sum."""
+        if self.reported_decode_tokens is not None:
+            return self.reported_decode_tokens
+        return sum(self.event_num_tokens)
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class Recorder:
+    """Thread-safe store of :class:`RequestRecord`; terminal records ignore later updates."""
+
+    def __init__(self, requests: Sequence[BenchRequest], origin: float = 0.0) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.origin = origin
+        """``perf_counter()`` value of scheduled time 0; set by the replay just before it starts."""
+        self.records: dict[int, RequestRecord] = {
+            r.request_id: RequestRecord(
+                request_id=r.request_id,
+                num_prefill_tokens=r.num_prefill_tokens,
+                expected_decode_tokens=r.num_decode_tokens,
+                scheduled_arrival_s=r.scheduled_arrival_s,
+            )
+            for r in requests
+        }
+        self.num_done = 0
+        self.num_tokens = 0
+
+    def rel(self, perf_counter_s: float) -> float:
+        """A ``perf_counter()`` reading as seconds from the run origin."""
+        return perf_counter_s - self.origin
+
+    def arrived(self, request_id: int, at: float) -> None:
+        with self._lock:
+            self.records[request_id].arrival_s = self.rel(at)
+
+    def engine_times(
+        self,
+        request_id: int,
+        arrival: float | None = None,
+        scheduled: float | None = None,
+        token_times: Sequence[float] = (),
+    ) -> None:
+        """The engine's own stamps (raw ``perf_counter`` values); token times are appended."""
+        with self._lock:
+            rec = self.records[request_id]
+            if arrival is not None and arrival > 0:
+                rec.engine_arrival_s = self.rel(arrival)
+            if scheduled is not None and scheduled > 0:
+                rec.engine_scheduled_s = self.rel(scheduled)
+            rec.engine_token_times_s.extend(self.rel(t) for t in token_times)
+
+    def tokens(self, request_id: int, at: float, num_tokens: int = 1) -> None:
+        """An output event carrying ``num_tokens`` tokens, observed at ``at`` (perf_counter)."""
+        with self._lock:
+            rec = self.records[request_id]
+            if rec.is_done or num_tokens <= 0:
+                return
+            rec.event_times_s.append(self.rel(at))
+            rec.event_num_tokens.append(num_tokens)
+            self.num_tokens += num_tokens
+            self._changed.notify_all()
+
+    def finish(
+        self,
+        request_id: int,
+        status: str,
+        error: str = "",
+        reported_decode_tokens: int | None = None,
+    ) -> bool:
+        """Close a request; ``ok`` becomes ``error`` when the token count is not the expected one.
+
+        Returns False when the request was already closed (e.g. timed out before the engine
+        finished it).
+        """
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"unknown request status {status!r}")
+        with self._lock:
+            rec = self.records[request_id]
+            if rec.is_done:
+                return False
+            if reported_decode_tokens is not None:
+                rec.reported_decode_tokens = reported_decode_tokens
+            if status == STATUS_OK and rec.num_decode_tokens != rec.expected_decode_tokens:
+                status = STATUS_ERROR
+                error = (
+                    f"produced {rec.num_decode_tokens} output tokens, "
+                    f"expected {rec.expected_decode_tokens}"
+                )
+            rec.status = status
+            rec.error = error
+            self.num_done += 1
+            self._changed.notify_all()
+            return True
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until a token or completion is recorded, or ``timeout`` passes."""
+        with self._changed:
+            self._changed.wait(timeout)
+
+    def snapshot(self) -> list[RequestRecord]:
+        """Copies of all records, in request order, safe to read while backends keep writing."""
+        with self._lock:
+            return [
+                RequestRecord(
+                    **{
+                        **vars(rec),
+                        "event_times_s": list(rec.event_times_s),
+                        "event_num_tokens": list(rec.event_num_tokens),
+                        "engine_token_times_s": list(rec.engine_token_times_s),
+                    }
+                )
+                for _, rec in sorted(self.records.items())
+            ]
+
+    def in_flight(self) -> list[RequestRecord]:
+        """Records that arrived and are not closed yet (live objects; read under no lock)."""
+        with self._lock:
+            return [r for r in self.records.values() if r.arrival_s is not None and not r.is_done]

@@ -1,0 +1,300 @@
+"""The ``real_bench`` stage: read a workload run, replay it against a backend, write the metrics.
+
+Everything that can be wrong with the input (workload run, prompts, context length, KV-cache
+size, endpoint) fails before the run directory is created and before the clock starts.
+Whatever happens after, what was measured is written: ``request_metrics.csv``,
+``token_metrics.csv``, ``summary.json``, ``telemetry.csv`` (with a GPU) and ``run_meta.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import ModelConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, read_jsonl, write_csv, write_json
+from gpu_simulate_test.io.runs import Run, default_run_id, start_run
+from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.real_bench.backends import Backend, get_backend
+from gpu_simulate_test.real_bench.harness import (
+    ReplayOutcome,
+    cpu_affinity,
+    gc_paused,
+    replay,
+    switch_interval,
+)
+from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
+from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
+from gpu_simulate_test.real_bench.report import live_progress, print_summary
+from gpu_simulate_test.real_bench.telemetry import TELEMETRY, TelemetrySampler
+from gpu_simulate_test.reporting import console
+from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
+
+SUMMARY = "summary.json"
+TELEMETRY_CSV = "telemetry.csv"
+
+
+def _token_ids(value: Any, where: str) -> tuple[int, ...]:
+    """``prompt_token_ids`` as given: a list of non-negative integers, nothing coerced."""
+    if not isinstance(value, list):
+        raise ArtifactError(
+            f"{where}: prompt_token_ids must be a list of integers, got {type(value).__name__}"
+        )
+    for i, token in enumerate(value):
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise ArtifactError(
+                f"{where}: prompt_token_ids[{i}] must be a non-negative integer, got {token!r}"
+            )
+    return tuple(value)
+
+
+def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[BenchRequest]:
+    """The workload's requests in arrival order, with prompts checked against the lengths."""
+    prompts_path = workload.path / layout.PROMPTS
+    prompts = {int(p["request_id"]): p for p in read_jsonl(prompts_path)}
+    prefill_of = dict(
+        zip(
+            workload.lengths["request_id"].tolist(),
+            workload.lengths["num_prefill_tokens"].tolist(),
+            strict=True,
+        )
+    )
+    decode_of = dict(
+        zip(
+            workload.lengths["request_id"].tolist(),
+            workload.lengths["num_decode_tokens"].tolist(),
+            strict=True,
+        )
+    )
+    requests: list[BenchRequest] = []
+    ids_in_order = workload.intervals["request_id"].tolist()
+    arrivals = workload.intervals["arrival_time_s"].tolist()
+    for rid_value, arrival in zip(ids_in_order, arrivals, strict=True):
+        rid = int(rid_value)
+        if rid not in prompts:
+            raise ArtifactError(f"{prompts_path}: no prompt for request_id {rid}")
+        prompt = prompts[rid]
+        prefill = int(prefill_of[rid])
+        ids = prompt.get("prompt_token_ids")
+        text = prompt.get("prompt_text")
+        if ids is None and text is None:
+            raise ArtifactError(
+                f"{prompts_path}: request {rid} has neither prompt_token_ids nor prompt_text"
+            )
+        if ids is not None:
+            ids = _token_ids(ids, f"{prompts_path}: request {rid}")
+        if text is not None and not isinstance(text, str):
+            raise ArtifactError(
+                f"{prompts_path}: request {rid}: prompt_text must be a string, got "
+                f"{type(text).__name__}"
+            )
+        if ids is not None and len(ids) != prefill:
+            raise ArtifactError(
+                f"{prompts_path}: request {rid} has {len(ids)} prompt token ids but "
+                f"trace_lengths says {prefill}"
+            )
+        requests.append(
+            BenchRequest(
+                request_id=rid,
+                num_prefill_tokens=prefill,
+                num_decode_tokens=int(decode_of[rid]),
+                scheduled_arrival_s=float(arrival),
+                prompt_token_ids=ids,
+                prompt_text=text,
+            )
+        )
+    if max_requests:
+        requests = requests[:max_requests]
+    if not requests:
+        raise ArtifactError(f"{workload.path}: the workload has no requests")
+    return requests
+
+
+def check_context(requests: Sequence[BenchRequest], model: ModelConfig) -> None:
+    """Every request must fit the model's context (prompt + output)."""
+    limit = model.max_position_embeddings
+    for req in requests:
+        if req.total_tokens > limit:
+            raise ValueError(
+                f"request {req.request_id} needs {req.num_prefill_tokens} prompt + "
+                f"{req.num_decode_tokens} output = {req.total_tokens} tokens, over model "
+                f"{model.name}'s context of {limit} tokens; use a workload built for this model"
+            )
+
+
+def warmup_requests(
+    requests: Sequence[BenchRequest], count: int, vocab_size: int, seed: int | None = None
+) -> list[BenchRequest]:
+    """Warm-up requests shaped like the first ``count`` ones, with fresh random prompts.
+
+    Fresh prompts (a new ``seed`` each run unless one is given) keep a server's prefix cache
+    from serving the measured requests, or a later run's warm-up, from an earlier run.
+    """
+    rng = np.random.default_rng(seed)
+    out: list[BenchRequest] = []
+    for i, req in enumerate(requests[:count]):
+        ids = tuple(
+            int(t) for t in rng.integers(0, min(vocab_size, 151643), req.num_prefill_tokens)
+        )
+        out.append(
+            BenchRequest(
+                request_id=-(i + 1),
+                num_prefill_tokens=req.num_prefill_tokens,
+                num_decode_tokens=req.num_decode_tokens,
+                scheduled_arrival_s=0.0,
+                prompt_token_ids=ids if req.prompt_token_ids is not None else None,
+                prompt_text=None if req.prompt_token_ids is not None else "warm up " * 8,
+            )
+        )
+    return out
+
+
+def write_results(
+    run: Run,
+    recorder: Recorder,
+    telemetry: TelemetrySampler,
+    backend_info: Mapping[str, Any],
+    summary_extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Write the metric tables, telemetry and ``summary.json`` of what the recorder holds."""
+    records = recorder.snapshot()
+    write_csv(run.file(layout.REQUEST_METRICS), request_frame(records), REQUEST_METRICS)
+    write_csv(run.file(layout.TOKEN_METRICS), token_frame(records), TOKEN_METRICS)
+    if telemetry.samples:
+        write_csv(run.file(TELEMETRY_CSV), telemetry.frame(), TELEMETRY)
+    summary = {**summarize(records), **summary_extra}
+    write_json(run.file(SUMMARY), summary)
+    statuses: dict[str, int] = {}
+    for rec in records:
+        statuses[rec.status] = statuses.get(rec.status, 0) + 1
+    run.update_meta(
+        backend=dict(backend_info),
+        request_statuses=statuses,
+        telemetry={
+            "available": telemetry.available,
+            "samples": len(telemetry.samples),
+            "note": telemetry.note,
+        },
+        arrival_error_ms=summary["arrival_error_ms"],
+        output_throughput_tokens_per_s=summary["output_throughput"],
+    )
+    return summary
+
+
+def _summary_extra(
+    cfg: RealBenchStageConfig, workload: LoadedWorkload, num_requests: int
+) -> dict[str, Any]:
+    arrival = workload.meta.get("generator", {}).get("arrival", {})
+    return {
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
+        "backend": cfg.backend.name,
+        "model_id": cfg.model.local_path or cfg.model.hf_name or cfg.model.name,
+        "tokenizer_id": cfg.model.local_path or cfg.model.hf_name or cfg.model.name,
+        "num_prompts": num_requests,
+        "request_rate": workload.meta.get("summary", {}).get("mean_qps"),
+        "burstiness": arrival.get("burstiness"),
+        "max_concurrency": None,
+        "workload_id": workload.workload_id,
+        "metric_conventions": "vllm bench serve: TTFT includes queueing; TPOT excludes the "
+        "first token; ITL pools every inter-event gap; times are harness-observed",
+    }
+
+
+@contextlib.contextmanager
+def _backend_session(backend: Backend, recorder: Recorder) -> Iterator[dict[str, Any]]:
+    """Start the backend; always close it (aborting on error or Ctrl-C). Yields its description."""
+    info: dict[str, Any] = {"name": backend.name}
+    ok = False
+    try:
+        backend.start(recorder)
+        yield info
+        ok = True
+    finally:
+        with contextlib.suppress(Exception):
+            info.update(backend.describe())
+        backend.close(abort=not ok)
+
+
+def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Replay ``cfg.workload_dir`` against ``cfg.backend``; returns the run directory."""
+    workload = load_workload(cfg.workload_dir)
+    requests = load_requests(workload, cfg.max_requests)
+    check_context(requests, cfg.model)
+    backend = get_backend(cfg.backend.name)(cfg)
+    backend.check(requests)
+    warmup_seed = int(np.random.SeedSequence().entropy % 2**32)  # type: ignore[operator]
+    warmups = warmup_requests(requests, cfg.num_warmup_requests, cfg.model.vocab_size, warmup_seed)
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    recorder = Recorder(requests)
+    telemetry = TelemetrySampler(cfg.hardware.device, cfg.telemetry_interval_s)
+    extra = _summary_extra(cfg, workload, len(requests))
+    summary: dict[str, Any] = {}
+    outcome: ReplayOutcome | None = None
+    with start_run(
+        cfg.output.root, "real_bench", run_id, resolved_config, cfg.output.overwrite
+    ) as r:
+        r.update_meta(
+            workload_dir=str(cfg.workload_dir),
+            workload_id=workload.workload_id,
+            num_requests=len(requests),
+            num_warmup_requests=len(warmups),
+            warmup_seed=warmup_seed,
+        )
+        info: dict[str, Any] = {"name": backend.name}
+        backend.log_dir = r.path
+        replay_started: float | None = None
+        try:
+            with _backend_session(backend, recorder) as info:
+                backend.warmup(warmups)
+                info.update(backend.describe())
+                client_cpus = backend.client_cpus()
+                info["client_cpus"] = sorted(client_cpus) if client_cpus else None
+                r.update_meta(backend=dict(info))
+                telemetry.start()
+                interval = cfg.backend.gil_switch_interval_s
+                with (
+                    switch_interval(interval),
+                    cpu_affinity(client_cpus),
+                    gc_paused(),
+                    live_progress(len(requests), cfg.progress) as bar,
+                ):
+                    replay_started = time.perf_counter()
+                    outcome = replay(
+                        backend, requests, recorder, cfg.backend.request_timeout_s, bar
+                    )
+        finally:
+            telemetry.stop()
+            telemetry_origin_fix(telemetry, recorder)
+            if outcome is not None:
+                r.update_meta(replay_wall_time_s=round(outcome.wall_time_s, 3))
+            if replay_started is not None:
+                r.update_meta(
+                    engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started)
+                )
+            extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
+            summary = write_results(r, recorder, telemetry, info, extra)
+    if cfg.progress:
+        print_summary(
+            summary, f"real_bench {cfg.backend.name} · {cfg.model.name} · {workload.workload_id}"
+        )
+        console.print(f"[bold]artifacts:[/] {r.path}")
+    return r.path
+
+
+def telemetry_origin_fix(telemetry: TelemetrySampler, recorder: Recorder) -> None:
+    """Express telemetry sample times from the run origin (set once the replay started)."""
+    if telemetry.origin == recorder.origin or not math.isfinite(recorder.origin):
+        return
+    shift = recorder.origin - telemetry.origin
+    for sample in telemetry.samples:
+        sample["time_s"] -= shift
+    telemetry.origin = recorder.origin

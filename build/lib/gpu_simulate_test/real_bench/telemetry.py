@@ -1,0 +1,111 @@
+"""GPU telemetry during a run: an NVML sampler thread (a no-op without NVML or a GPU)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+import pandas as pd
+
+from gpu_simulate_test.io.artifacts import Column, TableSchema
+
+TELEMETRY = TableSchema(
+    name="telemetry",
+    version="1.0",
+    description="GPU telemetry sampled through NVML during a real run.",
+    sorted_by="time_s",
+    columns=(
+        Column("time_s", "float", "s", "sample time from run start (negative: before it)"),
+        Column("gpu_index", "int", "", "NVML device index", min_value=0),
+        Column("sm_clock_mhz", "float", "MHz", "SM clock", nullable=True, min_value=0),
+        Column("mem_clock_mhz", "float", "MHz", "memory clock", nullable=True, min_value=0),
+        Column("power_w", "float", "W", "board power draw", nullable=True, min_value=0),
+        Column("memory_used_bytes", "float", "bytes", "device memory used", nullable=True),
+        Column("gpu_util_pct", "float", "%", "GPU utilization", nullable=True, min_value=0),
+        Column("mem_util_pct", "float", "%", "memory-controller utilization", nullable=True),
+        Column("temperature_c", "float", "°C", "GPU temperature", nullable=True),
+    ),
+)
+
+
+def gpu_index(device: str) -> int | None:
+    """NVML index of a torch device string: ``cuda`` → 0, ``cuda:3`` → 3, ``cpu`` → None."""
+    if not device.startswith("cuda"):
+        return None
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
+
+
+class TelemetrySampler:
+    """Samples clocks, power, memory and utilization every ``interval_s`` in a daemon thread."""
+
+    def __init__(self, device: str, interval_s: float, origin: float = 0.0) -> None:
+        self.index = gpu_index(device)
+        self.interval_s = interval_s
+        self.origin = origin
+        self.samples: list[dict[str, Any]] = []
+        self.available = False
+        self.note = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: Any = None
+
+    def start(self) -> None:
+        if self.index is None:
+            self.note = "no GPU device configured"
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        except Exception as exc:  # no library, no driver, bad index: telemetry is optional
+            self.note = f"NVML unavailable: {exc}"
+            return
+        self._nvml = pynvml
+        self.available = True
+        self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
+        self._thread.start()
+
+    def _read(self, getter: Any, *args: Any) -> Any:
+        try:
+            return getter(self._handle, *args)
+        except Exception:  # a counter this GPU does not expose
+            return None
+
+    def sample(self) -> dict[str, Any]:
+        nv = self._nvml
+        mem = self._read(nv.nvmlDeviceGetMemoryInfo)
+        util = self._read(nv.nvmlDeviceGetUtilizationRates)
+        power_mw = self._read(nv.nvmlDeviceGetPowerUsage)
+        return {
+            "time_s": time.perf_counter() - self.origin,
+            "gpu_index": self.index,
+            "sm_clock_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
+            "power_w": None if power_mw is None else power_mw / 1000.0,
+            "memory_used_bytes": None if mem is None else mem.used,
+            "gpu_util_pct": None if util is None else util.gpu,
+            "mem_util_pct": None if util is None else util.memory,
+            "temperature_c": self._read(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+        }
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.sample())
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._nvml is not None:
+            with contextlib.suppress(Exception):  # already shut down
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.samples, columns=TELEMETRY.column_names)

@@ -1,0 +1,336 @@
+"""The engine's per-step overhead: what a real step costs beyond the ops Vidur predicts.
+
+Vidur 0.0.26 predicts a batch as the sum of its profiled decoder-layer ops times the layer count
+(its ``ExecutionTime`` says so: no embedding, no LM head; the CPU-overhead terms of earlier Vidur
+releases — schedule, sampler, prepare inputs, process outputs — are gone). The bundle's
+``engine_steps.csv`` holds whole steps of the real engine, timed by ``vidur_profile`` with
+``engine.enable=true``. Here, for each calibrated step, Vidur's own prediction is subtracted from
+the measured time, and the remainder (the overhead) is modelled per batch as
+
+    overhead_ms = requests(N) + per_prefill_request · P_req + per_prefill_token · P_tok
+                  [+ idle_prefill when the batch has prefills and no decodes]
+
+N is the number of requests in the batch, P_req and P_tok its prefill requests and their query
+tokens. What the engine does per sequence (a row of the LM head, sampling, the Python that
+builds inputs and streams outputs) depends on N, not on the phase, and not linearly (hf_cb on
+2 CPU cores steps slower at 2 requests than at 4): ``requests`` interpolates the decode steps'
+overhead between the calibrated batch sizes and beyond them follows a non-negative line
+``base + per_request · N`` fitted on all of them. The prefill terms are a non-negative
+least-squares fit over every calibrated step that carries a prompt (the idle prefills and the
+mixed steps: a prompt prefilled next to running decodes) of its overhead beyond ``requests(N)``.
+With mixed steps, what an idle engine's prefill costs on top (waking the engine) is
+``idle_prefill``, a third term of the same fit, charged to batches without decodes: in a trace
+replay those start on an idle engine. The predictor adds the overhead to every batch's execution
+time, so queueing, TTFT, TPOT and E2E all see it.
+
+With ``vidur.step_jitter`` the whole step (ops and overhead) is then multiplied by a factor drawn,
+per batch, from the calibration's decode-step spread (:class:`StepJitter`): the calibrated
+medians stay the model's centre, and single steps stray from them as the real engine's do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls  # type: ignore[import-untyped]
+
+MIN_STEPS = 3
+"""Calibrated steps needed (at least one decode and two prefill lengths)."""
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """The fitted per-step overhead of one engine (milliseconds)."""
+
+    backend: str
+    base_ms: float
+    per_request_ms: float
+    per_prefill_request_ms: float
+    """What a prefill request costs beyond a decoding one."""
+    per_prefill_token_ms: float
+    idle_prefill_ms: float
+    """Extra for a batch of prefills alone (an idle engine woken by an arrival)."""
+    batch_sizes: tuple[int, ...]
+    batch_overhead_ms: tuple[float, ...]
+    """Measured overhead of the calibrated decode batches (interpolated between them)."""
+
+    def requests_ms(self, num_requests: int) -> float:
+        """The per-sequence part for a batch of ``num_requests`` requests."""
+        sizes = self.batch_sizes
+        if num_requests < sizes[0] or num_requests > sizes[-1]:
+            edge = sizes[0] if num_requests < sizes[0] else sizes[-1]
+            at_edge = self.batch_overhead_ms[sizes.index(edge)]
+            return max(0.0, at_edge + self.per_request_ms * (num_requests - edge))
+        return float(np.interp(num_requests, sizes, self.batch_overhead_ms))
+
+    def ms(self, num_q_tokens: Sequence[int]) -> float:
+        """Overhead of a batch whose requests process ``num_q_tokens`` query tokens each."""
+        prefill = [q for q in num_q_tokens if q > 1]  # Vidur's own split: 1 query token = decode
+        idle = self.idle_prefill_ms if len(prefill) == len(num_q_tokens) else 0.0
+        return (
+            self.requests_ms(len(num_q_tokens))
+            + idle
+            + self.per_prefill_request_ms * len(prefill)
+            + self.per_prefill_token_ms * sum(prefill)
+        )
+
+
+def step_shape(row: Any) -> tuple[list[int], list[int]]:
+    """Per-request query and KV tokens of a calibration row (Vidur's Batch arguments)."""
+    batch, q, kv = int(row.batch_size), int(row.num_q_tokens), int(row.context_tokens)
+    if row.phase == "mixed":  # one prompt next to batch - 1 decodes
+        return [q] + [1] * (batch - 1), [q] + [kv] * (batch - 1)
+    return [q] * batch, [kv] * batch
+
+
+def _nnls(columns: Sequence[np.ndarray], y: np.ndarray, scale: np.ndarray) -> list[float]:
+    """Non-negative coefficients of ``columns`` minimising the error of y relative to
+    ``scale``."""
+    design = np.column_stack(columns) / scale[:, None]
+    coef, _ = nnls(design, y / scale)
+    return [float(c) for c in coef]
+
+
+def _predictions(
+    rows: pd.DataFrame, predict_ms: Callable[[list[int], list[int]], float], backend: str
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Vidur's prediction per row, leaving out rows it has none for (KeyError)."""
+    kept, values = [], []
+    for i, row in enumerate(rows.itertuples()):
+        try:
+            values.append(predict_ms(*step_shape(row)))
+        except KeyError:
+            continue
+        kept.append(i)
+    rows = rows.iloc[kept].reset_index(drop=True)
+    phases = set(rows["phase"])
+    if len(rows) < MIN_STEPS or not {"prefill", "decode"} <= phases:
+        raise ValueError(
+            f"engine calibration of {backend}: {len(rows)} steps ({', '.join(sorted(phases))}) "
+            f"fall inside the shapes this simulation predicts; at least {MIN_STEPS}, prefill "
+            "and decode, are needed"
+        )
+    return rows, np.array(values)
+
+
+def _prefill_terms(
+    tokens: np.ndarray,
+    extra: np.ndarray,
+    measured: np.ndarray,
+    prefill: np.ndarray,
+    mixed: np.ndarray,
+) -> tuple[float, float, float]:
+    """``(per_prefill_request, per_prefill_token, idle_prefill)``: one non-negative least-squares
+    fit over every step that carries a prompt, of its overhead beyond ``requests(N)`` (``extra``).
+
+    Idle prefills and mixed steps share the per-request and per-token terms; an idle column (1
+    on the idle prefills) takes what waking the engine costs, when mixed steps are there to tell
+    it apart. Fitting them together keeps the per-token slope on every prompt length measured: the
+    mixed steps alone may all have one prompt length (the calibration's longest prompt can lie
+    beyond what a simulation predicts, and is then left out), and a slope through one length is
+    arbitrary. With fewer than two prompt lengths there is no slope (0).
+    """
+    carrying = prefill | mixed
+    columns = [np.ones(int(carrying.sum()))]
+    spans_lengths = len(np.unique(tokens[carrying])) >= 2
+    if spans_lengths:
+        columns.append(tokens[carrying])
+    separate_idle = bool(mixed.any()) and bool(prefill.any())
+    if separate_idle:
+        columns.append(prefill[carrying].astype(float))
+    # relative error, as for the decode line
+    terms = iter(_nnls(columns, extra[carrying], measured[carrying]))
+    per_prefill = next(terms)
+    per_token = next(terms) if spans_lengths else 0.0
+    idle = next(terms) if separate_idle else 0.0
+    return per_prefill, per_token, idle
+
+
+def fit(
+    backend: str, rows: pd.DataFrame, predict_ms: Callable[[list[int], list[int]], float]
+) -> tuple[StepOverhead, pd.DataFrame]:
+    """Fit the overhead on ``rows`` (engine_steps of one backend); returns it and a per-row table.
+
+    ``predict_ms(num_q_tokens, num_kv_tokens)`` is Vidur's prediction for one batch; steps it
+    has no prediction for (a shape beyond what this simulation predicts) are left out.
+    """
+    rows, predicted = _predictions(rows, predict_ms, backend)
+    measured = rows["step_ms"].to_numpy(dtype=float)
+    residual = measured - predicted
+    phase = rows["phase"].to_numpy()
+    decode, prefill, mixed = phase == "decode", phase == "prefill", phase == "mixed"
+    batch = rows["batch_size"].to_numpy(dtype=float)
+    tokens = rows["num_q_tokens"].to_numpy(dtype=float)
+    x = batch[decode]
+    base, per_request = _nnls([np.ones_like(x), x], residual[decode], measured[decode])
+    by_size = (
+        pd.DataFrame({"b": batch[decode].astype(int), "r": np.maximum(residual[decode], 0.0)})
+        .groupby("b")["r"]
+        .median()
+    )
+    requests_only = StepOverhead(
+        backend=backend,
+        base_ms=base,
+        per_request_ms=per_request,
+        per_prefill_request_ms=0.0,
+        per_prefill_token_ms=0.0,
+        idle_prefill_ms=0.0,
+        batch_sizes=tuple(int(b) for b in by_size.index),
+        batch_overhead_ms=tuple(float(v) for v in by_size.to_numpy()),
+    )
+    beside = np.array([requests_only.requests_ms(int(b)) for b in batch])
+    per_prefill, per_token, idle = _prefill_terms(
+        tokens, residual - beside, measured, prefill, mixed
+    )
+    overhead = dataclasses.replace(
+        requests_only,
+        per_prefill_request_ms=per_prefill,
+        per_prefill_token_ms=per_token,
+        idle_prefill_ms=idle,
+    )
+    fitted = np.array([overhead.ms(step_shape(row)[0]) for row in rows.itertuples()])
+    table = rows[["phase", "batch_size", "num_q_tokens", "context_tokens"]].copy()
+    table["measured_ms"] = measured
+    table["vidur_ops_ms"] = predicted
+    table["overhead_ms"] = fitted
+    table["predicted_ms"] = predicted + fitted
+    table["error"] = table["predicted_ms"] / table["measured_ms"] - 1
+    return overhead, table
+
+
+@dataclass(frozen=True)
+class StepJitter:
+    """How single engine steps stray from their calibrated median: the percentiles of
+    step / median over the calibration's decode steps (``engine_steps.step_jitter``)."""
+
+    percentiles: tuple[float, ...]
+    ratios: tuple[float, ...]
+
+    @classmethod
+    def from_calibration(cls, recorded: Any, where: str) -> StepJitter:
+        """From meta.json's ``engine_calibration.<backend>.step_jitter``; ValueError naming
+        ``where`` when it is not a usable spread."""
+        try:
+            percentiles = tuple(float(v) for v in recorded["percentiles"])
+            ratios = tuple(float(v) for v in recorded["ratios"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{where}: expected {{'percentiles': [...], 'ratios': [...]}}, got {recorded!r}"
+            ) from exc
+        if (
+            len(percentiles) < 2
+            or len(percentiles) != len(ratios)
+            or percentiles[0] != 0
+            or percentiles[-1] != 100
+            or any(b <= a for a, b in pairwise(percentiles))
+            or any(b < a for a, b in pairwise(ratios))
+            or ratios[0] <= 0
+        ):
+            raise ValueError(
+                f"{where}: expected percentiles rising from 0 to 100 and positive, "
+                f"non-decreasing ratios of the same length, got {recorded!r}"
+            )
+        return cls(percentiles, ratios)
+
+    @property
+    def mean_ratio(self) -> float:
+        """The mean factor a draw gives (the piecewise-linear inverse CDF's integral)."""
+        p, r = np.asarray(self.percentiles) / 100, np.asarray(self.ratios)
+        return float(np.sum(np.diff(p) * (r[1:] + r[:-1]) / 2))
+
+    def sampler(self, seed: int) -> Callable[[], float]:
+        """Seeded draws: a uniform percentile through the inverse CDF, one per call."""
+        rng = np.random.default_rng(seed)
+        percentiles, ratios = np.asarray(self.percentiles), np.asarray(self.ratios)
+
+        def draw() -> float:
+            return float(np.interp(rng.uniform(0.0, 100.0), percentiles, ratios))
+
+        return draw
+
+
+class ExecutionTimeWithOverhead:
+    """Vidur's ExecutionTime of a batch, plus the engine's overhead in ``total_time``, times
+    the step's jitter factor (1 without jitter).
+
+    ``model_time`` stays the ops alone (Vidur reports it as model execution time); everything
+    else is read from the wrapped object.
+    """
+
+    def __init__(self, base: Any, overhead_ms: float, factor: float = 1.0) -> None:
+        self._base = base
+        self.engine_overhead_ms = overhead_ms
+        self.jitter_factor = factor
+
+    @property
+    def total_time(self) -> float:
+        return (float(self._base.total_time) + self.engine_overhead_ms * 1e-3) * self.jitter_factor
+
+    def to_dict(self) -> dict[str, float]:
+        base = self._base.to_dict() if hasattr(self._base, "to_dict") else {}
+        return {
+            **base,
+            "engine_overhead_time": self.engine_overhead_ms,
+            "jitter_factor": self.jitter_factor,
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
+def fit_report(overhead: StepOverhead, table: pd.DataFrame) -> dict[str, Any]:
+    """What run_meta.json records about the fit, with its error per kind of step."""
+    by_phase = {
+        str(phase): {
+            "steps": len(errors),
+            "abs_error_median": float(errors.abs().median()),
+            "abs_error_max": float(errors.abs().max()),
+        }
+        for phase, errors in table.groupby("phase")["error"]
+    }
+    return {
+        **asdict(overhead),
+        "num_calibration_steps": len(table),
+        "calibration_abs_error_max": float(table["error"].abs().max()),
+        "calibration_abs_error_median": float(table["error"].abs().median()),
+        "calibration_error_by_phase": by_phase,
+    }
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """The serving front end's latency around the engine (milliseconds): a request reaches the
+    scheduler ``input_ms + input_per_running_ms · running`` after it was sent (``running``: the
+    requests in flight when it was sent), and each token reaches the client ``output_ms`` after
+    its step (and the engine loop) ended."""
+
+    input_ms: float
+    output_ms: float
+    input_per_running_ms: float = 0.0
+
+    def input_delays_s(self, running: np.ndarray) -> np.ndarray:
+        """Each request's input delay (seconds) given the requests running at its send."""
+        return (self.input_ms + self.input_per_running_ms * running) / 1000.0
+
+    @classmethod
+    def from_calibration(cls, recorded: Any, where: str) -> FrontEnd:
+        """From ``engine_calibration.<backend>.frontend``; ValueError naming ``where``."""
+        if not isinstance(recorded, dict):
+            raise ValueError(f"{where}: expected a mapping with input_ms and output_ms")
+        values = {}
+        for key in ("input_ms", "output_ms", "input_per_running_ms"):
+            if key == "input_per_running_ms" and key not in recorded:
+                continue  # an older calibration: no growth with load
+            value = recorded.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
+            values[key] = float(value)
+        return cls(**values)

@@ -1,0 +1,1 @@
+"""Workload generation and import: lengths, arrivals and prompts for replay and simulation."""
