@@ -34,11 +34,11 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.fidelity.stage import one_server, scheduler_needs
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.pipeline.run import profile_config, simulation_vidur, stage_configs
-from gpu_simulate_test.reporting import console, print_table
+from gpu_simulate_test.pipeline.stage import profile_config, simulation_vidur, stage_configs
 
 TARGET = 0.10
 METRICS = ("ttft", "tpot", "e2e")
@@ -68,7 +68,7 @@ def competitor(seconds: float) -> Iterator[int]:
 def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path, float]:
     """The pipeline's profile (per-op and engine calibration) into ``root``; its bundle and
     the wall time."""
-    from gpu_simulate_test.profiling.vidur_profile import run as profile_run
+    from gpu_simulate_test.vidur_profile.stage import run as profile_run
 
     cfg = dataclasses.replace(cfg, profiling_root=str(root))
     scheduler, needs = scheduler_needs(cfg, workload_dir)
@@ -81,7 +81,7 @@ def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path
 
 def simulate(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> dict[str, Any]:
     """Simulate the workload with the bundle under ``root``; the summary's percentiles (s)."""
-    from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
+    from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     scheduler, _ = scheduler_needs(cfg, workload_dir)
     sim_cfg = VidurSimulateStageConfig(
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = out / "server"
     log_dir.mkdir(parents=True, exist_ok=True)
     with one_server(to_typed(composed, PipelineStageConfig), log_dir) as cfg:
-        from gpu_simulate_test.workloads.build import run as workload_run
+        from gpu_simulate_test.workload.stage import run as workload_run
 
         workload_cfg, _ = stage_configs(cfg, "busy-bench")
         workload_dir = workload_run(workload_cfg, dataclasses.asdict(workload_cfg))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.analysis.comparison import compare, discrepancies, join_requests
+from gpu_simulate_test.compare.comparison import compare, discrepancies, join_requests
 
 TARGET_S = 10.0
 
@@ -90,7 +90,7 @@ def main() -> None:
     print(f"target                       {TARGET_S:>12.3f} s")
     print(f"ratio to target              {total_s / TARGET_S:>12.2f}  (< 1 meets it)")
     if args.plots:
-        from gpu_simulate_test.analysis.stage import draw_plots
+        from gpu_simulate_test.compare.stage import draw_plots
 
         context = {"real": {"model": "bench", "hardware": "bench", "backend": "synthetic"}}
         with tempfile.TemporaryDirectory() as out:

@@ -26,12 +26,13 @@ from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import WorkloadStageConfig
+from gpu_simulate_test.core.engines._inprocess import load_model
+from gpu_simulate_test.core.engines.hf_cb import make_cb_config
+from gpu_simulate_test.core.requests import load_requests
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.real_bench.backends._inprocess import load_model
-from gpu_simulate_test.real_bench.backends.hf_cb import make_cb_config
-from gpu_simulate_test.real_bench.stage import SUMMARY, load_requests, run
-from gpu_simulate_test.workloads.build import load_workload
-from gpu_simulate_test.workloads.build import run as build_workload
+from gpu_simulate_test.real_bench.stage import SUMMARY, run
+from gpu_simulate_test.workload.stage import run as build_workload
 
 TARGET_RATIO = 0.97
 TARGET_ARRIVAL_MS = 1.0

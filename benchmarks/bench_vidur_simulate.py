@@ -31,11 +31,11 @@ from gpu_simulate_test.config.vidur import (
     VidurPredictorConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.core.workloads import generate, write_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import start_run
-from gpu_simulate_test.vidur_ext import simulate as stage
-from gpu_simulate_test.workloads.build import generate, write_workload
+from gpu_simulate_test.vidur_simulate import stage
 
 TARGET_OVERHEAD = 0.05
 SMALL = 2000
@@ -85,7 +85,7 @@ def time_bare(cfg: VidurSimulateStageConfig, root: Path) -> tuple[float, int]:
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
-    from gpu_simulate_test.vidur_ext.registration import reset_entity_ids
+    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
 
     inputs = stage.prepare(cfg)
     out = root / f"bare-{cfg.output.run_id}"

@@ -33,12 +33,12 @@ from benchmarks.bench_real_bench import _compose
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import WorkloadStageConfig
+from gpu_simulate_test.core.engines.server import ManagedServer, free_loopback_port
+from gpu_simulate_test.core.engines.vllm import SNAPSHOTS, VllmBackend, vllm_version
+from gpu_simulate_test.core.modeling import ensure_snapshot
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.modeling import ensure_snapshot
-from gpu_simulate_test.real_bench.backends.vllm import SNAPSHOTS, VllmBackend, vllm_version
-from gpu_simulate_test.real_bench.server import ManagedServer, free_loopback_port
 from gpu_simulate_test.real_bench.stage import SUMMARY, run
-from gpu_simulate_test.workloads.build import run as build_workload
+from gpu_simulate_test.workload.stage import run as build_workload
 
 TARGET_RATIO = 0.97
 METRICS = ("ttft", "tpot", "itl")

@@ -13,8 +13,8 @@ from dataclasses import asdict, replace
 
 from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.config.schema import LengthDistConfig, WorkloadConfig
+from gpu_simulate_test.core.workloads import generate, write_workload
 from gpu_simulate_test.io.runs import start_run
-from gpu_simulate_test.workloads.build import generate, write_workload
 
 TARGET_S = 5.0
 QWEN3_TINY = model_preset("qwen3_tiny")

@@ -27,12 +27,12 @@ import pandas as pd
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
 from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.profiling.engine_steps import bench_config
-from gpu_simulate_test.real_bench.backends import get_backend
-from gpu_simulate_test.real_bench.harness import replay, switch_interval
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
-from gpu_simulate_test.reporting import markdown_table
-from gpu_simulate_test.vidur_ext.bundle import load_bundle
+from gpu_simulate_test.core.bundle import load_bundle
+from gpu_simulate_test.core.engines import get_backend
+from gpu_simulate_test.core.engines.harness import replay, switch_interval
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.reporting import markdown_table
+from gpu_simulate_test.vidur_profile.engine_steps import bench_config
 
 
 def is_prefill(future_state: Any) -> bool:

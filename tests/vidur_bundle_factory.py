@@ -18,15 +18,15 @@ import pandas as pd
 
 from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.config.schema import ModelConfig
-from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import write_csv, write_json
-from gpu_simulate_test.vidur_ext.bundle import (
+from gpu_simulate_test.core.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
     MLP_OPS,
     MLP_TABLE,
     STATS,
 )
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import write_csv, write_json
 
 QWEN3_TINY = model_preset("qwen3_tiny")
 QWEN3_0_6B = model_preset("qwen3_0_6b")
@@ -191,8 +191,8 @@ def write_workload_run(
 ) -> Path:
     """A complete workload run with exactly these requests, written by the workload stage code."""
     from gpu_simulate_test.config.schema import WorkloadConfig
+    from gpu_simulate_test.core.workloads import Workload, write_workload
     from gpu_simulate_test.io.runs import start_run
-    from gpu_simulate_test.workloads.build import Workload, write_workload
 
     workload = Workload(
         np.asarray(prefill, dtype=np.int64),

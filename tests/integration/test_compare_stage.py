@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.analysis.sweep import run_sweep
+from gpu_simulate_test.compare.sweep import run_sweep
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io.artifacts import read_json, write_csv

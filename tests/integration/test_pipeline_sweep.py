@@ -13,7 +13,7 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from gpu_simulate_test.analysis.stage import run as compare_run
+from gpu_simulate_test.compare.stage import run as compare_run
 from gpu_simulate_test.config.compare import CompareOptions, CompareStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from tests.conftest import run_cli

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 import torch
 
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench.metrics import is_monotonic
-from gpu_simulate_test.workloads.build import load_workload
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -177,7 +177,7 @@ def _serve_available() -> bool:
 
 
 def test_openai_backend_fails_clearly_on_an_unreachable_endpoint(workspace: Path) -> None:
-    from gpu_simulate_test.real_bench.backends.openai import free_loopback_port
+    from gpu_simulate_test.core.engines.openai import free_loopback_port
 
     url = f"http://127.0.0.1:{free_loopback_port()}"
     proc = run_cli(
@@ -204,8 +204,8 @@ def test_openai_backend_against_a_started_transformers_serve(tmp_path: Path) -> 
 
     from gpu_simulate_test.config.registry import CONFIG_DIR, to_typed
     from gpu_simulate_test.config.schema import ModelConfig
-    from gpu_simulate_test.modeling import build_model
-    from gpu_simulate_test.workloads.prompts import load_tokenizer
+    from gpu_simulate_test.core.modeling import build_model
+    from gpu_simulate_test.core.prompts import load_tokenizer
 
     model_dir = tmp_path / "qwen3_tiny"
     tiny = to_typed(OmegaConf.load(CONFIG_DIR / "model" / "qwen3_tiny.yaml"), ModelConfig)  # type: ignore[arg-type]

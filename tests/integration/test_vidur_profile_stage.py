@@ -16,17 +16,18 @@ from omegaconf import DictConfig, OmegaConf
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadStageConfig
-from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.io.runs import open_upstream_run
-from gpu_simulate_test.profiling.profile_checks import profile_warnings
-from gpu_simulate_test.vidur_ext.bundle import (
+from gpu_simulate_test.core.bundle import (
     META_REQUIRED_KEYS,
     MLP_OPS,
     BundleRanges,
     load_bundle,
 )
-from gpu_simulate_test.workloads import build
+from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_json
+from gpu_simulate_test.io.runs import open_upstream_run
+from gpu_simulate_test.vidur_profile.profile_checks import profile_warnings
+from gpu_simulate_test.workload.stage import run as build_workload
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -75,8 +76,8 @@ def _build_workload(root: Path) -> str:
             ],
         )
     GlobalHydra.instance().clear()
-    build.run(to_typed(cfg, WorkloadStageConfig), {})
-    return build.load_workload(root / "tmp" / "workload" / "wl").workload_id
+    build_workload(to_typed(cfg, WorkloadStageConfig), {})
+    return load_workload(root / "tmp" / "workload" / "wl").workload_id
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -24,10 +26,8 @@ from gpu_simulate_test.io.artifacts import (
     write_json,
 )
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
-from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
-from gpu_simulate_test.vidur_ext.metrics import EXTRA_COLUMNS
-from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
-from gpu_simulate_test.workloads.build import load_workload
+from gpu_simulate_test.vidur_simulate.metrics import EXTRA_COLUMNS
+from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 from tests.conftest import run_cli
 from tests.unit.test_engine_overhead import steps
 from tests.vidur_bundle_factory import (

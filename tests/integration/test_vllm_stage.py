@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS, TOKEN_METRICS
-from gpu_simulate_test.workloads.build import load_workload
 from tests.conftest import run_cli
 
 pytestmark = [

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gpu_simulate_test.core.prompts import load_tokenizer
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
-from gpu_simulate_test.workloads.build import load_workload
-from gpu_simulate_test.workloads.prompts import load_tokenizer
 from tests.conftest import SPLITWISE_TRACE, run_cli
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.core.bundle import MLP_TABLE, load_bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv, read_json, write_json
-from gpu_simulate_test.vidur_ext.bundle import MLP_TABLE, load_bundle
 from tests.conftest import SHARED_FIXTURES
 from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
 

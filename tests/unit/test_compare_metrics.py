@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test import latency
-from gpu_simulate_test.analysis import metrics as m
-from gpu_simulate_test.analysis.comparison import compare, discrepancies, join_requests
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.comparison import compare, discrepancies, join_requests
+from gpu_simulate_test.core import latency
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 
@@ -183,7 +183,7 @@ def test_join_lists_requests_missing_on_one_side() -> None:
 
 
 def test_plots_thin_many_points_but_keep_the_cdf_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_simulate_test.analysis import plots
+    from gpu_simulate_test.compare import plots
 
     monkeypatch.setattr(plots, "MAX_POINTS", 3)
     x, y = plots._ecdf(np.array([5.0, 1.0, np.nan, 3.0, 2.0, 4.0]))

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.analysis.steps import compare_steps, step_cost_ms, step_group
+from gpu_simulate_test.compare.steps import compare_steps, step_cost_ms, step_group
 
 
 def _steps(rows: list[tuple[int, int, int, float]]) -> pd.DataFrame:

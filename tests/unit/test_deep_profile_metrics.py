@@ -7,13 +7,13 @@ import math
 import pytest
 
 from gpu_simulate_test.config.schema import HardwareConfig
-from gpu_simulate_test.profiling.deep_profile.metrics import (
+from gpu_simulate_test.deep_profile.metrics import (
     StepTiming,
     phase_metrics,
     serving_summary,
     utilization,
 )
-from gpu_simulate_test.profiling.deep_profile.torch_prof import (
+from gpu_simulate_test.deep_profile.torch_prof import (
     operator_rows,
     resolve_activities,
     sort_key,

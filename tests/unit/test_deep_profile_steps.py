@@ -22,18 +22,19 @@ from gpu_simulate_test.config.deep_profile import (
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
-from gpu_simulate_test.profiling.deep_profile import files, steps
-from gpu_simulate_test.profiling.deep_profile.inputs import ProfileInputs
-from gpu_simulate_test.profiling.deep_profile.nsight_steps import (
+from gpu_simulate_test.core.engines.records import BenchRequest
+from gpu_simulate_test.deep_profile import contract as files
+from gpu_simulate_test.deep_profile import steps
+from gpu_simulate_test.deep_profile.inputs import ProfileInputs
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome
+from gpu_simulate_test.deep_profile.nsight_steps import (
     ncu_argv,
     nsys_argv,
     preflight,
     run_ncu,
     run_nsys,
 )
-from gpu_simulate_test.profiling.deep_profile.static import lengths_of
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome
-from gpu_simulate_test.real_bench.records import BenchRequest
+from gpu_simulate_test.deep_profile.static import lengths_of
 from tests.conftest import SHARED_FIXTURES
 
 
@@ -210,7 +211,7 @@ def test_bad_pipeline_values_fail_naming_the_field(compose_stage: Any) -> None:
 
 
 def test_stakeholder_summary_says_why_the_timed_run_is_missing() -> None:
-    from gpu_simulate_test.profiling.deep_profile.report import stakeholder_summary
+    from gpu_simulate_test.deep_profile.report import stakeholder_summary
 
     skipped = StepOutcome.skipped("torch_profiler", "no GPU visible to torch")
     text = stakeholder_summary("t", [StepOutcome.ok("static_analysis"), skipped], None, "h100")

@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.profiling.engine_steps import (
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.overhead import FrontEnd
+from gpu_simulate_test.vidur_profile.engine_steps import (
     Experiment,
     frontend_latency,
     step_log_samples,
 )
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
-from gpu_simulate_test.vidur_ext import metrics as vidur_metrics
-from gpu_simulate_test.vidur_ext.overhead import FrontEnd
-from gpu_simulate_test.vidur_ext.simulate import running_at_send
+from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
+from gpu_simulate_test.vidur_simulate.stage import running_at_send
 
 LOOP_MS = 2.0
 INPUT_MS = 5.0

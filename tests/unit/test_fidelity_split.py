@@ -134,15 +134,15 @@ import sys
 sys.modules["vidur"] = None
 import gpu_simulate_test.cli.fidelity
 import gpu_simulate_test.fidelity.stage as f
-import gpu_simulate_test.profiling.vidur_profile, gpu_simulate_test.real_bench.stage
-import gpu_simulate_test.workloads.build
+import gpu_simulate_test.vidur_profile.stage, gpu_simulate_test.real_bench.stage
+import gpu_simulate_test.core.workloads
 import inspect
 src = "".join(inspect.getsource(fn) for fn in (
     f.real_phase, f.real_load, f.measure_capacity, f.scheduler_needs, f.one_server))
 assert "vidur_ext.simulate" not in src and "analysis.stage" not in src, "sim import in real path"
 bad = [m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] == "vidur"]
 assert not bad, bad
-assert "gpu_simulate_test.vidur_ext.simulate" not in sys.modules
+assert "gpu_simulate_test.vidur_simulate.stage" not in sys.modules
 print("ok")
 """
     proc = subprocess.run(

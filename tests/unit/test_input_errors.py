@@ -11,6 +11,8 @@ import pytest
 
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
+from gpu_simulate_test.core.trace import load_trace
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -23,8 +25,6 @@ from gpu_simulate_test.io.artifacts import (
 )
 from gpu_simulate_test.io.runs import default_run_id, open_upstream_run, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, REQUEST_STATUSES, TRACE_LENGTHS
-from gpu_simulate_test.workloads.build import load_workload
-from gpu_simulate_test.workloads.trace import load_trace
 
 BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe\x00\x10"
 
@@ -170,7 +170,7 @@ def _compare_input(tmp_path: Path, statuses: list[str], num_requests: int) -> Pa
 def test_compare_refuses_a_table_that_lost_rows_or_an_ok_row_without_times(
     tmp_path: Path,
 ) -> None:
-    from gpu_simulate_test.analysis.inputs import load_run
+    from gpu_simulate_test.core.run_inputs import load_run
 
     assert (
         len(load_run(_compare_input(tmp_path / "a", ["ok"] * 3, 3), "vidur_simulate").requests) == 3
@@ -188,7 +188,7 @@ def test_compare_refuses_a_table_that_lost_rows_or_an_ok_row_without_times(
 
 
 def test_every_request_status_the_producers_write_is_allowed(tmp_path: Path) -> None:
-    from gpu_simulate_test.real_bench import records
+    from gpu_simulate_test.core.engines import records
 
     ended = {records.STATUS_OK, records.STATUS_ERROR, records.STATUS_TIMEOUT}
     assert ended | {records.STATUS_CANCELLED} == set(REQUEST_STATUSES)

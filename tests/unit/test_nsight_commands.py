@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_simulate_test.profiling.nsight.commands import (
+from gpu_simulate_test.deep_profile.nsight.commands import (
     NcuPage,
     ncu_import_csv_argv,
     ncu_profile_argv,
@@ -20,9 +20,9 @@ from gpu_simulate_test.profiling.nsight.commands import (
     nsys_stats_argv,
     nsys_stats_outputs,
 )
-from gpu_simulate_test.profiling.nsight.parsers import KernelRecord, parse_kernel_summary
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome, find_tool, require_tool
-from gpu_simulate_test.profiling.nsight.top_kernels import (
+from gpu_simulate_test.deep_profile.nsight.parsers import KernelRecord, parse_kernel_summary
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome, find_tool, require_tool
+from gpu_simulate_test.deep_profile.nsight.top_kernels import (
     extract_top_kernels,
     kernel_name_regex,
     main,
@@ -168,7 +168,7 @@ def test_top_kernels_cli(tmp_path: Path) -> None:
     assert doc["kernels"][0]["calls"] == 51_146
     # the module runs as a script too
     proc = subprocess.run(
-        [sys.executable, "-m", "gpu_simulate_test.profiling.nsight.top_kernels", str(src),
+        [sys.executable, "-m", "gpu_simulate_test.deep_profile.nsight.top_kernels", str(src),
          "-k", "2", "-o", str(tmp_path / "t2.yaml")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

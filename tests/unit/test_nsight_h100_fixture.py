@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.profiling.nsight.classify import classify_bound
-from gpu_simulate_test.profiling.nsight.parsers import parse_ncu_csv
+from gpu_simulate_test.deep_profile.nsight.classify import classify_bound
+from gpu_simulate_test.deep_profile.nsight.parsers import parse_ncu_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu_h100"
 

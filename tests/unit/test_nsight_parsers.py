@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.profiling.nsight.classify import classify_bound, roofline_points
-from gpu_simulate_test.profiling.nsight.parsers import (
+from gpu_simulate_test.deep_profile.nsight.classify import classify_bound, roofline_points
+from gpu_simulate_test.deep_profile.nsight.parsers import (
     NsightParseError,
     load_ncu_dir,
     parse_api_summary,
@@ -17,7 +17,7 @@ from gpu_simulate_test.profiling.nsight.parsers import (
     parse_nvtx_summary,
     to_base_unit,
 )
-from gpu_simulate_test.profiling.nsight.plots import plot_roofline
+from gpu_simulate_test.deep_profile.nsight.plots import plot_roofline
 from tests.conftest import SHARED_FIXTURES
 
 KERN_SUM = SHARED_FIXTURES / "nsys" / "cuda_gpu_kern_sum.csv"

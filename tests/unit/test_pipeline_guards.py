@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.analysis.knobs import derive_scheduler
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core.knobs import derive_scheduler
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_json
 from gpu_simulate_test.io.runs import RunExistsError
-from gpu_simulate_test.pipeline.run import (
+from gpu_simulate_test.pipeline.stage import (
     DisturbedProfileError,
     bundle_misfits,
     check_outputs_free,
@@ -22,7 +22,7 @@ from gpu_simulate_test.pipeline.run import (
     profile_config,
     run,
 )
-from gpu_simulate_test.vidur_ext.plan import Requirements
+from gpu_simulate_test.vidur_simulate.plan import Requirements
 from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
 
 NEEDS = Requirements(

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.analysis.knobs import derive_scheduler, knob_mismatches
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
-from gpu_simulate_test.pipeline.run import profile_ranges
-from gpu_simulate_test.vidur_ext.plan import Requirements
+from gpu_simulate_test.core.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.pipeline.stage import profile_ranges
+from gpu_simulate_test.vidur_simulate.plan import Requirements
 
 
 def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
@@ -71,11 +71,11 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     import dataclasses
 
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
-    from gpu_simulate_test.pipeline.run import calibration_misfits, engine_calibration
-    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
-    from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.pipeline.stage import calibration_misfits, engine_calibration
+    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
@@ -109,12 +109,12 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
 
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.config.real_bench import BackendConfig, ServerConfig
+    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.core.engines.vllm import vllm_version
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
-    from gpu_simulate_test.pipeline.run import calibration_misfits, engine_calibration
-    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
-    from gpu_simulate_test.real_bench.backends.vllm import vllm_version
-    from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.pipeline.stage import calibration_misfits, engine_calibration
+    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 

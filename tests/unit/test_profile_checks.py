@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpu_simulate_test.profiling.profile_checks import inversions, profile_warnings, slow_sizes
-from gpu_simulate_test.profiling.vidur_profile import _keep_fastest
+from gpu_simulate_test.vidur_profile.profile_checks import inversions, profile_warnings, slow_sizes
+from gpu_simulate_test.vidur_profile.stage import _keep_fastest
 
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
 

@@ -7,7 +7,7 @@ import pytest
 from gpu_simulate_test.config.real_bench import BACKEND_NAMES, RealBenchStageConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_typed
 from gpu_simulate_test.config.schema import ConfigError
-from gpu_simulate_test.real_bench.backends.hf_cb import cb_config_kwargs, make_cb_config
+from gpu_simulate_test.core.engines.hf_cb import cb_config_kwargs, make_cb_config
 
 
 def test_stage_is_registered_and_every_backend_has_a_yaml() -> None:

@@ -14,13 +14,13 @@ import pytest
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.core.engines import BACKENDS, Backend, BackendError, get_backend
+from gpu_simulate_test.core.engines.harness import replay, wait_until
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench import stage
-from gpu_simulate_test.real_bench.backends import BACKENDS, Backend, BackendError, get_backend
-from gpu_simulate_test.real_bench.harness import replay, wait_until
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
 
 
 class FakeBackend(Backend):
@@ -140,7 +140,7 @@ def test_every_backend_honours_the_base_signature(name: str) -> None:
 def workload_dir(tmp_path: Path) -> Path:
     """A tiny complete workload run written through the workload stage's library code."""
     from gpu_simulate_test.config.schema import WorkloadStageConfig
-    from gpu_simulate_test.workloads.build import run as build
+    from gpu_simulate_test.workload.stage import run as build
 
     cfg = WorkloadStageConfig(
         model=_tiny_model(),

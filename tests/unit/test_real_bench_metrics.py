@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_simulate_test.core.engines.records import RequestRecord
 from gpu_simulate_test.io.artifacts import read_csv, write_csv
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.real_bench.metrics import (
@@ -21,7 +22,6 @@ from gpu_simulate_test.real_bench.metrics import (
     token_rows,
     tpot_s,
 )
-from gpu_simulate_test.real_bench.records import RequestRecord
 
 
 def record(

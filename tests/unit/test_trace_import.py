@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpu_simulate_test.core.trace import load_trace
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.workloads.trace import load_trace
 from tests.conftest import SPLITWISE_TRACE
 
 

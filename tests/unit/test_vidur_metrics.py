@@ -10,7 +10,7 @@ import pytest
 
 from gpu_simulate_test.io.artifacts import validate_frame
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
-from gpu_simulate_test.vidur_ext.metrics import (
+from gpu_simulate_test.vidur_simulate.metrics import (
     EXTRA_COLUMNS,
     ReplayMismatchError,
     check_replay,

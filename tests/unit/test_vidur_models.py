@@ -11,10 +11,10 @@ from omegaconf import OmegaConf
 from gpu_simulate_test.config.registry import CONFIG_DIR
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
-from gpu_simulate_test.vidur_ext import models
-from gpu_simulate_test.vidur_ext.devices import register_device
-from gpu_simulate_test.vidur_ext.registration import register_vidur_extensions
-from gpu_simulate_test.vidur_ext.schedulers import ORCA_FIXED_TYPE, vidur_scheduler_config
+from gpu_simulate_test.vidur_simulate import models
+from gpu_simulate_test.vidur_simulate.devices import register_device
+from gpu_simulate_test.vidur_simulate.registration import register_vidur_extensions
+from gpu_simulate_test.vidur_simulate.schedulers import ORCA_FIXED_TYPE, vidur_scheduler_config
 from tests.vidur_bundle_factory import QWEN3_0_6B, QWEN3_TINY
 
 vidur_config = pytest.importorskip("vidur.config")

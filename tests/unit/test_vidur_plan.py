@@ -17,10 +17,10 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.core.overhead import FrontEnd
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.vidur_ext import plan
-from gpu_simulate_test.vidur_ext.overhead import FrontEnd
-from gpu_simulate_test.vidur_ext.simulate import prepare, write_trace
+from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.stage import prepare, write_trace
 from tests.vidur_bundle_factory import (
     QWEN3_0_6B,
     QWEN3_TINY,

@@ -11,9 +11,13 @@ import pytest
 
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
-from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
-from gpu_simulate_test.vidur_ext.predictor import fingerprint, predictor_config, predictor_settings
-from gpu_simulate_test.vidur_ext.registration import register_vidur_extensions
+from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.vidur_simulate.predictor import (
+    fingerprint,
+    predictor_config,
+    predictor_settings,
+)
+from gpu_simulate_test.vidur_simulate.registration import register_vidur_extensions
 from tests.vidur_bundle_factory import QWEN3_TINY, SyntheticRanges, write_synthetic_bundle
 
 vidur_config = pytest.importorskip("vidur.config")

@@ -9,12 +9,12 @@ import pytest
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.profiling.device import (
+from gpu_simulate_test.core.device import (
     DeviceUnavailableError,
     check_device,
     describe_device,
 )
-from gpu_simulate_test.profiling.vidur_profile import run
+from gpu_simulate_test.vidur_profile.stage import run
 from tests.conftest import _has_cuda
 
 H100 = HardwareConfig(
@@ -66,10 +66,10 @@ def test_cuda_profile_uses_cuda_events_and_bf16() -> None:
     import torch
 
     from gpu_simulate_test.config.schema import ModelConfig
-    from gpu_simulate_test.profiling.grid import ProfileGrid
-    from gpu_simulate_test.profiling.layer_ops import build_layer
-    from gpu_simulate_test.profiling.profiler import profile_tables
-    from gpu_simulate_test.profiling.timing import TimingPolicy
+    from gpu_simulate_test.core.grid import ProfileGrid
+    from gpu_simulate_test.vidur_profile.layer_ops import build_layer
+    from gpu_simulate_test.vidur_profile.profiler import profile_tables
+    from gpu_simulate_test.vidur_profile.timing import TimingPolicy
 
     device = check_device(H100)
     assert device == "cuda:0"

@@ -9,20 +9,20 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
+from gpu_simulate_test.core.bundle import ATTENTION_TABLE, MLP_OPS, MLP_TABLE
+from gpu_simulate_test.core.grid import ProfileGrid
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json, write_csv
-from gpu_simulate_test.profiling.grid import ProfileGrid
-from gpu_simulate_test.profiling.layer_ops import (
+from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     _causal_mask,
     build_layer,
     check_attn_implementation,
     token_ops,
 )
-from gpu_simulate_test.profiling.profiler import ProfileTables, profile_tables
-from gpu_simulate_test.profiling.timing import TimingPolicy
-from gpu_simulate_test.profiling.vidur_profile import BundleExistsError, write_bundle
-from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, MLP_OPS, MLP_TABLE
+from gpu_simulate_test.vidur_profile.profiler import ProfileTables, profile_tables
+from gpu_simulate_test.vidur_profile.stage import BundleExistsError, write_bundle
+from gpu_simulate_test.vidur_profile.timing import TimingPolicy
 from tests.conftest import SHARED_FIXTURES
 
 VIDUR_MLP_FIXTURE = SHARED_FIXTURES / "vidur" / "mlp_llama2_7b_a100_head40.csv"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpu_simulate_test.profiling.timing import (
+from gpu_simulate_test.vidur_profile.timing import (
     CUDA_EVENTS,
     PERF_COUNTER,
     TimingPolicy,

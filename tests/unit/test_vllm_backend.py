@@ -14,27 +14,27 @@ import pytest
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.pipeline.run import engine_identity
-from gpu_simulate_test.real_bench.backends.openai import event_tokens
-from gpu_simulate_test.real_bench.backends.vllm import (
-    VllmBackend,
-    cpu_threads_bind,
-    prefix_sharing,
-)
-from gpu_simulate_test.real_bench.records import BenchRequest
-from gpu_simulate_test.real_bench.server import (
+from gpu_simulate_test.core.engines.openai import event_tokens
+from gpu_simulate_test.core.engines.records import BenchRequest
+from gpu_simulate_test.core.engines.server import (
     LogFollower,
     ManagedServer,
     ServerError,
     free_loopback_port,
 )
-from gpu_simulate_test.real_bench.vllm_log import (
+from gpu_simulate_test.core.engines.vllm import (
+    VllmBackend,
+    cpu_threads_bind,
+    prefix_sharing,
+)
+from gpu_simulate_test.core.engines.vllm_log import (
     StepLog,
     metric_total,
     metrics_delta,
     parse_iteration_line,
     parse_metrics,
 )
+from gpu_simulate_test.pipeline.stage import engine_identity
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
 
@@ -279,7 +279,7 @@ def test_sender_pool_runs_any_number_of_requests_at_once() -> None:
     free thread (the pool grows its spares as they are taken)."""
     import threading
 
-    from gpu_simulate_test.real_bench.backends.openai import SenderPool
+    from gpu_simulate_test.core.engines.openai import SenderPool
 
     barrier = threading.Barrier(20, timeout=20)
     done: list[int] = []

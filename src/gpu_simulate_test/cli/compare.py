@@ -8,9 +8,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from gpu_simulate_test.analysis.stage import run
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
+from gpu_simulate_test.compare.stage import run
 from gpu_simulate_test.config.compare import CompareStageConfig
 
 register_configs()

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
-from gpu_simulate_test.profiling.deep_profile.stage import run
+from gpu_simulate_test.deep_profile.stage import run
 
 register_configs()
 

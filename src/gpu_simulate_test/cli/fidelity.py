@@ -21,9 +21,9 @@ from gpu_simulate_test.cli._common import USER_ERRORS, print_error, run_stage
 from gpu_simulate_test.cli.pipeline import _output
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
+from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity.combined import check_combined_free, write_combined_report
 from gpu_simulate_test.fidelity.stage import run
-from gpu_simulate_test.reporting import console
 
 register_configs()
 

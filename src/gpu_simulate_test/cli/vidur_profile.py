@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.profiling.vidur_profile import run
+from gpu_simulate_test.vidur_profile.stage import run
 
 register_configs()
 

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.vidur_ext.simulate import run
+from gpu_simulate_test.vidur_simulate.stage import run
 
 register_configs()
 

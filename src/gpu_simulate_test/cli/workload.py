@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.schema import WorkloadStageConfig
-from gpu_simulate_test.workloads.build import run
+from gpu_simulate_test.workload.stage import run
 
 register_configs()
 

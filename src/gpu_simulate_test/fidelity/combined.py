@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.io import layout
@@ -28,7 +29,6 @@ from gpu_simulate_test.io.artifacts import (
     write_json,
 )
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
-from gpu_simulate_test.reporting import console
 
 
 def read_report(path: str | Path) -> dict[str, Any]:

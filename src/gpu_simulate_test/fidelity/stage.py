@@ -32,15 +32,16 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from gpu_simulate_test.analysis.inputs import load_run
-from gpu_simulate_test.analysis.knobs import derive_scheduler
-from gpu_simulate_test.analysis.schemas import COMPARISON_PERCENTILES
+from gpu_simulate_test.compare.contract import COMPARISON_PERCENTILES
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ArrivalConfig, OutputConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig, VidurSimulateStageConfig
+from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import (
@@ -68,15 +69,14 @@ from gpu_simulate_test.io.runs import (
     package_versions,
     start_run,
 )
-from gpu_simulate_test.pipeline.run import (
+from gpu_simulate_test.pipeline.stage import (
     bundle_misfits,
     check_profile_quality,
     profile_config,
     simulation_vidur,
     stage_configs,
 )
-from gpu_simulate_test.reporting import console
-from gpu_simulate_test.vidur_ext import plan
+from gpu_simulate_test.vidur_simulate import plan
 
 Levels = list[tuple[str, float, float, pd.DataFrame]]
 """(backend, load fraction, offered req/s, that load's compare percentiles)."""
@@ -149,7 +149,7 @@ def _resolved(cfg: Any) -> dict[str, Any]:
 def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
     """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`."""
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
-    from gpu_simulate_test.workloads.build import run as workload_run
+    from gpu_simulate_test.workload.stage import run as workload_run
 
     probe = with_load(
         cfg, run_id, num_requests=probe_requests, arrival=ArrivalConfig(process="all_at_once")
@@ -179,7 +179,7 @@ def scheduler_needs(
 ) -> tuple[VidurSchedulerConfig, plan.Requirements]:
     """The Vidur scheduler derived from the backend and what the workload asks of the bundle,
     as the pipeline decides them (no Vidur import)."""
-    from gpu_simulate_test.workloads.build import load_workload
+    from gpu_simulate_test.core.workloads import load_workload
 
     prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
     scheduler, _ = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
@@ -204,7 +204,7 @@ def one_server(cfg: PipelineStageConfig, log_dir: Path) -> Iterator[PipelineStag
     if cfg.backend.name != "vllm" or cfg.backend.server.kind != "vllm":
         yield cfg
         return
-    from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
+    from gpu_simulate_test.core.engines.vllm import VllmBackend
 
     _, real_bench_cfg = stage_configs(cfg, "campaign")
     backend = VllmBackend(real_bench_cfg("(fidelity campaign)"))
@@ -341,9 +341,9 @@ def real_load(
     so far, or with ``calibrate_each_load``: into ``<profiling_root>/load<index>``, right before
     the real run) and real runs; returns its manifest record and the widest requirements so
     far."""
-    from gpu_simulate_test.profiling.vidur_profile import run as profile_run
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
-    from gpu_simulate_test.workloads.build import run as workload_run
+    from gpu_simulate_test.vidur_profile.stage import run as profile_run
+    from gpu_simulate_test.workload.stage import run as workload_run
 
     backend = cfg.backend.name
     run_id = f"{backend}-load{index}"
@@ -439,8 +439,8 @@ def sim_config(
 
 def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], started: float) -> None:
     """Per load of the manifest: Vidur and compare (under ``r.path/runs``), then the report."""
-    from gpu_simulate_test.analysis.stage import run as compare_run
-    from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
+    from gpu_simulate_test.compare.stage import run as compare_run
+    from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     src: Path = source["root"]
     manifest = source["manifest"]
@@ -553,7 +553,7 @@ def load_record(
     compare_dir: Path, fraction: float, qps: float
 ) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame]:
     """One load's row of the report (with its sustained check), comparison and percentiles."""
-    from gpu_simulate_test.analysis.stage import COMPARISON_JSON, PERCENTILES_CSV
+    from gpu_simulate_test.compare.stage import COMPARISON_JSON, PERCENTILES_CSV
 
     percentiles = read_csv(compare_dir / PERCENTILES_CSV, COMPARISON_PERCENTILES)
     comparison = read_json(compare_dir / COMPARISON_JSON, required_keys=("offered_qps",))
@@ -583,8 +583,8 @@ def finish_backend(
     out: Path,
 ) -> tuple[dict[str, Any], Levels, str]:
     """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
-    from gpu_simulate_test.analysis import plots
-    from gpu_simulate_test.analysis.sweep import SWEEP_STATS, X_LABELS, sweep_table
+    from gpu_simulate_test.compare import plots
+    from gpu_simulate_test.compare.sweep import SWEEP_STATS, X_LABELS, sweep_table
 
     levels: Levels = []
     runs, loads = [], []

@@ -132,7 +132,7 @@ def real_percentiles(
     stats: Sequence[str] = GOAL_STATS,
 ) -> dict[tuple[str, str], float]:
     """``(metric, stat) → ms`` of one real run's ``ok`` requests (compare's percentile rule)."""
-    from gpu_simulate_test.analysis.metrics import distribution
+    from gpu_simulate_test.compare.metrics import distribution
 
     ok = requests[requests["status"] == "ok"]
     out = {}

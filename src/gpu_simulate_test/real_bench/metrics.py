@@ -20,20 +20,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.latency import e2e_s, itls_s, tpot_s, ttft_s
-from gpu_simulate_test.real_bench.records import (
+from gpu_simulate_test.core.engines.records import (
     STATUS_CANCELLED,
     STATUS_OK,
     TERMINAL_STATUSES,
     RequestRecord,
 )
+from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
 
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 NAN = float("nan")
 
 
 gaps_s = itls_s
-"""A request's inter-token latencies (:func:`gpu_simulate_test.latency.itls_s`)."""
+"""A request's inter-token latencies (:func:`gpu_simulate_test.core.latency.itls_s`)."""
 
 
 def pooled_itls_s(records: Iterable[RequestRecord]) -> list[float]:

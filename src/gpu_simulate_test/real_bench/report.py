@@ -10,10 +10,10 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpu_simulate_test.real_bench.harness import ProgressFn
+from gpu_simulate_test.core.engines.harness import ProgressFn
+from gpu_simulate_test.core.engines.records import Recorder
+from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.real_bench.metrics import PERCENTILES
-from gpu_simulate_test.real_bench.records import Recorder
-from gpu_simulate_test.reporting import console, print_table
 
 
 @contextlib.contextmanager

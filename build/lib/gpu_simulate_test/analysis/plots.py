@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.analysis import metrics as m
-from gpu_simulate_test.analysis.comparison import Comparison
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.comparison import Comparison
 from gpu_simulate_test.io.artifacts import atomic_open
 
 PLOT_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.analysis import metrics as m
-from gpu_simulate_test.analysis.comparison import Comparison
-from gpu_simulate_test.reporting import markdown_table
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.core.reporting import markdown_table
 
 HEADLINE_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
 

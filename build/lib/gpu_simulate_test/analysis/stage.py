@@ -2,7 +2,7 @@
 
 Writes ``comparison.json`` (every number), ``summary.md``, ``percentiles.csv``,
 ``requests.csv`` and PNG plots into ``<output.root>/compare/<run_id>/``; with ``sweep_dirs``,
-a sweep report over several compare runs instead (:mod:`gpu_simulate_test.analysis.sweep`).
+a sweep report over several compare runs instead (:mod:`gpu_simulate_test.compare.sweep`).
 """
 
 from __future__ import annotations
@@ -14,29 +14,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.analysis import plots, report
-from gpu_simulate_test.analysis.comparison import Comparison, compare, discrepancies, join_requests
-from gpu_simulate_test.analysis.inputs import (
+from gpu_simulate_test.compare import plots, report
+from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
+from gpu_simulate_test.core.run_inputs import (
     RunInput,
     check_same_workload,
     load_run,
     real_itls_s,
     setup,
 )
-from gpu_simulate_test.analysis.knobs import knob_mismatches
-from gpu_simulate_test.analysis.schemas import (
+from gpu_simulate_test.core.knobs import knob_mismatches
+from gpu_simulate_test.compare.contract import (
     COMPARISON_PERCENTILES,
     COMPARISON_REQUESTS,
     COMPARISON_STEPS,
 )
-from gpu_simulate_test.analysis.steps import StepComparison, compare_steps
-from gpu_simulate_test.analysis.steps import markdown_rows as steps_rows
+from gpu_simulate_test.compare.steps import StepComparison, compare_steps
+from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
-from gpu_simulate_test.reporting import console, markdown_table, print_table
+from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 
 COMPARISON_JSON = "comparison.json"
 SUMMARY_MD = "summary.md"
@@ -48,7 +48,7 @@ STEPS_CSV = "steps.csv"
 def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Compare ``cfg.real_run_dir`` with ``cfg.sim_run_dir`` (or report ``cfg.sweep_dirs``)."""
     if cfg.sweep_dirs:
-        from gpu_simulate_test.analysis.sweep import run_sweep
+        from gpu_simulate_test.compare.sweep import run_sweep
 
         return run_sweep(cfg, resolved_config)
     assert cfg.real_run_dir and cfg.sim_run_dir  # checked by the config

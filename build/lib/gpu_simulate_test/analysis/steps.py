@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.real_bench.vllm_log import step_cost_ms
+from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
 DECODE_BUCKETS: tuple[tuple[int, int], ...] = (
     (1, 1),

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.analysis import plots
-from gpu_simulate_test.analysis.schemas import COMPARISON_PERCENTILES, SWEEP_TABLE
+from gpu_simulate_test.compare import plots
+from gpu_simulate_test.compare.contract import COMPARISON_PERCENTILES, SWEEP_TABLE
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv, read_json, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, open_upstream_run, start_run
-from gpu_simulate_test.reporting import console, print_table
+from gpu_simulate_test.core.reporting import console, print_table
 
 SWEEP_CSV = "sweep.csv"
 SWEEP_JSON = "sweep.json"

@@ -18,7 +18,7 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import RunExistsError
-from gpu_simulate_test.reporting import console
+from gpu_simulate_test.core.reporting import console
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.fidelity.combined import check_combined_free, write_combined_report
 from gpu_simulate_test.fidelity.stage import run
-from gpu_simulate_test.reporting import console
+from gpu_simulate_test.core.reporting import console
 
 register_configs()
 

@@ -18,10 +18,10 @@ from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.compare import CompareOptions
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
-from gpu_simulate_test.pipeline.run import run
+from gpu_simulate_test.pipeline.stage import run
 from gpu_simulate_test.pipeline.sweep import check_sweep_report_free, write_sweep_report
-from gpu_simulate_test.real_bench.backends import BackendError
-from gpu_simulate_test.reporting import console
+from gpu_simulate_test.core.engines import BackendError
+from gpu_simulate_test.core.reporting import console
 
 register_configs()
 

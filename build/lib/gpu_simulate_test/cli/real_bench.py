@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from gpu_simulate_test.cli._common import print_error, run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.real_bench.backends import BackendError
+from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.real_bench.stage import run
 
 register_configs()

@@ -28,7 +28,7 @@ from gpu_simulate_test.io.artifacts import (
     write_json,
 )
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
-from gpu_simulate_test.reporting import console
+from gpu_simulate_test.core.reporting import console
 
 
 def read_report(path: str | Path) -> dict[str, Any]:

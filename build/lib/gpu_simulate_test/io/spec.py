@@ -8,7 +8,7 @@ from gpu_simulate_test.io.schemas import ALL_TABLES, PROMPT_RECORD_KEYS
 
 HEADER = """# Data model
 
-Generated from the declared schemas by `python -m gpu_simulate_test.io.spec`;
+Generated from the declared schemas by `python -m gpu_simulate_test.spec`;
 a test checks this page matches the code. Columns listed are required (in this order); files may
 carry more after them. Times are seconds unless a column says otherwise; CSVs have a header row.
 
@@ -68,11 +68,11 @@ its own bundle, `profiling_root`; every path relative to the run directory).
 
 def declared_tables() -> tuple[TableSchema, ...]:
     """Every declared table: the shared ones here and those each stage declares beside its code."""
-    from gpu_simulate_test.analysis import schemas as compare_tables
+    from gpu_simulate_test.compare import schemas as compare_tables
     from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
-    from gpu_simulate_test.profiling.deep_profile import files as deep_profile_tables
+    from gpu_simulate_test.deep_profile import files as deep_profile_tables
     from gpu_simulate_test.real_bench.telemetry import TELEMETRY
-    from gpu_simulate_test.vidur_ext.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
+    from gpu_simulate_test.core.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
 
     return (
         *ALL_TABLES,

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from gpu_simulate_test.analysis.knobs import derive_scheduler
+from gpu_simulate_test.core.knobs import derive_scheduler
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import BackendConfig, RealBenchStageConfig
@@ -35,9 +35,9 @@ from gpu_simulate_test.config.vidur import (
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
 from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
-from gpu_simulate_test.reporting import console
-from gpu_simulate_test.vidur_ext import plan
-from gpu_simulate_test.vidur_ext.bundle import Bundle, BundleRanges, load_bundle
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.core.bundle import Bundle, BundleRanges, load_bundle
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
 
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
-    from gpu_simulate_test.profiling.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
 
     name = cfg.backend.name
     recorded = bundle.engine_calibration(name)
@@ -121,7 +121,7 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             f"calibrates version {CALIBRATION_VERSION}"
         ]
     if name == "vllm":
-        from gpu_simulate_test.real_bench.backends.vllm import vllm_version
+        from gpu_simulate_test.core.engines.vllm import vllm_version
 
         made_on, installed = (recorded.get("engine") or {}).get("vllm_version"), vllm_version()
         if installed and made_on != installed:
@@ -262,7 +262,7 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]
     profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
     if profile_dir.exists() and cfg.reuse_profile:
-        from gpu_simulate_test.workloads.build import generate
+        from gpu_simulate_test.core.workloads import generate
 
         workload, _ = generate(cfg.workload, cfg.model)
         decided = profile_plan(cfg, workload.num_prefill_tokens, workload.num_decode_tokens)
@@ -317,9 +317,9 @@ def shared_server(
     if backend_cfg.name != "vllm" or backend_cfg.server.kind != "vllm":
         yield None
         return
-    from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
+    from gpu_simulate_test.core.engines.vllm import VllmBackend
     from gpu_simulate_test.real_bench.stage import load_requests
-    from gpu_simulate_test.workloads.build import load_workload
+    from gpu_simulate_test.core.workloads import load_workload
 
     backend = VllmBackend(real_bench_cfg)
     backend.check(load_requests(load_workload(real_bench_cfg.workload_dir)))
@@ -378,12 +378,12 @@ def _timed(
 
 def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Run every stage; returns the compare run directory (with ``summary.md``)."""
-    from gpu_simulate_test.analysis.stage import run as compare_run
-    from gpu_simulate_test.profiling.vidur_profile import run as profile_run
+    from gpu_simulate_test.compare.stage import run as compare_run
+    from gpu_simulate_test.vidur_profile.stage import run as profile_run
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
-    from gpu_simulate_test.vidur_ext.simulate import run as simulate_run
-    from gpu_simulate_test.workloads.build import load_workload
-    from gpu_simulate_test.workloads.build import run as workload_run
+    from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
+    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.workloads import run as workload_run
 
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     check_outputs_free(cfg, run_id)

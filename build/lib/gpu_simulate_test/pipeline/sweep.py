@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpu_simulate_test.analysis.sweep import run_sweep
+from gpu_simulate_test.compare.sweep import run_sweep
 from gpu_simulate_test.config.compare import CompareOptions, CompareStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io import layout

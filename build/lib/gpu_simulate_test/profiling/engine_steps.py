@@ -19,7 +19,7 @@ with two kinds of experiment, each alone on an idle engine:
 On an engine that logs its own steps (vLLM with ``--enable-logging-iteration-details``) the
 step times come from that log instead of the client's token times: every step the experiment
 ran, with its composition and its full cost (the step plus the engine loop around it, see
-:func:`~gpu_simulate_test.real_bench.vllm_log.step_cost_ms`). What the client sees on top of an
+:func:`~gpu_simulate_test.core.engines.vllm_log.step_cost_ms`). What the client sees on top of an
 idle prefill step is then the **front end** (HTTP, the API server, tokenization, the trip to the
 engine and the stream back): measured apart as the time from send to the step's start
 (``input_ms``) and from the step's end to the first token at the client (``output_ms``), and
@@ -28,7 +28,7 @@ not as part of a step (under load, a request pays it while other requests' steps
 
 The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
 ``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
-every simulated batch (:mod:`gpu_simulate_test.vidur_ext.overhead`).
+every simulated batch (:mod:`gpu_simulate_test.core.overhead`).
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ import pandas as pd
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.real_bench.backends import BackendError, get_backend
-from gpu_simulate_test.real_bench.harness import switch_interval
-from gpu_simulate_test.real_bench.records import STATUS_OK, BenchRequest, Recorder
-from gpu_simulate_test.real_bench.vllm_log import StepLog, step_cost_ms
-from gpu_simulate_test.vidur_ext.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.engines import BackendError, get_backend
+from gpu_simulate_test.core.engines.harness import switch_interval
+from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
+from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
 
 CALIBRATION_VERSION = 5
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed

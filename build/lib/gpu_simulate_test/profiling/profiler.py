@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpu_simulate_test.profiling.grid import ProfileGrid
-from gpu_simulate_test.profiling.layer_ops import (
+from gpu_simulate_test.core.grid import ProfileGrid
+from gpu_simulate_test.vidur_profile.layer_ops import (
     QwenLayer,
     decode_attention,
     kv_cache_save,
     prefill_attention,
     token_ops,
 )
-from gpu_simulate_test.profiling.timing import TimingPolicy, TimingStats, measure
-from gpu_simulate_test.vidur_ext.bundle import MLP_OPS
+from gpu_simulate_test.vidur_profile.timing import TimingPolicy, TimingStats, measure
+from gpu_simulate_test.core.bundle import MLP_OPS
 
 TENSOR_PARALLEL_WORKERS = 1
 """One device per replica: this profiler does not shard the layer."""

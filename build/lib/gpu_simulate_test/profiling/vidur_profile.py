@@ -1,7 +1,7 @@
 """The vidur_profile stage: time a Qwen3 decoder layer's ops on a device into a Vidur bundle.
 
 The bundle (``mlp.csv``, ``attention.csv``, ``meta.json``; see
-:mod:`gpu_simulate_test.vidur_ext.bundle`) lands in
+:mod:`gpu_simulate_test.core.bundle`) lands in
 ``<profiling_root>/<hardware>/<model>/``; the stage also records a run in
 ``<output.root>/vidur_profile/<run_id>/`` whose ``run_meta.json`` names the bundle.
 """
@@ -25,31 +25,31 @@ from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
-from gpu_simulate_test.modeling import resolve_dtype
-from gpu_simulate_test.profiling.busy import (
+from gpu_simulate_test.core.modeling import resolve_dtype
+from gpu_simulate_test.vidur_profile.busy import (
     FOREIGN_CORES_LIMIT,
     ForeignLoad,
     busy_warning,
     wait_for_quiet,
 )
-from gpu_simulate_test.profiling.device import check_device, describe_device
-from gpu_simulate_test.profiling.grid import (
+from gpu_simulate_test.core.device import check_device, describe_device
+from gpu_simulate_test.core.grid import (
     ProfileGrid,
     Ranges,
     WorkloadExtent,
     build_grid,
     resolve_ranges,
 )
-from gpu_simulate_test.profiling.layer_ops import (
+from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     build_layer,
     check_attn_implementation,
 )
-from gpu_simulate_test.profiling.profile_checks import disturbed, profile_warnings
-from gpu_simulate_test.profiling.profiler import ProfileTables, profile_tables
-from gpu_simulate_test.profiling.timing import TimingPolicy, timing_method
-from gpu_simulate_test.reporting import console, print_table, progress_bar
-from gpu_simulate_test.vidur_ext.bundle import (
+from gpu_simulate_test.vidur_profile.profile_checks import disturbed, profile_warnings
+from gpu_simulate_test.vidur_profile.profiler import ProfileTables, profile_tables
+from gpu_simulate_test.vidur_profile.timing import TimingPolicy, timing_method
+from gpu_simulate_test.core.reporting import console, print_table, progress_bar
+from gpu_simulate_test.core.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
     ENGINE_STEPS_TABLE,
@@ -69,7 +69,7 @@ class BundleExistsError(RunExistsError):
 
 def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
     """The longest prompt and longest prompt + output of a workload run."""
-    from gpu_simulate_test.workloads.build import load_workload
+    from gpu_simulate_test.core.workloads import load_workload
 
     loaded = load_workload(workload_dir)
     prompts = loaded.lengths["num_prefill_tokens"]
@@ -297,7 +297,7 @@ def calibrate_engine(
     While other processes use the CPU (:class:`ForeignLoad`), the calibration runs again, up to
     ``profiling.remeasure_rounds`` more times, and the least disturbed run is kept; returns its
     rows and info (with ``foreign_cores``) and a quality warning if even that one was busy."""
-    from gpu_simulate_test.profiling import engine_steps
+    from gpu_simulate_test.vidur_profile import engine_steps
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
     experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gpu_simulate_test.real_bench.backends.base import Backend, BackendError
-from gpu_simulate_test.real_bench.records import (
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.records import (
     STATUS_CANCELLED,
     STATUS_ERROR,
     STATUS_TIMEOUT,

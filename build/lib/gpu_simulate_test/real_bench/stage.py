@@ -24,8 +24,8 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_jsonl, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
-from gpu_simulate_test.real_bench.backends import Backend, get_backend
-from gpu_simulate_test.real_bench.harness import (
+from gpu_simulate_test.core.engines import Backend, get_backend
+from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
     cpu_affinity,
     gc_paused,
@@ -33,11 +33,11 @@ from gpu_simulate_test.real_bench.harness import (
     switch_interval,
 )
 from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
 from gpu_simulate_test.real_bench.telemetry import TELEMETRY, TelemetrySampler
-from gpu_simulate_test.reporting import console
-from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 
 SUMMARY = "summary.json"
 TELEMETRY_CSV = "telemetry.csv"

@@ -72,7 +72,7 @@ class StepLog:
         self.kv_cache_tokens: int | None = None
 
     def feed(self, line: str, at: float) -> None:
-        """A line hook for :class:`~gpu_simulate_test.real_bench.server.ManagedServer`."""
+        """A line hook for :class:`~gpu_simulate_test.core.engines.server.ManagedServer`."""
         step = parse_iteration_line(line)
         if step is not None:
             with self._lock:

@@ -241,7 +241,7 @@ def check_grid_rows(
     grid = meta.get("grid")
     if not isinstance(grid, Mapping):
         return
-    from gpu_simulate_test.profiling.grid import ProfileGrid  # the profiler's own shapes
+    from gpu_simulate_test.core.grid import ProfileGrid  # the profiler's own shapes
 
     try:
         shapes = ProfileGrid(

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.latency import tpot_s
+from gpu_simulate_test.core.latency import tpot_s
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
 VIDUR_ID = "Request Id"

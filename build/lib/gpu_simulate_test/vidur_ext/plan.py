@@ -15,7 +15,7 @@ import pandas as pd
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig, VidurSchedulerConfig
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.vidur_ext.bundle import Bundle
+from gpu_simulate_test.core.bundle import Bundle
 
 TRACE_DATE = "2023-08-21"
 """Vidur's trace replay keeps only rows whose ``Date`` equals its config's ``date``."""

@@ -46,10 +46,10 @@ from vidur.execution_time_predictor.sklearn_execution_time_predictor import (
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
 from gpu_simulate_test.io.artifacts import atomic_open, atomic_path
-from gpu_simulate_test.reporting import console
-from gpu_simulate_test.vidur_ext.bundle import Bundle
-from gpu_simulate_test.vidur_ext.models import vidur_fields
-from gpu_simulate_test.vidur_ext.overhead import ExecutionTimeWithOverhead, StepOverhead
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.vidur_simulate.models import vidur_fields
+from gpu_simulate_test.core.overhead import ExecutionTimeWithOverhead, StepOverhead
 
 LOCAL_RF_TYPE = "local_random_forrest"
 """Registry key (a plain string: Vidur's predictor-type enum cannot be extended)."""
@@ -96,7 +96,7 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     """Reads ``<profile_dir>/{mlp,attention}.csv``; caches under the fingerprinted cache_dir.
 
     With a :class:`StepOverhead` attached (``attach_overhead``), every batch's total time also
-    carries the engine's per-step overhead (see :mod:`gpu_simulate_test.vidur_ext.overhead`).
+    carries the engine's per-step overhead (see :mod:`gpu_simulate_test.core.overhead`).
     """
 
     cache_hit: bool = False

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
-from gpu_simulate_test.vidur_ext.devices import DeviceChoice, register_device
-from gpu_simulate_test.vidur_ext.models import register_qwen3_models, vidur_model_name
-from gpu_simulate_test.vidur_ext.predictor import register_predictor
-from gpu_simulate_test.vidur_ext.schedulers import register_schedulers
+from gpu_simulate_test.vidur_simulate.devices import DeviceChoice, register_device
+from gpu_simulate_test.vidur_simulate.models import register_qwen3_models, vidur_model_name
+from gpu_simulate_test.vidur_simulate.predictor import register_predictor
+from gpu_simulate_test.vidur_simulate.schedulers import register_schedulers
 
 VIDUR_LOG_LEVEL = logging.WARNING
 

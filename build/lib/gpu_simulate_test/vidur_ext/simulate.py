@@ -24,11 +24,11 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS
-from gpu_simulate_test.reporting import console, print_table
-from gpu_simulate_test.vidur_ext import metrics as vidur_metrics
-from gpu_simulate_test.vidur_ext import overhead, plan
-from gpu_simulate_test.vidur_ext.bundle import Bundle, load_bundle
-from gpu_simulate_test.workloads.build import LoadedWorkload, load_workload
+from gpu_simulate_test.core.reporting import console, print_table
+from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
+from gpu_simulate_test.vidur_simulate import overhead, plan
+from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 
 VIDUR_DIR = "vidur"
 """Vidur's own output (config.json, request_metrics.csv, plots/ CSVs) inside the run."""
@@ -138,7 +138,7 @@ def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarr
     workload's request order; a request it did not send keeps its ``scheduled`` time.
 
     Sends happen one after another, so actual arrivals keep the workload's order."""
-    from gpu_simulate_test.analysis.inputs import load_run
+    from gpu_simulate_test.core.run_inputs import load_run
 
     run = load_run(real_run, "real_bench")
     if run.workload_id != workload.workload_id:
@@ -252,10 +252,10 @@ def build_simulation_config(
     )
     from vidur.utils.memory_planner import MemoryPlanner
 
-    from gpu_simulate_test.vidur_ext.models import patch_head_dim, vidur_derived_head_dim
-    from gpu_simulate_test.vidur_ext.predictor import predictor_config, vidur_version
-    from gpu_simulate_test.vidur_ext.registration import register_vidur_extensions
-    from gpu_simulate_test.vidur_ext.schedulers import vidur_scheduler_config
+    from gpu_simulate_test.vidur_simulate.models import patch_head_dim, vidur_derived_head_dim
+    from gpu_simulate_test.vidur_simulate.predictor import predictor_config, vidur_version
+    from gpu_simulate_test.vidur_simulate.registration import register_vidur_extensions
+    from gpu_simulate_test.vidur_simulate.schedulers import vidur_scheduler_config
 
     model_name, device = register_vidur_extensions(cfg.model, cfg.hardware)
     knobs = cfg.vidur.scheduler
@@ -381,7 +381,7 @@ def simulate(
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
-    from gpu_simulate_test.vidur_ext.registration import reset_entity_ids
+    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
 
     reset_entity_ids()
     set_seeds(simulation_config.seed)

@@ -24,10 +24,10 @@ from gpu_simulate_test.io.artifacts import (
 )
 from gpu_simulate_test.io.runs import Run, default_run_id, open_upstream_run, start_run
 from gpu_simulate_test.io.schemas import TRACE_INTERVALS, TRACE_LENGTHS
-from gpu_simulate_test.reporting import console, print_table, progress_bar
-from gpu_simulate_test.workloads.prompts import exact_text_prompts, load_tokenizer, random_token_ids
-from gpu_simulate_test.workloads.sampling import rescale_to_qps, sample_arrivals, sample_lengths
-from gpu_simulate_test.workloads.trace import load_trace
+from gpu_simulate_test.core.reporting import console, print_table, progress_bar
+from gpu_simulate_test.core.prompts import exact_text_prompts, load_tokenizer, random_token_ids
+from gpu_simulate_test.core.sampling import rescale_to_qps, sample_arrivals, sample_lengths
+from gpu_simulate_test.core.trace import load_trace
 
 WORKLOAD_META_VERSION = "1.0"
 PROMPT_WRITE_CHUNK = 4096

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from gpu_simulate_test.config.schema import ModelConfig
-from gpu_simulate_test.profiling.deep_profile.metrics import StepTiming
-from gpu_simulate_test.profiling.static_analysis import decode_cost, prefill_cost
-from gpu_simulate_test.real_bench.records import BenchRequest
+from gpu_simulate_test.deep_profile.metrics import StepTiming
+from gpu_simulate_test.deep_profile.static_analysis import decode_cost, prefill_cost
+from gpu_simulate_test.core.engines.records import BenchRequest
 
 
 def static_dtype(dtype: str, device: str) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
-from gpu_simulate_test.real_bench.records import BenchRequest
+from gpu_simulate_test.core.engines.records import BenchRequest
 from gpu_simulate_test.real_bench.stage import check_context, load_requests
-from gpu_simulate_test.workloads.build import generate, load_workload
+from gpu_simulate_test.core.workloads import generate, load_workload
 
 SYNTHETIC_PROMPT_SEED = 2024
 WARMUP_SEED = 12345

@@ -7,7 +7,7 @@ Definitions (also in ``docs/deep_profile.md``):
 * **roofline efficiency** = roofline-bound time (max of compute and memory time) ÷ measured time:
   1.0 means the phase ran as fast as the hardware allows under the static model.
 
-FLOPs and bytes come from :mod:`gpu_simulate_test.profiling.static_analysis` (no fusion, weights
+FLOPs and bytes come from :mod:`gpu_simulate_test.deep_profile.static_analysis` (no fusion, weights
 read once per step); peaks from :class:`HardwareConfig` (``peak_bf16_tflops`` in 10¹² FLOP/s,
 ``memory_bandwidth_gb_s`` in 10⁹ B/s).
 """

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.io.artifacts import atomic_open, write_json
-from gpu_simulate_test.profiling.deep_profile import files
-from gpu_simulate_test.profiling.nsight.classify import classify_bound
-from gpu_simulate_test.profiling.nsight.commands import (
+from gpu_simulate_test.deep_profile import files
+from gpu_simulate_test.deep_profile.nsight.classify import classify_bound
+from gpu_simulate_test.deep_profile.nsight.commands import (
     NSYS_STATS_REPORTS,
     ncu_import_csv_argv,
     ncu_profile_argv,
@@ -25,9 +25,9 @@ from gpu_simulate_test.profiling.nsight.commands import (
     nsys_stats_argv,
     nsys_stats_outputs,
 )
-from gpu_simulate_test.profiling.nsight.parsers import parse_kernel_summary, parse_ncu_csv
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome
-from gpu_simulate_test.profiling.nsight.top_kernels import (
+from gpu_simulate_test.deep_profile.nsight.parsers import parse_kernel_summary, parse_ncu_csv
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome
+from gpu_simulate_test.deep_profile.nsight.top_kernels import (
     KERNEL_NAME_BASE,
     TOP_KERNELS_FILE,
     extract_top_kernels,

@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome
-from gpu_simulate_test.reporting import markdown_table as plain_markdown_table
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome
+from gpu_simulate_test.core.reporting import markdown_table as plain_markdown_table
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

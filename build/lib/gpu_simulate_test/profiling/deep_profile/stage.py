@@ -18,18 +18,18 @@ from gpu_simulate_test.io.runs import (
     package_versions,
     start_run,
 )
-from gpu_simulate_test.profiling.deep_profile import files
-from gpu_simulate_test.profiling.deep_profile.inputs import load_inputs
-from gpu_simulate_test.profiling.deep_profile.report import stage_report, stakeholder_summary
-from gpu_simulate_test.profiling.deep_profile.steps import (
+from gpu_simulate_test.deep_profile import files
+from gpu_simulate_test.deep_profile.inputs import load_inputs
+from gpu_simulate_test.deep_profile.report import stage_report, stakeholder_summary
+from gpu_simulate_test.deep_profile.steps import (
     STEP_ORDER,
     StepContext,
     cuda_available,
     enabled_steps,
     run_steps,
 )
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome, find_tool
-from gpu_simulate_test.reporting import console
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome, find_tool
+from gpu_simulate_test.core.reporting import console
 
 STAGE = "deep_profile"
 

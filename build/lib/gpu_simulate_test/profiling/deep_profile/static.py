@@ -10,11 +10,11 @@ import pandas as pd
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.io.artifacts import write_csv, write_json
-from gpu_simulate_test.profiling.deep_profile import files
-from gpu_simulate_test.profiling.deep_profile.engine import static_dtype
-from gpu_simulate_test.profiling.deep_profile.peaks import host_peaks
-from gpu_simulate_test.profiling.deep_profile.report import static_markdown
-from gpu_simulate_test.profiling.static_analysis import (
+from gpu_simulate_test.deep_profile import files
+from gpu_simulate_test.deep_profile.engine import static_dtype
+from gpu_simulate_test.deep_profile.peaks import host_peaks
+from gpu_simulate_test.deep_profile.report import static_markdown
+from gpu_simulate_test.deep_profile.static_analysis import (
     ModelCost,
     cost_table,
     decode_cost,
@@ -23,7 +23,7 @@ from gpu_simulate_test.profiling.static_analysis import (
     prefill_cost,
     step_roofline,
 )
-from gpu_simulate_test.real_bench.records import BenchRequest
+from gpu_simulate_test.core.engines.records import BenchRequest
 
 
 def lengths_of(

@@ -15,19 +15,19 @@ from typing import Any
 
 from gpu_simulate_test.config.deep_profile import DeepProfilePipeline, DeepProfileStageConfig
 from gpu_simulate_test.io.artifacts import write_json
-from gpu_simulate_test.modeling import build_model
-from gpu_simulate_test.profiling.deep_profile import files
-from gpu_simulate_test.profiling.deep_profile.engine import (
+from gpu_simulate_test.core.modeling import build_model
+from gpu_simulate_test.deep_profile import files
+from gpu_simulate_test.deep_profile.engine import (
     nvtx_for,
     nvtx_push_pop,
     serve_requests,
 )
-from gpu_simulate_test.profiling.deep_profile.inputs import ProfileInputs, warmup_requests
-from gpu_simulate_test.profiling.deep_profile.metrics import serving_summary
-from gpu_simulate_test.profiling.deep_profile.nsight_steps import preflight, run_ncu, run_nsys
-from gpu_simulate_test.profiling.deep_profile.static import run_static_analysis
-from gpu_simulate_test.profiling.deep_profile.torch_prof import run_torch_profiler
-from gpu_simulate_test.profiling.nsight.tools import StepOutcome, find_tool
+from gpu_simulate_test.deep_profile.inputs import ProfileInputs, warmup_requests
+from gpu_simulate_test.deep_profile.metrics import serving_summary
+from gpu_simulate_test.deep_profile.nsight_steps import preflight, run_ncu, run_nsys
+from gpu_simulate_test.deep_profile.static import run_static_analysis
+from gpu_simulate_test.deep_profile.torch_prof import run_torch_profiler
+from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome, find_tool
 
 STEP_ORDER: tuple[str, ...] = ("static_analysis", "torch_profiler", "run_workload", "nsys", "ncu")
 """The order steps run in; ``run_workload`` is the app the nsys/ncu steps profile."""

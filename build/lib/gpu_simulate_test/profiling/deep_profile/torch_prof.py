@@ -10,16 +10,16 @@ import pandas as pd
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig, TorchProfilerStep
 from gpu_simulate_test.io.artifacts import write_csv, write_json
-from gpu_simulate_test.profiling.deep_profile import files
-from gpu_simulate_test.profiling.deep_profile.engine import nvtx_for, serve_requests
-from gpu_simulate_test.profiling.deep_profile.inputs import ProfileInputs, warmup_requests
-from gpu_simulate_test.profiling.deep_profile.metrics import (
+from gpu_simulate_test.deep_profile import files
+from gpu_simulate_test.deep_profile.engine import nvtx_for, serve_requests
+from gpu_simulate_test.deep_profile.inputs import ProfileInputs, warmup_requests
+from gpu_simulate_test.deep_profile.metrics import (
     StepTiming,
     phase_metrics,
     serving_summary,
 )
-from gpu_simulate_test.profiling.deep_profile.peaks import host_peaks
-from gpu_simulate_test.profiling.deep_profile.report import (
+from gpu_simulate_test.deep_profile.peaks import host_peaks
+from gpu_simulate_test.deep_profile.report import (
     operators_markdown,
     torch_profiler_report,
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from gpu_simulate_test.profiling.nsight.parsers import NcuReport
+from gpu_simulate_test.deep_profile.nsight.parsers import NcuReport
 
 Bound = Literal["memory-bound", "compute-bound", "balanced"]
 SOL_SECTION = "GPU Speed Of Light Throughput"

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_simulate_test.profiling.nsight.units import parse_number, to_base_unit
+from gpu_simulate_test.deep_profile.nsight.units import parse_number, to_base_unit
 
 _TIME_TO_MS: dict[str, float] = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 _HEADER_TIME = re.compile(r"^(?P<label>.+?) \((?P<unit>ns|us|ms|s)\)$")

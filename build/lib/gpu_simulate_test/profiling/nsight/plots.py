@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_simulate_test.profiling.nsight.classify import RooflinePoint
+from gpu_simulate_test.deep_profile.nsight.classify import RooflinePoint
 
 
 def short_kernel_name(name: str, width: int = 40) -> str:

@@ -1,6 +1,6 @@
 """The top-k kernels of an nsys kernel summary, as ``top_kernels.yaml`` for a later ncu pass.
 
-CLI: ``python -m gpu_simulate_test.profiling.nsight.top_kernels <cuda_gpu_kern_sum.csv> -k 5
+CLI: ``python -m gpu_simulate_test.deep_profile.nsight.top_kernels <cuda_gpu_kern_sum.csv> -k 5
 -o top_kernels.yaml``.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpu_simulate_test.io.artifacts import atomic_open
-from gpu_simulate_test.profiling.nsight.parsers import KernelRecord, parse_kernel_summary
+from gpu_simulate_test.deep_profile.nsight.parsers import KernelRecord, parse_kernel_summary
 
 TOP_KERNELS_FILE = "top_kernels.yaml"
 TOP_KERNELS_VERSION = "1"
@@ -94,7 +94,7 @@ def write_top_kernels_yaml(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpu_simulate_test.profiling.nsight.top_kernels",
+        prog="python -m gpu_simulate_test.deep_profile.nsight.top_kernels",
         description="Top-k kernels by total GPU time from an nsys cuda_gpu_kern_sum CSV.",
     )
     parser.add_argument("csv", type=Path, help="nsys stats --report cuda_gpu_kern_sum CSV")

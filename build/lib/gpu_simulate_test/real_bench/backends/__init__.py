@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from gpu_simulate_test.config.real_bench import BACKEND_NAMES
-from gpu_simulate_test.real_bench.backends.base import Backend, BackendError
-from gpu_simulate_test.real_bench.backends.hf_cb import HfContinuousBatchingBackend
-from gpu_simulate_test.real_bench.backends.hf_generate import HfGenerateBackend
-from gpu_simulate_test.real_bench.backends.openai import OpenAIBackend
-from gpu_simulate_test.real_bench.backends.vllm import VllmBackend
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.hf_cb import HfContinuousBatchingBackend
+from gpu_simulate_test.core.engines.hf_generate import HfGenerateBackend
+from gpu_simulate_test.core.engines.openai import OpenAIBackend
+from gpu_simulate_test.core.engines.vllm import VllmBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,

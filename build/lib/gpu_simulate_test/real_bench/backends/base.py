@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 
 class BackendError(RuntimeError):

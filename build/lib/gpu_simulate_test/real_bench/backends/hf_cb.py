@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.real_bench.backends._inprocess import (
+from gpu_simulate_test.core.engines._inprocess import (
     check_in_process,
     describe_model,
     load_model,
     nvtx_module,
     nvtx_range,
 )
-from gpu_simulate_test.real_bench.backends.base import Backend, BackendError
-from gpu_simulate_test.real_bench.records import (
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.records import (
     STATUS_ERROR,
     STATUS_OK,
     BenchRequest,

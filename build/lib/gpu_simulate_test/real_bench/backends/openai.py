@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.real_bench.backends.base import Backend, BackendError
-from gpu_simulate_test.real_bench.records import (
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.records import (
     STATUS_ERROR,
     STATUS_OK,
     BenchRequest,
     Recorder,
 )
-from gpu_simulate_test.real_bench.server import (
+from gpu_simulate_test.core.engines.server import (
     LineHook,
     ManagedServer,
     ServerError,

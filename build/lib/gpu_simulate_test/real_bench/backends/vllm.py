@@ -29,14 +29,14 @@ from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
-from gpu_simulate_test.real_bench.backends.openai import OpenAIBackend
-from gpu_simulate_test.real_bench.records import BenchRequest, Recorder
-from gpu_simulate_test.real_bench.server import (
+from gpu_simulate_test.core.engines.openai import OpenAIBackend
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.server import (
     LogFollower,
     ManagedServer,
     port_in_use,
 )
-from gpu_simulate_test.real_bench.vllm_log import StepLog, metrics_delta, parse_metrics
+from gpu_simulate_test.core.engines.vllm_log import StepLog, metrics_delta, parse_metrics
 
 SERVER_METRICS = "server_metrics.json"
 CPU_BLOCK_MULTIPLE = 32
@@ -292,7 +292,7 @@ class VllmBackend(OpenAIBackend):
     def start_server(self) -> None:
         """Save (or reuse) the model snapshot, start the server and wait for ``/health``;
         :class:`BackendError` with its log's root cause and last lines if it does not come up."""
-        from gpu_simulate_test.modeling import ensure_snapshot
+        from gpu_simulate_test.core.modeling import ensure_snapshot
 
         model_dir = ensure_snapshot(
             self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype

@@ -1,0 +1,203 @@
+"""The ``compare`` stage: a real run against a simulated run of one workload, per request.
+
+Writes ``comparison.json`` (every number), ``summary.md``, ``percentiles.csv``,
+``requests.csv`` and PNG plots into ``<output.root>/compare/<run_id>/``; with ``sweep_dirs``,
+a sweep report over several compare runs instead (:mod:`gpu_simulate_test.compare.sweep`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.compare import plots, report
+from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
+from gpu_simulate_test.compare.contract import (
+    COMPARISON_PERCENTILES,
+    COMPARISON_REQUESTS,
+    COMPARISON_STEPS,
+)
+from gpu_simulate_test.compare.steps import StepComparison, compare_steps
+from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.core.knobs import knob_mismatches
+from gpu_simulate_test.core.reporting import console, markdown_table, print_table
+from gpu_simulate_test.core.run_inputs import (
+    RunInput,
+    check_same_workload,
+    load_run,
+    real_itls_s,
+    setup,
+)
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
+from gpu_simulate_test.io.runs import default_run_id, start_run
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
+
+COMPARISON_JSON = "comparison.json"
+SUMMARY_MD = "summary.md"
+PERCENTILES_CSV = "percentiles.csv"
+REQUESTS_CSV = "requests.csv"
+STEPS_CSV = "steps.csv"
+
+
+def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Compare ``cfg.real_run_dir`` with ``cfg.sim_run_dir`` (or report ``cfg.sweep_dirs``)."""
+    if cfg.sweep_dirs:
+        from gpu_simulate_test.compare.sweep import run_sweep
+
+        return run_sweep(cfg, resolved_config)
+    assert cfg.real_run_dir and cfg.sim_run_dir  # checked by the config
+    # every input check happens before the run directory exists
+    real = load_run(cfg.real_run_dir, "real_bench")
+    sim = load_run(cfg.sim_run_dir, "vidur_simulate")
+    check_same_workload(real, sim)
+    joined, excluded = join_requests(
+        real.requests, sim.requests, where=f"{real.path} vs {sim.path}"
+    )
+    comparison = compare(joined, excluded, real_itls_s(real, joined.request_id))
+    context = setup(real, sim)
+    mismatches = knob_mismatches(
+        real.meta.get("config", {}).get("backend", {}),
+        sim.meta.get("scheduler") or {},
+        sim.meta.get("num_blocks"),
+    )
+    if context["real"]["hardware"] != context["sim"]["hardware"]:
+        mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
+    findings = discrepancies(comparison, mismatches)
+    steps = load_steps(real, sim, comparison)
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
+        r.update_meta(
+            workload_id=real.workload_id,
+            real_run_dir=str(real.path),
+            sim_run_dir=str(sim.path),
+            num_compared=len(joined),
+            num_excluded=len(excluded),
+        )
+        write_csv(
+            r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
+        )
+        write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
+        drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
+        data = report.to_dict(comparison, context, findings)
+        if steps is not None:
+            real_steps, sim_steps, result = steps
+            write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
+            data["steps"] = {"totals": result.totals, "findings": result.findings}
+            if cfg.compare.plots:
+                title = f"engine steps: {context['real'].get('backend')} vs Vidur"
+                plots.plot_steps(
+                    real_steps, sim_steps, result.groups, r.file(plots.STEPS_PLOT), title
+                )
+        write_json(r.file(COMPARISON_JSON), data)
+        text = report.summary_markdown(comparison, context, findings, drawn)
+        if steps is not None:
+            text += steps_markdown(steps[2], cfg.compare.plots)
+        with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    if cfg.progress:
+        print_headline(comparison, context, findings, r.path)
+        if steps is not None:
+            for line in steps[2].findings:
+                console.print(f"- {line}")
+    return r.path
+
+
+def load_steps(
+    real: RunInput, sim: RunInput, comparison: Comparison
+) -> tuple[pd.DataFrame, pd.DataFrame, StepComparison] | None:
+    """Both runs' engine steps and their comparison; None unless both runs have a step log
+    (a vLLM run, and a simulation from this version on)."""
+    real_path, sim_path = real.path / layout.ENGINE_STEP_LOG, sim.path / layout.ENGINE_STEP_LOG
+    if not (real_path.is_file() and sim_path.is_file()):
+        return None
+    real_steps = read_csv(real_path, ENGINE_STEP_LOG)
+    sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
+    delay = comparison.joined.sim.scheduling_delay_s
+    engine_log = real.meta.get("engine_log") or {}
+    queue = {
+        "real": engine_log.get("mean_server_queue_time_ms"),
+        "sim": float(np.nanmean(delay) * 1000) if np.isfinite(delay).any() else None,
+    }
+    ttft = {
+        "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
+        "server": engine_log.get("mean_server_ttft_ms"),
+        "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
+    }
+    frontend = sim.meta.get("frontend")
+    if isinstance(frontend, dict) and sim.meta.get("mean_frontend_input_ms") is not None:
+        ttft["sim_frontend"] = float(sim.meta["mean_frontend_input_ms"]) + float(
+            frontend.get("output_ms", 0.0)
+        )
+    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
+
+
+def steps_markdown(result: StepComparison, with_plot: bool) -> str:
+    """The ``## Engine steps`` section of ``summary.md``."""
+    lines = [
+        "",
+        "## Engine steps: step time or scheduling?",
+        "",
+        "The real engine's own per-step log against Vidur's batches, grouped by composition "
+        "(decode-only steps by requests, steps with prompt tokens by tokens in the step). A "
+        "real step's time is its full cost: the engine's timed step plus its loop around it "
+        "(the gap between back-to-back steps' log lines).",
+        "",
+        *(f"- {line}" for line in result.findings),
+        "",
+        markdown_table(
+            [
+                "group",
+                "real steps",
+                "simulated steps",
+                "real median (ms)",
+                "of which the engine's timed step (ms)",
+                "sim median (ms)",
+                "error",
+            ],
+            steps_rows(result.groups),
+        ),
+        "",
+    ]
+    if with_plot:
+        lines += [f"![engine steps]({plots.STEPS_PLOT})", ""]
+    return "\n".join(lines)
+
+
+def draw_plots(comparison: Comparison, out_dir: Path, context: Mapping[str, Any]) -> dict[str, str]:
+    """Draw the three figures; returns title → file name (relative to the run) for summary.md."""
+    real = context["real"]
+    where = f"{real.get('model')} on {real.get('hardware')}, {real.get('backend')} vs Vidur"
+    figures = {
+        "CDFs, real vs simulated": (plots.CDF_PLOT, plots.plot_cdfs),
+        "predicted vs measured per request": (plots.SCATTER_PLOT, plots.plot_scatter),
+        "relative error by request length": (plots.ERROR_PLOT, plots.plot_error_by_length),
+    }
+    for title, (name, draw) in figures.items():
+        draw(comparison, out_dir / name, f"{title}: {where}")
+    return {title: name for title, (name, _) in figures.items()}
+
+
+def print_headline(
+    comparison: Comparison, context: Mapping[str, Any], findings: list[str], path: Path
+) -> None:
+    real = context["real"]
+    print_table(
+        f"real {real.get('backend')} vs Vidur · {real.get('model')} on {real.get('hardware')} · "
+        f"{context['workload_id']} · {len(comparison.joined)} requests",
+        ["metric", "stat", "real (ms)", "simulated (ms)", "error (sim/real − 1)"],
+        report.headline_rows(comparison),
+    )
+    tp_r, tp_s = comparison.throughput_real, comparison.throughput_sim
+    console.print(
+        f"throughput: real {tp_r.requests_per_s:.2f} req/s, {tp_r.output_tokens_per_s:.1f} tok/s; "
+        f"simulated {tp_s.requests_per_s:.2f} req/s, {tp_s.output_tokens_per_s:.1f} tok/s"
+    )
+    for line in findings:
+        console.print(f"- {line}")
+    console.print(f"[bold]artifacts:[/] {path}")

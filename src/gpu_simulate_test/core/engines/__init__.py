@@ -1,0 +1,31 @@
+"""Backends of the real bench, one file each, behind a registry keyed by ``backend.name``."""
+
+from __future__ import annotations
+
+from gpu_simulate_test.config.real_bench import BACKEND_NAMES
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.hf_cb import HfContinuousBatchingBackend
+from gpu_simulate_test.core.engines.hf_generate import HfGenerateBackend
+from gpu_simulate_test.core.engines.openai import OpenAIBackend
+from gpu_simulate_test.core.engines.vllm import VllmBackend
+
+BACKENDS: dict[str, type[Backend]] = {
+    HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,
+    HfGenerateBackend.name: HfGenerateBackend,
+    OpenAIBackend.name: OpenAIBackend,
+    VllmBackend.name: VllmBackend,
+}
+"""``backend.name`` → implementation."""
+
+assert tuple(sorted(BACKENDS)) == tuple(sorted(BACKEND_NAMES)), "registry out of sync with config"
+
+
+def get_backend(name: str) -> type[Backend]:
+    """The backend class registered under ``name``; ValueError listing the known ones otherwise."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; backends are {', '.join(BACKENDS)}") from None
+
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "get_backend"]

@@ -1,0 +1,359 @@
+"""``openai``: an OpenAI-compatible streaming client (``/v1/completions``, SSE).
+
+For a server the user runs (vLLM, SGLang, ``transformers serve``: ``server.kind=external``) or
+one this backend starts on 127.0.0.1 and stops by pid (``server.kind=transformers_serve``).
+Every SSE event is stamped when it arrives; output tokens are counted from ``usage`` (asked for
+with ``stream_options.include_usage``), and a mismatch between events and the count is flagged
+in ``request_metrics.csv`` (``token_count_mismatch``): a chunk may carry several tokens, or none.
+
+Exact output lengths: ``ignore_eos`` for vLLM/SGLang; ``transformers serve`` rejects it but
+honours ``generation_config='{"max_new_tokens": N, "eos_token_id": -1}'``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.records import (
+    STATUS_ERROR,
+    STATUS_OK,
+    BenchRequest,
+    Recorder,
+)
+from gpu_simulate_test.core.engines.server import (
+    LineHook,
+    ManagedServer,
+    ServerError,
+    free_loopback_port,
+)
+
+CONNECT_TIMEOUT_S = 5.0
+SERVER_LOG = "server.log"
+"""A started server's log, in the run directory."""
+
+
+def parse_sse_line(line: str) -> dict[str, Any] | None:
+    """The JSON payload of one ``data:`` line; None for blank lines, comments and ``[DONE]``."""
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:") :].strip()
+    if not data or data == "[DONE]":
+        return None
+    payload = json.loads(data)
+    return payload if isinstance(payload, dict) else None
+
+
+def event_tokens(choice: dict[str, Any]) -> int:
+    """Tokens one streamed choice carries: its ``token_ids`` where the server returns them
+    (vLLM's ``return_token_ids``; one chunk may carry several), else one per non-empty text."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list):
+        return len(ids)
+    return 1 if choice.get("text") else 0
+
+
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long an idle connection is kept for reuse: under the servers' 5 s keep-alive timeout."""
+
+
+class SenderPool:
+    """Threads that each send one request at a time, started ahead of need: a send is a queue
+    put. A thread that takes a request starts a new spare when fewer than :attr:`spare` are
+    idle, so any number of requests can be in flight and the caller never starts a thread."""
+
+    def __init__(self, send: Callable[[BenchRequest], None], spare: int = 8) -> None:
+        self.send = send
+        self.spare = spare
+        self._jobs: queue.SimpleQueue[BenchRequest | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for _ in range(self.spare):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._idle += 1
+            thread = threading.Thread(target=self._run, name="sender", daemon=True)
+            self._threads.append(thread)
+        thread.start()
+
+    def _run(self) -> None:
+        while (req := self._jobs.get()) is not None:
+            with self._lock:
+                self._idle -= 1
+                short = self._idle < self.spare
+            if short:
+                self._spawn()
+            try:
+                self.send(req)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def put(self, request: BenchRequest) -> None:
+        self._jobs.put(request)
+
+    def stop(self) -> None:
+        """Let every thread finish its request and end (they are daemons: none blocks exit)."""
+        with self._lock:
+            count = len(self._threads)
+        for _ in range(count):
+            self._jobs.put(None)
+
+
+class OpenAIBackend(Backend):
+    """Streaming ``/v1/completions`` requests, each on a sender thread, to a server."""
+
+    name: ClassVar[str] = "openai"
+    in_process: ClassVar[bool] = False
+
+    def __init__(self, cfg: RealBenchStageConfig) -> None:
+        super().__init__(cfg)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
+        self.recorder: Recorder | None = None
+        self.base_url = cfg.backend.base_url.rstrip("/")
+        self.model_name: str | None = cfg.backend.served_model_name
+        self.server: ManagedServer | None = None
+        self.log_path: Path | None = None
+        self.served_model_id: str | None = None
+        """What the server says it serves (``/v1/models``: ``root``, else ``id``)."""
+        self._client: Any = None
+        self._closed = False
+        self._senders = SenderPool(lambda req: self._stream(req, self.recorder))
+
+    # ------------------------------------------------------------------ checks and start-up
+    @property
+    def starts_server(self) -> bool:
+        return self.cfg.backend.server.kind == "transformers_serve"
+
+    @property
+    def exact_length(self) -> str:
+        mode = self.cfg.backend.exact_length
+        if mode == "auto":
+            return "generation_config" if self.starts_server else "ignore_eos"
+        return mode
+
+    def check(self, requests: Sequence[BenchRequest]) -> None:
+        if self.cfg.backend.server.kind == "vllm" and self.name == "openai":
+            raise ValueError("backend.server.kind=vllm starts a vLLM server: use backend=vllm")
+        if self.starts_server:
+            path = self.cfg.model.local_path
+            if not path or not (Path(path) / "config.json").is_file():
+                raise ValueError(
+                    "backend.server.kind=transformers_serve needs model.local_path=<a saved "
+                    f"model directory with config.json and a tokenizer>, got {path!r}"
+                )
+            if any(r.prompt_text is None for r in requests):
+                raise ValueError(
+                    "transformers serve takes text prompts only: build the workload with "
+                    "workload.prompt_mode=text"
+                )
+            return
+        import httpx
+
+        try:
+            httpx.get(f"{self.base_url}/v1/models", timeout=CONNECT_TIMEOUT_S).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ValueError(
+                f"backend.base_url={self.base_url}: endpoint unreachable ({exc}); start the "
+                "server or pass backend.base_url=..."
+            ) from exc
+
+    def _server_command(self, port: int) -> list[str]:
+        exe = Path(sys.executable).with_name("transformers")
+        b = self.cfg.backend
+        cmd = [
+            str(exe) if exe.exists() else (shutil.which("transformers") or "transformers"),
+            "serve",
+            str(self.cfg.model.local_path),
+            "--continuous-batching",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            self.cfg.hardware.device,
+            "--dtype",
+            self.cfg.dtype,
+            "--cb-block-size",
+            str(b.block_size),
+            "--cb-num-blocks",
+            str(b.num_blocks),
+            "--cb-max-batch-tokens",
+            str(b.max_batch_tokens),
+            "--attn-implementation",
+            self.cfg.attn_implementation,
+        ]
+        return cmd + [str(a) for a in b.server.extra_args]
+
+    def _start_server(self) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.launch_server(self._server_command, env)
+
+    def launch_server(
+        self,
+        command: Callable[[int], list[str]],
+        env: Mapping[str, str],
+        hook: LineHook | None = None,
+    ) -> float:
+        """Start ``command(port)`` on a loopback port (``server.port`` or a free one), its log
+        as ``server.log`` in :attr:`log_dir` (or a temporary folder), and wait for ``/health``;
+        returns the seconds it took, or raises :class:`BackendError` with the log's root cause."""
+        port = self.cfg.backend.server.port or free_loopback_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        folder = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
+        self.log_path = folder / SERVER_LOG
+        self.server = ManagedServer(command(port), self.log_path, env, hook)
+        self.server.start()
+        try:
+            return self.server.wait_healthy(
+                f"{self.base_url}/health", self.cfg.backend.server.startup_timeout_s
+            )
+        except ServerError as exc:
+            raise BackendError(str(exc)) from None
+
+    def start(self, recorder: Recorder) -> None:
+        import httpx
+
+        self.recorder = recorder
+        self._senders.start()
+        if self.starts_server:
+            self._start_server()
+        # an idle connection is dropped here before the server's keep-alive timeout (uvicorn's
+        # 5 s, httpx's default too) can close it under a request being sent on it: that race
+        # reset a calibration request on a loaded 2-core machine
+        limits = httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=64,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S),
+            limits=limits,
+        )
+        if self.cfg.backend.server.kind == "transformers_serve":
+            self.model_name = self.model_name or str(self.cfg.model.local_path)
+            self.served_model_id = str(self.cfg.model.local_path)
+            return
+        models = self._client.get(f"{self.base_url}/v1/models").json().get("data") or []
+        if self.model_name is None:
+            fallback = self.cfg.model.local_path or self.cfg.model.hf_name
+            self.model_name = str(models[0]["id"]) if models else str(fallback)
+        served = next((m for m in models if m.get("id") == self.model_name), None)
+        if served is not None:
+            self.served_model_id = str(served.get("root") or served["id"])
+
+    # ------------------------------------------------------------------ requests
+    def body(self, req: BenchRequest) -> dict[str, Any]:
+        """The JSON body of one request (exact length forced as the server understands it)."""
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": req.prompt_text
+            if req.prompt_text is not None
+            else list(req.prompt_token_ids or ()),
+            "max_tokens": req.num_decode_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.exact_length == "ignore_eos":
+            body.update(ignore_eos=True, min_tokens=req.num_decode_tokens)
+        elif self.exact_length == "generation_config":
+            body["generation_config"] = json.dumps(
+                {"max_new_tokens": req.num_decode_tokens, "eos_token_id": -1, "do_sample": False}
+            )
+        return body
+
+    def _stream(self, req: BenchRequest, recorder: Recorder | None) -> None:
+        """Send one request and record its events; closes it in the recorder (if given)."""
+        import httpx
+
+        rid = req.request_id
+        usage: int | None = None
+        try:
+            with self._client.stream(
+                "POST", f"{self.base_url}/v1/completions", json=self.body(req)
+            ) as response:
+                if response.status_code != 200:
+                    detail = response.read().decode(errors="replace")[:500]
+                    raise BackendError(f"HTTP {response.status_code}: {detail}")
+                for line in response.iter_lines():
+                    now = time.perf_counter()
+                    payload = parse_sse_line(line)
+                    if payload is None:
+                        continue
+                    if "error" in payload:
+                        raise BackendError(f"server error: {payload['error']}")
+                    if payload.get("usage"):
+                        usage = int(payload["usage"].get("completion_tokens", 0))
+                    choices = payload.get("choices") or []
+                    if choices and recorder is not None:
+                        recorder.tokens(rid, now, event_tokens(choices[0]))
+        except (httpx.HTTPError, BackendError, ValueError) as exc:
+            if recorder is None:
+                raise BackendError(f"warm-up request failed: {exc}") from exc
+            recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
+            return
+        if recorder is not None:
+            recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage)
+
+    def warmup(self, requests: Sequence[BenchRequest]) -> None:
+        for req in requests:
+            self._stream(req, None)
+
+    def submit(self, request: BenchRequest) -> None:
+        """Stamp the arrival and hand the request to a sender thread that is already running
+        (starting a thread here would keep the replay from the next arrival)."""
+        assert self.recorder is not None
+        self.recorder.arrived(request.request_id, time.perf_counter())
+        self._senders.put(request)
+
+    def failure(self) -> str | None:
+        return self.server.failure() if self.server is not None else None
+
+    def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._senders.stop()
+        if self._client is not None:
+            self._client.close()
+        if self.server is not None:
+            self.server.stop()
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "name": self.name,
+            "base_url": self.base_url,
+            "served_model_name": self.model_name,
+            "exact_length": self.exact_length,
+            "server": self.cfg.backend.server.kind,
+            "device": "remote" if not self.starts_server else self.cfg.hardware.device,
+            "dtype": self.cfg.dtype,
+            "attn_implementation": self.cfg.attn_implementation if self.starts_server else None,
+        }
+        if self.served_model_id is not None:
+            info["model_id"] = self.served_model_id
+        if self.server is not None and self.cfg.backend.server.kind == "transformers_serve":
+            info.update(
+                server_pid=self.server.pid,
+                server_command=self._server_command(int(self.base_url.rsplit(":", 1)[1])),
+                server_log=str(self.log_path),
+            )
+        return info

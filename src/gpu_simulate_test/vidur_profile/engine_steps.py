@@ -1,0 +1,528 @@
+"""Engine calibration: what one step of the real serving engine costs, timed end to end.
+
+Vidur's per-op profile times a decoder layer's ops in isolation; a real engine step also runs the
+embedding, the final norm, the LM head and sampling, and the engine's own Python (scheduling,
+building inputs, streaming results). On a small model that part dominates (the LM head alone is
+most of a decode step for the tiny model on CPU; the engine's Python for 0.6B on an H100).
+
+The calibration drives the real bench's own backend, through the same interface the bench uses,
+with two kinds of experiment, each alone on an idle engine:
+
+- **prefill**: one request of P prompt tokens; its step time is arrival → first token;
+- **decode**: B requests of the same length submitted together; once they all decode in lockstep
+  (the second half of their outputs), the step time is the median inter-token time;
+- **mixed**: B requests decoding, then one request of P prompt tokens arrives: the step that
+  prefills it next to the B decodes is the decoders' inter-token gap that ends with its first
+  token. On an idle engine (prefill) a request also pays for waking the engine up; a busy one
+  (mixed) does not, and the two are modelled apart.
+
+On an engine that logs its own steps (vLLM with ``--enable-logging-iteration-details``) the
+step times come from that log instead of the client's token times: every step the experiment
+ran, with its composition and its full cost (the step plus the engine loop around it, see
+:func:`~gpu_simulate_test.core.engines.vllm_log.step_cost_ms`). What the client sees on top of an
+idle prefill step is then the **front end** (HTTP, the API server, tokenization, the trip to the
+engine and the stream back): measured apart as the time from send to the step's start
+(``input_ms``) and from the step's end to the first token at the client (``output_ms``), and
+simulated as a delay of every request's arrival at the scheduler and of every token's delivery,
+not as part of a step (under load, a request pays it while other requests' steps run).
+
+The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
+``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
+every simulated batch (:mod:`gpu_simulate_test.core.overhead`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig
+from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.engines import BackendError, get_backend
+from gpu_simulate_test.core.engines.harness import switch_interval
+from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
+
+CALIBRATION_VERSION = 5
+"""Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
+steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
+``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
+(vLLM), step times from that log and the front end's latency apart); a bundle calibrated by
+another version is not reused by the pipeline."""
+SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
+"""Backends that serve one request at a time: only batch 1 is calibrated."""
+AUTO_PROMPT_POINTS = 4
+MIN_DECODE_SAMPLES = 64
+"""Decode gaps behind each decode row at least: a batch of 1 gave 24 gaps from 3 repeats, and
+its median moved by 8% between two calibrations on a shared 2-core machine."""
+DENSE_BATCH_SIZES = 16
+"""Decode batches up to this size are all calibrated (beyond it, every 4th)."""
+MIXED_START_FRACTION = 3
+"""mixed: the newcomer arrives once the decoders have a third of their outputs."""
+MIXED_DECODERS = 4
+"""The larger decode batch a mixed experiment prefills next to (the other is 1)."""
+POLL_S = 0.01
+JITTER_PERCENTILES: tuple[float, ...] = (
+    0, 0.5, 1, 2.5, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97.5, 99, 99.5, 100,
+)  # fmt: skip
+"""Where the decode-step spread is recorded (finer in the tails, where the slow steps are)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    phase: str
+    """prefill, decode or mixed."""
+    batch_size: int
+    """Decoding requests (decode, mixed); 1 for prefill."""
+    prompt_tokens: int
+    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode)."""
+    decode_prompt_tokens: int = 0
+    """mixed: the decoders' prompt."""
+
+    @property
+    def num_requests(self) -> int:
+        return self.batch_size + (1 if self.phase == "mixed" else 0)
+
+
+def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
+    """``AUTO_PROMPT_POINTS`` lengths from 16 up to ``max_tokens``, geometric."""
+    top = max(16, max_tokens)
+    points = np.geomspace(16, top, AUTO_PROMPT_POINTS)
+    return tuple(sorted({int(np.rint(p)) for p in points}))
+
+
+def auto_batch_sizes(cap: int) -> tuple[int, ...]:
+    """Every size up to ``DENSE_BATCH_SIZES``, then every 4th, and ``cap`` itself.
+
+    Step time is not smooth in the batch size: on 2 CPU cores hf_cb's tiny-model step took
+    16, 30, 39, 27, 24, 32, 42, 27 ms at 1..8 requests (the LM head's matmul picks its kernel by
+    row count), so interpolating between powers of two missed the slow sizes by up to 40%.
+    """
+    sizes = set(range(1, min(cap, DENSE_BATCH_SIZES) + 1))
+    sizes.update(range(DENSE_BATCH_SIZES + 4, cap + 1, 4))
+    sizes.add(cap)
+    return tuple(sorted(sizes))
+
+
+def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
+    """The prefill, decode and mixed experiments, each ``times(...)`` times, interleaved in
+    rounds (every experiment once, then every one that still needs a run again, ...).
+
+    Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
+    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
+    """
+    backend = cfg.backend
+    sequential = backend.name in SEQUENTIAL_BACKENDS
+    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, backend.max_batch_tokens)
+    prompts = cfg.prompt_lengths or auto_prompt_lengths(limit)
+    too_long = [p for p in prompts if p > limit]
+    if too_long:
+        raise ValueError(
+            f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
+            f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
+        )
+    cap = 1 if sequential else backend.max_requests_per_batch
+    batches = cfg.batch_sizes or auto_batch_sizes(cap)
+    too_big = [b for b in batches if b > cap]
+    if too_big:
+        raise ValueError(
+            f"engine.batch_sizes {too_big} exceed what {backend.name} runs in one step ({cap})"
+        )
+    experiments = [Experiment("prefill", 1, p) for p in prompts]
+    experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
+    if cfg.mixed and not sequential:
+        mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
+        experiments += [
+            Experiment("mixed", b, p, cfg.decode_prompt_tokens)
+            for b in mixed_sizes
+            for p in sorted({prompts[0], prompts[-1]})
+            if b + 1 <= cap
+        ]
+    # interleaved: round r runs every experiment that still needs a run, so each row's samples
+    # spread over the whole calibration instead of one burst of a few seconds
+    counts = {e: times(e, cfg) for e in experiments}
+    return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
+
+
+def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:
+    """How often an experiment runs: ``cfg.repeats``, and for small decode batches as often as
+    it takes to time ``MIN_DECODE_SAMPLES`` steps (one request gives decode_tokens / 2 gaps)."""
+    if exp.phase != "decode":
+        return cfg.repeats
+    per_run = exp.batch_size * max(1, cfg.decode_tokens // 2)
+    return max(cfg.repeats, -(-MIN_DECODE_SAMPLES // per_run))
+
+
+def bench_config(
+    cfg: EngineCalibrationConfig, model: ModelConfig, hardware: HardwareConfig, dtype: str
+) -> RealBenchStageConfig:
+    """The real bench config the backend is built from (no workload: requests are synthetic)."""
+    return RealBenchStageConfig(
+        model=model,
+        hardware=hardware,
+        backend=cfg.backend,
+        workload_dir="(engine calibration)",
+        dtype=dtype,
+        attn_implementation=cfg.attn_implementation,
+        num_warmup_requests=0,
+        nvtx=False,
+        progress=False,
+    )
+
+
+def _requests(
+    experiments: Sequence[Experiment], decode_tokens: int, vocab_size: int, seed: int = 0
+) -> list[list[BenchRequest]]:
+    """Random-token requests per experiment, with ids unique across all of them."""
+    rng = np.random.default_rng(seed)
+    groups: list[list[BenchRequest]] = []
+    next_id = 0
+    for exp in experiments:
+        group = []
+        if exp.phase == "mixed":  # the decoders, then the newcomer (last)
+            lengths = [exp.decode_prompt_tokens] * exp.batch_size + [exp.prompt_tokens]
+        else:
+            lengths = [exp.prompt_tokens] * exp.batch_size
+        for length in lengths:
+            ids = rng.integers(0, min(vocab_size, 32_000), length)
+            group.append(
+                BenchRequest(
+                    request_id=next_id,
+                    num_prefill_tokens=length,
+                    num_decode_tokens=decode_tokens,
+                    scheduled_arrival_s=0.0,
+                    prompt_token_ids=tuple(int(t) for t in ids),
+                )
+            )
+            next_id += 1
+        groups.append(group)
+    return groups
+
+
+def _wait(
+    backend: Any,
+    recorder: Recorder,
+    ids: Sequence[int],
+    timeout_s: float,
+    min_tokens: int | None = None,
+) -> None:
+    """Until every request in ``ids`` is done (or, with ``min_tokens``, has that many tokens)."""
+
+    def ready(i: int) -> bool:
+        rec = recorder.records[i]
+        if min_tokens is None:
+            return rec.is_done
+        return rec.is_done or len(rec.event_times_s) >= min_tokens
+
+    deadline = time.perf_counter() + timeout_s
+    while not all(ready(i) for i in ids):
+        if (why := backend.failure()) is not None:
+            raise BackendError(f"{backend.name} died during engine calibration: {why}")
+        if time.perf_counter() > deadline:
+            raise BackendError(f"engine calibration step not done within {timeout_s:g} s")
+        recorder.wait_for_change(POLL_S)
+
+
+def _mixed_step(records: Sequence[Any]) -> list[float]:
+    """Per decoder: its inter-token gap ending closest to the newcomer's first token."""
+    first = records[-1].event_times_s[0]
+    gaps = []
+    for rec in records[:-1]:
+        times = np.asarray(rec.event_times_s)
+        k = int(np.argmin(np.abs(times - first)))
+        if k >= 1:
+            gaps.append(float(times[k] - times[k - 1]))
+    return gaps
+
+
+def step_samples(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+) -> dict[Experiment, list[float]]:
+    """Every timed step (seconds) per distinct experiment, over its repeats."""
+    samples: dict[Experiment, list[float]] = {}
+    for exp, group in zip(experiments, groups, strict=True):
+        records = [recorder.records[r.request_id] for r in group]
+        for rec in records:
+            if rec.status != STATUS_OK:
+                raise BackendError(
+                    f"calibration request {rec.request_id} ended {rec.status}: {rec.error}"
+                )
+        times = samples.setdefault(exp, [])
+        if exp.phase == "prefill":
+            rec = records[0]
+            assert rec.arrival_s is not None
+            times.append(rec.event_times_s[0] - rec.arrival_s)
+        elif exp.phase == "mixed":
+            times.extend(_mixed_step(records))
+        else:
+            # lockstep decoding: the second half of every request's inter-token gaps
+            for rec in records:
+                gaps = np.diff(rec.event_times_s)
+                times.extend(gaps[len(gaps) // 2 :].tolist())
+    return {exp: times for exp, times in samples.items() if times}
+
+
+def step_rows(
+    backend: str, samples: Mapping[Experiment, Sequence[float]], decode_tokens: int
+) -> pd.DataFrame:
+    """One row per distinct experiment: the median step time over its repeats."""
+    rows = []
+    for exp, times in samples.items():
+        if exp.phase == "prefill":
+            context = exp.prompt_tokens
+        elif exp.phase == "decode":  # the middle of the timed half
+            context = exp.prompt_tokens + (decode_tokens * 3) // 4
+        else:  # the decoders' context when the newcomer arrives
+            context = exp.decode_prompt_tokens + decode_tokens // MIXED_START_FRACTION + 1
+        rows.append(
+            {
+                "backend": backend,
+                "phase": exp.phase,
+                "batch_size": exp.num_requests,
+                "num_q_tokens": 1 if exp.phase == "decode" else exp.prompt_tokens,
+                "context_tokens": context,
+                "step_ms": float(np.median(times)) * 1e3,
+                "samples": len(times),
+            }
+        )
+    return pd.DataFrame(rows, columns=ENGINE_STEPS_TABLE.column_names)
+
+
+def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any] | None:
+    """The spread of decode steps around their row's median, every decode row weighted alike.
+
+    Each decode gap is divided by the median of its row (``step_ms``); the percentiles
+    (``JITTER_PERCENTILES``) of each row's ratios are averaged over the rows, so a batch of 32,
+    whose lockstep step is seen by 32 requests, counts as much as a batch of 1. A zero gap (two
+    tokens in one event) is no step and is left out. ``vidur.step_jitter`` draws a factor for every
+    simulated step from this: the rows' medians make the model, this is how far single steps
+    stray from them (the OS, the allocator, the garbage collector), which per-request TPOT and
+    its p90 carry and a deterministic simulator does not. None without decode samples.
+    """
+    rows = []
+    for exp, times in samples.items():
+        gaps = np.asarray(times, dtype=float)
+        gaps = gaps[gaps > 0]
+        if exp.phase == "decode" and gaps.size:
+            rows.append(gaps / np.median(gaps))
+    if not rows:
+        return None
+    curves = np.array([np.percentile(r, JITTER_PERCENTILES) for r in rows])
+    return {
+        "percentiles": list(JITTER_PERCENTILES),
+        "ratios": [round(float(v), 6) for v in curves.mean(axis=0)],
+        "mean_ratio": round(float(np.mean([r.mean() for r in rows])), 6),
+        "rows": len(rows),
+        "samples": int(sum(r.size for r in rows)),
+    }
+
+
+def _windows(
+    experiments: Sequence[Experiment], starts: Sequence[float], steps: pd.DataFrame
+) -> Iterator[tuple[int, Experiment, np.ndarray]]:
+    """``(i, experiment, rows)`` for every experiment run: the positions in ``steps`` of the
+    steps of exactly its composition, logged in its window (its start to the next one's).
+
+    decode: the steps that decoded exactly the batch and nothing else; prefill: the prompt on its
+    own; mixed: the prompt next to the decoders."""
+    times = steps["time_s"].to_numpy(dtype=float)
+    prompt = steps["num_prefill_tokens"].to_numpy()
+    decoding = steps["num_decode_requests"].to_numpy()
+    bounds = [*starts[1:], float("inf")]
+    for i, (exp, lo, hi) in enumerate(zip(experiments, starts, bounds, strict=True)):
+        inside = (times >= lo) & (times < hi)
+        if exp.phase == "decode":
+            chosen = (prompt == 0) & (decoding == exp.batch_size)
+        elif exp.phase == "prefill":
+            chosen = (prompt == exp.prompt_tokens) & (decoding == 0)
+        else:
+            chosen = (prompt == exp.prompt_tokens) & (decoding == exp.batch_size)
+        yield i, exp, np.flatnonzero(inside & chosen)
+
+
+def step_log_samples(
+    experiments: Sequence[Experiment],
+    starts: Sequence[float],
+    steps: pd.DataFrame,
+) -> dict[Experiment, list[float]]:
+    """Every step's full cost (seconds) per distinct experiment, from the engine's own log.
+
+    ``starts`` are the experiments' submit times and ``steps`` the logged steps (``time_s``),
+    both in seconds from the recorder's origin; each experiment's steps are those of
+    :func:`_windows` (a prefill on an idle engine costs its own time plus the engine loop's
+    median).
+    """
+    cost = step_cost_ms(steps)[0].to_numpy(dtype=float)
+    samples: dict[Experiment, list[float]] = {}
+    for _, exp, rows in _windows(experiments, starts, steps):
+        if exp.phase != "decode":
+            rows = rows[:1]  # the prompt's one step (a repeat is another experiment)
+        samples.setdefault(exp, []).extend((cost[rows] / 1000.0).tolist())
+    return {exp: t for exp, t in samples.items() if t}
+
+
+def _line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of y over x by least squares, slope and intercept >= 0 (a flat
+    line at the median with one x)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(xs)) < 2:
+        return max(0.0, float(np.median(ys))), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if slope < 0:
+        return max(0.0, float(np.median(ys))), 0.0
+    if intercept < 0:  # through the origin instead
+        return 0.0, max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))
+    return float(intercept), float(slope)
+
+
+def frontend_latency(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    starts: Sequence[float],
+    steps: pd.DataFrame,
+) -> dict[str, Any] | None:
+    """The front end's latency around a prompt's step, and how its input side grows with the
+    requests the server is already streaming (ms).
+
+    - Idle prefills (0 running): the **total** is what the client's TTFT has beyond the prompt's
+      step at its full cost (what a simulated step costs); the **input** is from the client's
+      send to the step's start (the log line's time less the step's own time), capped at the
+      total; ``output_ms`` is the rest (the result's way back).
+    - Mixed experiments' newcomers (B decoders running): the newcomer reached the engine after the
+      previous step started (else that step would have taken it) and before its own step started;
+      its input is taken as the middle of that window, from its send.
+
+    The input medians per number of running requests are fitted with a non-negative line,
+    ``input_ms + input_per_running_ms · running``: on 2 CPU cores the API server streams every
+    running request's tokens on the cores the engine and the client use, and a newcomer waits
+    behind them. None without idle prefill steps.
+    """
+    _, loop = step_cost_ms(steps)
+    times = steps["time_s"].to_numpy(dtype=float)
+    starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
+    inputs: dict[int, list[float]] = {}
+    totals: list[float] = []
+    for i, exp, rows in _windows(experiments, starts, steps):
+        if exp.phase == "decode":
+            continue
+        running = exp.batch_size if exp.phase == "mixed" else 0
+        rec = recorder.records[groups[i][-1].request_id]  # the prompt (a mixed one's newcomer)
+        if not rows.size or rec.arrival_s is None or not rec.event_times_s:
+            continue
+        k = int(rows[0])
+        sent, start = rec.arrival_s, float(starts_at[k])
+        if running == 0:
+            inputs.setdefault(0, []).append(1000.0 * (start - sent))
+            elapsed = float(times[k]) - start
+            totals.append(1000.0 * (rec.event_times_s[0] - sent - elapsed) - loop)
+        elif k > 0:
+            earliest = max(sent, float(starts_at[k - 1]))
+            inputs.setdefault(running, []).append(1000.0 * ((earliest + start) / 2.0 - sent))
+    if 0 not in inputs:
+        return None
+    total = max(0.0, float(np.median(totals)))
+    medians = {n: float(np.median(v)) for n, v in sorted(inputs.items())}
+    medians[0] = min(total, max(0.0, medians[0]))
+    in_a, in_b = _line(list(medians), list(medians.values()))
+    in_a = min(in_a, total)
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "output_ms": round(total - in_a, 4),
+        "engine_loop_ms": round(loop, 4),
+        "measured_input_ms": {str(n): round(v, 4) for n, v in medians.items()},
+        "samples": {str(n): len(v) for n, v in inputs.items()},
+    }
+
+
+def _run_experiment(
+    backend: Any,
+    recorder: Recorder,
+    exp: Experiment,
+    group: Sequence[BenchRequest],
+    decode_tokens: int,
+    timeout_s: float,
+) -> None:
+    """Submit one experiment's requests on an idle engine and wait until all are done."""
+    decoders = list(group[:-1] if exp.phase == "mixed" else group)
+    for req in decoders:
+        backend.submit(req)
+    if exp.phase == "mixed":  # the newcomer, once the decoders are under way
+        ids = [r.request_id for r in decoders]
+        _wait(backend, recorder, ids, timeout_s, decode_tokens // MIXED_START_FRACTION)
+        backend.submit(group[-1])
+    _wait(backend, recorder, [r.request_id for r in group], timeout_s)
+
+
+def calibrate(
+    cfg: EngineCalibrationConfig,
+    model: ModelConfig,
+    hardware: HardwareConfig,
+    dtype: str,
+    experiments: Sequence[Experiment],
+    advance: Callable[[int], None] = lambda _n: None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Run ``experiments`` (:func:`plan_experiments`) through ``cfg.backend``; return the rows
+    and what was run."""
+    bench = bench_config(cfg, model, hardware, dtype)
+    groups = _requests(experiments, cfg.decode_tokens, model.vocab_size)
+    every = [r for g in groups for r in g]
+    backend = get_backend(cfg.backend.name)(bench)
+    backend.check(every)
+    recorder = Recorder(every)
+    starts: list[float] = []  # each experiment's submit, from the recorder's origin
+    started = time.perf_counter()
+    interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
+    try:
+        backend.start(recorder)
+        # the model's first calls (allocation, kernels) are slow; warm-up reports to no recorder
+        backend.warmup(groups[0])
+        recorder.origin = time.perf_counter()
+        with switch_interval(interval):  # as during the real bench's replay
+            for exp, group in zip(experiments, groups, strict=True):
+                starts.append(recorder.rel(time.perf_counter()))
+                _run_experiment(
+                    backend, recorder, exp, group, cfg.decode_tokens, cfg.backend.request_timeout_s
+                )
+                advance(1)
+    finally:
+        backend.close()
+    samples = step_samples(experiments, groups, recorder)
+    frontend, source = None, "client token times"
+    log: StepLog | None = getattr(backend, "steps", None)
+    logged = log.frame(recorder.origin, recorder.origin) if log is not None else None
+    if logged is not None and not logged.empty:
+        from_log = step_log_samples(experiments, starts, logged)
+        if {e.phase for e in from_log} >= {"prefill", "decode"}:
+            samples, source = from_log, "engine step log"
+            frontend = frontend_latency(experiments, groups, recorder, starts, logged)
+    rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)
+    info = {
+        "version": CALIBRATION_VERSION,
+        "settings": dataclasses.asdict(cfg),
+        "backend": dataclasses.asdict(cfg.backend),
+        "attn_implementation": cfg.attn_implementation,
+        "dtype": dtype,
+        "decode_tokens": cfg.decode_tokens,
+        "repeats": cfg.repeats,
+        "num_experiments": len(experiments),
+        "experiments": sorted({(e.phase, e.batch_size, e.prompt_tokens) for e in experiments}),
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "engine": backend.describe(),
+        "step_jitter": step_jitter(samples),
+        "step_times_from": source,
+        "frontend": frontend,
+        "logged_steps": 0 if logged is None else len(logged),
+    }
+    return rows, info

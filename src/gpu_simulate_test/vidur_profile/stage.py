@@ -1,0 +1,490 @@
+"""The vidur_profile stage: time a Qwen3 decoder layer's ops on a device into a Vidur bundle.
+
+The bundle (``mlp.csv``, ``attention.csv``, ``meta.json``; see
+:mod:`gpu_simulate_test.core.bundle`) lands in
+``<profiling_root>/<hardware>/<model>/``; the stage also records a run in
+``<output.root>/vidur_profile/<run_id>/`` whose ``run_meta.json`` names the bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.markup import escape
+
+from gpu_simulate_test.config.vidur import VidurProfileStageConfig
+from gpu_simulate_test.core.bundle import (
+    ATTENTION_TABLE,
+    BUNDLE_SCHEMA_VERSION,
+    ENGINE_STEPS_TABLE,
+    MLP_OPS,
+    MLP_TABLE,
+    load_bundle,
+)
+from gpu_simulate_test.core.device import check_device, describe_device
+from gpu_simulate_test.core.grid import (
+    ProfileGrid,
+    Ranges,
+    WorkloadExtent,
+    build_grid,
+    resolve_ranges,
+)
+from gpu_simulate_test.core.modeling import resolve_dtype
+from gpu_simulate_test.core.reporting import console, print_table, progress_bar
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
+from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
+from gpu_simulate_test.vidur_profile.busy import (
+    FOREIGN_CORES_LIMIT,
+    ForeignLoad,
+    busy_warning,
+    wait_for_quiet,
+)
+from gpu_simulate_test.vidur_profile.layer_ops import (
+    OP_DEFINITIONS,
+    build_layer,
+    check_attn_implementation,
+)
+from gpu_simulate_test.vidur_profile.profile_checks import disturbed, profile_warnings
+from gpu_simulate_test.vidur_profile.profiler import ProfileTables, profile_tables
+from gpu_simulate_test.vidur_profile.timing import TimingPolicy, timing_method
+
+QK_NORM_NOTE = (
+    "Qwen3's per-head q_norm/k_norm RMSNorm has no Vidur op: its time is folded into attn_rope"
+)
+
+
+class BundleExistsError(RunExistsError):
+    """A bundle for this hardware and model exists already and overwriting was not allowed."""
+
+
+def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
+    """The longest prompt and longest prompt + output of a workload run."""
+    from gpu_simulate_test.core.workloads import load_workload
+
+    loaded = load_workload(workload_dir)
+    prompts = loaded.lengths["num_prefill_tokens"]
+    totals = prompts + loaded.lengths["num_decode_tokens"]
+    return WorkloadExtent(
+        workload_id=loaded.workload_id,
+        max_prompt_tokens=int(prompts.max()),
+        max_total_tokens=int(totals.max()),
+    )
+
+
+def timing_policy(cfg: VidurProfileStageConfig) -> TimingPolicy:
+    return TimingPolicy(
+        warmup=cfg.profiling.warmup_iters,
+        repeats=cfg.profiling.repeat_iters,
+        min_repeats=min(cfg.profile.min_repeats, cfg.profiling.repeat_iters),
+        budget_s=cfg.profile.shape_time_budget_s,
+    )
+
+
+REMEASURE_FACTOR = 3
+"""A re-timed shape gets this many times the repeats, minimum repeats and time budget."""
+
+
+def _keep_fastest(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """``old`` with each op's stats taken from ``new`` where ``new`` (same ``keys``) has the
+    lower median: another process only ever adds time, so the fastest clean look is the truest."""
+    out = old.copy()
+    rows = out[list(keys)].itertuples(index=False)
+    index = {tuple(row): i for i, row in zip(out.index, rows, strict=True)}
+    ops = sorted(
+        {c[len("time_stats.") : -len(".median")] for c in new.columns if c.endswith(".median")}
+    )
+    for _, row in new.iterrows():
+        i = index.get(tuple(row[k] for k in keys))
+        if i is None:
+            continue
+        for op in ops:
+            median = f"time_stats.{op}.median"
+            if pd.notna(row[median]) and not (row[median] >= out.at[i, median]):
+                for stat in ("min", "max", "mean", "median", "std"):
+                    column = f"time_stats.{op}.{stat}"
+                    if column in out.columns:
+                        out.at[i, column] = row[column]
+    return out
+
+
+def _merge_fastest(tables: ProfileTables, again: ProfileTables) -> ProfileTables:
+    return ProfileTables(
+        mlp=_keep_fastest(tables.mlp, again.mlp, ["num_tokens"]),
+        attention=_keep_fastest(
+            tables.attention, again.attention, ["batch_size", "kv_cache_size", "prefill_chunk_size"]
+        ),
+    )
+
+
+def retime_while_busy(
+    layer: Any,
+    grid: ProfileGrid,
+    tables: ProfileTables,
+    cfg: VidurProfileStageConfig,
+    busy: float,
+) -> tuple[ProfileTables, float]:
+    """When other processes used the CPU while the profile was timed (``busy`` cores), time
+    the whole grid again, up to ``profiling.remeasure_rounds`` times until a round is quiet,
+    keeping each op's fastest look; returns the tables and the least busy round's load."""
+    least = busy
+    deadline = time.perf_counter() + cfg.profiling.busy_wait_s
+    for _ in range(cfg.profiling.remeasure_rounds):
+        if least <= FOREIGN_CORES_LIMIT:
+            break
+        wait_for_quiet(max(0.0, deadline - time.perf_counter()))
+        load = ForeignLoad().start()
+        again = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg))
+        least = min(least, load.stop())
+        tables = _merge_fastest(tables, again)
+    return tables, least
+
+
+def remeasure_disturbed(
+    layer: Any,
+    grid: ProfileGrid,
+    tables: ProfileTables,
+    cfg: VidurProfileStageConfig,
+) -> tuple[ProfileTables, dict[str, Any]]:
+    """Re-time the shapes the profile looks disturbed at (:func:`profile_checks.disturbed`),
+    with ``REMEASURE_FACTOR`` times the repeats, keeping each op's fastest median, until no
+    inversion is left or ``profiling.remeasure_rounds`` are spent. Returns the tables and what
+    was done (rounds, shapes re-timed, findings before)."""
+    policy = timing_policy(cfg)
+    stronger = TimingPolicy(
+        warmup=policy.warmup,
+        repeats=policy.repeats * REMEASURE_FACTOR,
+        min_repeats=policy.min_repeats * REMEASURE_FACTOR,
+        budget_s=policy.budget_s * REMEASURE_FACTOR,
+    )
+    done: dict[str, Any] = {
+        "rounds": 0,
+        "shapes": 0,
+        "findings_before": len(profile_warnings(tables.mlp, tables.attention, MLP_OPS)),
+    }
+    for _ in range(cfg.profiling.remeasure_rounds):
+        tokens, decode, prefill = disturbed(tables.mlp, tables.attention, MLP_OPS)
+        if not (tokens or decode or prefill):
+            break
+        sub = ProfileGrid(
+            num_tokens=tuple(sorted(tokens)),
+            batch_sizes=tuple(sorted({b for _, b in decode})),
+            prefill_chunks=tuple(sorted({c for _, c in prefill})),
+            kv_cache_sizes=tuple(sorted({kv for kv, _ in decode | prefill})),
+        )
+        tables = _merge_fastest(tables, profile_tables(layer, sub, cfg.block_size, stronger))
+        done["rounds"] += 1
+        done["shapes"] += sub.num_shapes
+    return tables, done
+
+
+def bundle_meta(
+    cfg: VidurProfileStageConfig,
+    device: str,
+    dtype: Any,
+    ranges: Ranges,
+    grid: ProfileGrid,
+    workload: WorkloadExtent | None,
+    tables: ProfileTables,
+    wall_time_s: float,
+    run_id: str,
+) -> dict[str, Any]:
+    """Everything ``meta.json`` records: what was profiled, where, how, and what it covers."""
+    import torch
+    import transformers
+
+    policy = timing_policy(cfg)
+    return {
+        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "model": dataclasses.asdict(cfg.model),
+        "hardware": cfg.hardware.name,
+        "hardware_config": dataclasses.asdict(cfg.hardware),
+        "device": device,
+        **describe_device(device),
+        "dtype": dtype_name(dtype),
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "attn_implementation": cfg.profiling.attn_implementation,
+        "weights": "random (timing does not depend on weight values)",
+        "timing_method": timing_method(device),
+        "warmup_iters": policy.warmup,
+        "repeat_iters": policy.repeats,
+        "min_repeats": policy.min_repeats,
+        "shape_time_budget_s": policy.budget_s,
+        "ranges": {
+            "max_num_tokens": max(grid.num_tokens),
+            "max_batch_size": max(grid.batch_sizes),
+            "max_prefill_chunk": max(grid.prefill_chunks),
+            "max_kv_cache_size": max(grid.kv_cache_sizes),
+            "block_size": cfg.block_size,
+        },
+        "requested_ranges": dataclasses.asdict(ranges),
+        "grid": {
+            "num_tokens": list(grid.num_tokens),
+            "batch_sizes": list(grid.batch_sizes),
+            "prefill_chunks": list(grid.prefill_chunks),
+            "kv_cache_sizes": list(grid.kv_cache_sizes),
+        },
+        "workload": dataclasses.asdict(workload) if workload else None,
+        "num_mlp_rows": len(tables.mlp),
+        "num_attention_rows": len(tables.attention),
+        "units": "milliseconds per layer",
+        "op_definitions": OP_DEFINITIONS,
+        "notes": [QK_NORM_NOTE],
+        "run_id": run_id,
+        "created_at": utc_now(),
+        "profile_wall_time_s": round(wall_time_s, 3),
+    }
+
+
+def check_bundle_free(bundle: Path, overwrite: bool) -> None:
+    if bundle.exists() and not overwrite:
+        raise BundleExistsError(
+            f"{bundle} already holds a profiling bundle; pass output.overwrite=true to replace it "
+            "or profiling_root=<another dir>"
+        )
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` → ``bfloat16``, as ``meta.json`` records it."""
+    return str(dtype).removeprefix("torch.")
+
+
+def earlier_calibrations(
+    bundle: Path, cfg: VidurProfileStageConfig, dtype: str
+) -> tuple[pd.DataFrame | None, dict[str, Any]]:
+    """Engine calibrations of other backends in the bundle being replaced (same model and
+    ``dtype``), kept."""
+    if not bundle.is_dir():
+        return None, {}
+    try:
+        old = load_bundle(bundle, cfg.model)
+    except ArtifactError:
+        return None, {}
+    if old.meta.get("dtype") != dtype:
+        return None, {}
+    keep = {
+        name: info
+        for name, info in old.meta.get("engine_calibration", {}).items()
+        if not (cfg.engine.enable and name == cfg.engine.backend.name)
+    }
+    frames = []
+    for name in keep:
+        try:
+            frames.append(old.engine_steps(name))
+        except ArtifactError:
+            continue
+    if not frames:
+        return None, {}
+    kept = pd.concat(frames, ignore_index=True)
+    return kept, {name: keep[name] for name in sorted(set(kept["backend"]))}
+
+
+def calibrate_engine(
+    cfg: VidurProfileStageConfig, device: str, grid: ProfileGrid
+) -> tuple[pd.DataFrame, dict[str, Any], str | None]:
+    """Time the real engine's steps (``cfg.engine``) for this model on this device.
+
+    While other processes use the CPU (:class:`ForeignLoad`), the calibration runs again, up to
+    ``profiling.remeasure_rounds`` more times, and the least disturbed run is kept; returns its
+    rows and info (with ``foreign_cores``) and a quality warning if even that one was busy."""
+    from gpu_simulate_test.vidur_profile import engine_steps
+
+    max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
+    experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)
+    best: tuple[float, pd.DataFrame, dict[str, Any]] | None = None
+    deadline = time.perf_counter() + cfg.profiling.busy_wait_s
+    for attempt in range(cfg.profiling.remeasure_rounds + 1):
+        label = f"engine calibration ({cfg.engine.backend.name})"
+        if attempt:
+            label += f", again: the CPU was busy ({best[0] if best else 0:.2f} other cores)"
+            wait_for_quiet(max(0.0, deadline - time.perf_counter()))
+        with progress_bar(label, len(experiments), cfg.progress) as advance:
+            load = ForeignLoad().start()
+            rows, info = engine_steps.calibrate(
+                cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
+            )
+            cores = load.stop()
+        info["foreign_cores"] = round(cores, 3)
+        info["steal_cores"] = round(load.steal_cores, 3)
+        info["attempts"] = attempt + 1
+        if best is None or cores < best[0]:
+            best = (cores, rows, info)
+        if cores <= FOREIGN_CORES_LIMIT:
+            break
+    assert best is not None
+    cores, rows, info = best
+    return rows, info, busy_warning(f"engine calibration of {cfg.engine.backend.name}", cores)
+
+
+def write_bundle(
+    bundle: Path,
+    tables: ProfileTables,
+    meta: Mapping[str, Any],
+    overwrite: bool,
+    engine_steps: pd.DataFrame | None = None,
+) -> Path:
+    """Write the bundle files into a temporary sibling directory, then rename it into place."""
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", suffix=".part", dir=bundle.parent))
+    try:
+        os.chmod(staging, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary directory
+        write_csv(staging / layout.MLP_PROFILE, tables.mlp, MLP_TABLE)
+        write_csv(staging / layout.ATTENTION_PROFILE, tables.attention, ATTENTION_TABLE)
+        if engine_steps is not None and not engine_steps.empty:
+            write_csv(staging / layout.ENGINE_STEPS, engine_steps, ENGINE_STEPS_TABLE)
+        write_json(staging / layout.BUNDLE_META, meta)
+        check_bundle_free(bundle, overwrite)
+        old = None
+        if bundle.exists():
+            old = bundle.with_name(f".{bundle.name}.{os.getpid()}.old")
+            os.replace(bundle, old)
+        os.replace(staging, bundle)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+        raise
+    return bundle
+
+
+def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Profile ``cfg.model`` on ``cfg.hardware`` into its bundle directory and return that path."""
+    # every input check happens before the run directory is created
+    device = check_device(cfg.hardware)
+    check_attn_implementation(cfg.profiling.attn_implementation)
+    if cfg.engine.enable:
+        check_attn_implementation(cfg.engine.attn_implementation)
+    workload = workload_extent(cfg.workload_dir) if cfg.workload_dir else None
+    ranges = resolve_ranges(cfg.profile, cfg.model, device, workload)
+    grid = build_grid(ranges)
+    bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    check_bundle_free(bundle, cfg.output.overwrite)
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+
+    with start_run(
+        cfg.output.root, "vidur_profile", run_id, resolved_config, cfg.output.overwrite
+    ) as r:
+        r.update_meta(bundle_dir=str(bundle), device=device, num_shapes=grid.num_shapes)
+        started = time.perf_counter()
+        dtype = resolve_dtype(cfg.profiling.dtype, device)
+        layer = build_layer(cfg.model, device, dtype, cfg.profiling.attn_implementation)
+        with progress_bar(
+            f"profiling {cfg.model.name} on {cfg.hardware.name}", grid.num_shapes, cfg.progress
+        ) as advance:
+            load = ForeignLoad().start()
+            tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
+            tables, busy = retime_while_busy(layer, grid, tables, cfg, load.stop())
+        tables, remeasured = remeasure_disturbed(layer, grid, tables, cfg)
+        remeasured["foreign_cores"] = round(busy, 3)
+        del layer
+        warnings = profile_warnings(tables.mlp, tables.attention, MLP_OPS)
+        if (busy_profile := busy_warning("profile", busy)) is not None:
+            warnings.append(busy_profile)
+        steps, calibrations = earlier_calibrations(bundle, cfg, dtype_name(dtype))
+        if cfg.engine.enable:
+            rows, info, busy_calibration = calibrate_engine(cfg, device, grid)
+            if busy_calibration is not None:
+                warnings.append(busy_calibration)
+            steps = rows if steps is None else pd.concat([steps, rows], ignore_index=True)
+            calibrations[cfg.engine.backend.name] = info
+        wall_time_s = time.perf_counter() - started
+        meta = bundle_meta(cfg, device, dtype, ranges, grid, workload, tables, wall_time_s, run_id)
+        meta["engine_calibration"] = calibrations
+        meta["quality_warnings"] = warnings
+        meta["remeasured"] = remeasured
+        write_bundle(bundle, tables, meta, cfg.output.overwrite, steps)
+        r.update_meta(
+            num_mlp_rows=len(tables.mlp),
+            num_attention_rows=len(tables.attention),
+            profile_wall_time_s=meta["profile_wall_time_s"],
+            engine_calibration=sorted(calibrations),
+            quality_warnings=len(warnings),
+            remeasured=remeasured,
+        )
+    report_warnings(warnings, bundle, remeasured)
+    if cfg.progress:
+        print_summary(meta, tables, bundle, r.path, steps)
+    return bundle
+
+
+def report_warnings(
+    warnings: Sequence[str],
+    bundle: Path,
+    remeasured: Mapping[str, Any] | None = None,
+    shown: int = 5,
+) -> None:
+    """Say that the profile looks disturbed (``profile_checks``), with the worst cases."""
+    again = remeasured or {}
+    if again.get("rounds"):
+        console.print(
+            f"re-timed {again['shapes']} disturbed shape(s) in {again['rounds']} round(s): "
+            f"{again['findings_before']} finding(s) before, {len(warnings)} after"
+        )
+    if not warnings:
+        return
+    console.print(
+        f"[yellow]warning:[/] {len(warnings)} finding(s) in {escape(str(bundle))}: an op takes "
+        "far longer on a smaller shape than on a larger one, even after re-timing; the machine "
+        "was probably busy while they were timed. The pipeline will not reuse this bundle; "
+        "re-profile on a quiet machine (output.overwrite=true) before trusting simulations. All "
+        "of them are in meta.json quality_warnings:"
+    )
+    for line in warnings[:shown]:
+        console.print(f"  {escape(line)}", soft_wrap=True)
+    if len(warnings) > shown:
+        console.print(f"  ... and {len(warnings) - shown} more")
+
+
+def print_summary(
+    meta: Mapping[str, Any],
+    tables: ProfileTables,
+    bundle: Path,
+    run_path: Path,
+    engine_steps: pd.DataFrame | None = None,
+) -> None:
+    mlp = tables.mlp.sort_values("num_tokens")
+    ranges = meta["ranges"]
+    # the layer's per-token ops (emb runs once per model, not per layer)
+    layer_cols = [f"time_stats.{op}.median" for op in MLP_OPS if op != "emb"]
+    first, last = mlp.iloc[0], mlp.iloc[-1]
+    rows = [
+        ["device", f"{meta['device_name']} ({meta['dtype']}, {meta['timing_method']})"],
+        ["mlp.csv rows", f"{len(tables.mlp)} (num_tokens 1..{ranges['max_num_tokens']})"],
+        [
+            "attention.csv rows",
+            f"{len(tables.attention)} (batch ≤ {ranges['max_batch_size']}, chunk ≤ "
+            f"{ranges['max_prefill_chunk']}, kv ≤ {ranges['max_kv_cache_size']})",
+        ],
+        [
+            "per-token ops, 1 layer",
+            f"{first[layer_cols].sum():.3f} ms at {int(first['num_tokens'])} tokens, "
+            f"{last[layer_cols].sum():.3f} ms at {int(last['num_tokens'])}",
+        ],
+        ["wall time", f"{meta['profile_wall_time_s']:.1f} s"],
+    ]
+    if engine_steps is not None:
+        for (backend, phase), group in engine_steps.groupby(["backend", "phase"]):
+            first, last = group.iloc[0], group.iloc[-1]
+            axis = "tokens" if phase == "prefill" else "requests"
+            size = "num_q_tokens" if phase == "prefill" else "batch_size"
+            rows.append(
+                [
+                    f"engine {backend} {phase} step",
+                    f"{first['step_ms']:.2f} ms at {int(first[size])} {axis}, "
+                    f"{last['step_ms']:.2f} ms at {int(last[size])}",
+                ]
+            )
+    print_table(f"vidur profile {meta['model']['name']} on {meta['hardware']}", ["", ""], rows)
+    console.print(f"[bold]bundle:[/] {bundle}")
+    console.print(f"[bold]run:[/] {run_path}")

@@ -1,0 +1,195 @@
+"""Vidur's per-request output, checked against the workload and normalised to REQUEST_METRICS.
+
+Vidur's ``request_metrics.csv`` has no arrival column and uses its own names (seconds). Requests
+get ids 0..n-1 in trace order (after the entity-id reset), so rows are joined to the workload by
+order, after checking that each one was simulated with its exact prompt/output lengths and
+arrival gap. Metric conventions are the real bench's (``vllm bench serve``):
+
+- ``ttft_s`` = Vidur ``prefill_e2e_time`` (arrival to first token, queueing included; Vidur
+  emits the first output token when the prefill completes);
+- ``tpot_s`` = (e2e − ttft) / (output tokens − 1), empty for one-token outputs. Vidur's
+  ``decode_time_execution_plus_preemption_normalized`` divides the same span by the output
+  tokens *including* the first (and by the post-restart count); it is kept as ``vidur_tpot_s``;
+- ``e2e_s`` = Vidur ``request_e2e_time``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.core.latency import tpot_s
+from gpu_simulate_test.io.artifacts import ArtifactError
+
+ARRIVAL_GAP_TOLERANCE_S = 1e-6
+VIDUR_ID = "Request Id"
+VIDUR_COLUMNS: tuple[str, ...] = (
+    VIDUR_ID,
+    "request_e2e_time",
+    "request_execution_time",
+    "request_preemption_time",
+    "request_scheduling_delay",
+    "prefill_e2e_time",
+    "decode_time_execution_plus_preemption_normalized",
+    "request_inter_arrival_delay",
+    "request_num_prefill_tokens",
+    "request_num_decode_tokens",
+    "request_num_restarts",
+)
+"""The columns of Vidur's request_metrics.csv this module reads (times in seconds)."""
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "scheduled_arrival_time_s",
+    "first_token_time_s",
+    "last_token_time_s",
+    "scheduling_delay_s",
+    "preemption_time_s",
+    "num_restarts",
+    "execution_time_s",
+    "vidur_tpot_s",
+)
+"""Written after the REQUEST_METRICS columns, in this order."""
+
+
+class ReplayMismatchError(ArtifactError):
+    """Vidur did not simulate the workload exactly (a request missing or with other lengths)."""
+
+
+def check_replay(
+    raw: pd.DataFrame,
+    prefill: np.ndarray,
+    decode: np.ndarray,
+    arrival_time_s: np.ndarray,
+    where: str,
+) -> pd.DataFrame:
+    """Return Vidur's rows in request order after checking they are exactly the workload.
+
+    A request restarted after preemption reports its re-prefill (prompt + tokens decoded so far)
+    as prefill; for those only the total length and a prefill at least the prompt are required.
+    """
+    missing = [c for c in VIDUR_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ReplayMismatchError(f"{where}: Vidur output lacks column(s) {', '.join(missing)}")
+    n = len(prefill)
+    rows = raw.sort_values(VIDUR_ID, kind="stable").reset_index(drop=True)
+    ids = rows[VIDUR_ID].to_numpy()
+    if len(rows) != n or not np.array_equal(ids, np.arange(n)):
+        absent = sorted(set(range(n)) - set(ids.tolist()))
+        raise ReplayMismatchError(
+            f"{where}: Vidur simulated {len(rows)} of {n} requests"
+            + (f"; missing request(s) {absent[:10]}" if absent else "; request ids differ")
+        )
+    got_prefill = rows["request_num_prefill_tokens"].to_numpy(dtype=np.int64)
+    got_decode = rows["request_num_decode_tokens"].to_numpy(dtype=np.int64)
+    restarted = rows["request_num_restarts"].to_numpy() > 0
+    bad = np.where(
+        restarted,
+        (got_prefill + got_decode != prefill + decode) | (got_prefill < prefill),
+        (got_prefill != prefill) | (got_decode != decode),
+    )
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ReplayMismatchError(
+            f"{where}: request {row} was simulated with {got_prefill[row]} prompt + "
+            f"{got_decode[row]} output tokens, the workload has {prefill[row]} + {decode[row]} "
+            f"({int(bad.sum())} request(s) differ)"
+        )
+    gaps = rows["request_inter_arrival_delay"].to_numpy(dtype=float)[1:]
+    expected = np.diff(np.asarray(arrival_time_s, dtype=float))
+    off = np.flatnonzero(~(np.abs(gaps - expected) <= ARRIVAL_GAP_TOLERANCE_S))
+    if off.size:
+        row = int(off[0]) + 1
+        raise ReplayMismatchError(
+            f"{where}: request {row} arrived {gaps[row - 1]:.9f} s after the previous one in "
+            f"Vidur, {expected[row - 1]:.9f} s in the workload"
+        )
+    return rows
+
+
+def normalize(
+    rows: pd.DataFrame,
+    prefill: np.ndarray,
+    decode: np.ndarray,
+    arrival_time_s: np.ndarray,
+    frontend_delay_s: float | np.ndarray = 0.0,
+) -> pd.DataFrame:
+    """REQUEST_METRICS columns, then :data:`EXTRA_COLUMNS`, from checked Vidur rows.
+
+    ``frontend_delay_s`` (per request, or one for all) is the front end's share of a request's
+    latency the simulation did not see: its way from the send (``arrival_time_s``) to the
+    scheduler plus its tokens' way back to the client. It is added to TTFT and E2E (TPOT, a
+    difference of token times, is unchanged)."""
+    arrival = np.asarray(arrival_time_s, dtype=float)
+    around = np.asarray(frontend_delay_s, dtype=float)
+    ttft = rows["prefill_e2e_time"].to_numpy(dtype=float) + around
+    e2e = rows["request_e2e_time"].to_numpy(dtype=float) + around
+    decode = np.asarray(decode, dtype=np.int64)
+    tpot = tpot_s(ttft, e2e, decode)
+    return pd.DataFrame(
+        {
+            "request_id": np.arange(len(rows)),
+            "arrival_time_s": arrival,
+            "num_prefill_tokens": np.asarray(prefill, dtype=np.int64),
+            "num_decode_tokens": decode,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "status": "ok",
+            # a simulated request arrives exactly when scheduled
+            "scheduled_arrival_time_s": arrival,
+            "first_token_time_s": arrival + ttft,
+            "last_token_time_s": arrival + e2e,
+            "scheduling_delay_s": rows["request_scheduling_delay"].to_numpy(dtype=float),
+            "preemption_time_s": rows["request_preemption_time"].to_numpy(dtype=float),
+            "num_restarts": rows["request_num_restarts"].to_numpy(dtype=np.int64),
+            "execution_time_s": rows["request_execution_time"].to_numpy(dtype=float),
+            "vidur_tpot_s": rows["decode_time_execution_plus_preemption_normalized"].to_numpy(
+                dtype=float
+            ),
+        }
+    )
+
+
+def _quantiles(values: pd.Series) -> dict[str, float | None]:
+    clean = values.dropna().to_numpy(dtype=float)
+    if not len(clean):
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    return {
+        "p50": float(np.percentile(clean, 50)),
+        "p90": float(np.percentile(clean, 90)),
+        "p99": float(np.percentile(clean, 99)),
+        "mean": float(clean.mean()),
+    }
+
+
+def summarize(metrics: pd.DataFrame) -> dict[str, Any]:
+    """Latency quantiles (s) and throughput over the span from first arrival to last token."""
+    span = float(metrics["last_token_time_s"].max() - metrics["arrival_time_s"].min())
+    output_tokens = int(metrics["num_decode_tokens"].sum())
+    return {
+        "num_requests": len(metrics),
+        "ttft_s": _quantiles(metrics["ttft_s"]),
+        "tpot_s": _quantiles(metrics["tpot_s"]),
+        "e2e_s": _quantiles(metrics["e2e_s"]),
+        "makespan_s": span,
+        "throughput_requests_per_s": len(metrics) / span if span > 0 else None,
+        "throughput_output_tokens_per_s": output_tokens / span if span > 0 else None,
+        "num_restarted_requests": int((metrics["num_restarts"] > 0).sum()),
+    }
+
+
+def summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    """Rows for the terminal table: latencies in ms, throughput per second."""
+    rows: list[list[str]] = []
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        q = summary[key]
+        rows.append(
+            [label]
+            + [f"{q[p] * 1e3:.2f}" if q[p] is not None else "-" for p in ("p50", "p90", "p99")]
+        )
+    rate, tokens = summary["throughput_requests_per_s"], summary["throughput_output_tokens_per_s"]
+    rows.append(["throughput", f"{rate:.2f} req/s" if rate else "-", "", ""])
+    rows.append(["", f"{tokens:.1f} output tok/s" if tokens else "-", "", ""])
+    return rows

@@ -1,0 +1,508 @@
+"""The ``vidur_simulate`` stage: replay a workload run in Vidur with a local profiling bundle.
+
+Order of work: read and check every input (workload, bundle, coverage, KV cache) without
+importing Vidur; create the run; write the trace; build fresh Vidur configs; reset Vidur's entity
+ids and seeds; build the simulator (trains or loads the predictor) and run it; check the replay
+and write ``request_metrics.csv`` in the real bench's schema next to Vidur's raw output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.core import overhead
+from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.core.reporting import console, print_table
+from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
+from gpu_simulate_test.io.runs import default_run_id, start_run
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
+from gpu_simulate_test.vidur_simulate import plan
+
+VIDUR_DIR = "vidur"
+"""Vidur's own output (config.json, request_metrics.csv, plots/ CSVs) inside the run."""
+TRACE_FILE = "trace.csv"
+"""The workload as Vidur's trace-replay CSV, inside :data:`VIDUR_DIR`."""
+VIDUR_REQUEST_METRICS = "request_metrics.csv"
+ENGINE_OVERHEAD_FIT = "engine_overhead_fit.csv"
+"""Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything checked before the run starts."""
+
+    workload: LoadedWorkload
+    bundle: Bundle
+    prefill: np.ndarray
+    decode: np.ndarray
+    arrival_time_s: np.ndarray
+    needs: plan.Requirements
+    kv_cache: plan.KvCachePlan
+    bounds: dict[str, int]
+    max_tokens: int
+    engine_steps: pd.DataFrame | None = None
+    """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
+    step_jitter: overhead.StepJitter | None = None
+    """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
+    frontend: overhead.FrontEnd | None = None
+    """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
+
+    def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
+        """When requests reach the simulated scheduler: sent, plus the front end's input for
+        ``running`` requests in flight at each send (None: none), in the workload's order."""
+        if self.frontend is None:
+            return self.arrival_time_s
+        if running is None:
+            running = np.zeros(len(self.arrival_time_s))
+        reached = self.arrival_time_s + self.frontend.input_delays_s(running)
+        return np.maximum.accumulate(reached)  # the API server hands requests on in order
+
+
+def running_at_send(
+    arrival_s: np.ndarray, scheduler_arrival_s: np.ndarray, raw: pd.DataFrame
+) -> np.ndarray:
+    """How many other requests were in flight (reached the scheduler, not finished) when each
+    request was sent, by a simulation's results (Vidur's rows, any order).
+
+    Counted by binary search over the sorted starts and ends (a request is in flight at ``t``
+    when ``start <= t < end``), so a million requests take a sort, not a million scans."""
+    rows = raw.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
+    start = np.asarray(scheduler_arrival_s, dtype=float)
+    done = start + rows["request_e2e_time"].to_numpy(dtype=float)
+    sent = np.asarray(arrival_s, dtype=float)
+    started = np.searchsorted(np.sort(start), sent, side="right")
+    ended = np.searchsorted(np.sort(done), sent, side="right")
+    itself = (start <= sent) & (sent < done)
+    return started - ended - itself.astype(int)
+
+
+def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
+    """Read the workload and bundle and run every check; raises before any long work."""
+    if cfg.vidur.step_jitter and cfg.vidur.engine_overhead == "none":
+        raise ConfigError(
+            "vidur.step_jitter=true needs vidur.engine_overhead=<backend>: the spread is "
+            "measured by that backend's engine calibration"
+        )
+    workload = load_workload(cfg.workload_dir)
+    prefill, decode = plan.workload_lengths(workload.lengths)
+    arrival = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
+    if cfg.arrivals_from:
+        arrival = actual_arrivals(cfg.arrivals_from, workload, arrival)
+    plan.check_context(prefill, decode, cfg.model, str(workload.path))
+    bundle = load_bundle(
+        layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name), cfg.model
+    )
+    knobs = cfg.vidur.scheduler
+    needs = plan.requirements(prefill, decode, knobs)
+    kv_cache = plan.kv_cache_plan(
+        cfg.model, cfg.hardware, knobs, plan.resolve_dtype(bundle, cfg.hardware)
+    )
+    plan.check_scheduler(needs, knobs, bundle, kv_cache.num_blocks)
+    plan.check_coverage(needs, bundle)
+    backend = cfg.vidur.engine_overhead
+    engine_steps = bundle.engine_steps(backend) if backend != "none" else None
+    jitter = load_step_jitter(bundle, backend) if cfg.vidur.step_jitter else None
+    frontend = (
+        load_frontend(bundle, backend) if backend != "none" and cfg.vidur.frontend_latency else None
+    )
+    return Inputs(
+        workload=workload,
+        bundle=bundle,
+        prefill=prefill,
+        decode=decode,
+        arrival_time_s=arrival,
+        needs=needs,
+        kv_cache=kv_cache,
+        bounds=plan.prediction_bounds(needs, cfg.vidur.predictor),
+        max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
+        engine_steps=engine_steps,
+        step_jitter=jitter,
+        frontend=frontend,
+    )
+
+
+def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarray) -> np.ndarray:
+    """The arrival times a real run of ``workload`` actually sent its requests at, in the
+    workload's request order; a request it did not send keeps its ``scheduled`` time.
+
+    Sends happen one after another, so actual arrivals keep the workload's order."""
+    from gpu_simulate_test.core.run_inputs import load_run
+
+    run = load_run(real_run, "real_bench")
+    if run.workload_id != workload.workload_id:
+        raise ArtifactError(
+            f"arrivals_from={real_run} replayed workload {run.workload_id}, not "
+            f"{workload.workload_id} ({workload.path})"
+        )
+    sent = dict(
+        zip(
+            run.requests["request_id"].astype(int).tolist(),
+            run.requests["arrival_time_s"].astype(float).tolist(),
+            strict=True,
+        )
+    )
+    ids = workload.intervals["request_id"].astype(int).tolist()
+    actual = np.array(
+        [sent.get(rid, sched) for rid, sched in zip(ids, scheduled.tolist(), strict=True)]
+    )
+    return np.maximum.accumulate(np.maximum(actual, 0.0))
+
+
+def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
+    """The step spread ``backend``'s calibration recorded; ArtifactError when there is none."""
+    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.step_jitter"
+    recorded = (bundle.engine_calibration(backend) or {}).get("step_jitter")
+    if recorded is None:
+        raise ArtifactError(
+            f"{where} is missing (a calibration before version 4, or one without decode steps); "
+            f"profile again with engine.enable=true engine.backend.name={backend}, or set "
+            "vidur.step_jitter=false"
+        )
+    try:
+        return overhead.StepJitter.from_calibration(recorded, where)
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from exc
+
+
+def load_frontend(bundle: Bundle, backend: str) -> overhead.FrontEnd | None:
+    """The front-end latency ``backend``'s calibration measured (None: it measured none, e.g.
+    an in-process engine, or a calibration by client token times)."""
+    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.frontend"
+    recorded = (bundle.engine_calibration(backend) or {}).get("frontend")
+    if recorded is None:
+        return None
+    try:
+        return overhead.FrontEnd.from_calibration(recorded, where)
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from exc
+
+
+FRONTEND_PASSES = 4
+"""Simulations at most, when the front end's input delay grows with the requests in flight:
+each pass takes those counts from the one before, until no delay moves by FRONTEND_TOLERANCE_S."""
+FRONTEND_TOLERANCE_S = 1e-4
+
+
+def write_trace(path: Path, inputs: Inputs, arrival_s: np.ndarray) -> Path:
+    """Write the workload as Vidur's trace CSV (floats at full precision: exact arrivals)."""
+    frame = plan.trace_frame(inputs.prefill, inputs.decode, arrival_s)
+    with atomic_open(path) as handle:
+        frame.to_csv(handle, index=False, lineterminator="\n")
+    return path
+
+
+def _pin_metrics_config(out_dir: Path, chrome_trace: bool) -> Any:
+    """Vidur's MetricsConfig, writing into ``out_dir`` itself, with plots and wandb off.
+
+    Its ``__post_init__`` appends a timestamp directory and creates it; we point it back at
+    ``out_dir`` and remove the empty stamped directory.
+    """
+    from vidur.config import MetricsConfig
+
+    metrics = MetricsConfig(
+        write_metrics=True,
+        write_json_trace=False,
+        enable_chrome_trace=chrome_trace,
+        save_table_to_wandb=False,
+        store_plots=False,  # plotly/kaleido image export; CSVs of the CDFs are still written
+        store_request_metrics=True,
+        store_batch_metrics=True,
+        store_utilization_metrics=True,
+        output_dir=str(out_dir),
+    )
+    stamped = Path(metrics.output_dir)
+    metrics.output_dir = str(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        stamped.rmdir()
+    return metrics
+
+
+@dataclass(frozen=True)
+class BuiltConfig:
+    """A Vidur SimulationConfig and what went into it (for run_meta)."""
+
+    simulation_config: Any
+    notes: dict[str, Any]
+
+
+def build_simulation_config(
+    cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path, trace_file: Path
+) -> BuiltConfig:
+    """Fresh Vidur configs for one simulation (Vidur mutates CacheConfig.num_blocks in place)."""
+    from vidur.config import (
+        CacheConfig,
+        ClusterConfig,
+        ReplicaConfig,
+        RoundRobinGlobalSchedulerConfig,
+        SimulationConfig,
+        TraceRequestGeneratorConfig,
+    )
+    from vidur.utils.memory_planner import MemoryPlanner
+
+    from gpu_simulate_test.vidur_simulate.models import patch_head_dim, vidur_derived_head_dim
+    from gpu_simulate_test.vidur_simulate.predictor import predictor_config, vidur_version
+    from gpu_simulate_test.vidur_simulate.registration import register_vidur_extensions
+    from gpu_simulate_test.vidur_simulate.schedulers import vidur_scheduler_config
+
+    model_name, device = register_vidur_extensions(cfg.model, cfg.hardware)
+    knobs = cfg.vidur.scheduler
+    replica = ReplicaConfig(
+        model_name=model_name,
+        num_pipeline_stages=1,  # Vidur's defaults are 2 stages x TP 8 on an h100
+        tensor_parallel_size=1,
+        device=device.device,
+        network_device=device.network_device,
+    )
+    head_dim_patched = patch_head_dim(replica, cfg.model)
+    cache = CacheConfig(
+        block_size=knobs.block_size,
+        num_blocks=inputs.kv_cache.num_blocks,
+        watermark_blocks_fraction=knobs.watermark_blocks_fraction,
+        memory_margin_fraction=knobs.memory_margin_fraction,
+    )
+    scheduler = vidur_scheduler_config(knobs)
+    predictor = predictor_config(
+        inputs.bundle, cfg.model, cfg.vidur.predictor, inputs.bounds, knobs.block_size
+    )
+    memory_tokens = MemoryPlanner(replica, cache).get_max_kv_cache_size_in_tokens()
+    simulation_config = SimulationConfig(
+        seed=cfg.vidur.seed,
+        log_level="warning",
+        time_limit=0,
+        cluster_config=ClusterConfig(
+            num_replicas=1,
+            replica_config=replica,
+            cache_config=cache,
+            global_scheduler_config=RoundRobinGlobalSchedulerConfig(),
+            replica_scheduler_config=scheduler,
+        ),
+        request_generator_config=TraceRequestGeneratorConfig(
+            trace_file=str(trace_file),
+            date=plan.TRACE_DATE,
+            prefill_scale_factor=1.0,  # Vidur's defaults (0.3, 1, 0.04) rescale the trace
+            decode_scale_factor=1.0,
+            time_scale_factor=1.0,
+            max_tokens=inputs.max_tokens,
+        ),
+        execution_time_predictor_config=predictor,
+        metrics_config=_pin_metrics_config(out_dir, cfg.vidur.chrome_trace),
+    )
+    notes = {
+        "vidur_version": vidur_version(),
+        "vidur_model_name": model_name,
+        "vidur_device": asdict(device),
+        "vidur_scheduler_type": str(scheduler.get_type()),
+        "head_dim": {
+            "true": cfg.model.head_dim,
+            "vidur_derived": vidur_derived_head_dim(cfg.model),
+            "patched": head_dim_patched,
+        },
+        "kv_cache": {**asdict(inputs.kv_cache), "block_size": knobs.block_size},
+        "vidur_memory_bound_batch_size": int(memory_tokens // inputs.max_tokens),
+        "max_tokens_per_request": inputs.max_tokens,
+        "predictor_fingerprint": predictor.fingerprint,
+        "predictor_cache_dir": predictor.cache_dir,
+    }
+    return BuiltConfig(simulation_config, notes)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    raw_metrics: pd.DataFrame
+    predictor_setup_s: float
+    simulation_s: float
+    predictor_cache_hit: bool
+    engine_overhead: dict[str, Any] | None = None
+    """The fitted per-step overhead and its calibration errors (None: not modelled)."""
+    engine_overhead_fit: pd.DataFrame | None = None
+    """Per calibration step: measured, Vidur's ops, fitted overhead, error."""
+    steps: pd.DataFrame | None = None
+    """Every simulated batch, as the ``engine_step_log`` table (no times: Vidur keeps none)."""
+
+
+def batch_steps(metric_store: Any) -> pd.DataFrame:
+    """Vidur's batches as rows of the ``engine_step_log`` table, so they line up with a real
+    engine's steps: requests and tokens by phase and the batch's execution time.
+
+    Read from the metric store's per-batch series (kept for every batch whatever Vidur writes).
+    A decode is one token of one request; Vidur counts a one-token prefill chunk as a decode."""
+    from vidur.metrics.constants import BatchMetricsCountDistribution, BatchMetricsTimeDistribution
+
+    counts = metric_store._batch_metrics_count_distribution_per_batch
+    times = metric_store._batch_metrics_time_distribution_per_batch
+
+    def series(store: Any, key: Any) -> dict[int, float]:
+        return {int(x): float(y) for x, y in store[key]._data_series}
+
+    size = series(counts, BatchMetricsCountDistribution.BATCH_SIZE)
+    prefill = series(counts, BatchMetricsCountDistribution.BATCH_NUM_PREFILL_TOKENS)
+    decode = series(counts, BatchMetricsCountDistribution.BATCH_NUM_DECODE_TOKENS)
+    elapsed = series(times, BatchMetricsTimeDistribution.BATCH_EXECUTION_TIME)
+    ids = sorted(size)
+    return pd.DataFrame(
+        {
+            "step_index": ids,
+            "time_s": [float("nan")] * len(ids),
+            "num_prefill_requests": [int(size[i] - decode[i]) for i in ids],
+            "num_prefill_tokens": [int(prefill[i]) for i in ids],
+            "num_decode_requests": [int(decode[i]) for i in ids],
+            "num_decode_tokens": [int(decode[i]) for i in ids],
+            "elapsed_ms": [1000.0 * elapsed[i] for i in ids],
+            "kv_cache_usage_pct": [float("nan")] * len(ids),
+        }
+    )
+
+
+def simulate(
+    simulation_config: Any,
+    engine_steps: pd.DataFrame | None = None,
+    backend: str = "",
+    jitter: overhead.StepJitter | None = None,
+) -> SimulationResult:
+    """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
+
+    With ``engine_steps`` (one backend's calibration rows), the engine's per-step overhead is
+    fitted against this predictor and added to every batch before the event loop starts; with
+    ``jitter`` too, every batch's time is multiplied by a seeded draw from it.
+    """
+    from vidur.simulator import Simulator
+    from vidur.utils.random import set_seeds
+
+    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
+
+    reset_entity_ids()
+    set_seeds(simulation_config.seed)
+    start = time.perf_counter()
+    simulator = Simulator(simulation_config)  # trains or loads the predictor
+    # the global scheduler builds one predictor and hands it to every replica scheduler
+    replica_scheduler = next(iter(simulator.scheduler._replica_schedulers.values()))
+    predictor = replica_scheduler._execution_time_predictor
+    report, table = None, None
+    if engine_steps is not None:
+        step_overhead, table = overhead.fit(backend, engine_steps, predictor.ops_time_ms)
+        draw = jitter.sampler(simulation_config.seed) if jitter is not None else None
+        predictor.attach_overhead(step_overhead, draw)
+        report = overhead.fit_report(step_overhead, table)
+        if jitter is not None:
+            report["step_jitter"] = {**asdict(jitter), "mean_ratio": jitter.mean_ratio}
+    built = time.perf_counter()
+    simulator.run()  # event loop, then Vidur writes its metrics
+    done = time.perf_counter()
+    out_dir = Path(simulation_config.metrics_config.output_dir)
+    return SimulationResult(
+        raw_metrics=pd.read_csv(out_dir / VIDUR_REQUEST_METRICS),
+        predictor_setup_s=built - start,
+        simulation_s=done - built,
+        predictor_cache_hit=bool(predictor.cache_hit),
+        engine_overhead=report,
+        engine_overhead_fit=table,
+        steps=batch_steps(simulator.metric_store),
+    )
+
+
+def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/``."""
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    inputs = prepare(cfg)  # every input error surfaces here, before the run exists
+    with start_run(
+        cfg.output.root, "vidur_simulate", run_id, resolved_config, cfg.output.overwrite
+    ) as r:
+        r.update_meta(
+            workload_id=inputs.workload.workload_id,
+            workload_dir=str(inputs.workload.path),
+            num_requests=len(inputs.prefill),
+            bundle_path=str(inputs.bundle.path),
+            bundle_dtype=inputs.kv_cache.dtype,
+            scheduler=asdict(cfg.vidur.scheduler),
+            requirements=asdict(inputs.needs),
+            prediction_bounds=inputs.bounds,
+            arrivals_from=cfg.arrivals_from,
+            frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
+        )
+        out_dir = r.file(VIDUR_DIR)
+        arrival = inputs.scheduler_arrival_s()
+        grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
+        for done in range(1, FRONTEND_PASSES + 1):
+            trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
+            built = build_simulation_config(cfg, inputs, out_dir, trace_file)
+            result = simulate(
+                built.simulation_config,
+                inputs.engine_steps,
+                cfg.vidur.engine_overhead,
+                inputs.step_jitter,
+            )
+            if not grows:
+                break
+            running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
+            moved = inputs.scheduler_arrival_s(running)
+            if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
+                break
+            if done < FRONTEND_PASSES:
+                arrival = moved
+        r.update_meta(
+            num_blocks=inputs.kv_cache.num_blocks,
+            frontend_passes=done,
+            mean_frontend_input_ms=float(np.mean(arrival - inputs.arrival_time_s) * 1000.0),
+            **built.notes,
+        )
+        if result.engine_overhead_fit is not None:
+            with atomic_open(r.file(ENGINE_OVERHEAD_FIT)) as handle:
+                result.engine_overhead_fit.to_csv(handle, index=False, lineterminator="\n")
+        r.update_meta(
+            engine_overhead=result.engine_overhead,
+            predictor_cache="hit" if result.predictor_cache_hit else "miss",
+            timings_s={
+                "predictor_setup": round(result.predictor_setup_s, 3),
+                "simulation": round(result.simulation_s, 3),
+            },
+        )
+        rows = vidur_metrics.check_replay(
+            result.raw_metrics,
+            inputs.prefill,
+            inputs.decode,
+            arrival,
+            str(out_dir / VIDUR_REQUEST_METRICS),
+        )
+        output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
+        table = vidur_metrics.normalize(
+            rows,
+            inputs.prefill,
+            inputs.decode,
+            inputs.arrival_time_s,
+            arrival - inputs.arrival_time_s + output_s,
+        )
+        write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
+        if result.steps is not None:
+            write_csv(r.file(layout.ENGINE_STEP_LOG), result.steps, ENGINE_STEP_LOG)
+        summary = vidur_metrics.summarize(table)
+        r.update_meta(summary=summary)
+    if cfg.progress:
+        print_summary(summary, cfg, inputs, r.path)
+    return r.path
+
+
+def print_summary(
+    summary: Mapping[str, Any], cfg: VidurSimulateStageConfig, inputs: Inputs, path: Path
+) -> None:
+    knobs = cfg.vidur.scheduler
+    print_table(
+        f"vidur {knobs.name} (cap {knobs.batch_size_cap}), {cfg.model.name} on "
+        f"{cfg.hardware.name}, {summary['num_requests']} requests of {inputs.workload.workload_id}",
+        ["metric (ms)", "p50", "p90", "p99"],
+        vidur_metrics.summary_rows(summary),
+    )
+    console.print(f"[bold]artifacts:[/] {path}")

@@ -1,0 +1,49 @@
+"""The ``workload`` stage: sample or import requests and write the four workload artifacts
+(:mod:`.contract`) into ``<output.root>/workload/<run_id>/``; the workload model itself is shared
+(:mod:`gpu_simulate_test.core.workloads`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.config.schema import WorkloadStageConfig
+from gpu_simulate_test.core.reporting import console, print_table
+from gpu_simulate_test.core.workloads import generate, write_workload
+from gpu_simulate_test.io.runs import default_run_id, start_run
+
+
+def run(cfg: WorkloadStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Build the workload described by ``cfg`` into ``<output.root>/workload/<run_id>/``."""
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    workload, notes = generate(cfg.workload, cfg.model)  # fail on bad input before creating the run
+    with start_run(cfg.output.root, "workload", run_id, resolved_config, cfg.output.overwrite) as r:
+        meta = write_workload(r, workload, cfg.workload, cfg.model, notes, cfg.progress)
+        r.update_meta(workload_id=meta["workload_id"], num_requests=workload.num_requests)
+    if cfg.progress:
+        print_summary(meta, r.path)
+    return r.path
+
+
+def print_summary(meta: Mapping[str, Any], path: Path) -> None:
+    summary = meta["summary"]
+    rows = [
+        ["requests", f"{summary['num_requests']}"],
+        ["duration (s)", f"{summary['duration_s']:.2f}"],
+        ["mean QPS", f"{summary['mean_qps']:.3f}" if summary["mean_qps"] else "all at once"],
+    ]
+    for key, label in (
+        ("num_prefill_tokens", "prompt tokens"),
+        ("num_decode_tokens", "output tokens"),
+    ):
+        stats = summary[key]
+        rows.append(
+            [label, " / ".join(f"{stats[q]:.0f}" for q in ("min", "p50", "p90", "p99", "max"))]
+        )
+    print_table(
+        f"workload {meta['workload_id']} ({meta['source']})",
+        ["", "value (min/p50/p90/p99/max)"],
+        rows,
+    )
+    console.print(f"[bold]artifacts:[/] {path}")
