@@ -31,7 +31,8 @@ from gpu_simulate_test.core.engines.hf_cb import make_cb_config
 from gpu_simulate_test.core.requests import load_requests
 from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.real_bench.stage import SUMMARY, run
+from gpu_simulate_test.real_bench.contract import SUMMARY
+from gpu_simulate_test.real_bench.stage import run
 from gpu_simulate_test.workload.stage import run as build_workload
 
 TARGET_RATIO = 0.97

@@ -1,7 +1,7 @@
 """Wall time of the vidur_simulate stage with a warm predictor cache, and its overhead over Vidur.
 
 For each size (default 2,000 and 20,000 requests; tiny Qwen3 on a synthetic CPU bundle, sarathi):
-the whole stage (``vidur_ext.simulate.run``: checks, trace, simulation, replay check, metrics)
+the whole stage (``vidur_simulate.stage.run``: checks, trace, simulation, replay check, metrics)
 against a bare ``vidur.simulator.Simulator(config).run()`` on the same config (built by the same
 code, not timed). Target: the stage within 5 % of bare Vidur. Sizes up to 2,000 report the best
 of ``--repeats`` alternating runs; larger ones run once per mode (20,000 requests take minutes on

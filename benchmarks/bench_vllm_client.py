@@ -37,7 +37,8 @@ from gpu_simulate_test.core.engines.server import ManagedServer, free_loopback_p
 from gpu_simulate_test.core.engines.vllm import SNAPSHOTS, VllmBackend, vllm_version
 from gpu_simulate_test.core.modeling import ensure_snapshot
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.real_bench.stage import SUMMARY, run
+from gpu_simulate_test.real_bench.contract import SUMMARY
+from gpu_simulate_test.real_bench.stage import run
 from gpu_simulate_test.workload.stage import run as build_workload
 
 TARGET_RATIO = 0.97

@@ -67,12 +67,16 @@ its own bundle, `profiling_root`; every path relative to the run directory).
 
 
 def declared_tables() -> tuple[TableSchema, ...]:
-    """Every declared table: the shared ones here and those each stage declares beside its code."""
+    """Every declared table: the shared ones (``io/schemas.py``) and each stage's contract."""
     from gpu_simulate_test.compare import contract as compare_tables
-    from gpu_simulate_test.core.bundle import ATTENTION_TABLE, ENGINE_STEPS_TABLE, MLP_TABLE
     from gpu_simulate_test.deep_profile import contract as deep_profile_tables
     from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
-    from gpu_simulate_test.real_bench.telemetry import TELEMETRY
+    from gpu_simulate_test.real_bench.contract import TELEMETRY
+    from gpu_simulate_test.vidur_profile.contract import (
+        ATTENTION_TABLE,
+        ENGINE_STEPS_TABLE,
+        MLP_TABLE,
+    )
 
     return (
         *ALL_TABLES,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,9 +23,16 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_built_wheel_runs_a_stage_from_another_directory(tmp_path: Path) -> None:
     dist, site, work = tmp_path / "dist", tmp_path / "site", tmp_path / "work"
     work.mkdir()
+    # built from a copy: setuptools builds in the source tree (build/), not in the checkout
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info",
+                    "__pycache__"))  # fmt: skip
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(REPO)],
+         "-w", str(dist), str(source)],
         check=True, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     (wheel,) = dist.glob("gpu_simulate_test-*.whl")

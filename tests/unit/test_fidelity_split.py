@@ -139,7 +139,7 @@ import gpu_simulate_test.core.workloads
 import inspect
 src = "".join(inspect.getsource(fn) for fn in (
     f.real_phase, f.real_load, f.measure_capacity, f.scheduler_needs, f.one_server))
-assert "vidur_ext.simulate" not in src and "analysis.stage" not in src, "sim import in real path"
+assert "vidur_simulate.stage" not in src and "compare.stage" not in src, "sim import in real path"
 bad = [m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] == "vidur"]
 assert not bad, bad
 assert "gpu_simulate_test.vidur_simulate.stage" not in sys.modules

@@ -1,4 +1,5 @@
-"""Declared tables the compare stage writes (candidates for ``io/schemas.py``)."""
+"""What the compare stage writes into ``tmp/compare/<run_id>/``: its file names, plots and declared
+tables (a sweep report writes the sweep files instead)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,17 @@ COMPARISON_STEPS = TableSchema(
         Column("rel_error", "float", "", "sim median / real median - 1", nullable=True),
     ),
 )
+
+
+COMPARISON_JSON = "comparison.json"
+"""Every number of one comparison."""
+SUMMARY_MD = "summary.md"
+PERCENTILES_CSV = "percentiles.csv"
+REQUESTS_CSV = "requests.csv"
+STEPS_CSV = "steps.csv"
+SWEEP_CSV = "sweep.csv"
+SWEEP_JSON = "sweep.json"
+SWEEP_MD = "sweep.md"
+CDF_PLOT, SCATTER_PLOT, ERROR_PLOT = "cdf.png", "scatter.png", "error_by_length.png"
+STEPS_PLOT = "steps.png"
+SWEEP_PLOT = "sweep_latency_vs_load.png"

@@ -18,8 +18,6 @@ from gpu_simulate_test.io.artifacts import atomic_open
 
 PLOT_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 REAL_COLOR, SIM_COLOR = "tab:blue", "tab:orange"
-CDF_PLOT, SCATTER_PLOT, ERROR_PLOT = "cdf.png", "scatter.png", "error_by_length.png"
-SWEEP_PLOT = "sweep_latency_vs_load.png"
 MAX_POINTS = 20_000
 """More requests than this are drawn as an evenly spaced subset (the picture is the same; a
 million markers take minutes to render). Statistics always use every request."""
@@ -145,9 +143,6 @@ def plot_sweep(table: pd.DataFrame, path: Path, x_label: str, stats: Sequence[st
         bottom.grid(alpha=0.3)
         bottom.legend(fontsize=8)
     return _save(fig, path)
-
-
-STEPS_PLOT = "steps.png"
 
 
 def plot_steps(

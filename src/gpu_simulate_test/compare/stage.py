@@ -17,9 +17,18 @@ import pandas as pd
 from gpu_simulate_test.compare import plots, report
 from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.compare.contract import (
+    CDF_PLOT,
+    COMPARISON_JSON,
     COMPARISON_PERCENTILES,
     COMPARISON_REQUESTS,
     COMPARISON_STEPS,
+    ERROR_PLOT,
+    PERCENTILES_CSV,
+    REQUESTS_CSV,
+    SCATTER_PLOT,
+    STEPS_CSV,
+    STEPS_PLOT,
+    SUMMARY_MD,
 )
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
@@ -37,12 +46,6 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
-
-COMPARISON_JSON = "comparison.json"
-SUMMARY_MD = "summary.md"
-PERCENTILES_CSV = "percentiles.csv"
-REQUESTS_CSV = "requests.csv"
-STEPS_CSV = "steps.csv"
 
 
 def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -91,9 +94,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             data["steps"] = {"totals": result.totals, "findings": result.findings}
             if cfg.compare.plots:
                 title = f"engine steps: {context['real'].get('backend')} vs Vidur"
-                plots.plot_steps(
-                    real_steps, sim_steps, result.groups, r.file(plots.STEPS_PLOT), title
-                )
+                plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
         write_json(r.file(COMPARISON_JSON), data)
         text = report.summary_markdown(comparison, context, findings, drawn)
         if steps is not None:
@@ -165,7 +166,7 @@ def steps_markdown(result: StepComparison, with_plot: bool) -> str:
         "",
     ]
     if with_plot:
-        lines += [f"![engine steps]({plots.STEPS_PLOT})", ""]
+        lines += [f"![engine steps]({STEPS_PLOT})", ""]
     return "\n".join(lines)
 
 
@@ -174,9 +175,9 @@ def draw_plots(comparison: Comparison, out_dir: Path, context: Mapping[str, Any]
     real = context["real"]
     where = f"{real.get('model')} on {real.get('hardware')}, {real.get('backend')} vs Vidur"
     figures = {
-        "CDFs, real vs simulated": (plots.CDF_PLOT, plots.plot_cdfs),
-        "predicted vs measured per request": (plots.SCATTER_PLOT, plots.plot_scatter),
-        "relative error by request length": (plots.ERROR_PLOT, plots.plot_error_by_length),
+        "CDFs, real vs simulated": (CDF_PLOT, plots.plot_cdfs),
+        "predicted vs measured per request": (SCATTER_PLOT, plots.plot_scatter),
+        "relative error by request length": (ERROR_PLOT, plots.plot_error_by_length),
     }
     for title, (name, draw) in figures.items():
         draw(comparison, out_dir / name, f"{title}: {where}")

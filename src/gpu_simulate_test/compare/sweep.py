@@ -11,15 +11,21 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import plots
-from gpu_simulate_test.compare.contract import COMPARISON_PERCENTILES, SWEEP_TABLE
+from gpu_simulate_test.compare.contract import (
+    COMPARISON_JSON,
+    COMPARISON_PERCENTILES,
+    PERCENTILES_CSV,
+    SWEEP_CSV,
+    SWEEP_JSON,
+    SWEEP_MD,
+    SWEEP_PLOT,
+    SWEEP_TABLE,
+)
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv, read_json, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, open_upstream_run, start_run
 
-SWEEP_CSV = "sweep.csv"
-SWEEP_JSON = "sweep.json"
-SWEEP_MD = "sweep.md"
 SWEEP_STATS: tuple[str, ...] = ("p50", "p90", "p99")
 SWEEP_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 X_LABELS = {
@@ -94,7 +100,7 @@ def markdown(table: pd.DataFrame, axis: str, workloads: Mapping[str, str]) -> st
             f"{rec['sim_ms']:.2f} | {f'{err:+.1%}' if np.isfinite(err) else '–'} |"
         )
     lines += ["", "Runs: " + ", ".join(f"`{d}` ({w})" for d, w in workloads.items()), ""]
-    lines += [f"![latency vs {what}]({plots.SWEEP_PLOT})", ""]
+    lines += [f"![latency vs {what}]({SWEEP_PLOT})", ""]
     return "\n".join(lines)
 
 
@@ -127,8 +133,8 @@ def run_sweep(
             if path in named:
                 raise ArtifactError(f"sweep_dirs: {path} is a sweep report, not a compare run")
             continue  # an earlier sweep report matched by the same glob
-        comparison = read_json(path / "comparison.json", required_keys=("offered_qps", "setup"))
-        percentiles = read_csv(path / "percentiles.csv", COMPARISON_PERCENTILES)
+        comparison = read_json(path / COMPARISON_JSON, required_keys=("offered_qps", "setup"))
+        percentiles = read_csv(path / PERCENTILES_CSV, COMPARISON_PERCENTILES)
         runs.append((path, comparison, percentiles))
         workloads[str(path)] = str(meta.get("workload_id"))
     if len(runs) < 2:
@@ -150,7 +156,7 @@ def run_sweep(
         r.update_meta(kind="sweep", sweep_dirs=[str(p) for p, _, _ in runs], sweep_x=axis)
         write_csv(r.file(SWEEP_CSV), table, SWEEP_TABLE)
         write_json(r.file(SWEEP_JSON), {"sweep_x": axis, "rows": table.to_dict("records")})
-        plots.plot_sweep(table, r.file(plots.SWEEP_PLOT), X_LABELS[axis], SWEEP_STATS)
+        plots.plot_sweep(table, r.file(SWEEP_PLOT), X_LABELS[axis], SWEEP_STATS)
         with open(r.file(SWEEP_MD), "w", encoding="utf-8") as handle:
             handle.write(markdown(table, axis, workloads))
     if cfg.progress:

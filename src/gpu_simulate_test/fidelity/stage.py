@@ -32,7 +32,11 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from gpu_simulate_test.compare.contract import COMPARISON_PERCENTILES
+from gpu_simulate_test.compare.contract import (
+    COMPARISON_JSON,
+    COMPARISON_PERCENTILES,
+    PERCENTILES_CSV,
+)
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
@@ -553,7 +557,6 @@ def load_record(
     compare_dir: Path, fraction: float, qps: float
 ) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame]:
     """One load's row of the report (with its sustained check), comparison and percentiles."""
-    from gpu_simulate_test.compare.stage import COMPARISON_JSON, PERCENTILES_CSV
 
     percentiles = read_csv(compare_dir / PERCENTILES_CSV, COMPARISON_PERCENTILES)
     comparison = read_json(compare_dir / COMPARISON_JSON, required_keys=("offered_qps",))

@@ -1,4 +1,6 @@
-"""Where things live: the run-directory template and every artifact's file name, in one place."""
+"""Where things live: the run-directory template and the file names several stages share (the
+workload, the profiling bundle, request and token metrics, the engine step log). Each stage lists
+what it writes in its own ``contract.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Declared tables of every artifact. ``specs/data_model.md`` documents the same, for people."""
+"""Declared tables several stages share (the workload, request and token metrics, the engine
+step log); each stage declares the rest in its ``contract.py``. ``specs/data_model.md``, generated
+by :mod:`gpu_simulate_test.spec`, documents them all."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
 from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
+from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
 from gpu_simulate_test.vidur_simulate import plan
 
 T = TypeVar("T")
@@ -228,17 +229,6 @@ def profile_plan(cfg: PipelineStageConfig, prefill: np.ndarray, decode: np.ndarr
     if not cfg.reuse_profile:
         return ProfilePlan(scheduler, derived, needs, ("reuse_profile=false",))
     return ProfilePlan(scheduler, derived, needs, tuple(bundle_misfits(cfg, scheduler, needs)))
-
-
-PIPELINE_STAGES: tuple[str, ...] = (
-    "pipeline",
-    "workload",
-    "vidur_profile",
-    "real_bench",
-    "vidur_simulate",
-    "compare",
-)
-"""Every run directory ``<output.root>/<stage>/<run_id>`` a pipeline may create, in order."""
 
 
 def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> None:

@@ -16,9 +16,7 @@ from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 from gpu_simulate_test.io.runs import RunExistsError
-
-SWEEP_SUFFIX = "sweep"
-"""The report of the jobs ``<run_id>-0``, ``<run_id>-1``, … lands in ``compare/<run_id>-sweep``."""
+from gpu_simulate_test.pipeline.contract import SWEEP_SUFFIX
 
 
 def sweep_report_dir(output: OutputConfig) -> Path | None:

@@ -35,12 +35,10 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.real_bench.contract import SUMMARY, TELEMETRY, TELEMETRY_CSV
 from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
-from gpu_simulate_test.real_bench.telemetry import TELEMETRY, TelemetrySampler
-
-SUMMARY = "summary.json"
-TELEMETRY_CSV = "telemetry.csv"
+from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
 
 
 def warmup_requests(

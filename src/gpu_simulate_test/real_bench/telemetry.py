@@ -9,25 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.io.artifacts import Column, TableSchema
-
-TELEMETRY = TableSchema(
-    name="telemetry",
-    version="1.0",
-    description="GPU telemetry sampled through NVML during a real run.",
-    sorted_by="time_s",
-    columns=(
-        Column("time_s", "float", "s", "sample time from run start (negative: before it)"),
-        Column("gpu_index", "int", "", "NVML device index", min_value=0),
-        Column("sm_clock_mhz", "float", "MHz", "SM clock", nullable=True, min_value=0),
-        Column("mem_clock_mhz", "float", "MHz", "memory clock", nullable=True, min_value=0),
-        Column("power_w", "float", "W", "board power draw", nullable=True, min_value=0),
-        Column("memory_used_bytes", "float", "bytes", "device memory used", nullable=True),
-        Column("gpu_util_pct", "float", "%", "GPU utilization", nullable=True, min_value=0),
-        Column("mem_util_pct", "float", "%", "memory-controller utilization", nullable=True),
-        Column("temperature_c", "float", "°C", "GPU temperature", nullable=True),
-    ),
-)
+from gpu_simulate_test.real_bench.contract import TELEMETRY
 
 
 def gpu_index(device: str) -> int | None:

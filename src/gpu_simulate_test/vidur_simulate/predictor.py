@@ -48,6 +48,7 @@ from gpu_simulate_test.config.vidur import VidurPredictorConfig
 from gpu_simulate_test.core.bundle import Bundle
 from gpu_simulate_test.core.overhead import ExecutionTimeWithOverhead, StepOverhead
 from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, atomic_path
 from gpu_simulate_test.vidur_simulate.models import vidur_fields
 
@@ -127,8 +128,8 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
         profile = Path(self._config.profile_dir)
         # network profiles are read only for TP > 1 (all_reduce) or PP > 1 (send_recv)
         return (
-            str(profile / "mlp.csv"),
-            str(profile / "attention.csv"),
+            str(profile / layout.MLP_PROFILE),
+            str(profile / layout.ATTENTION_PROFILE),
             str(profile / "all_reduce.csv"),
             str(profile / "send_recv.csv"),
         )

@@ -30,13 +30,13 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.contract import (
+    ENGINE_OVERHEAD_FIT,
+    TRACE_FILE,
+    VIDUR_DIR,
+    VIDUR_REQUEST_METRICS,
+)
 
-VIDUR_DIR = "vidur"
-"""Vidur's own output (config.json, request_metrics.csv, plots/ CSVs) inside the run."""
-TRACE_FILE = "trace.csv"
-"""The workload as Vidur's trace-replay CSV, inside :data:`VIDUR_DIR`."""
-VIDUR_REQUEST_METRICS = "request_metrics.csv"
-ENGINE_OVERHEAD_FIT = "engine_overhead_fit.csv"
 """Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
 

@@ -1,1 +1,0 @@
-"""Analysis: metrics, comparisons and reports over run artifacts."""

@@ -1,1 +1,0 @@
-"""Hydra entry points, one per stage: ``python -m gpu_simulate_test.cli.<stage>``."""

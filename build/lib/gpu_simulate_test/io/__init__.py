@@ -1,1 +1,0 @@
-"""Artifact contracts: schemas, validating readers/writers, run directories and metadata."""

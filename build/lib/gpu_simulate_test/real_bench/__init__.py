@@ -1,1 +1,0 @@
-"""The real benchmark: replay a workload against a serving engine and time every token."""

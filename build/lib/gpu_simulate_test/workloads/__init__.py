@@ -1,1 +1,0 @@
-"""Workload generation and import: lengths, arrivals and prompts for replay and simulation."""
