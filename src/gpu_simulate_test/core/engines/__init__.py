@@ -1,4 +1,6 @@
-"""Backends of the real bench, one file each, behind a registry keyed by ``backend.name``."""
+"""The engines we drive (vLLM, transformers), one file each, behind a registry keyed by
+``backend.name``; with the replay harness, the server process and vLLM's step log. Used by the
+real bench, the engine calibration and the deep profile."""
 
 from __future__ import annotations
 
