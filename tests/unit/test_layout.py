@@ -56,9 +56,9 @@ def test_every_experiment_config_composes(compose_stage: Any, experiment: str) -
 
 STAGES = {
     "workload", "vidur_profile", "vidur_simulate", "real_bench", "compare", "deep_profile",
-    "fidelity", "pipeline",
+    "fidelity", "pipeline", "capacity",
 }  # fmt: skip
-ORCHESTRATORS = {"pipeline", "fidelity"}
+ORCHESTRATORS = {"pipeline", "fidelity", "capacity"}
 """They call the other stages' ``run()``."""
 FLOORS = {"io": {"io"}, "config": {"config", "io"}, "core": {"core", "config", "io"}}
 """What each shared layer may import."""

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
@@ -35,6 +36,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "pipeline": PipelineStageConfig,
     "deep_profile": DeepProfileStageConfig,
     "fidelity": FidelityStageConfig,
+    "capacity": CapacityStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

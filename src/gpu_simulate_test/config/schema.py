@@ -15,7 +15,15 @@ from typing import Literal
 from omegaconf import MISSING
 
 RunType = Literal[
-    "real", "vidur", "compare", "vidur_profile", "deep_profile", "workload", "pipeline", "fidelity"
+    "real",
+    "vidur",
+    "compare",
+    "vidur_profile",
+    "deep_profile",
+    "workload",
+    "pipeline",
+    "fidelity",
+    "capacity",
 ]
 RUN_TYPES: tuple[str, ...] = (
     "real",
@@ -26,6 +34,7 @@ RUN_TYPES: tuple[str, ...] = (
     "workload",
     "pipeline",
     "fidelity",
+    "capacity",
 )
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")

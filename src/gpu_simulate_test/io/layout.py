@@ -16,6 +16,7 @@ STAGES: tuple[str, ...] = (
     "deep_profile",
     "pipeline",
     "fidelity",
+    "capacity",
 )
 
 RUN_META = "run_meta.json"

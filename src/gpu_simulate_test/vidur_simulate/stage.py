@@ -414,6 +414,61 @@ def simulate(
     )
 
 
+@dataclass(frozen=True)
+class Simulated:
+    """One simulated workload: the ``request_metrics`` table and how it was reached."""
+
+    table: pd.DataFrame
+    """REQUEST_METRICS columns (and Vidur's extras), in the workload's order."""
+    result: SimulationResult
+    scheduler_arrival_s: np.ndarray
+    """When each request reached the simulated scheduler (front end included)."""
+    passes: int
+    notes: dict[str, Any]
+
+
+def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path) -> Simulated:
+    """Simulate checked ``inputs`` with Vidur's output in ``out_dir``: the front end's
+    fixed-point passes (when its input delay grows with the requests in flight), the replay
+    check and the normalized per-request table. The stage's :func:`run` and the capacity search
+    (the same workload at many rates) both go through here."""
+    arrival = inputs.scheduler_arrival_s()
+    grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
+    for done in range(1, FRONTEND_PASSES + 1):
+        trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
+        built = build_simulation_config(cfg, inputs, out_dir, trace_file)
+        result = simulate(
+            built.simulation_config,
+            inputs.engine_steps,
+            cfg.vidur.engine_overhead,
+            inputs.step_jitter,
+        )
+        if not grows:
+            break
+        running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
+        moved = inputs.scheduler_arrival_s(running)
+        if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
+            break
+        if done < FRONTEND_PASSES:
+            arrival = moved
+    rows = vidur_metrics.check_replay(
+        result.raw_metrics,
+        inputs.prefill,
+        inputs.decode,
+        arrival,
+        str(out_dir / VIDUR_REQUEST_METRICS),
+    )
+    output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
+    table = vidur_metrics.normalize(
+        rows,
+        inputs.prefill,
+        inputs.decode,
+        inputs.arrival_time_s,
+        arrival - inputs.arrival_time_s + output_s,
+    )
+    return Simulated(table, result, arrival, done, built.notes)
+
+
 def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/``."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
@@ -433,31 +488,15 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             arrivals_from=cfg.arrivals_from,
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
         )
-        out_dir = r.file(VIDUR_DIR)
-        arrival = inputs.scheduler_arrival_s()
-        grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
-        for done in range(1, FRONTEND_PASSES + 1):
-            trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
-            built = build_simulation_config(cfg, inputs, out_dir, trace_file)
-            result = simulate(
-                built.simulation_config,
-                inputs.engine_steps,
-                cfg.vidur.engine_overhead,
-                inputs.step_jitter,
-            )
-            if not grows:
-                break
-            running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
-            moved = inputs.scheduler_arrival_s(running)
-            if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
-                break
-            if done < FRONTEND_PASSES:
-                arrival = moved
+        sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
+        result, table = sim.result, sim.table
         r.update_meta(
             num_blocks=inputs.kv_cache.num_blocks,
-            frontend_passes=done,
-            mean_frontend_input_ms=float(np.mean(arrival - inputs.arrival_time_s) * 1000.0),
-            **built.notes,
+            frontend_passes=sim.passes,
+            mean_frontend_input_ms=float(
+                np.mean(sim.scheduler_arrival_s - inputs.arrival_time_s) * 1000.0
+            ),
+            **sim.notes,
         )
         if result.engine_overhead_fit is not None:
             with atomic_open(r.file(ENGINE_OVERHEAD_FIT)) as handle:
@@ -469,21 +508,6 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
                 "predictor_setup": round(result.predictor_setup_s, 3),
                 "simulation": round(result.simulation_s, 3),
             },
-        )
-        rows = vidur_metrics.check_replay(
-            result.raw_metrics,
-            inputs.prefill,
-            inputs.decode,
-            arrival,
-            str(out_dir / VIDUR_REQUEST_METRICS),
-        )
-        output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
-        table = vidur_metrics.normalize(
-            rows,
-            inputs.prefill,
-            inputs.decode,
-            inputs.arrival_time_s,
-            arrival - inputs.arrival_time_s + output_s,
         )
         write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
         if result.steps is not None:

@@ -1,0 +1,47 @@
+"""What the capacity stage writes into ``tmp/capacity/<run_id>/``: the curve (``capacity.csv``,
+one row per simulated rate), the answer (``capacity.json``), the plot and ``report.md``; the
+workload it scaled and any real check under ``runs/``, Vidur's raw output per rate under
+``points/``."""
+
+from __future__ import annotations
+
+from gpu_simulate_test.io.artifacts import Column, TableSchema
+
+CAPACITY_CSV = "capacity.csv"
+CAPACITY_JSON = "capacity.json"
+CAPACITY_PLOT = "capacity.png"
+REPORT_MD = "report.md"
+RUNS_DIR = "runs"
+POINTS_DIR = "points"
+CAPACITY_SCHEMA_VERSION = "1.0"
+
+CAPACITY_TABLE = TableSchema(
+    name="capacity",
+    version=CAPACITY_SCHEMA_VERSION,
+    description=(
+        "One row per simulated request rate of a capacity search: the latency percentiles the "
+        "simulation predicts and whether they meet the goals (`capacity.json` holds the goals "
+        "and the answer)."
+    ),
+    sorted_by="qps",
+    columns=(
+        Column(
+            "qps", "float", "req/s", "offered rate (the workload's arrivals, scaled)", min_value=0
+        ),
+        Column("phase", "str", "", "grid or refine", allowed=("grid", "refine")),
+        Column("meets_slo", "bool", "", "every goal met"),
+        Column("ttft_p50_ms", "float", "ms", "TTFT p50", nullable=True, min_value=0),
+        Column("ttft_p90_ms", "float", "ms", "TTFT p90", nullable=True, min_value=0),
+        Column("ttft_p95_ms", "float", "ms", "TTFT p95", nullable=True, min_value=0),
+        Column("ttft_p99_ms", "float", "ms", "TTFT p99", nullable=True, min_value=0),
+        Column("tpot_p50_ms", "float", "ms", "TPOT p50", nullable=True, min_value=0),
+        Column("tpot_p90_ms", "float", "ms", "TPOT p90", nullable=True, min_value=0),
+        Column("tpot_p95_ms", "float", "ms", "TPOT p95", nullable=True, min_value=0),
+        Column("tpot_p99_ms", "float", "ms", "TPOT p99", nullable=True, min_value=0),
+        Column("e2e_p50_ms", "float", "ms", "E2E p50", nullable=True, min_value=0),
+        Column("e2e_p90_ms", "float", "ms", "E2E p90", nullable=True, min_value=0),
+        Column("e2e_p95_ms", "float", "ms", "E2E p95", nullable=True, min_value=0),
+        Column("e2e_p99_ms", "float", "ms", "E2E p99", nullable=True, min_value=0),
+        Column("sim_wall_s", "float", "s", "wall time of the simulation", min_value=0),
+    ),
+)

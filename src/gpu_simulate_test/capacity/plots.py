@@ -1,0 +1,57 @@
+"""The capacity curve: predicted latency percentiles against the request rate, the goals as
+horizontal lines, the answer as a vertical one (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from gpu_simulate_test.io.artifacts import atomic_open
+
+LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+
+
+def plot_capacity(
+    frame: pd.DataFrame,
+    goals: Mapping[str, float],
+    percentile: int,
+    answer_qps: float | None,
+    path: Path,
+) -> Path:
+    """One panel per metric with a goal (or all three without): p50 and the goal's percentile
+    against the rate, log x; rates that met every goal drawn filled, the others hollow."""
+    metrics = list(goals) or list(LABELS)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.0), squeeze=False)
+    ok = frame["meets_slo"].astype(bool).to_numpy()
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for q, style in ((50, ":"), (percentile, "-")):
+            column = f"{metric}_p{q}_ms"
+            ax.plot(frame["qps"], frame[column], style, color="C0" if q == 50 else "C1",
+                    label=f"p{q}")  # fmt: skip
+            ax.scatter(frame["qps"][ok], frame[column][ok], color="C1" if q != 50 else "C0", s=18)
+            ax.scatter(frame["qps"][~ok], frame[column][~ok], facecolors="none",
+                       edgecolors="C3", s=18)  # fmt: skip
+        if metric in goals:
+            ax.axhline(
+                goals[metric], color="C3", linestyle="--", label=f"goal {goals[metric]:g} ms"
+            )
+        if answer_qps is not None:
+            ax.axvline(answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} req/s")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel(f"{LABELS[metric]} (ms, simulated)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("capacity search: simulated latency vs rate (hollow red: misses a goal)")
+    fig.tight_layout()
+    with atomic_open(path, "wb", encoding=None) as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+    return path

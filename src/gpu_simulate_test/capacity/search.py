@@ -1,0 +1,97 @@
+"""The search itself, pure: a geometric grid of rates for the curve, then bisection between the
+last rate that met the goals and the first that did not. Each evaluation is one simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluated rate: its latency percentiles (ms) and whether every goal was met."""
+
+    qps: float
+    phase: str
+    """``grid`` or ``refine``."""
+    latency_ms: Mapping[str, float]
+    """``<metric>_p<q>`` → ms, e.g. ``ttft_p90``."""
+    meets: bool
+    violated: tuple[str, ...] = ()
+    """The goals it missed (``ttft_p90 143.2 > 100``)."""
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The highest rate that met the goals, and how sure the search is of it."""
+
+    qps: float | None
+    """None: not even ``qps_min`` met them."""
+    bracket: tuple[float, float | None]
+    """(the highest rate that met the goals, the lowest that did not; None: none failed)."""
+    points: tuple[Point, ...] = field(default_factory=tuple)
+    note: str = ""
+
+
+def grid(qps_min: float, qps_max: float, points: int) -> list[float]:
+    """``points`` rates from ``qps_min`` to ``qps_max``, evenly spaced on a log scale (4
+    significant digits)."""
+    return [float(f"{q:.4g}") for q in np.geomspace(qps_min, qps_max, points)]
+
+
+def judge(
+    latency_ms: Mapping[str, float], goals: Mapping[str, float], percentile: int
+) -> tuple[bool, tuple[str, ...]]:
+    """Whether ``latency_ms`` meets every goal (``metric`` → ms at ``percentile``); the misses.
+    A NaN percentile (no request had the metric) is a miss."""
+    missed = []
+    for metric, goal in goals.items():
+        key = f"{metric}_p{percentile}"
+        value = float(latency_ms[key])
+        if not value <= goal:
+            missed.append(f"{key} {value:.1f} > {goal:g}")
+    return not missed, tuple(missed)
+
+
+def search(
+    evaluate: Callable[[float, str], Point],
+    qps_min: float,
+    qps_max: float,
+    points: int,
+    refine: int,
+) -> Answer:
+    """Evaluate the grid, then bisect between the last rate that met the goals and the first
+    that did not (``refine`` steps). The goals are assumed to get harder with the rate; where
+    the grid says otherwise (a miss below a pass), the answer stays below the first miss and
+    the note says so."""
+    evaluated = [evaluate(q, "grid") for q in grid(qps_min, qps_max, points)]
+    first_miss = next((i for i, p in enumerate(evaluated) if not p.meets), None)
+    note = ""
+    if first_miss is not None and any(p.meets for p in evaluated[first_miss + 1 :]):
+        note = (
+            f"not monotone: {evaluated[first_miss].qps:g} req/s missed the goals while a higher "
+            "rate met them (a short workload is noisy at its tail); the answer stays below the "
+            "first miss"
+        )
+    if first_miss == 0:
+        why = note or f"even {qps_min:g} req/s misses the goals: lower capacity.qps_min"
+        return Answer(None, (0.0, evaluated[0].qps), tuple(evaluated), why)
+    if first_miss is None:
+        why = note or f"{qps_max:g} req/s still meets the goals: raise capacity.qps_max"
+        return Answer(evaluated[-1].qps, (evaluated[-1].qps, None), tuple(evaluated), why)
+    low, high = evaluated[first_miss - 1].qps, evaluated[first_miss].qps
+    for _ in range(refine):
+        middle = float(f"{np.sqrt(low * high):.4g}")  # geometric: the grid's own spacing
+        if not low < middle < high:
+            break
+        point = evaluate(middle, "refine")
+        evaluated.append(point)
+        if point.meets:
+            low = middle
+        else:
+            high = middle
+    ordered = tuple(sorted(evaluated, key=lambda p: p.qps))
+    return Answer(low, (low, high), ordered, note)

@@ -1,0 +1,320 @@
+"""The ``capacity`` stage: the highest request rate that meets latency goals, by simulation.
+
+1. **One workload** of the configured shape (``workload.*``, ``workload.num_requests``) is built
+   at a reference rate into ``runs/workload/base``; every rate the search tries replays the same
+   requests with their arrival times scaled (a Poisson or gamma process scales exactly: the
+   workload stage would draw the same arrivals at that rate with the same seed).
+2. **The bundle** the pipeline would use: reused when it covers the workload, else profiled (and
+   the engine calibrated) as the pipeline does.
+3. **The search** (:mod:`.search`): Vidur at ``capacity.points`` rates from ``qps_min`` to
+   ``qps_max`` (the curve), then ``capacity.refine`` bisection steps; each rate is one
+   simulation, judged against ``capacity.slo`` at its percentile.
+4. **The check** (``capacity.verify``): the workload replayed on the real engine at the answer,
+   judged against the same goals, next to what the simulation predicted there.
+
+Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
+(:mod:`.contract`) into ``<output.root>/capacity/<run_id>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_simulate_test.capacity import contract
+from gpu_simulate_test.capacity.search import Answer, Point, judge, search
+from gpu_simulate_test.compare.metrics import distribution
+from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.core.reporting import console, print_table, progress_bar
+from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.io.artifacts import as_stored_json, atomic_open, write_csv, write_json
+from gpu_simulate_test.io.runs import Run, default_run_id, start_run
+from gpu_simulate_test.pipeline.stage import (
+    check_profile_quality,
+    profile_config,
+    profile_plan,
+    simulation_vidur,
+    stage_configs,
+)
+from gpu_simulate_test.vidur_simulate import plan
+
+REFERENCE_QPS = 1.0
+"""The rate the one workload is built at; each rate the search tries scales its arrivals."""
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+
+
+def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
+    """``<metric>_p<q>`` in ms over the ok requests (compare's percentile rule)."""
+    ok = requests[requests["status"] == "ok"] if "status" in requests else requests
+    out = {}
+    for metric in METRICS:
+        dist = distribution(ok[f"{metric}_s"].to_numpy(dtype=float))
+        for q in PERCENTILES:
+            out[f"{metric}_p{q}"] = dist.stat(f"p{q}") * 1000.0
+    return out
+
+
+def _resolved(cfg: Any) -> dict[str, Any]:
+    return dict(as_stored_json(dataclasses.asdict(cfg)))
+
+
+def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """The search into ``<output.root>/capacity/<run_id>/``; returns the run directory."""
+    from gpu_simulate_test.vidur_simulate.stage import prepare, simulate_inputs
+    from gpu_simulate_test.workload.stage import run as workload_run
+
+    opts = cfg.capacity
+    goals, pct = opts.slo.goals(), opts.slo.percentile
+    run_id = cfg.output.run_id or default_run_id(resolved_config)
+    with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
+        started = time.perf_counter()
+        inner = dataclasses.replace(
+            cfg.pipeline(),
+            output=OutputConfig(root=str(r.file(contract.RUNS_DIR)), overwrite=True),
+            progress=False,
+        )
+        base = with_rate(inner, REFERENCE_QPS, "base")
+        workload_cfg, _ = stage_configs(base, "base")
+        workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+        prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
+        decided = profile_plan(inner, prefill, decode)
+        if decided.misfits:
+            if cfg.progress:
+                console.print("profiling, because: " + "; ".join(decided.misfits))
+            from gpu_simulate_test.vidur_profile.stage import run as profile_run
+
+            profile_cfg = profile_config(
+                inner, decided.scheduler, decided.needs, workload_dir, workload_cfg.output,
+                progress=cfg.progress,
+            )  # fmt: skip
+            check_profile_quality(inner, profile_run(profile_cfg, _resolved(profile_cfg)))
+        sim_cfg = VidurSimulateStageConfig(
+            model=inner.model,
+            hardware=inner.hardware,
+            vidur=simulation_vidur(inner, decided.scheduler),
+            workload_dir=str(workload_dir),
+            profiling_root=inner.profiling_root,
+            output=OutputConfig(root=str(r.file(contract.RUNS_DIR))),
+            progress=False,
+        )
+        inputs = prepare(sim_cfg)
+        r.update_meta(
+            workload_dir=str(workload_dir),
+            num_requests=len(prefill),
+            scheduler=dataclasses.asdict(decided.scheduler),
+            bundle=str(inputs.bundle.path),
+            slo={"percentile": pct, "goals_ms": goals},
+        )
+        total = opts.points + opts.refine
+        with progress_bar("simulating rates", total, cfg.progress) as advance:
+
+            def evaluate(qps: float, phase: str) -> Point:
+                t0 = time.perf_counter()
+                scaled = dataclasses.replace(
+                    inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
+                )
+                table = simulate_inputs(
+                    sim_cfg, scaled, r.file(contract.POINTS_DIR) / f"{qps:g}"
+                ).table
+                latency = latency_ms(table)
+                meets, missed = judge(latency, goals, pct)
+                advance(1)
+                return Point(qps, phase, latency, meets, missed, time.perf_counter() - t0)
+
+            answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
+        verified = verify(cfg, inner, answer, goals, pct) if opts.verify else None
+        doc = write_outputs(r, cfg, answer, verified, len(prefill), time.perf_counter() - started)
+    if cfg.progress:
+        print_result(doc, r.path)
+    return r.path
+
+
+def with_rate(cfg: PipelineStageConfig, qps: float, run_id: str) -> PipelineStageConfig:
+    return dataclasses.replace(
+        cfg,
+        workload=dataclasses.replace(cfg.workload, qps=qps),
+        output=dataclasses.replace(cfg.output, run_id=run_id, overwrite=True),
+    )
+
+
+def verify(
+    cfg: CapacityStageConfig,
+    inner: PipelineStageConfig,
+    answer: Answer,
+    goals: Mapping[str, float],
+    pct: int,
+) -> dict[str, Any] | None:
+    """The workload at the answer's rate on the real engine: its percentiles, the goals' verdict
+    and the simulation's prediction there. None without an answer."""
+    if answer.qps is None:
+        return None
+    from gpu_simulate_test.core.run_inputs import load_run
+    from gpu_simulate_test.real_bench.stage import run as real_bench_run
+    from gpu_simulate_test.workload.stage import run as workload_run
+
+    if cfg.progress:
+        console.rule(
+            f"[bold]checking {answer.qps:g} req/s on the real engine ({inner.backend.name})"
+        )
+    at = with_rate(inner, answer.qps, "verify")
+    workload_cfg, real_bench_cfg = stage_configs(at, "verify")
+    workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+    real_cfg = real_bench_cfg(str(workload_dir))
+    real_dir = real_bench_run(real_cfg, _resolved(real_cfg))
+    real = latency_ms(load_run(real_dir, "real_bench").requests)
+    meets, missed = judge(real, goals, pct)
+    predicted = next((p.latency_ms for p in answer.points if p.qps == answer.qps), {})
+    return {
+        "qps": answer.qps,
+        "real_run": str(real_dir),
+        "meets_slo": meets,
+        "violated": list(missed),
+        "real_ms": {k: round(v, 3) for k, v in real.items()},
+        "simulated_ms": {k: round(float(v), 3) for k, v in predicted.items()},
+    }
+
+
+def points_frame(points: tuple[Point, ...]) -> pd.DataFrame:
+    rows = []
+    for p in points:
+        row: dict[str, Any] = {"qps": p.qps, "phase": p.phase, "meets_slo": p.meets}
+        for metric in METRICS:
+            for q in PERCENTILES:
+                row[f"{metric}_p{q}_ms"] = p.latency_ms[f"{metric}_p{q}"]
+        row["sim_wall_s"] = round(p.wall_s, 3)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=contract.CAPACITY_TABLE.column_names)
+
+
+def write_outputs(
+    r: Run,
+    cfg: CapacityStageConfig,
+    answer: Answer,
+    verified: dict[str, Any] | None,
+    num_requests: int,
+    wall_s: float,
+) -> dict[str, Any]:
+    """capacity.csv, capacity.json, the plot and report.md; returns the JSON document."""
+    from gpu_simulate_test.capacity.plots import plot_capacity
+
+    frame = points_frame(answer.points)
+    write_csv(r.file(contract.CAPACITY_CSV), frame, contract.CAPACITY_TABLE)
+    sim_s = float(frame["sim_wall_s"].sum())
+    slo = cfg.capacity.slo
+    doc = {
+        "schema_version": contract.CAPACITY_SCHEMA_VERSION,
+        "answer_qps": answer.qps,
+        "bracket_qps": list(answer.bracket),
+        "note": answer.note,
+        "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
+        "binding": _binding(answer),
+        "num_requests": num_requests,
+        "model": cfg.model.name,
+        "hardware": cfg.hardware.name,
+        "backend": cfg.backend.name,
+        "points": len(frame),
+        "simulated_requests_per_s": round(num_requests * len(frame) / sim_s, 1) if sim_s else None,
+        "wall_time_s": round(wall_s, 1),
+        "verify": verified,
+    }
+    write_json(r.file(contract.CAPACITY_JSON), doc)
+    plot_capacity(frame, slo.goals(), slo.percentile, answer.qps, r.file(contract.CAPACITY_PLOT))
+    with atomic_open(r.file(contract.REPORT_MD)) as handle:
+        handle.write(report_markdown(r.run_id, doc, frame))
+    r.update_meta(
+        answer_qps=answer.qps, points=len(frame), verified=(verified or {}).get("meets_slo")
+    )
+    return doc
+
+
+def _binding(answer: Answer) -> list[str]:
+    """The goals the first rate above the answer missed: what limits the capacity."""
+    above = [p for p in answer.points if not p.meets and (answer.qps is None or p.qps > answer.qps)]
+    return list(above[0].violated) if above else []
+
+
+def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) -> str:
+    pct = doc["slo"]["percentile"]
+    goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
+    answer = doc["answer_qps"]
+    lines = [
+        f"# Capacity: {run_id}",
+        "",
+        f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs, "
+        f"{doc['num_requests']} requests per rate; goals: {goals}.",
+        "",
+        (
+            f"**Highest rate within the goals: {answer:g} req/s** (the next rate tried, "
+            f"{doc['bracket_qps'][1]:g} req/s, missed: {'; '.join(doc['binding'])})."
+            if answer is not None and doc["bracket_qps"][1] is not None
+            else f"**{answer:g} req/s or more**: every rate tried met the goals."
+            if answer is not None
+            else "**No rate tried meets the goals.**"
+        ),
+    ]
+    if doc["note"]:
+        lines += ["", f"Note: {doc['note']}."]
+    verified = doc.get("verify")
+    if verified:
+        verdict = (
+            "meets" if verified["meets_slo"] else "misses (" + "; ".join(verified["violated"]) + ")"
+        )
+        lines += [
+            "",
+            f"On the real engine at {verified['qps']:g} req/s the workload {verdict} the goals "
+            f"([run]({verified['real_run']})):",
+            "",
+            "| metric | real (ms) | simulated (ms) |",
+            "| --- | --- | --- |",
+        ]
+        for key, real in verified["real_ms"].items():
+            if key.endswith(f"_p{pct}"):
+                simulated = verified["simulated_ms"].get(key, float("nan"))
+                lines.append(f"| {key} | {real:.1f} | {simulated:.1f} |")
+    lines += [
+        "",
+        f"## The curve (p{pct}, ms)",
+        "",
+        "| req/s | phase | TTFT | TPOT | E2E | meets | simulated in (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for rec in frame.to_dict("records"):
+        lines.append(
+            f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
+            f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
+            f"{'yes' if rec['meets_slo'] else 'no'} | {rec['sim_wall_s']:.1f} |"
+        )
+    lines += [
+        "",
+        f"{doc['points']} simulations, {doc['simulated_requests_per_s']} simulated requests/s; "
+        f"{doc['wall_time_s']} s in all.",
+        "",
+        f"![latency vs rate]({contract.CAPACITY_PLOT})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def print_result(doc: Mapping[str, Any], path: Path) -> None:
+    answer = doc["answer_qps"]
+    rows = [
+        ["answer (req/s)", "none" if answer is None else f"{answer:g}"],
+        ["limited by", "; ".join(doc["binding"]) or "–"],
+        ["simulations", str(doc["points"])],
+        ["simulated requests/s", str(doc["simulated_requests_per_s"])],
+    ]
+    if doc.get("verify"):
+        rows.append(
+            ["real engine at the answer", "meets" if doc["verify"]["meets_slo"] else "misses"]
+        )
+    print_table("capacity", ["", "value"], rows)
+    console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")

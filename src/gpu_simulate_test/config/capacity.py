@@ -1,0 +1,94 @@
+"""Typed config of the ``capacity`` stage: the highest request rate that meets latency goals."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import StageConfig, _check
+
+SLO_PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    """Latency goals at one percentile; 0 leaves a metric without a goal (at least one is set)."""
+
+    percentile: int = 90
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    e2e_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(
+            self.percentile in SLO_PERCENTILES,
+            f"capacity.slo.percentile={self.percentile} is not one of "
+            + ", ".join(map(str, SLO_PERCENTILES)),
+        )
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            value = getattr(self, name)
+            _check(
+                math.isfinite(value) and value >= 0,
+                f"capacity.slo.{name}={value} must be >= 0 (0: no goal)",
+            )
+        _check(
+            any(getattr(self, n) > 0 for n in ("ttft_ms", "tpot_ms", "e2e_ms")),
+            "capacity.slo: set at least one of ttft_ms, tpot_ms, e2e_ms",
+        )
+
+    def goals(self) -> dict[str, float]:
+        """metric → goal (ms), for the metrics that have one."""
+        return {
+            metric: value
+            for metric, value in (
+                ("ttft", self.ttft_ms),
+                ("tpot", self.tpot_ms),
+                ("e2e", self.e2e_ms),
+            )
+            if value > 0
+        }
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """How the search runs."""
+
+    slo: SloConfig = field(default_factory=lambda: SloConfig(ttft_ms=100.0, tpot_ms=30.0))
+    qps_min: float = 1.0
+    """The lowest rate of the grid (requests/s)."""
+    qps_max: float = 64.0
+    """The highest rate of the grid."""
+    points: int = 8
+    """Rates on the grid, spaced geometrically from ``qps_min`` to ``qps_max`` (the curve)."""
+    refine: int = 4
+    """Bisection steps between the last rate that met the goals and the first that did not."""
+    verify: bool = False
+    """Replay the workload at the answer on the real engine (backend.*) and check the goals."""
+
+    def __post_init__(self) -> None:
+        _check(
+            math.isfinite(self.qps_min) and self.qps_min > 0,
+            f"capacity.qps_min={self.qps_min} must be a positive rate",
+        )
+        _check(
+            math.isfinite(self.qps_max) and self.qps_max > self.qps_min,
+            f"capacity.qps_max={self.qps_max} must be above capacity.qps_min={self.qps_min}",
+        )
+        _check(self.points >= 2, "capacity.points must be >= 2")
+        _check(self.refine >= 0, "capacity.refine must be >= 0")
+
+
+@dataclass(frozen=True)
+class CapacityStageConfig(PipelineStageConfig):
+    """``capacity``: the pipeline's fields (model, hardware, the engine's knobs, the workload's
+    shape; its ``qps`` is the search's to set) and the search's (``capacity.*``)."""
+
+    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="capacity"))
+    capacity: CapacityOptions = field(default_factory=CapacityOptions)
+
+    def pipeline(self) -> PipelineStageConfig:
+        """The pipeline config the workload, profile, simulations and real run are built from."""
+        fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
+        fields["stage"] = StageConfig(run_type="pipeline")
+        return PipelineStageConfig(**fields)

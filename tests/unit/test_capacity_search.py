@@ -1,0 +1,65 @@
+"""The capacity search on a known latency curve: grid, bisection, the answer and its limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_simulate_test.capacity.search import Point, grid, judge, search
+from gpu_simulate_test.config.capacity import SloConfig
+from gpu_simulate_test.config.schema import ConfigError
+
+
+def _curve(knee: float) -> Any:
+    """TTFT p90 = 50 ms below ``knee`` req/s, rising steeply above it; calls are recorded."""
+    calls: list[float] = []
+
+    def evaluate(qps: float, phase: str) -> Point:
+        calls.append(qps)
+        ttft = 50.0 if qps <= knee else 50.0 + 1000.0 * (qps - knee)
+        latency = {"ttft_p90": ttft, "tpot_p90": 10.0, "e2e_p90": ttft + 100.0}
+        meets, missed = judge(latency, {"ttft": 100.0}, 90)
+        return Point(qps, phase, latency, meets, missed)
+
+    evaluate.calls = calls  # type: ignore[attr-defined]
+    return evaluate
+
+
+def test_grid_is_geometric_and_rounded() -> None:
+    assert grid(1.0, 64.0, 7) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert len(grid(0.5, 100.0, 8)) == 8
+
+
+def test_search_brackets_the_knee_and_bisects_it() -> None:
+    evaluate = _curve(knee=10.0)  # goal missed above 10.05 req/s
+    answer = search(evaluate, 1.0, 64.0, points=7, refine=4)
+    assert evaluate.calls[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert len(evaluate.calls) == 11  # 7 grid + 4 refine
+    low, high = answer.bracket
+    assert answer.qps == low and low <= 10.05 < high  # type: ignore[operator]
+    assert high is not None and low is not None and high / low < 16.0 / 8.0  # narrower step
+    assert [p.qps for p in answer.points] == sorted(p.qps for p in answer.points)
+    first_miss = next(p for p in answer.points if not p.meets)
+    assert first_miss.violated and first_miss.violated[0].startswith("ttft_p90 ")
+
+
+def test_search_says_when_the_range_is_wrong() -> None:
+    none = search(_curve(knee=0.1), 1.0, 8.0, points=4, refine=3)
+    assert none.qps is None and "lower capacity.qps_min" in none.note
+    every = search(_curve(knee=100.0), 1.0, 8.0, points=4, refine=3)
+    assert every.qps == 8.0 and every.bracket == (8.0, None)
+    assert "raise capacity.qps_max" in every.note
+
+
+def test_a_nan_percentile_misses_the_goal() -> None:
+    meets, missed = judge({"tpot_p90": float("nan")}, {"tpot": 30.0}, 90)
+    assert not meets and missed == ("tpot_p90 nan > 30",)
+
+
+def test_slo_config_refuses_no_goal_and_odd_percentiles() -> None:
+    with pytest.raises(ConfigError, match="set at least one of"):
+        SloConfig()
+    with pytest.raises(ConfigError, match="percentile=80 is not one of 50, 90, 95, 99"):
+        SloConfig(percentile=80, ttft_ms=100.0)
+    assert SloConfig(ttft_ms=100.0, e2e_ms=900.0).goals() == {"ttft": 100.0, "e2e": 900.0}
