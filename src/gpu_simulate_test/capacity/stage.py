@@ -19,6 +19,7 @@ Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -229,7 +230,7 @@ def write_outputs(
     write_json(r.file(contract.CAPACITY_JSON), doc)
     plot_capacity(frame, slo.goals(), slo.percentile, answer.qps, r.file(contract.CAPACITY_PLOT))
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
-        handle.write(report_markdown(r.run_id, doc, frame))
+        handle.write(report_markdown(r.run_id, doc, frame, r.path))
     r.update_meta(
         answer_qps=answer.qps, points=len(frame), verified=(verified or {}).get("meets_slo")
     )
@@ -242,7 +243,8 @@ def _binding(answer: Answer) -> list[str]:
     return list(above[0].violated) if above else []
 
 
-def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) -> str:
+def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame, base: Path) -> str:
+    """``report.md``; links are relative to ``base``, where it is written."""
     pct = doc["slo"]["percentile"]
     goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
     answer = doc["answer_qps"]
@@ -271,7 +273,7 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
         lines += [
             "",
             f"On the real engine at {verified['qps']:g} req/s the workload {verdict} the goals "
-            f"([run]({verified['real_run']})):",
+            f"([run]({os.path.relpath(verified['real_run'], base)})):",
             "",
             "| metric | real (ms) | simulated (ms) |",
             "| --- | --- | --- |",
