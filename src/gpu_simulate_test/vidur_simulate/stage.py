@@ -36,6 +36,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
+from gpu_simulate_test.vidur_simulate.lean_metrics import LeanMetrics
 
 """Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
@@ -338,20 +339,15 @@ def batch_steps(metric_store: Any) -> pd.DataFrame:
     """Vidur's batches as rows of the ``engine_step_log`` table, so they line up with a real
     engine's steps: requests and tokens by phase and the batch's execution time.
 
-    Read from the metric store's per-batch series (kept for every batch whatever Vidur writes).
-    A decode is one token of one request; Vidur counts a one-token prefill chunk as a decode."""
-    from vidur.metrics.constants import BatchMetricsCountDistribution, BatchMetricsTimeDistribution
-
-    counts = metric_store._batch_metrics_count_distribution_per_batch
-    times = metric_store._batch_metrics_time_distribution_per_batch
-
-    def series(store: Any, key: Any) -> dict[int, float]:
-        return {int(x): float(y) for x, y in store[key]._data_series}
-
-    size = series(counts, BatchMetricsCountDistribution.BATCH_SIZE)
-    prefill = series(counts, BatchMetricsCountDistribution.BATCH_NUM_PREFILL_TOKENS)
-    decode = series(counts, BatchMetricsCountDistribution.BATCH_NUM_DECODE_TOKENS)
-    elapsed = series(times, BatchMetricsTimeDistribution.BATCH_EXECUTION_TIME)
+    Read from the metric store's per-batch series (kept for every batch whatever Vidur writes),
+    or from the fast path's :class:`LeanMetrics`, which records the same values. A decode is one
+    token of one request; Vidur counts a one-token prefill chunk as a decode."""
+    if isinstance(metric_store, LeanMetrics):
+        series = metric_store.batch_series()
+        size, prefill = series["size"], series["prefill"]
+        decode, elapsed = series["decode"], series["time"]
+    else:
+        size, prefill, decode, elapsed = _store_series(metric_store)
     ids = sorted(size)
     return pd.DataFrame(
         {
@@ -367,11 +363,29 @@ def batch_steps(metric_store: Any) -> pd.DataFrame:
     )
 
 
+def _store_series(metric_store: Any) -> tuple[dict[int, float], ...]:
+    from vidur.metrics.constants import BatchMetricsCountDistribution, BatchMetricsTimeDistribution
+
+    counts = metric_store._batch_metrics_count_distribution_per_batch
+    times = metric_store._batch_metrics_time_distribution_per_batch
+
+    def series(store: Any, key: Any) -> dict[int, float]:
+        return {int(x): float(y) for x, y in store[key]._data_series}
+
+    return (
+        series(counts, BatchMetricsCountDistribution.BATCH_SIZE),
+        series(counts, BatchMetricsCountDistribution.BATCH_NUM_PREFILL_TOKENS),
+        series(counts, BatchMetricsCountDistribution.BATCH_NUM_DECODE_TOKENS),
+        series(times, BatchMetricsTimeDistribution.BATCH_EXECUTION_TIME),
+    )
+
+
 def simulate(
     simulation_config: Any,
     engine_steps: pd.DataFrame | None = None,
     backend: str = "",
     jitter: overhead.StepJitter | None = None,
+    lean: bool = False,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
@@ -399,12 +413,20 @@ def simulate(
         report = overhead.fit_report(step_overhead, table)
         if jitter is not None:
             report["step_jitter"] = {**asdict(jitter), "mean_ratio": jitter.mean_ratio}
+    if lean:  # the fast path: record what this stage reads, nothing else
+        simulator._metric_store = LeanMetrics()
     built = time.perf_counter()
     simulator.run()  # event loop, then Vidur writes its metrics
     done = time.perf_counter()
     out_dir = Path(simulation_config.metrics_config.output_dir)
+    if isinstance(simulator.metric_store, LeanMetrics):
+        raw = simulator.metric_store.request_frame()
+        with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
+            raw.to_csv(handle, index=False, lineterminator="\n")
+    else:
+        raw = pd.read_csv(out_dir / VIDUR_REQUEST_METRICS)
     return SimulationResult(
-        raw_metrics=pd.read_csv(out_dir / VIDUR_REQUEST_METRICS),
+        raw_metrics=raw,
         predictor_setup_s=built - start,
         simulation_s=done - built,
         predictor_cache_hit=bool(predictor.cache_hit),
@@ -442,6 +464,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             inputs.engine_steps,
             cfg.vidur.engine_overhead,
             inputs.step_jitter,
+            lean=cfg.vidur.fast_path,
         )
         if not grows:
             break
