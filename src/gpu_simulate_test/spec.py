@@ -68,6 +68,7 @@ its own bundle, `profiling_root`; every path relative to the run directory).
 
 def declared_tables() -> tuple[TableSchema, ...]:
     """Every declared table: the shared ones (``io/schemas.py``) and each stage's contract."""
+    from gpu_simulate_test.capacity.contract import CAPACITY_TABLE
     from gpu_simulate_test.compare import contract as compare_tables
     from gpu_simulate_test.deep_profile import contract as deep_profile_tables
     from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
@@ -94,6 +95,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
         deep_profile_tables.LAYER_OPS,
         FIDELITY_TABLE,
         FIDELITY_TABLE_WITH_REPORT,
+        CAPACITY_TABLE,
     )
 
 
