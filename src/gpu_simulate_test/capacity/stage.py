@@ -29,21 +29,23 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.search import Answer, Point, judge, search
-from gpu_simulate_test.compare.metrics import distribution
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.core.workloads import load_workload
-from gpu_simulate_test.io.artifacts import as_stored_json, atomic_open, write_csv, write_json
+from gpu_simulate_test.fidelity.tables import real_percentiles
+from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.pipeline.stage import (
+    as_resolved,
     check_profile_quality,
     profile_config,
     profile_plan,
     simulation_vidur,
     stage_configs,
+    with_workload,
 )
 from gpu_simulate_test.vidur_simulate import plan
 
@@ -55,17 +57,8 @@ METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 
 def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
     """``<metric>_p<q>`` in ms over the ok requests (compare's percentile rule)."""
-    ok = requests[requests["status"] == "ok"] if "status" in requests else requests
-    out = {}
-    for metric in METRICS:
-        dist = distribution(ok[f"{metric}_s"].to_numpy(dtype=float))
-        for q in PERCENTILES:
-            out[f"{metric}_p{q}"] = dist.stat(f"p{q}") * 1000.0
-    return out
-
-
-def _resolved(cfg: Any) -> dict[str, Any]:
-    return dict(as_stored_json(dataclasses.asdict(cfg)))
+    stats = [f"p{q}" for q in PERCENTILES]
+    return {f"{m}_{s}": v for (m, s), v in real_percentiles(requests, METRICS, stats).items()}
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -83,9 +76,9 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             output=OutputConfig(root=str(r.file(contract.RUNS_DIR)), overwrite=True),
             progress=False,
         )
-        base = with_rate(inner, REFERENCE_QPS, "base")
+        base = with_workload(inner, "base", qps=REFERENCE_QPS)
         workload_cfg, _ = stage_configs(base, "base")
-        workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+        workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
         prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
         decided = profile_plan(inner, prefill, decode)
         if decided.misfits:
@@ -97,7 +90,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 inner, decided.scheduler, decided.needs, workload_dir, workload_cfg.output,
                 progress=cfg.progress,
             )  # fmt: skip
-            check_profile_quality(inner, profile_run(profile_cfg, _resolved(profile_cfg)))
+            check_profile_quality(inner, profile_run(profile_cfg, as_resolved(profile_cfg)))
         sim_cfg = VidurSimulateStageConfig(
             model=inner.model,
             hardware=inner.hardware,
@@ -139,14 +132,6 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     return r.path
 
 
-def with_rate(cfg: PipelineStageConfig, qps: float, run_id: str) -> PipelineStageConfig:
-    return dataclasses.replace(
-        cfg,
-        workload=dataclasses.replace(cfg.workload, qps=qps),
-        output=dataclasses.replace(cfg.output, run_id=run_id, overwrite=True),
-    )
-
-
 def verify(
     cfg: CapacityStageConfig,
     inner: PipelineStageConfig,
@@ -166,11 +151,11 @@ def verify(
         console.rule(
             f"[bold]checking {answer.qps:g} req/s on the real engine ({inner.backend.name})"
         )
-    at = with_rate(inner, answer.qps, "verify")
+    at = with_workload(inner, "verify", qps=answer.qps)
     workload_cfg, real_bench_cfg = stage_configs(at, "verify")
-    workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+    workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
     real_cfg = real_bench_cfg(str(workload_dir))
-    real_dir = real_bench_run(real_cfg, _resolved(real_cfg))
+    real_dir = real_bench_run(real_cfg, as_resolved(real_cfg))
     real = latency_ms(load_run(real_dir, "real_bench").requests)
     meets, missed = judge(real, goals, pct)
     predicted = next((p.latency_ms for p in answer.points if p.qps == answer.qps), {})

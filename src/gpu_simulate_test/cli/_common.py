@@ -5,17 +5,20 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import RunExistsError
@@ -72,3 +75,60 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
             "with what it had written"
         )
         sys.exit(130)
+
+
+class MultirunReportCallback(Callback):
+    """After a Hydra multirun, one report over its jobs (a subclass says which: its ``what``,
+    :meth:`check` before any job runs, :meth:`write` after the last, and the ``missing`` line).
+
+    Hydra turns a callback's exception into a warning and exits 0, so failures here print one
+    error line and exit the process themselves (``SystemExit`` is not caught): 2 for an input
+    error (the report directory exists, ...), 1 for anything else.
+    """
+
+    what = "report"
+    missing = ""
+    """Printed when :meth:`write` made no report (no run id, too few jobs)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.started = datetime.now(UTC)
+
+    def check(self, output: OutputConfig) -> None:
+        """Refuse before any job runs (e.g. the report's directory exists)."""
+
+    def write(self, config: DictConfig, output: OutputConfig, progress: bool) -> Path | None:
+        raise NotImplementedError
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = datetime.now(UTC)
+        if not self.enabled:
+            return
+        try:
+            self.check(multirun_output(config))
+        except USER_ERRORS as exc:  # before any job has run
+            print_error("error", exc)
+            sys.exit(2)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        progress = bool(config.get("progress", True))
+        try:
+            path = self.write(config, multirun_output(config), progress)
+        except USER_ERRORS as exc:
+            print_error(f"{self.what} failed", exc)
+            sys.exit(2)
+        except Exception:
+            traceback.print_exc()
+            console.print(f"[bold red]{self.what} failed[/] (traceback above)")
+            sys.exit(1)
+        if path is None and progress:
+            console.print(self.missing)
+
+
+def multirun_output(config: DictConfig) -> OutputConfig:
+    """The multirun's ``output`` node, typed (its run id names the report)."""
+    out = config.output
+    run_id = None if out.run_id is None else str(out.run_id)
+    return OutputConfig(root=str(out.root), run_id=run_id, overwrite=bool(out.overwrite))

@@ -8,66 +8,36 @@ machine, then ``fidelity.phase=sim fidelity.real_from=<that run>`` here; a multi
 from __future__ import annotations
 
 import signal
-import sys
-import traceback
-from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
 
 import hydra
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from gpu_simulate_test.cli._common import USER_ERRORS, print_error, run_stage
-from gpu_simulate_test.cli.pipeline import _output
+from gpu_simulate_test.cli._common import MultirunReportCallback, run_stage
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
-from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.fidelity.combined import check_combined_free, write_combined_report
 from gpu_simulate_test.fidelity.stage import run
 
 register_configs()
 
 
-class CombinedReportCallback(Callback):
+class CombinedReportCallback(MultirunReportCallback):
     """``hydra.callbacks.combined_report`` (configs/fidelity.yaml): after a multirun, its jobs'
-    fidelity reports as one in ``<output.root>/fidelity/<output.run_id>-combined/``.
+    fidelity reports as one in ``<output.root>/fidelity/<output.run_id>-combined/``."""
 
-    Hydra turns a callback's exception into a warning and exits 0, so a failure here prints one
-    error line and exits itself: 2 for an input error, 1 for anything else.
-    """
+    what = "combined report"
+    missing = (
+        "no combined report: it needs output.run_id and at least two jobs that wrote a "
+        "report (fidelity.summarize=[...] writes one by hand)"
+    )
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.started = datetime.now(UTC)
+    def check(self, output: OutputConfig) -> None:
+        check_combined_free(output)
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started = datetime.now(UTC)
-        if not self.enabled:
-            return
-        try:
-            check_combined_free(_output(config))
-        except USER_ERRORS as exc:
-            print_error("error", exc)
-            sys.exit(2)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self.enabled:
-            return
-        progress = bool(config.get("progress", True))
-        try:
-            path = write_combined_report(_output(config), self.started, progress=progress)
-        except USER_ERRORS as exc:
-            print_error("combined report failed", exc)
-            sys.exit(2)
-        except Exception:
-            traceback.print_exc()
-            console.print("[bold red]combined report failed[/] (traceback above)")
-            sys.exit(1)
-        if path is None and progress:
-            console.print(
-                "no combined report: it needs output.run_id and at least two jobs that wrote a "
-                "report (fidelity.summarize=[...] writes one by hand)"
-            )
+    def write(self, config: DictConfig, output: OutputConfig, progress: bool) -> Path | None:
+        return write_combined_report(output, self.started, progress=progress)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="fidelity")

@@ -86,9 +86,3 @@ class CapacityStageConfig(PipelineStageConfig):
 
     stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="capacity"))
     capacity: CapacityOptions = field(default_factory=CapacityOptions)
-
-    def pipeline(self) -> PipelineStageConfig:
-        """The pipeline config the workload, profile, simulations and real run are built from."""
-        fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
-        fields["stage"] = StageConfig(run_type="pipeline")
-        return PipelineStageConfig(**fields)

@@ -83,9 +83,3 @@ class FidelityStageConfig(PipelineStageConfig):
 
     stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="fidelity"))
     fidelity: FidelityOptions = field(default_factory=FidelityOptions)
-
-    def pipeline(self) -> PipelineStageConfig:
-        """The pipeline config every load's runs are built from."""
-        fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
-        fields["stage"] = StageConfig(run_type="pipeline")
-        return PipelineStageConfig(**fields)

@@ -69,3 +69,10 @@ class PipelineStageConfig:
         )
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+
+    def pipeline(self) -> PipelineStageConfig:
+        """These fields as a plain pipeline config: the stages that extend it (fidelity,
+        capacity) build every run from it."""
+        fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
+        fields["stage"] = StageConfig(run_type="pipeline")
+        return PipelineStageConfig(**fields)

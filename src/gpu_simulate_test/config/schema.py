@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from omegaconf import MISSING
 
@@ -25,17 +25,7 @@ RunType = Literal[
     "fidelity",
     "capacity",
 ]
-RUN_TYPES: tuple[str, ...] = (
-    "real",
-    "vidur",
-    "compare",
-    "vidur_profile",
-    "deep_profile",
-    "workload",
-    "pipeline",
-    "fidelity",
-    "capacity",
-)
+RUN_TYPES: tuple[str, ...] = get_args(RunType)
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
 WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")

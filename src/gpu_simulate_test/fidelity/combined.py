@@ -28,7 +28,7 @@ from gpu_simulate_test.io.artifacts import (
     write_csv,
     write_json,
 )
-from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
+from gpu_simulate_test.io.runs import RunExistsError, default_run_id, multirun_jobs, start_run
 
 
 def read_report(path: str | Path) -> dict[str, Any]:
@@ -125,24 +125,6 @@ def check_combined_free(output: OutputConfig) -> None:
         )
 
 
-def job_runs(root: str | Path, run_id: str, since: datetime) -> list[Path]:
-    """Complete fidelity runs ``<root>/fidelity/<run_id>-<job number>`` with a report, started
-    at ``since`` or later, by job number."""
-    since = since.replace(microsecond=since.microsecond // 1000 * 1000)  # run_meta keeps ms
-    found: list[tuple[int, Path]] = []
-    for path in Path(root, "fidelity").glob(f"{run_id}-*"):
-        number = path.name.removeprefix(f"{run_id}-")
-        if not number.isdigit() or not (path / contract.FIDELITY_JSON).is_file():
-            continue
-        try:
-            meta = read_json(path / layout.RUN_META, required_keys=("status", "start_time"))
-        except ArtifactError:
-            continue
-        if meta["status"] == "complete" and datetime.fromisoformat(meta["start_time"]) >= since:
-            found.append((int(number), path))
-    return [path for _, path in sorted(found)]
-
-
 def write_combined_report(
     output: OutputConfig, started: datetime, progress: bool = True
 ) -> Path | None:
@@ -152,7 +134,8 @@ def write_combined_report(
     path = combined_dir(output)
     if path is None or not output.run_id:
         return None
-    runs = job_runs(output.root, output.run_id, started)
+    jobs = multirun_jobs(output.root, "fidelity", output.run_id, started)
+    runs = [p for p in jobs if (p / contract.FIDELITY_JSON).is_file()]  # phase=real has none
     if len(runs) < 2:
         return None
     reports = [read_report(p) for p in runs]

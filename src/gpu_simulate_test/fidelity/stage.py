@@ -74,11 +74,13 @@ from gpu_simulate_test.io.runs import (
     start_run,
 )
 from gpu_simulate_test.pipeline.stage import (
+    as_resolved,
     bundle_misfits,
     check_profile_quality,
     profile_config,
     simulation_vidur,
     stage_configs,
+    with_workload,
 )
 from gpu_simulate_test.vidur_simulate import plan
 
@@ -136,32 +138,18 @@ def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
     return max(64, 3 * cfg.backend.max_requests_per_batch)
 
 
-def with_load(cfg: PipelineStageConfig, run_id: str, **workload: Any) -> PipelineStageConfig:
-    """``cfg`` with other workload fields and run id (the campaign owns its run directory, so
-    a stage run inside it is replaced, never one outside)."""
-    return dataclasses.replace(
-        cfg,
-        workload=dataclasses.replace(cfg.workload, **workload),
-        output=dataclasses.replace(cfg.output, run_id=run_id, overwrite=True),
-    )
-
-
-def _resolved(cfg: Any) -> dict[str, Any]:
-    return dict(as_stored_json(dataclasses.asdict(cfg)))
-
-
 def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
     """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`."""
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
     from gpu_simulate_test.workload.stage import run as workload_run
 
-    probe = with_load(
+    probe = with_workload(
         cfg, run_id, num_requests=probe_requests, arrival=ArrivalConfig(process="all_at_once")
     )
     workload_cfg, real_bench_cfg = stage_configs(probe, run_id)
-    workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+    workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
     real_cfg = real_bench_cfg(str(workload_dir))
-    real_dir = real_bench_run(real_cfg, _resolved(real_cfg))
+    real_dir = real_bench_run(real_cfg, as_resolved(real_cfg))
     req = load_run(real_dir, "real_bench").requests
     ok = (req["status"] == "ok").to_numpy()
     try:
@@ -281,7 +269,7 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
     base = dataclasses.replace(base, profiling_root=str(profiling_root))
     loads: list[dict[str, Any]] = []
     record: dict[str, Any] = {
-        "config": _resolved(cfg.pipeline()),
+        "config": as_resolved(cfg.pipeline()),
         "profiling_root": str(profiling_root),
         "capacity": {},
         "loads": loads,
@@ -352,9 +340,9 @@ def real_load(
     backend = cfg.backend.name
     run_id = f"{backend}-load{index}"
     own_bundle = opts.calibrate_each_load
-    load_cfg = with_load(cfg, run_id, num_requests=opts.num_requests, qps=qps)
+    load_cfg = with_workload(cfg, run_id, num_requests=opts.num_requests, qps=qps)
     workload_cfg, real_bench_cfg = stage_configs(load_cfg, run_id)
-    workload_dir = workload_run(workload_cfg, _resolved(workload_cfg))
+    workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
     scheduler, load_needs = scheduler_needs(load_cfg, workload_dir)
     needs = _widest(needs, load_needs)
     if own_bundle:
@@ -371,12 +359,12 @@ def real_load(
         profile_cfg = profile_config(
             load_cfg, scheduler, needs, workload_dir, workload_cfg.output, progress=cfg.progress
         )
-        check_profile_quality(load_cfg, profile_run(profile_cfg, _resolved(profile_cfg)))
+        check_profile_quality(load_cfg, profile_run(profile_cfg, as_resolved(profile_cfg)))
     real_dirs = []
     for k in range(1, opts.real_repeats + 1):
         _, real_bench_cfg = stage_configs(load_cfg, run_id if k == 1 else f"{run_id}-r{k}")
         real_cfg = real_bench_cfg(str(workload_dir))
-        real_dirs.append(real_bench_run(real_cfg, _resolved(real_cfg)))
+        real_dirs.append(real_bench_run(real_cfg, as_resolved(real_cfg)))
     load: dict[str, Any] = {
         "load_fraction": fraction,
         "offered_qps": qps,
@@ -495,7 +483,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
                 output=output,
                 progress=cfg.progress,
             )
-            sim_dir = simulate_run(simulate_cfg, _resolved(simulate_cfg))
+            sim_dir = simulate_run(simulate_cfg, as_resolved(simulate_cfg))
             compare_cfg = CompareStageConfig(
                 real_run_dir=str(real_dir),
                 sim_run_dir=str(sim_dir),
@@ -503,7 +491,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
                 output=output,
                 progress=cfg.progress,
             )
-            compare_dir = compare_run(compare_cfg, _resolved(compare_cfg))
+            compare_dir = compare_run(compare_cfg, as_resolved(compare_cfg))
             compare_dirs.append((load.load_fraction, load.offered_qps, compare_dir))
         cap = dict(rec["capacity"])
         if cap.get("probe_run"):

@@ -252,3 +252,22 @@ def default_run_id(config: Mapping[str, Any]) -> str:
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{stable_id(dict(config), length=8)}-{secrets.token_hex(3)}"
+
+
+def multirun_jobs(root: Path | str, stage: str, run_id: str, since: datetime) -> list[Path]:
+    """Complete runs ``<root>/<stage>/<run_id>-<job number>`` (a Hydra multirun's jobs) started
+    at ``since`` or later (so runs of an earlier multirun with the same id are left out), by job
+    number."""
+    since = since.replace(microsecond=since.microsecond // 1000 * 1000)  # run_meta keeps ms
+    found: list[tuple[int, Path]] = []
+    for path in Path(root, stage).glob(f"{run_id}-*"):
+        number = path.name.removeprefix(f"{run_id}-")
+        if not number.isdigit() or not (path / layout.RUN_META).is_file():
+            continue
+        try:
+            meta = read_json(path / layout.RUN_META, required_keys=("status", "start_time"))
+        except ArtifactError:
+            continue
+        if meta["status"] == "complete" and datetime.fromisoformat(meta["start_time"]) >= since:
+            found.append((int(number), path))
+    return [path for _, path in sorted(found)]

@@ -269,6 +269,21 @@ class RealBenchConfigFn(Protocol):
     ) -> RealBenchStageConfig: ...
 
 
+def with_workload(cfg: PipelineStageConfig, run_id: str, **workload: Any) -> PipelineStageConfig:
+    """``cfg`` with other workload fields and run id, allowed to replace a run of that id (for
+    the orchestrators, fidelity and capacity, that own the directory their stage runs go in)."""
+    return dataclasses.replace(
+        cfg,
+        workload=dataclasses.replace(cfg.workload, **workload),
+        output=dataclasses.replace(cfg.output, run_id=run_id, overwrite=True),
+    )
+
+
+def as_resolved(cfg: Any) -> dict[str, Any]:
+    """A stage's typed config as the resolved config its run records (``run_meta.json``)."""
+    return dict(as_stored_json(dataclasses.asdict(cfg)))
+
+
 def stage_configs(
     cfg: PipelineStageConfig, run_id: str
 ) -> tuple[WorkloadStageConfig, RealBenchConfigFn]:

@@ -14,8 +14,7 @@ from gpu_simulate_test.compare.sweep import run_sweep
 from gpu_simulate_test.config.compare import CompareOptions, CompareStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError, read_json
-from gpu_simulate_test.io.runs import RunExistsError
+from gpu_simulate_test.io.runs import RunExistsError, multirun_jobs
 from gpu_simulate_test.pipeline.contract import SWEEP_SUFFIX
 
 
@@ -38,25 +37,6 @@ def check_sweep_report_free(output: OutputConfig) -> None:
         )
 
 
-def job_compare_dirs(root: str | Path, run_id: str, since: datetime) -> list[Path]:
-    """Complete compare runs ``<root>/compare/<run_id>-<job number>`` started at ``since`` or
-    later (so runs of an earlier multirun with the same id are left out), by job number."""
-    since = since.replace(microsecond=since.microsecond // 1000 * 1000)  # run_meta keeps ms
-    found: list[tuple[int, Path]] = []
-    for path in Path(root, "compare").glob(f"{run_id}-*"):
-        number = path.name.removeprefix(f"{run_id}-")
-        if not number.isdigit() or not (path / layout.RUN_META).is_file():
-            continue
-        try:
-            meta = read_json(path / layout.RUN_META, required_keys=("status", "start_time"))
-        except ArtifactError:
-            continue
-        started = datetime.fromisoformat(str(meta["start_time"]))
-        if meta["status"] == "complete" and started >= since:
-            found.append((int(number), path))
-    return [path for _, path in sorted(found)]
-
-
 def write_sweep_report(
     output: OutputConfig, options: CompareOptions, since: datetime, progress: bool = True
 ) -> Path | None:
@@ -64,7 +44,7 @@ def write_sweep_report(
     jobs completed or the jobs had no common ``output.run_id`` to find them by."""
     if not output.run_id:
         return None
-    dirs = job_compare_dirs(output.root, output.run_id, since)
+    dirs = multirun_jobs(output.root, "compare", output.run_id, since)
     if len(dirs) < 2:
         return None
     cfg = CompareStageConfig(
