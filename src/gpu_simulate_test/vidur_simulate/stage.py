@@ -9,7 +9,6 @@ and write ``request_metrics.csv`` in the real bench's schema next to Vidur's raw
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
-from gpu_simulate_test.vidur_simulate.lean_metrics import LeanMetrics
+from gpu_simulate_test.vidur_simulate.simulation import SimulationResult, simulate
 
 """Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
@@ -322,121 +321,6 @@ def build_simulation_config(
 
 
 @dataclass(frozen=True)
-class SimulationResult:
-    raw_metrics: pd.DataFrame
-    predictor_setup_s: float
-    simulation_s: float
-    predictor_cache_hit: bool
-    engine_overhead: dict[str, Any] | None = None
-    """The fitted per-step overhead and its calibration errors (None: not modelled)."""
-    engine_overhead_fit: pd.DataFrame | None = None
-    """Per calibration step: measured, Vidur's ops, fitted overhead, error."""
-    steps: pd.DataFrame | None = None
-    """Every simulated batch, as the ``engine_step_log`` table (no times: Vidur keeps none)."""
-
-
-def batch_steps(metric_store: Any) -> pd.DataFrame:
-    """Vidur's batches as rows of the ``engine_step_log`` table, so they line up with a real
-    engine's steps: requests and tokens by phase and the batch's execution time.
-
-    Read from the metric store's per-batch series (kept for every batch whatever Vidur writes),
-    or from the fast path's :class:`LeanMetrics`, which records the same values. A decode is one
-    token of one request; Vidur counts a one-token prefill chunk as a decode."""
-    if isinstance(metric_store, LeanMetrics):
-        series = metric_store.batch_series()
-        size, prefill = series["size"], series["prefill"]
-        decode, elapsed = series["decode"], series["time"]
-    else:
-        size, prefill, decode, elapsed = _store_series(metric_store)
-    ids = sorted(size)
-    return pd.DataFrame(
-        {
-            "step_index": ids,
-            "time_s": [float("nan")] * len(ids),
-            "num_prefill_requests": [int(size[i] - decode[i]) for i in ids],
-            "num_prefill_tokens": [int(prefill[i]) for i in ids],
-            "num_decode_requests": [int(decode[i]) for i in ids],
-            "num_decode_tokens": [int(decode[i]) for i in ids],
-            "elapsed_ms": [1000.0 * elapsed[i] for i in ids],
-            "kv_cache_usage_pct": [float("nan")] * len(ids),
-        }
-    )
-
-
-def _store_series(metric_store: Any) -> tuple[dict[int, float], ...]:
-    from vidur.metrics.constants import BatchMetricsCountDistribution, BatchMetricsTimeDistribution
-
-    counts = metric_store._batch_metrics_count_distribution_per_batch
-    times = metric_store._batch_metrics_time_distribution_per_batch
-
-    def series(store: Any, key: Any) -> dict[int, float]:
-        return {int(x): float(y) for x, y in store[key]._data_series}
-
-    return (
-        series(counts, BatchMetricsCountDistribution.BATCH_SIZE),
-        series(counts, BatchMetricsCountDistribution.BATCH_NUM_PREFILL_TOKENS),
-        series(counts, BatchMetricsCountDistribution.BATCH_NUM_DECODE_TOKENS),
-        series(times, BatchMetricsTimeDistribution.BATCH_EXECUTION_TIME),
-    )
-
-
-def simulate(
-    simulation_config: Any,
-    engine_steps: pd.DataFrame | None = None,
-    backend: str = "",
-    jitter: overhead.StepJitter | None = None,
-    lean: bool = False,
-) -> SimulationResult:
-    """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
-
-    With ``engine_steps`` (one backend's calibration rows), the engine's per-step overhead is
-    fitted against this predictor and added to every batch before the event loop starts; with
-    ``jitter`` too, every batch's time is multiplied by a seeded draw from it.
-    """
-    from vidur.simulator import Simulator
-    from vidur.utils.random import set_seeds
-
-    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
-
-    reset_entity_ids()
-    set_seeds(simulation_config.seed)
-    start = time.perf_counter()
-    simulator = Simulator(simulation_config)  # trains or loads the predictor
-    # the global scheduler builds one predictor and hands it to every replica scheduler
-    replica_scheduler = next(iter(simulator.scheduler._replica_schedulers.values()))
-    predictor = replica_scheduler._execution_time_predictor
-    report, table = None, None
-    if engine_steps is not None:
-        step_overhead, table = overhead.fit(backend, engine_steps, predictor.ops_time_ms)
-        draw = jitter.sampler(simulation_config.seed) if jitter is not None else None
-        predictor.attach_overhead(step_overhead, draw)
-        report = overhead.fit_report(step_overhead, table)
-        if jitter is not None:
-            report["step_jitter"] = {**asdict(jitter), "mean_ratio": jitter.mean_ratio}
-    if lean:  # the fast path: record what this stage reads, nothing else
-        simulator._metric_store = LeanMetrics()
-    built = time.perf_counter()
-    simulator.run()  # event loop, then Vidur writes its metrics
-    done = time.perf_counter()
-    out_dir = Path(simulation_config.metrics_config.output_dir)
-    if isinstance(simulator.metric_store, LeanMetrics):
-        raw = simulator.metric_store.request_frame()
-        with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
-            raw.to_csv(handle, index=False, lineterminator="\n")
-    else:
-        raw = pd.read_csv(out_dir / VIDUR_REQUEST_METRICS)
-    return SimulationResult(
-        raw_metrics=raw,
-        predictor_setup_s=built - start,
-        simulation_s=done - built,
-        predictor_cache_hit=bool(predictor.cache_hit),
-        engine_overhead=report,
-        engine_overhead_fit=table,
-        steps=batch_steps(simulator.metric_store),
-    )
-
-
-@dataclass(frozen=True)
 class Simulated:
     """One simulated workload: the ``request_metrics`` table and how it was reached."""
 
@@ -465,6 +349,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             cfg.vidur.engine_overhead,
             inputs.step_jitter,
             lean=cfg.vidur.fast_path,
+            event_loop=cfg.vidur.event_loop if cfg.vidur.fast_path else "vidur",
         )
         if not grows:
             break
@@ -527,6 +412,8 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         r.update_meta(
             engine_overhead=result.engine_overhead,
             predictor_cache="hit" if result.predictor_cache_hit else "miss",
+            event_loop=result.event_loop,
+            event_loop_note=result.event_loop_note,
             timings_s={
                 "predictor_setup": round(result.predictor_setup_s, 3),
                 "simulation": round(result.simulation_s, 3),

@@ -1,0 +1,517 @@
+"""A faster event loop that makes Vidur's scheduling decisions batch for batch.
+
+Vidur's ``Simulator.run`` pops seven kinds of event objects from a heap, and every batch walks
+every running request through half a dozen methods (scheduling, stage start, stage end, batch end,
+memory accounting). Most of that is the same for every request in a batch: a request past its
+prefill gets one query token per batch, in every batch, until it finishes. This loop keeps those
+requests as one aggregate (how many, the sum of their KV sizes) and handles a request on its own
+only when something happens to it (a prefill chunk, a new KV block, its completion), so a
+batch costs a few dictionary operations instead of a few per request.
+
+What it reproduces (one replica, one pipeline stage, the round-robin global scheduler; the
+``sarathi``, ``vllm`` and fixed ``orca`` replica schedulers; Vidur 0.0.26):
+
+- **the order of events**: Vidur orders events by time, then by creation, so requests arriving
+  at the instant a batch ends are queued before the next batch is formed;
+- **each scheduler's batch**, including Sarathi's order of running prefills (a prefill that got
+  no chunk budget moves ahead of those that did) and the KV-block accounting that gates
+  admission (the watermark, one block per ``block_size`` decoded tokens);
+- **each batch's execution time**: Vidur's own predictor is called with a batch of the same
+  shape (its inputs are the total query tokens, the decodes' count and rounded mean KV size and
+  each prefill chunk with its rounded KV size), memoized on that shape; the engine overhead and
+  the jitter draw are applied per batch as :class:`LocalRFExecutionTimePredictor` applies them;
+- **every per-request number** the stage reads, with Vidur's expressions and float operations in
+  Vidur's order: a request's execution time is the sequential sum of its batches' times (its
+  decode batches summed from one shared record), so the output is the same to the bit
+  (``tests/unit/test_vidur_event_loop.py`` compares it with Vidur's loop).
+
+What it does not: KV-cache preemption (a request restarted for lack of blocks; Vidur 0.0.26
+then fails its own assertion), more than one replica or stage. :func:`supported` says when the
+loop applies, and the loop raises :class:`NeedsVidurLoop` the moment a decode batch could run out
+of blocks, so the caller runs Vidur's own loop instead.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import reduce
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
+
+SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
+
+
+class NeedsVidurLoop(Exception):
+    """The simulation reached a state this loop does not reproduce (KV-cache preemption)."""
+
+
+@dataclass(frozen=True)
+class LoopParams:
+    """The replica scheduler's settings, as Vidur's scheduler object computed them."""
+
+    scheduler: str
+    """``sarathi``, ``vllm`` or ``orca``."""
+    num_blocks: int
+    block_size: int
+    watermark_blocks: int
+    batch_size_cap: int
+    max_micro_batch_size: int
+    """sarathi and vllm: ``batch_size_cap // stages``; orca: Vidur's ``_max_batch_size``."""
+    chunk_size: int = 0
+    max_tokens_in_batch: int = 0
+    max_blocks_per_sequence: int = 0
+
+
+def params_from_scheduler(replica_scheduler: Any) -> LoopParams:
+    """Read the settings off Vidur's replica scheduler object (sarathi, vllm, fixed orca)."""
+    from vidur.scheduler.replica_scheduler.sarathi_replica_scheduler import (
+        SarathiReplicaScheduler,
+    )
+    from vidur.scheduler.replica_scheduler.vllm_replica_scheduler import VLLMReplicaScheduler
+
+    from gpu_simulate_test.vidur_simulate.schedulers import OrcaFixedReplicaScheduler
+
+    config, cache = replica_scheduler._config, replica_scheduler._cache_config
+    common = {
+        "num_blocks": int(cache.num_blocks),
+        "block_size": int(cache.block_size),
+        "batch_size_cap": int(config.batch_size_cap),
+        "max_blocks_per_sequence": int(replica_scheduler._max_blocks_per_sequence),
+    }
+    if type(replica_scheduler) is SarathiReplicaScheduler:
+        return LoopParams(
+            scheduler="sarathi",
+            watermark_blocks=int(replica_scheduler._watermark_blocks),
+            max_micro_batch_size=int(replica_scheduler._max_micro_batch_size),
+            chunk_size=int(config.chunk_size),
+            **common,
+        )
+    if type(replica_scheduler) is VLLMReplicaScheduler:
+        return LoopParams(
+            scheduler="vllm",
+            watermark_blocks=int(replica_scheduler._watermark_blocks),
+            max_micro_batch_size=int(replica_scheduler._max_micro_batch_size),
+            max_tokens_in_batch=int(config.max_tokens_in_batch),
+            **common,
+        )
+    if type(replica_scheduler) is OrcaFixedReplicaScheduler:
+        return LoopParams(
+            scheduler="orca",
+            watermark_blocks=0,
+            max_micro_batch_size=int(replica_scheduler._max_batch_size),
+            **common,
+        )
+    raise ValueError(f"no fast event loop for {type(replica_scheduler).__name__}")
+
+
+def unsupported_reason(simulation_config: Any) -> str | None:
+    """Why this Vidur config needs Vidur's own loop (None: the fast loop reproduces it)."""
+    from vidur.types import GlobalSchedulerType
+
+    cluster = simulation_config.cluster_config
+    replica = cluster.replica_config
+    if cluster.num_replicas != 1:
+        return f"{cluster.num_replicas} replicas"
+    if replica.num_pipeline_stages != 1:
+        return f"{replica.num_pipeline_stages} pipeline stages"
+    if replica.enable_sequence_pipeline_parallel:
+        return "sequence pipeline parallelism"
+    if simulation_config.metrics_config.enable_chrome_trace:
+        return "a chrome trace (Vidur's events)"
+    if simulation_config.time_limit:
+        return "a time limit"
+    if cluster.global_scheduler_config.get_type() != GlobalSchedulerType.ROUND_ROBIN:
+        return f"global scheduler {cluster.global_scheduler_config.get_type()}"
+    return None
+
+
+@dataclass
+class LoopResult:
+    """Vidur's per-request rows and per-batch shapes, as :class:`LeanMetrics` records them."""
+
+    requests: pd.DataFrame
+    """The rows of Vidur's ``request_metrics.csv`` the stage reads, by request id."""
+    batch_ids: np.ndarray
+    batch_size: np.ndarray
+    batch_prefill_tokens: np.ndarray
+    batch_decode_tokens: np.ndarray
+    batch_time_s: np.ndarray
+    predictions: int
+    """Distinct batch shapes the predictor was asked about (the rest came from the memo)."""
+
+
+class BatchTimer:
+    """A batch's execution time from Vidur's predictor, memoized on what the predictor reads."""
+
+    def __init__(self, predictor: Any) -> None:
+        from gpu_simulate_test.vidur_simulate.predictor import LocalRFExecutionTimePredictor
+
+        if not isinstance(predictor, LocalRFExecutionTimePredictor):
+            raise TypeError(f"no fast event loop for predictor {type(predictor).__name__}")
+        self._predictor = predictor
+        self._base = super(LocalRFExecutionTimePredictor, predictor).get_execution_time
+        self.granularity = int(predictor._config.kv_cache_prediction_granularity)
+        self.overhead = predictor.step_overhead
+        self.jitter: Callable[[], float] | None = (
+            predictor.step_jitter if self.overhead is not None else None
+        )
+        self._memo: dict[tuple[Any, ...], float] = {}
+
+    @property
+    def predictions(self) -> int:
+        return len(self._memo)
+
+    def time(
+        self, total_q: int, num_decodes: int, decode_kv: int, prefills: tuple[tuple[int, int], ...]
+    ) -> float:
+        """Seconds for a batch of ``total_q`` query tokens: ``num_decodes`` one-token entries
+        whose mean KV size, rounded up to the granularity, is ``decode_kv``, and ``prefills``
+        as (KV size rounded up, query tokens) in batch order. Before the jitter factor."""
+        key = (total_q, num_decodes, decode_kv, prefills)
+        value = self._memo.get(key)
+        if value is None:
+            q = [1] * num_decodes + [chunk for _, chunk in prefills]
+            kv = [decode_kv] * num_decodes + [size for size, _ in prefills]
+            shape = SimpleNamespace(
+                num_q_tokens=q,
+                num_kv_tokens=kv,
+                _total_num_q_tokens=total_q,
+                _total_num_q_tokens_rounded=(total_q + 7) // 8 * 8,
+            )
+            value = float(self._base(shape, 0).total_time)
+            if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
+                value = value + self.overhead.ms(q) * 1e-3
+            self._memo[key] = value
+        return value
+
+
+def run_loop(
+    params: LoopParams,
+    timer: BatchTimer,
+    arrived_at: np.ndarray,
+    prefill_tokens: np.ndarray,
+    decode_tokens: np.ndarray,
+    first_batch_id: int = 0,
+) -> LoopResult:
+    """Simulate requests (row ``i`` is Vidur's request id ``i``) on one replica."""
+    n = len(arrived_at)
+    order = np.argsort(np.asarray(arrived_at, dtype=float), kind="stable")
+    arr: list[float] = [float(x) for x in np.asarray(arrived_at, dtype=float)[order]]
+    pre: list[int] = [int(x) for x in np.asarray(prefill_tokens)[order]]
+    dec: list[int] = [int(x) for x in np.asarray(decode_tokens)[order]]
+    ids = order.tolist()
+
+    scheduler = params.scheduler
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"no fast event loop for scheduler {scheduler!r}")
+    sarathi, vllm, orca = scheduler == "sarathi", scheduler == "vllm", scheduler == "orca"
+    bs, num_blocks, watermark = params.block_size, params.num_blocks, params.watermark_blocks
+    cap, micro = params.batch_size_cap, params.max_micro_batch_size
+    chunk, max_batch_tokens = params.chunk_size, params.max_tokens_in_batch
+    orca_blocks = params.max_blocks_per_sequence
+    g = timer.granularity
+    time_of, jitter = timer.time, timer.jitter
+
+    # per request (by arrival rank)
+    proc = [0] * n  # processed tokens while in prefill
+    blocks = [0] * n  # KV blocks held (after its last allocation)
+    sched_at = [0.0] * n
+    scheduled = [False] * n
+    last_end: list[float] = [0] * n  # Vidur's 0 = never
+    exec_acc: list[float] = [0] * n
+    pre_acc: list[float] = [0] * n
+    prefill_done: list[float] = [0] * n
+    done_at = [0.0] * n
+    exec_time = [0.0] * n
+    preempt_time: list[float] = [0] * n
+    first_decode = [0] * n
+
+    # the requests past their prefill, as one aggregate
+    num_dec = 0
+    processed_sum = 0  # their processed tokens
+    next_dec = 0  # index of the next batch they run in
+    dec_exec, dec_gap, dec_sched = array("d"), array("d"), array("d")
+    last_dec_end = 0.0
+    completes_at: dict[int, list[int]] = {}
+    blocks_due: dict[int, int] = {}
+
+    allocated = 0  # KV blocks
+    holders = 0  # requests holding blocks (Vidur's len(_allocation_map))
+    prefilling: list[int] = []  # sarathi's running prefills, in its order
+    head = 0  # the replica's request queue is ranks head..tail-1
+    tail = 0
+
+    out_size, out_prefill, out_decode = array("q"), array("q"), array("q")
+    out_time = array("d")
+    add = operator.add
+
+    def enter_decode(r: int) -> None:
+        nonlocal num_dec, processed_sum
+        num_dec += 1
+        processed = pre[r] + 1
+        processed_sum += processed
+        first_decode[r] = next_dec
+        total = pre[r] + dec[r]
+        completes_at.setdefault(next_dec + dec[r] - 2, []).append(r)
+        if orca:
+            return
+        # a new block each time processed tokens pass a multiple of block_size
+        held = blocks[r]
+        point = held * bs + 1
+        while point <= total - 1:
+            step = next_dec + point - processed
+            blocks_due[step] = blocks_due.get(step, 0) + 1
+            held += 1
+            point += bs
+        blocks[r] = held  # freed at completion
+
+    t = 0.0
+    busy = False
+    t_end = 0.0
+    entries: list[tuple[int, int]] = []
+    entering: list[int] = []
+    still: list[int] = []
+    skipped_sorted: list[int] = []
+    batch_decodes = 0
+    batch_dec_index = -1
+    e = 0.0
+    while True:
+        if busy:
+            while tail < n and arr[tail] <= t_end:  # queued before the batch ends
+                tail += 1
+            # ---- the batch ends at t_end: stage end, then batch end ----
+            for r, q in entries:
+                exec_acc[r] = exec_acc[r] + e
+                last_end[r] = t_end
+                p = proc[r] + q
+                if p == pre[r]:
+                    p += 1
+                    if prefill_done[r] == 0:
+                        prefill_done[r] = t_end
+                    if p == pre[r] + dec[r]:
+                        done_at[r] = t_end
+                        exec_time[r] = exec_acc[r]
+                        preempt_time[r] = pre_acc[r]
+                        allocated -= blocks[r]
+                        holders -= 1
+                    else:
+                        proc[r] = p
+                        entering.append(r)
+                else:
+                    proc[r] = p
+                    still.append(r)
+            if batch_decodes:
+                processed_sum += batch_decodes
+                for r in completes_at.pop(batch_dec_index, ()):
+                    j0 = first_decode[r]
+                    done_at[r] = t_end
+                    exec_time[r] = reduce(add, dec_exec[j0 : batch_dec_index + 1], exec_acc[r])
+                    preempt_time[r] = reduce(
+                        add,
+                        dec_gap[j0 + 1 : batch_dec_index + 1],
+                        pre_acc[r] + (dec_sched[j0] - last_end[r]),
+                    )
+                    allocated -= blocks[r]
+                    holders -= 1
+                    num_dec -= 1
+                    processed_sum -= pre[r] + dec[r]
+            for r in entering:
+                enter_decode(r)
+            if sarathi:
+                prefilling = skipped_sorted + still
+            t = t_end
+            busy = False
+        else:
+            if tail >= n:
+                break
+            t = arr[tail]
+            tail += 1
+            while tail < n and arr[tail] == t:
+                tail += 1
+
+        # ---- form the next batch at time t ----
+        entries, entering, still, skipped_sorted = [], [], [], []
+        batch_decodes = 0
+        total_q = 0
+        if vllm:
+            while head < tail:
+                q = pre[head]
+                need = -(-q // bs)
+                if num_blocks - allocated - need < watermark:
+                    break
+                if total_q + q > max_batch_tokens or holders == cap or len(entries) == micro:
+                    break
+                allocated += need
+                blocks[head] = need
+                holders += 1
+                entries.append((head, q))
+                total_q += q
+                head += 1
+            if not entries and num_dec:
+                batch_decodes = num_dec
+        else:
+            batch_decodes = num_dec
+        if batch_decodes and not orca:
+            due = blocks_due.pop(next_dec, 0)
+            if num_blocks - allocated - due < 1:
+                raise NeedsVidurLoop(f"a decode batch at t={t} could run out of KV blocks")
+            allocated += due
+        total_q += batch_decodes
+        if sarathi:
+            skipped = []
+            for r in prefilling:
+                q = pre[r] - proc[r]
+                if q > chunk - total_q:
+                    q = chunk - total_q
+                if q <= 0:
+                    skipped.append(r)
+                    continue
+                total_q += q
+                entries.append((r, q))
+            skipped_sorted = sorted(skipped, key=arr.__getitem__) if len(skipped) > 1 else skipped
+            while head < tail:
+                if holders == cap or batch_decodes + len(entries) == micro:
+                    break
+                need = -(-pre[head] // bs)
+                if num_blocks - allocated - need < watermark:
+                    break
+                q = pre[head]
+                if q > chunk - total_q:
+                    q = chunk - total_q
+                if q <= 0:
+                    break
+                allocated += need
+                blocks[head] = need
+                holders += 1
+                total_q += q
+                entries.append((head, q))
+                head += 1
+        elif orca:
+            while head < tail and batch_decodes + len(entries) < micro:
+                if num_blocks - allocated < orca_blocks:
+                    break
+                allocated += orca_blocks
+                blocks[head] = orca_blocks
+                holders += 1
+                q = pre[head]
+                total_q += q
+                entries.append((head, q))
+                head += 1
+        if not entries and not batch_decodes:
+            if sarathi:
+                prefilling = skipped_sorted
+            continue  # idle until the next arrival
+
+        # ---- its shape, its time ----
+        ones = batch_decodes
+        ones_kv = processed_sum + batch_decodes
+        prefills: list[tuple[int, int]] = []
+        chunk_tokens = 0
+        for r, q in entries:
+            if q == 1:
+                ones += 1
+                ones_kv += proc[r] + 1
+            else:
+                kv = proc[r] + q
+                prefills.append(((kv + g - 1) // g * g, q))
+                chunk_tokens += q
+        mean_kv = 0
+        if ones:
+            mean_kv = int(ones_kv / ones)
+            mean_kv = (mean_kv + g - 1) // g * g
+        e = time_of(total_q, ones, mean_kv, tuple(prefills))
+        if jitter is not None:
+            e = e * jitter()
+        t_end = t + e
+        busy = True
+
+        # ---- schedule: first batch of a request, and the time it waited since its last ----
+        for r, _ in entries:
+            if not scheduled[r]:
+                scheduled[r] = True
+                sched_at[r] = t
+            if last_end[r] == 0:
+                pre_acc[r] = 0
+            else:
+                pre_acc[r] = pre_acc[r] + (t - last_end[r])
+        if batch_decodes:
+            batch_dec_index = next_dec
+            next_dec += 1
+            dec_exec.append(e)
+            dec_sched.append(t)
+            dec_gap.append(t - last_dec_end)
+            last_dec_end = t_end
+        out_size.append(batch_decodes + len(entries))
+        out_prefill.append(sum(q for _, q in entries if q != 1))
+        out_decode.append(batch_decodes)
+        out_time.append(t_end - t)
+
+    if head < n or num_dec or prefilling:
+        pending = (n - head) + num_dec + len(prefilling)
+        raise AssertionError(f"Simulation ended with {pending} pending requests")
+    return _result(
+        ids, arr, pre, dec, sched_at, prefill_done, done_at, exec_time, preempt_time,
+        first_batch_id, (out_size, out_prefill, out_decode, out_time), timer.predictions,
+    )  # fmt: skip
+
+
+def _result(
+    ids: list[int],
+    arr: list[float],
+    pre: list[int],
+    dec: list[int],
+    sched_at: list[float],
+    prefill_done: list[float],
+    done_at: list[float],
+    exec_time: list[float],
+    preempt_time: list[float],
+    first_batch_id: int,
+    steps: tuple[array, array, array, array],
+    predictions: int,
+) -> LoopResult:
+    """Vidur's expressions (MetricsStore._on_request_end) over the loop's records."""
+    arrived = np.asarray(arr)
+    done = np.asarray(done_at)
+    first = np.asarray(prefill_done, dtype=float)
+    decodes = np.asarray(dec, dtype=np.int64)
+    inter = np.full(len(arr), math.nan)
+    inter[1:] = arrived[1:] - arrived[:-1]
+    # a request that ran in one batch never added a wait: Vidur keeps its int 0
+    preempt: Any = np.asarray(preempt_time, dtype=float)
+    if not any(isinstance(x, float) for x in preempt_time):
+        preempt = preempt.astype(np.int64)
+    frame = pd.DataFrame(
+        {
+            VIDUR_ID: np.asarray(ids, dtype=np.int64),
+            "request_e2e_time": done - arrived,
+            "request_execution_time": np.asarray(exec_time, dtype=float),
+            "request_preemption_time": preempt,
+            "request_scheduling_delay": np.asarray(sched_at) - arrived,
+            "prefill_e2e_time": first - arrived,
+            "decode_time_execution_plus_preemption_normalized": (done - first) / decodes,
+            "request_num_prefill_tokens": np.asarray(pre, dtype=np.int64),
+            "request_num_decode_tokens": decodes,
+            "request_num_restarts": np.zeros(len(arr), dtype=np.int64),
+            "request_inter_arrival_delay": inter,
+        }
+    )
+    frame = frame.sort_values(VIDUR_ID, kind="stable").reset_index(drop=True)
+    size, prefill, decode, elapsed = steps
+    return LoopResult(
+        requests=frame,
+        batch_ids=np.arange(first_batch_id, first_batch_id + len(size), dtype=np.int64),
+        batch_size=np.frombuffer(size, dtype=np.int64),
+        batch_prefill_tokens=np.frombuffer(prefill, dtype=np.int64),
+        batch_decode_tokens=np.frombuffer(decode, dtype=np.int64),
+        batch_time_s=np.frombuffer(elapsed, dtype=np.float64),
+        predictions=predictions,
+    )
