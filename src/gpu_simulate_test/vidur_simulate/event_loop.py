@@ -51,7 +51,11 @@ SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
 
 
 class NeedsVidurLoop(Exception):
-    """The simulation reached a state this loop does not reproduce (KV-cache preemption)."""
+    """The simulation reached a state this loop does not reproduce."""
+
+
+class KvCacheExhausted(NeedsVidurLoop):
+    """A decode batch could find no free KV block: Vidur would preempt and restart requests."""
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,10 @@ def run_loop(
         if batch_decodes and not orca:
             due = blocks_due.pop(next_dec, 0)
             if num_blocks - allocated - due < 1:
-                raise NeedsVidurLoop(f"a decode batch at t={t} could run out of KV blocks")
+                raise KvCacheExhausted(
+                    f"at t={t:.6g} s, {num_dec} running requests need "
+                    f"{due} more KV blocks and {num_blocks - allocated} of {num_blocks} are free"
+                )
             allocated += due
         total_q += batch_decodes
         if sarathi:

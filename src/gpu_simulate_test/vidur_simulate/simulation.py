@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core import overhead
 from gpu_simulate_test.io.artifacts import atomic_open
 from gpu_simulate_test.vidur_simulate.contract import VIDUR_REQUEST_METRICS
@@ -135,20 +136,37 @@ def simulate(
     ``fast`` runs ours where it reproduces Vidur (else Vidur's, noted in the result); ``lean``
     gives Vidur's loop the stage's lean metrics store.
     """
-    from gpu_simulate_test.vidur_simulate.event_loop import NeedsVidurLoop, unsupported_reason
+    from gpu_simulate_test.vidur_simulate.event_loop import (
+        KvCacheExhausted,
+        NeedsVidurLoop,
+        unsupported_reason,
+    )
 
     if event_loop not in EVENT_LOOPS:
         raise ValueError(f"event_loop must be one of {EVENT_LOOPS}, got {event_loop!r}")
-    note = None
+    note, exhausted = None, None
     if event_loop == "fast":
         note = unsupported_reason(simulation_config)
         if note is None:
             try:
                 return _simulate_fast(simulation_config, engine_steps, backend, jitter)
             except NeedsVidurLoop as exc:
-                note = str(exc)
+                note = f"Vidur's loop ran: {exc}"
+                exhausted = exc if isinstance(exc, KvCacheExhausted) else None
+        else:
+            note = f"Vidur's loop ran: our loop does not simulate {note}"
         lean = True
-    result = _simulate_vidur(simulation_config, engine_steps, backend, jitter, lean)
+    try:
+        result = _simulate_vidur(simulation_config, engine_steps, backend, jitter, lean)
+    except AssertionError as exc:
+        if exhausted is None:
+            raise
+        raise ConfigError(
+            f"vidur.scheduler.num_blocks: the KV cache runs out ({exhausted}), so requests "
+            "would be preempted and restarted, which Vidur 0.0.26 fails to simulate (an "
+            "assertion in its Request); give the cache more blocks (vidur.scheduler.num_blocks, "
+            "0 sizes it from device memory) or lower vidur.scheduler.batch_size_cap"
+        ) from exc
     if note is None:
         return result
     return SimulationResult(**{**result.__dict__, "event_loop_note": note})
