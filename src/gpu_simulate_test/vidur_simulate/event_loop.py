@@ -36,9 +36,12 @@ from __future__ import annotations
 import math
 import operator
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
+from heapq import heappop, heappush
+from itertools import accumulate, repeat
 from types import SimpleNamespace
 from typing import Any
 
@@ -190,6 +193,9 @@ class BatchTimer:
                 num_kv_tokens=kv,
                 _total_num_q_tokens=total_q,
                 _total_num_q_tokens_rounded=(total_q + 7) // 8 * 8,
+                # what the predictor would derive from the lists above (it reads these first)
+                _decode_params=(num_decodes, decode_kv) if num_decodes else (0, 0),
+                _prefill_params=list(prefills),
             )
             value = float(self._base(shape, 0).total_time)
             if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
@@ -246,6 +252,7 @@ def run_loop(
     dec_exec, dec_gap, dec_sched = array("d"), array("d"), array("d")
     last_dec_end = 0.0
     completes_at: dict[int, list[int]] = {}
+    completion_heap: list[int] = []  # the keys of completes_at
     blocks_due: dict[int, int] = {}
 
     allocated = 0  # KV blocks
@@ -265,7 +272,12 @@ def run_loop(
         processed_sum += processed
         first_decode[r] = next_dec
         total = pre[r] + dec[r]
-        completes_at.setdefault(next_dec + dec[r] - 2, []).append(r)
+        done_index = next_dec + dec[r] - 2
+        if done_index in completes_at:
+            completes_at[done_index].append(r)
+        else:
+            completes_at[done_index] = [r]
+            heappush(completion_heap, done_index)
         if orca:
             return
         # a new block each time processed tokens pass a multiple of block_size
@@ -418,6 +430,75 @@ def run_loop(
                 prefilling = skipped_sorted
             continue  # idle until the next arrival
 
+        # ---- a run of decode-only batches that end without an event: in bulk ----
+        carried = -1.0  # the time of the batch the run stopped at, when it drew it
+        if batch_decodes and not entries and not prefilling:
+            while completion_heap[0] not in completes_at:  # drop indices already done
+                heappop(completion_heap)
+            done_index = completion_heap[0]
+            # an empty queue: the run stops at the batch an arrival lands in; a queue whose
+            # head cannot be admitted stays so (same decodes, blocks only taken) until then
+            next_arr = arr[tail] if head == tail and tail < n else math.inf
+            while next_dec < done_index:
+                # the decodes' mean KV size grows by one a batch: the prediction holds until
+                # it crosses a multiple of the granularity
+                mean = int((processed_sum + num_dec) / num_dec)
+                rounded = (mean + g - 1) // g * g
+                e0 = time_of(num_dec, num_dec, rounded, ())
+                length = min(rounded - mean + 1, done_index - next_dec)
+                if jitter is None:
+                    ends = list(accumulate(repeat(e0, length), initial=t))
+                    k = bisect_left(ends, next_arr, 1) - 1  # batches ending before the arrival
+                    first, last = next_dec + 1, next_dec + k
+                    due = sum(map(blocks_due.pop, range(first, last + 1), repeat(0, k)))
+                    if not orca and num_blocks - allocated - due < 1:
+                        raise KvCacheExhausted(
+                            f"by t={ends[k]:.6g} s, {num_dec} running requests need {due} more "
+                            f"KV blocks and {num_blocks - allocated} of {num_blocks} are free"
+                        )
+                    allocated += due
+                    if k:
+                        dec_exec.extend(repeat(e0, k))
+                        dec_sched.extend(ends[:k])
+                        dec_gap.append(t - last_dec_end)
+                        dec_gap.extend(repeat(0.0, k - 1))
+                        out_size.extend(repeat(num_dec, k))
+                        out_prefill.extend(repeat(0, k))
+                        out_decode.extend(repeat(num_dec, k))
+                        out_time.extend(map(operator.sub, ends[1 : k + 1], ends[:k]))
+                        processed_sum += num_dec * k
+                        next_dec += k
+                        t = last_dec_end = ends[k]
+                    if k < length:  # an arrival lands in the next batch
+                        carried = e0
+                        break
+                    continue
+                e = e0 * jitter()  # a draw per batch, as Vidur's predictor draws
+                t_end = t + e
+                if next_arr <= t_end:
+                    carried = e
+                    break
+                dec_exec.append(e)
+                dec_sched.append(t)
+                dec_gap.append(t - last_dec_end)
+                last_dec_end = t_end
+                out_size.append(num_dec)
+                out_prefill.append(0)
+                out_decode.append(num_dec)
+                out_time.append(t_end - t)
+                processed_sum += num_dec
+                next_dec += 1
+                t = t_end
+                if not orca:
+                    due = blocks_due.pop(next_dec, 0)
+                    if num_blocks - allocated - due < 1:
+                        raise KvCacheExhausted(
+                            f"at t={t:.6g} s, {num_dec} running requests need {due} more KV "
+                            f"blocks and {num_blocks - allocated} of {num_blocks} are free"
+                        )
+                    allocated += due
+            batch_decodes = num_dec
+
         # ---- its shape, its time ----
         ones = batch_decodes
         ones_kv = processed_sum + batch_decodes
@@ -435,9 +516,12 @@ def run_loop(
         if ones:
             mean_kv = int(ones_kv / ones)
             mean_kv = (mean_kv + g - 1) // g * g
-        e = time_of(total_q, ones, mean_kv, tuple(prefills))
-        if jitter is not None:
-            e = e * jitter()
+        if carried >= 0:
+            e = carried
+        else:
+            e = time_of(total_q, ones, mean_kv, tuple(prefills))
+            if jitter is not None:
+                e = e * jitter()
         t_end = t + e
         busy = True
 
@@ -458,7 +542,7 @@ def run_loop(
             dec_gap.append(t - last_dec_end)
             last_dec_end = t_end
         out_size.append(batch_decodes + len(entries))
-        out_prefill.append(sum(q for _, q in entries if q != 1))
+        out_prefill.append(chunk_tokens)
         out_decode.append(batch_decodes)
         out_time.append(t_end - t)
 
