@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.vidur_bundle_factory import write_synthetic_bundle
+from tests.vidur_bundle_factory import QWEN3_TINY, SyntheticRanges, write_synthetic_bundle
 
 from gpu_simulate_test.capacity.stage import run
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
@@ -33,7 +33,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         root = Path(tmp)
-        write_synthetic_bundle(root / "profiles")
+        # a bundle that covers the workload with the engine's block size (vLLM on CPU: 32),
+        # so the search reuses it instead of profiling first
+        ranges = SyntheticRanges(
+            max_num_tokens=QWEN3_TINY.max_position_embeddings,
+            max_kv_cache_size=QWEN3_TINY.max_position_embeddings,
+            block_size=32,
+        )
+        write_synthetic_bundle(root / "profiles", ranges=ranges)
         register_configs()
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             composed = compose(

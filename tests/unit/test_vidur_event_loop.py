@@ -231,3 +231,35 @@ def test_what_our_loop_does_not_simulate_runs_on_vidurs(
     assert (traced / "vidur" / "chrome_trace.json").is_file()
     for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG):
         assert (traced / name).read_bytes() == (fast / name).read_bytes(), name
+
+
+def test_dropping_old_decode_batches_and_the_step_log_change_no_number(
+    bundles: dict[bool, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long runs keep only the decode batches a running request was in (forced here every 8
+    batches), and ``vidur.step_log=false`` writes no per-batch log: the requests' numbers are
+    the same bytes either way."""
+    from gpu_simulate_test.vidur_simulate import event_loop
+
+    rng = np.random.default_rng(11)
+    n = 120
+    workload = write_workload_run(
+        tmp_path, "w", rng.integers(16, 300, n), rng.integers(1, 60, n), arrivals(rng, n, 150.0)
+    )
+    scheduler = knobs(SARATHI, 8, chunk_size=128)
+    whole = simulate(tmp_path, "whole", workload, bundles[False], scheduler, "fast", False)
+    monkeypatch.setattr(event_loop, "COMPACT_AT", 8)
+    cfg = VidurSimulateStageConfig(
+        model=QWEN3_TINY,
+        hardware=CPU,
+        vidur=VidurConfig(scheduler=scheduler, frontend_latency=False, step_log=False),
+        workload_dir=str(workload),
+        profiling_root=str(bundles[False]),
+        output=OutputConfig(root=str(tmp_path), run_id="trimmed"),
+        progress=False,
+    )
+    trimmed = simulate_run(cfg, {})
+    assert not (trimmed / layout.ENGINE_STEP_LOG).exists()
+    assert (whole / layout.ENGINE_STEP_LOG).is_file()
+    got = (trimmed / layout.REQUEST_METRICS).read_bytes()
+    assert got == (whole / layout.REQUEST_METRICS).read_bytes()

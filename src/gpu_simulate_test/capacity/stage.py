@@ -94,7 +94,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         sim_cfg = VidurSimulateStageConfig(
             model=inner.model,
             hardware=inner.hardware,
-            vidur=simulation_vidur(inner, decided.scheduler),
+            # each rate reads the request table alone: no per-batch log
+            vidur=dataclasses.replace(simulation_vidur(inner, decided.scheduler), step_log=False),
             workload_dir=str(workload_dir),
             profiling_root=inner.profiling_root,
             output=OutputConfig(root=str(r.file(contract.RUNS_DIR))),

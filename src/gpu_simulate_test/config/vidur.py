@@ -215,6 +215,10 @@ class VidurConfig:
     gives the same ``request_metrics.csv`` to the bit, many times faster (one replica, one
     stage; it hands over to Vidur's loop where it cannot follow, e.g. KV-cache preemption);
     ``vidur``: Vidur's own ``Simulator.run``."""
+    step_log: bool = True
+    """Write ``engine_step_log.csv``, one row per simulated batch (compare's step-level
+    comparison reads it). A million requests make tens of millions of rows: large runs, and the
+    capacity search's simulations, go without."""
     fast_path: bool = True
     """On Vidur's loop: record only what the stage reads instead of Vidur's full metrics store
     (the same ``request_metrics.csv`` to the bit, about a sixth less time); false keeps Vidur's

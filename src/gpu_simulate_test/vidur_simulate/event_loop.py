@@ -51,6 +51,8 @@ import pandas as pd
 from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
 
 SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
+COMPACT_AT = 1 << 20
+"""Decode batches kept before those no running request was in are dropped."""
 
 
 class NeedsVidurLoop(Exception):
@@ -147,6 +149,7 @@ class LoopResult:
 
     requests: pd.DataFrame
     """The rows of Vidur's ``request_metrics.csv`` the stage reads, by request id."""
+    num_batches: int
     batch_ids: np.ndarray
     batch_size: np.ndarray
     batch_prefill_tokens: np.ndarray
@@ -211,8 +214,10 @@ def run_loop(
     prefill_tokens: np.ndarray,
     decode_tokens: np.ndarray,
     first_batch_id: int = 0,
+    record_steps: bool = True,
 ) -> LoopResult:
-    """Simulate requests (row ``i`` is Vidur's request id ``i``) on one replica."""
+    """Simulate requests (row ``i`` is Vidur's request id ``i``) on one replica; with
+    ``record_steps`` false, batches are counted but their shapes not kept."""
     n = len(arrived_at)
     order = np.argsort(np.asarray(arrived_at, dtype=float), kind="stable")
     arr: list[float] = [float(x) for x in np.asarray(arrived_at, dtype=float)[order]]
@@ -249,7 +254,9 @@ def run_loop(
     num_dec = 0
     processed_sum = 0  # their processed tokens
     next_dec = 0  # index of the next batch they run in
+    # per decode batch from index dec_base on: its time, start and wait since the last one
     dec_exec, dec_gap, dec_sched = array("d"), array("d"), array("d")
+    dec_base = 0
     last_dec_end = 0.0
     completes_at: dict[int, list[int]] = {}
     completion_heap: list[int] = []  # the keys of completes_at
@@ -263,6 +270,7 @@ def run_loop(
 
     out_size, out_prefill, out_decode = array("q"), array("q"), array("q")
     out_time = array("d")
+    batches = 0
     add = operator.add
 
     def enter_decode(r: int) -> None:
@@ -330,10 +338,12 @@ def run_loop(
                 for r in completes_at.pop(batch_dec_index, ()):
                     j0 = first_decode[r]
                     done_at[r] = t_end
-                    exec_time[r] = reduce(add, dec_exec[j0 : batch_dec_index + 1], exec_acc[r])
+                    j0 -= dec_base
+                    jc = batch_dec_index - dec_base
+                    exec_time[r] = reduce(add, dec_exec[j0 : jc + 1], exec_acc[r])
                     preempt_time[r] = reduce(
                         add,
-                        dec_gap[j0 + 1 : batch_dec_index + 1],
+                        dec_gap[j0 + 1 : jc + 1],
                         pre_acc[r] + (dec_sched[j0] - last_end[r]),
                     )
                     allocated -= blocks[r]
@@ -462,10 +472,12 @@ def run_loop(
                         dec_sched.extend(ends[:k])
                         dec_gap.append(t - last_dec_end)
                         dec_gap.extend(repeat(0.0, k - 1))
-                        out_size.extend(repeat(num_dec, k))
-                        out_prefill.extend(repeat(0, k))
-                        out_decode.extend(repeat(num_dec, k))
-                        out_time.extend(map(operator.sub, ends[1 : k + 1], ends[:k]))
+                        batches += k
+                        if record_steps:
+                            out_size.extend(repeat(num_dec, k))
+                            out_prefill.extend(repeat(0, k))
+                            out_decode.extend(repeat(num_dec, k))
+                            out_time.extend(map(operator.sub, ends[1 : k + 1], ends[:k]))
                         processed_sum += num_dec * k
                         next_dec += k
                         t = last_dec_end = ends[k]
@@ -482,10 +494,12 @@ def run_loop(
                 dec_sched.append(t)
                 dec_gap.append(t - last_dec_end)
                 last_dec_end = t_end
-                out_size.append(num_dec)
-                out_prefill.append(0)
-                out_decode.append(num_dec)
-                out_time.append(t_end - t)
+                batches += 1
+                if record_steps:
+                    out_size.append(num_dec)
+                    out_prefill.append(0)
+                    out_decode.append(num_dec)
+                    out_time.append(t_end - t)
                 processed_sum += num_dec
                 next_dec += 1
                 t = t_end
@@ -541,17 +555,28 @@ def run_loop(
             dec_sched.append(t)
             dec_gap.append(t - last_dec_end)
             last_dec_end = t_end
-        out_size.append(batch_decodes + len(entries))
-        out_prefill.append(chunk_tokens)
-        out_decode.append(batch_decodes)
-        out_time.append(t_end - t)
+        batches += 1
+        if record_steps:
+            out_size.append(batch_decodes + len(entries))
+            out_prefill.append(chunk_tokens)
+            out_decode.append(batch_decodes)
+            out_time.append(t_end - t)
+        if len(dec_exec) > COMPACT_AT:  # drop the decode batches no running request was in
+            oldest = min(
+                (first_decode[r] for waiting in completes_at.values() for r in waiting),
+                default=next_dec,
+            )
+            del dec_exec[: oldest - dec_base], dec_sched[: oldest - dec_base]
+            del dec_gap[: oldest - dec_base]
+            dec_base = oldest
 
     if head < n or num_dec or prefilling:
         pending = (n - head) + num_dec + len(prefilling)
         raise AssertionError(f"Simulation ended with {pending} pending requests")
     return _result(
         ids, arr, pre, dec, sched_at, prefill_done, done_at, exec_time, preempt_time,
-        first_batch_id, (out_size, out_prefill, out_decode, out_time), timer.predictions,
+        first_batch_id, batches, (out_size, out_prefill, out_decode, out_time),
+        timer.predictions,
     )  # fmt: skip
 
 
@@ -566,6 +591,7 @@ def _result(
     exec_time: list[float],
     preempt_time: list[float],
     first_batch_id: int,
+    batches: int,
     steps: tuple[array, array, array, array],
     predictions: int,
 ) -> LoopResult:
@@ -599,6 +625,7 @@ def _result(
     size, prefill, decode, elapsed = steps
     return LoopResult(
         requests=frame,
+        num_batches=batches,
         batch_ids=np.arange(first_batch_id, first_batch_id + len(size), dtype=np.int64),
         batch_size=np.frombuffer(size, dtype=np.int64),
         batch_prefill_tokens=np.frombuffer(prefill, dtype=np.int64),

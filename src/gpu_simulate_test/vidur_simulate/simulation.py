@@ -127,6 +127,7 @@ def simulate(
     jitter: overhead.StepJitter | None = None,
     lean: bool = False,
     event_loop: str = "vidur",
+    steps: bool = True,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
@@ -134,7 +135,8 @@ def simulate(
     fitted against this predictor and added to every batch before the event loop starts; with
     ``jitter`` too, every batch's time is multiplied by a seeded draw from it. ``event_loop``
     ``fast`` runs ours where it reproduces Vidur (else Vidur's, noted in the result); ``lean``
-    gives Vidur's loop the stage's lean metrics store.
+    gives Vidur's loop the stage's lean metrics store. ``steps`` false leaves the result's
+    ``steps`` (one row per batch) out.
     """
     from gpu_simulate_test.vidur_simulate.event_loop import (
         KvCacheExhausted,
@@ -149,7 +151,7 @@ def simulate(
         note = unsupported_reason(simulation_config)
         if note is None:
             try:
-                return _simulate_fast(simulation_config, engine_steps, backend, jitter)
+                return _simulate_fast(simulation_config, engine_steps, backend, jitter, steps)
             except NeedsVidurLoop as exc:
                 note = f"Vidur's loop ran: {exc}"
                 exhausted = exc if isinstance(exc, KvCacheExhausted) else None
@@ -157,7 +159,7 @@ def simulate(
             note = f"Vidur's loop ran: our loop does not simulate {note}"
         lean = True
     try:
-        result = _simulate_vidur(simulation_config, engine_steps, backend, jitter, lean)
+        result = _simulate_vidur(simulation_config, engine_steps, backend, jitter, lean, steps)
     except AssertionError as exc:
         if exhausted is None:
             raise
@@ -178,6 +180,7 @@ def _simulate_vidur(
     backend: str,
     jitter: overhead.StepJitter | None,
     lean: bool,
+    steps: bool,
 ) -> SimulationResult:
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
@@ -213,7 +216,7 @@ def _simulate_vidur(
         predictor_cache_hit=bool(predictor.cache_hit),
         engine_overhead=report,
         engine_overhead_fit=table,
-        steps=batch_steps(simulator.metric_store),
+        steps=batch_steps(simulator.metric_store) if steps else None,
     )
 
 
@@ -251,6 +254,7 @@ def _simulate_fast(
     engine_steps: pd.DataFrame | None,
     backend: str,
     jitter: overhead.StepJitter | None,
+    steps: bool,
 ) -> SimulationResult:
     from vidur.entities import Batch
     from vidur.request_generator.trace_replay_request_generator import (
@@ -284,8 +288,9 @@ def _simulate_fast(
         trace["PromptTokenCount"].to_numpy(),
         trace["CompletionTokenCount"].to_numpy(),
         first_batch_id=Batch._id + 1,
+        record_steps=steps,
     )
-    Batch._id += len(loop.batch_ids)  # as if Vidur had numbered them
+    Batch._id += loop.num_batches  # as if Vidur had numbered them
     done = time.perf_counter()
     out_dir = Path(simulation_config.metrics_config.output_dir)
     with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
@@ -303,6 +308,8 @@ def _simulate_fast(
             loop.batch_prefill_tokens,
             loop.batch_decode_tokens,
             loop.batch_time_s,
-        ),
+        )
+        if steps
+        else None,
         event_loop="fast",
     )

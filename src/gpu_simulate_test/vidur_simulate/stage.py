@@ -350,6 +350,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             inputs.step_jitter,
             lean=cfg.vidur.fast_path,
             event_loop=cfg.vidur.event_loop if cfg.vidur.fast_path else "vidur",
+            steps=cfg.vidur.step_log,
         )
         if not grows:
             break
