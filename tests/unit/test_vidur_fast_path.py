@@ -1,4 +1,4 @@
-"""The fast path (``vidur.fast_path``) gives the same results as Vidur's own metrics store: the
+"""On Vidur's loop, the lean store (``vidur.fast_path``) gives the same results as Vidur's own: the
 stage's ``request_metrics.csv`` and ``engine_step_log.csv`` byte for byte, on several workloads
 and all three schedulers, from a light load to a burst far above capacity. (Vidur 0.0.26 itself
 fails an assertion in ``Request.on_batch_stage_end`` once requests are preempted for lack of KV
@@ -71,6 +71,7 @@ def test_fast_path_matches_vidurs_own_store(bundle_root: Path, tmp_path: Path, c
                 scheduler=knobs,
                 predictor=VidurPredictorConfig(num_training_job_threads=1),
                 fast_path=fast,
+                event_loop="vidur",  # LeanMetrics serves Vidur's loop (ours records its own)
             ),
             workload_dir=str(workload),
             profiling_root=str(bundle_root / "profiles"),
