@@ -3,7 +3,7 @@
 Both start from the same clean slate (Vidur's entity ids and seeds reset), build the same
 predictor, fit the same engine overhead and write the same ``request_metrics.csv``. Vidur's loop
 (``vidur.event_loop=vidur``) is the reference; ours is chosen by default and hands over to Vidur's
-whenever it cannot reproduce a simulation (:func:`event_loop.unsupported_reason`, or KV-cache
+whenever it cannot reproduce a simulation (:func:`loop_setup.unsupported_reason`, or KV-cache
 preemption found on the way), which the result records.
 """
 
@@ -138,7 +138,7 @@ def simulate(
     gives Vidur's loop the stage's lean metrics store. ``steps`` false leaves the result's
     ``steps`` (one row per batch) out.
     """
-    from gpu_simulate_test.vidur_simulate.event_loop import (
+    from gpu_simulate_test.vidur_simulate.loop_setup import (
         KvCacheExhausted,
         NeedsVidurLoop,
         unsupported_reason,
@@ -262,11 +262,8 @@ def _simulate_fast(
     )
     from vidur.utils.random import set_seeds
 
-    from gpu_simulate_test.vidur_simulate.event_loop import (
-        BatchTimer,
-        params_from_scheduler,
-        run_loop,
-    )
+    from gpu_simulate_test.vidur_simulate.event_loop import run_loop
+    from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, params_from_scheduler
     from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
 
     reset_entity_ids()
