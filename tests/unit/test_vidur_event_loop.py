@@ -51,6 +51,9 @@ CASES = {
     "sarathi-overhead": (knobs(SARATHI, 8, chunk_size=128), 120, 100.0, (16, 300), (1, 30), True),
     "vllm": (knobs(VLLM, 16, max_tokens_in_batch=512), 120, 100.0, (16, 300), (1, 32), False),
     "vllm-overhead": (knobs(VLLM, 8, max_tokens_in_batch=512), 80, 50.0, (16, 300), (1, 32), True),
+    # one-token prompts: a prefill Vidur's predictor times as a decode, in a batch of its own
+    "vllm-short-prompts": (knobs(VLLM, 4, max_tokens_in_batch=256), 60, 400.0, (1, 12), (1, 200),
+                           False),
     "orca-cap1": (knobs(ORCA, 1), 40, 20.0, (8, 128), (1, 24), False),
     "orca-cap8": (knobs(ORCA, 8), 60, 50.0, (8, 128), (1, 24), False),
 }  # fmt: skip
@@ -87,9 +90,10 @@ def simulate(
             engine_overhead="hf_cb" if overhead else "none",
             step_jitter=overhead,
             frontend_latency=False,
-            # the reference: Vidur's loop with Vidur's own metrics store
-            fast_path=loop == "fast",
-            event_loop=loop,
+            # the reference: Vidur's loop with Vidur's own metrics store (its lean one for
+            # "vidur-lean")
+            fast_path=loop != "vidur",
+            event_loop="fast" if loop == "fast" else "vidur",
         ),
         workload_dir=str(workload),
         profiling_root=str(profiles),
@@ -263,3 +267,41 @@ def test_dropping_old_decode_batches_and_the_step_log_change_no_number(
     assert (whole / layout.ENGINE_STEP_LOG).is_file()
     got = (trimmed / layout.REQUEST_METRICS).read_bytes()
     assert got == (whole / layout.REQUEST_METRICS).read_bytes()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_configs_give_the_same_batches(
+    bundles: dict[bool, Path], tmp_path: Path, seed: int
+) -> None:
+    """Random scheduler, cap, budget, lengths and load (sometimes arrivals in groups): our loop
+    and Vidur's (with the lean store, byte-identical to its own: test_vidur_fast_path.py) give
+    the same request rows and the same batches."""
+    rng = np.random.default_rng(100 + seed)
+    name = [SARATHI, VLLM, ORCA][seed % 3]
+    cap = int(rng.choice([1, 2, 4, 8, 16, 32]))
+    scheduler = knobs(
+        name,
+        cap,
+        chunk_size=int(rng.choice([16, 32, 64, 100, 256])),
+        max_tokens_in_batch=int(rng.choice([256, 512, 2048])),
+    )
+    n = int(rng.integers(30, 90))
+    qps = float(10 ** rng.uniform(0.5, 4.5))
+    times = arrivals(rng, n, qps)
+    if seed % 4 == 3:  # arrivals in groups at one instant
+        times = np.round(times, 1)
+    top = int(rng.integers(20, 250))
+    workload = write_workload_run(
+        tmp_path, "w", rng.integers(1, 250, n), rng.integers(1, top, n), times
+    )
+    overhead = seed % 4 == 1
+    runs = {
+        loop: simulate(tmp_path, loop, workload, bundles[overhead], scheduler, loop, overhead)
+        for loop in ("vidur-lean", "fast")
+    }
+    assert_same_outputs(runs["vidur-lean"], runs["fast"], f"seed {seed}: {scheduler}")
+
+
+def test_an_unknown_event_loop_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"vidur\.event_loop"):
+        VidurConfig(event_loop="faster")

@@ -383,7 +383,7 @@ def run_loop(
 
         # ---- its shape, its time ----
         ones = batch_decodes
-        ones_kv = processed_sum + batch_decodes
+        ones_kv = processed_sum + batch_decodes if batch_decodes else 0  # vllm: not in prefills
         prefills: list[tuple[int, int]] = []
         chunk_tokens = 0
         for r, q in entries:
