@@ -71,8 +71,6 @@ class LoopResult:
     batch_prefill_tokens: np.ndarray
     batch_decode_tokens: np.ndarray
     batch_time_s: np.ndarray
-    predictions: int
-    """Distinct batch shapes the predictor was asked about (the rest came from the memo)."""
 
 
 def run_loop(
@@ -204,9 +202,8 @@ def run_loop(
             if batch_decodes:
                 processed_sum += batch_decodes
                 for r in completes_at.pop(batch_dec_index, ()):
-                    j0 = first_decode[r]
                     done_at[r] = t_end
-                    j0 -= dec_base
+                    j0 = first_decode[r] - dec_base
                     jc = batch_dec_index - dec_base
                     exec_time[r] = reduce(add, dec_exec[j0 : jc + 1], exec_acc[r])
                     preempt_time[r] = reduce(
@@ -257,10 +254,7 @@ def run_loop(
         if batch_decodes and not orca:
             due = blocks_due.pop(next_dec, 0)
             if num_blocks - allocated - due < 1:
-                raise KvCacheExhausted(
-                    f"at t={t:.6g} s, {num_dec} running requests need "
-                    f"{due} more KV blocks and {num_blocks - allocated} of {num_blocks} are free"
-                )
+                raise KvCacheExhausted(t, num_dec, due, num_blocks - allocated, num_blocks)
             allocated += due
         total_q += batch_decodes
         if sarathi:
@@ -330,10 +324,8 @@ def run_loop(
                     first, last = next_dec + 1, next_dec + k
                     due = sum(map(blocks_due.pop, range(first, last + 1), repeat(0, k)))
                     if not orca and num_blocks - allocated - due < 1:
-                        raise KvCacheExhausted(
-                            f"by t={ends[k]:.6g} s, {num_dec} running requests need {due} more "
-                            f"KV blocks and {num_blocks - allocated} of {num_blocks} are free"
-                        )
+                        free = num_blocks - allocated
+                        raise KvCacheExhausted(ends[k], num_dec, due, free, num_blocks)
                     allocated += due
                     if k:
                         dec_exec.extend(repeat(e0, k))
@@ -374,10 +366,8 @@ def run_loop(
                 if not orca:
                     due = blocks_due.pop(next_dec, 0)
                     if num_blocks - allocated - due < 1:
-                        raise KvCacheExhausted(
-                            f"at t={t:.6g} s, {num_dec} running requests need {due} more KV "
-                            f"blocks and {num_blocks - allocated} of {num_blocks} are free"
-                        )
+                        free = num_blocks - allocated
+                        raise KvCacheExhausted(t, num_dec, due, free, num_blocks)
                     allocated += due
             batch_decodes = num_dec
 
@@ -444,7 +434,6 @@ def run_loop(
     return _result(
         ids, arr, pre, dec, sched_at, prefill_done, done_at, exec_time, preempt_time,
         first_batch_id, batches, (out_size, out_prefill, out_decode, out_time),
-        timer.predictions,
     )  # fmt: skip
 
 
@@ -461,7 +450,6 @@ def _result(
     first_batch_id: int,
     batches: int,
     steps: tuple[array, array, array, array],
-    predictions: int,
 ) -> LoopResult:
     """Vidur's expressions (MetricsStore._on_request_end) over the loop's records."""
     arrived = np.asarray(arr)
@@ -499,5 +487,4 @@ def _result(
         batch_prefill_tokens=np.frombuffer(prefill, dtype=np.int64),
         batch_decode_tokens=np.frombuffer(decode, dtype=np.int64),
         batch_time_s=np.frombuffer(elapsed, dtype=np.float64),
-        predictions=predictions,
     )

@@ -18,6 +18,12 @@ class NeedsVidurLoop(Exception):
 class KvCacheExhausted(NeedsVidurLoop):
     """A decode batch could find no free KV block: Vidur would preempt and restart requests."""
 
+    def __init__(self, t: float, running: int, due: int, free: int, num_blocks: int) -> None:
+        super().__init__(
+            f"at t={t:.6g} s, {running} running requests need {due} more KV blocks and "
+            f"{free} of {num_blocks} are free"
+        )
+
 
 @dataclass(frozen=True)
 class LoopParams:
@@ -107,7 +113,6 @@ class BatchTimer:
 
         if not isinstance(predictor, LocalRFExecutionTimePredictor):
             raise TypeError(f"no fast event loop for predictor {type(predictor).__name__}")
-        self._predictor = predictor
         self._base = super(LocalRFExecutionTimePredictor, predictor).get_execution_time
         self.granularity = int(predictor._config.kv_cache_prediction_granularity)
         self.overhead = predictor.step_overhead
@@ -115,10 +120,6 @@ class BatchTimer:
             predictor.step_jitter if self.overhead is not None else None
         )
         self._memo: dict[tuple[Any, ...], float] = {}
-
-    @property
-    def predictions(self) -> int:
-        return len(self._memo)
 
     def time(
         self, total_q: int, num_decodes: int, decode_kv: int, prefills: tuple[tuple[int, int], ...]
@@ -137,7 +138,7 @@ class BatchTimer:
                 _total_num_q_tokens=total_q,
                 _total_num_q_tokens_rounded=(total_q + 7) // 8 * 8,
                 # what the predictor would derive from the lists above (it reads these first)
-                _decode_params=(num_decodes, decode_kv) if num_decodes else (0, 0),
+                _decode_params=(num_decodes, decode_kv),  # (0, 0) without decodes
                 _prefill_params=list(prefills),
             )
             value = float(self._base(shape, 0).total_time)

@@ -10,7 +10,7 @@ preemption found on the way), which the result records.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,24 @@ def _store_series(metric_store: Any) -> tuple[dict[int, float], ...]:
     )
 
 
+def _clean_slate(seed: int) -> float:
+    """Rewind Vidur's entity ids and seed its random generators; returns the start time."""
+    from vidur.utils.random import set_seeds
+
+    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
+
+    reset_entity_ids()
+    set_seeds(seed)
+    return time.perf_counter()
+
+
+def _write_raw(out_dir: Path, requests: pd.DataFrame) -> pd.DataFrame:
+    """Vidur's ``request_metrics.csv`` from the rows a lean store or our loop recorded."""
+    with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
+        requests.to_csv(handle, index=False, lineterminator="\n")
+    return requests
+
+
 def _attach_overhead(
     predictor: Any,
     seed: int,
@@ -171,7 +189,7 @@ def simulate(
         ) from exc
     if note is None:
         return result
-    return SimulationResult(**{**result.__dict__, "event_loop_note": note})
+    return replace(result, event_loop_note=note)
 
 
 def _simulate_vidur(
@@ -183,13 +201,8 @@ def _simulate_vidur(
     steps: bool,
 ) -> SimulationResult:
     from vidur.simulator import Simulator
-    from vidur.utils.random import set_seeds
 
-    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
-
-    reset_entity_ids()
-    set_seeds(simulation_config.seed)
-    start = time.perf_counter()
+    start = _clean_slate(simulation_config.seed)
     simulator = Simulator(simulation_config)  # trains or loads the predictor
     # the global scheduler builds one predictor and hands it to every replica scheduler
     replica_scheduler = next(iter(simulator.scheduler._replica_schedulers.values()))
@@ -204,9 +217,7 @@ def _simulate_vidur(
     done = time.perf_counter()
     out_dir = Path(simulation_config.metrics_config.output_dir)
     if isinstance(simulator.metric_store, LeanMetrics):
-        raw = simulator.metric_store.request_frame()
-        with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
-            raw.to_csv(handle, index=False, lineterminator="\n")
+        raw = _write_raw(out_dir, simulator.metric_store.request_frame())
     else:
         raw = pd.read_csv(out_dir / VIDUR_REQUEST_METRICS)
     return SimulationResult(
@@ -260,15 +271,11 @@ def _simulate_fast(
     from vidur.request_generator.trace_replay_request_generator import (
         TraceReplayRequestGenerator,
     )
-    from vidur.utils.random import set_seeds
 
     from gpu_simulate_test.vidur_simulate.event_loop import run_loop
     from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, params_from_scheduler
-    from gpu_simulate_test.vidur_simulate.registration import reset_entity_ids
 
-    reset_entity_ids()
-    set_seeds(simulation_config.seed)
-    start = time.perf_counter()
+    start = _clean_slate(simulation_config.seed)
     predictor, replica_scheduler = build_predictor(simulation_config)  # trains or loads
     params = params_from_scheduler(replica_scheduler)
     report, table = _attach_overhead(
@@ -290,10 +297,8 @@ def _simulate_fast(
     Batch._id += loop.num_batches  # as if Vidur had numbered them
     done = time.perf_counter()
     out_dir = Path(simulation_config.metrics_config.output_dir)
-    with atomic_open(out_dir / VIDUR_REQUEST_METRICS) as handle:
-        loop.requests.to_csv(handle, index=False, lineterminator="\n")
     return SimulationResult(
-        raw_metrics=loop.requests,
+        raw_metrics=_write_raw(out_dir, loop.requests),
         predictor_setup_s=built - start,
         simulation_s=done - built,
         predictor_cache_hit=bool(predictor.cache_hit),
