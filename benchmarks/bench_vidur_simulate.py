@@ -19,10 +19,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
+from tests.vidur_bundle_factory import CPU, QWEN3_TINY, write_synthetic_bundle
 
 from gpu_simulate_test.config.schema import (
-    HardwareConfig,
     LengthDistConfig,
     OutputConfig,
     WorkloadConfig,
@@ -42,9 +41,6 @@ TARGET_OVERHEAD = 0.05
 SMALL = 2000
 WARMUP_REQUESTS = 200
 """Same length ranges, so the same bucketed prediction tables: it fills the cache cheaply."""
-CPU = HardwareConfig(
-    name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=24.0
-)
 
 
 def make_workload(root: Path, n: int, qps: float) -> Path:

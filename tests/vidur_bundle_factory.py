@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.presets import model_preset
-from gpu_simulate_test.config.schema import ModelConfig
+from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.core.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
@@ -30,6 +30,10 @@ from gpu_simulate_test.io.artifacts import write_csv, write_json
 
 QWEN3_TINY = model_preset("qwen3_tiny")
 QWEN3_0_6B = model_preset("qwen3_0_6b")
+CPU = HardwareConfig(
+    name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=24.0
+)
+"""A small CPU for simulations from the synthetic bundles written for ``hardware="cpu"``."""
 
 
 @dataclass(frozen=True)

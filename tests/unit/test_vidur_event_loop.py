@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.config.schema import ConfigError, HardwareConfig, OutputConfig
+from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import (
     VidurConfig,
     VidurPredictorConfig,
@@ -26,13 +27,10 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_csv, write_json
 from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 from tests.unit.test_engine_overhead import steps
-from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle, write_workload_run
+from tests.vidur_bundle_factory import CPU, QWEN3_TINY, write_synthetic_bundle, write_workload_run
 
 pytestmark = pytest.mark.slow
 
-CPU = HardwareConfig(
-    name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=24.0
-)
 SARATHI, VLLM, ORCA = "sarathi", "vllm", "orca"
 
 
@@ -79,8 +77,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
 
 def simulate(
     root: Path, run_id: str, workload: Path, profiles: Path, scheduler: VidurSchedulerConfig,
-    loop: str, overhead: bool,
+    loop: str, overhead: bool, **vidur: Any,
 ) -> Path:  # fmt: skip
+    """The stage on ``loop`` (``fast``, ``vidur``, or ``vidur-lean``: Vidur's loop with the
+    lean store); ``vidur`` holds further ``VidurConfig`` fields."""
     cfg = VidurSimulateStageConfig(
         model=QWEN3_TINY,
         hardware=CPU,
@@ -94,6 +94,7 @@ def simulate(
             # "vidur-lean")
             fast_path=loop != "vidur",
             event_loop="fast" if loop == "fast" else "vidur",
+            **vidur,
         ),
         workload_dir=str(workload),
         profiling_root=str(profiles),
@@ -114,6 +115,18 @@ def assert_same_outputs(reference: Path, fast: Path, label: str) -> None:
         assert (fast / name).read_bytes() == (reference / name).read_bytes(), (label, name)
 
 
+def on_both_loops(
+    root: Path, label: str, workload: Path, profiles: Path, scheduler: VidurSchedulerConfig,
+    overhead: bool = False, reference: str = "vidur",
+) -> Path:  # fmt: skip
+    """Simulate on ``reference`` (Vidur's loop) and on ours, check they wrote the same bytes;
+    returns our run."""
+    ref = simulate(root, f"{label}-{reference}", workload, profiles, scheduler, reference, overhead)
+    fast = simulate(root, f"{label}-fast", workload, profiles, scheduler, "fast", overhead)
+    assert_same_outputs(ref, fast, label)
+    return fast
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_event_loop_matches_vidurs_loop(
     bundles: dict[bool, Path], tmp_path: Path, case: str
@@ -127,13 +140,9 @@ def test_event_loop_matches_vidurs_loop(
         rng.integers(output[0], output[1] + 1, n),
         arrivals(rng, n, qps),
     )
-    runs = {
-        loop: simulate(tmp_path, loop, workload, bundles[overhead], scheduler, loop, overhead)
-        for loop in ("vidur", "fast")
-    }
-    assert_same_outputs(runs["vidur"], runs["fast"], case)
-    assert (runs["fast"] / layout.REQUEST_METRICS).read_text().count("\n") == n + 1
-    steps_log = (runs["fast"] / layout.ENGINE_STEP_LOG).read_text().count("\n") - 1
+    fast = on_both_loops(tmp_path, case, workload, bundles[overhead], scheduler, overhead)
+    assert (fast / layout.REQUEST_METRICS).read_text().count("\n") == n + 1
+    steps_log = (fast / layout.ENGINE_STEP_LOG).read_text().count("\n") - 1
     assert steps_log >= max(output[1] // 2, 2)  # a real simulation, batch by batch
 
 
@@ -149,14 +158,7 @@ def test_arrivals_at_the_same_instant_queue_before_the_next_batch(
         tmp_path, "w", rng.integers(8, 200, n), rng.integers(1, 20, n), instants
     )
     for scheduler in (knobs(SARATHI, 8, chunk_size=64), knobs(VLLM, 8), knobs(ORCA, 4)):
-        runs = {
-            loop: simulate(
-                tmp_path, f"{scheduler.name}-{loop}", workload, bundles[False], scheduler, loop,
-                False,
-            )
-            for loop in ("vidur", "fast")
-        }  # fmt: skip
-        assert_same_outputs(runs["vidur"], runs["fast"], scheduler.name)
+        on_both_loops(tmp_path, scheduler.name, workload, bundles[False], scheduler)
 
 
 def test_a_small_kv_cache_holds_admissions_back_the_same_way(
@@ -174,19 +176,12 @@ def test_a_small_kv_cache_holds_admissions_back_the_same_way(
         knobs(SARATHI, 32, chunk_size=512, num_blocks=100),
         knobs(VLLM, 32, max_tokens_in_batch=512, num_blocks=100),
     ):
-        runs = {
-            loop: simulate(
-                tmp_path, f"{scheduler.name}-{loop}", workload, bundles[False], scheduler, loop,
-                False,
-            )
-            for loop in ("vidur", "fast")
-        }  # fmt: skip
-        assert_same_outputs(runs["vidur"], runs["fast"], scheduler.name)
+        fast = on_both_loops(tmp_path, scheduler.name, workload, bundles[False], scheduler)
         roomy = replace(scheduler, num_blocks=0)
         big = simulate(
             tmp_path, f"{scheduler.name}-big", workload, bundles[False], roomy, "fast", False
         )
-        held = pd.read_csv(runs["fast"] / layout.REQUEST_METRICS)["ttft_s"]
+        held = pd.read_csv(fast / layout.REQUEST_METRICS)["ttft_s"]
         free = pd.read_csv(big / layout.REQUEST_METRICS)["ttft_s"]
         assert held.quantile(0.9) > 1.03 * free.quantile(0.9)  # the cache did bind
 
@@ -219,16 +214,9 @@ def test_what_our_loop_does_not_simulate_runs_on_vidurs(
     )
     scheduler = knobs(SARATHI, 8, chunk_size=128)
     fast = simulate(tmp_path, "fast", workload, bundles[False], scheduler, "fast", False)
-    cfg = VidurSimulateStageConfig(
-        model=QWEN3_TINY,
-        hardware=CPU,
-        vidur=VidurConfig(scheduler=scheduler, chrome_trace=True, frontend_latency=False),
-        workload_dir=str(workload),
-        profiling_root=str(bundles[False]),
-        output=OutputConfig(root=str(tmp_path), run_id="traced"),
-        progress=False,
+    traced = simulate(
+        tmp_path, "traced", workload, bundles[False], scheduler, "fast", False, chrome_trace=True
     )
-    traced = simulate_run(cfg, {})
     meta = read_json(traced / layout.RUN_META)
     assert meta["event_loop"] == "vidur"
     assert "chrome trace" in meta["event_loop_note"]
@@ -253,16 +241,9 @@ def test_dropping_old_decode_batches_and_the_step_log_change_no_number(
     scheduler = knobs(SARATHI, 8, chunk_size=128)
     whole = simulate(tmp_path, "whole", workload, bundles[False], scheduler, "fast", False)
     monkeypatch.setattr(event_loop, "COMPACT_AT", 8)
-    cfg = VidurSimulateStageConfig(
-        model=QWEN3_TINY,
-        hardware=CPU,
-        vidur=VidurConfig(scheduler=scheduler, frontend_latency=False, step_log=False),
-        workload_dir=str(workload),
-        profiling_root=str(bundles[False]),
-        output=OutputConfig(root=str(tmp_path), run_id="trimmed"),
-        progress=False,
+    trimmed = simulate(
+        tmp_path, "trimmed", workload, bundles[False], scheduler, "fast", False, step_log=False
     )
-    trimmed = simulate_run(cfg, {})
     assert not (trimmed / layout.ENGINE_STEP_LOG).exists()
     assert (whole / layout.ENGINE_STEP_LOG).is_file()
     got = (trimmed / layout.REQUEST_METRICS).read_bytes()
@@ -295,11 +276,8 @@ def test_random_configs_give_the_same_batches(
         tmp_path, "w", rng.integers(1, 250, n), rng.integers(1, top, n), times
     )
     overhead = seed % 4 == 1
-    runs = {
-        loop: simulate(tmp_path, loop, workload, bundles[overhead], scheduler, loop, overhead)
-        for loop in ("vidur-lean", "fast")
-    }
-    assert_same_outputs(runs["vidur-lean"], runs["fast"], f"seed {seed}: {scheduler}")
+    label = f"seed{seed}"
+    on_both_loops(tmp_path, label, workload, bundles[overhead], scheduler, overhead, "vidur-lean")
 
 
 def test_an_unknown_event_loop_is_refused() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_simulate_test.config.schema import HardwareConfig, OutputConfig
+from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import (
     VidurConfig,
     VidurPredictorConfig,
@@ -21,13 +21,10 @@ from gpu_simulate_test.config.vidur import (
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
-from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle, write_workload_run
+from tests.vidur_bundle_factory import CPU, QWEN3_TINY, write_synthetic_bundle, write_workload_run
 
 pytestmark = pytest.mark.slow
 
-CPU = HardwareConfig(
-    name="cpu", device="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=24.0
-)
 CASES = {
     # name: (scheduler knobs, requests, rate, prompt range, output range)
     "sarathi-busy": (VidurSchedulerConfig(name="sarathi", batch_size_cap=8, chunk_size=128),
