@@ -32,13 +32,13 @@ from hydra import compose, initialize_config_dir
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.schema import OutputConfig
-from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.reporting import console, print_table
-from gpu_simulate_test.fidelity.stage import one_server, scheduler_needs
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
-from gpu_simulate_test.pipeline.stage import profile_config, simulation_vidur, stage_configs
+from gpu_simulate_test.orchestrate.configs import at_run, simulate_config
+from gpu_simulate_test.orchestrate.profiling import profile_config, profile_plan
+from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.steps import make_workload
 
 TARGET = 0.10
 METRICS = ("ttft", "tpot", "e2e")
@@ -70,10 +70,9 @@ def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path
     the wall time."""
     from gpu_simulate_test.vidur_profile.stage import run as profile_run
 
-    cfg = dataclasses.replace(cfg, profiling_root=str(root))
-    scheduler, needs = scheduler_needs(cfg, workload_dir)
-    out = OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=True)
-    profile_cfg = profile_config(cfg, scheduler, needs, workload_dir, out, True)
+    cfg = dataclasses.replace(at_run(cfg, run_id), profiling_root=str(root), progress=True)
+    decided = profile_plan(cfg, workload_dir)
+    profile_cfg = profile_config(cfg, decided.scheduler, decided.needs, workload_dir)
     started = time.perf_counter()
     bundle = profile_run(profile_cfg, dataclasses.asdict(profile_cfg))
     return bundle, time.perf_counter() - started
@@ -83,16 +82,9 @@ def simulate(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> dict[str,
     """Simulate the workload with the bundle under ``root``; the summary's percentiles (s)."""
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
-    scheduler, _ = scheduler_needs(cfg, workload_dir)
-    sim_cfg = VidurSimulateStageConfig(
-        model=cfg.model,
-        hardware=cfg.hardware,
-        vidur=simulation_vidur(cfg, scheduler),
-        workload_dir=str(workload_dir),
-        profiling_root=str(root),
-        output=OutputConfig(root=cfg.output.root, run_id=run_id, overwrite=True),
-        progress=False,
-    )
+    cfg = dataclasses.replace(at_run(cfg, run_id, overwrite=True), profiling_root=str(root))
+    decided = profile_plan(cfg, workload_dir)
+    sim_cfg = simulate_config(cfg, decided.scheduler, workload_dir)
     sim_dir = simulate_run(sim_cfg, dataclasses.asdict(sim_cfg))
     return dict(read_json(sim_dir / layout.RUN_META)["summary"])
 
@@ -113,11 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         composed = compose("pipeline", overrides=[f"output.root={out}", "progress=false"])
     log_dir = out / "server"
     log_dir.mkdir(parents=True, exist_ok=True)
-    with one_server(to_typed(composed, PipelineStageConfig), log_dir) as cfg:
-        from gpu_simulate_test.workload.stage import run as workload_run
-
-        workload_cfg, _ = stage_configs(cfg, "busy-bench")
-        workload_dir = workload_run(workload_cfg, dataclasses.asdict(workload_cfg))
+    with served(to_typed(composed, PipelineStageConfig), log_dir) as cfg:
+        workload_dir = make_workload(at_run(cfg, "busy-bench"))
         console.rule("[bold]profile on a quiet machine")
         quiet, quiet_s = profile(cfg, workload_dir, out / "quiet", "quiet")
         console.rule(f"[bold]profile beside a CPU-bound process ({args.busy_s:g} s at most)")

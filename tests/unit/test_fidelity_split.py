@@ -133,12 +133,16 @@ def test_real_phase_code_path_does_not_import_vidur() -> None:
 import sys
 sys.modules["vidur"] = None
 import gpu_simulate_test.cli.fidelity
-import gpu_simulate_test.fidelity.stage as f
+import gpu_simulate_test.fidelity.stage
+import gpu_simulate_test.fidelity.real_phase as f
+import gpu_simulate_test.orchestrate.profiling as p, gpu_simulate_test.orchestrate.serving as s
+import gpu_simulate_test.orchestrate.steps as st
 import gpu_simulate_test.vidur_profile.stage, gpu_simulate_test.real_bench.stage
 import gpu_simulate_test.core.workloads
 import inspect
 src = "".join(inspect.getsource(fn) for fn in (
-    f.real_phase, f.real_load, f.measure_capacity, f.scheduler_needs, f.one_server))
+    f.real_phase, f.real_load, f.measure_capacity, p.profile_plan, p.ensure_bundle, s.served,
+    st.make_workload, st.run_truth))
 assert "vidur_simulate.stage" not in src and "compare.stage" not in src, "sim import in real path"
 bad = [m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] == "vidur"]
 assert not bad, bad
@@ -187,7 +191,7 @@ def test_phase_real_writes_the_manifest_after_every_load(
     """Interrupted in its second load (Ctrl-C, a device call's time limit), the real phase
     leaves a manifest with the first load, marked incomplete, and its run marked interrupted;
     the sim phase reports it as partial, and refuses one with no load at all."""
-    from gpu_simulate_test.fidelity import stage
+    from gpu_simulate_test.fidelity import real_phase, stage
 
     calls: list[int] = []
 
@@ -204,8 +208,8 @@ def test_phase_real_writes_the_manifest_after_every_load(
             "repeat_dirs": [], "scheduler": {"name": "sarathi"},
         }, needs  # fmt: skip
 
-    monkeypatch.setattr(stage, "real_load", one_load_then_ctrl_c)
-    monkeypatch.setattr(stage, "environment", lambda: {"device": "CPU"})
+    monkeypatch.setattr(real_phase, "real_load", one_load_then_ctrl_c)
+    monkeypatch.setattr(real_phase, "environment", lambda: {"device": "CPU"})
     cfg = _cfg(compose_stage, tmp_path, "fidelity.phase=real", "fidelity.capacity_qps=4",
                "output.run_id=r")  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
@@ -226,7 +230,9 @@ def test_phase_real_writes_the_manifest_after_every_load(
         stage.run(sim, {})
     # stopped before its first load: nothing to simulate, said in one line
     calls.clear()
-    monkeypatch.setattr(stage, "real_load", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(
+        real_phase, "real_load", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
     early = _cfg(compose_stage, tmp_path, "fidelity.phase=real", "fidelity.capacity_qps=4",
                  "output.run_id=r0")  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
@@ -238,7 +244,7 @@ def test_phase_real_writes_the_manifest_after_every_load(
 
 
 def test_probe_size_by_backend(compose_stage: Any, tmp_path: Path) -> None:
-    from gpu_simulate_test.fidelity.stage import probe_size
+    from gpu_simulate_test.fidelity.real_phase import probe_size
 
     cfg = _cfg(compose_stage, tmp_path, "backend.max_requests_per_batch=8").pipeline()
     assert probe_size(cfg, 0) == 64

@@ -9,19 +9,17 @@ import pytest
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core.knobs import derive_scheduler
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_json
 from gpu_simulate_test.io.runs import RunExistsError
-from gpu_simulate_test.pipeline.stage import (
+from gpu_simulate_test.orchestrate.profiling import (
     DisturbedProfileError,
     bundle_misfits,
-    check_outputs_free,
     check_profile_quality,
     profile_config,
-    run,
 )
+from gpu_simulate_test.pipeline.stage import check_outputs_free, run
 from gpu_simulate_test.vidur_simulate.plan import Requirements
 from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
 
@@ -61,8 +59,7 @@ def test_reprofiling_keeps_the_wider_ranges_of_the_bundle_it_replaces(pipeline_c
     wide = SyntheticRanges(max_num_tokens=4096, max_batch_size=64, max_prefill_chunk=1024,
                            max_kv_cache_size=2048)  # fmt: skip
     write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, ranges=wide, points=6)
-    out = OutputConfig(root=cfg.output.root, run_id="p1")
-    got = profile_config(cfg, cfg.vidur.scheduler, NEEDS, Path("wl"), out, False).profile
+    got = profile_config(cfg, cfg.vidur.scheduler, NEEDS, Path("wl")).profile
     assert (got.max_num_tokens, got.max_batch_size) == (4096, 64)
     assert (got.max_prefill_chunk, got.max_kv_cache_size) == (1024, 2048)
     assert got.num_points == cfg.profile.num_points  # only the maxima change
@@ -72,8 +69,7 @@ def test_reprofiling_over_an_unreadable_bundle_profiles_what_is_needed(pipeline_
     cfg = pipeline_cfg()
     path = write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, points=6)
     (path / layout.BUNDLE_META).write_text("{not json")
-    out = OutputConfig(root=cfg.output.root, run_id="p1")
-    got = profile_config(cfg, cfg.vidur.scheduler, NEEDS, Path("wl"), out, False).profile
+    got = profile_config(cfg, cfg.vidur.scheduler, NEEDS, Path("wl")).profile
     assert (got.max_num_tokens, got.max_batch_size, got.max_prefill_chunk) == (256, 32, 256)
     assert got.max_kv_cache_size == 256
 

@@ -12,7 +12,7 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
 from gpu_simulate_test.core.knobs import derive_scheduler, knob_mismatches
-from gpu_simulate_test.pipeline.stage import profile_ranges
+from gpu_simulate_test.orchestrate.profiling import profile_ranges
 from gpu_simulate_test.vidur_simulate.plan import Requirements
 
 
@@ -74,7 +74,8 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
-    from gpu_simulate_test.pipeline.stage import calibration_misfits, engine_calibration
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits
     from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
@@ -113,7 +114,8 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     from gpu_simulate_test.core.engines.vllm import vllm_version
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
-    from gpu_simulate_test.pipeline.stage import calibration_misfits, engine_calibration
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits
     from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
@@ -133,7 +135,9 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
         base_url="http://127.0.0.1:41234",
         server=ServerConfig(kind="external", log_file="tmp/pipeline/x/server.log"),
     )
-    settings = as_stored_json(dataclasses.asdict(engine_calibration(cfg, shared)))
+    settings = as_stored_json(
+        dataclasses.asdict(engine_calibration(dataclasses.replace(cfg, backend=shared)))
+    )
 
     def calibrated(version: str | None) -> list[str]:
         info = {

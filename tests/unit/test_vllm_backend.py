@@ -34,7 +34,7 @@ from gpu_simulate_test.core.engines.vllm_log import (
     parse_iteration_line,
     parse_metrics,
 )
-from gpu_simulate_test.pipeline.stage import engine_identity
+from gpu_simulate_test.orchestrate.profiling import engine_identity
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
 

@@ -32,22 +32,14 @@ from gpu_simulate_test.capacity.search import Answer, Point, judge, search
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
-from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
-from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.fidelity.tables import real_percentiles
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
-from gpu_simulate_test.pipeline.stage import (
-    as_resolved,
-    check_profile_quality,
-    profile_config,
-    profile_plan,
-    simulation_vidur,
-    stage_configs,
-    with_workload,
-)
-from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.orchestrate.configs import simulate_config, with_workload
+from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
+from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
 
 REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
@@ -64,7 +56,6 @@ def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """The search into ``<output.root>/capacity/<run_id>/``; returns the run directory."""
     from gpu_simulate_test.vidur_simulate.stage import prepare, simulate_inputs
-    from gpu_simulate_test.workload.stage import run as workload_run
 
     opts = cfg.capacity
     goals, pct = opts.slo.goals(), opts.slo.percentile
@@ -77,34 +68,22 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             progress=False,
         )
         base = with_workload(inner, "base", qps=REFERENCE_QPS)
-        workload_cfg, _ = stage_configs(base, "base")
-        workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
-        prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
-        decided = profile_plan(inner, prefill, decode)
-        if decided.misfits:
-            if cfg.progress:
-                console.print("profiling, because: " + "; ".join(decided.misfits))
-            from gpu_simulate_test.vidur_profile.stage import run as profile_run
-
-            profile_cfg = profile_config(
-                inner, decided.scheduler, decided.needs, workload_dir, workload_cfg.output,
-                progress=cfg.progress,
-            )  # fmt: skip
-            check_profile_quality(inner, profile_run(profile_cfg, as_resolved(profile_cfg)))
-        sim_cfg = VidurSimulateStageConfig(
-            model=inner.model,
-            hardware=inner.hardware,
-            # each rate reads the request table alone: no per-batch log
-            vidur=dataclasses.replace(simulation_vidur(inner, decided.scheduler), step_log=False),
-            workload_dir=str(workload_dir),
-            profiling_root=inner.profiling_root,
-            output=OutputConfig(root=str(r.file(contract.RUNS_DIR))),
-            progress=False,
+        workload_dir = make_workload(base)
+        decided = profile_plan(base, workload_dir)
+        # the profile (and its engine calibration) talks its own progress
+        ensure_bundle(
+            dataclasses.replace(base, progress=cfg.progress), decided, workload_dir, QUIET
+        )
+        sim_cfg = simulate_config(inner, decided.scheduler, workload_dir)
+        # each rate reads the request table alone: no per-batch log
+        sim_cfg = dataclasses.replace(
+            sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False)
         )
         inputs = prepare(sim_cfg)
+        num_requests = len(inputs.arrival_time_s)
         r.update_meta(
             workload_dir=str(workload_dir),
-            num_requests=len(prefill),
+            num_requests=num_requests,
             scheduler=dataclasses.asdict(decided.scheduler),
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
@@ -126,8 +105,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 return Point(qps, phase, latency, meets, missed, time.perf_counter() - t0)
 
             answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
-        verified = verify(cfg, inner, answer, goals, pct) if opts.verify else None
-        doc = write_outputs(r, cfg, answer, verified, len(prefill), time.perf_counter() - started)
+        verified = verify(cfg, inner, answer, goals, pct, r) if opts.verify else None
+        doc = write_outputs(r, cfg, answer, verified, num_requests, time.perf_counter() - started)
     if cfg.progress:
         print_result(doc, r.path)
     return r.path
@@ -139,24 +118,23 @@ def verify(
     answer: Answer,
     goals: Mapping[str, float],
     pct: int,
+    r: Run,
 ) -> dict[str, Any] | None:
-    """The workload at the answer's rate on the real engine: its percentiles, the goals' verdict
-    and the simulation's prediction there. None without an answer."""
+    """The workload at the answer's rate on the real engine (one served engine, recorded in
+    ``r``): its percentiles, the goals' verdict and the simulation's prediction there. None
+    without an answer."""
     if answer.qps is None:
         return None
     from gpu_simulate_test.core.run_inputs import load_run
-    from gpu_simulate_test.real_bench.stage import run as real_bench_run
-    from gpu_simulate_test.workload.stage import run as workload_run
 
     if cfg.progress:
         console.rule(
             f"[bold]checking {answer.qps:g} req/s on the real engine ({inner.backend.name})"
         )
     at = with_workload(inner, "verify", qps=answer.qps)
-    workload_cfg, real_bench_cfg = stage_configs(at, "verify")
-    workload_dir = workload_run(workload_cfg, as_resolved(workload_cfg))
-    real_cfg = real_bench_cfg(str(workload_dir))
-    real_dir = real_bench_run(real_cfg, as_resolved(real_cfg))
+    workload_dir = make_workload(at)
+    with served(at, r.path, r, workload_dir, "the real check") as at_server:
+        real_dir = run_truth(at_server, workload_dir)
     real = latency_ms(load_run(real_dir, "real_bench").requests)
     meets, missed = judge(real, goals, pct)
     predicted = next((p.latency_ms for p in answer.points if p.qps == answer.qps), {})

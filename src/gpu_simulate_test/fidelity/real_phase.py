@@ -1,0 +1,181 @@
+"""The fidelity campaign's real phase: the capacity probe, then per load the workload, a profile
+when the bundle does not cover it, and the real bench (``fidelity.real_repeats`` times), all
+through one served engine. The manifest is rewritten after every load, so a stopped real phase
+keeps its loads. Never imports Vidur (the GPU machine's half of a split campaign).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import ArrivalConfig, OutputConfig
+from gpu_simulate_test.core.device import environment
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.core.run_inputs import load_run
+from gpu_simulate_test.fidelity import contract
+from gpu_simulate_test.fidelity import tables as fid
+from gpu_simulate_test.fidelity.manifest import make_manifest, write_manifest
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.orchestrate.configs import as_resolved, with_workload
+from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
+from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
+from gpu_simulate_test.vidur_simulate import plan
+
+
+def command() -> str:
+    """The command line this campaign was started with, for its manifest and report."""
+    return " ".join(["python -m gpu_simulate_test.cli.fidelity", *sys.argv[1:]])
+
+
+def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
+    """``fidelity.probe_requests``, or by backend when 0: 16 one-at-a-time requests for
+    hf_generate, else max(64, 3 × the batch cap) so the engine runs at its cap for most of it."""
+    if requested:
+        return requested
+    if cfg.backend.name == "hf_generate":
+        return 16
+    return max(64, 3 * cfg.backend.max_requests_per_batch)
+
+
+def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
+    """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`."""
+    probe = with_workload(
+        cfg, run_id, num_requests=probe_requests, arrival=ArrivalConfig(process="all_at_once")
+    )
+    real_dir = run_truth(probe, make_workload(probe))
+    req = load_run(real_dir, "real_bench").requests
+    ok = (req["status"] == "ok").to_numpy()
+    try:
+        capacity = fid.burst_capacity(req["arrival_time_s"], req["e2e_s"], ok)
+    except ValueError as exc:
+        raise ArtifactError(f"{real_dir}: {exc}; see its run_meta.json for the engine") from exc
+    span = float((req["arrival_time_s"] + req["e2e_s"])[ok].max() - req["arrival_time_s"].min())
+    return {
+        "probe_requests": probe_requests,
+        "probe_ok": int(ok.sum()),
+        "probe_run": str(real_dir),
+        "capacity_qps": round(capacity, 4),
+        "output_tokens_per_s": round(float(req.loc[ok, "num_decode_tokens"].sum()) / span, 2),
+    }
+
+
+def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
+    """Probe and loads, every run under ``r.path``; the manifest after the probe and after every
+    load, complete at the end."""
+    opts = cfg.fidelity
+    env = environment()
+    base = cfg.pipeline()
+    base = dataclasses.replace(base, output=OutputConfig(root=str(r.file(contract.RUNS_DIR))))
+    backend = base.backend.name
+    # phase=real brings its bundle back with the run, and so does a campaign that calibrates
+    # afresh (reuse_profile=false, the stage's default); otherwise the shared bundles are reused
+    own_profiles = opts.phase == "real" or opts.calibrate_each_load or not base.reuse_profile
+    profiling_root = r.file(contract.PROFILES_DIR) if own_profiles else Path(base.profiling_root)
+    base = dataclasses.replace(base, profiling_root=str(profiling_root))
+    loads: list[dict[str, Any]] = []
+    record: dict[str, Any] = {
+        "config": as_resolved(cfg.pipeline()),
+        "profiling_root": str(profiling_root),
+        "capacity": {},
+        "loads": loads,
+    }
+
+    def save(complete: bool) -> None:
+        manifest = make_manifest(
+            r.path,
+            name=r.run_id,
+            command=command(),
+            environment=env,
+            requests_per_load=opts.num_requests,
+            load_fractions=opts.loads,
+            wall_time_s=round(time.perf_counter() - started, 1),
+            backends={backend: record},
+            complete=complete,
+        )
+        write_manifest(r.path, manifest)
+
+    with served(base, r.path, r, purpose="the campaign") as at_server:
+        if opts.capacity_qps:
+            record["capacity"] = {
+                "probe_requests": 0,
+                "probe_ok": 0,
+                "probe_run": None,
+                "capacity_qps": opts.capacity_qps,
+                "output_tokens_per_s": None,
+            }
+        else:
+            n = probe_size(at_server, opts.probe_requests)
+            if cfg.progress:
+                console.rule(f"[bold]{backend}: capacity probe ({n} requests)")
+            record["capacity"] = measure_capacity(at_server, f"{backend}-capacity", n)
+        capacity = float(record["capacity"]["capacity_qps"])
+        if cfg.progress:
+            console.print(f"capacity {capacity:.4g} req/s")
+        levels = fid.load_levels(capacity, opts.loads)  # before the first load: a bad capacity
+        save(complete=False)
+        needs: plan.Requirements | None = None
+        fresh = not base.reuse_profile  # the campaign's first load profiles, later ones reuse it
+        for index, (fraction, qps) in enumerate(levels):
+            if cfg.progress:
+                console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s (real)")
+            load, needs = real_load(
+                at_server, opts, index, fraction, qps, needs, fresh and index == 0
+            )
+            loads.append(load)
+            save(complete=False)
+    save(complete=True)
+    r.update_meta(manifest=contract.MANIFEST_FILE, capacity_qps=capacity)
+
+
+def real_load(
+    cfg: PipelineStageConfig,
+    opts: FidelityOptions,
+    index: int,
+    fraction: float,
+    qps: float,
+    needs: plan.Requirements | None,
+    fresh: bool = False,
+) -> tuple[dict[str, Any], plan.Requirements]:
+    """One load's workload, profile (when ``fresh``, when the bundle does not cover every load
+    so far, or with ``calibrate_each_load``: into ``<profiling_root>/load<index>``, right before
+    the real run) and real runs; returns its manifest record and the widest requirements so
+    far."""
+    run_id = f"{cfg.backend.name}-load{index}"
+    own_bundle = opts.calibrate_each_load
+    load_cfg = with_workload(cfg, run_id, num_requests=opts.num_requests, qps=qps)
+    workload_dir = make_workload(load_cfg)
+    because = None
+    if own_bundle:
+        load_root = Path(load_cfg.profiling_root) / f"load{index}"
+        load_cfg = dataclasses.replace(load_cfg, profiling_root=str(load_root))
+        because = "fidelity.calibrate_each_load"
+    elif fresh:
+        because = "reuse_profile=false: the campaign calibrates at its start"
+    # later loads reuse the campaign's bundle when it covers them (reuse_profile set for that)
+    judged = dataclasses.replace(load_cfg, reuse_profile=True)
+    decided = profile_plan(judged, workload_dir, covering=needs, because=because)
+    ensure_bundle(load_cfg, decided, workload_dir, QUIET)
+    real_dirs = [
+        run_truth(load_cfg, workload_dir, run_id=run_id if k == 1 else f"{run_id}-r{k}")
+        for k in range(1, opts.real_repeats + 1)
+    ]
+    load: dict[str, Any] = {
+        "load_fraction": fraction,
+        "offered_qps": qps,
+        "run_id": run_id,
+        "workload_dir": str(workload_dir),
+        "real_dir": str(real_dirs[0]),
+        "repeat_dirs": [str(d) for d in real_dirs[1:]],
+        "scheduler": dataclasses.asdict(decided.scheduler),
+    }
+    if own_bundle:
+        load["profiling_root"] = load_cfg.profiling_root
+    return load, decided.needs

@@ -1,0 +1,265 @@
+"""The fidelity campaign's sim phase: per load of a real phase's manifest, Vidur on the recorded
+workload and arrivals with the same derived scheduler knobs, compare against the recorded real
+run, then the error table, the latency-vs-load plot and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from gpu_simulate_test.compare.contract import (
+    COMPARISON_JSON,
+    COMPARISON_PERCENTILES,
+    PERCENTILES_CSV,
+)
+from gpu_simulate_test.config.fidelity import FidelityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.core.run_inputs import load_run
+from gpu_simulate_test.fidelity import contract
+from gpu_simulate_test.fidelity import tables as fid
+from gpu_simulate_test.fidelity.manifest import load_plan, missing_loads, read_manifest
+from gpu_simulate_test.fidelity.real_phase import command
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import (
+    ArtifactError,
+    as_stored_json,
+    atomic_open,
+    read_csv,
+    read_json,
+    write_csv,
+    write_json,
+)
+from gpu_simulate_test.io.runs import Run, open_upstream_run, package_versions
+from gpu_simulate_test.orchestrate.profiling import profile_plan
+from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+
+Levels = list[tuple[str, float, float, pd.DataFrame]]
+"""(backend, load fraction, offered req/s, that load's compare percentiles)."""
+Noise = dict[tuple[str, float], list[dict[tuple[str, str], float]]]
+"""(backend, load fraction) → each repeated real run's goal percentiles (ms)."""
+
+
+def sim_source(src: Path) -> dict[str, Any]:
+    """A real phase's manifest, checked: a readable manifest of this version, at least one load;
+    ``partial`` notes when it stopped part-way."""
+    if not src.is_dir():
+        raise ArtifactError(
+            f"fidelity.real_from={src}: no such directory (expected a fidelity.phase=real run, "
+            "tmp/fidelity/<run_id>)"
+        )
+    manifest = read_manifest(src)
+    notes = []
+    if not manifest.get("complete", True):
+        missing = missing_loads(manifest)
+        notes.append(
+            "the real phase stopped part-way: "
+            + ", ".join(f"{b} without its last {n} load(s)" for b, n in missing.items())
+        )
+    if not load_plan(manifest):
+        raise ArtifactError(
+            f"{src / contract.MANIFEST_FILE}: the real phase stopped before its first load "
+            "(complete: false, no loads): nothing to simulate"
+        )
+    meta = read_json(src / layout.RUN_META, required_keys=("stage", "status"))
+    if meta["stage"] != "fidelity":
+        raise ArtifactError(f"{src}: is a {meta['stage']} run, expected a fidelity run")
+    return {"root": src, "manifest": manifest, "notes": notes}
+
+
+def sim_config(
+    cfg: FidelityStageConfig, recorded: Mapping[str, Any], where: Path
+) -> PipelineStageConfig:
+    """The real phase's pipeline config, with this run's simulation knobs (``vidur``,
+    ``engine_overhead``, ``compare``): two models can meet one recorded truth."""
+    try:
+        real = to_typed(OmegaConf.create(dict(recorded)), PipelineStageConfig)
+    except ValueError as exc:
+        raise ArtifactError(f"{where}: the recorded config does not validate: {exc}") from exc
+    return dataclasses.replace(
+        real,
+        vidur=cfg.vidur,
+        engine_overhead=cfg.engine_overhead,
+        compare=cfg.compare,
+        progress=cfg.progress,
+    )
+
+
+def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], started: float) -> None:
+    """Per load of the manifest: Vidur and compare (under ``r.path/runs``), then the report."""
+    src: Path = source["root"]
+    manifest = source["manifest"]
+    notes = list(source["notes"])
+    out_root = str(r.file(contract.RUNS_DIR))
+    capacity: dict[str, dict[str, Any]] = {}
+    levels: Levels = []
+    noise: Noise = {}
+    plots: dict[str, str] = {}
+    for backend, rec in manifest["backends"].items():
+        sim_cfg = sim_config(cfg, rec["config"], src / contract.MANIFEST_FILE)
+        compare_dirs = []
+        for load in (p for p in load_plan(manifest) if p.backend == backend):
+            if cfg.progress:
+                console.rule(
+                    f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
+                    f"{load.offered_qps:.4g} req/s (simulated)"
+                )
+            repeats = [fid.real_percentiles(load_run(src / d, "real_bench").requests)
+                       for d in load.repeat_dirs]  # fmt: skip
+            if repeats:
+                noise[(backend, load.load_fraction)] = repeats
+            workload_dir = src / load.workload_dir
+            real_dir = src / load.real_dir
+            open_upstream_run(real_dir, "real_bench")
+            root = src / (load.profiling_root or rec["profiling_root"])
+            load_cfg = dataclasses.replace(
+                sim_cfg,
+                output=OutputConfig(root=out_root, run_id=load.run_id, overwrite=True),
+                profiling_root=str(root),
+                reuse_profile=True,  # the sim phase never profiles: the bundle must fit
+            )
+            decided = profile_plan(load_cfg, workload_dir)
+            derived = as_stored_json(dataclasses.asdict(decided.scheduler))
+            if derived != dict(load.scheduler):
+                raise ArtifactError(
+                    f"{src / contract.MANIFEST_FILE}: {load.run_id}: the scheduler derived now "
+                    f"{derived} differs from the one the real phase recorded {dict(load.scheduler)}"
+                )
+            if decided.misfits:
+                raise ArtifactError(
+                    f"{root}: the bundle does not cover {load.run_id}: "
+                    + "; ".join(decided.misfits)
+                )
+            _, compare_dir = simulate_and_compare(
+                load_cfg, decided.scheduler, workload_dir, real_dir
+            )
+            compare_dirs.append((load.load_fraction, load.offered_qps, compare_dir))
+        cap = dict(rec["capacity"])
+        if cap.get("probe_run"):
+            cap["probe_run"] = str(src / cap["probe_run"])
+        capacity[backend], rows, plots[backend] = finish_backend(backend, cap, compare_dirs, r.path)
+        levels += rows
+    unsustained = [
+        f"{b} at {level['load_fraction']:.0%} (completion / arrival {level['completion_ratio']})"
+        for b, cap in capacity.items()
+        for level in cap["loads"]
+        if not level["sustained"]
+    ]
+    if unsustained:
+        notes.append(
+            f"the real engine did not keep up (completion / arrival < {fid.SUSTAINED_RATIO}: its "
+            "queue grew, the capacity was overrun, or too few requests to tell) at "
+            + ", ".join(unsustained)
+        )
+    versions = dict(manifest.get("versions", {}))
+    versions["vidur"] = package_versions(("vidur",))["vidur"] or "not installed"
+    setup = {
+        "schema_version": contract.FIDELITY_SCHEMA_VERSION,
+        "phase": cfg.fidelity.phase,
+        "partial": bool(notes),
+        "notes": notes,
+        "command": manifest.get("command", "?")
+        + ("" if src == r.path else f" (real) ; {command()}"),
+        "date": manifest.get("date"),
+        "device": manifest.get("device"),
+        "driver": manifest.get("driver"),
+        "torch_threads": manifest.get("torch_threads"),
+        "versions": versions,
+        "requests_per_load": manifest["requests_per_load"],
+        "real_runs_per_load": 1 + max((len(p.repeat_dirs) for p in load_plan(manifest)), default=0),
+        "load_fractions": manifest["load_fractions"],
+        **({} if src == r.path else {"real_from": str(src)}),
+        "wall_time_s": round(
+            (0.0 if src == r.path else float(manifest.get("wall_time_s", 0.0)))
+            + time.perf_counter()
+            - started,
+            1,
+        ),
+    }
+    table = fid.fidelity_rows(levels)
+    if noise:
+        table = fid.add_noise(table, noise)
+    write_report(r, setup, capacity, table, plots, cfg.progress)
+
+
+def load_record(
+    compare_dir: Path, fraction: float, qps: float
+) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame]:
+    """One load's row of the report (with its sustained check), comparison and percentiles."""
+
+    percentiles = read_csv(compare_dir / PERCENTILES_CSV, COMPARISON_PERCENTILES)
+    comparison = read_json(compare_dir / COMPARISON_JSON, required_keys=("offered_qps",))
+    real_dir = Path(read_json(compare_dir / layout.RUN_META)["config"]["real_run_dir"])
+    req = load_run(real_dir, "real_bench").requests
+    ratio = fid.completion_ratio(
+        req["arrival_time_s"], req["e2e_s"], (req["status"] == "ok").to_numpy()
+    )
+    record = {
+        "load_fraction": fraction,
+        "offered_qps": qps,
+        "realized_qps": round(float(comparison["offered_qps"]), 4),
+        "completion_ratio": round(ratio, 3),
+        "sustained": fid.is_sustained(ratio),
+        "compare_run": str(compare_dir),
+    }
+    totals = (comparison.get("steps") or {}).get("totals")
+    if totals:
+        record["steps"] = fid.step_attribution(totals)
+    return record, comparison, percentiles
+
+
+def finish_backend(
+    backend: str,
+    cap: dict[str, Any],
+    compare_dirs: list[tuple[float, float, Path]],
+    out: Path,
+) -> tuple[dict[str, Any], Levels, str]:
+    """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
+    from gpu_simulate_test.compare import plots
+    from gpu_simulate_test.compare.sweep import SWEEP_STATS, X_LABELS, sweep_table
+
+    levels: Levels = []
+    runs, loads = [], []
+    for fraction, qps, compare_dir in compare_dirs:
+        record, comparison, percentiles = load_record(compare_dir, fraction, qps)
+        loads.append(record)
+        levels.append((backend, fraction, qps, percentiles))
+        runs.append((compare_dir, comparison, percentiles))
+    cap["loads"] = loads
+    plot = contract.plot_name(backend)
+    plots.plot_sweep(
+        sweep_table(runs, "offered_qps"), out / plot, X_LABELS["offered_qps"], SWEEP_STATS
+    )
+    return cap, levels, plot
+
+
+def write_report(
+    r: Run,
+    setup: Mapping[str, Any],
+    capacity: Mapping[str, Mapping[str, Any]],
+    table: pd.DataFrame,
+    plots: Mapping[str, str],
+    progress: bool,
+) -> None:
+    """``fidelity.json``, ``fidelity.csv`` and ``report.md`` into the run, atomically each."""
+    data = fid.fidelity_json(r.run_id, setup, capacity, table)
+    write_csv(r.file(contract.FIDELITY_CSV), table, contract.FIDELITY_TABLE)
+    write_json(r.file(contract.FIDELITY_JSON), data)
+    with atomic_open(r.file(contract.REPORT_MD)) as handle:
+        handle.write(fid.markdown(r.run_id, setup, capacity, table, plots))
+    worst = fid.largest_abs_error(table)
+    r.update_meta(largest_abs_error=worst, partial=bool(setup.get("partial")))
+    if progress:
+        console.print(f"[bold]largest absolute error:[/] {worst}")
+        if setup.get("partial"):
+            console.print("[bold yellow]partial report:[/] " + "; ".join(setup["notes"]))
+        console.print(f"[bold]report:[/] {r.file(contract.REPORT_MD)}")

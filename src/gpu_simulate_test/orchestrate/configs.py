@@ -1,0 +1,123 @@
+"""Every stage's typed config, built from an orchestrator's pipeline config: written once for
+``pipeline``, ``fidelity`` and ``capacity``.
+
+The stage runs land in ``<cfg.output.root>/<stage>/<cfg.output.run_id>/``: an orchestrator
+chooses where with :func:`at_run` (or :func:`with_workload`) before it calls a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
+from gpu_simulate_test.config.vidur import (
+    EngineCalibrationConfig,
+    VidurConfig,
+    VidurSchedulerConfig,
+    VidurSimulateStageConfig,
+)
+from gpu_simulate_test.io.artifacts import as_stored_json
+
+
+def as_resolved(cfg: Any) -> dict[str, Any]:
+    """A stage's typed config as the resolved config its run records (``run_meta.json``)."""
+    return dict(as_stored_json(dataclasses.asdict(cfg)))
+
+
+def at_run(
+    cfg: PipelineStageConfig, run_id: str, overwrite: bool | None = None
+) -> PipelineStageConfig:
+    """``cfg`` whose stage runs take the id ``run_id`` (and ``overwrite`` when given)."""
+    output = dataclasses.replace(
+        cfg.output,
+        run_id=run_id,
+        overwrite=cfg.output.overwrite if overwrite is None else overwrite,
+    )
+    return dataclasses.replace(cfg, output=output)
+
+
+def with_workload(cfg: PipelineStageConfig, run_id: str, **workload: Any) -> PipelineStageConfig:
+    """``cfg`` with other workload fields and run id, allowed to replace a run of that id (for
+    the orchestrators, fidelity and capacity, that own the directory their stage runs go in)."""
+    cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **workload))
+    return at_run(cfg, run_id, overwrite=True)
+
+
+def stage_output(cfg: PipelineStageConfig) -> OutputConfig:
+    """Where each stage run of ``cfg`` lands."""
+    out = cfg.output
+    return OutputConfig(root=out.root, run_id=out.run_id, overwrite=out.overwrite)
+
+
+def workload_config(cfg: PipelineStageConfig) -> WorkloadStageConfig:
+    return WorkloadStageConfig(
+        model=cfg.model, workload=cfg.workload, output=stage_output(cfg), progress=cfg.progress
+    )
+
+
+def real_bench_config(cfg: PipelineStageConfig, workload_dir: Path | str) -> RealBenchStageConfig:
+    """The real bench of ``cfg.backend`` (at a served engine when :mod:`.serving` pointed
+    ``cfg`` at one) on the workload in ``workload_dir``."""
+    return RealBenchStageConfig(
+        model=cfg.model,
+        hardware=cfg.hardware,
+        backend=cfg.backend,
+        workload_dir=str(workload_dir),
+        dtype=cfg.dtype,
+        attn_implementation=cfg.attn_implementation,
+        num_warmup_requests=cfg.num_warmup_requests,
+        output=stage_output(cfg),
+        progress=cfg.progress,
+    )
+
+
+def engine_calibration(cfg: PipelineStageConfig) -> EngineCalibrationConfig:
+    """How the profile stage calibrates ``cfg``'s backend (its knobs and attention)."""
+    return EngineCalibrationConfig(
+        enable=cfg.engine_overhead,
+        backend=cfg.backend,
+        attn_implementation=cfg.attn_implementation,
+    )
+
+
+def simulation_vidur(cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig) -> VidurConfig:
+    """The simulator's config: derived scheduler knobs, and the engine overhead when calibrated."""
+    overhead = cfg.backend.name if cfg.engine_overhead else cfg.vidur.engine_overhead
+    return dataclasses.replace(cfg.vidur, scheduler=scheduler, engine_overhead=overhead)
+
+
+def simulate_config(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path | str,
+    arrivals_from: Path | str | None = None,
+) -> VidurSimulateStageConfig:
+    """Vidur on ``workload_dir`` with ``scheduler``, the bundle under ``cfg.profiling_root``,
+    and the arrivals a real run actually sent when ``arrivals_from`` names it."""
+    return VidurSimulateStageConfig(
+        model=cfg.model,
+        hardware=cfg.hardware,
+        vidur=simulation_vidur(cfg, scheduler),
+        workload_dir=str(workload_dir),
+        profiling_root=cfg.profiling_root,
+        arrivals_from=None if arrivals_from is None else str(arrivals_from),
+        output=stage_output(cfg),
+        progress=cfg.progress,
+    )
+
+
+def compare_config(
+    cfg: PipelineStageConfig, real_dir: Path | str, sim_dir: Path | str
+) -> CompareStageConfig:
+    return CompareStageConfig(
+        real_run_dir=str(real_dir),
+        sim_run_dir=str(sim_dir),
+        compare=cfg.compare,
+        output=stage_output(cfg),
+        progress=cfg.progress,
+    )

@@ -1,0 +1,277 @@
+"""Plan and profile: the scheduler the simulation uses (derived from the engine's knobs), what
+the workload asks of the profiling bundle, why the bundle in
+``<profiling_root>/<hardware>/<model>`` does not fit, and a fresh profile when it does not.
+
+Never imports Vidur: the real phase of a split fidelity campaign (the GPU machine's half) plans
+and profiles too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
+    VidurProfileStageConfig,
+    VidurSchedulerConfig,
+)
+from gpu_simulate_test.core.bundle import Bundle, BundleRanges, load_bundle
+from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
+from gpu_simulate_test.orchestrate.configs import engine_calibration, stage_output
+from gpu_simulate_test.orchestrate.steps import Stages
+from gpu_simulate_test.vidur_simulate import plan
+
+
+def dtype_for(requested: str, device: str) -> str:
+    """What ``auto`` means for profiling: bf16 on CUDA, fp32 on CPU (as the profiler decides)."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+SERVER_FIELDS: tuple[str, ...] = ("base_url", "served_model_name", "server")
+"""Backend fields that say where a server runs, not what engine it is: a calibration made
+through one started for an orchestrator stands for the same engine started anywhere."""
+
+
+def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored backend config without :data:`SERVER_FIELDS`."""
+    return {k: v for k, v in backend.items() if k not in SERVER_FIELDS}
+
+
+def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
+    """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
+    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
+
+    name = cfg.backend.name
+    recorded = bundle.engine_calibration(name)
+    if recorded is None or not bundle.engine_steps_path.is_file():
+        return [f"no engine calibration for backend {name}"]
+    if recorded.get("version") != CALIBRATION_VERSION:
+        return [
+            f"engine calibration of {name} is version {recorded.get('version')}, this code "
+            f"calibrates version {CALIBRATION_VERSION}"
+        ]
+    if name == "vllm":
+        from gpu_simulate_test.core.engines.vllm import vllm_version
+
+        made_on, installed = (recorded.get("engine") or {}).get("vllm_version"), vllm_version()
+        if installed and made_on != installed:
+            return [f"engine calibration of vllm was made on vLLM {made_on}, this is {installed}"]
+    want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
+    have = dict(recorded.get("settings", {}))
+    want["backend"] = engine_identity(want["backend"])
+    have["backend"] = engine_identity(have.get("backend") or {})
+    differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
+    if differ:
+        return [f"engine calibration of {name} was made with other {', '.join(differ)}"]
+    return []
+
+
+def bundle_misfits(
+    cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig, needs: plan.Requirements
+) -> list[str]:
+    """Why the bundle in ``<profiling_root>/<hardware>/<model>`` is not reusable; empty if it is."""
+    path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    if not path.is_dir():
+        return [f"no bundle at {path}"]
+    try:
+        bundle = load_bundle(path, cfg.model)
+    except ArtifactError as exc:
+        return [str(exc)]
+    reasons = []
+    disturbed = bundle.meta.get("quality_warnings") or []
+    if disturbed and not cfg.accept_profile_warnings:
+        reasons.append(
+            f"its profile carries {len(disturbed)} quality warning(s) (timings disturbed by a busy "
+            "machine; meta.json quality_warnings)"
+        )
+    if bundle.meta.get("hardware") != cfg.hardware.name:
+        reasons.append(f"profiled on {bundle.meta.get('hardware')}, not {cfg.hardware.name}")
+    want_dtype = dtype_for(cfg.profiling.dtype, cfg.hardware.device)
+    if bundle.meta.get("dtype") != want_dtype:
+        reasons.append(f"profiled in {bundle.meta.get('dtype')}, not {want_dtype}")
+    if bundle.ranges.block_size != scheduler.block_size:
+        reasons.append(
+            f"block_size {bundle.ranges.block_size}, the engine uses {scheduler.block_size}"
+        )
+    try:
+        plan.check_coverage(needs, bundle)
+    except ArtifactError as exc:
+        reasons.append(str(exc))
+    if cfg.engine_overhead:
+        reasons += calibration_misfits(cfg, bundle)
+    return reasons
+
+
+def widest(a: plan.Requirements | None, b: plan.Requirements) -> plan.Requirements:
+    """Each requirement the larger of ``a``'s and ``b``'s (``b`` alone when ``a`` is None)."""
+    if a is None:
+        return b
+    return plan.Requirements(
+        **{f.name: max(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(b)}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilePlan:
+    """The scheduler the simulation uses, what it needs of the bundle, and why the bundle must be
+    profiled again (empty: it is reused)."""
+
+    scheduler: VidurSchedulerConfig
+    derived: bool
+    """Whether ``scheduler`` was derived from the real backend's knobs."""
+    needs: plan.Requirements
+    misfits: tuple[str, ...]
+
+
+def plan_for_lengths(
+    cfg: PipelineStageConfig,
+    prefill: np.ndarray,
+    decode: np.ndarray,
+    *,
+    covering: plan.Requirements | None = None,
+    because: str | None = None,
+) -> ProfilePlan:
+    """Decide, from a workload's prompt and output lengths, whether to profile.
+
+    ``covering``: requirements the bundle must meet besides this workload's (a campaign's
+    earlier loads). ``because``: profile regardless, for this reason. Otherwise the bundle is
+    profiled again when ``cfg.reuse_profile`` is false or :func:`bundle_misfits` finds a reason.
+    """
+    scheduler, derived = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
+    needs = widest(covering, plan.requirements(prefill, decode, scheduler))
+    if because:
+        misfits: tuple[str, ...] = (because,)
+    elif not cfg.reuse_profile:
+        misfits = ("reuse_profile=false",)
+    else:
+        misfits = tuple(bundle_misfits(cfg, scheduler, needs))
+    return ProfilePlan(scheduler, derived, needs, misfits)
+
+
+def profile_plan(
+    cfg: PipelineStageConfig,
+    workload_dir: Path | str,
+    *,
+    covering: plan.Requirements | None = None,
+    because: str | None = None,
+) -> ProfilePlan:
+    """:func:`plan_for_lengths` on the workload written in ``workload_dir``."""
+    from gpu_simulate_test.core.workloads import load_workload
+
+    prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
+    return plan_for_lengths(cfg, prefill, decode, covering=covering, because=because)
+
+
+def existing_bundle_ranges(cfg: PipelineStageConfig) -> BundleRanges | None:
+    """What the bundle in ``<profiling_root>/<hardware>/<model>`` covers (its context capped at the
+    model's); None when there is none or it cannot be read."""
+    path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    if not path.is_dir():
+        return None
+    try:
+        ranges = load_bundle(path).ranges
+    except ArtifactError:
+        return None
+    context = min(ranges.max_kv_cache_size, cfg.model.max_position_embeddings)
+    return dataclasses.replace(ranges, max_kv_cache_size=context)
+
+
+def profile_ranges(
+    base: ProfileRangesConfig,
+    needs: plan.Requirements,
+    existing: BundleRanges | None = None,
+) -> ProfileRangesConfig:
+    """``base`` widened to what the simulation needs and to what ``existing`` (the bundle being
+    replaced) covers, so re-profiling never narrows a bundle other runs rely on."""
+    keep = existing or BundleRanges(0, 0, 0, 0, 0)
+    return dataclasses.replace(
+        base,
+        max_num_tokens=max(base.max_num_tokens, needs.max_batch_tokens, keep.max_num_tokens),
+        max_batch_size=max(base.max_batch_size, needs.max_batch_size, keep.max_batch_size),
+        max_prefill_chunk=max(
+            base.max_prefill_chunk, needs.max_prefill_chunk, keep.max_prefill_chunk
+        ),
+        # 0 stands for the model's whole context, which covers any bundle of this model
+        max_kv_cache_size=(
+            max(base.max_kv_cache_size, needs.max_request_tokens, keep.max_kv_cache_size)
+            if base.max_kv_cache_size
+            else 0
+        ),
+    )
+
+
+def profile_config(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    needs: plan.Requirements,
+    workload_dir: Path | str,
+) -> VidurProfileStageConfig:
+    """The vidur_profile config whose bundle covers ``needs`` and at least what the bundle it
+    replaces covered, calibrating ``cfg.backend`` (at a served engine when ``cfg`` points at one).
+
+    ``output.overwrite`` is true so that the bundle is replaced; for the stage's run directory
+    that is only safe once the orchestrator checked it is free (the pipeline's
+    ``check_outputs_free``) or owns it (fidelity, capacity).
+    """
+    return VidurProfileStageConfig(
+        model=cfg.model,
+        hardware=cfg.hardware,
+        profiling=cfg.profiling,
+        profile=profile_ranges(cfg.profile, needs, existing_bundle_ranges(cfg)),
+        block_size=scheduler.block_size,
+        profiling_root=cfg.profiling_root,
+        workload_dir=str(workload_dir),
+        engine=engine_calibration(cfg),
+        output=dataclasses.replace(stage_output(cfg), overwrite=True),
+        progress=cfg.progress,
+    )
+
+
+class DisturbedProfileError(ArtifactError):
+    """A fresh profile still looks disturbed and ``accept_profile_warnings`` is false."""
+
+
+def check_profile_quality(cfg: PipelineStageConfig, bundle: Path) -> None:
+    """Stop when a fresh profile still carries quality warnings (unless accepted)."""
+    if cfg.accept_profile_warnings:
+        return
+    warnings = read_json(bundle / layout.BUNDLE_META).get("quality_warnings") or []
+    if warnings:
+        raise DisturbedProfileError(
+            f"the profile in {bundle} still looks disturbed after re-timing ({len(warnings)} "
+            "finding(s) in meta.json quality_warnings): run again on a quieter machine, or pass "
+            "accept_profile_warnings=true to simulate with it"
+        )
+
+
+def ensure_bundle(
+    cfg: PipelineStageConfig, decided: ProfilePlan, workload_dir: Path | str, stages: Stages
+) -> Path:
+    """Profile (and calibrate the engine) when ``decided`` says the bundle does not fit, and
+    stop when the fresh profile still looks disturbed; otherwise reuse it, saying so. Returns
+    the bundle's directory."""
+    bundle = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    if not decided.misfits:
+        stages.record(reused_bundle=str(bundle))
+        if cfg.progress:
+            console.print(f"reusing the profiling bundle {bundle} (it covers this run)")
+        return bundle
+    from gpu_simulate_test.vidur_profile.stage import run as profile_run
+
+    if cfg.progress:
+        console.print("profiling, because: " + "; ".join(decided.misfits))
+    profile_cfg = profile_config(cfg, decided.scheduler, decided.needs, workload_dir)
+    path = stages.run("vidur_profile", profile_run, profile_cfg)
+    check_profile_quality(cfg, path)
+    return path

@@ -1,0 +1,66 @@
+"""One served engine for everything an orchestrator asks of it: the engine calibration, the
+truth, its repeats, a capacity probe. A vLLM server start costs about a minute on 2 CPU cores,
+and one server for a whole campaign keeps every run on the same process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.orchestrate.configs import real_bench_config
+
+
+def starts_server(cfg: PipelineStageConfig) -> bool:
+    """Whether ``cfg``'s backend is a vLLM server the orchestrator starts itself."""
+    return cfg.backend.name == "vllm" and cfg.backend.server.kind == "vllm"
+
+
+@contextlib.contextmanager
+def served(
+    cfg: PipelineStageConfig,
+    log_dir: Path,
+    record_in: Run | None = None,
+    workload_dir: Path | str | None = None,
+    purpose: str = "the calibration and the real runs",
+) -> Iterator[PipelineStageConfig]:
+    """For a vLLM server the orchestrator starts: check the backend (on the workload's requests
+    when ``workload_dir`` is given), start one server logging into ``log_dir``, record it in
+    ``record_in``'s ``run_meta.json`` (``server``), and yield ``cfg`` pointed at it
+    (``server.kind=external``, its ``base_url`` and ``log_file``, whose step lines every stage
+    reads off the live pipe). The server is stopped by pid on the way out, whatever happened.
+    Other backends: ``cfg`` as it is (each stage runs its own engine)."""
+    if not starts_server(cfg):
+        yield cfg
+        return
+    from gpu_simulate_test.core.engines.vllm import VllmBackend
+    from gpu_simulate_test.core.requests import load_requests
+    from gpu_simulate_test.core.workloads import load_workload
+
+    backend = VllmBackend(real_bench_config(cfg, workload_dir or "(no workload yet)"))
+    backend.check(load_requests(load_workload(workload_dir)) if workload_dir else [])
+    backend.log_dir = log_dir
+    if cfg.progress:
+        console.print(f"starting one vLLM server for {purpose}")
+    try:
+        backend.start_server()
+        if record_in is not None:
+            record_in.update_meta(server=backend.describe())
+        yield dataclasses.replace(
+            cfg,
+            backend=dataclasses.replace(
+                cfg.backend,
+                base_url=backend.base_url,
+                served_model_name=cfg.model.name,
+                server=dataclasses.replace(
+                    cfg.backend.server, kind="external", log_file=str(backend.log_path)
+                ),
+            ),
+        )
+    finally:
+        backend.stop_server()
