@@ -32,8 +32,8 @@ from gpu_simulate_test.capacity.search import Answer, Point, judge, search
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
-from gpu_simulate_test.fidelity.tables import real_percentiles
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import simulate_config, with_workload
@@ -43,14 +43,7 @@ from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
 
 REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
-PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
-
-
-def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
-    """``<metric>_p<q>`` in ms over the ok requests (compare's percentile rule)."""
-    stats = [f"p{q}" for q in PERCENTILES]
-    return {f"{m}_{s}": v for (m, s), v in real_percentiles(requests, METRICS, stats).items()}
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -99,7 +92,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 table = simulate_inputs(
                     sim_cfg, scaled, r.file(contract.POINTS_DIR) / f"{qps:g}"
                 ).table
-                latency = latency_ms(table)
+                latency = latency_ms(table, METRICS)
                 meets, missed = judge(latency, goals, pct)
                 advance(1)
                 return Point(qps, phase, latency, meets, missed, time.perf_counter() - t0)
@@ -135,7 +128,7 @@ def verify(
     workload_dir = make_workload(at)
     with served(at, r.path, r, workload_dir, "the real check") as at_server:
         real_dir = run_truth(at_server, workload_dir)
-    real = latency_ms(load_run(real_dir, "real_bench").requests)
+    real = latency_ms(load_run(real_dir, "real_bench").requests, METRICS)
     meets, missed = judge(real, goals, pct)
     predicted = next((p.latency_ms for p in answer.points if p.qps == answer.qps), {})
     return {
@@ -153,7 +146,7 @@ def points_frame(points: tuple[Point, ...]) -> pd.DataFrame:
     for p in points:
         row: dict[str, Any] = {"qps": p.qps, "phase": p.phase, "meets_slo": p.meets}
         for metric in METRICS:
-            for q in PERCENTILES:
+            for q in LATENCY_PERCENTILES:
                 row[f"{metric}_p{q}_ms"] = p.latency_ms[f"{metric}_p{q}"]
         row["sim_wall_s"] = round(p.wall_s, 3)
         rows.append(row)

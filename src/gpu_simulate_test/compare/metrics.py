@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "mean")
-"""The statistics of every distribution table, in order."""
-PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+from gpu_simulate_test.core import percentiles as pct
+
+STATS: tuple[str, ...] = (*pct.names(pct.LATENCY_PERCENTILES), "mean")
+"""The statistics of every distribution table, in order (the latency percentiles of the one
+list, :mod:`gpu_simulate_test.core.percentiles`, and the mean)."""
 METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e", "scheduling_delay")
 """Compared metrics; ``itl`` has no per-token times on the simulated side (Vidur gives none)."""
 METRIC_LABELS: dict[str, str] = {
@@ -123,15 +125,10 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def distribution(values_s: Sequence[float] | np.ndarray) -> Distribution:
-    """p50/p90/p95/p99 (numpy's linear interpolation, as vLLM) and mean of the finite values."""
-    data = _finite(values_s)
-    if data.size == 0:
-        nan = float("nan")
-        return Distribution(0, nan, nan, nan, nan, nan)
-    # one call: numpy partitions once for all four positions instead of once per percentile
-    values = np.percentile(data, list(PERCENTILES.values()))
-    pct = {name: float(v) for name, v in zip(PERCENTILES, values, strict=True)}
-    return Distribution(count=int(data.size), mean=float(data.mean()), **pct)
+    """:data:`STATS` of the finite values (:func:`gpu_simulate_test.core.percentiles.describe`:
+    numpy's linear interpolation, as vLLM; NaN when there is none)."""
+    summary = pct.describe(values_s)
+    return Distribution(count=summary.count, **summary.stats(STATS))
 
 
 def relative_error(sim: float, real: float) -> float:
@@ -161,23 +158,18 @@ def per_request_errors(sim: np.ndarray, real: np.ndarray) -> np.ndarray:
 
 
 def error_summary(signed_errors: np.ndarray) -> ErrorSummary:
-    """Summary of per-request signed relative errors (NaNs dropped)."""
-    data = _finite(signed_errors)
-    if data.size == 0:
-        nan = float("nan")
-        return ErrorSummary(0, nan, nan, nan, nan, nan, nan, nan, nan)
-    absolute = np.abs(data)
-    p10, p50, p90 = (float(v) for v in np.percentile(data, [10, 50, 90]))
+    """Summary of per-request signed relative errors (NaNs dropped; NaN when none is left)."""
+    signed = pct.describe(signed_errors)
+    absolute = np.abs(_finite(signed_errors))
+    magnitude = pct.describe(absolute)
+    nan = float("nan")
     return ErrorSummary(
-        count=int(data.size),
-        mean=float(data.mean()),
-        p10=p10,
-        p50=p50,
-        p90=p90,
-        mean_abs=float(absolute.mean()),
-        p90_abs=float(np.percentile(absolute, 90)),
-        within_10pct=float((absolute <= 0.10).mean()),
-        within_25pct=float((absolute <= 0.25).mean()),
+        count=signed.count,
+        **signed.stats(("mean", *pct.names((10, 50, 90)))),
+        mean_abs=magnitude.mean,
+        p90_abs=magnitude.stat(pct.name(90)),
+        within_10pct=float((absolute <= 0.10).mean()) if absolute.size else nan,
+        within_25pct=float((absolute <= 0.25).mean()) if absolute.size else nan,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
 DECODE_BUCKETS: tuple[tuple[int, int], ...] = (
@@ -84,23 +85,28 @@ class StepComparison:
     findings: list[str] = field(default_factory=list)
 
 
-def _pct(values: pd.Series, q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else float("nan")
+SHAPE_STATS: tuple[str, ...] = pct.names((50, 90))
+"""Percentiles of batch size and tokens per step in the totals, from the one list
+(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+
+
+def _median(values: pd.Series) -> float:
+    """Median of the finite values (:func:`gpu_simulate_test.core.percentiles.describe`), NaN
+    without any."""
+    return pct.describe(values.to_numpy(dtype=float)).median
 
 
 def _side_totals(steps: pd.DataFrame) -> dict[str, float]:
-    size = steps["num_prefill_requests"] + steps["num_decode_requests"]
-    tokens = steps["num_prefill_tokens"] + steps["num_decode_tokens"]
+    size = pct.describe(steps["num_prefill_requests"] + steps["num_decode_requests"])
+    tokens = pct.describe(steps["num_prefill_tokens"] + steps["num_decode_tokens"])
     return {
         "steps": len(steps),
         "busy_ms": float(steps["cost_ms"].sum()),
         "prefill_tokens": int(steps["num_prefill_tokens"].sum()),
         "decode_tokens": int(steps["num_decode_tokens"].sum()),
-        "batch_size_p50": _pct(size, 50),
-        "batch_size_p90": _pct(size, 90),
-        "tokens_per_step_p50": _pct(tokens, 50),
-        "tokens_per_step_p90": _pct(tokens, 90),
-        "median_step_ms": _pct(steps["elapsed_ms"], 50),
+        **{f"batch_size_{s}": size.stat(s) for s in SHAPE_STATS},
+        **{f"tokens_per_step_{s}": tokens.stat(s) for s in SHAPE_STATS},
+        "median_step_ms": _median(steps["elapsed_ms"]),
     }
 
 
@@ -127,15 +133,15 @@ def compare_steps(
         s = sim.loc[sim["group"] == name, "cost_ms"]
         if r.empty and s.empty:
             continue
-        r_med = float(r["cost_ms"].median()) if len(r) else float("nan")
-        s_med = float(s.median()) if len(s) else float("nan")
+        r_med = _median(r["cost_ms"])
+        s_med = _median(s)
         rows.append(
             {
                 "group": name,
                 "real_steps": len(r),
                 "sim_steps": len(s),
                 "real_median_ms": r_med,
-                "real_engine_median_ms": float(r["elapsed_ms"].median()) if len(r) else np.nan,
+                "real_engine_median_ms": _median(r["elapsed_ms"]),
                 "sim_median_ms": s_med,
                 "rel_error": _rel(s_med, r_med),
             }

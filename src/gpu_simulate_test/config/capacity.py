@@ -9,6 +9,9 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import StageConfig, _check
 
 SLO_PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+"""The percentiles a goal may name: the latency percentiles every table shows
+(``core.percentiles.LATENCY_PERCENTILES``; config imports nothing above it, a test holds the two
+equal)."""
 
 
 @dataclass(frozen=True)

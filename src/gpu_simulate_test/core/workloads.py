@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadConfig
+from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.prompts import exact_text_prompts, load_tokenizer, random_token_ids
 from gpu_simulate_test.core.reporting import progress_bar
 from gpu_simulate_test.core.sampling import rescale_to_qps, sample_arrivals, sample_lengths
@@ -34,6 +35,9 @@ from gpu_simulate_test.io.schemas import TRACE_INTERVALS, TRACE_LENGTHS
 
 WORKLOAD_META_VERSION = "1.0"
 PROMPT_WRITE_CHUNK = 4096
+LENGTH_STATS: tuple[str, ...] = ("min", "mean", *pct.names((50, 90, 99)), "max")
+"""The statistics of each length in the workload summary (percentiles from the one list,
+:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
 
 
 @dataclass(frozen=True)
@@ -115,31 +119,20 @@ def _check_rescalable(arrivals: np.ndarray, cfg: WorkloadConfig, arrivals_from: 
     )
 
 
-def _percentiles(values: np.ndarray) -> dict[str, float]:
-    if len(values) == 0:
-        return {}
-    return {
-        "min": float(values.min()),
-        "mean": float(values.mean()),
-        "p50": float(np.percentile(values, 50)),
-        "p90": float(np.percentile(values, 90)),
-        "p99": float(np.percentile(values, 99)),
-        "max": float(values.max()),
-    }
-
-
 def summarize(workload: Workload) -> dict[str, Any]:
-    """Counts, duration, achieved request rate and length percentiles."""
+    """Counts, duration, achieved request rate and length statistics (:data:`LENGTH_STATS`,
+    NaN for a workload without requests)."""
     duration = float(workload.arrival_time_s[-1]) if workload.num_requests else 0.0
+    total = workload.num_prefill_tokens + workload.num_decode_tokens
     return {
         "num_requests": workload.num_requests,
         "duration_s": duration,
         "mean_qps": (workload.num_requests - 1) / duration if duration > 0 else None,
         "total_prefill_tokens": int(workload.num_prefill_tokens.sum()),
         "total_decode_tokens": int(workload.num_decode_tokens.sum()),
-        "num_prefill_tokens": _percentiles(workload.num_prefill_tokens),
-        "num_decode_tokens": _percentiles(workload.num_decode_tokens),
-        "max_total_tokens": int((workload.num_prefill_tokens + workload.num_decode_tokens).max()),
+        "num_prefill_tokens": pct.describe(workload.num_prefill_tokens).stats(LENGTH_STATS),
+        "num_decode_tokens": pct.describe(workload.num_decode_tokens).stats(LENGTH_STATS),
+        "max_total_tokens": int(total.max()) if total.size else 0,
     }
 
 

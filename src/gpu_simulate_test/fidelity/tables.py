@@ -17,10 +17,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpu_simulate_test.core import percentiles as pct
+
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 """Light, ~50% and ~85% of the measured capacity."""
 GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
-GOAL_STATS: tuple[str, ...] = ("p50", "p90")
+GOAL_STATS: tuple[str, ...] = pct.names((50, 90))
+"""The fidelity table's percentiles, from the one list
+(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
 SUSTAINED_RATIO = 0.9
 """Completion rate / arrival rate at or above this: the queue did not grow (allowing for the
 spread of request lengths at the ends of a short run)."""
@@ -131,16 +135,13 @@ def real_percentiles(
     metrics: Sequence[str] = GOAL_METRICS,
     stats: Sequence[str] = GOAL_STATS,
 ) -> dict[tuple[str, str], float]:
-    """``(metric, stat) → ms`` of one real run's ``ok`` requests (compare's percentile rule)."""
-    from gpu_simulate_test.compare.metrics import distribution
-
-    ok = requests[requests["status"] == "ok"]
-    out = {}
-    for metric in metrics:
-        dist = distribution(ok[f"{metric}_s"].to_numpy(dtype=float))
-        for stat in stats:
-            out[(metric, stat)] = dist.stat(stat) * 1e3
-    return out
+    """``(metric, stat) → ms`` of one real run's ``ok`` requests (the one percentile routine,
+    :func:`gpu_simulate_test.core.percentiles.describe`, as compare; NaN without any)."""
+    return {
+        (metric, stat): summary.stat(stat) * 1e3
+        for metric, summary in pct.ok_request_summaries(requests, metrics).items()
+        for stat in stats
+    }
 
 
 def add_noise(
@@ -193,14 +194,12 @@ def largest_abs_error(table: pd.DataFrame) -> dict[str, Any]:
 
 def error_spread(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str, Any]:
     """Over the finite rows: how many, the median absolute error (percent), and how many are
-    within 5% and 10% (the goal, and twice it)."""
+    within 5% and 10% (the goal, and twice it); the median is NaN without any (stored as null)."""
     errors = np.abs(table[column].astype(float).to_numpy())
     errors = errors[np.isfinite(errors)]
-    if errors.size == 0:
-        return {"rows": 0, "median_abs_error_pct": None, "within_5pct": 0, "within_10pct": 0}
     return {
         "rows": int(errors.size),
-        "median_abs_error_pct": round(float(np.median(errors)) * 100, 2),
+        "median_abs_error_pct": round(pct.describe(errors).median * 100, 2),
         "within_5pct": int((errors <= 0.05).sum()),
         "within_10pct": int((errors <= 0.10).sum()),
     }

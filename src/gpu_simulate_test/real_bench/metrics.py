@@ -13,13 +13,12 @@ Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.engines.records import (
     STATUS_CANCELLED,
     STATUS_OK,
@@ -28,7 +27,10 @@ from gpu_simulate_test.core.engines.records import (
 )
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
 
-PERCENTILES: tuple[int, ...] = (50, 90, 99)
+PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
+"""The percentiles ``summary.json`` keeps, from the one list
+(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+DISTRIBUTION_STATS: tuple[str, ...] = ("mean", "median", "std", *pct.names(PERCENTILES))
 NAN = float("nan")
 
 
@@ -153,21 +155,9 @@ _TOKEN_COLUMNS = ["request_id", "token_index", "time_s", "itl_s", "num_tokens"]
 
 
 def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:
-    """mean, median, std and p50/p90/p99 in milliseconds of the finite values (NaN if none)."""
-    arr = np.asarray([v for v in values_s if math.isfinite(v)], dtype=float) * 1e3
-    if arr.size == 0:
-        return {
-            "mean": NAN,
-            "median": NAN,
-            "std": NAN,
-            **{f"p{p}": NAN for p in PERCENTILES},
-        }
-    return {
-        "mean": float(arr.mean()),
-        "median": float(np.median(arr)),
-        "std": float(arr.std()),
-        **{f"p{p}": float(np.percentile(arr, p)) for p in PERCENTILES},
-    }
+    """:data:`DISTRIBUTION_STATS` in milliseconds of the finite values (NaN if none), by
+    :func:`gpu_simulate_test.core.percentiles.describe`."""
+    return pct.describe(values_s, scale=1e3).stats(DISTRIBUTION_STATS)
 
 
 def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -211,11 +201,10 @@ def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
         summary[f"std_{name}_ms"] = dist["std"]
         for p in PERCENTILES:
             summary[f"p{p}_{name}_ms"] = dist[f"p{p}"]
-    arrival_errors = [
-        row_err
-        for r in arrived
-        if r.arrival_s is not None and math.isfinite(row_err := r.arrival_s - r.scheduled_arrival_s)
-    ]
-    summary["arrival_error_ms"] = distribution_ms(arrival_errors)
-    summary["max_arrival_error_ms"] = max(arrival_errors) * 1e3 if arrival_errors else NAN
+    arrival_errors = pct.describe(
+        [r.arrival_s - r.scheduled_arrival_s for r in arrived if r.arrival_s is not None],
+        scale=1e3,
+    )
+    summary["arrival_error_ms"] = arrival_errors.stats(DISTRIBUTION_STATS)
+    summary["max_arrival_error_ms"] = arrival_errors.max
     return summary

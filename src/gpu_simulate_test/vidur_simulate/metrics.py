@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.latency import tpot_s
 from gpu_simulate_test.io.artifacts import ArtifactError
 
@@ -51,6 +52,10 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "vidur_tpot_s",
 )
 """Written after the REQUEST_METRICS columns, in this order."""
+SUMMARY_PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
+"""The percentiles of the run summary, from the one list
+(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+SUMMARY_STATS: tuple[str, ...] = (*pct.names(SUMMARY_PERCENTILES), "mean")
 
 
 class ReplayMismatchError(ArtifactError):
@@ -152,16 +157,10 @@ def normalize(
     )
 
 
-def _quantiles(values: pd.Series) -> dict[str, float | None]:
-    clean = values.dropna().to_numpy(dtype=float)
-    if not len(clean):
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
-    return {
-        "p50": float(np.percentile(clean, 50)),
-        "p90": float(np.percentile(clean, 90)),
-        "p99": float(np.percentile(clean, 99)),
-        "mean": float(clean.mean()),
-    }
+def _quantiles(values: pd.Series) -> dict[str, float]:
+    """:data:`SUMMARY_STATS` in seconds of the finite values; NaN without any (run_meta.json
+    stores it as null)."""
+    return pct.describe(values.to_numpy(dtype=float)).stats(SUMMARY_STATS)
 
 
 def summarize(metrics: pd.DataFrame) -> dict[str, Any]:
@@ -181,13 +180,16 @@ def summarize(metrics: pd.DataFrame) -> dict[str, Any]:
 
 
 def summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
-    """Rows for the terminal table: latencies in ms, throughput per second."""
+    """Rows for the terminal table: latencies in ms (p50, p90, p99), throughput per second."""
     rows: list[list[str]] = []
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         q = summary[key]
         rows.append(
             [label]
-            + [f"{q[p] * 1e3:.2f}" if q[p] is not None else "-" for p in ("p50", "p90", "p99")]
+            + [
+                f"{q[p] * 1e3:.2f}" if q[p] is not None and np.isfinite(q[p]) else "-"
+                for p in pct.names(SUMMARY_PERCENTILES)
+            ]
         )
     rate, tokens = summary["throughput_requests_per_s"], summary["throughput_output_tokens_per_s"]
     rows.append(["throughput", f"{rate:.2f} req/s" if rate else "-", "", ""])
