@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.deep_profile.nsight.tools import find_tool
 from tests.conftest import REPO_ROOT, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -65,7 +66,12 @@ def test_deep_profile_on_cpu_reports_mfu_and_skips_nsight(tmp_path: Path) -> Non
     )
 
     report = (run / "report.md").read_text()
-    assert "| nsys | skipped | nsys not found" in report or "| nsys | skipped |" in report
+    # on CPU both Nsight steps skip for the device; where the tool is missing too, that first
+    cpu = "hardware.device=cpu: Nsight profiles CUDA kernels (use a GPU hardware)"
+    nsys_missing = [] if find_tool("nsys") else ["nsys not found on PATH or in CUDA directories"]
+    ncu_missing = [] if find_tool("ncu") else ["ncu not found on PATH or in CUDA directories"]
+    assert f"| nsys | skipped | {'; '.join([*nsys_missing, cpu])} |" in report
+    assert f"| ncu | skipped | {'; '.join([*ncu_missing, cpu])} |" in report
     assert "hardware.device=cpu" in report
     assert "MFU" in report and "aten::" in report
     command = json.loads((run / "nsys" / "command.json").read_text())

@@ -35,6 +35,7 @@ from gpu_simulate_test.deep_profile.nsight_steps import (
     run_nsys,
 )
 from gpu_simulate_test.deep_profile.static import lengths_of
+from gpu_simulate_test.io.artifacts import read_json
 from tests.conftest import SHARED_FIXTURES
 
 
@@ -173,10 +174,14 @@ def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
     assert outcome.status == "ok", outcome.reason
     assert len(summary["top_kernels"]) == 5
     assert (tmp_path / files.NSYS_DIR / "top_kernels.yaml").is_file()
+    kernels = read_json(tmp_path / files.NSYS_DIR / files.NSYS_KERNELS_JSON)["kernels"]
+    assert len(kernels) == summary["num_kernels"] > len(summary["top_kernels"])
     outcome, summary = run_ncu(cfg, tmp_path, "/x/ncu", ok("ncu"), runner=runner)
     assert outcome.status == "ok", outcome.reason
     # SpeedOfLight of this kernel: 9.15 % compute vs 19.66 % memory → memory-bound
     assert summary["kernel_bounds"][0]["bound"] == "memory-bound"
+    bounds = read_json(tmp_path / files.NCU_DIR / files.NCU_BOUNDS_JSON)
+    assert bounds == {"kernels": summary["kernel_bounds"]}
     ncu_call = calls[2]
     assert ncu_call[0] == "/x/ncu" and "--kernel-name" in ncu_call
 

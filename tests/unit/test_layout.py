@@ -3,6 +3,7 @@ stage it is written for, and the configs ship inside the package."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -60,38 +61,55 @@ STAGES = {
 }  # fmt: skip
 ORCHESTRATORS = {"pipeline", "fidelity", "capacity"}
 """They call the other stages' ``run()``."""
+SHARED_STEPS = "orchestrate"
+"""The steps every orchestrator calls (serve, run the truth, simulate, compare): not a stage."""
 FLOORS = {"io": {"io"}, "config": {"config", "io"}, "core": {"core", "config", "io"}}
 """What each shared layer may import."""
+PACKAGE = REPO / "src" / "gpu_simulate_test"
 
 
-def layering_violations(top: str, source: str) -> list[str]:
-    """The project imports in ``source`` (a module of the folder ``top``) that break the rules:
-    a shared layer reaching above itself, or a stage importing another stage's code (its
-    ``contract`` module is allowed; the orchestrators may import any stage)."""
-    import ast
+def imported_modules(source: str) -> list[str]:
+    """The project modules ``source`` imports, one per imported name: ``from a.b import c``
+    imports the module ``a.b.c`` when ``c`` is a submodule of ``a.b``, else ``a.b`` itself (``c``
+    is a symbol of that module or of the package's ``__init__``)."""
 
-    bad = []
+    def is_module(dotted: str) -> bool:
+        path = PACKAGE.parent.joinpath(*dotted.split("."))
+        return path.with_suffix(".py").is_file() or path.is_dir()
+
+    modules = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpu_simulate_test"):
             assert node.module is not None
             named = [f"{node.module}.{a.name}" for a in node.names]
-            contracts = [m for m in named if m.endswith(".contract")]
-            modules = contracts or [node.module]
+            modules += [m if is_module(m) else node.module for m in named]
         elif isinstance(node, ast.Import):
-            modules = [a.name for a in node.names if a.name.startswith("gpu_simulate_test")]
-        else:
+            modules += [a.name for a in node.names if a.name.startswith("gpu_simulate_test")]
+    return modules
+
+
+def layering_violations(top: str, source: str) -> list[str]:
+    """The project imports in ``source`` (a module of the folder ``top``) that break the rules:
+    a shared layer reaching above itself; a stage importing another stage's code (its
+    ``contract`` module is allowed) or the shared steps; an orchestrator or the shared steps
+    importing an orchestrator's code (its ``contract`` is allowed; any other stage is)."""
+    bad = []
+    for module in imported_modules(source):
+        parts = module.split(".")
+        target = parts[1] if len(parts) > 1 else ""
+        if not target or target == top:
             continue
-        for module in modules:
-            parts = module.split(".")
-            target = parts[1] if len(parts) > 1 else ""
-            if not target or target == top:
-                continue
-            if (top in FLOORS and target not in FLOORS[top]) or (
-                top in STAGES - ORCHESTRATORS
-                and target in STAGES
-                and not module.endswith(".contract")
-            ):
-                bad.append(module)
+        contract = parts[2:] == ["contract"]
+        if top in FLOORS:
+            broken = target not in FLOORS[top]
+        elif top in STAGES - ORCHESTRATORS:
+            broken = (target in STAGES and not contract) or target == SHARED_STEPS
+        elif top in ORCHESTRATORS or top == SHARED_STEPS:
+            broken = target in ORCHESTRATORS and not contract
+        else:
+            broken = False  # the CLI and the spec page sit above every stage
+        if broken:
+            bad.append(module)
     return bad
 
 
@@ -103,13 +121,30 @@ def test_layering_checker_catches_what_it_should() -> None:
     assert not layering_violations("compare", "from gpu_simulate_test.real_bench import contract")
     assert not layering_violations("compare", "from gpu_simulate_test.core.knobs import x")
     assert not layering_violations("pipeline", "from gpu_simulate_test.compare.stage import run")
+    # every imported name is judged: a contract beside it excuses nothing
+    both = "from gpu_simulate_test.real_bench import contract, metrics"
+    assert layering_violations("compare", both) == ["gpu_simulate_test.real_bench.metrics"]
+    assert layering_violations("compare", "from gpu_simulate_test import real_bench")
+    # a name that is no submodule is a symbol of the package: the package, not its contract
+    assert layering_violations("workload", "from gpu_simulate_test.compare import run_compare")
+    assert layering_violations("fidelity", "from gpu_simulate_test.pipeline import sweep, contract")
+    # orchestrators share steps through orchestrate, not through each other
+    assert layering_violations("capacity", "from gpu_simulate_test.fidelity.tables import x")
+    assert layering_violations("pipeline", "import gpu_simulate_test.capacity.search")
+    assert layering_violations("orchestrate", "from gpu_simulate_test.fidelity import tables")
+    assert not layering_violations("capacity", "from gpu_simulate_test.fidelity import contract")
+    assert not layering_violations("capacity", "from gpu_simulate_test.orchestrate import steps")
+    assert not layering_violations("orchestrate", "from gpu_simulate_test.real_bench import stage")
+    assert not layering_violations("orchestrate", "from gpu_simulate_test.core import knobs")
+    # ... and nothing below them reaches the shared steps
+    for low in ("core", "io", "config", "compare", "real_bench"):
+        assert layering_violations(low, "from gpu_simulate_test.orchestrate.steps import x"), low
 
 
 def test_no_stage_imports_another_stage_and_io_imports_nothing_above_it() -> None:
-    package = REPO / "src" / "gpu_simulate_test"
     found = {}
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
         top = rel.parts[0] if len(rel.parts) > 1 else rel.stem
         bad = layering_violations(top, path.read_text())
         if bad:
@@ -118,7 +153,10 @@ def test_no_stage_imports_another_stage_and_io_imports_nothing_above_it() -> Non
 
 
 def test_every_stage_has_a_stage_and_a_contract_module() -> None:
-    package = REPO / "src" / "gpu_simulate_test"
     for stage in sorted(STAGES):
-        assert (package / stage / "stage.py").is_file(), stage
-        assert (package / stage / "contract.py").is_file(), stage
+        assert (PACKAGE / stage / "stage.py").is_file(), stage
+        assert (PACKAGE / stage / "contract.py").is_file(), stage
+    # the shared steps are no stage; every folder of code is one the import rules place
+    assert not (PACKAGE / SHARED_STEPS / "stage.py").exists()
+    folders = {path.parent.name for path in PACKAGE.glob("*/*.py")}
+    assert folders == STAGES | set(FLOORS) | {SHARED_STEPS, "cli"}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from gpu_simulate_test.vidur_profile import timing
 from gpu_simulate_test.vidur_profile.timing import (
     CUDA_EVENTS,
     PERF_COUNTER,
@@ -39,7 +42,19 @@ def test_known_sleep_on_cpu_is_measured_in_milliseconds() -> None:
     assert len(calls) == 6 and stats.repeats == 4
     assert 5.0 <= stats.min_ms <= stats.median_ms <= stats.max_ms
     assert stats.median_ms < 60  # generous: a loaded 2-core CI machine oversleeps
-    assert stats.std_ms >= 0
+
+
+def test_measure_summarizes_exactly_its_timed_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fake nanosecond clock under the CPU timer: each repeat lasts the next known duration
+    durations_ms = [3.0, 1.0, 4.0, 1.5]
+    ticks = iter([tick for d in durations_ms for tick in (0, int(d * 1e6))])
+    clock = SimpleNamespace(perf_counter=time.perf_counter, perf_counter_ns=lambda: next(ticks))
+    monkeypatch.setattr(timing, "time", clock)
+    stats = measure(lambda: None, "cpu", TimingPolicy(warmup=2, repeats=4, budget_s=60))
+    assert stats.repeats == 4 and (stats.min_ms, stats.max_ms) == (1.0, 4.0)
+    assert stats.mean_ms == pytest.approx(np.mean(durations_ms))
+    assert stats.median_ms == pytest.approx(np.median(durations_ms))
+    assert stats.std_ms == pytest.approx(np.std(durations_ms))  # population, ddof=0
 
 
 def test_budget_cuts_repeats_of_slow_ops_but_not_below_min_repeats() -> None:

@@ -182,7 +182,7 @@ def run_nsys(
     kernels = parse_kernel_summary(kern_sum)
     top = extract_top_kernels(kernels, cfg.pipeline.nsys.top_k) if kernels else []
     write_top_kernels_yaml(top, out / TOP_KERNELS_FILE, source=str(kern_sum))
-    write_json(out / "kernels.json", {"kernels": [k.to_dict() for k in kernels]})
+    write_json(out / files.NSYS_KERNELS_JSON, {"kernels": [k.to_dict() for k in kernels]})
     summary = {
         "num_kernels": len(kernels),
         "total_kernel_ms": sum(k.total_ms for k in kernels),
@@ -235,5 +235,5 @@ def run_ncu(
     with atomic_open(details) as handle:
         handle.write(proc.stdout)
     bounds = classify_bound(parse_ncu_csv(details))
-    write_json(out / "kernel_bounds.json", {"kernels": [b.to_dict() for b in bounds]})
+    write_json(out / files.NCU_BOUNDS_JSON, {"kernels": [b.to_dict() for b in bounds]})
     return StepOutcome.ok("ncu"), {"kernel_bounds": [b.to_dict() for b in bounds]}

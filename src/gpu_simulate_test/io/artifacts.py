@@ -407,13 +407,3 @@ def stable_id(parts: Sequence[Any] | Mapping[str, Any], prefix: str = "", length
     return (
         f"{prefix}{digest}" if not prefix or prefix.endswith(("-", "_")) else f"{prefix}-{digest}"
     )
-
-
-def file_fingerprint(paths: Sequence[Path | str], length: int = 16) -> str:
-    """sha256 over the bytes of several files (in the given order), hex-truncated."""
-    digest = hashlib.sha256()
-    for path in paths:
-        p = Path(path)
-        digest.update(p.name.encode("utf-8"))
-        digest.update(p.read_bytes())
-    return digest.hexdigest()[:length]

@@ -10,10 +10,8 @@ from gpu_simulate_test.io import layout, schemas
 from gpu_simulate_test.io.artifacts import Column, TableSchema
 
 REQUEST_METRICS_CSV = layout.REQUEST_METRICS
-TOKEN_METRICS_CSV = layout.TOKEN_METRICS
 ENGINE_STEP_LOG_CSV = layout.ENGINE_STEP_LOG
 REQUEST_METRICS_TABLE = schemas.REQUEST_METRICS
-TOKEN_METRICS_TABLE = schemas.TOKEN_METRICS
 ENGINE_STEP_LOG_TABLE = schemas.ENGINE_STEP_LOG
 SUMMARY = "summary.json"
 TELEMETRY_CSV = "telemetry.csv"
