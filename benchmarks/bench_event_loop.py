@@ -112,7 +112,7 @@ def main() -> None:
         print(f"warm-up, {WARMUP_REQUESTS} requests (trains the predictor) {warm:8.2f} s")
         for n in sizes:
             workload = make_workload(root, n, args.qps)
-            fast_s, fast_path, meta = time_stage(config(root, workload, f"fast{n}"))
+            fast_s, fast_dir, meta = time_stage(config(root, workload, f"fast{n}"))
             assert meta["event_loop"] == "fast", meta.get("event_loop_note")
             assert meta["predictor_cache"] == "hit", "the warm-up did not cover this size"
             print(f"requests                           {n:>12,}")
@@ -121,7 +121,7 @@ def main() -> None:
             if args.check:
                 ref_s, ref_path, _ = time_stage(config(root, workload, f"vidur{n}", "vidur"))
                 same = all(
-                    (fast_path / name).read_bytes() == (ref_path / name).read_bytes()
+                    (fast_dir / name).read_bytes() == (ref_path / name).read_bytes()
                     for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG)
                 )
                 print(f"  stage, Vidur's loop              {ref_s:12.2f} s  (same bytes: {same})")

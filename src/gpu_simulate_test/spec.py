@@ -112,13 +112,16 @@ def render() -> str:
             notes.append(f"`{table.unique}` is unique")
         if table.sorted_by:
             notes.append(f"sorted by `{table.sorted_by}`")
+        if table.optional:
+            notes.append("columns marked optional may be absent (older files, other writers)")
         parts.append((" " + "; ".join(notes) + ".") if notes else "")
         parts.append("\n\n| column | type | unit | nullable | min | meaning |\n")
         parts.append("| --- | --- | --- | --- | --- | --- |\n")
-        for col in table.columns:
+        for col in (*table.columns, *table.optional):
             minimum = "" if col.min_value is None else f"{col.min_value:g}"
             allowed = ", ".join(f"`{v}`" for v in col.allowed)
             meaning = f"{col.description}: one of {allowed}" if allowed else col.description
+            meaning = f"optional: {meaning}" if col in table.optional else meaning
             parts.append(
                 f"| `{col.name}` | {col.dtype} | {col.unit} | {'yes' if col.nullable else 'no'} "
                 f"| {minimum} | {meaning} |\n"

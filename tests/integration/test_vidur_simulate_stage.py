@@ -104,7 +104,7 @@ def test_replays_every_request_exactly_and_reuses_the_cache(project: Path) -> No
     assert not list(raw.rglob("*chrome*")) and not list(raw.rglob("*.png"))
     # Vidur's timestamped output directory was pinned away
     assert [p.name for p in a.iterdir() if p.is_dir()] == ["vidur"]
-    # the fast path (the default) writes no plots/ of Vidur's own store
+    # the lean metrics store (the default) writes no plots/ of Vidur's own store
     assert [p.name for p in raw.iterdir() if p.is_dir()] == []
 
 

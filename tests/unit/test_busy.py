@@ -10,7 +10,7 @@ import time
 import pytest
 from benchmarks.bench_busy_profile import competitor as spinning
 
-from gpu_simulate_test.vidur_profile.busy import (
+from gpu_simulate_test.core.busy import (
     FOREIGN_CORES_LIMIT,
     ForeignLoad,
     _foreign_cpu_s,

@@ -8,14 +8,19 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from gpu_simulate_test.config.registry import CONFIG_DIR, to_typed
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_typed
 from gpu_simulate_test.config.schema import (
+    MIN_BLOCK_SIZE,
     ConfigError,
     HardwareConfig,
     ModelConfig,
-    StageConfig,
-    WorkloadConfig,
     WorkloadStageConfig,
+)
+from gpu_simulate_test.config.vidur import (
+    VidurConfig,
+    VidurProfileStageConfig,
+    VidurSimulateStageConfig,
 )
 
 MODEL_FILES = sorted((CONFIG_DIR / "model").glob("*.yaml"))
@@ -130,10 +135,34 @@ def test_configs_are_frozen(compose_stage) -> None:
         cfg.workload.qps = 3.0  # type: ignore[misc]
 
 
-def test_stage_run_type_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"stage\.run_type='train'"):
-        StageConfig(run_type="train")
-    assert WorkloadConfig().source == "synthetic"
+@pytest.mark.parametrize(
+    ("stage", "schema", "key"),
+    [
+        ("vidur_simulate", VidurSimulateStageConfig, "vidur.scheduler.block_size"),
+        ("vidur_profile", VidurProfileStageConfig, "block_size"),
+        ("real_bench", RealBenchStageConfig, "backend.block_size"),
+    ],
+)
+def test_every_block_size_has_the_same_bound(compose_stage, stage: str, schema: type, key: str):
+    """The profile's, the simulator's and the engine's KV-cache block are one quantity: one
+    range check, whichever key sets it."""
+    overrides = ["workload_dir=w"] if stage != "vidur_profile" else []
+    to_typed(compose_stage(stage, [*overrides, f"{key}={MIN_BLOCK_SIZE}"]), schema)
+    with pytest.raises(ConfigError, match=rf"{key} must be >= {MIN_BLOCK_SIZE}, got 3"):
+        to_typed(compose_stage(stage, [*overrides, f"{key}=3"]), schema)
+
+
+@pytest.mark.parametrize("stage", ["vidur_simulate", "pipeline", "fidelity", "capacity"])
+def test_the_renamed_fast_path_is_refused_naming_lean_metrics(compose_stage, stage: str) -> None:
+    overrides = ["workload_dir=w"] if stage == "vidur_simulate" else []
+    with pytest.raises(ConfigError, match=r"vidur\.fast_path=True is now vidur\.lean_metrics"):
+        to_typed(compose_stage(stage, [*overrides, "vidur.fast_path=true"]), STAGE_SCHEMAS[stage])
+
+
+def test_a_stored_config_with_fast_path_is_refused_naming_lean_metrics() -> None:
+    stored = OmegaConf.create({"event_loop": "vidur", "fast_path": False})
+    with pytest.raises(ConfigError, match=r"vidur\.fast_path=False is now vidur\.lean_metrics"):
+        to_typed(stored, VidurConfig)
 
 
 def test_presets_load_the_shipped_group_files() -> None:

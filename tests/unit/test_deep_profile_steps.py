@@ -212,7 +212,7 @@ def test_bad_pipeline_values_fail_naming_the_field(compose_stage: Any) -> None:
     with pytest.raises(ConfigCompositionException, match="top_k"):
         compose_stage("deep_profile", ["pipeline.nsys.top_k=many"])
     cfg = to_typed(compose_stage("deep_profile", ["hardware=h100"]), DeepProfileStageConfig)
-    assert cfg.stage.run_type == "deep_profile" and cfg.hardware.device == "cuda"
+    assert isinstance(cfg, DeepProfileStageConfig) and cfg.hardware.device == "cuda"
 
 
 def test_stakeholder_summary_says_why_the_timed_run_is_missing() -> None:

@@ -48,8 +48,11 @@ def test_every_experiment_config_composes(compose_stage: Any, experiment: str) -
     """Each experiment into the stage it is written for (``fidelity_*``: the fidelity stage;
     the others: the pipeline), validated against that stage's schema."""
     stage = "fidelity" if experiment.startswith("fidelity_") else "pipeline"
-    cfg: Any = to_typed(compose_stage(stage, [f"+experiment={experiment}"]), STAGE_SCHEMAS[stage])
-    assert cfg.stage.run_type == stage
+    typed: object = to_typed(
+        compose_stage(stage, [f"+experiment={experiment}"]), STAGE_SCHEMAS[stage]
+    )
+    assert isinstance(typed, STAGE_SCHEMAS[stage])
+    cfg: Any = typed
     assert cfg.model.name and cfg.hardware.name
     if stage == "fidelity":
         assert cfg.fidelity.num_requests >= 2

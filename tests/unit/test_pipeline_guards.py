@@ -122,6 +122,24 @@ def test_an_existing_profile_run_counts_only_when_the_pipeline_will_profile(
         check_outputs_free(calibrated, "r1")
 
 
+def test_a_bundle_with_a_planted_outlier_is_profiled_again(pipeline_cfg) -> None:
+    """Its meta.json says nothing, its mlp.csv has an op 500x slower on 4 tokens than on more:
+    not reused in silence, whatever profile warnings the run accepts."""
+    from tests.unit.test_bundle_contract import plant_outlier
+
+    cfg = pipeline_cfg("engine_overhead=false")
+    scheduler = derive_scheduler(cfg.backend, cfg.vidur.scheduler, 128)[0]
+    ranges = SyntheticRanges(block_size=scheduler.block_size)
+    path = write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, ranges=ranges, points=6)
+    assert bundle_misfits(cfg, scheduler, NEEDS) == []
+    tokens = plant_outlier(path)
+    (misfit,) = bundle_misfits(cfg, scheduler, NEEDS)
+    assert f"{path / layout.MLP_PROFILE}: mlp_up_proj takes" in misfit
+    assert f"at num_tokens={tokens} but" in misfit and "profile again" in misfit
+    accepting = pipeline_cfg("engine_overhead=false", "accept_profile_warnings=true")
+    assert bundle_misfits(accepting, scheduler, NEEDS) == [misfit]
+
+
 def test_a_disturbed_bundle_is_profiled_again_unless_accepted(pipeline_cfg) -> None:
     cfg = pipeline_cfg("engine_overhead=false")
     scheduler = derive_scheduler(cfg.backend, cfg.vidur.scheduler, 128)[0]

@@ -21,7 +21,7 @@ def test_every_backend_composes(compose_stage, backend: str) -> None:
         compose_stage("real_bench", [f"backend={backend}", "workload_dir=tmp/workload/x"]),
         RealBenchStageConfig,
     )
-    assert cfg.backend.name == backend and cfg.stage.run_type == "real"
+    assert isinstance(cfg, RealBenchStageConfig) and cfg.backend.name == backend
     assert cfg.model.name == "qwen3_tiny" and cfg.hardware.device == "cpu"
 
 

@@ -92,7 +92,7 @@ def simulate(
             frontend_latency=False,
             # the reference: Vidur's loop with Vidur's own metrics store (its lean one for
             # "vidur-lean")
-            fast_path=loop != "vidur",
+            lean_metrics=loop != "vidur",
             event_loop="fast" if loop == "fast" else "vidur",
             **vidur,
         ),
@@ -255,7 +255,7 @@ def test_random_configs_give_the_same_batches(
     bundles: dict[bool, Path], tmp_path: Path, seed: int
 ) -> None:
     """Random scheduler, cap, budget, lengths and load (sometimes arrivals in groups): our loop
-    and Vidur's (with the lean store, byte-identical to its own: test_vidur_fast_path.py) give
+    and Vidur's (with the lean store, byte-identical to its own: test_vidur_lean_metrics.py) give
     the same request rows and the same batches."""
     rng = np.random.default_rng(100 + seed)
     name = [SARATHI, VLLM, ORCA][seed % 3]
@@ -283,3 +283,21 @@ def test_random_configs_give_the_same_batches(
 def test_an_unknown_event_loop_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"vidur\.event_loop"):
         VidurConfig(event_loop="faster")
+
+
+def test_vidurs_own_metrics_store_needs_vidurs_loop() -> None:
+    """``lean_metrics=false`` keeps a store only Vidur's loop fills: asked for with our loop it is
+    refused, not silently run on Vidur's loop."""
+    with pytest.raises(ConfigError, match=r"vidur\.lean_metrics=false .* vidur\.event_loop=vidur"):
+        VidurConfig(lean_metrics=False, event_loop="fast")
+    assert VidurConfig(lean_metrics=False, event_loop="vidur").lean_metrics is False
+
+
+def test_the_library_runs_the_configs_event_loop_by_default() -> None:
+    import inspect
+
+    from gpu_simulate_test.vidur_simulate.simulation import simulate as library_simulate
+
+    defaults = inspect.signature(library_simulate).parameters
+    assert defaults["event_loop"].default == VidurConfig().event_loop == "fast"
+    assert defaults["lean"].default is VidurConfig().lean_metrics

@@ -28,12 +28,16 @@ from gpu_simulate_test.core.engines.vllm import (
     prefix_sharing,
 )
 from gpu_simulate_test.core.engines.vllm_log import (
+    StepLineError,
     StepLog,
     metric_total,
     metrics_delta,
     parse_iteration_line,
     parse_metrics,
 )
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv
+from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
 from gpu_simulate_test.orchestrate.profiling import engine_identity
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
@@ -72,6 +76,77 @@ def test_non_step_lines_are_not_steps() -> None:
         "requests, 5 generation tokens, iteration elapsed time: 12.5 ms"
     )
     assert step is not None and step.kv_cache_usage_pct is None and step.num_decode_requests == 5
+
+
+def changed_format_lines() -> list[str]:
+    """Two step lines of the real log as a vLLM whose format changed would print them: the
+    prefill counts renamed, and a line cut short before its time."""
+    real = [line for line in _fixture_lines() if "Iteration(" in line]
+    renamed = real[99].replace("context requests", "prefill requests")
+    cut = real[100][: real[100].index("iteration elapsed")]
+    return [renamed, cut]
+
+
+def _fixture_lines() -> list[str]:
+    return (DATA / "server_q06b_iterations.log").read_text().splitlines()
+
+
+def test_a_step_line_the_parser_cannot_read_is_counted_and_quoted() -> None:
+    log = _feed_fixture_log()
+    assert log.unreadable_since(0.0) == (0, [])  # every real step line is read
+    changed = changed_format_lines()
+    for line in changed:
+        log.feed(line, 1000.0)
+    assert len(log.steps) == 520
+    assert log.unreadable_since(0.0) == (2, changed)
+    assert log.unreadable_since(1000.5) == (0, [])  # a replay that started later saw none
+    with pytest.raises(StepLineError, match="prefill requests"):
+        parse_iteration_line(changed[0])
+
+
+def test_a_run_records_the_step_lines_it_could_not_read(compose_stage, tmp_path: Path) -> None:
+    backend = VllmBackend(_cfg(compose_stage))
+    for i, line in enumerate([*_fixture_lines(), *changed_format_lines()]):
+        backend.steps.feed(line, float(i))
+    engine_log = backend.write_artifacts(tmp_path, origin=0.0, since=0.0)
+    assert engine_log["engine_steps"] == 520 and engine_log["unreadable_step_lines"] == 2
+    assert engine_log["unreadable_step_line_examples"] == changed_format_lines()
+    assert len(read_csv(tmp_path / layout.ENGINE_STEP_LOG, ENGINE_STEP_LOG)) == 520
+    # a server run elsewhere without its log file: no step log, and none claimed
+    elsewhere = tmp_path / "external"
+    elsewhere.mkdir()
+    external = VllmBackend(_cfg(compose_stage, "backend.server.kind=external"))
+    assert external.write_artifacts(elsewhere, 0.0, 0.0)["engine_steps"] is None
+    assert not (elsewhere / layout.ENGINE_STEP_LOG).exists()
+
+
+def test_a_failing_line_hook_is_stopped_said_and_fails_the_run(
+    compose_stage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[str] = []
+
+    def hook(line: str, _at: float) -> None:
+        seen.append(line)
+        if line == "two":
+            raise RuntimeError("parser bug")
+
+    script = "print('one'); print('two'); print('three')"
+    server = ManagedServer([sys.executable, "-c", script], tmp_path / "s.log", hook=hook)
+    server.start()
+    assert server.process is not None
+    server.process.wait(30)
+    server.stop()
+    assert (tmp_path / "s.log").read_text().split() == ["one", "two", "three"]  # still copied
+    assert seen == ["one", "two"]
+    assert server.hook is not None and server.hook.error == (
+        "RuntimeError: parser bug (on the line 'two')"
+    )
+    assert "line hook failed" in capsys.readouterr().out
+    backend = VllmBackend(_cfg(compose_stage))
+    backend.server = server
+    assert backend.failure() == (
+        "reading the server's step log failed: RuntimeError: parser bug (on the line 'two')"
+    )
 
 
 def test_metrics_of_a_real_server_are_parsed_by_prometheus_parser() -> None:

@@ -83,7 +83,8 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def real_scheduling_delay_s(frame: pd.DataFrame) -> np.ndarray:
-    """Arrival → scheduled by the engine (hf_cb's own stamps); NaN where the backend has none."""
+    """Engine arrival → first scheduled, on the engine's own stamps (hf_cb, vllm_engine); NaN
+    where the backend has none."""
     return _column(frame, "engine_scheduled_time_s") - _column(frame, "engine_arrival_time_s")
 
 

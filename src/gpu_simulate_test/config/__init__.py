@@ -8,9 +8,7 @@ from gpu_simulate_test.config.schema import (
     ModelConfig,
     OutputConfig,
     ProfilingConfig,
-    StageConfig,
     WorkloadConfig,
-    WorkloadPaths,
     WorkloadStageConfig,
 )
 
@@ -22,8 +20,6 @@ __all__ = [
     "ModelConfig",
     "OutputConfig",
     "ProfilingConfig",
-    "StageConfig",
     "WorkloadConfig",
-    "WorkloadPaths",
     "WorkloadStageConfig",
 ]

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import StageConfig, _check
+from gpu_simulate_test.config.schema import _check
 
 SLO_PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 """The percentiles a goal may name: the latency percentiles every table shows
@@ -87,5 +87,4 @@ class CapacityStageConfig(PipelineStageConfig):
     """``capacity``: the pipeline's fields (model, hardware, the engine's knobs, the workload's
     shape; its ``qps`` is the search's to set) and the search's (``capacity.*``)."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="capacity"))
     capacity: CapacityOptions = field(default_factory=CapacityOptions)

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from gpu_simulate_test.config.schema import (
     ConfigError,
     OutputConfig,
-    StageConfig,
     _check_choice,
 )
 
@@ -34,7 +33,6 @@ class CompareStageConfig:
     With ``sweep_dirs`` instead, report several compare runs (one per load level) together.
     """
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="compare"))
     real_run_dir: str | None = None
     """A complete real_bench run (``tmp/real_bench/<run_id>``)."""
     sim_run_dir: str | None = None

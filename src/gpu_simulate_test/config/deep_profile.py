@@ -13,7 +13,6 @@ from gpu_simulate_test.config.schema import (
     LengthDistConfig,
     ModelConfig,
     OutputConfig,
-    StageConfig,
     WorkloadConfig,
     _check,
     _check_choice,
@@ -156,7 +155,6 @@ def _small_synthetic() -> WorkloadConfig:
 class DeepProfileStageConfig:
     """``deep_profile``: where the time goes, from formulas down to kernels, for one workload."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="deep_profile"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     workload_dir: str | None = None

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import StageConfig, _check, _check_choice
+from gpu_simulate_test.config.schema import _check, _check_choice
 
 FIDELITY_PHASES: tuple[str, ...] = ("all", "real", "sim")
 
@@ -28,6 +28,10 @@ class FidelityOptions:
     real_repeats: int = 1
     """Real bench runs per load on the same workload; from 2 on, the report carries the real
     side's run-to-run difference (the noise floor) next to the simulator's error."""
+    reruns: int = 2
+    """Re-runs a disturbed real run may get per load (late sends, held-back streams, foreign CPU:
+    :mod:`gpu_simulate_test.core.disturbance`), each after waiting for the machine to go quiet;
+    0 marks it only. The report says which runs were disturbed and what was done."""
     calibrate_each_load: bool = False
     """Profile and calibrate right before every load's real run, into the load's own bundle,
     instead of once per campaign (on a host whose speed drifts over minutes)."""
@@ -60,6 +64,7 @@ class FidelityOptions:
             "fidelity.capacity_qps must be >= 0 (0: measure it)",
         )
         _check(self.real_repeats >= 1, "fidelity.real_repeats must be >= 1")
+        _check(self.reruns >= 0, "fidelity.reruns must be >= 0 (0: mark disturbed runs only)")
         _check(self.torch_threads >= 0, "fidelity.torch_threads must be >= 0 (0: torch's own)")
         _check_choice("fidelity.phase", self.phase, FIDELITY_PHASES)
         if self.phase == "sim":
@@ -81,5 +86,4 @@ class FidelityStageConfig(PipelineStageConfig):
     knobs) and the campaign's (``fidelity.*``). The workload's ``num_requests`` and ``qps`` are
     set per load by the campaign."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="fidelity"))
     fidelity: FidelityOptions = field(default_factory=FidelityOptions)

@@ -14,12 +14,12 @@ from gpu_simulate_test.config.schema import (
     ModelConfig,
     OutputConfig,
     ProfilingConfig,
-    StageConfig,
     WorkloadConfig,
     _check,
     _check_choice,
 )
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurConfig
+from gpu_simulate_test.io.layout import PROFILING_ROOT
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,6 @@ class PipelineStageConfig:
     given only for the ``openai`` backend.
     """
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="pipeline"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
@@ -40,7 +39,7 @@ class PipelineStageConfig:
     profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
     """Smallest ranges to profile; widened to what the workload and scheduler need."""
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
-    profiling_root: str = "tmp/profiles"
+    profiling_root: str = PROFILING_ROOT
     """Bundles live in ``<profiling_root>/<hardware.name>/<model.name>/``."""
     reuse_profile: bool = True
     """Reuse the bundle there when model dims, hardware, dtype, block size and ranges fit;
@@ -74,5 +73,4 @@ class PipelineStageConfig:
         """These fields as a plain pipeline config: the stages that extend it (fidelity,
         capacity) build every run from it."""
         fields = {name: getattr(self, name) for name in PipelineStageConfig.__dataclass_fields__}
-        fields["stage"] = StageConfig(run_type="pipeline")
         return PipelineStageConfig(**fields)

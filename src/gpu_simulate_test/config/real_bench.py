@@ -7,17 +7,18 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from gpu_simulate_test.config.schema import (
+    DEFAULT_BLOCK_SIZE,
     DTYPES,
     ConfigError,
     HardwareConfig,
     ModelConfig,
     OutputConfig,
-    StageConfig,
     _check,
     _check_choice,
+    check_block_size,
 )
 
-BACKEND_NAMES: tuple[str, ...] = ("hf_cb", "hf_generate", "openai", "vllm")
+BACKEND_NAMES: tuple[str, ...] = ("hf_cb", "hf_generate", "openai", "vllm", "vllm_engine")
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "sdpa",
     "eager",
@@ -67,7 +68,7 @@ class BackendConfig:
     num_blocks: int = 512
     """hf_cb, vllm: KV-cache blocks (vLLM ``--num-gpu-blocks-override``; Vidur num_blocks); set
     explicitly, transformers' auto-sizing takes 60% of RAM."""
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     """hf_cb, vllm: tokens per KV-cache block, transformers ``page_size`` (Vidur block_size)."""
     enable_prefix_caching: bool = False
     """vllm: automatic prefix caching; off, as Vidur does not model it (a run checks the
@@ -109,7 +110,7 @@ class BackendConfig:
         for name in ("max_batch_tokens", "max_requests_per_batch", "num_blocks"):
             value = getattr(self, name)
             _check(value >= 1, f"backend.{name} must be >= 1, got {value}")
-        _check(self.block_size >= 4, f"backend.block_size must be >= 4, got {self.block_size}")
+        check_block_size("backend.block_size", self.block_size)
         _check(self.request_timeout_s > 0, "backend.request_timeout_s must be > 0")
         _check(self.kv_cache_space_gib >= 0, "backend.kv_cache_space_gib must be >= 0 (0: auto)")
         _check(self.max_model_len >= 0, "backend.max_model_len must be >= 0")
@@ -127,7 +128,6 @@ class BackendConfig:
 class RealBenchStageConfig:
     """``real_bench``: replay a workload run at its arrival times and time every token."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="real"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     backend: BackendConfig = field(default_factory=BackendConfig)

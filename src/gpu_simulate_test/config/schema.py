@@ -10,22 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from omegaconf import MISSING
 
-RunType = Literal[
-    "real",
-    "vidur",
-    "compare",
-    "vidur_profile",
-    "deep_profile",
-    "workload",
-    "pipeline",
-    "fidelity",
-    "capacity",
-]
-RUN_TYPES: tuple[str, ...] = get_args(RunType)
 LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognormal")
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
 WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")
@@ -44,6 +31,19 @@ def _check(condition: bool, message: str) -> None:
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     _check(value in choices, f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+DEFAULT_BLOCK_SIZE = 16
+"""KV-cache block size in tokens: Vidur's ``CacheConfig`` default and transformers' page size."""
+MIN_BLOCK_SIZE = 4
+"""The smallest KV-cache block any engine here takes (transformers' continuous batching refuses
+a smaller ``page_size``). The profile's, the simulator's and the engine's block sizes are one
+quantity (a simulation is compared with an engine), so all three are held to it."""
+
+
+def check_block_size(key: str, value: int) -> None:
+    """The one range check of a KV-cache block size; ``key`` names the field in the message."""
+    _check(value >= MIN_BLOCK_SIZE, f"{key} must be >= {MIN_BLOCK_SIZE}, got {value}")
 
 
 MODEL_DIMENSIONS: tuple[str, ...] = (
@@ -237,16 +237,6 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True)
-class WorkloadPaths:
-    """Upstream run directories a stage reads (empty when the stage needs none)."""
-
-    workload_dir: str | None = None
-    profiling_root: str | None = None
-    real_run_dir: str | None = None
-    sim_run_dir: str | None = None
-
-
-@dataclass(frozen=True)
 class ProfilingConfig:
     """How operators are timed."""
 
@@ -293,20 +283,9 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
-class StageConfig:
-    """Which stage this config drives."""
-
-    run_type: str = MISSING
-
-    def __post_init__(self) -> None:
-        _check_choice("stage.run_type", self.run_type, RUN_TYPES)
-
-
-@dataclass(frozen=True)
 class WorkloadStageConfig:
     """The workload stage: build prompts and arrivals for later replay and simulation."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="workload"))
     model: ModelConfig = MISSING
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     output: OutputConfig = field(default_factory=OutputConfig)

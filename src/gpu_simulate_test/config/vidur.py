@@ -8,17 +8,24 @@ from omegaconf import MISSING
 
 from gpu_simulate_test.config.real_bench import BACKEND_NAMES, BackendConfig
 from gpu_simulate_test.config.schema import (
+    DEFAULT_BLOCK_SIZE,
     ConfigError,
     HardwareConfig,
     ModelConfig,
     OutputConfig,
     ProfilingConfig,
-    StageConfig,
     _check,
     _check_choice,
+    check_block_size,
 )
+from gpu_simulate_test.io.layout import PROFILING_ROOT
 
 VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca")
+EVENT_LOOPS: tuple[str, ...] = ("fast", "vidur")
+"""``fast``: our event loop (:mod:`gpu_simulate_test.vidur_simulate.event_loop`); ``vidur``:
+Vidur's own ``Simulator.run``."""
+DEFAULT_EVENT_LOOP = "fast"
+"""The event loop a simulation runs on unless told otherwise (the config's and the library's)."""
 
 
 @dataclass(frozen=True)
@@ -99,14 +106,13 @@ class EngineCalibrationConfig:
 class VidurProfileStageConfig:
     """``vidur_profile``: time a Qwen3 decoder layer's ops on a device into a Vidur bundle."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur_profile"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
-    block_size: int = 16
-    """KV-cache block size recorded in attention.csv (Vidur's CacheConfig default)."""
-    profiling_root: str = "tmp/profiles"
+    block_size: int = DEFAULT_BLOCK_SIZE
+    """KV-cache block size recorded in attention.csv (tokens)."""
+    profiling_root: str = PROFILING_ROOT
     """The bundle lands in ``<profiling_root>/<hardware.name>/<model.name>/``."""
     workload_dir: str | None = None
     """Optional workload run: its longest request widens the ranges to cover it."""
@@ -117,7 +123,7 @@ class VidurProfileStageConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
+        check_block_size("block_size", self.block_size)
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class VidurSchedulerConfig:
     """sarathi: token budget per batch, prefill chunked to fit (hf_cb ``max_batch_tokens``)."""
     max_tokens_in_batch: int = 4096
     """vllm: token budget per batch."""
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     """KV-cache block size in tokens (hf_cb ``page_size``)."""
     num_blocks: int = 0
     """KV-cache blocks; 0 derives them from device memory and Qwen3's true KV bytes per token."""
@@ -143,8 +149,9 @@ class VidurSchedulerConfig:
 
     def __post_init__(self) -> None:
         _check_choice("vidur.scheduler.name", self.name, VIDUR_SCHEDULERS)
-        for name in ("batch_size_cap", "chunk_size", "max_tokens_in_batch", "block_size"):
+        for name in ("batch_size_cap", "chunk_size", "max_tokens_in_batch"):
             _check(getattr(self, name) >= 1, f"vidur.scheduler.{name} must be >= 1")
+        check_block_size("vidur.scheduler.block_size", self.block_size)
         _check(self.num_blocks >= 0, "vidur.scheduler.num_blocks must be >= 0")
         for name in ("watermark_blocks_fraction", "memory_margin_fraction"):
             value = getattr(self, name)
@@ -190,7 +197,13 @@ class VidurPredictorConfig:
 
 @dataclass(frozen=True)
 class VidurConfig:
-    """Everything the simulator is told besides the model, device and workload."""
+    """Everything the simulator is told besides the model, device and workload.
+
+    ``event_loop`` picks the loop; ``lean_metrics`` the metrics store Vidur's loop records into
+    (ours records its own, and hands over to Vidur's with the lean store). Vidur's full store
+    (``lean_metrics=false``) exists only on Vidur's loop: with ``event_loop=fast`` it is refused,
+    never a silent switch of loops.
+    """
 
     scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
     predictor: VidurPredictorConfig = field(default_factory=VidurPredictorConfig)
@@ -210,7 +223,7 @@ class VidurConfig:
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""
-    event_loop: str = "fast"
+    event_loop: str = DEFAULT_EVENT_LOOP
     """``fast``: our event loop, which makes Vidur's scheduling decisions batch for batch and
     gives the same ``request_metrics.csv`` to the bit, many times faster (one replica, one
     stage; it hands over to Vidur's loop where it cannot follow, e.g. KV-cache preemption);
@@ -219,27 +232,39 @@ class VidurConfig:
     """Write ``engine_step_log.csv``, one row per simulated batch (compare's step-level
     comparison reads it). A million requests make tens of millions of rows: large runs, and the
     capacity search's simulations, go without."""
-    fast_path: bool = True
-    """On Vidur's loop: record only what the stage reads instead of Vidur's full metrics store
-    (the same ``request_metrics.csv`` to the bit, about a sixth less time); false keeps Vidur's
-    own store and the CSVs and plots it writes under ``vidur/`` (and runs Vidur's loop)."""
+    lean_metrics: bool = True
+    """Whenever Vidur's loop runs: record only what the stage reads instead of Vidur's full
+    metrics store (the same ``request_metrics.csv`` to the bit, about a sixth less time); false
+    keeps Vidur's own store and the CSVs and plots it writes under ``vidur/``. Only Vidur's loop
+    fills that store, so false needs ``event_loop=vidur`` (refused with ``fast``)."""
+    fast_path: bool | None = None
+    """Renamed ``lean_metrics``: any value is refused with a message naming the new key."""
 
     def __post_init__(self) -> None:
+        _check(
+            self.fast_path is None,
+            f"vidur.fast_path={self.fast_path} is now vidur.lean_metrics (the lean metrics store; "
+            "the event loop is vidur.event_loop): set vidur.lean_metrics instead",
+        )
         _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
-        _check_choice("vidur.event_loop", self.event_loop, ("fast", "vidur"))
+        _check_choice("vidur.event_loop", self.event_loop, EVENT_LOOPS)
+        _check(
+            self.lean_metrics or self.event_loop == "vidur",
+            "vidur.lean_metrics=false keeps Vidur's own metrics store, which only Vidur's loop "
+            f"fills; with vidur.event_loop={self.event_loop} pass vidur.event_loop=vidur too",
+        )
 
 
 @dataclass(frozen=True)
 class VidurSimulateStageConfig:
     """``vidur_simulate``: replay a workload run in Vidur with a local profiling bundle."""
 
-    stage: StageConfig = field(default_factory=lambda: StageConfig(run_type="vidur"))
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     vidur: VidurConfig = field(default_factory=VidurConfig)
     workload_dir: str = MISSING
     """The workload run to replay (``tmp/workload/<run_id>``)."""
-    profiling_root: str = "tmp/profiles"
+    profiling_root: str = PROFILING_ROOT
     """Where ``vidur_profile`` put bundles: ``<profiling_root>/<hardware.name>/<model.name>/``."""
     arrivals_from: str | None = None
     """A ``real_bench`` run of the same workload whose actual arrival times (when the client

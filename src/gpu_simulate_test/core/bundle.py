@@ -2,7 +2,9 @@
 
 Layout: ``<profiling_root>/<hardware>/<model>/``. Column names are Vidur's own (``n_head``,
 ``time_stats.<op>.<stat>``, times in milliseconds per layer), kept exactly at this boundary.
-Written by the ``vidur_profile`` stage, read by ``vidur_simulate``.
+Written by the ``vidur_profile`` stage, read by ``vidur_simulate``; every load checks the tables
+against their schemas, the grid ``meta.json`` records and the timing check of
+:mod:`.bundle_checks`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
+from gpu_simulate_test.core.bundle_checks import profile_warnings
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, Column, TableSchema, read_csv, read_json
 
@@ -35,9 +38,6 @@ MLP_OPS: tuple[str, ...] = (
 """Per-token ops, in the order of Vidur's own mlp.csv. Qwen3's per-head q/k RMSNorm is folded
 into ``attn_rope`` (Vidur has no op for it). ``emb`` is written for completeness; Vidur's
 predictor does not read it."""
-ATTENTION_OPS: tuple[str, ...] = ("attn_prefill", "attn_decode", "attn", "attn_kv_cache_save")
-"""Attention targets (median, ms): prefill rows fill attn_prefill, decode rows attn_decode;
-``attn`` is whichever applies, ``attn_kv_cache_save`` every row."""
 
 
 def _stat_columns(op: str, stats: tuple[str, ...], nullable: bool = False) -> tuple[Column, ...]:
@@ -262,8 +262,42 @@ def check_grid_rows(
     )
 
 
-def load_bundle(path: Path | str, model: ModelConfig | None = None) -> Bundle:
-    """Read and validate a bundle directory; with ``model``, also check the dimensions match."""
+SHOWN_FINDINGS = 3
+"""Timing findings quoted in the error of a bundle refused for them (all are counted)."""
+
+
+def check_timings(
+    path: Path, meta: Mapping[str, Any], mlp: pd.DataFrame, attention: pd.DataFrame
+) -> None:
+    """Refuse a bundle whose tables show a timing finding (:func:`.bundle_checks.profile_warnings`:
+    an op far slower on a smaller shape) that its ``meta.json`` ``quality_warnings`` does not
+    record. The profiler records every finding it leaves in a fresh profile (a disturbed profile
+    the pipeline re-profiles or, with ``accept_profile_warnings``, simulates); one it did not
+    record was made after it checked: a table edited or damaged since, or a bundle from before
+    the check. The error names the file, the op and the row."""
+    recorded = meta.get("quality_warnings")
+    known = set(recorded) if isinstance(recorded, list) else set()
+    found = [line for line in profile_warnings(mlp, attention, MLP_OPS) if line not in known]
+    if not found:
+        return
+    more = len(found) - SHOWN_FINDINGS
+    raise ArtifactError(
+        f"{path}: {len(found)} timing finding(s) that {layout.BUNDLE_META} quality_warnings does "
+        "not record (an op far slower on a smaller shape; the tables changed after profiling?): "
+        + "; ".join(f"{path}/{line}" for line in found[:SHOWN_FINDINGS])
+        + (f" (and {more} more)" if more > 0 else "")
+        + "; profile again (vidur_profile output.overwrite=true)"
+    )
+
+
+def load_bundle(
+    path: Path | str, model: ModelConfig | None = None, *, timings_checked: bool = True
+) -> Bundle:
+    """Read and validate a bundle directory; with ``model``, also check the dimensions match.
+
+    ``timings_checked`` false skips :func:`check_timings`, for a reader that only wants what the
+    bundle covers or holds besides its timings (the ranges and calibrations of a bundle about to
+    be profiled again)."""
     p = Path(path)
     if not p.is_dir():
         raise ArtifactError(
@@ -276,6 +310,8 @@ def load_bundle(path: Path | str, model: ModelConfig | None = None) -> Bundle:
     if model is not None:
         check_model_matches(meta, model, str(p / layout.BUNDLE_META))
     check_grid_rows(p, meta, mlp, attention)
+    if timings_checked:
+        check_timings(p, meta, mlp, attention)
     try:
         ranges = BundleRanges(
             **{k: int(meta["ranges"][k]) for k in BundleRanges.__dataclass_fields__}

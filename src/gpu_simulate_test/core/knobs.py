@@ -5,9 +5,10 @@ batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = n
 ``vllm`` (V1 engine: chunked prefill, FCFS, decodes first, then prefills filling the token
 budget) ↔ ``sarathi`` the same way: chunk_size = ``--max-num-batched-tokens``, batch_size_cap =
 ``--max-num-seqs``, block_size = ``--block-size``, num_blocks = ``--num-gpu-blocks-override``.
-``hf_generate`` (one request at a time, whole prompt in one prefill) ↔ ``sarathi`` with
-batch_size_cap = 1 and a chunk as large as the longest prompt. ``openai`` serves from an engine
-we cannot see: the configured Vidur knobs are used as given.
+``vllm_engine`` is the same engine driven in-process, with the same knobs. ``hf_generate`` (one
+request at a time, whole prompt in one prefill) ↔ ``sarathi`` with batch_size_cap = 1 and a
+chunk as large as the longest prompt. ``openai`` serves from an engine we cannot see: the
+configured Vidur knobs are used as given.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ HF_CB_PAIRS: tuple[tuple[str, str], ...] = (
 )
 """(backend knob, Vidur scheduler knob) pairs that must be equal for hf_cb and vllm ↔ sarathi."""
 
-CHUNKED_BACKENDS: tuple[str, ...] = ("hf_cb", "vllm")
+CHUNKED_BACKENDS: tuple[str, ...] = ("hf_cb", "vllm", "vllm_engine")
 """Backends whose scheduler Vidur's sarathi mirrors knob for knob (:data:`HF_CB_PAIRS`)."""
+VLLM_BACKENDS: tuple[str, ...] = ("vllm", "vllm_engine")
+"""Backends running vLLM's engine (its server, or its engine in-process)."""
 
 
 def derive_scheduler(
@@ -60,7 +63,7 @@ def knob_mismatches(
     if name in CHUNKED_BACKENDS:
         if scheduler.get("name") != "sarathi":
             out["scheduler"] = (f"{name} (chunked prefill)", scheduler.get("name"))
-        if name == "vllm" and backend.get("enable_prefix_caching"):
+        if name in VLLM_BACKENDS and backend.get("enable_prefix_caching"):
             out["prefix caching"] = ("on", "not modelled")
         for real, vidur in HF_CB_PAIRS:
             sim_value = num_blocks if vidur == "num_blocks" and num_blocks else scheduler.get(vidur)

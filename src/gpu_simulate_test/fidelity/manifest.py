@@ -40,6 +40,10 @@ class PlannedLoad:
     """The real bench run again on the same workload (the noise floor), if asked for."""
     profiling_root: str = ""
     """This load's own bundle root (``fidelity.calibrate_each_load``); empty: the backend's."""
+    truth: tuple[Mapping[str, Any], ...] = ()
+    """Per real run (the first, then each repeat): its attempts and the real bench's
+    disturbance verdict on each (:class:`gpu_simulate_test.orchestrate.truth.Truth`); empty in
+    a manifest written before disturbed runs were marked."""
 
 
 def _relative(path: str | Path, root: Path) -> str:
@@ -49,6 +53,18 @@ def _relative(path: str | Path, root: Path) -> str:
     if resolved.is_relative_to(root.resolve()):
         return resolved.relative_to(root.resolve()).as_posix()
     return str(resolved)
+
+
+def _truth_relative(truth: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """A :class:`~gpu_simulate_test.orchestrate.truth.Truth` record with its paths made
+    relative to ``root``."""
+    return {
+        **dict(truth),
+        "real_dir": _relative(truth["real_dir"], root),
+        "attempts": [
+            {**dict(a), "real_dir": _relative(a["real_dir"], root)} for a in truth["attempts"]
+        ],
+    }
 
 
 def make_manifest(
@@ -88,6 +104,7 @@ def make_manifest(
                     "real_dir": _relative(load["real_dir"], root),
                     "repeat_dirs": [_relative(d, root) for d in load.get("repeat_dirs", ())],
                     "scheduler": dict(load["scheduler"]),
+                    "truth": [_truth_relative(t, root) for t in load.get("truth", ())],
                     **(
                         {"profiling_root": _relative(load["profiling_root"], root)}
                         if load.get("profiling_root")
@@ -179,6 +196,7 @@ def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
             scheduler=dict(load["scheduler"]),
             repeat_dirs=tuple(str(d) for d in load.get("repeat_dirs", ())),
             profiling_root=str(load.get("profiling_root", "")),
+            truth=tuple(dict(t) for t in load.get("truth", ())),
         )
         for backend, rec in manifest["backends"].items()
         for index, load in enumerate(rec["loads"])

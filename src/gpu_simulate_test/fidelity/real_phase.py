@@ -27,6 +27,7 @@ from gpu_simulate_test.orchestrate.configs import as_resolved, with_workload
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
 from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
+from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.vidur_simulate import plan
 
 
@@ -163,10 +164,16 @@ def real_load(
     judged = dataclasses.replace(load_cfg, reuse_profile=True)
     decided = profile_plan(judged, workload_dir, covering=needs, because=because)
     ensure_bundle(load_cfg, decided, workload_dir, QUIET)
-    real_dirs = [
-        run_truth(load_cfg, workload_dir, run_id=run_id if k == 1 else f"{run_id}-r{k}")
+    truths = [
+        trusted_truth(
+            load_cfg,
+            workload_dir,
+            run_id=run_id if k == 1 else f"{run_id}-r{k}",
+            reruns=opts.reruns,
+        )
         for k in range(1, opts.real_repeats + 1)
     ]
+    real_dirs = [t.real_dir for t in truths]
     load: dict[str, Any] = {
         "load_fraction": fraction,
         "offered_qps": qps,
@@ -175,6 +182,8 @@ def real_load(
         "real_dir": str(real_dirs[0]),
         "repeat_dirs": [str(d) for d in real_dirs[1:]],
         "scheduler": dataclasses.asdict(decided.scheduler),
+        "truth": [t.to_dict() for t in truths],
+        "disturbed_runs": sum(a.disturbed for t in truths for a in t.attempts),
     }
     if own_bundle:
         load["profiling_root"] = load_cfg.profiling_root

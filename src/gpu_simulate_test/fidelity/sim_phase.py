@@ -27,7 +27,12 @@ from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
-from gpu_simulate_test.fidelity.manifest import load_plan, missing_loads, read_manifest
+from gpu_simulate_test.fidelity.manifest import (
+    PlannedLoad,
+    load_plan,
+    missing_loads,
+    read_manifest,
+)
 from gpu_simulate_test.fidelity.real_phase import command
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
@@ -42,6 +47,7 @@ from gpu_simulate_test.io.artifacts import (
 from gpu_simulate_test.io.runs import Run, open_upstream_run, package_versions
 from gpu_simulate_test.orchestrate.profiling import profile_plan
 from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+from gpu_simulate_test.orchestrate.truth import Truth
 
 Levels = list[tuple[str, float, float, pd.DataFrame]]
 """(backend, load fraction, offered req/s, that load's compare percentiles)."""
@@ -81,8 +87,13 @@ def sim_config(
 ) -> PipelineStageConfig:
     """The real phase's pipeline config, with this run's simulation knobs (``vidur``,
     ``engine_overhead``, ``compare``): two models can meet one recorded truth."""
+    recorded = dict(recorded)
+    # a real phase older than the settings clean-up stored ``stage`` (removed, never read) and
+    # ``vidur.fast_path`` (renamed): both dead here, since this run's ``vidur`` replaces it
+    recorded.pop("stage", None)
+    recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k != "fast_path"}
     try:
-        real = to_typed(OmegaConf.create(dict(recorded)), PipelineStageConfig)
+        real = to_typed(OmegaConf.create(recorded), PipelineStageConfig)
     except ValueError as exc:
         raise ArtifactError(f"{where}: the recorded config does not validate: {exc}") from exc
     return dataclasses.replace(
@@ -104,6 +115,12 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
     levels: Levels = []
     noise: Noise = {}
     plots: dict[str, str] = {}
+    real_runs = real_run_records(load_plan(manifest))
+    if real_runs and any(run["disturbed"] for run in real_runs):
+        notes.append(
+            "disturbed real run(s) kept after every re-run (see Real runs): their figures "
+            "measure the host as much as the engine"
+        )
     for backend, rec in manifest["backends"].items():
         sim_cfg = sim_config(cfg, rec["config"], src / contract.MANIFEST_FILE)
         compare_dirs = []
@@ -177,6 +194,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
         "requests_per_load": manifest["requests_per_load"],
         "real_runs_per_load": 1 + max((len(p.repeat_dirs) for p in load_plan(manifest)), default=0),
         "load_fractions": manifest["load_fractions"],
+        "real_runs": real_runs,
         **({} if src == r.path else {"real_from": str(src)}),
         "wall_time_s": round(
             (0.0 if src == r.path else float(manifest.get("wall_time_s", 0.0)))
@@ -189,6 +207,28 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
     if noise:
         table = fid.add_noise(table, noise)
     write_report(r, setup, capacity, table, plots, cfg.progress)
+
+
+def real_run_records(loads: list[PlannedLoad]) -> list[dict[str, Any]] | None:
+    """Per real run of every load (the first and each repeat): its attempts and the verdict on
+    them, for the report; None when the real phase predates the disturbance check."""
+    if any(not load.truth for load in loads):
+        return None
+    records = []
+    for load in loads:
+        for record in load.truth:
+            truth = Truth.from_dict(record)
+            records.append(
+                {
+                    "backend": load.backend,
+                    "load_fraction": load.load_fraction,
+                    "run": truth.real_dir.name,
+                    "reruns": truth.reruns,
+                    "disturbed": truth.disturbed,
+                    "verdict": truth.describe(),
+                }
+            )
+    return records
 
 
 def load_record(

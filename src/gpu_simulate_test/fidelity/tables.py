@@ -342,6 +342,25 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def disturbance_lines(real_runs: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The report's account of the real runs: which were disturbed (late sends, held-back
+    streams, foreign CPU) and what was done; ``None``: a real phase that did not check."""
+    lines = ["", "## Real runs", ""]
+    if real_runs is None:
+        return [*lines, "Not checked for disturbance (a real phase older than the check)."]
+    marked = [run for run in real_runs if run["disturbed"] or run["reruns"]]
+    if not marked:
+        signs = "late sends, held-back streams, foreign CPU"
+        return [*lines, f"All {len(real_runs)} real runs undisturbed ({signs})."]
+    lines += ["| backend | load | run | attempts | verdict |", "| --- | --- | --- | --- | --- |"]
+    for run in marked:
+        lines.append(
+            f"| {run['backend']} | {run['load_fraction']:.0%} | {run['run']} | "
+            f"{run['reruns'] + 1} | {run['verdict']} |"
+        )
+    return lines
+
+
 def markdown(
     name: str,
     setup: Mapping[str, Any],
@@ -391,6 +410,7 @@ def markdown(
                 f"| {backend} | {level['load_fraction']:.0%} | {level['offered_qps']:.4g} | "
                 f"{level['completion_ratio']:.2f}{flag} |"
             )
+    lines += disturbance_lines(setup.get("real_runs"))
     noisy = has_noise(table)
     lines += ["", "## Table (ms)", ""]
     if noisy:

@@ -58,13 +58,21 @@ class TableSchema:
     """A column that must be non-decreasing (e.g. arrival times)."""
     unique: str | None = None
     """A column whose values must be unique (e.g. request ids)."""
+    optional: tuple[Column, ...] = ()
+    """Declared columns a file may lack (files written before they existed, writers that have
+    none): checked like the others where present, never required, written after them."""
 
     @property
     def column_names(self) -> list[str]:
+        """The required columns, in order."""
         return [c.name for c in self.columns]
 
+    @property
+    def optional_names(self) -> list[str]:
+        return [c.name for c in self.optional]
+
     def column(self, name: str) -> Column:
-        for col in self.columns:
+        for col in (*self.columns, *self.optional):
             if col.name == name:
                 return col
         raise KeyError(f"{self.name} has no column {name!r}")
@@ -300,7 +308,8 @@ def _coerce_column(frame: pd.DataFrame, col: Column, where: str) -> pd.Series:
 def validate_frame(frame: pd.DataFrame, schema: TableSchema, where: str = "") -> pd.DataFrame:
     """Check ``frame`` against ``schema`` and return it with declared dtypes.
 
-    Required columns must be present; extra columns are kept. ``where`` names the file in errors.
+    Required columns must be present, optional ones are checked where present; extra columns are
+    kept. ``where`` names the file in errors.
     """
     where = where or f"table {schema.name}"
     missing = [c for c in schema.column_names if c not in frame.columns]
@@ -310,7 +319,7 @@ def validate_frame(frame: pd.DataFrame, schema: TableSchema, where: str = "") ->
             f"(schema {schema.name} v{schema.version} expects {', '.join(schema.column_names)})"
         )
     out = frame.copy()
-    for col in schema.columns:
+    for col in (*schema.columns, *(c for c in schema.optional if c.name in out.columns)):
         out[col.name] = _coerce_column(out, col, where)
     if schema.unique is not None:
         dup = out[schema.unique].duplicated()
@@ -333,12 +342,15 @@ def validate_frame(frame: pd.DataFrame, schema: TableSchema, where: str = "") ->
 
 
 def write_csv(path: Path | str, frame: pd.DataFrame, schema: TableSchema) -> Path:
-    """Validate ``frame`` and write it atomically, declared columns first, extras after."""
+    """Validate ``frame`` and write it atomically: required columns, the optional ones it has,
+    then extras."""
     p = Path(path)
     checked = validate_frame(frame, schema, where=f"{p} (writing)")
-    extras = [c for c in checked.columns if c not in schema.column_names]
+    optional = [c for c in schema.optional_names if c in checked.columns]
+    declared = schema.column_names + optional
+    extras = [c for c in checked.columns if c not in declared]
     with atomic_open(p) as handle:
-        checked[schema.column_names + extras].to_csv(handle, index=False, lineterminator="\n")
+        checked[declared + extras].to_csv(handle, index=False, lineterminator="\n")
     return p
 
 

@@ -30,6 +30,8 @@ TRACE_INTERVALS = "trace_intervals.csv"
 WORKLOAD_META = "workload_meta.json"
 
 # vidur profiling bundle: <profiling_root>/<hardware>/<model>/
+PROFILING_ROOT = "tmp/profiles"
+"""The default ``profiling_root`` of every stage that writes or reads bundles."""
 MLP_PROFILE = "mlp.csv"
 ATTENTION_PROFILE = "attention.csv"
 BUNDLE_META = "meta.json"

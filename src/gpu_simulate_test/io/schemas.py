@@ -68,10 +68,78 @@ REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cancelled")
 (``real_bench.records.TERMINAL_STATUSES``: ok; error, the engine failed it or produced the wrong
 number of tokens; timeout; cancelled, in flight when the run stopped). Vidur writes only ok."""
 
+ENGINE_CLOCK_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "engine_arrival_time_s",
+        "float",
+        "s",
+        "when the engine queued the request (vLLM queued_ts, transformers created_time), run clock",
+        nullable=True,
+    ),
+    Column(
+        "engine_scheduled_time_s",
+        "float",
+        "s",
+        "when the engine first scheduled it (end of queueing), run clock",
+        nullable=True,
+    ),
+    Column(
+        "engine_first_token_time_s",
+        "float",
+        "s",
+        "the engine's stamp of the first output token, run clock",
+        nullable=True,
+    ),
+    Column(
+        "engine_last_token_time_s",
+        "float",
+        "s",
+        "the engine's stamp of the last output token, run clock",
+        nullable=True,
+    ),
+    Column(
+        "engine_ttft_s",
+        "float",
+        "s",
+        "engine arrival to the engine's first token (the front end left out)",
+        nullable=True,
+        min_value=0,
+    ),
+    Column(
+        "engine_tpot_s",
+        "float",
+        "s",
+        "(engine last token - engine first token) / (output tokens - 1)",
+        nullable=True,
+        min_value=0,
+    ),
+    Column(
+        "engine_e2e_s",
+        "float",
+        "s",
+        "engine arrival to the engine's last token",
+        nullable=True,
+        min_value=0,
+    ),
+    Column(
+        "engine_scheduling_delay_s",
+        "float",
+        "s",
+        "engine arrival to first scheduled (time queued in the engine)",
+        nullable=True,
+        min_value=0,
+    ),
+)
+"""The engine's own clock for each request, where the backend has one (``hf_cb``,
+``vllm_engine``; empty for the others): what Vidur models, without the front end."""
+
 REQUEST_METRICS = TableSchema(
     name="request_metrics",
-    version="1.0",
-    description="Per-request latency of a real or simulated run (vllm bench serve conventions).",
+    version="1.1",
+    description=(
+        "Per-request latency of a real or simulated run (vllm bench serve conventions); a real "
+        "run adds the engine's own clock (optional columns, empty where the backend has none)."
+    ),
     unique="request_id",
     columns=(
         Column("request_id", "int", "", "request index from the workload", min_value=0),
@@ -92,6 +160,7 @@ REQUEST_METRICS = TableSchema(
         Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
         Column("status", "str", "", "how the request ended", allowed=REQUEST_STATUSES),
     ),
+    optional=ENGINE_CLOCK_COLUMNS,
 )
 
 TOKEN_METRICS = TableSchema(

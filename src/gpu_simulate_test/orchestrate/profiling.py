@@ -180,7 +180,7 @@ def existing_bundle_ranges(cfg: PipelineStageConfig) -> BundleRanges | None:
     if not path.is_dir():
         return None
     try:
-        ranges = load_bundle(path).ranges
+        ranges = load_bundle(path, timings_checked=False).ranges  # about to be replaced
     except ArtifactError:
         return None
     context = min(ranges.max_kv_cache_size, cfg.model.max_position_embeddings)

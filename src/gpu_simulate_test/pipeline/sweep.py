@@ -58,7 +58,6 @@ def write_sweep_report(
         progress=progress,
     )
     resolved: dict[str, Any] = {
-        "stage": {"run_type": "compare"},
         "sweep_dirs": list(cfg.sweep_dirs),
         "compare": {"plots": options.plots, "sweep_x": options.sweep_x},
         "output": {"root": output.root, "run_id": cfg.output.run_id},

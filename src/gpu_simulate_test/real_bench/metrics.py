@@ -8,6 +8,9 @@ Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
 - ITL pools every gap between consecutive output events of every request (a streaming chunk that
   carries several tokens is one event, one gap).
 - Throughput divides by the duration from time 0 (the first scheduled arrival) to the last token.
+
+Backends with an engine clock (``hf_cb``, ``vllm_engine``) add the same metrics on the engine's
+own stamps, from when the engine queued the request (:func:`engine_columns`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gpu_simulate_test.core.engines.records import (
     RequestRecord,
 )
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
+from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS
 
 PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles ``summary.json`` keeps, from the one list
@@ -80,21 +84,46 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "token_count_mismatch": sum(rec.event_num_tokens) != n_out
         or n_out != rec.expected_decode_tokens,
     }
-    if rec.engine_token_times_s or rec.engine_arrival_s is not None:
-        e_first = rec.engine_token_times_s[0] if rec.engine_token_times_s else NAN
-        e_last = rec.engine_token_times_s[-1] if rec.engine_token_times_s else NAN
-        e_ttft = ttft_s(arrival, e_first)
-        e_e2e = e2e_s(arrival, e_last)
-        row.update(
-            engine_arrival_time_s=_or_nan(rec.engine_arrival_s),
-            engine_scheduled_time_s=_or_nan(rec.engine_scheduled_s),
-            engine_first_token_time_s=e_first,
-            engine_last_token_time_s=e_last,
-            engine_ttft_s=e_ttft,
-            engine_tpot_s=tpot_s(e_ttft, e_e2e, len(rec.engine_token_times_s)),
-            engine_e2e_s=e_e2e,
-        )
+    row.update(engine_columns(rec))
     return row
+
+
+def engine_columns(rec: RequestRecord) -> dict[str, float]:
+    """The request on the engine's own clock (``io.schemas.ENGINE_CLOCK_COLUMNS``), NaN where
+    the engine gave no stamp: the same conventions as the client's columns, from the engine's
+    arrival (when it queued the request) instead of the harness's, so the front end (request
+    handling before the queue, output handling after the step) is left out.
+
+    - engine TTFT = first token − engine arrival; engine E2E = last token − engine arrival;
+    - engine TPOT = (last token − first token) / (output tokens − 1), NaN under two tokens;
+    - scheduling delay = first scheduled − engine arrival.
+
+    First and last token come from the per-token stamps where the engine gives them (hf_cb),
+    else from its first/last stamps (vLLM's ``RequestStateStats``).
+    """
+    tokens = rec.engine_token_times_s
+    first = tokens[0] if tokens else _or_nan(rec.engine_first_token_s)
+    last = tokens[-1] if tokens else _or_nan(rec.engine_last_token_s)
+    arrival = _or_nan(rec.engine_arrival_s)
+    scheduled = _or_nan(rec.engine_scheduled_s)
+    return {
+        "engine_arrival_time_s": arrival,
+        "engine_scheduled_time_s": scheduled,
+        "engine_first_token_time_s": first,
+        "engine_last_token_time_s": last,
+        "engine_ttft_s": ttft_s(arrival, first),
+        # (E2E - TTFT) / (n - 1) with both from the same arrival is (last - first) / (n - 1)
+        "engine_tpot_s": tpot_s(first, last, rec.num_decode_tokens),
+        "engine_e2e_s": e2e_s(arrival, last),
+        "engine_scheduling_delay_s": scheduled - arrival,
+    }
+
+
+def has_engine_clock(rec: RequestRecord) -> bool:
+    """Whether the engine stamped this request's arrival and its first token."""
+    return rec.engine_arrival_s is not None and (
+        bool(rec.engine_token_times_s) or rec.engine_first_token_s is not None
+    )
 
 
 def _or_nan(value: float | None) -> float:
@@ -150,6 +179,7 @@ _REQUEST_COLUMNS = [
     "tpot_s",
     "e2e_s",
     "status",
+    *(c.name for c in ENGINE_CLOCK_COLUMNS),
 ]
 _TOKEN_COLUMNS = ["request_id", "token_index", "time_s", "itl_s", "num_tokens"]
 
@@ -207,4 +237,25 @@ def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
     )
     summary["arrival_error_ms"] = arrival_errors.stats(DISTRIBUTION_STATS)
     summary["max_arrival_error_ms"] = arrival_errors.max
+    summary.update(engine_summary([r for r in ok if has_engine_clock(r)]))
     return summary
+
+
+ENGINE_SERIES: tuple[str, ...] = ("ttft", "tpot", "e2e", "scheduling_delay")
+"""The engine-clock distributions ``summary.json`` keeps (``engine_<name>_ms``)."""
+
+
+def engine_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """``engine_<metric>_ms`` distributions (:data:`DISTRIBUTION_STATS`) of the requests the
+    engine stamped, and how the client's TTFT exceeds the engine's (the front end's share);
+    empty when there are none (a backend without an engine clock)."""
+    if not records:
+        return {}
+    rows = [request_row(r) for r in records]
+    out: dict[str, Any] = {"engine_clock_requests": len(rows)}
+    for name in ENGINE_SERIES:
+        out[f"engine_{name}_ms"] = distribution_ms([row[f"engine_{name}_s"] for row in rows])
+    out["ttft_minus_engine_ttft_ms"] = distribution_ms(
+        [row["ttft_s"] - row["engine_ttft_s"] for row in rows]
+    )
+    return out

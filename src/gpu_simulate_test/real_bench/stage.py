@@ -35,7 +35,9 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.real_bench.checks import ReplayCpu, run_verdict
 from gpu_simulate_test.real_bench.contract import SUMMARY, TELEMETRY, TELEMETRY_CSV
+from gpu_simulate_test.real_bench.engine_record import check_step_log, describe
 from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
 from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
@@ -129,8 +131,7 @@ def _backend_session(backend: Backend, recorder: Recorder) -> Iterator[dict[str,
         yield info
         ok = True
     finally:
-        with contextlib.suppress(Exception):
-            info.update(backend.describe())
+        info.update(describe(backend))
         backend.close(abort=not ok)
 
 
@@ -162,10 +163,11 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         info: dict[str, Any] = {"name": backend.name}
         backend.log_dir = r.path
         replay_started: float | None = None
+        cpu: ReplayCpu | None = None
         try:
             with _backend_session(backend, recorder) as info:
                 backend.warmup(warmups)
-                info.update(backend.describe())
+                info.update(describe(backend))
                 client_cpus = backend.client_cpus()
                 info["client_cpus"] = sorted(client_cpus) if client_cpus else None
                 r.update_meta(backend=dict(info))
@@ -177,10 +179,12 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                     gc_paused(),
                     live_progress(len(requests), cfg.progress) as bar,
                 ):
+                    cpu = ReplayCpu(backend).start()
                     replay_started = time.perf_counter()
                     outcome = replay(
                         backend, requests, recorder, cfg.backend.request_timeout_s, bar
                     )
+                    cpu.stop()  # while a server the backend started still runs
         finally:
             telemetry.stop()
             telemetry_origin_fix(telemetry, recorder)
@@ -191,7 +195,21 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                     engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started)
                 )
             extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
+            if cpu is not None:
+                cpu.stop()
+                r.update_meta(cpu_cores_by_process=cpu.own_cores)
+            cores = cpu.foreign_cores if cpu is not None else None
+            verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
+            extra["disturbance"] = verdict.to_dict()
             summary = write_results(r, recorder, telemetry, info, extra)
+            r.update_meta(disturbance=extra["disturbance"])
+        served_ok = r.meta["request_statuses"].get("ok", 0)
+        check_step_log(r.path, r.meta.get("engine_log") or {}, served_ok)
+    if verdict.disturbed:
+        console.print(
+            "[bold yellow]disturbed run:[/] " + "; ".join(verdict.reasons) + " (run_meta.json: "
+            "disturbance)"
+        )
     if cfg.progress:
         print_summary(
             summary, f"real_bench {cfg.backend.name} · {cfg.model.name} · {workload.workload_id}"

@@ -30,6 +30,12 @@ from gpu_simulate_test.core.bundle import (
     MLP_TABLE,
     load_bundle,
 )
+from gpu_simulate_test.core.busy import (
+    FOREIGN_CORES_LIMIT,
+    ForeignLoad,
+    busy_warning,
+    wait_for_quiet,
+)
 from gpu_simulate_test.core.device import check_device, describe_device
 from gpu_simulate_test.core.grid import (
     ProfileGrid,
@@ -43,12 +49,6 @@ from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
-from gpu_simulate_test.vidur_profile.busy import (
-    FOREIGN_CORES_LIMIT,
-    ForeignLoad,
-    busy_warning,
-    wait_for_quiet,
-)
 from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     build_layer,
@@ -267,7 +267,7 @@ def earlier_calibrations(
     if not bundle.is_dir():
         return None, {}
     try:
-        old = load_bundle(bundle, cfg.model)
+        old = load_bundle(bundle, cfg.model, timings_checked=False)  # about to be replaced
     except ArtifactError:
         return None, {}
     if old.meta.get("dtype") != dtype:

@@ -1,4 +1,5 @@
-"""The fast path's stand-in for Vidur's ``MetricsStore``: only what this stage reads.
+"""The lean metrics store (``vidur.lean_metrics``), Vidur's ``MetricsStore`` stand-in on Vidur's
+loop: only what this stage reads.
 
 Vidur's store takes a third of a simulation's time (issue 19's profile): on every batch it feeds
 per-batch and per-token series, DDSketch histograms, MFU and utilization meters, and at the end
@@ -6,7 +7,7 @@ writes dozens of CSVs. The stage reads two things from it: the per-request table
 (``request_metrics.csv``: :data:`gpu_simulate_test.vidur_simulate.metrics.VIDUR_COLUMNS`) and the
 batch compositions (the ``engine_step_log``). :class:`LeanMetrics` records exactly those, with
 Vidur's own expressions on the same entity fields, so the stage's ``request_metrics.csv`` is the
-same to the last bit (``tests/unit/test_vidur_fast_path.py`` compares both paths).
+same to the last bit (``tests/unit/test_vidur_lean_metrics.py`` compares both stores).
 
 It handles the calls Vidur's events make (``on_request_arrival``, ``on_batch_end``,
 ``on_replica_schedule``, ``on_replica_stage_schedule``, ``on_batch_stage_end``) and ``plot``,

@@ -18,12 +18,11 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import DEFAULT_EVENT_LOOP, EVENT_LOOPS
 from gpu_simulate_test.core import overhead
 from gpu_simulate_test.io.artifacts import atomic_open
 from gpu_simulate_test.vidur_simulate.contract import VIDUR_REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate.lean_metrics import LeanMetrics
-
-EVENT_LOOPS: tuple[str, ...] = ("fast", "vidur")
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def steps_frame(ids: Any, size: Any, prefill: Any, decode: Any, elapsed_s: Any) 
 
 def batch_steps(metric_store: Any) -> pd.DataFrame:
     """Vidur's batches from the metric store's per-batch series (kept for every batch whatever
-    Vidur writes), or from the fast path's :class:`LeanMetrics`, which records the same values."""
+    Vidur writes), or from the lean store's :class:`LeanMetrics`, which records the same values."""
     if isinstance(metric_store, LeanMetrics):
         series = metric_store.batch_series()
         size, prefill = series["size"], series["prefill"]
@@ -143,8 +142,8 @@ def simulate(
     engine_steps: pd.DataFrame | None = None,
     backend: str = "",
     jitter: overhead.StepJitter | None = None,
-    lean: bool = False,
-    event_loop: str = "vidur",
+    lean: bool = True,
+    event_loop: str = DEFAULT_EVENT_LOOP,
     steps: bool = True,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
@@ -152,9 +151,9 @@ def simulate(
     With ``engine_steps`` (one backend's calibration rows), the engine's per-step overhead is
     fitted against this predictor and added to every batch before the event loop starts; with
     ``jitter`` too, every batch's time is multiplied by a seeded draw from it. ``event_loop``
-    ``fast`` runs ours where it reproduces Vidur (else Vidur's, noted in the result); ``lean``
-    gives Vidur's loop the stage's lean metrics store. ``steps`` false leaves the result's
-    ``steps`` (one row per batch) out.
+    ``fast`` runs ours where it reproduces Vidur (else Vidur's with the lean store, noted in the
+    result); ``lean`` gives Vidur's loop the stage's lean metrics store (``vidur.lean_metrics``).
+    ``steps`` false leaves the result's ``steps`` (one row per batch) out.
     """
     from gpu_simulate_test.vidur_simulate.loop_setup import (
         KvCacheExhausted,
@@ -210,7 +209,7 @@ def _simulate_vidur(
     report, table = _attach_overhead(
         predictor, simulation_config.seed, engine_steps, backend, jitter
     )
-    if lean:  # the fast path: record what this stage reads, nothing else
+    if lean:  # vidur.lean_metrics: record what this stage reads, nothing else
         simulator._metric_store = LeanMetrics()
     built = time.perf_counter()
     simulator.run()  # event loop, then Vidur writes its metrics

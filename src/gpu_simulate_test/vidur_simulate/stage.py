@@ -348,8 +348,8 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             inputs.engine_steps,
             cfg.vidur.engine_overhead,
             inputs.step_jitter,
-            lean=cfg.vidur.fast_path,
-            event_loop=cfg.vidur.event_loop if cfg.vidur.fast_path else "vidur",
+            lean=cfg.vidur.lean_metrics,
+            event_loop=cfg.vidur.event_loop,
             steps=cfg.vidur.step_log,
         )
         if not grows:

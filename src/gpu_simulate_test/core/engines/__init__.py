@@ -10,12 +10,14 @@ from gpu_simulate_test.core.engines.hf_cb import HfContinuousBatchingBackend
 from gpu_simulate_test.core.engines.hf_generate import HfGenerateBackend
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.vllm import VllmBackend
+from gpu_simulate_test.core.engines.vllm_engine import VllmEngineBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,
     HfGenerateBackend.name: HfGenerateBackend,
     OpenAIBackend.name: OpenAIBackend,
     VllmBackend.name: VllmBackend,
+    VllmEngineBackend.name: VllmEngineBackend,
 }
 """``backend.name`` → implementation."""
 

@@ -56,9 +56,16 @@ class RequestRecord:
     engine_token_times_s: list[float] = field(default_factory=list)
     """The engine's own timestamp of each token, where it gives one."""
     engine_arrival_s: float | None = None
-    """When the engine registered the request (transformers ``created_time``)."""
+    """When the engine registered the request (transformers ``created_time``; vLLM
+    ``queued_ts``, when its scheduler queued it)."""
     engine_scheduled_s: float | None = None
-    """When the engine first scheduled it (end of queueing; transformers ``lifespan[0]``)."""
+    """When the engine first scheduled it (end of queueing; transformers ``lifespan[0]``, vLLM
+    ``scheduled_ts``)."""
+    engine_first_token_s: float | None = None
+    """The engine's stamp of the first token where it gives no per-token ones (vLLM
+    ``first_token_ts``: when its engine core emitted the step's outputs)."""
+    engine_last_token_s: float | None = None
+    """The same of the last token (vLLM ``last_token_ts``)."""
     reported_decode_tokens: int | None = None
     """Output tokens as the server counted them (``usage.completion_tokens``)."""
     status: str = STATUS_PENDING
@@ -110,14 +117,21 @@ class Recorder:
         arrival: float | None = None,
         scheduled: float | None = None,
         token_times: Sequence[float] = (),
+        first_token: float | None = None,
+        last_token: float | None = None,
     ) -> None:
-        """The engine's own stamps (raw ``perf_counter`` values); token times are appended."""
+        """The engine's own stamps (raw ``perf_counter`` values; None or 0: not stamped); token
+        times are appended, ``first_token``/``last_token`` are for engines that stamp only those."""
         with self._lock:
             rec = self.records[request_id]
             if arrival is not None and arrival > 0:
                 rec.engine_arrival_s = self.rel(arrival)
             if scheduled is not None and scheduled > 0:
                 rec.engine_scheduled_s = self.rel(scheduled)
+            if first_token is not None and first_token > 0:
+                rec.engine_first_token_s = self.rel(first_token)
+            if last_token is not None and last_token > 0:
+                rec.engine_last_token_s = self.rel(last_token)
             rec.engine_token_times_s.extend(self.rel(t) for t in token_times)
 
     def tokens(self, request_id: int, at: float, num_tokens: int = 1) -> None:

@@ -4,7 +4,8 @@ The server runs in its own process group (``start_new_session``), so stopping it
 process it spawned (vLLM's engine core and workers too): SIGTERM to the group, then SIGKILL.
 Its output goes through a pipe that a reader thread copies into the log file, stamping each line
 with ``time.perf_counter()`` as it arrives; a hook sees every line with its stamp (the vLLM backend
-takes its per-step log from there).
+takes its per-step log from there). A hook that raises is stopped, said and kept
+(:class:`GuardedHook`), and the log goes on being copied.
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
+from gpu_simulate_test.core.reporting import console
+
 LineHook = Callable[[str, float], None]
-"""Called with each line of server output (no newline) and the ``perf_counter`` it arrived at."""
+"""Called with each line of server output (no newline) and the ``perf_counter`` it arrived at;
+it handles lines it cannot read itself (:meth:`.vllm_log.StepLog.feed` counts them)."""
 
 ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): .+$")
 STOP_GRACE_S = 15.0
@@ -33,6 +39,31 @@ FOLLOW_POLL_S = 0.005
 
 class ServerError(RuntimeError):
     """The server did not start or died; the message carries the last lines of its log."""
+
+
+class GuardedHook:
+    """A line hook as a log reader calls it: the first exception it raises is kept
+    (:attr:`error`) and printed as a warning, and the hook is not called again, so that a broken
+    hook neither stops the reader (a server whose output pipe is not drained blocks) nor vanishes
+    (the vLLM backend fails its run with :attr:`error`)."""
+
+    def __init__(self, hook: LineHook) -> None:
+        self._hook: LineHook | None = hook
+        self.error: str | None = None
+
+    def __call__(self, line: str, at: float) -> None:
+        if self._hook is None:
+            return
+        try:
+            self._hook(line, at)
+        except Exception as exc:
+            self._hook = None
+            self.error = f"{type(exc).__name__}: {exc} (on the line {line[:200]!r})"
+            console.print(
+                f"[yellow]warning:[/] the server log's line hook failed and reads no more lines: "
+                f"{escape(self.error)}",
+                soft_wrap=True,
+            )
 
 
 def free_loopback_port() -> int:
@@ -62,7 +93,7 @@ class ManagedServer:
         self.command = [str(c) for c in command]
         self.log_path = log_path
         self.env = dict(env) if env is not None else dict(os.environ)
-        self.hook = hook
+        self.hook = GuardedHook(hook) if hook is not None else None
         self.process: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
 
@@ -92,8 +123,7 @@ class ManagedServer:
                 log.write(raw)
                 log.flush()
                 if self.hook is not None:
-                    with contextlib.suppress(Exception):  # a parsing slip must not stop the log
-                        self.hook(raw.decode(errors="replace").rstrip("\r\n"), now)
+                    self.hook(raw.decode(errors="replace").rstrip("\r\n"), now)
 
     def failure(self) -> str | None:
         """Why the server is not running (None while it runs)."""
@@ -188,7 +218,7 @@ class LogFollower:
 
     def __init__(self, path: Path, hook: LineHook) -> None:
         self.path = path
-        self.hook = hook
+        self.hook = GuardedHook(hook)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -209,8 +239,7 @@ class LogFollower:
                     partial += chunk
                     if partial.endswith(b"\n"):
                         now = time.perf_counter()
-                        with contextlib.suppress(Exception):
-                            self.hook(partial.decode(errors="replace").rstrip("\r\n"), now)
+                        self.hook(partial.decode(errors="replace").rstrip("\r\n"), now)
                         partial = b""
                     continue
                 if self._stop.is_set():

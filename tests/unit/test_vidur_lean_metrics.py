@@ -1,8 +1,8 @@
-"""On Vidur's loop, the lean store (``vidur.fast_path``) gives the same results as Vidur's own: the
-stage's ``request_metrics.csv`` and ``engine_step_log.csv`` byte for byte, on several workloads
-and all three schedulers, from a light load to a burst far above capacity. (Vidur 0.0.26 itself
-fails an assertion in ``Request.on_batch_stage_end`` once requests are preempted for lack of KV
-blocks, on either path, so no case starves the cache.)"""
+"""On Vidur's loop, the lean store (``vidur.lean_metrics``) gives the same results as Vidur's own:
+the stage's ``request_metrics.csv`` and ``engine_step_log.csv`` byte for byte, on several
+workloads and all three schedulers, from a light load to a burst far above capacity. (Vidur
+0.0.26 itself fails an assertion in ``Request.on_batch_stage_end`` once requests are preempted
+for lack of KV blocks, with either store, so no case starves the cache.)"""
 
 from __future__ import annotations
 
@@ -43,13 +43,13 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fast_path")
+    root = tmp_path_factory.mktemp("lean_metrics")
     write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=12)
     return root
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fast_path_matches_vidurs_own_store(bundle_root: Path, tmp_path: Path, case: str) -> None:
+def test_lean_store_matches_vidurs_own(bundle_root: Path, tmp_path: Path, case: str) -> None:
     knobs, n, qps, prompt, output = CASES[case]
     rng = np.random.default_rng(7)
     workload = write_workload_run(
@@ -60,27 +60,27 @@ def test_fast_path_matches_vidurs_own_store(bundle_root: Path, tmp_path: Path, c
         np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / qps, n - 1))]),
     )
     runs = {}
-    for fast in (False, True):
+    for lean in (False, True):
         cfg = VidurSimulateStageConfig(
             model=QWEN3_TINY,
             hardware=CPU,
             vidur=VidurConfig(
                 scheduler=knobs,
                 predictor=VidurPredictorConfig(num_training_job_threads=1),
-                fast_path=fast,
+                lean_metrics=lean,
                 event_loop="vidur",  # LeanMetrics serves Vidur's loop (ours records its own)
             ),
             workload_dir=str(workload),
             profiling_root=str(bundle_root / "profiles"),
-            output=OutputConfig(root=str(tmp_path), run_id=f"fast-{fast}"),
+            output=OutputConfig(root=str(tmp_path), run_id=f"lean-{lean}"),
             progress=False,
         )
-        runs[fast] = simulate_run(cfg, {})
-    slow, fast_run = runs[False], runs[True]
-    # the two paths did differ: only Vidur's own store writes its plots' CSVs
-    assert (slow / "vidur" / "plots").is_dir()
-    assert not (fast_run / "vidur" / "plots").exists()
+        runs[lean] = simulate_run(cfg, {})
+    full, lean_run = runs[False], runs[True]
+    # the two stores did differ: only Vidur's own writes its plots' CSVs
+    assert (full / "vidur" / "plots").is_dir()
+    assert not (lean_run / "vidur" / "plots").exists()
     for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG):
-        assert (fast_run / name).read_bytes() == (slow / name).read_bytes(), (case, name)
-    assert read_json(slow / layout.RUN_META)["summary"]["num_requests"] == n
-    assert (fast_run / layout.REQUEST_METRICS).read_text().count("\n") == n + 1
+        assert (lean_run / name).read_bytes() == (full / name).read_bytes(), (case, name)
+    assert read_json(full / layout.RUN_META)["summary"]["num_requests"] == n
+    assert (lean_run / layout.REQUEST_METRICS).read_text().count("\n") == n + 1

@@ -38,9 +38,24 @@ def _own_pids() -> set[int]:
     return pids
 
 
-def _foreign_cpu_s() -> dict[int, float]:
-    """CPU seconds (user + system) of every process not ours, by pid."""
-    mine = _own_pids()
+def listening_pids(port: int) -> set[int]:
+    """The process listening on TCP ``port`` of this machine and its descendants (a server the
+    user started: its CPU is the engine's, not foreign); empty when it cannot be told."""
+    pids: set[int] = set()
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            at = getattr(conn.laddr, "port", None)
+            if conn.status == psutil.CONN_LISTEN and at == port and conn.pid is not None:
+                pids.add(conn.pid)
+    for pid in list(pids):
+        with contextlib.suppress(psutil.Error):
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+    return pids
+
+
+def _foreign_cpu_s(exclude: frozenset[int] = frozenset()) -> dict[int, float]:
+    """CPU seconds (user + system) of every process not ours (nor in ``exclude``), by pid."""
+    mine = _own_pids() | exclude
     out: dict[int, float] = {}
     for proc in psutil.process_iter(["cpu_times"]):
         if proc.pid in mine:
@@ -58,7 +73,9 @@ def _steal_s() -> float:
 class ForeignLoad:
     """Other processes' CPU use over an interval, in cores on average (``stop()`` returns it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude: frozenset[int] = frozenset()) -> None:
+        self.exclude = exclude
+        """Processes that are not foreign although not ours (a server the user runs)."""
         self._started = 0.0
         self._before: dict[int, float] = {}
         self._steal = 0.0
@@ -66,14 +83,14 @@ class ForeignLoad:
         """The hypervisor's steal over the interval, in cores (set by ``stop()``)."""
 
     def start(self) -> ForeignLoad:
-        self._before = _foreign_cpu_s()
+        self._before = _foreign_cpu_s(self.exclude)
         self._steal = _steal_s()
         self._started = time.perf_counter()
         return self
 
     def stop(self) -> float:
         elapsed = time.perf_counter() - self._started
-        after = _foreign_cpu_s()
+        after = _foreign_cpu_s(self.exclude)
         used = sum(max(0.0, t - self._before.get(pid, 0.0)) for pid, t in after.items())
         if elapsed <= 0:
             return 0.0
@@ -107,3 +124,45 @@ def wait_for_quiet(budget_s: float, check_s: float = QUIET_CHECK_S) -> tuple[boo
             return True, time.perf_counter() - started
         if time.perf_counter() - started >= budget_s:
             return False, time.perf_counter() - started
+
+
+def _descendant_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of this process and every descendant, by pid, with a label:
+    ``client`` for this process, else the process's name (vLLM names its engine
+    ``VLLM::EngineCore``; its API server is the ``python`` this process started)."""
+    me = psutil.Process()
+    out: dict[int, tuple[str, float]] = {}
+    procs = [me]
+    with contextlib.suppress(psutil.Error):
+        procs += me.children(recursive=True)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            label = "client" if proc.pid == me.pid else proc.name()
+            out[proc.pid] = (label, float(times.user + times.system))
+    return out
+
+
+class OwnLoad:
+    """CPU used by this process and each process it started, over an interval, in cores on
+    average (``stop()`` returns ``label[pid]`` → cores): who of the client, the API server and
+    the engine used the machine."""
+
+    def __init__(self) -> None:
+        self._before: dict[int, tuple[str, float]] = {}
+        self._started = 0.0
+
+    def start(self) -> OwnLoad:
+        self._before = _descendant_cpu_s()
+        self._started = time.perf_counter()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        elapsed = time.perf_counter() - self._started
+        if elapsed <= 0:
+            return {}
+        out: dict[str, float] = {}
+        for pid, (label, cpu) in _descendant_cpu_s().items():
+            used = cpu - self._before.get(pid, (label, 0.0))[1]
+            out[label if label == "client" else f"{label}[{pid}]"] = round(used / elapsed, 3)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
