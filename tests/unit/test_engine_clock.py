@@ -161,3 +161,22 @@ def test_time_perf_counter_is_time_monotonic_here() -> None:
     mono = time.monotonic()
     after = time.perf_counter()
     assert before <= mono <= after
+
+
+def test_the_engine_arrival_is_the_front_ends_not_the_schedulers() -> None:
+    # vLLM's scheduler queues a request only between steps: a request that came in during a
+    # 30 ms step is queued 30 ms later; Vidur's arrival is when it came in
+    from types import SimpleNamespace
+
+    from gpu_simulate_test.core.engines.engine_clock import ClockLink, engine_stamps
+
+    link = ClockLink(offset_s=0.0, wall_offset_s=-1000.0)  # perf_counter = time.time() - 1000
+    metrics = SimpleNamespace(
+        arrival_time=1010.0, queued_ts=10.03, scheduled_ts=10.031,
+        first_token_ts=10.05, last_token_ts=10.2,
+    )  # fmt: skip
+    stamps = engine_stamps(metrics, link)
+    assert stamps.received == 10.0 and stamps.queued == 10.03
+    assert stamps.arrival == 10.0
+    no_front_end = engine_stamps(SimpleNamespace(queued_ts=10.03), link)
+    assert no_front_end.arrival == 10.03  # only the scheduler's stamp: it stands in

@@ -28,6 +28,7 @@ ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
 )
 SERVER_KINDS: tuple[str, ...] = ("external", "transformers_serve", "vllm")
 EXACT_LENGTH_MODES: tuple[str, ...] = ("auto", "ignore_eos", "generation_config", "none")
+CLIENTS: tuple[str, ...] = ("asyncio", "threads")
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,12 @@ class BackendConfig:
     """openai: how exact output lengths are forced: ignore_eos (vLLM/SGLang), generation_config
     (transformers serve), none, or auto (generation_config for a started transformers serve,
     else ignore_eos)."""
+    client: str = "threads"
+    """openai/vllm: how streams are read. threads: one thread per request in flight, each
+    blocked on its socket; asyncio: one event loop on one thread for every request (as ``vllm
+    bench serve``). On 2 CPU cores against vLLM the asyncio client was disturbed more often (8
+    of 12 runs against 4 of 12, ``benchmarks/results/truth_client.md``), so threads stays the
+    default."""
     server: ServerConfig = field(default_factory=ServerConfig)
     request_timeout_s: float = 600.0
     """A request not finished this long after its arrival is recorded as ``timeout``."""
@@ -107,6 +114,7 @@ class BackendConfig:
     def __post_init__(self) -> None:
         _check_choice("backend.name", self.name, BACKEND_NAMES)
         _check_choice("backend.exact_length", self.exact_length, EXACT_LENGTH_MODES)
+        _check_choice("backend.client", self.client, CLIENTS)
         for name in ("max_batch_tokens", "max_requests_per_batch", "num_blocks"):
             value = getattr(self, name)
             _check(value >= 1, f"backend.{name} must be >= 1, got {value}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 
 import psutil
 
@@ -143,6 +144,20 @@ def _descendant_cpu_s() -> dict[int, tuple[str, float]]:
     return out
 
 
+def run_delay_s(pid: int) -> float | None:
+    """Seconds the threads of ``pid`` have spent ready to run but waiting for a CPU (the sum of
+    ``/proc/<pid>/task/*/schedstat``'s second field); None where the kernel does not tell."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that just ended
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
 class OwnLoad:
     """CPU used by this process and each process it started, over an interval, in cores on
     average (``stop()`` returns ``label[pid]`` → cores): who of the client, the API server and
@@ -150,10 +165,15 @@ class OwnLoad:
 
     def __init__(self) -> None:
         self._before: dict[int, tuple[str, float]] = {}
+        self._delay_before: float | None = None
         self._started = 0.0
+        self.client_run_delay_s: float | None = None
+        """Seconds this process's threads waited for a CPU while ready to run, over the
+        interval (set by ``stop()``; None where the kernel does not tell)."""
 
     def start(self) -> OwnLoad:
         self._before = _descendant_cpu_s()
+        self._delay_before = run_delay_s(os.getpid())
         self._started = time.perf_counter()
         return self
 
@@ -161,6 +181,9 @@ class OwnLoad:
         elapsed = time.perf_counter() - self._started
         if elapsed <= 0:
             return {}
+        delay = run_delay_s(os.getpid())
+        if delay is not None and self._delay_before is not None:
+            self.client_run_delay_s = delay - self._delay_before
         out: dict[str, float] = {}
         for pid, (label, cpu) in _descendant_cpu_s().items():
             used = cpu - self._before.get(pid, (label, 0.0))[1]

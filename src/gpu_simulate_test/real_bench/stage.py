@@ -197,7 +197,10 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
             if cpu is not None:
                 cpu.stop()
-                r.update_meta(cpu_cores_by_process=cpu.own_cores)
+                r.update_meta(
+                    cpu_cores_by_process=cpu.own_cores,
+                    client_run_queue_wait_s=cpu.own.client_run_delay_s,
+                )
             cores = cpu.foreign_cores if cpu is not None else None
             verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
             extra["disturbance"] = verdict.to_dict()

@@ -37,10 +37,29 @@ class ClockLink:
     """``perf_counter() − monotonic()`` in this process (0 where both are CLOCK_MONOTONIC)."""
     check_window_s: float = float("nan")
     """Width of the ``perf_counter`` bracket a child's ``monotonic()`` reading fell in."""
+    wall_offset_s: float = float("nan")
+    """``perf_counter() − time.time()`` in this process, for the front end's wall-clock
+    stamp (``arrival_time``); NaN: not measured."""
 
     def to_perf_counter(self, monotonic_s: float) -> float:
         """A ``time.monotonic()`` reading as a ``time.perf_counter()`` reading of this process."""
         return monotonic_s + self.offset_s
+
+    def wall_to_perf_counter(self, wall_s: float) -> float:
+        """A ``time.time()`` reading of this process as a ``time.perf_counter()`` reading."""
+        return wall_s + self.wall_offset_s
+
+
+def wall_offset_s(samples: int = 7) -> float:
+    """``perf_counter() − time.time()`` here, from the narrowest of ``samples`` brackets."""
+    best_width, best_offset = float("inf"), 0.0
+    for _ in range(samples):
+        before = time.perf_counter()
+        wall = time.time()
+        after = time.perf_counter()
+        if after - before < best_width:
+            best_width, best_offset = after - before, (before + after) / 2 - wall
+    return best_offset
 
 
 def clock_offset_s(samples: int = 7) -> float:
@@ -66,7 +85,7 @@ def link_clocks(child: Sequence[str] | None = None, timeout_s: float = 30.0) -> 
     before = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=True)
     after = time.perf_counter()
-    link = ClockLink(offset, after - before)
+    link = ClockLink(offset, after - before, wall_offset_s())
     try:
         seen = link.to_perf_counter(float(done.stdout.strip()))
     except ValueError:
@@ -83,12 +102,21 @@ def link_clocks(child: Sequence[str] | None = None, timeout_s: float = 30.0) -> 
 @dataclass(frozen=True)
 class EngineStamps:
     """One request's life as its engine stamped it, as ``perf_counter()`` readings here (None:
-    not stamped)."""
+    not stamped). ``received`` is the engine's front end taking the request in (in this process,
+    wall clock); ``queued`` is the engine core's scheduler taking it, which happens only between
+    steps, so a request that arrives during a step waits for it first, as in Vidur, where a
+    request arrives at the replica and waits for the running batch."""
 
     queued: float | None
     scheduled: float | None
     first_token: float | None
     last_token: float | None
+    received: float | None = None
+
+    @property
+    def arrival(self) -> float | None:
+        """When the engine got the request: ``received`` where stamped, else ``queued``."""
+        return self.received if self.received is not None else self.queued
 
 
 def engine_stamps(metrics: Any, link: ClockLink) -> EngineStamps:
@@ -99,11 +127,18 @@ def engine_stamps(metrics: Any, link: ClockLink) -> EngineStamps:
         value = float(getattr(metrics, name, 0.0) or 0.0)
         return link.to_perf_counter(value) if value > 0 else None
 
+    wall = float(getattr(metrics, "arrival_time", 0.0) or 0.0)
+    received = (
+        link.wall_to_perf_counter(wall)
+        if wall > 0 and link.wall_offset_s == link.wall_offset_s
+        else None
+    )
     return EngineStamps(
         queued=converted("queued_ts"),
         scheduled=converted("scheduled_ts"),
         first_token=converted("first_token_ts"),
         last_token=converted("last_token_ts"),
+        received=received,
     )
 
 
@@ -115,6 +150,7 @@ def out_of_order(
     its tokens after that, and each before the client sees it. Empty when all is in order."""
     chain = [
         ("submitted", submitted),
+        ("received", stamps.received),
         ("queued", stamps.queued),
         ("scheduled", stamps.scheduled),
         ("first token", stamps.first_token),

@@ -12,6 +12,7 @@ honours ``generation_config='{"max_new_tokens": N, "eos_token_id": -1}'``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from gpu_simulate_test.core.engines.server import (
     ServerError,
     free_loopback_port,
 )
+from gpu_simulate_test.core.engines.stream_loop import StreamLoop
 
 CONNECT_TIMEOUT_S = 5.0
 SERVER_LOG = "server.log"
@@ -136,6 +138,8 @@ class OpenAIBackend(Backend):
         self._client: Any = None
         self._closed = False
         self._senders = SenderPool(lambda req: self._stream(req, self.recorder))
+        self._loop: StreamLoop | None = None
+        self._aclient: Any = None
 
     # ------------------------------------------------------------------ checks and start-up
     @property
@@ -232,7 +236,10 @@ class OpenAIBackend(Backend):
         import httpx
 
         self.recorder = recorder
-        self._senders.start()
+        if self.cfg.backend.client == "asyncio":
+            self._loop = StreamLoop().start()
+        else:
+            self._senders.start()
         if self.starts_server:
             self._start_server()
         # an idle connection is dropped here before the server's keep-alive timeout (uvicorn's
@@ -243,10 +250,14 @@ class OpenAIBackend(Backend):
             max_keepalive_connections=64,
             keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S),
-            limits=limits,
-        )
+        timeout = httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S)
+        self._client = httpx.Client(timeout=timeout, limits=limits)
+        if self._loop is not None:
+
+            async def make_client() -> Any:  # made on the loop that will use it
+                return httpx.AsyncClient(timeout=timeout, limits=limits)
+
+            self._aclient = self._loop.call(make_client(), CONNECT_TIMEOUT_S)
         if self.cfg.backend.server.kind == "transformers_serve":
             self.model_name = self.model_name or str(self.cfg.model.local_path)
             self.served_model_id = str(self.cfg.model.local_path)
@@ -313,16 +324,51 @@ class OpenAIBackend(Backend):
         if recorder is not None:
             recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage)
 
+    async def _astream(self, req: BenchRequest, recorder: Recorder) -> None:
+        """:meth:`_stream` on the event loop: the same request, events and closing."""
+        import httpx
+
+        rid = req.request_id
+        usage: int | None = None
+        try:
+            async with self._aclient.stream(
+                "POST", f"{self.base_url}/v1/completions", json=self.body(req)
+            ) as response:
+                if response.status_code != 200:
+                    detail = (await response.aread()).decode(errors="replace")[:500]
+                    raise BackendError(f"HTTP {response.status_code}: {detail}")
+                async for line in response.aiter_lines():
+                    now = time.perf_counter()
+                    payload = parse_sse_line(line)
+                    if payload is None:
+                        continue
+                    if "error" in payload:
+                        raise BackendError(f"server error: {payload['error']}")
+                    if payload.get("usage"):
+                        usage = int(payload["usage"].get("completion_tokens", 0))
+                    choices = payload.get("choices") or []
+                    if choices:
+                        recorder.tokens(rid, now, event_tokens(choices[0]))
+        except (httpx.HTTPError, BackendError, ValueError) as exc:
+            recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
+            return
+        recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage)
+
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:
             self._stream(req, None)
 
     def submit(self, request: BenchRequest) -> None:
-        """Stamp the arrival and hand the request to a sender thread that is already running
-        (starting a thread here would keep the replay from the next arrival)."""
+        """Stamp the arrival and hand the request to the event loop (``backend.client=asyncio``)
+        or to a sender thread that is already running (starting a thread here would keep the
+        replay from the next arrival)."""
         assert self.recorder is not None
-        self.recorder.arrived(request.request_id, time.perf_counter())
-        self._senders.put(request)
+        recorder = self.recorder
+        recorder.arrived(request.request_id, time.perf_counter())
+        if self._loop is not None:
+            self._loop.submit(lambda: self._astream(request, recorder))
+        else:
+            self._senders.put(request)
 
     def failure(self) -> str | None:
         return self.server.failure() if self.server is not None else None
@@ -332,6 +378,11 @@ class OpenAIBackend(Backend):
             return
         self._closed = True
         self._senders.stop()
+        if self._loop is not None:
+            if self._aclient is not None:
+                with contextlib.suppress(TimeoutError, RuntimeError):  # a stopped loop: no sockets
+                    self._loop.call(self._aclient.aclose(), CONNECT_TIMEOUT_S)
+            self._loop.stop()
         if self._client is not None:
             self._client.close()
         if self.server is not None:
@@ -343,6 +394,7 @@ class OpenAIBackend(Backend):
             "base_url": self.base_url,
             "served_model_name": self.model_name,
             "exact_length": self.exact_length,
+            "client": self.cfg.backend.client,
             "server": self.cfg.backend.server.kind,
             "device": "remote" if not self.starts_server else self.cfg.hardware.device,
             "dtype": self.cfg.dtype,

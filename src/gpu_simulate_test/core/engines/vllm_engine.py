@@ -351,7 +351,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         stamps = served.stamps
         recorder.engine_times(
             rid,
-            arrival=stamps.queued,
+            arrival=stamps.arrival,
             scheduled=stamps.scheduled,
             first_token=stamps.first_token,
             last_token=stamps.last_token,
@@ -449,8 +449,10 @@ class VllmEngineBackend(VllmKnobs, Backend):
             "enable_chunked_prefill": b.enable_chunked_prefill,
             "engine_env": {k: v for k, v in self.engine_env().items() if k.startswith("VLLM_CPU_")},
             "engine_clock": {
-                "source": "RequestOutput.metrics (vLLM RequestStateStats): queued_ts, "
-                "scheduled_ts, first_token_ts, last_token_ts (engine-core time.monotonic())",
+                "source": "RequestOutput.metrics (vLLM RequestStateStats): arrival_time "
+                "(the front end's wall clock: the engine arrival), queued_ts, scheduled_ts, "
+                "first_token_ts, last_token_ts (engine-core time.monotonic())",
+                "wall_offset_s": self.clock.wall_offset_s if self.clock else None,
                 "offset_s": self.clock.offset_s if self.clock else None,
                 "check_window_s": self.clock.check_window_s if self.clock else None,
             },
