@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import plots, report
+from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
 from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.compare.contract import (
     CDF_PLOT,
@@ -88,6 +89,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
         drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
         data = report.to_dict(comparison, context, findings)
+        clocks = clock_rows(real.requests, joined)
+        data["clocks"] = clocks
         if steps is not None:
             real_steps, sim_steps, result = steps
             write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
@@ -97,6 +100,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
         write_json(r.file(COMPARISON_JSON), data)
         text = report.summary_markdown(comparison, context, findings, drawn)
+        text += clocks_markdown(clocks)
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:

@@ -1,0 +1,62 @@
+"""The comparison's two clocks: the simulation against the engine's clock and the client's, the
+front end between them, and no table where the real run has no engine clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
+
+
+def _side(ttft: float, tpot: float, e2e: float, n: int) -> m.SideTimes:
+    return m.SideTimes(
+        arrival_time_s=np.arange(n, dtype=float),
+        ttft_s=np.full(n, ttft),
+        tpot_s=np.full(n, tpot),
+        e2e_s=np.full(n, e2e),
+        scheduling_delay_s=np.full(n, np.nan),
+    )
+
+
+def _joined(n: int = 4) -> m.JoinedRequests:
+    return m.JoinedRequests(
+        request_id=np.arange(n, dtype=np.int64),
+        num_prefill_tokens=np.full(n, 16, dtype=np.int64),
+        num_decode_tokens=np.full(n, 8, dtype=np.int64),
+        real=_side(0.030, 0.010, 0.100, n),  # the client's clock
+        sim=_side(0.022, 0.009, 0.090, n),
+    )
+
+
+def test_the_simulation_is_judged_on_both_clocks_with_the_front_end_between() -> None:
+    real = pd.DataFrame(
+        {
+            "request_id": [3, 2, 1, 0],  # any order: joined by id
+            "engine_ttft_s": [0.020] * 4,
+            "engine_tpot_s": [0.009] * 4,
+            "engine_e2e_s": [0.085] * 4,
+        }
+    )
+    rows = clock_rows(real, _joined())
+    assert rows is not None
+    ttft = next(r for r in rows if r["metric"] == "ttft" and r["stat"] == "p50")
+    assert ttft["engine_s"] == pytest.approx(0.020) and ttft["client_s"] == pytest.approx(0.030)
+    assert ttft["error_vs_engine"] == pytest.approx(0.022 / 0.020 - 1)
+    assert ttft["error_vs_client"] == pytest.approx(0.022 / 0.030 - 1)
+    assert ttft["front_end_s"] == pytest.approx(0.010)
+    text = clocks_markdown(rows)
+    assert "## Two clocks" in text and "| TTFT | p50 | 20.00 | 30.00 | 22.00 | +10.0% |" in text
+
+
+def test_without_an_engine_clock_there_is_no_table() -> None:
+    no_columns = pd.DataFrame({"request_id": [0, 1, 2, 3]})
+    assert clock_rows(no_columns, _joined()) is None
+    empty = pd.DataFrame(
+        {"request_id": [0, 1, 2, 3], "engine_ttft_s": [np.nan] * 4,
+         "engine_tpot_s": [np.nan] * 4, "engine_e2e_s": [np.nan] * 4}
+    )  # fmt: skip
+    assert clock_rows(empty, _joined()) is None  # a vllm server run: columns present, empty
+    assert clocks_markdown(None) == ""
