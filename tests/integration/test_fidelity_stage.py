@@ -31,7 +31,12 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     gpu, here = tmp_path / "gpu", tmp_path / "here"
     gpu.mkdir()
     here.mkdir()
-    run_cli("fidelity", *TINY, "fidelity.phase=real", "output.run_id=real", cwd=gpu)
+    # reruns=0: a disturbed run is marked, not re-run, so the run ids stay fixed here
+    # (the re-run itself: tests/integration/test_truth_disturbed.py)
+    run_cli(
+        "fidelity", *TINY, "fidelity.phase=real", "fidelity.reruns=0", "output.run_id=real",
+        cwd=gpu,
+    )  # fmt: skip
     real = gpu / "tmp" / "fidelity" / "real"
     assert json.loads((real / "run_meta.json").read_text())["status"] == "complete"
     assert not (real / contract.FIDELITY_JSON).exists()  # the real phase reports nothing
@@ -45,6 +50,12 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
         "runs/real_bench/hf_cb-load1",
     ]
     assert rec["loads"][0]["repeat_dirs"] == ["runs/real_bench/hf_cb-load0-r2"]
+    truth = rec["loads"][0]["truth"]  # every real run's verdict travels with the manifest
+    assert [t["real_dir"] for t in truth] == [
+        "runs/real_bench/hf_cb-load0",
+        "runs/real_bench/hf_cb-load0-r2",
+    ]
+    assert all(len(t["attempts"]) == 1 and t["reruns"] == 0 for t in truth)
 
     moved = here / "from_gpu"
     shutil.move(real, moved)  # paths in the manifest are relative: it still reads
