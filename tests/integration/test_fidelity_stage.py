@@ -20,6 +20,8 @@ TINY = (
     "backend.max_requests_per_batch=4",
     "fidelity.probe_requests=8",
     "fidelity.num_requests=6",
+    "fidelity.load_duration_s=0",  # exactly num_requests a load (a time-sized load: below)
+    "fidelity.warmup_s=0.05",
     "fidelity.loads=[0.3,0.7]",
     "fidelity.real_repeats=2",
     "workload.output_len.max=6",
@@ -68,8 +70,18 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     assert data["schema_version"] == contract.FIDELITY_SCHEMA_VERSION
     assert data["phase"] == "sim" and data["real_from"] == str(moved)
     assert data["device"].startswith("CPU") and data["versions"]["vidur"] == "0.0.26"
-    assert len(data["rows"]) == 2 * 3 * 2  # loads × (ttft, tpot, e2e) × (p50, p90)
+    # loads × clocks (hf_cb records the engine's own) × (ttft, tpot, e2e) × (p50, p90)
+    assert len(data["rows"]) == 2 * 2 * 3 * 2
+    assert data["headline_clock"] == {"hf_cb": "engine"}
+    assert data["warmup_s"] == 0.05
+    for level in data["capacity"]["hf_cb"]["loads"]:
+        window = level["window"]
+        assert window["requests_measured"] + window["requests_warmup"] == 6
+        assert window["requests_warmup"] >= 1  # the first request always arrives in it
+        compared = json.loads((here / level["compare_run"] / "comparison.json").read_text())
+        assert compared["warmup"]["num_warmup_excluded"] == window["requests_warmup"]
     table = read_csv(sim / contract.FIDELITY_CSV, contract.FIDELITY_TABLE)
+    assert set(table["clock"]) == {"engine", "client"}
     assert table["noise"].notna().all()  # the real side ran twice per load
     # a 6-request run's simulation is within a loose bound of the truth
     assert data["largest_abs_error"]["abs_error_pct"] < 100

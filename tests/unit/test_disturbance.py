@@ -70,7 +70,7 @@ def test_the_verdict_names_every_sign_and_only_the_disturbed_as_reasons() -> Non
 
 
 def test_the_report_says_which_runs_were_disturbed_and_what_was_done(tmp_path: Path) -> None:
-    from gpu_simulate_test.fidelity.tables import disturbance_lines
+    from gpu_simulate_test.fidelity.report import disturbance_lines
     from gpu_simulate_test.orchestrate.truth import Attempt, Truth
 
     redone = Truth(

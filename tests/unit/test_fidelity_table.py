@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.fidelity import report
 from gpu_simulate_test.fidelity import tables as fid
 
 
@@ -100,13 +101,13 @@ def test_error_spread_and_summary_over_reports() -> None:
     spread = fid.error_spread(table[table["backend"] == "a"])
     assert spread == {"rows": 3, "median_abs_error_pct": 8.0, "within_5pct": 1, "within_10pct": 2}
     assert fid.error_spread(table[table["backend"] == "b"])["rows"] == 1  # NaN left out
-    summary = fid.summary_table(
+    summary = report.summary_table(
         [{"name": "r1", "requests_per_load": 64, "rows": table.to_dict("records")}]
     )
     assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 | – |" in summary
     assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 | – |" in summary
     noisy = table.assign(noise=[0.1, -0.3, 0.0, float("nan"), float("nan")])
-    summary = fid.summary_table([{"name": "r2", "rows": noisy.to_dict("records")}])
+    summary = report.summary_table([{"name": "r2", "rows": noisy.to_dict("records")}])
     assert "| r2 |  | a | 30.0% | 8.0% | 1/3 | 2/3 | 30.0% / 10.0% |" in summary
 
 
@@ -120,8 +121,9 @@ def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:
         }
     )
     pct = fid.real_percentiles(requests)
-    assert pct[("ttft", "p50")] == pytest.approx(20.0)  # the failed request is left out
-    assert pct[("e2e", "p90")] == pytest.approx(280.0)
+    assert pct[("client", "ttft", "p50")] == pytest.approx(20.0)  # the failed one left out
+    assert pct[("client", "e2e", "p90")] == pytest.approx(280.0)
+    assert not any(clock == "engine" for clock, _, _ in pct)  # no engine clock recorded
     table = pd.DataFrame(
         {
             "backend": ["a", "a", "b"],
@@ -132,7 +134,7 @@ def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:
             "abs_rel_error": [0.1, 0.2, 0.3],
         }
     )
-    again = {("ttft", "p50"): 22.0, ("e2e", "p90"): 280.0}
+    again = {("client", "ttft", "p50"): 22.0, ("client", "e2e", "p90"): 280.0}
     out = fid.add_noise(table, {("a", 0.2): [pct, again]})
     assert out["real_repeat_ms"].iloc[0] == pytest.approx(20.0)  # -20% beats -12%
     assert out["noise"].iloc[0] == pytest.approx(-0.2)
@@ -140,3 +142,55 @@ def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:
     assert math.isnan(out["noise"].iloc[2])  # backend b was not repeated
     assert fid.has_noise(out) and not fid.has_noise(table)
     assert fid.error_spread(out, "noise")["rows"] == 2
+
+
+def test_the_engine_clock_heads_the_table_and_judges_the_campaign() -> None:
+    def percentiles(clock: str, real: float, sim: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "clock": [clock] * 2,
+                "metric": ["ttft", "tpot"],
+                "stat": ["p50", "p50"],
+                "real_ms": [real, real],
+                "sim_ms": [sim, sim],
+            }
+        )
+
+    both = pd.concat([percentiles("client", 100.0, 50.0), percentiles("engine", 55.0, 50.0)])
+    table = fid.fidelity_rows(
+        [("vllm_engine", 0.5, 3.0, both), ("vllm", 0.5, 3.0, percentiles("client", 10.0, 12.0))]
+    )
+    engine_first = table[table["backend"] == "vllm_engine"]["clock"].tolist()
+    assert engine_first == ["engine", "engine", "client", "client"]
+    judged = fid.headline(table)
+    # vllm_engine on its engine clock (-9.1%), vllm without one on the client's (+20%)
+    assert fid.clock_of(table) == {"vllm_engine": "engine", "vllm": "client"}
+    assert set(judged["clock"]) == {"engine", "client"} and len(judged) == 4
+    doc = fid.fidelity_json("x", {}, {}, table)
+    assert doc["largest_abs_error_by_backend"]["vllm_engine"]["abs_error_pct"] == pytest.approx(
+        9.09, abs=0.01
+    )
+    assert doc["by_clock"]["vllm_engine"]["client"]["largest"]["abs_error_pct"] == 50.0
+    text = report.markdown("x", {}, {}, table, {})
+    assert "judged on the clock vllm: client, vllm_engine: engine" in text
+    assert "- vllm_engine, client clock: 50.0%" in text
+
+
+def test_real_percentiles_read_the_engine_clock_after_the_warm_up() -> None:
+    requests = pd.DataFrame(
+        {
+            "request_id": range(4),
+            "arrival_time_s": [0.0, 1.0, 2.0, 3.0],
+            "status": ["ok"] * 4,
+            "ttft_s": [9.0, 0.020, 0.030, 0.040],
+            "tpot_s": [0.001] * 4,
+            "e2e_s": [9.0, 0.2, 0.3, 0.4],
+            "engine_ttft_s": [9.0, 0.010, 0.020, 0.030],
+            "engine_tpot_s": [0.001] * 4,
+            "engine_e2e_s": [9.0, 0.1, 0.2, 0.3],
+        }
+    )
+    pct = fid.real_percentiles(requests, warmup_s=0.5)  # the first request warms up
+    assert pct[("client", "ttft", "p50")] == pytest.approx(30.0)
+    assert pct[("engine", "ttft", "p50")] == pytest.approx(20.0)
+    assert fid.real_percentiles(requests)[("engine", "ttft", "p90")] > 1000  # with it

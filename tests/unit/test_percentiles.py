@@ -185,7 +185,7 @@ def stage_summaries(empty: bool) -> dict[str, float]:
         "compare.steps batch_size_p90": steps.totals["sim"]["batch_size_p90"],
         "compare.steps median_step_ms": steps.totals["sim"]["median_step_ms"],
         "compare.steps sim_median_ms": float(steps.groups["sim_median_ms"].iloc[0]),
-        "fidelity.real_percentiles e2e p90": fidelity[("e2e", "p90")],
+        "fidelity.real_percentiles e2e p90": fidelity[("client", "e2e", "p90")],
         "fidelity.error_spread median": spread["median_abs_error_pct"],
         "core.percentiles.latency_ms ttft_p95": latency["ttft_p95"],
     }

@@ -34,6 +34,7 @@ from gpu_simulate_test.compare.contract import (
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.core import window
 from gpu_simulate_test.core.knobs import knob_mismatches
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 from gpu_simulate_test.core.run_inputs import (
@@ -49,6 +50,18 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
 
 
+def after_warmup(
+    real: pd.DataFrame, sim: pd.DataFrame, warmup_s: float
+) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Both runs' requests without those that arrived in the real run's first ``warmup_s``
+    seconds (:func:`gpu_simulate_test.core.window.in_window`), and how many were left out."""
+    if warmup_s <= 0:
+        return real, sim, 0
+    keep = window.in_window(real, warmup_s)
+    warm = set(real.loc[~keep, "request_id"].tolist())
+    return real[keep], sim[~sim["request_id"].isin(warm)], len(warm)
+
+
 def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Compare ``cfg.real_run_dir`` with ``cfg.sim_run_dir`` (or report ``cfg.sweep_dirs``)."""
     if cfg.sweep_dirs:
@@ -60,9 +73,11 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     real = load_run(cfg.real_run_dir, "real_bench")
     sim = load_run(cfg.sim_run_dir, "vidur_simulate")
     check_same_workload(real, sim)
-    joined, excluded = join_requests(
-        real.requests, sim.requests, where=f"{real.path} vs {sim.path}"
+    real_requests, sim_requests, warmup = after_warmup(
+        real.requests, sim.requests, cfg.compare.warmup_s
     )
+    where = f"{real.path} vs {sim.path}"
+    joined, excluded = join_requests(real_requests, sim_requests, where=where)
     comparison = compare(joined, excluded, real_itls_s(real, joined.request_id))
     context = setup(real, sim)
     mismatches = knob_mismatches(
@@ -82,6 +97,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             sim_run_dir=str(sim.path),
             num_compared=len(joined),
             num_excluded=len(excluded),
+            num_warmup_excluded=warmup,
         )
         write_csv(
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
@@ -89,7 +105,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
         drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
         data = report.to_dict(comparison, context, findings)
-        clocks = clock_rows(real.requests, joined)
+        data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": warmup}
+        clocks = clock_rows(real_requests, joined)
         data["clocks"] = clocks
         if steps is not None:
             real_steps, sim_steps, result = steps
@@ -100,6 +117,12 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
         write_json(r.file(COMPARISON_JSON), data)
         text = report.summary_markdown(comparison, context, findings, drawn)
+        if warmup:
+            text += (
+                f"\nWarm-up: the {warmup} request(s) arriving in the run's first "
+                f"{cfg.compare.warmup_s:g} s were replayed and simulated, and are left out of "
+                "every figure above and below (`compare.warmup_s`).\n"
+            )
         text += clocks_markdown(clocks)
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpu_simulate_test.config.schema import (
@@ -22,8 +23,15 @@ class CompareOptions:
     sweep_x: str = "offered_qps"
     """Sweep report x axis: offered_qps (from the arrivals), batch_size_cap or run (order given)."""
 
+    warmup_s: float = 0.0
+    """Leave out of every statistic the requests that arrive in the run's first ``warmup_s``
+    seconds (from the first scheduled arrival): they fill the queue on both sides, then the
+    comparison starts. ``comparison.json`` counts them (``num_warmup_excluded``)."""
+
     def __post_init__(self) -> None:
         _check_choice("compare.sweep_x", self.sweep_x, SWEEP_AXES)
+        if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
+            raise ConfigError(f"compare.warmup_s={self.warmup_s} must be >= 0 seconds")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ class FidelityOptions:
     loads: tuple[float, ...] = (0.2, 0.5, 0.85)
     """Load levels as fractions of the measured capacity, each in (0, 1]."""
     num_requests: int = 64
-    """Requests per load (one seed: every load replays the same lengths)."""
+    """Requests per load at least (one seed: every load replays the same lengths); a load gets
+    more when ``load_duration_s`` of arrivals at its rate need more."""
+    load_duration_s: float = 30.0
+    """Seconds of arrivals per load at least: a load of ``max(num_requests, ceil(qps ×
+    load_duration_s))`` requests, long enough for the queue to reach a steady state (0: exactly
+    ``num_requests``)."""
+    warmup_s: float = 5.0
+    """Requests arriving in a load's first seconds warm the queue up and are simulated, but left
+    out of every statistic (real, simulated and the noise floor); the report says how many."""
     probe_requests: int = 0
     """Requests in the all-at-once capacity burst; 0 picks by backend: 16 for hf_generate
     (one request at a time), else max(64, 3 × the batch cap), so the engine runs at its cap
@@ -58,6 +66,20 @@ class FidelityOptions:
             f"fidelity.loads={list(self.loads)} must be increasing, without repeats",
         )
         _check(self.num_requests >= 2, "fidelity.num_requests must be >= 2")
+        _check(
+            math.isfinite(self.load_duration_s) and self.load_duration_s >= 0,
+            "fidelity.load_duration_s must be >= 0 seconds (0: fidelity.num_requests per load)",
+        )
+        _check(
+            math.isfinite(self.warmup_s) and self.warmup_s >= 0,
+            "fidelity.warmup_s must be >= 0 seconds",
+        )
+        if self.load_duration_s:
+            _check(
+                self.warmup_s < self.load_duration_s,
+                f"fidelity.warmup_s={self.warmup_s} must be shorter than "
+                f"fidelity.load_duration_s={self.load_duration_s}: nothing would be measured",
+            )
         _check(self.probe_requests >= 0, "fidelity.probe_requests must be >= 0 (0: by backend)")
         _check(
             math.isfinite(self.capacity_qps) and self.capacity_qps >= 0,
@@ -78,6 +100,11 @@ class FidelityOptions:
                 not self.real_from,
                 f"fidelity.real_from goes with fidelity.phase=sim only (phase={self.phase})",
             )
+
+    def requests_at(self, qps: float) -> int:
+        """Requests of a load offered at ``qps``: ``num_requests``, or more for
+        ``load_duration_s`` of arrivals."""
+        return max(self.num_requests, math.ceil(qps * self.load_duration_s))
 
 
 @dataclass(frozen=True)

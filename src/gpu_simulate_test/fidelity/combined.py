@@ -19,7 +19,7 @@ from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
-from gpu_simulate_test.fidelity import tables as fid
+from gpu_simulate_test.fidelity.report import summary_table
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -54,7 +54,7 @@ def read_report(path: str | Path) -> dict[str, Any]:
 def combined_markdown(title: str, reports: Sequence[Mapping[str, Any]], base: Path) -> str:
     """One table over the reports (per report and backend), then each report's setup line and
     latency-vs-load plots, linked relative to ``base`` (where the markdown is written)."""
-    lines = [f"# {title}", "", fid.summary_table(reports), ""]
+    lines = [f"# {title}", "", summary_table(reports), ""]
     images = []
     for report in reports:
         where = Path(report["path"])
@@ -79,6 +79,8 @@ def _rows(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     frames = []
     for report in reports:
         frame = pd.DataFrame(report["rows"])
+        if "clock" not in frame.columns:  # a report older than the two clocks
+            frame.insert(list(frame.columns).index("metric"), "clock", "client")
         frame.insert(0, "report", str(report["name"]))
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
@@ -95,7 +97,7 @@ def summarize(cfg: FidelityStageConfig, resolved_config: Mapping[str, Any]) -> P
             handle.write(text)
         _write_rows(r.file(contract.FIDELITY_CSV), reports)
         r.update_meta(summarized=[rep["path"] for rep in reports])
-    print(fid.summary_table(reports))
+    print(summary_table(reports))
     return r.path
 
 

@@ -22,8 +22,9 @@ RUNS_DIR = "runs"
 """Stage runs of the campaign, ``runs/<stage>/<run_id>``: the directory is self-contained."""
 PROFILES_DIR = "profiles"
 COMBINED_SUFFIX = "combined"
-FIDELITY_SCHEMA_VERSION = "1.0"
-"""Of ``fidelity.json`` and ``fidelity.csv`` (the argparse harness's reports had none)."""
+FIDELITY_SCHEMA_VERSION = "1.1"
+"""Of ``fidelity.json`` and ``fidelity.csv`` (the argparse harness's reports had none); 1.1 adds
+the ``clock`` column (the engine's own clock beside the client's) and the loads' ``window``."""
 
 __all__ = ["MANIFEST_FILE"]
 
@@ -45,6 +46,14 @@ FIDELITY_TABLE = TableSchema(
         Column("backend", "str", "", "the real engine (backend.name)"),
         Column("load_fraction", "float", "", "offered load as a fraction of capacity", min_value=0),
         Column("offered_qps", "float", "req/s", "the load's arrival rate", min_value=0),
+        Column(
+            "clock",
+            "str",
+            "",
+            "engine: the engine's own clock per request (what Vidur models); client: as the "
+            "client saw it, the front end included",
+            allowed=("engine", "client"),
+        ),
         Column("metric", "str", "", "ttft, tpot or e2e", allowed=("ttft", "tpot", "e2e")),
         Column("stat", "str", "", "p50 or p90"),
         Column("real_ms", "float", "ms", "measured", nullable=True),

@@ -40,6 +40,9 @@ class PlannedLoad:
     """The real bench run again on the same workload (the noise floor), if asked for."""
     profiling_root: str = ""
     """This load's own bundle root (``fidelity.calibrate_each_load``); empty: the backend's."""
+    warmup_s: float = 0.0
+    """Seconds of the load's first arrivals left out of every figure (0: a real phase older
+    than the warm-up)."""
     truth: tuple[Mapping[str, Any], ...] = ()
     """Per real run (the first, then each repeat): its attempts and the real bench's
     disturbance verdict on each (:class:`gpu_simulate_test.orchestrate.truth.Truth`); empty in
@@ -78,6 +81,8 @@ def make_manifest(
     backends: Mapping[str, Mapping[str, Any]],
     load_fractions: Sequence[float] = LOAD_FRACTIONS,
     complete: bool = True,
+    load_duration_s: float = 0.0,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """The real phase's manifest (``complete``: every load ran; a real phase writes an
     incomplete one after each load, so one stopped part-way still leaves the loads it measured).
@@ -120,6 +125,8 @@ def make_manifest(
         "command": command,
         **dict(environment),
         "requests_per_load": requests_per_load,
+        "load_duration_s": load_duration_s,
+        "warmup_s": warmup_s,
         "load_fractions": [float(f) for f in load_fractions],
         "wall_time_s": wall_time_s,
         "complete": complete,
@@ -196,6 +203,7 @@ def load_plan(manifest: Mapping[str, Any]) -> list[PlannedLoad]:
             scheduler=dict(load["scheduler"]),
             repeat_dirs=tuple(str(d) for d in load.get("repeat_dirs", ())),
             profiling_root=str(load.get("profiling_root", "")),
+            warmup_s=float(load.get("warmup_s", 0.0)),
             truth=tuple(dict(t) for t in load.get("truth", ())),
         )
         for backend, rec in manifest["backends"].items()

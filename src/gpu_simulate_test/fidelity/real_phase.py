@@ -100,6 +100,8 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
             wall_time_s=round(time.perf_counter() - started, 1),
             backends={backend: record},
             complete=complete,
+            load_duration_s=opts.load_duration_s,
+            warmup_s=opts.warmup_s,
         )
         write_manifest(r.path, manifest)
 
@@ -130,6 +132,11 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
             load, needs = real_load(
                 at_server, opts, index, fraction, qps, needs, fresh and index == 0
             )
+            if cfg.progress:
+                console.print(
+                    f"{load['num_requests']} requests, {opts.load_duration_s:g} s of arrivals at "
+                    f"least, the first {opts.warmup_s:g} s a warm-up left out of the figures"
+                )
             loads.append(load)
             save(complete=False)
     save(complete=True)
@@ -151,7 +158,8 @@ def real_load(
     far."""
     run_id = f"{cfg.backend.name}-load{index}"
     own_bundle = opts.calibrate_each_load
-    load_cfg = with_workload(cfg, run_id, num_requests=opts.num_requests, qps=qps)
+    num_requests = opts.requests_at(qps)
+    load_cfg = with_workload(cfg, run_id, num_requests=num_requests, qps=qps)
     workload_dir = make_workload(load_cfg)
     because = None
     if own_bundle:
@@ -177,6 +185,8 @@ def real_load(
     load: dict[str, Any] = {
         "load_fraction": fraction,
         "offered_qps": qps,
+        "num_requests": num_requests,
+        "warmup_s": opts.warmup_s,
         "run_id": run_id,
         "workload_dir": str(workload_dir),
         "real_dir": str(real_dirs[0]),

@@ -23,9 +23,10 @@ from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core import window
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.run_inputs import load_run
-from gpu_simulate_test.fidelity import contract
+from gpu_simulate_test.fidelity import contract, report
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import (
     PlannedLoad,
@@ -51,8 +52,8 @@ from gpu_simulate_test.orchestrate.truth import Truth
 
 Levels = list[tuple[str, float, float, pd.DataFrame]]
 """(backend, load fraction, offered req/s, that load's compare percentiles)."""
-Noise = dict[tuple[str, float], list[dict[tuple[str, str], float]]]
-"""(backend, load fraction) → each repeated real run's goal percentiles (ms)."""
+Noise = dict[tuple[str, float], list[dict[tuple[str, str, str], float]]]
+"""(backend, load fraction) → each repeated real run's (clock, metric, stat) percentiles (ms)."""
 
 
 def sim_source(src: Path) -> dict[str, Any]:
@@ -130,8 +131,12 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
                     f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
                     f"{load.offered_qps:.4g} req/s (simulated)"
                 )
-            repeats = [fid.real_percentiles(load_run(src / d, "real_bench").requests)
-                       for d in load.repeat_dirs]  # fmt: skip
+            repeats = [
+                fid.real_percentiles(
+                    load_run(src / d, "real_bench").requests, warmup_s=load.warmup_s
+                )
+                for d in load.repeat_dirs
+            ]
             if repeats:
                 noise[(backend, load.load_fraction)] = repeats
             workload_dir = src / load.workload_dir
@@ -140,6 +145,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             root = src / (load.profiling_root or rec["profiling_root"])
             load_cfg = dataclasses.replace(
                 sim_cfg,
+                compare=dataclasses.replace(sim_cfg.compare, warmup_s=load.warmup_s),
                 output=OutputConfig(root=out_root, run_id=load.run_id, overwrite=True),
                 profiling_root=str(root),
                 reuse_profile=True,  # the sim phase never profiles: the bundle must fit
@@ -159,7 +165,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             _, compare_dir = simulate_and_compare(
                 load_cfg, decided.scheduler, workload_dir, real_dir
             )
-            compare_dirs.append((load.load_fraction, load.offered_qps, compare_dir))
+            compare_dirs.append((load, compare_dir))
         cap = dict(rec["capacity"])
         if cap.get("probe_run"):
             cap["probe_run"] = str(src / cap["probe_run"])
@@ -177,6 +183,18 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             "queue grew, the capacity was overrun, or too few requests to tell) at "
             + ", ".join(unsustained)
         )
+    growing = [
+        f"{b} at {level['load_fraction']:.0%} (queue trend {level['window']['queue_trend']})"
+        for b, cap in capacity.items()
+        for level in cap["loads"]
+        if level["sustained"] and level["window"]["steady"] is False
+    ]
+    if growing:
+        notes.append(
+            f"not a steady state (the measured window's last third waited over "
+            f"{window.STEADY_TREND}x its first third's TTFT: the queue was still growing) at "
+            + ", ".join(growing)
+        )
     versions = dict(manifest.get("versions", {}))
     versions["vidur"] = package_versions(("vidur",))["vidur"] or "not installed"
     setup = {
@@ -192,6 +210,8 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
         "torch_threads": manifest.get("torch_threads"),
         "versions": versions,
         "requests_per_load": manifest["requests_per_load"],
+        "load_duration_s": manifest.get("load_duration_s", 0.0),
+        "warmup_s": manifest.get("warmup_s", 0.0),
         "real_runs_per_load": 1 + max((len(p.repeat_dirs) for p in load_plan(manifest)), default=0),
         "load_fractions": manifest["load_fractions"],
         "real_runs": real_runs,
@@ -231,36 +251,56 @@ def real_run_records(loads: list[PlannedLoad]) -> list[dict[str, Any]] | None:
     return records
 
 
+def clock_percentiles(percentiles: pd.DataFrame, comparison: Mapping[str, Any]) -> pd.DataFrame:
+    """A load's percentiles on both clocks: compare's (the client's clock) and, where the real
+    run recorded the engine's own clock, ``comparison.json`` ``clocks`` (engine vs simulated)."""
+    client = percentiles.assign(clock="client")
+    engine = [
+        {
+            "clock": "engine",
+            "metric": row["metric"],
+            "stat": row["stat"],
+            "real_ms": row["engine_s"] * 1e3 if row["engine_s"] is not None else float("nan"),
+            "sim_ms": row["sim_s"] * 1e3 if row["sim_s"] is not None else float("nan"),
+        }
+        for row in comparison.get("clocks") or ()
+    ]
+    return pd.concat([pd.DataFrame(engine), client], ignore_index=True) if engine else client
+
+
 def load_record(
-    compare_dir: Path, fraction: float, qps: float
+    compare_dir: Path, load: PlannedLoad
 ) -> tuple[dict[str, Any], dict[str, Any], pd.DataFrame]:
-    """One load's row of the report (with its sustained check), comparison and percentiles."""
+    """One load's row of the report (its sustained and steady-state checks over the measured
+    window), comparison and percentiles on both clocks."""
 
     percentiles = read_csv(compare_dir / PERCENTILES_CSV, COMPARISON_PERCENTILES)
     comparison = read_json(compare_dir / COMPARISON_JSON, required_keys=("offered_qps",))
     real_dir = Path(read_json(compare_dir / layout.RUN_META)["config"]["real_run_dir"])
     req = load_run(real_dir, "real_bench").requests
-    ratio = fid.completion_ratio(
-        req["arrival_time_s"], req["e2e_s"], (req["status"] == "ok").to_numpy()
-    )
+    steady = window.steady_state(req, load.warmup_s)
+    ratio = steady["completion_ratio"]
+    ratio = float("nan") if ratio is None else float(ratio)
     record = {
-        "load_fraction": fraction,
-        "offered_qps": qps,
+        "load_fraction": load.load_fraction,
+        "offered_qps": load.offered_qps,
+        "num_requests": len(req),
         "realized_qps": round(float(comparison["offered_qps"]), 4),
         "completion_ratio": round(ratio, 3),
         "sustained": fid.is_sustained(ratio),
+        "window": steady,
         "compare_run": str(compare_dir),
     }
     totals = (comparison.get("steps") or {}).get("totals")
     if totals:
         record["steps"] = fid.step_attribution(totals)
-    return record, comparison, percentiles
+    return record, comparison, clock_percentiles(percentiles, comparison)
 
 
 def finish_backend(
     backend: str,
     cap: dict[str, Any],
-    compare_dirs: list[tuple[float, float, Path]],
+    compare_dirs: list[tuple[PlannedLoad, Path]],
     out: Path,
 ) -> tuple[dict[str, Any], Levels, str]:
     """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
@@ -269,11 +309,11 @@ def finish_backend(
 
     levels: Levels = []
     runs, loads = [], []
-    for fraction, qps, compare_dir in compare_dirs:
-        record, comparison, percentiles = load_record(compare_dir, fraction, qps)
+    for load, compare_dir in compare_dirs:
+        record, comparison, percentiles = load_record(compare_dir, load)
         loads.append(record)
-        levels.append((backend, fraction, qps, percentiles))
-        runs.append((compare_dir, comparison, percentiles))
+        levels.append((backend, load.load_fraction, load.offered_qps, percentiles))
+        runs.append((compare_dir, comparison, percentiles[percentiles["clock"] == "client"]))
     cap["loads"] = loads
     plot = contract.plot_name(backend)
     plots.plot_sweep(
@@ -295,8 +335,8 @@ def write_report(
     write_csv(r.file(contract.FIDELITY_CSV), table, contract.FIDELITY_TABLE)
     write_json(r.file(contract.FIDELITY_JSON), data)
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
-        handle.write(fid.markdown(r.run_id, setup, capacity, table, plots))
-    worst = fid.largest_abs_error(table)
+        handle.write(report.markdown(r.run_id, setup, capacity, table, plots))
+    worst = fid.largest_abs_error(fid.headline(table))
     r.update_meta(largest_abs_error=worst, partial=bool(setup.get("partial")))
     if progress:
         console.print(f"[bold]largest absolute error:[/] {worst}")

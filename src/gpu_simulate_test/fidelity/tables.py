@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpu_simulate_test.core import percentiles as pct
+from gpu_simulate_test.core import window
 
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 """Light, ~50% and ~85% of the measured capacity."""
@@ -25,13 +26,21 @@ GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 GOAL_STATS: tuple[str, ...] = pct.names((50, 90))
 """The fidelity table's percentiles, from the one list
 (:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
-SUSTAINED_RATIO = 0.9
-"""Completion rate / arrival rate at or above this: the queue did not grow (allowing for the
-spread of request lengths at the ends of a short run)."""
+SUSTAINED_RATIO = window.SUSTAINED_RATIO
+CLOCKS: tuple[str, ...] = ("engine", "client")
+"""The two clocks of a real run, in the report's order: the engine's own (what Vidur models:
+``engine_*`` columns, backends that record it) and the client's (the front end included)."""
+ENGINE_COLUMNS: dict[str, str] = {
+    "ttft": "engine_ttft_s",
+    "tpot": "engine_tpot_s",
+    "e2e": "engine_e2e_s",
+}
+"""Each goal metric's engine-clock column of ``request_metrics``."""
 FIDELITY_COLUMNS: tuple[str, ...] = (
     "backend",
     "load_fraction",
     "offered_qps",
+    "clock",
     "metric",
     "stat",
     "real_ms",
@@ -41,19 +50,12 @@ FIDELITY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _finish_times(
-    arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike
-) -> tuple[np.ndarray, np.ndarray]:
-    arrival = np.asarray(arrival_time_s, dtype=float)
-    finish = arrival + np.asarray(e2e_s, dtype=float)
-    keep = np.asarray(ok, dtype=bool) & np.isfinite(finish)
-    return arrival, finish[keep]
-
-
 def burst_capacity(arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike) -> float:
     """Requests/s the engine completes with a full queue: ok requests / (last finish − first
     arrival) of an all-at-once burst. Raises ValueError when nothing completed."""
-    arrival, finish = _finish_times(arrival_time_s, e2e_s, ok)
+    arrival = np.asarray(arrival_time_s, dtype=float)
+    finish = arrival + np.asarray(e2e_s, dtype=float)
+    finish = finish[np.asarray(ok, dtype=bool) & np.isfinite(finish)]
     if finish.size == 0:
         raise ValueError("capacity probe: no request completed")
     span = float(finish.max() - arrival.min())
@@ -65,15 +67,12 @@ def burst_capacity(arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.
 def completion_ratio(
     arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike
 ) -> float:
-    """Completion rate / arrival rate of one run, each over its own span (1.0: the engine kept
-    up; well below 1: requests finished more slowly than they came, the queue grew).
-    NaN with fewer than two completions."""
-    arrival, finish = _finish_times(arrival_time_s, e2e_s, ok)
-    if finish.size < 2 or arrival.size < 2:
-        return float("nan")
-    arrival_rate = (arrival.size - 1) / max(float(arrival.max() - arrival.min()), 1e-9)
-    completion_rate = (finish.size - 1) / max(float(finish.max() - finish.min()), 1e-9)
-    return completion_rate / arrival_rate
+    """Completion rate / arrival rate of one run's ok requests, each over its own span (1.0: the
+    engine kept up; well below 1: the queue grew). NaN with fewer than two completions."""
+    keep = np.asarray(ok, dtype=bool)
+    return window.completion_ratio(
+        np.asarray(arrival_time_s, dtype=float)[keep], np.asarray(e2e_s, dtype=float)[keep]
+    )
 
 
 def is_sustained(ratio: float, threshold: float = SUSTAINED_RATIO) -> bool:
@@ -100,8 +99,9 @@ def fidelity_rows(
     metrics: Sequence[str] = GOAL_METRICS,
     stats: Sequence[str] = GOAL_STATS,
 ) -> pd.DataFrame:
-    """One row per backend, load, metric and statistic from each load's compare percentiles
-    (``comparison_percentiles``: metric, stat, real_ms, sim_ms); error = simulated / real − 1."""
+    """One row per backend, load, clock, metric and statistic from each load's percentiles
+    (metric, stat, real_ms, sim_ms, and ``clock``: ``client`` where absent, as in compare's
+    ``comparison_percentiles``); error = simulated / real − 1. The engine clock sorts first."""
     rows = []
     for backend, fraction, qps, percentiles in levels:
         keep = percentiles["metric"].isin(metrics) & percentiles["stat"].isin(stats)
@@ -113,6 +113,7 @@ def fidelity_rows(
                     "backend": backend,
                     "load_fraction": fraction,
                     "offered_qps": qps,
+                    "clock": str(rec.get("clock", "client")),
                     "metric": rec["metric"],
                     "stat": rec["stat"],
                     "real_ms": real,
@@ -122,10 +123,10 @@ def fidelity_rows(
                 }
             )
     table = pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
-    order = {name: i for i, name in enumerate(metrics)}
+    order = {name: i for i, name in enumerate((*metrics, *CLOCKS))}
     return table.sort_values(
-        ["backend", "metric", "stat", "load_fraction"],
-        key=lambda col: col.map(order) if col.name == "metric" else col,
+        ["backend", "clock", "metric", "stat", "load_fraction"],
+        key=lambda col: col.map(order) if col.name in ("metric", "clock") else col,
         kind="stable",
     ).reset_index(drop=True)
 
@@ -134,31 +135,41 @@ def real_percentiles(
     requests: pd.DataFrame,
     metrics: Sequence[str] = GOAL_METRICS,
     stats: Sequence[str] = GOAL_STATS,
-) -> dict[tuple[str, str], float]:
-    """``(metric, stat) → ms`` of one real run's ``ok`` requests (the one percentile routine,
-    :func:`gpu_simulate_test.core.percentiles.describe`, as compare; NaN without any)."""
-    return {
-        (metric, stat): summary.stat(stat) * 1e3
-        for metric, summary in pct.ok_request_summaries(requests, metrics).items()
+    warmup_s: float = 0.0,
+) -> dict[tuple[str, str, str], float]:
+    """``(clock, metric, stat) → ms`` of one real run's ``ok`` requests after the warm-up (the
+    one percentile routine, :func:`gpu_simulate_test.core.percentiles.describe`, as compare;
+    NaN without any): the client's clock always, the engine's where the run recorded it."""
+    measured = requests[window.in_window(requests, warmup_s)]
+    out = {
+        ("client", metric, stat): summary.stat(stat) * 1e3
+        for metric, summary in pct.ok_request_summaries(measured, metrics).items()
         for stat in stats
     }
+    ok = measured[measured["status"] == "ok"]
+    for metric in metrics:
+        column = ENGINE_COLUMNS.get(metric)
+        if column is None or column not in ok.columns or not ok[column].notna().any():
+            continue
+        summary = pct.describe(pd.to_numeric(ok[column], errors="coerce").to_numpy(dtype=float))
+        out.update({("engine", metric, stat): summary.stat(stat) * 1e3 for stat in stats})
+    return out
 
 
 def add_noise(
     table: pd.DataFrame,
-    repeats: Mapping[tuple[str, float], Sequence[Mapping[tuple[str, str], float]]],
+    repeats: Mapping[tuple[str, float], Sequence[Mapping[tuple[str, str, str], float]]],
 ) -> pd.DataFrame:
     """The noise floor: per row, the real run repeated on the same workload (``real_repeat_ms``,
-    the repeat furthest from the first) and ``noise`` = repeat / first − 1. ``repeats`` maps
-    (backend, load fraction) to each repeat's :func:`real_percentiles`; rows without are NaN."""
+    the repeat furthest from the first) and ``noise`` = repeat / first − 1, on the row's clock.
+    ``repeats`` maps (backend, load fraction) to each repeat's :func:`real_percentiles`; rows
+    without are NaN."""
     out = table.copy()
     again, noise = [], []
     for rec in out.to_dict("records"):
-        values = [
-            r[(rec["metric"], rec["stat"])]
-            for r in repeats.get((rec["backend"], rec["load_fraction"]), ())
-            if (rec["metric"], rec["stat"]) in r
-        ]
+        key = (rec.get("clock", "client"), rec["metric"], rec["stat"])
+        runs = repeats.get((rec["backend"], rec["load_fraction"]), ())
+        values = [r[key] for r in runs if key in r]
         errors = [v / rec["real_ms"] - 1 if rec["real_ms"] > 0 else float("nan") for v in values]
         if not errors:
             again.append(float("nan"))
@@ -205,33 +216,39 @@ def error_spread(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str
     }
 
 
-def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
-    """A markdown table over several ``<name>-fidelity.json`` reports: per report and backend,
-    requests per load, largest, median, rows within 5% / 10% (computed from the rows), and the
-    real-vs-real noise floor where the report has one."""
-    lines = [
-        "| report | requests per load | backend | largest abs error | median | ≤5% | ≤10% "
-        "| real vs real: largest / median |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for report in reports:
-        table = pd.DataFrame(report["rows"])
-        table["abs_rel_error"] = table["abs_rel_error"].astype(float)
-        for backend, part in table.groupby("backend", sort=False):
-            worst = largest_abs_error(part)["abs_error_pct"]
-            spread = error_spread(part)
-            floor = "–"
-            if has_noise(part):
-                noise = error_spread(part, "noise")
-                largest = float(np.nanmax(np.abs(part["noise"].astype(float)))) * 100
-                floor = f"{largest:.1f}% / {noise['median_abs_error_pct']:.1f}%"
-            lines.append(
-                f"| {report['name']} | {report.get('requests_per_load', '')} | {backend} | "
-                f"{worst:.1f}% | {spread['median_abs_error_pct']:.1f}% | "
-                f"{spread['within_5pct']}/{spread['rows']} | "
-                f"{spread['within_10pct']}/{spread['rows']} | {floor} |"
-            )
-    return "\n".join(lines)
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows a campaign is judged on, per backend: the engine clock's where the backend has a
+    finite one (what Vidur models), else the client's."""
+    if "clock" not in table.columns or table.empty:
+        return table
+    keep = []
+    for _, part in table.groupby("backend", sort=False):
+        engine = part[part["clock"] == "engine"]
+        finite = np.isfinite(engine["abs_rel_error"].astype(float)).any()
+        keep.append(engine if finite else part[part["clock"] != "engine"])
+    return pd.concat(keep)
+
+
+def clock_of(table: pd.DataFrame) -> dict[str, str]:
+    """Per backend, the clock :func:`headline` judges it on."""
+    rows = headline(table)
+    if "clock" not in rows.columns:
+        return {}
+    return {str(b): str(part["clock"].iloc[0]) for b, part in rows.groupby("backend", sort=False)}
+
+
+def _by_clock(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str, Any]:
+    """Per backend and clock: the largest error and the spread (or the noise floor's)."""
+    out: dict[str, Any] = {}
+    for (backend, clock), part in table.groupby(["backend", "clock"], sort=False):
+        if column == "noise":
+            out.setdefault(str(backend), {})[str(clock)] = error_spread(part, "noise")
+        else:
+            out.setdefault(str(backend), {})[str(clock)] = {
+                "largest": largest_abs_error(part),
+                "spread": error_spread(part),
+            }
+    return out
 
 
 def fidelity_json(
@@ -241,11 +258,12 @@ def fidelity_json(
     table: pd.DataFrame,
 ) -> dict[str, Any]:
     """``fidelity.json``: setup, capacity per backend, every row, the largest error overall and
-    per backend (percent)."""
+    per backend (percent) on each backend's headline clock, and every clock's apart."""
     rows = [
         {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in rec.items()}
         for rec in table.to_dict("records")
     ]
+    judged = headline(table)
     return {
         "name": name,
         **setup,
@@ -257,29 +275,33 @@ def fidelity_json(
         ),
         "capacity": {k: dict(v) for k, v in capacity.items()},
         "rows": rows,
-        "largest_abs_error": largest_abs_error(table),
+        "clock_convention": (
+            "engine: the engine's own clock per request (what Vidur models); client: as the "
+            "client saw it (the front end included); the headline figures are on the engine "
+            "clock where the backend recorded it (headline_clock)"
+        ),
+        "headline_clock": clock_of(table),
+        "largest_abs_error": largest_abs_error(judged),
         "largest_abs_error_by_backend": {
-            str(b): largest_abs_error(t) for b, t in table.groupby("backend", sort=False)
+            str(b): largest_abs_error(t) for b, t in judged.groupby("backend", sort=False)
         },
         "error_spread_by_backend": {
-            str(b): error_spread(t) for b, t in table.groupby("backend", sort=False)
+            str(b): error_spread(t) for b, t in judged.groupby("backend", sort=False)
         },
+        "by_clock": _by_clock(table),
         **(
             {
                 "noise_convention": "noise = real repeat / real - 1 (same workload, run again)",
                 "noise_spread_by_backend": {
                     str(b): error_spread(t, "noise")
-                    for b, t in table.groupby("backend", sort=False)
+                    for b, t in judged.groupby("backend", sort=False)
                 },
+                "noise_spread_by_clock": _by_clock(table, "noise"),
             }
             if has_noise(table)
             else {}
         ),
     }
-
-
-def _pct(value: float) -> str:
-    return f"{value:+.1%}" if np.isfinite(value) else "–"
 
 
 def step_attribution(totals: Mapping[str, Any]) -> dict[str, float | None]:
@@ -298,171 +320,3 @@ def step_attribution(totals: Mapping[str, Any]) -> dict[str, float | None]:
         "real_frontend_ms": client - server if client is not None and server is not None else None,
         "sim_frontend_ms": num(ttft.get("sim_frontend")),
     }
-
-
-def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The report's ``Where the error lives`` section: per load, the engine steps' attribution
-    (loads whose compare run had a real step log); empty without any."""
-    rows = [
-        (backend, level)
-        for backend, cap in capacity.items()
-        for level in cap["loads"]
-        if level.get("steps")
-    ]
-    if not rows:
-        return []
-
-    def pct(v: float | None) -> str:
-        return "–" if v is None else f"{v:+.1%}"
-
-    def ms(v: float | None) -> str:
-        return "–" if v is None else f"{v:.1f}"
-
-    lines = [
-        "",
-        "## Where the error lives",
-        "",
-        "From each load's engine-step comparison (compare's `steps.csv`): *step time* is how much "
-        "faster or slower Vidur's steps are than the engine's for the same compositions (engine "
-        "loop included); *steps* and *busy time* compare the step count and the total time the "
-        "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
-        "client saw beyond the server's own TTFT, against what the simulation adds for it.",
-        "",
-        "| backend | load | step time | steps | busy time | front end real (ms) | "
-        "front end simulated (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for backend, level in rows:
-        a = level["steps"]
-        lines.append(
-            f"| {backend} | {level['load_fraction']:.0%} | {pct(a['step_time_error'])} | "
-            f"{pct(a['step_count_error'])} | {pct(a['busy_time_error'])} | "
-            f"{ms(a['real_frontend_ms'])} | {ms(a['sim_frontend_ms'])} |"
-        )
-    return lines
-
-
-def disturbance_lines(real_runs: Sequence[Mapping[str, Any]] | None) -> list[str]:
-    """The report's account of the real runs: which were disturbed (late sends, held-back
-    streams, foreign CPU) and what was done; ``None``: a real phase that did not check."""
-    lines = ["", "## Real runs", ""]
-    if real_runs is None:
-        return [*lines, "Not checked for disturbance (a real phase older than the check)."]
-    marked = [run for run in real_runs if run["disturbed"] or run["reruns"]]
-    if not marked:
-        signs = "late sends, held-back streams, foreign CPU"
-        return [*lines, f"All {len(real_runs)} real runs undisturbed ({signs})."]
-    lines += ["| backend | load | run | attempts | verdict |", "| --- | --- | --- | --- | --- |"]
-    for run in marked:
-        lines.append(
-            f"| {run['backend']} | {run['load_fraction']:.0%} | {run['run']} | "
-            f"{run['reruns'] + 1} | {run['verdict']} |"
-        )
-    return lines
-
-
-def markdown(
-    name: str,
-    setup: Mapping[str, Any],
-    capacity: Mapping[str, Mapping[str, Any]],
-    table: pd.DataFrame,
-    plots: Mapping[str, str],
-) -> str:
-    """``report.md``: setup, capacity, the table (metric × percentile × load) and the largest
-    absolute error; a partial report says so first."""
-    lines = [f"# Fidelity: {name}", ""]
-    if setup.get("partial"):
-        lines += [
-            "**Partial report**: " + "; ".join(setup.get("notes") or ["see the loads"]) + ".",
-            "",
-        ]
-    lines += [
-        f"- {key}: {value}"
-        for key, value in setup.items()
-        if not isinstance(value, dict | list) and key not in ("partial", "schema_version")
-    ]
-    for key, value in setup.items():
-        if isinstance(value, dict):
-            lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
-    lines += [
-        "",
-        "Error = simulated / real − 1 (negative: the simulator predicts too fast). TTFT includes "
-        "queueing; TPOT = (E2E − TTFT) / (output − 1).",
-        "",
-        "## Capacity",
-        "",
-        "| backend | probe requests | capacity (req/s) | output tok/s |",
-        "| --- | --- | --- | --- |",
-    ]
-    for backend, cap in capacity.items():
-        tokens = cap.get("output_tokens_per_s")
-        probe = cap["probe_requests"] or "none (capacity given)"
-        lines.append(
-            f"| {backend} | {probe} | {cap['capacity_qps']:.4g} | "
-            f"{'–' if tokens is None else f'{tokens:.1f}'} |"
-        )
-    lines += ["", "## Loads", "", "| backend | load | offered (req/s) | completion / arrival |"]
-    lines += ["| --- | --- | --- | --- |"]
-    for backend, cap in capacity.items():
-        for level in cap["loads"]:
-            flag = "" if level["sustained"] else " (queue grew)"
-            lines.append(
-                f"| {backend} | {level['load_fraction']:.0%} | {level['offered_qps']:.4g} | "
-                f"{level['completion_ratio']:.2f}{flag} |"
-            )
-    lines += disturbance_lines(setup.get("real_runs"))
-    noisy = has_noise(table)
-    lines += ["", "## Table (ms)", ""]
-    if noisy:
-        lines += [
-            "The real run was repeated on the same workload: *real again* is the repeat "
-            "furthest from the first run, *real vs real* = again / real − 1, the noise floor "
-            "of the truth.",
-            "",
-            "| backend | metric | stat | load | real | simulated | error | real again "
-            "| real vs real |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-    else:
-        lines += ["| backend | metric | stat | load | real | simulated | error |"]
-        lines += ["| --- | --- | --- | --- | --- | --- | --- |"]
-    for rec in table.to_dict("records"):
-        row = (
-            f"| {rec['backend']} | {rec['metric']} | {rec['stat']} | {rec['load_fraction']:.0%} "
-            f"| {rec['real_ms']:.2f} | {rec['sim_ms']:.2f} | {_pct(rec['rel_error'])} |"
-        )
-        if noisy:
-            row += f" {rec['real_repeat_ms']:.2f} | {_pct(rec['noise'])} |"
-        lines.append(row)
-    lines += where_error_lives(capacity)
-    worst = largest_abs_error(table)
-    lines += ["", "## Largest absolute error", ""]
-    if worst["abs_error_pct"] is None:
-        lines.append("none (no finite row)")
-    else:
-        lines.append(
-            f"**{worst['abs_error_pct']:.1f}%** overall ({worst['backend']}, {worst['metric']} "
-            f"{worst['stat']} at {worst['load_fraction']:.0%} of capacity)."
-        )
-    for name_, part in table.groupby("backend", sort=False):
-        w = largest_abs_error(part)
-        if w["abs_error_pct"] is not None:
-            spread = error_spread(part)
-            lines.append(
-                f"- {name_}: {w['abs_error_pct']:.1f}% ({w['metric']} {w['stat']} at "
-                f"{w['load_fraction']:.0%}); median {spread['median_abs_error_pct']:.1f}%, "
-                f"{spread['within_5pct']} of {spread['rows']} rows within 5%, "
-                f"{spread['within_10pct']} within 10%"
-            )
-            if noisy:
-                floor = error_spread(part, "noise")
-                lines.append(
-                    f"  - real vs real (noise floor): largest "
-                    f"{np.nanmax(np.abs(part['noise'].astype(float))):.1%}, median "
-                    f"{floor['median_abs_error_pct']:.1f}%, {floor['within_5pct']} of "
-                    f"{floor['rows']} rows within 5%"
-                )
-    lines.append("")
-    lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
-    lines.append("")
-    return "\n".join(lines)
