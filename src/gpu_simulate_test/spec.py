@@ -48,21 +48,26 @@ and `num_decode_tokens`); for traces also `trace_file`, `trace_rows`, `clipped_r
 `schema_version`, `name` (the run id), `phase`, `partial` (true when the real phase stopped
 part-way or a load was not sustained: the table is not the whole campaign), `notes` (why it is
 partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (python, torch,
-cuda, transformers, vidur, vllm), `requests_per_load`, `real_runs_per_load`, `load_fractions`,
-`wall_time_s`, `error_convention`, `capacity_rule`, `capacity` (per backend: `probe_requests`,
-`probe_ok`, `probe_run`, `capacity_qps`, `output_tokens_per_s`, and `loads`: `load_fraction`,
-`offered_qps`, `realized_qps`, `completion_ratio`, `sustained`, `compare_run`, `steps`), `rows`
-(the `fidelity` table's rows), `largest_abs_error` (`abs_error_pct` and where),
-`largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`, `median_abs_error_pct`,
-`within_5pct`, `within_10pct`), and with repeated real runs `noise_spread_by_backend`.
+cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration_s`, `warmup_s`,
+`real_runs_per_load`, `load_fractions`, `wall_time_s`, `error_convention`, `capacity_rule`,
+`capacity` (per backend: `probe_requests`, `probe_ok`, `probe_run`, `capacity_qps`,
+`output_tokens_per_s`, and `loads`: `load_fraction`, `offered_qps`, `num_requests`,
+`realized_qps`, `completion_ratio`, `sustained`, `window` (`warmup_s`, `requests_measured`,
+`requests_warmup`, `completion_ratio`, `queue_trend`, `trend_clock`, `steady`), `compare_run`,
+`steps`), `rows` (the `fidelity` table's rows), `clock_convention`, `headline_clock` (per backend:
+`engine` or `client`), `largest_abs_error` (`abs_error_pct` and where, on each backend's headline
+clock), `largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`,
+`median_abs_error_pct`, `within_5pct`, `within_10pct`), `by_clock` (per backend and clock:
+`largest`, `spread`), and with repeated real runs `noise_spread_by_backend` and
+`noise_spread_by_clock`.
 
 ### `fidelity-manifest.json` (fidelity stage, real phase, version {{manifest_version}})
 
 `manifest_version`, `name`, `command`, the device fields of `fidelity.json`, `requests_per_load`,
-`load_fractions`, `wall_time_s`, `complete` (false until the last load ran), `backends` (per
+`load_duration_s`, `warmup_s`, `load_fractions`, `wall_time_s`, `complete` (false until the last load ran), `backends` (per
 backend: `config`, the pipeline config the loads were built from; `profiling_root`; `capacity`;
-`loads` with `run_id`, `workload_dir`, `real_dir`, `repeat_dirs`, `scheduler` and, for a load with
-its own bundle, `profiling_root`; every path relative to the run directory).
+`loads` with `run_id`, `num_requests`, `warmup_s`, `workload_dir`, `real_dir`, `repeat_dirs`,
+`scheduler`, `truth` and, for a load with its own bundle, `profiling_root`; every path relative to the run directory).
 """
 
 
