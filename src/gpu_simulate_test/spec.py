@@ -64,10 +64,11 @@ clock), `largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`,
 ### `fidelity-manifest.json` (fidelity stage, real phase, version {{manifest_version}})
 
 `manifest_version`, `name`, `command`, the device fields of `fidelity.json`, `requests_per_load`,
-`load_duration_s`, `warmup_s`, `load_fractions`, `wall_time_s`, `complete` (false until the last load ran), `backends` (per
-backend: `config`, the pipeline config the loads were built from; `profiling_root`; `capacity`;
-`loads` with `run_id`, `num_requests`, `warmup_s`, `workload_dir`, `real_dir`, `repeat_dirs`,
-`scheduler`, `truth` and, for a load with its own bundle, `profiling_root`; every path relative to the run directory).
+`load_duration_s`, `warmup_s`, `load_fractions`, `wall_time_s`, `complete` (false until the last
+load ran), `backends` (per backend: `config`, the pipeline config the loads were built from;
+`profiling_root`; `capacity`; `loads` with `run_id`, `num_requests`, `warmup_s`, `workload_dir`,
+`real_dir`, `repeat_dirs`, `scheduler`, `truth` and, for a load with its own bundle,
+`profiling_root`; every path relative to the run directory).
 """
 
 

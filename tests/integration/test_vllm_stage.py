@@ -87,6 +87,16 @@ def test_a_real_vllm_server_replays_the_workload_exactly(tmp_path: Path) -> None
     assert metrics["delta"]["vllm:prompt_tokens_total"] == requests.num_prefill_tokens.sum()
     assert (run / "server.log").stat().st_size > 0
 
+    # the engine's own clock, from the server's spans: every request has it, inside the client's
+    clock = meta["engine_log"]["engine_clock"]
+    assert clock["source"] == "otlp" and clock["requests"] == 12
+    assert clock["requests_without_span"] == 0 and clock["export_errors"] == 0
+    assert requests.engine_ttft_s.notna().all() and requests.engine_e2e_s.notna().all()
+    assert (requests.engine_ttft_s < requests.ttft_s).all()  # the front end is outside it
+    assert (requests.engine_e2e_s < requests.e2e_s).all()
+    assert (requests.engine_arrival_time_s >= requests.arrival_time_s).all()
+    assert summary["engine_clock_requests"] == 12
+
 
 def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
     run_cli(

@@ -47,6 +47,10 @@ class ServerConfig:
     log_file: str | None = None
     """vllm with kind=external: the server's log file (started with
     ``--enable-logging-iteration-details``); its per-step lines are read from there."""
+    spans_file: str | None = None
+    """vllm with kind=external: where the server's per-request OpenTelemetry spans are kept (a
+    server started by this project's ``served()``: ``otlp_spans.jsonl`` beside its log); the
+    engine's own clock per request is read from there."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.server.kind", self.kind, SERVER_KINDS)
@@ -104,6 +108,10 @@ class BackendConfig:
     bench serve``). On 2 CPU cores against vLLM the asyncio client was disturbed more often (8
     of 12 runs against 4 of 12, ``benchmarks/results/truth_client.md``), so threads stays the
     default."""
+    engine_clock: bool = True
+    """vllm: the engine's own clock per request (``engine_*`` columns), read from the server's
+    OpenTelemetry spans (``--otlp-traces-endpoint`` to a receiver of this process). A server
+    you run yourself needs ``server.spans_file`` for it."""
     server: ServerConfig = field(default_factory=ServerConfig)
     request_timeout_s: float = 600.0
     """A request not finished this long after its arrival is recorded as ``timeout``."""

@@ -32,9 +32,10 @@ def served(
     """For a vLLM server the orchestrator starts: check the backend (on the workload's requests
     when ``workload_dir`` is given), start one server logging into ``log_dir``, record it in
     ``record_in``'s ``run_meta.json`` (``server``), and yield ``cfg`` pointed at it
-    (``server.kind=external``, its ``base_url`` and ``log_file``, whose step lines every stage
-    reads off the live pipe). The server is stopped by pid on the way out, whatever happened.
-    Other backends: ``cfg`` as it is (each stage runs its own engine)."""
+    (``server.kind=external``, its ``base_url``; ``log_file``, whose step lines every stage
+    reads off the live pipe; ``spans_file``, its per-request spans: the engine's clock). The
+    server is stopped by pid on the way out, whatever happened. Other backends: ``cfg`` as it
+    is (each stage runs its own engine)."""
     if not starts_server(cfg):
         yield cfg
         return
@@ -58,7 +59,10 @@ def served(
                 base_url=backend.base_url,
                 served_model_name=cfg.model.name,
                 server=dataclasses.replace(
-                    cfg.backend.server, kind="external", log_file=str(backend.log_path)
+                    cfg.backend.server,
+                    kind="external",
+                    log_file=str(backend.log_path),
+                    spans_file=str(backend.spans_path) if backend.spans_path else None,
                 ),
             ),
         )

@@ -21,11 +21,15 @@ import importlib.util
 import math
 import os
 import sys
+import tempfile
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.core.engines import otlp
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.server import (
@@ -39,6 +43,8 @@ from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
 
 SERVER_METRICS = "server_metrics.json"
+SPANS_FILE = "otlp_spans.jsonl"
+"""The server's per-request spans, beside its log (:mod:`.otlp`)."""
 CPU_BLOCK_MULTIPLE = 32
 """vLLM's CPU attention takes KV blocks of a multiple of this many tokens (0.32)."""
 SNAPSHOTS = "models"
@@ -220,6 +226,13 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.startup_s: float | None = None
         self.shared_prefix_requests = 0
         self.version: str | None = None
+        self.receiver: otlp.SpanReceiver | None = None
+        self.spans_path: Path | None = None
+        self.run_token = uuid.uuid4().hex[:8]
+        """Tags this run's requests (``request_id``), so their spans are told from others'."""
+        self.wall_minus_perf_s = time.time() - time.perf_counter()
+        self.engine_clock: dict[str, Any] = {"source": None}
+        """How the engine's clock was read: ``otlp`` and how many requests have one."""
 
     # ------------------------------------------------------------------ knobs
     @property
@@ -308,11 +321,14 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         ]
         if b.enforce_eager:
             cmd.append("--enforce-eager")
+        if self.receiver is not None:
+            cmd += ["--otlp-traces-endpoint", self.receiver.endpoint]
         return cmd + [str(a) for a in b.server.extra_args]
 
     def server_env(self) -> dict[str, str]:
         """The server's environment: unbuffered logs and :meth:`engine_env`."""
-        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env()}
+        spans = otlp.SERVER_ENV if self.receiver is not None else {}
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans}
 
     def _start_server(self) -> None:
         self.start_server()
@@ -326,6 +342,10 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
         )
         self.model_dir = model_dir
+        if self.cfg.backend.engine_clock:
+            self.log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
+            self.spans_path = self.log_dir / SPANS_FILE
+            self.receiver = otlp.SpanReceiver(self.spans_path).start()
         self.startup_s = self.launch_server(
             lambda port: self.server_command(port, model_dir), self.server_env(), self.steps.feed
         )
@@ -333,6 +353,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             self._live_logs[self.log_path.resolve()] = self.steps
 
     def start(self, recorder: Recorder) -> None:
+        spans_file = self.cfg.backend.server.spans_file
+        if not self.starts_server and spans_file and self.cfg.backend.engine_clock:
+            self.spans_path = Path(spans_file)
         log_file = self.cfg.backend.server.log_file
         if not self.starts_server and log_file:
             self.log_path = Path(log_file)
@@ -367,7 +390,35 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
 
     # ------------------------------------------------------------------ requests
     def body(self, req: BenchRequest) -> dict[str, Any]:
-        return {**super().body(req), "return_token_ids": True}
+        body = {**super().body(req), "return_token_ids": True}
+        if self.spans_path is not None:  # its span then names it
+            body["request_id"] = otlp.request_tag(self.run_token, req.request_id)
+        return body
+
+    def read_engine_clock(self) -> None:
+        """The engine's own stamps of every ok request, from the server's spans
+        (:func:`.otlp.engine_stamps`), into the recorder; how many came in ``engine_clock``."""
+        if self.spans_path is None or self.recorder is None:
+            return
+        wanted = {rid for rid, rec in self.recorder.records.items() if rec.status == "ok"}
+        spans = otlp.wait_for(self.spans_path, self.run_token, wanted)
+        for rid, span in spans.items():
+            stamps = otlp.engine_stamps(span, self.wall_minus_perf_s)
+            self.recorder.engine_times(
+                rid,
+                arrival=stamps["arrival"],
+                scheduled=stamps["scheduled"],
+                first_token=stamps["first_token"],
+                last_token=stamps["last_token"],
+            )
+        self.engine_clock = {
+            "source": "otlp",
+            "spans_file": str(self.spans_path),
+            "requests": len(spans),
+            "requests_without_span": len(wanted - spans.keys()),
+            "anchor": "the front end's processing of the last output",
+            "export_errors": self.receiver.errors if self.receiver is not None else None,
+        }
 
     def failure(self) -> str | None:
         for reader in (self.server, self.follower):
@@ -386,6 +437,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             return
         if self.failure() is None and self._client is not None:
             self.metrics_after = self._metrics()
+            if not abort:
+                self.read_engine_clock()  # before the server (and its exporter) stops
         super().close(abort)
         self.stop_server()
         if self.follower is not None:
@@ -398,6 +451,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             if self.log_path is not None:
                 self._live_logs.pop(self.log_path.resolve(), None)
             self.server.stop()
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None
 
     def write_artifacts(self, run_dir: Path, origin: float, since: float) -> dict[str, Any]:
         """The step log (when this run reads one: :attr:`reads_step_log`) with how many step
@@ -420,6 +476,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         hits = delta.get("vllm:prefix_cache_hits_total")
         return {
             **step_log,
+            "engine_clock": self.engine_clock,
             "prefix_cache_hit_tokens": hits,
             "preemptions": delta.get("vllm:num_preemptions_total"),
             "mean_server_queue_time_ms": delta.get("mean_queue_time_ms"),
@@ -442,6 +499,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         )
         if self.follower is not None:
             info["server_log"] = str(self.log_path)
+        if self.spans_path is not None:
+            info["server_spans"] = str(self.spans_path)
         if self.server is not None:
             info.update(
                 server_pid=self.server.pid,
