@@ -4,6 +4,7 @@ knobs, up-front checks, and the server process manager on real processes."""
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import sys
 import textwrap
@@ -269,6 +270,10 @@ def test_managed_server_waits_for_health_and_stops_its_whole_group(tmp_path: Pat
             time.sleep(0.05)
         child = int(lines[0].split()[1])
         assert _alive(child)
+        # a process group of its own (stopped as one), in this session: one autogroup with the
+        # client, so vLLM's spinning engine core cannot hold the client's core across groups
+        assert server.pid is not None and os.getpgid(server.pid) == server.pid != os.getpgid(0)
+        assert os.getsid(server.pid) == os.getsid(0)
     finally:
         server.stop()
     assert server.failure() is not None
@@ -372,3 +377,31 @@ def test_sender_pool_runs_any_number_of_requests_at_once() -> None:
         time.sleep(0.01)
     pool.stop()
     assert sorted(done) == list(range(20))
+
+
+def test_the_client_pins_every_thread_of_its_process_and_gives_them_back() -> None:
+    import threading
+
+    from gpu_simulate_test.core.engines.harness import cpu_affinity
+
+    cpus = sorted(os.sched_getaffinity(0))
+    started, stop = threading.Event(), threading.Event()
+    native: list[int] = []
+
+    def sender() -> None:  # a thread started before the block, as the spare senders are
+        native.append(threading.get_native_id())
+        started.set()
+        stop.wait(10)
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    started.wait(5)
+    try:
+        with cpu_affinity({cpus[0]}):
+            assert os.sched_getaffinity(native[0]) == {cpus[0]}  # not only the caller
+            assert os.sched_getaffinity(0) == {cpus[0]}
+        assert os.sched_getaffinity(native[0]) == set(cpus)
+        assert os.sched_getaffinity(0) == set(cpus)
+    finally:
+        stop.set()
+        thread.join(5)

@@ -85,18 +85,34 @@ def gc_paused() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _threads() -> list[int]:
+    """This process's thread ids (``/proc/self/task``), or 0 (the calling thread) without it."""
+    try:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
 @contextlib.contextmanager
 def cpu_affinity(cpus: set[int] | None) -> Iterator[None]:
-    """Keep this process (all its threads) on ``cpus`` for the block; None leaves it alone."""
+    """Keep this process, every thread of it, on ``cpus`` for the block (threads started in it
+    inherit it); None leaves it alone. ``sched_setaffinity(0)`` alone pins the calling thread
+    only: the sender threads started ahead of time and the log reader floated, and were seen
+    queued behind vLLM's worker on the other core while the client's core sat idle."""
     if not cpus:
         yield
         return
-    previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+    previous: dict[int, set[int]] = {}
+    for tid in _threads():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            previous[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus)
     try:
         yield
     finally:
-        os.sched_setaffinity(0, previous)
+        for tid, cpus_before in previous.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus_before)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,14 @@
 """A serving process this stage starts on 127.0.0.1 and stops by pid: vLLM or transformers serve.
 
-The server runs in its own process group (``start_new_session``), so stopping it stops every
-process it spawned (vLLM's engine core and workers too): SIGTERM to the group, then SIGKILL.
+The server runs in its own process group (``process_group=0``), so stopping it stops every
+process it spawned (vLLM's engine core and workers too): SIGTERM to the group, then SIGKILL. It
+stays in the caller's session on purpose: with the kernel's autogroup scheduling
+(``kernel.sched_autogroup_enabled=1``, the default of most distributions) a new session is a CPU
+group of its own, and vLLM's engine core, which spins with ``sched_yield()`` while it waits for
+its worker's step, then held the client's core against the client's threads: requests were sent
+up to 99 ms late and token streams were delivered in bursts (``sched_yield`` gives way only
+inside a group). In one session, all late sends and held-back streams went away
+(``benchmarks/results/truth_stalls.md``).
 Its output goes through a pipe that a reader thread copies into the log file, stamping each line
 with ``time.perf_counter()`` as it arrives; a hook sees every line with its stamp (the vLLM backend
 takes its per-step log from there). A hook that raises is stopped, said and kept
@@ -102,7 +109,8 @@ class ManagedServer:
         return self.process.pid if self.process is not None else None
 
     def start(self) -> None:
-        """Spawn the server in a new process group, its output piped through the reader thread."""
+        """Spawn the server in a new process group of this session (the client's CPU group: see
+        the module docstring), its output piped through the reader thread."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             self.command,
@@ -110,7 +118,7 @@ class ManagedServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,
-            start_new_session=True,
+            process_group=0,
         )
         self._reader = threading.Thread(target=self._pump, name="server-log", daemon=True)
         self._reader.start()
