@@ -47,6 +47,10 @@ class ServerConfig:
     log_file: str | None = None
     """vllm with kind=external: the server's log file (started with
     ``--enable-logging-iteration-details``); its per-step lines are read from there."""
+    nice: int = 0
+    """A started server's nice value (0..19), set on every thread of its processes once it is
+    up: above 0 the client's threads, on the same core as vLLM's API server and engine core,
+    win the core sooner when they wake (the client uses a few hundredths of a core)."""
     spans_file: str | None = None
     """vllm with kind=external: where the server's per-request OpenTelemetry spans are kept (a
     server started by this project's ``served()``: ``otlp_spans.jsonl`` beside its log); the
@@ -56,6 +60,7 @@ class ServerConfig:
         _check_choice("backend.server.kind", self.kind, SERVER_KINDS)
         _check(0 <= self.port <= 65535, f"backend.server.port must be in 0..65535, got {self.port}")
         _check(self.startup_timeout_s > 0, "backend.server.startup_timeout_s must be > 0")
+        _check(0 <= self.nice <= 19, f"backend.server.nice must be in 0..19, got {self.nice}")
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 r.update_meta(
                     cpu_cores_by_process=cpu.own_cores,
                     client_run_queue_wait_s=cpu.own.client_run_delay_s,
+                    steal_cores=round(cpu.foreign.steal_cores, 4),  # recorded, not judged
                 )
             cores = cpu.foreign_cores if cpu is not None else None
             verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")

@@ -211,6 +211,26 @@ class ManagedServer:
         self._drain()
 
 
+def renice_tree(pid: int, nice: int) -> int:
+    """Set every thread of process ``pid`` and of its descendants to ``nice`` (per thread: on
+    Linux a nice value is a thread's); returns how many threads took it."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    done = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error, OSError):
+            for thread in process.threads():
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, thread.id, nice)
+                    done += 1
+    return done
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)

@@ -36,6 +36,7 @@ from gpu_simulate_test.core.engines.server import (
     LogFollower,
     ManagedServer,
     port_in_use,
+    renice_tree,
 )
 from gpu_simulate_test.core.engines.vllm_log import StepLog, metrics_delta, parse_metrics
 from gpu_simulate_test.io import layout
@@ -231,6 +232,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.run_token = uuid.uuid4().hex[:8]
         """Tags this run's requests (``request_id``), so their spans are told from others'."""
         self.wall_minus_perf_s = time.time() - time.perf_counter()
+        self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
         """How the engine's clock was read: ``otlp`` and how many requests have one."""
 
@@ -351,6 +353,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         )
         if self.log_path is not None:
             self._live_logs[self.log_path.resolve()] = self.steps
+        nice = self.cfg.backend.server.nice
+        if nice and self.server is not None and self.server.pid is not None:
+            self.reniced_threads = renice_tree(self.server.pid, nice)
 
     def start(self, recorder: Recorder) -> None:
         spans_file = self.cfg.backend.server.spans_file
@@ -507,6 +512,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 server_command=self.server.command,
                 server_log=str(self.log_path),
                 server_startup_s=round(self.startup_s, 2) if self.startup_s else None,
+                server_nice=b.server.nice,
+                server_reniced_threads=self.reniced_threads,
                 server_env={
                     k: v for k, v in self.server_env().items() if k.startswith("VLLM_CPU_")
                 },
