@@ -48,7 +48,31 @@ def test_the_simulation_is_judged_on_both_clocks_with_the_front_end_between() ->
     assert ttft["error_vs_client"] == pytest.approx(0.022 / 0.030 - 1)
     assert ttft["front_end_s"] == pytest.approx(0.010)
     text = clocks_markdown(rows)
-    assert "## Two clocks" in text and "| TTFT | p50 | 20.00 | 30.00 | 22.00 | +10.0% |" in text
+    assert "## Two clocks" in text
+    assert "| TTFT | p50 | 20.00 | 22.00 | +10.0% | 30.00 | 22.00 | -26.7% | 10.00 |" in text
+
+
+def test_the_simulated_engine_is_judged_without_the_front_end_it_added() -> None:
+    real = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "engine_ttft_s": [0.020] * 4,
+            "engine_tpot_s": [0.009] * 4,
+            "engine_e2e_s": [0.085] * 4,
+        }
+    )
+    # the simulation added 4 ms of front end to every TTFT and E2E (0.022 = 0.018 + 0.004)
+    sim = pd.DataFrame({"request_id": [3, 2, 1, 0], "frontend_delay_s": [0.004] * 4})
+    rows = clock_rows(real, _joined(), sim)
+    assert rows is not None
+    by = {(r["metric"], r["stat"]): r for r in rows}
+    ttft, e2e, tpot = by[("ttft", "p50")], by[("e2e", "p50")], by[("tpot", "p50")]
+    assert ttft["sim_engine_s"] == pytest.approx(0.018)
+    assert ttft["error_vs_engine"] == pytest.approx(0.018 / 0.020 - 1)  # engine vs engine
+    assert ttft["error_vs_client"] == pytest.approx(0.022 / 0.030 - 1)  # client vs client
+    assert ttft["sim_front_end_s"] == pytest.approx(0.004)
+    assert e2e["sim_engine_s"] == pytest.approx(0.086)
+    assert tpot["sim_engine_s"] == pytest.approx(tpot["sim_s"])  # a difference: unchanged
 
 
 def test_without_an_engine_clock_there_is_no_table() -> None:

@@ -106,7 +106,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
         data = report.to_dict(comparison, context, findings)
         data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": warmup}
-        clocks = clock_rows(real_requests, joined)
+        clocks = clock_rows(real_requests, joined, sim_requests)
         data["clocks"] = clocks
         if steps is not None:
             real_steps, sim_steps, result = steps

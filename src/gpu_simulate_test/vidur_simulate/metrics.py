@@ -50,8 +50,11 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "num_restarts",
     "execution_time_s",
     "vidur_tpot_s",
+    "frontend_delay_s",
 )
-"""Written after the REQUEST_METRICS columns, in this order."""
+"""Written after the REQUEST_METRICS columns, in this order. ``frontend_delay_s`` is the front
+end's share added to TTFT and E2E (0 without a front-end model): the simulated engine's own
+clock is TTFT and E2E minus it."""
 SUMMARY_PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles of the run summary, from the one list
 (:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
@@ -153,6 +156,7 @@ def normalize(
             "vidur_tpot_s": rows["decode_time_execution_plus_preemption_normalized"].to_numpy(
                 dtype=float
             ),
+            "frontend_delay_s": np.broadcast_to(around, arrival.shape).astype(float),
         }
     )
 
