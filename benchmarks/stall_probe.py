@@ -406,7 +406,7 @@ def main() -> None:
     p.add_argument("--workload", required=True, help="the workload dir whose replay is probed")
     p.add_argument("--before", help="a workload replayed first on the same server (a burst)")
     p.add_argument("--runs", type=int, default=2)
-    p.add_argument("--root", default="/tmp/probe", help="output.root of the runs")
+    p.add_argument("--root", default="tmp/probe", help="output.root of the runs")
     p.add_argument("--tag", default="probe", help="run ids are <tag>-<i>")
     p.add_argument("--tracer", choices=("ftrace", "proc"), default="ftrace")
     p.add_argument("--interval-ms", type=float, default=3.0, help="the proc tracer's period")
