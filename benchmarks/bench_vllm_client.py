@@ -34,7 +34,8 @@ from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.core.engines.server import ManagedServer, free_loopback_port
-from gpu_simulate_test.core.engines.vllm import SNAPSHOTS, VllmBackend, vllm_version
+from gpu_simulate_test.core.engines.vllm import VllmBackend
+from gpu_simulate_test.core.engines.vllm_knobs import SNAPSHOTS, vllm_version
 from gpu_simulate_test.core.modeling import ensure_snapshot
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.real_bench.contract import SUMMARY

@@ -113,7 +113,7 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.config.real_bench import BackendConfig, ServerConfig
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
-    from gpu_simulate_test.core.engines.vllm import vllm_version
+    from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
     from gpu_simulate_test.orchestrate.configs import engine_calibration

@@ -23,11 +23,8 @@ from gpu_simulate_test.core.engines.server import (
     ServerError,
     free_loopback_port,
 )
-from gpu_simulate_test.core.engines.vllm import (
-    VllmBackend,
-    cpu_threads_bind,
-    prefix_sharing,
-)
+from gpu_simulate_test.core.engines.vllm import VllmBackend
+from gpu_simulate_test.core.engines.vllm_knobs import cpu_threads_bind, prefix_sharing
 from gpu_simulate_test.core.engines.vllm_log import (
     StepLineError,
     StepLog,

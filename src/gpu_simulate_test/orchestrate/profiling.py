@@ -62,7 +62,7 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             f"calibrates version {CALIBRATION_VERSION}"
         ]
     if name == "vllm":
-        from gpu_simulate_test.core.engines.vllm import vllm_version
+        from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
 
         made_on, installed = (recorded.get("engine") or {}).get("vllm_version"), vllm_version()
         if installed and made_on != installed:
