@@ -1,10 +1,10 @@
 """``vllm_engine``: vLLM's engine driven in this process through ``AsyncLLM``, no HTTP server.
 
 The same engine-core process and scheduler as the ``vllm`` server, with the same knobs
-(:class:`~gpu_simulate_test.core.engines.vllm_knobs.VllmKnobs`: token budget, batch size, KV blocks and
-block size, chunked prefill, prefix caching off, dtype, the random-weight snapshot, the CPU
-environment and the client's cores). ``AsyncLLM`` runs in an asyncio event loop on one background
-thread; ``submit`` stamps the arrival and hands the request to that loop
+(:class:`~gpu_simulate_test.core.engines.vllm_knobs.VllmKnobs`: token budget, batch size, KV
+blocks and block size, chunked prefill, prefix caching off, dtype, the random-weight snapshot,
+the CPU environment and the client's cores). ``AsyncLLM`` runs in an asyncio event loop on one
+background thread; ``submit`` stamps the arrival and hands the request to that loop
 (``call_soon_threadsafe``), where it is one ``generate`` task that stamps each output as it comes
 and counts its new token ids.
 
