@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core import window
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import tables as fid
@@ -61,13 +62,13 @@ def run_figures(real_dir: Path, warmup_s: float) -> dict[str, Any]:
     meta = json.loads((real_dir / "run_meta.json").read_text())
     signs = (meta.get("disturbance") or {}).get("signs") or {}
     requests = load_run(real_dir, "real_bench").requests
-    error_ms = 1e3 * requests["arrival_error_s"].to_numpy(dtype=float)
+    error_ms = pct.describe(requests["arrival_error_s"].to_numpy(dtype=float), scale=1e3)
     held = (signs.get("held_back_streams") or {}).get("figure")
     return {
         "run": real_dir.name,
         "requests": len(requests),
-        "arrival_error_p99_ms": round(float(np.nanpercentile(error_ms, 99)), 3),
-        "arrival_error_max_ms": round(float(np.nanmax(error_ms)), 3),
+        "arrival_error_p99_ms": round(error_ms.stat("p99"), 3),
+        "arrival_error_max_ms": round(error_ms.max, 3),
         "held_back_share": held,
         "disturbed": bool((meta.get("disturbance") or {}).get("disturbed")),
         "cpu_cores_by_process": meta.get("cpu_cores_by_process"),
@@ -118,7 +119,7 @@ def campaign_figures(root: Path) -> dict[str, Any]:
     }
 
 
-def pct(values: list[float], how: str) -> str:
+def share(values: list[float], how: str) -> str:
     if not values:
         return "–"
     return f"{100 * (np.median(values) if how == 'median' else max(values)):.1f}%"
@@ -150,7 +151,8 @@ def print_table(shape: str, campaign: dict[str, Any]) -> None:
         print(
             f"| {load['load_fraction']:.0%} | {load['offered_qps']:.4g} | {runs[0]['requests']} "
             f"| {late} | {held} | {disturbed} of {len(runs)} ({load['attempts']}) | "
-            f"{pct(e, 'median')} / {pct(e, 'max')} | {pct(c, 'median')} / {pct(c, 'max')} | "
+            f"{share(e, 'median')} / {share(e, 'max')} | "
+            f"{share(c, 'median')} / {share(c, 'max')} | "
             f"{ratio} | {trend} |"
         )
     every_e = [v for load in campaign["loads"] for v in load["engine_real_vs_real"]]
@@ -158,9 +160,9 @@ def print_table(shape: str, campaign: dict[str, Any]) -> None:
     worst_p99 = max(r["arrival_error_p99_ms"] for load in campaign["loads"] for r in load["runs"])
     print(
         f"\nover every load: arrival error p99 at most {worst_p99:.2f} ms (target 2); engine "
-        f"clock real vs real median {pct(every_e, 'median')}, largest {pct(every_e, 'max')} "
-        f"(targets 5%, 15%); client clock median {pct(every_c, 'median')}, largest "
-        f"{pct(every_c, 'max')}"
+        f"clock real vs real median {share(every_e, 'median')}, largest {share(every_e, 'max')} "
+        f"(targets 5%, 15%); client clock median {share(every_c, 'median')}, largest "
+        f"{share(every_c, 'max')}"
     )
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.core import window
 from gpu_simulate_test.fidelity import report
 from gpu_simulate_test.fidelity import tables as fid
 
@@ -25,15 +26,15 @@ def test_burst_capacity_is_completions_over_the_span() -> None:
 def test_completion_ratio_flags_a_growing_queue() -> None:
     arrival = np.arange(11, dtype=float)  # 1 req/s for 10 s
     kept_up = np.full(11, 0.5)  # every request takes 0.5 s: completions at 1 req/s
-    assert fid.completion_ratio(arrival, kept_up, np.ones(11, bool)) == pytest.approx(1.0)
+    assert window.completion_ratio(arrival, kept_up) == pytest.approx(1.0)
     assert fid.is_sustained(1.0)
     # served one after another at 2 s each: completions every 2 s, the queue grows
     finish = 2.0 * np.arange(1, 12)
-    ratio = fid.completion_ratio(arrival, finish - arrival, np.ones(11, bool))
+    ratio = window.completion_ratio(arrival, finish - arrival)
     assert ratio == pytest.approx(0.5)
     assert not fid.is_sustained(ratio)
     assert not fid.is_sustained(float("nan"))
-    assert math.isnan(fid.completion_ratio(arrival[:1], kept_up[:1], np.ones(1, bool)))
+    assert math.isnan(window.completion_ratio(arrival[:1], kept_up[:1]))
 
 
 def test_load_levels() -> None:

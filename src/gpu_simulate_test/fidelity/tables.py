@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS
 from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core import window
 
@@ -30,12 +31,6 @@ SUSTAINED_RATIO = window.SUSTAINED_RATIO
 CLOCKS: tuple[str, ...] = ("engine", "client")
 """The two clocks of a real run, in the report's order: the engine's own (what Vidur models:
 ``engine_*`` columns, backends that record it) and the client's (the front end included)."""
-ENGINE_COLUMNS: dict[str, str] = {
-    "ttft": "engine_ttft_s",
-    "tpot": "engine_tpot_s",
-    "e2e": "engine_e2e_s",
-}
-"""Each goal metric's engine-clock column of ``request_metrics``."""
 FIDELITY_COLUMNS: tuple[str, ...] = (
     "backend",
     "load_fraction",
@@ -62,17 +57,6 @@ def burst_capacity(arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.
     if span <= 0:
         raise ValueError(f"capacity probe: non-positive span {span} s")
     return finish.size / span
-
-
-def completion_ratio(
-    arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.ArrayLike
-) -> float:
-    """Completion rate / arrival rate of one run's ok requests, each over its own span (1.0: the
-    engine kept up; well below 1: the queue grew). NaN with fewer than two completions."""
-    keep = np.asarray(ok, dtype=bool)
-    return window.completion_ratio(
-        np.asarray(arrival_time_s, dtype=float)[keep], np.asarray(e2e_s, dtype=float)[keep]
-    )
 
 
 def is_sustained(ratio: float, threshold: float = SUSTAINED_RATIO) -> bool:
