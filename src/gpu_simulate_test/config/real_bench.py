@@ -55,6 +55,11 @@ class ServerConfig:
     """vllm with kind=external: where the server's per-request OpenTelemetry spans are kept (a
     server started by this project's ``served()``: ``otlp_spans.jsonl`` beside its log); the
     engine's own clock per request is read from there."""
+    steps_file: str | None = None
+    """vllm with kind=external: where the server's scheduler records its steps (a server started
+    by this project's ``served()``: ``engine_steps.jsonl`` beside its log, written by the
+    recording scheduler); each run's ``engine_schedule.csv`` and exact engine stamps come from
+    there."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.server.kind", self.kind, SERVER_KINDS)

@@ -218,6 +218,48 @@ ENGINE_STEP_LOG = TableSchema(
     ),
 )
 
+ENGINE_SCHEDULE = TableSchema(
+    name="engine_schedule",
+    version="1.0",
+    description=(
+        "Every step a vLLM engine took, as its own scheduler recorded it on the engine core's "
+        "clock (the recording scheduler, core/engines/vllm_recording_scheduler.py): when "
+        "scheduling began and when the outputs were made, which requests ran with how many "
+        "tokens, and who was preempted. One row per step from the run's first request on."
+    ),
+    sorted_by="start_time_s",
+    columns=(
+        Column("step_index", "int", "", "the step's position in the run, from 0", min_value=0),
+        Column("start_time_s", "float", "s", "when scheduling began, run clock"),
+        Column("end_time_s", "float", "s", "when its outputs were made, run clock"),
+        Column(
+            "num_prefill_requests",
+            "int",
+            "",
+            "requests vLLM counts as context (no output token yet)",
+            min_value=0,
+        ),
+        Column("num_prefill_tokens", "int", "tokens", "their scheduled tokens", min_value=0),
+        Column(
+            "num_decode_requests",
+            "int",
+            "",
+            "the other requests (generation; a request resumed after preemption recomputes here)",
+            min_value=0,
+        ),
+        Column("num_decode_tokens", "int", "tokens", "their scheduled tokens", min_value=0),
+        Column("num_preempted", "int", "", "requests preempted while scheduling it", min_value=0),
+        Column("num_waiting", "int", "", "requests waiting after scheduling it", min_value=0),
+        Column("num_running", "int", "", "requests running after scheduling it", min_value=0),
+        Column(
+            "requests",
+            "str",
+            "",
+            "the scheduled requests as request_id:tokens, space-separated (x: another run's)",
+        ),
+    ),
+)
+
 ALL_TABLES: tuple[TableSchema, ...] = (
     TRACE_LENGTHS,
     TRACE_INTERVALS,
@@ -225,4 +267,5 @@ ALL_TABLES: tuple[TableSchema, ...] = (
     REQUEST_METRICS,
     TOKEN_METRICS,
     ENGINE_STEP_LOG,
+    ENGINE_SCHEDULE,
 )

@@ -63,6 +63,7 @@ def served(
                     kind="external",
                     log_file=str(backend.log_path),
                     spans_file=str(backend.spans_path) if backend.spans_path else None,
+                    steps_file=str(backend.steps_path) if backend.steps_path else None,
                 ),
             ),
         )

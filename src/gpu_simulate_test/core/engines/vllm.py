@@ -11,7 +11,11 @@ replays against a server the user runs at ``backend.base_url``.
 Requests are streaming ``/v1/completions`` with token-id prompts, ``ignore_eos`` and
 ``return_token_ids``: a chunk may carry several tokens, so tokens are counted from the ids.
 The run directory gets the server's log (``server.log``), its per-step log as a table
-(``engine_step_log.csv``), and ``/metrics`` before and after (``server_metrics.json``).
+(``engine_step_log.csv``), and ``/metrics`` before and after (``server_metrics.json``). With the
+engine clock on (``backend.engine_clock``), a started server schedules with vLLM's own scheduler
+recording each step (:mod:`.step_record`): the run gets ``engine_schedule.csv`` and every
+request's engine stamps exactly, on the engine core's clock (the OpenTelemetry spans,
+:mod:`.otlp`, remain for requests the record lacks).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core.engines import otlp
+from gpu_simulate_test.core.engines import otlp, step_record
+from gpu_simulate_test.core.engines.engine_clock import clock_offset_s
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.server import (
@@ -46,7 +51,7 @@ from gpu_simulate_test.core.engines.vllm_knobs import (
 from gpu_simulate_test.core.engines.vllm_log import StepLog, metrics_delta, parse_metrics
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
-from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
 
 SERVER_METRICS = "server_metrics.json"
 SPANS_FILE = "otlp_spans.jsonl"
@@ -77,6 +82,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.version: str | None = None
         self.receiver: otlp.SpanReceiver | None = None
         self.spans_path: Path | None = None
+        self.steps_path: Path | None = None
+        self.record: step_record.StepRecord | None = None
         self.run_token = uuid.uuid4().hex[:8]
         """Tags this run's requests (``request_id``), so their spans are told from others'."""
         self.wall_minus_perf_s = time.time() - time.perf_counter()
@@ -173,12 +180,15 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             cmd.append("--enforce-eager")
         if self.receiver is not None:
             cmd += ["--otlp-traces-endpoint", self.receiver.endpoint]
+        if self.steps_path is not None:
+            cmd += ["--scheduler-cls", step_record.SCHEDULER_CLS]
         return cmd + [str(a) for a in b.server.extra_args]
 
     def server_env(self) -> dict[str, str]:
         """The server's environment: unbuffered logs and :meth:`engine_env`."""
         spans = otlp.SERVER_ENV if self.receiver is not None else {}
-        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans}
+        steps = {step_record.ENV: str(self.steps_path)} if self.steps_path is not None else {}
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans, **steps}
 
     def _start_server(self) -> None:
         self.start_server()
@@ -196,6 +206,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             self.log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
             self.spans_path = self.log_dir / SPANS_FILE
             self.receiver = otlp.SpanReceiver(self.spans_path).start()
+            self.steps_path = self.log_dir / step_record.STEPS_FILE
         self.startup_s = self.launch_server(
             lambda port: self.server_command(port, model_dir), self.server_env(), self.steps.feed
         )
@@ -209,6 +220,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         spans_file = self.cfg.backend.server.spans_file
         if not self.starts_server and spans_file and self.cfg.backend.engine_clock:
             self.spans_path = Path(spans_file)
+        steps_file = self.cfg.backend.server.steps_file
+        if not self.starts_server and steps_file and self.cfg.backend.engine_clock:
+            self.steps_path = Path(steps_file)
         log_file = self.cfg.backend.server.log_file
         if not self.starts_server and log_file:
             self.log_path = Path(log_file)
@@ -244,34 +258,62 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
     # ------------------------------------------------------------------ requests
     def body(self, req: BenchRequest) -> dict[str, Any]:
         body = {**super().body(req), "return_token_ids": True}
-        if self.spans_path is not None:  # its span then names it
+        if self.spans_path is not None or self.steps_path is not None:  # its span, its steps
             body["request_id"] = otlp.request_tag(self.run_token, req.request_id)
         return body
 
     def read_engine_clock(self) -> None:
-        """The engine's own stamps of every ok request, from the server's spans
-        (:func:`.otlp.engine_stamps`), into the recorder; how many came in ``engine_clock``."""
-        if self.spans_path is None or self.recorder is None:
+        """The engine's own stamps of every ok request into the recorder: from the scheduler's
+        step record where it has them (exact, :mod:`.step_record`), else from the server's spans
+        (:func:`.otlp.engine_stamps`); how many came from which in ``engine_clock``."""
+        if self.recorder is None:
             return
         wanted = {rid for rid, rec in self.recorder.records.items() if rec.status == "ok"}
-        spans = otlp.wait_for(self.spans_path, self.run_token, wanted)
-        for rid, span in spans.items():
-            stamps = otlp.engine_stamps(span, self.wall_minus_perf_s)
-            self.recorder.engine_times(
-                rid,
-                arrival=stamps["arrival"],
-                scheduled=stamps["scheduled"],
-                first_token=stamps["first_token"],
-                last_token=stamps["last_token"],
-            )
-        self.engine_clock = {
-            "source": "otlp",
-            "spans_file": str(self.spans_path),
-            "requests": len(spans),
-            "requests_without_span": len(wanted - spans.keys()),
-            "anchor": "the front end's processing of the last output",
-            "export_errors": self.receiver.errors if self.receiver is not None else None,
-        }
+        stamped: set[int] = set()
+        clock: dict[str, Any] = {"source": None}
+        if self.steps_path is not None and self.steps_path.is_file():
+            offset = clock_offset_s()
+            self.record = step_record.read_record(self.steps_path, self.run_token, wanted)
+            for rid, st in self.record.requests.items():
+                if st.queued is None or not st.token_times:
+                    continue
+                self.recorder.engine_times(
+                    rid,
+                    arrival=st.queued + offset,
+                    scheduled=st.scheduled + offset if st.scheduled is not None else None,
+                    token_times=[t + offset for t in st.token_times],
+                )
+                stamped.add(rid)
+            clock = {
+                "source": "engine_steps",
+                "steps_file": str(self.steps_path),
+                "requests": len(stamped),
+                "steps": len(self.record.steps),
+                "preemptions": int(self.record.steps["num_preempted"].sum()),
+                "unreadable_lines": self.record.unreadable_lines,
+                "foreign_requests": self.record.foreign_requests,
+            }
+        if self.spans_path is not None and wanted - stamped:
+            spans = otlp.wait_for(self.spans_path, self.run_token, wanted - stamped)
+            for rid, span in spans.items():
+                stamps = otlp.engine_stamps(span, self.wall_minus_perf_s)
+                self.recorder.engine_times(
+                    rid,
+                    arrival=stamps["arrival"],
+                    scheduled=stamps["scheduled"],
+                    first_token=stamps["first_token"],
+                    last_token=stamps["last_token"],
+                )
+            clock = {
+                **clock,
+                "source": "otlp" if not stamped else "engine_steps+otlp",
+                "spans_file": str(self.spans_path),
+                "otlp_requests": len(spans),
+                "requests_without_span": len(wanted - stamped - spans.keys()),
+                "anchor": "the front end's processing of the last output",
+                "export_errors": self.receiver.errors if self.receiver is not None else None,
+            }
+        self.engine_clock = clock
 
     def failure(self) -> str | None:
         for reader in (self.server, self.follower):
@@ -321,6 +363,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 "unreadable_step_lines": unreadable,
                 "unreadable_step_line_examples": examples,
             }
+        if self.record is not None and len(self.record.steps):
+            table = self.record.table(clock_offset_s(), origin)
+            write_csv(run_dir / layout.ENGINE_SCHEDULE, table, ENGINE_SCHEDULE)
         delta = metrics_delta(self.metrics_before, self.metrics_after)
         write_json(
             run_dir / SERVER_METRICS,

@@ -1,0 +1,193 @@
+"""The step record of vLLM's own scheduler, read back: every step and every request's stamps.
+
+A vLLM server started with ``--scheduler-cls`` :data:`SCHEDULER_CLS` and :data:`ENV` set to a
+file writes one JSON line per queued request and per engine step on the engine core's clock
+(:mod:`.vllm_recording_scheduler`, which imports vLLM; this module does not). :func:`read_record`
+keeps one run's part of it: its requests are told by the tag our client gives their ids
+(:func:`.otlp.request_tag`), its steps run from the first step with one of them to the last.
+
+From it come, exactly and on one clock: each request's engine stamps (queued, first scheduled,
+every token, finished: what vLLM's own metrics stamp) and the ``engine_schedule`` table (one row
+per step: when it was scheduled and when its outputs were made, its requests with their tokens
+and vLLM's context/generation split, preemptions, the queue). The oracle replay and the
+step-by-step comparison read that table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+ENV = "GST_ENGINE_STEPS"
+"""The environment variable naming the file the recording scheduler appends to."""
+SCHEDULER_CLS = "gpu_simulate_test.core.engines.vllm_recording_scheduler.RecordingScheduler"
+"""vLLM's ``--scheduler-cls`` for the recording scheduler."""
+STEPS_FILE = "engine_steps.jsonl"
+"""The record's name beside the server's log."""
+FOREIGN = "x"
+"""The request id the ``requests`` column gives a request of another run."""
+
+
+@dataclass
+class RequestStamps:
+    """One request's engine stamps (``time.monotonic()`` of the engine core)."""
+
+    queued: float | None = None
+    scheduled: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished: float | None = None
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One run's part of a record."""
+
+    steps: pd.DataFrame
+    """``engine_schedule`` rows (times still on the engine core's clock; see :meth:`table`)."""
+    requests: dict[int, RequestStamps]
+    """By our request id."""
+    unreadable_lines: int
+    foreign_requests: int
+    """Requests of other runs in this run's steps (0 when the server served only this run)."""
+
+    def table(self, offset_s: float, origin: float) -> pd.DataFrame:
+        """The ``engine_schedule`` table on the run clock: a ``time.monotonic()`` reading plus
+        ``offset_s`` is a ``perf_counter`` one, minus ``origin`` the run's."""
+        out = self.steps.copy()
+        for col in ("start_time_s", "end_time_s"):
+            out[col] = out[col] + offset_s - origin
+        return out
+
+
+def _tag_pattern(run_token: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|-)gst{re.escape(run_token)}-(\d+)(?:-[0-9a-f]+)*$")
+
+
+def _lines(path: Path) -> tuple[list[dict[str, object]], int]:
+    lines: list[dict[str, object]] = []
+    bad = 0
+    with open(path, encoding="utf-8") as handle:
+        for raw in handle:
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError:  # a line cut by a stopped server is counted, not read
+                bad += 1
+                continue
+            if isinstance(value, dict):
+                lines.append(value)
+            else:
+                bad += 1
+    return lines, bad
+
+
+def read_record(path: Path, run_token: str, wanted: Iterable[int] | None = None) -> StepRecord:
+    """One run's steps and request stamps from the record at ``path`` (its requests tagged with
+    ``run_token``; with ``wanted``, only those request ids count as the run's)."""
+    pattern = _tag_pattern(run_token)
+    keep = set(wanted) if wanted is not None else None
+    lines, bad = _lines(path)
+    ids: dict[str, int | None] = {}
+
+    def ours(engine_id: str) -> int | None:
+        if engine_id not in ids:
+            found = pattern.search(engine_id)
+            rid = int(found.group(1)) if found else None
+            ids[engine_id] = rid if rid is not None and (keep is None or rid in keep) else None
+        return ids[engine_id]
+
+    requests: dict[int, RequestStamps] = {}
+    step_lines: list[dict[str, object]] = []
+    for line in lines:
+        if "q" in line:
+            rid = ours(str(line["q"]))
+            if rid is not None:
+                requests.setdefault(rid, RequestStamps()).queued = float(line["t"])  # type: ignore[arg-type]
+        elif "s" in line and "e" in line:
+            step_lines.append(line)
+    first = last = None
+    for i, line in enumerate(step_lines):
+        if any(ours(str(row[0])) is not None for row in line["r"]):  # type: ignore[attr-defined]
+            first = i if first is None else first
+            last = i
+    rows: list[dict[str, object]] = []
+    foreign: set[str] = set()
+    if first is not None and last is not None:
+        for index, line in enumerate(step_lines[first : last + 1]):
+            rows.append(_step_row(index, line, ours, requests, foreign))
+    return StepRecord(
+        steps=pd.DataFrame(rows, columns=list(_COLUMNS)),
+        requests=requests,
+        unreadable_lines=bad,
+        foreign_requests=len(foreign),
+    )
+
+
+_COLUMNS = (
+    "step_index",
+    "start_time_s",
+    "end_time_s",
+    "num_prefill_requests",
+    "num_prefill_tokens",
+    "num_decode_requests",
+    "num_decode_tokens",
+    "num_preempted",
+    "num_waiting",
+    "num_running",
+    "requests",
+)
+
+
+def _step_row(
+    index: int,
+    line: dict[str, object],
+    ours: object,
+    requests: dict[int, RequestStamps],
+    foreign: set[str],
+) -> dict[str, object]:
+    start, end = float(line["s"]), float(line["e"])  # type: ignore[arg-type]
+    counts = [0, 0, 0, 0]  # prefill requests, tokens; decode requests, tokens
+    names: list[str] = []
+    for row in line["r"]:  # type: ignore[attr-defined]
+        engine_id, tokens, context = str(row[0]), int(row[1]), int(row[2])
+        emitted = int(row[3]) if len(row) > 3 else 0
+        finished = bool(row[4]) if len(row) > 4 else False
+        side = 0 if context else 2
+        counts[side] += 1
+        counts[side + 1] += tokens
+        rid = ours(engine_id)  # type: ignore[operator]
+        if rid is None:
+            foreign.add(engine_id)
+            names.append(f"{FOREIGN}:{tokens}")
+            continue
+        names.append(f"{rid}:{tokens}")
+        stamps = requests.setdefault(rid, RequestStamps())
+        if stamps.scheduled is None:
+            stamps.scheduled = start
+        stamps.token_times.extend([end] * emitted)
+        if finished:
+            stamps.finished = end
+    for engine_id in line.get("p", ()):  # type: ignore[attr-defined]
+        rid = ours(str(engine_id))  # type: ignore[operator]
+        if rid is not None:
+            requests.setdefault(rid, RequestStamps()).preemptions += 1
+    return {
+        "step_index": index,
+        "start_time_s": start,
+        "end_time_s": end,
+        "num_prefill_requests": counts[0],
+        "num_prefill_tokens": counts[1],
+        "num_decode_requests": counts[2],
+        "num_decode_tokens": counts[3],
+        "num_preempted": len(line.get("p", ())),  # type: ignore[arg-type]
+        "num_waiting": int(line.get("w", 0)),  # type: ignore[call-overload]
+        "num_running": int(line.get("n", 0)),  # type: ignore[call-overload]
+        "requests": " ".join(names),
+    }

@@ -1,0 +1,91 @@
+"""vLLM's own V1 scheduler, writing down every step it takes on the engine core's clock.
+
+A vLLM server started with ``--scheduler-cls`` naming :data:`SCHEDULER_CLS` (and the record's
+path in :data:`~gpu_simulate_test.core.engines.step_record.ENV`) schedules exactly as vLLM's
+:class:`~vllm.v1.core.sched.scheduler.Scheduler` (every decision is the parent's) and appends
+one JSON line per event to the record, in the engine-core process:
+
+- ``{"q": id, "t": t}``: the engine queued a request (``add_request``);
+- ``{"s": t0, "e": t1, "r": [[id, tokens, context, new_tokens, finished], ...], "p": [ids],
+  "w": waiting, "n": running}``: one step: ``t0`` when scheduling began, ``t1`` when its outputs
+  were made (vLLM's first- and last-token stamps), each scheduled request with its tokens,
+  whether vLLM counts it a context (prefill) request, the tokens it emitted and whether it
+  finished, the requests preempted while scheduling it, and the queue and running set after.
+
+Times are ``time.monotonic()``, the clock vLLM's own request stamps use. The lines are written
+with one ``os.write`` each on an append-only descriptor, so a server stopped at any moment leaves
+whole lines. This module imports vLLM; :mod:`.step_record` reads the record without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from gpu_simulate_test.core.engines.step_record import ENV
+
+
+class RecordingScheduler(Scheduler):
+    """:class:`vllm.v1.core.sched.scheduler.Scheduler`, recording its steps (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        path = os.environ.get(ENV)
+        self._gst_fd = (
+            os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+        )
+        self._gst_step: dict[str, Any] | None = None
+        self._gst_preempted: list[str] = []
+
+    def _gst_write(self, line: dict[str, Any]) -> None:
+        if self._gst_fd is not None:
+            os.write(self._gst_fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+
+    def add_request(self, request: Any) -> None:
+        queued = time.monotonic()
+        super().add_request(request)
+        self._gst_write({"q": request.request_id, "t": queued})
+
+    def _preempt_request(self, request: Any, timestamp: float, *args: Any, **kwargs: Any) -> None:
+        self._gst_preempted.append(request.request_id)
+        super()._preempt_request(request, timestamp, *args, **kwargs)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        self._gst_preempted = []
+        output = super().schedule(*args, **kwargs)
+        if self._gst_fd is not None and output.num_scheduled_tokens:
+            new = {r.req_id for r in output.scheduled_new_reqs}
+            cached = output.scheduled_cached_reqs
+            self._gst_step = {
+                "s": started,
+                "r": [
+                    [rid, n, int(rid in new or cached.is_context_phase(rid))]
+                    for rid, n in output.num_scheduled_tokens.items()
+                ],
+                "p": list(self._gst_preempted),
+                "w": len(self.waiting),
+                "n": len(self.running),
+            }
+        return output
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        step, self._gst_step = self._gst_step, None
+        if step is not None:
+            ended = time.monotonic()
+            emitted: dict[str, tuple[int, int]] = {}
+            for core_outputs in outputs.values():
+                for out in core_outputs.outputs:
+                    emitted[out.request_id] = (
+                        len(out.new_token_ids),
+                        int(out.finish_reason is not None),
+                    )
+            for row in step["r"]:
+                row.extend(emitted.get(row[0], (0, 0)))
+            self._gst_write({**step, "e": ended})
+        return outputs
