@@ -15,9 +15,16 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import plots, report
+from gpu_simulate_test.compare.alignment import (
+    StepAlignment,
+    align,
+    alignment_markdown,
+    plot_alignment,
+)
 from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
 from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.compare.contract import (
+    ALIGNMENT_PLOT,
     CDF_PLOT,
     COMPARISON_JSON,
     COMPARISON_PERCENTILES,
@@ -47,7 +54,7 @@ from gpu_simulate_test.core.run_inputs import (
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
 from gpu_simulate_test.io.runs import default_run_id, start_run
-from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
 
 
 def after_warmup(
@@ -89,6 +96,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     findings = discrepancies(comparison, mismatches)
     steps = load_steps(real, sim, comparison)
+    aligned = load_alignment(real, sim)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
         r.update_meta(
@@ -115,6 +123,15 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             if cfg.compare.plots:
                 title = f"engine steps: {context['real'].get('backend')} vs Vidur"
                 plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
+        if aligned is not None:
+            real_seq, sim_seq, alignment = aligned
+            block = data.setdefault("steps", {})
+            block["same_composition_fraction"] = alignment.same_composition_fraction
+            block["alignment"] = alignment.to_dict()
+            block["oracle"] = sim.meta.get("oracle")
+            if cfg.compare.plots:
+                title = f"{context['real'].get('backend')} vs simulation"
+                plot_alignment(real_seq, sim_seq, alignment, r.file(ALIGNMENT_PLOT), title)
         write_json(r.file(COMPARISON_JSON), data)
         text = report.summary_markdown(comparison, context, findings, drawn)
         if warmup:
@@ -126,6 +143,9 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         text += clocks_markdown(clocks)
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)
+        if aligned is not None:
+            plot = ALIGNMENT_PLOT if cfg.compare.plots else None
+            text += alignment_markdown(aligned[2], sim.meta.get("oracle"), plot)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
@@ -133,6 +153,12 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         if steps is not None:
             for line in steps[2].findings:
                 console.print(f"- {line}")
+        if aligned is not None:
+            a = aligned[2]
+            console.print(
+                f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
+                f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
+            )
     return r.path
 
 
@@ -163,6 +189,33 @@ def load_steps(
             frontend.get("output_ms", 0.0)
         )
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
+
+
+def load_alignment(
+    real: RunInput, sim: RunInput
+) -> tuple[pd.DataFrame, pd.DataFrame, StepAlignment] | None:
+    """Both step sequences and their step-by-step alignment: the recorded schedules where both
+    runs have one, else both step logs; None without steps on either side."""
+    pairs = (
+        (layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),
+        (layout.ENGINE_STEP_LOG, ENGINE_STEP_LOG),
+    )
+    for name, schema in pairs:
+        if (real.path / name).is_file() and (sim.path / name).is_file():
+            real_seq = read_csv(real.path / name, schema)
+            sim_seq = read_csv(sim.path / name, schema)
+            arrivals = None
+            if "engine_arrival_time_s" in real.requests:
+                known = real.requests.dropna(subset=["engine_arrival_time_s"])
+                arrivals = dict(
+                    zip(
+                        known["request_id"].astype(int).astype(str),
+                        known["engine_arrival_time_s"].astype(float),
+                        strict=True,
+                    )
+                )
+            return real_seq, sim_seq, align(real_seq, sim_seq, arrivals)
+    return None
 
 
 def steps_markdown(result: StepComparison, with_plot: bool) -> str:

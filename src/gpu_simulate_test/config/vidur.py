@@ -20,7 +20,9 @@ from gpu_simulate_test.config.schema import (
 )
 from gpu_simulate_test.io.layout import PROFILING_ROOT
 
-VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca")
+VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "vllm_v1")
+"""Vidur's replica schedulers, and ``vllm_v1``: vLLM's V1 scheduler in our event loop
+(:mod:`gpu_simulate_test.vidur_simulate.vllm_v1`; Vidur has none)."""
 EVENT_LOOPS: tuple[str, ...] = ("fast", "vidur")
 """``fast``: our event loop (:mod:`gpu_simulate_test.vidur_simulate.event_loop`); ``vidur``:
 Vidur's own ``Simulator.run``."""
@@ -131,7 +133,9 @@ class VidurSchedulerConfig:
     """Vidur replica-scheduler knobs (sarathi mirrors transformers' continuous batching)."""
 
     name: str = "sarathi"
-    """vllm, sarathi or orca."""
+    """vllm, sarathi or orca (Vidur's), or vllm_v1: vLLM's V1 scheduler in our event loop
+    (token budget ``chunk_size``, ``batch_size_cap`` requests, preemption by recompute when the
+    KV blocks run out), what the ``vllm`` backends are simulated with."""
     batch_size_cap: int = 32
     """Most requests in one batch (hf_cb ``max_requests_per_batch``)."""
     chunk_size: int = 512
@@ -266,6 +270,12 @@ class VidurSimulateStageConfig:
     """The workload run to replay (``tmp/workload/<run_id>``)."""
     profiling_root: str = PROFILING_ROOT
     """Where ``vidur_profile`` put bundles: ``<profiling_root>/<hardware.name>/<model.name>/``."""
+    step_times_from: str | None = None
+    """Oracle replay: a ``real_bench`` run of the same workload on a ``vllm`` backend whose own
+    steps time the simulation (:mod:`gpu_simulate_test.vidur_simulate.oracle`): requests reach the
+    scheduler when that engine queued them, each step lasts what the engine's step of the same
+    position took (else of the same composition). Needs ``vidur.scheduler.name=vllm_v1``; the
+    engine overhead, jitter and front-end model are not used (the run's own times are)."""
     arrivals_from: str | None = None
     """A ``real_bench`` run of the same workload whose actual arrival times (when the client
     really sent each request) replace the scheduled ones; requests it did not send keep theirs."""
@@ -275,3 +285,15 @@ class VidurSimulateStageConfig:
     def __post_init__(self) -> None:
         if not self.workload_dir:
             raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
+        if self.step_times_from:
+            _check(
+                self.vidur.scheduler.name == "vllm_v1",
+                f"step_times_from={self.step_times_from} replays a vLLM run's own steps, which "
+                "only vLLM's scheduler can follow: pass vidur.scheduler.name=vllm_v1 (got "
+                f"{self.vidur.scheduler.name})",
+            )
+            _check(
+                not self.arrivals_from,
+                "step_times_from takes the arrivals from the same run (when its engine queued "
+                "each request): leave arrivals_from out",
+            )

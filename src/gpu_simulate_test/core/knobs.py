@@ -2,9 +2,11 @@
 
 ``hf_cb`` (transformers continuous batching) ↔ Vidur ``sarathi``: chunk_size = max_batch_tokens,
 batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = num_blocks.
-``vllm`` (V1 engine: chunked prefill, FCFS, decodes first, then prefills filling the token
-budget) ↔ ``sarathi`` the same way: chunk_size = ``--max-num-batched-tokens``, batch_size_cap =
-``--max-num-seqs``, block_size = ``--block-size``, num_blocks = ``--num-gpu-blocks-override``.
+``vllm`` (V1 engine: chunked prefill, FCFS, running requests first, then waiting ones filling
+the token budget, preemption by recompute) ↔ ``vllm_v1``, vLLM's own scheduler in our event loop
+(:mod:`gpu_simulate_test.vidur_simulate.vllm_v1`): chunk_size = ``--max-num-batched-tokens``,
+batch_size_cap = ``--max-num-seqs``, block_size = ``--block-size``, num_blocks =
+``--num-gpu-blocks-override``.
 ``vllm_engine`` is the same engine driven in-process, with the same knobs. ``hf_generate`` (one
 request at a time, whole prompt in one prefill) ↔ ``sarathi`` with batch_size_cap = 1 and a
 chunk as large as the longest prompt. ``openai`` serves from an engine we cannot see: the
@@ -40,7 +42,7 @@ def derive_scheduler(
     """The Vidur scheduler that mirrors ``backend``, and whether it was derived (not as given)."""
     if backend.name in CHUNKED_BACKENDS:
         values = {vidur: getattr(backend, real) for real, vidur in HF_CB_PAIRS}
-        return dataclasses.replace(base, name="sarathi", **values), True
+        return dataclasses.replace(base, name=expected_scheduler(backend.name), **values), True
     if backend.name == "hf_generate":
         chunk = max(base.chunk_size, max_prompt_tokens)
         return (
@@ -48,6 +50,11 @@ def derive_scheduler(
             True,
         )
     return base, False
+
+
+def expected_scheduler(backend: str) -> str:
+    """The scheduler that mirrors a chunked backend: vLLM's own for vLLM, else Vidur's sarathi."""
+    return "vllm_v1" if backend in VLLM_BACKENDS else "sarathi"
 
 
 def knob_mismatches(
@@ -61,7 +68,7 @@ def knob_mismatches(
     name = backend.get("name")
     out: dict[str, tuple[Any, Any]] = {}
     if name in CHUNKED_BACKENDS:
-        if scheduler.get("name") != "sarathi":
+        if scheduler.get("name") != expected_scheduler(str(name)):
             out["scheduler"] = (f"{name} (chunked prefill)", scheduler.get("name"))
         if name in VLLM_BACKENDS and backend.get("enable_prefix_caching"):
             out["prefix caching"] = ("on", "not modelled")

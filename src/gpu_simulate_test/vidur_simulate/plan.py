@@ -64,7 +64,7 @@ def requirements(
     max_prompt = int(prefill.max())
     batch_size = min(scheduler.batch_size_cap, len(prefill))
     largest = int(np.sort(total)[::-1][:batch_size].sum())
-    if scheduler.name == "sarathi":
+    if scheduler.name in ("sarathi", "vllm_v1"):
         # several prompts (chunks) can share one batch's budget, next to the decodes
         max_chunk = min(scheduler.chunk_size, max_request)
         max_batch_tokens = max(min(scheduler.chunk_size, largest), batch_size)

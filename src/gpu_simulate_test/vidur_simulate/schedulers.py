@@ -67,7 +67,7 @@ def register_schedulers() -> None:
 
 def vidur_scheduler_config(knobs: VidurSchedulerConfig) -> Any:
     """Vidur's replica-scheduler config for our knobs (a fresh object: Vidur mutates configs)."""
-    if knobs.name == "sarathi":
+    if knobs.name in ("sarathi", "vllm_v1"):  # vllm_v1: only Vidur's predictor is built
         return SarathiSchedulerConfig(
             batch_size_cap=knobs.batch_size_cap, chunk_size=knobs.chunk_size
         )

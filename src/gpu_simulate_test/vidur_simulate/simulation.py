@@ -41,6 +41,13 @@ class SimulationResult:
     """The loop that ran: ``fast`` (ours) or ``vidur``."""
     event_loop_note: str | None = None
     """Why Vidur's loop ran when ours was asked for."""
+    schedule: pd.DataFrame | None = None
+    """vllm_v1: every step with its requests (the ``engine_schedule`` table, rows by the
+    trace's request order)."""
+    preemptions: int | None = None
+    """vllm_v1: requests preempted (restarted) for lack of KV blocks."""
+    oracle: dict[str, Any] | None = None
+    """An oracle replay: where its step times came from (:meth:`.oracle.OracleClock.report`)."""
 
 
 def steps_frame(ids: Any, size: Any, prefill: Any, decode: Any, elapsed_s: Any) -> pd.DataFrame:
@@ -145,6 +152,8 @@ def simulate(
     lean: bool = True,
     event_loop: str = DEFAULT_EVENT_LOOP,
     steps: bool = True,
+    v1: Any = None,
+    clock: Any = None,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
@@ -153,8 +162,17 @@ def simulate(
     ``jitter`` too, every batch's time is multiplied by a seeded draw from it. ``event_loop``
     ``fast`` runs ours where it reproduces Vidur (else Vidur's with the lean store, noted in the
     result); ``lean`` gives Vidur's loop the stage's lean metrics store (``vidur.lean_metrics``).
-    ``steps`` false leaves the result's ``steps`` (one row per batch) out.
+    ``steps`` false leaves the result's ``steps`` (one row per batch) out. With ``v1``
+    (:class:`.vllm_v1.V1Params`) vLLM's V1 scheduler runs in our loop (Vidur has none), timed
+    by Vidur's predictor or by ``clock`` (an oracle replay's :class:`.oracle.OracleClock`).
     """
+    if v1 is not None:
+        if event_loop != "fast":
+            raise ConfigError(
+                "vidur.scheduler.name=vllm_v1 runs in our event loop only (Vidur has no vLLM V1 "
+                f"scheduler): leave vidur.event_loop={event_loop} out"
+            )
+        return _simulate_v1(simulation_config, engine_steps, backend, jitter, steps, v1, clock)
     from gpu_simulate_test.vidur_simulate.loop_setup import (
         KvCacheExhausted,
         NeedsVidurLoop,
@@ -314,3 +332,78 @@ def _simulate_fast(
         else None,
         event_loop="fast",
     )
+
+
+def _simulate_v1(
+    simulation_config: Any,
+    engine_steps: pd.DataFrame | None,
+    backend: str,
+    jitter: overhead.StepJitter | None,
+    steps: bool,
+    v1: Any,
+    clock: Any,
+) -> SimulationResult:
+    """vLLM's V1 scheduler (:func:`.vllm_v1.run_v1`) over Vidur's trace reader, timed by Vidur's
+    predictor (built, and its overhead fitted, as for Vidur's schedulers) or by ``clock``."""
+    from vidur.request_generator.trace_replay_request_generator import (
+        TraceReplayRequestGenerator,
+    )
+
+    from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
+    from gpu_simulate_test.vidur_simulate.vllm_v1 import PredictorClock, run_v1
+
+    reason = unsupported_reason(simulation_config)
+    if reason is not None:
+        raise ConfigError(f"vidur.scheduler.name=vllm_v1 simulates one engine, not {reason}")
+    start = _clean_slate(simulation_config.seed)
+    report = table = None
+    cache_hit = False
+    if clock is None:
+        predictor, _ = build_predictor(simulation_config)  # trains or loads
+        report, table = _attach_overhead(
+            predictor, simulation_config.seed, engine_steps, backend, jitter
+        )
+        clock = PredictorClock(BatchTimer(predictor))
+        cache_hit = bool(predictor.cache_hit)
+    trace = TraceReplayRequestGenerator(simulation_config.request_generator_config).trace_df
+    built = time.perf_counter()
+    loop = run_v1(
+        v1,
+        clock,
+        trace["Time"].to_numpy(dtype=float),
+        trace["PromptTokenCount"].to_numpy(),
+        trace["CompletionTokenCount"].to_numpy(),
+    )
+    done = time.perf_counter()
+    out_dir = Path(simulation_config.metrics_config.output_dir)
+    schedule = loop.schedule
+    return SimulationResult(
+        raw_metrics=_write_raw(out_dir, loop.requests),
+        predictor_setup_s=built - start,
+        simulation_s=done - built,
+        predictor_cache_hit=cache_hit,
+        engine_overhead=report,
+        engine_overhead_fit=table,
+        steps=_v1_steps(schedule) if steps else None,
+        event_loop="fast",
+        schedule=schedule if steps else None,
+        preemptions=loop.preemptions,
+        oracle=clock.report() if hasattr(clock, "report") else None,
+    )
+
+
+def _v1_steps(schedule: pd.DataFrame) -> pd.DataFrame:
+    """The ``engine_step_log`` rows of a vllm_v1 schedule (vLLM's context/generation split)."""
+    frame = schedule[
+        [
+            "step_index",
+            "num_prefill_requests",
+            "num_prefill_tokens",
+            "num_decode_requests",
+            "num_decode_tokens",
+        ]
+    ].copy()
+    frame.insert(1, "time_s", np.nan)
+    frame["elapsed_ms"] = 1000.0 * (schedule["end_time_s"] - schedule["start_time_s"])
+    frame["kv_cache_usage_pct"] = np.nan
+    return frame

@@ -26,7 +26,7 @@ from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
-from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.contract import (
@@ -34,6 +34,12 @@ from gpu_simulate_test.vidur_simulate.contract import (
     TRACE_FILE,
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
+)
+from gpu_simulate_test.vidur_simulate.replay import (
+    ReplaySource,
+    replay_source,
+    schedule_with_ids,
+    v1_params,
 )
 from gpu_simulate_test.vidur_simulate.simulation import SimulationResult, simulate
 
@@ -59,10 +65,15 @@ class Inputs:
     """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
     frontend: overhead.FrontEnd | None = None
     """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
+    replay: ReplaySource | None = None
+    """An oracle replay (``step_times_from``): the real run's engine arrivals and step clock."""
 
     def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
         """When requests reach the simulated scheduler: sent, plus the front end's input for
-        ``running`` requests in flight at each send (None: none), in the workload's order."""
+        ``running`` requests in flight at each send (None: none), in the workload's order; in an
+        oracle replay, when the real engine queued them."""
+        if self.replay is not None:
+            return self.replay.engine_arrival_s
         if self.frontend is None:
             return self.arrival_time_s
         if running is None:
@@ -101,6 +112,10 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     arrival = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
     if cfg.arrivals_from:
         arrival = actual_arrivals(cfg.arrivals_from, workload, arrival)
+    replay = None
+    if cfg.step_times_from:
+        replay = replay_source(cfg.step_times_from, workload, arrival)
+        arrival = replay.client_arrival_s
     plan.check_context(prefill, decode, cfg.model, str(workload.path))
     bundle = load_bundle(
         layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name), cfg.model
@@ -116,7 +131,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     engine_steps = bundle.engine_steps(backend) if backend != "none" else None
     jitter = load_step_jitter(bundle, backend) if cfg.vidur.step_jitter else None
     frontend = (
-        load_frontend(bundle, backend) if backend != "none" and cfg.vidur.frontend_latency else None
+        load_frontend(bundle, backend)
+        if backend != "none" and cfg.vidur.frontend_latency and replay is None
+        else None
     )
     return Inputs(
         workload=workload,
@@ -131,6 +148,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         engine_steps=engine_steps,
         step_jitter=jitter,
         frontend=frontend,
+        replay=replay,
     )
 
 
@@ -351,6 +369,8 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             lean=cfg.vidur.lean_metrics,
             event_loop=cfg.vidur.event_loop,
             steps=cfg.vidur.step_log,
+            v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
+            clock=inputs.replay.clock if inputs.replay is not None else None,
         )
         if not grows:
             break
@@ -395,6 +415,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             requirements=asdict(inputs.needs),
             prediction_bounds=inputs.bounds,
             arrivals_from=cfg.arrivals_from,
+            step_times_from=cfg.step_times_from,
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
         )
         sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
@@ -415,6 +436,8 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             predictor_cache="hit" if result.predictor_cache_hit else "miss",
             event_loop=result.event_loop,
             event_loop_note=result.event_loop_note,
+            preemptions=result.preemptions,
+            oracle=result.oracle,
             timings_s={
                 "predictor_setup": round(result.predictor_setup_s, 3),
                 "simulation": round(result.simulation_s, 3),
@@ -423,6 +446,13 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
         write_csv(r.file(layout.REQUEST_METRICS), table, REQUEST_METRICS)
         if result.steps is not None:
             write_csv(r.file(layout.ENGINE_STEP_LOG), result.steps, ENGINE_STEP_LOG)
+        if result.schedule is not None:
+            ids = inputs.workload.intervals["request_id"].to_numpy()
+            write_csv(
+                r.file(layout.ENGINE_SCHEDULE),
+                schedule_with_ids(result.schedule, ids),
+                ENGINE_SCHEDULE,
+            )
         summary = vidur_metrics.summarize(table)
         r.update_meta(summary=summary)
     if cfg.progress:

@@ -1,0 +1,112 @@
+"""What the stage needs for vLLM's V1 scheduler and for an oracle replay of a real vLLM run.
+
+``step_times_from=<real_bench run>``: the run's engine arrivals (when its engine queued each
+request) and its steps (:mod:`.oracle`) become the simulation's arrivals and step clock, its
+client arrivals the client clock's; the simulation's ``engine_schedule.csv`` then lines up with
+the run's step for step (``compare``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+from gpu_simulate_test.core.knobs import VLLM_BACKENDS
+from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, read_csv
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
+from gpu_simulate_test.vidur_simulate import oracle
+from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME, V1Params
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """A real run to replay: arrivals on both clocks and its step clock."""
+
+    path: Path
+    client_arrival_s: np.ndarray
+    """When the client sent each request (workload order)."""
+    engine_arrival_s: np.ndarray
+    """When the engine queued each request (workload order)."""
+    clock: oracle.OracleClock
+
+
+def v1_params(knobs: VidurSchedulerConfig, num_blocks: int) -> V1Params | None:
+    """vLLM's scheduler knobs for ``vidur.scheduler.name=vllm_v1`` (None for Vidur's schedulers):
+    the token budget is ``chunk_size``, the request cap ``batch_size_cap``."""
+    if knobs.name != NAME:
+        return None
+    return V1Params(
+        max_num_batched_tokens=knobs.chunk_size,
+        max_num_seqs=knobs.batch_size_cap,
+        block_size=knobs.block_size,
+        num_blocks=num_blocks,
+    )
+
+
+def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray) -> ReplaySource:
+    """Read ``run_dir`` (a ``real_bench`` run of ``workload`` on a vLLM backend) for an oracle
+    replay; ArtifactError naming the file and what is missing."""
+    from gpu_simulate_test.core.run_inputs import load_run
+
+    run = load_run(run_dir, "real_bench")
+    where = f"step_times_from={run_dir}"
+    if run.workload_id != workload.workload_id:
+        raise ArtifactError(
+            f"{where} replayed workload {run.workload_id}, not {workload.workload_id} "
+            f"({workload.path})"
+        )
+    backend = ((run.meta.get("config") or {}).get("backend") or {}).get("name")
+    if backend not in VLLM_BACKENDS:
+        raise ArtifactError(
+            f"{where}: a {backend} run; an oracle replay follows vLLM's own steps (a run of "
+            f"backend {' or '.join(VLLM_BACKENDS)})"
+        )
+    requests = run.requests.set_index("request_id")
+    ids = workload.intervals["request_id"].astype(int).to_numpy()
+    client = requests["arrival_time_s"].reindex(ids).to_numpy(dtype=float)
+    client = np.where(np.isfinite(client), client, scheduled)
+    engine = requests.get("engine_arrival_time_s")
+    if engine is None or not np.isfinite(engine.to_numpy(dtype=float)).any():
+        raise ArtifactError(
+            f"{run.path / layout.REQUEST_METRICS}: no engine_arrival_time_s (the run has no "
+            "engine clock: backend.engine_clock=false, or a server without spans or a step "
+            "record); an oracle replay needs when the engine queued each request"
+        )
+    engine_s = engine.reindex(ids).to_numpy(dtype=float)
+    known = np.isfinite(engine_s)
+    delay = float(np.median(engine_s[known] - client[known]))
+    engine_s = np.where(known, engine_s, client + delay)  # a failed request: the median hop
+    schedule_path = run.path / layout.ENGINE_SCHEDULE
+    log_path = run.path / layout.ENGINE_STEP_LOG
+    if schedule_path.is_file():
+        clock = oracle.from_schedule(read_csv(schedule_path, ENGINE_SCHEDULE), engine_s)
+    elif log_path.is_file():
+        clock = oracle.from_step_log(read_csv(log_path, ENGINE_STEP_LOG))
+    else:
+        raise ArtifactError(
+            f"{where}: neither {layout.ENGINE_SCHEDULE} nor {layout.ENGINE_STEP_LOG} in "
+            f"{run.path}: the run recorded no engine steps to time the replay by"
+        )
+    return ReplaySource(run.path, client, engine_s, clock)
+
+
+def schedule_with_ids(schedule: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
+    """A simulated schedule whose ``requests`` name the trace's rows, with the workload's
+    request ids instead (``row:tokens`` → ``request_id:tokens``)."""
+
+    def named(items: str) -> str:
+        out = []
+        for item in items.split():
+            row, tokens = item.split(":")
+            out.append(f"{int(ids[int(row)])}:{tokens}")
+        return " ".join(out)
+
+    frame = schedule.copy()
+    frame["requests"] = frame["requests"].astype(str).map(named)
+    return frame

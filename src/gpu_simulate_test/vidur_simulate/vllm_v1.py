@@ -1,0 +1,361 @@
+"""vLLM's V1 scheduler, step by step, in our event loop (``vidur.scheduler.name=vllm_v1``).
+
+Vidur has no scheduler for vLLM's V1 engine. This one follows vLLM 0.32's
+``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule`` and ``update_from_output``) for what
+a served request meets there with prefix caching, speculative decoding, LoRA, encoders and KV
+connectors off and synchronous scheduling (what vLLM runs on CPU):
+
+- **one token budget** (``--max-num-batched-tokens``), spent first on the running requests in
+  their order, each taking what it still lacks (a decode: one token; a prefill: the rest of its
+  prompt, or of prompt and output after a preemption), capped by the budget and the long-prefill
+  threshold (``long_prefill_token_threshold``, 0: off, and only with more than one request);
+- **KV blocks** of ``--block-size`` tokens from ``--num-gpu-blocks-override`` blocks less vLLM's
+  null block; a running request allocates what its new tokens need; when none are free the
+  **last running request is preempted** (its blocks freed, its computed tokens reset: it will
+  recompute prompt and output) and put at the head of the queue, until the request fits or is
+  itself the one preempted, which ends the running pass;
+- **waiting requests** only in a step that preempted nobody, in queue order, while the budget
+  lasts and fewer than ``--max-num-seqs`` run; admitted only if the blocks for all their tokens so
+  far are free (``scheduler_reserve_full_isl``); chunked prefill takes what the budget leaves;
+- **after the step**, every request whose computed tokens reached its tokens emits one; one that
+  has emitted its ``max_tokens`` finishes and frees its blocks.
+
+Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request the
+engine queued by ``S`` is in the queue. The next step is scheduled ``gap`` after ``E`` when there
+is work, else ``lead`` after the next arrival. :class:`StepClock` gives those three per step:
+from Vidur's predictor (gap and lead 0, body the predicted step with the fitted engine overhead)
+or from a real run's own steps (:mod:`.oracle`).
+
+The result is Vidur's per-request rows (:class:`~.event_loop.LoopResult`) plus the schedule, one
+row per step with vLLM's own split of context and generation requests (as its log counts them: a
+request resumed after preemption recomputes as generation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer
+from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
+
+NAME = "vllm_v1"
+
+
+@dataclass(frozen=True)
+class V1Params:
+    """The knobs vLLM's scheduler reads (the ``vllm`` backend's, one for one)."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    """``--num-gpu-blocks-override``: vLLM keeps one of them as its null block."""
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+
+@dataclass(frozen=True)
+class Composition:
+    """One step as vLLM's log counts it, and the batch shape Vidur's predictor reads."""
+
+    prefill_requests: int
+    prefill_tokens: int
+    decode_requests: int
+    decode_tokens: int
+    chunks: tuple[tuple[int, int], ...]
+    """(query tokens, KV tokens after the step) per scheduled request, in batch order."""
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        return (
+            self.prefill_requests,
+            self.prefill_tokens,
+            self.decode_requests,
+            self.decode_tokens,
+        )
+
+
+class StepClock(Protocol):
+    """When steps happen: per step ``index`` (from 0) and its composition."""
+
+    def gap(self, index: int) -> float:
+        """Seconds from the previous step's outputs to this step's scheduling, with work."""
+
+    def lead(self, index: int) -> float:
+        """Seconds from the arrival that woke an idle engine to this step's scheduling."""
+
+    def body(self, index: int, step: Composition) -> float:
+        """Seconds from scheduling to outputs."""
+
+
+@dataclass
+class V1Result:
+    requests: pd.DataFrame
+    """Vidur's ``request_metrics.csv`` rows, by request id."""
+    schedule: pd.DataFrame
+    """One row per step, the ``engine_schedule`` table (times on the simulation's clock)."""
+    preemptions: int
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def run_v1(
+    params: V1Params,
+    clock: StepClock,
+    arrived_at: np.ndarray,
+    prefill_tokens: np.ndarray,
+    decode_tokens: np.ndarray,
+) -> V1Result:
+    """Simulate requests (row ``i`` is request id ``i``) on vLLM's V1 scheduler."""
+    n = len(arrived_at)
+    arrivals = np.asarray(arrived_at, dtype=float)
+    order = np.argsort(arrivals, kind="stable").tolist()
+    arr = arrivals.tolist()
+    prompt = [int(x) for x in np.asarray(prefill_tokens)]
+    max_out = [int(x) for x in np.asarray(decode_tokens)]
+    bs, budget0, seqs = params.block_size, params.max_num_batched_tokens, params.max_num_seqs
+    threshold = params.long_prefill_token_threshold
+    if min(prompt, default=1) < 1 or min(max_out, default=1) < 1:
+        raise ValueError("every request needs at least one prompt and one output token")
+    if n and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
+        params.usable_blocks
+    ):
+        raise ValueError(
+            f"a request needs more KV blocks than the cache has ({params.usable_blocks} usable "
+            f"of {params.num_blocks}): vLLM would never finish it"
+        )
+
+    computed = [0] * n
+    outputs = [0] * n
+    held = [0] * n
+    scheduled_at = [math.nan] * n
+    first_token = [math.nan] * n
+    done = [math.nan] * n
+    busy_s = [0.0] * n
+    restarts = [0] * n
+    free = params.usable_blocks
+    waiting: deque[int] = deque()
+    running: list[int] = []
+    nxt = 0  # next arrival, by rank in ``order``
+    finished = 0
+    ready = 0.0  # when the engine could schedule again
+    index = 0
+    rows: list[tuple[object, ...]] = []
+    preemptions = 0
+
+    while finished < n:
+        if not running and not waiting:
+            if nxt >= n:
+                break
+            start = max(ready, arr[order[nxt]]) + max(0.0, clock.lead(index))
+        else:
+            start = ready + max(0.0, clock.gap(index))
+        while nxt < n and arr[order[nxt]] <= start:
+            waiting.append(order[nxt])
+            nxt += 1
+
+        # ---- schedule (vLLM's Scheduler.schedule) ----
+        budget = budget0
+        chosen: list[tuple[int, int, bool]] = []  # request, tokens, context
+        preempted = 0
+        i = 0
+        eligible = len(running) + len(waiting)
+        limit = threshold if eligible > 1 else 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            new = prompt[r] + outputs[r] - computed[r]
+            if 0 < limit < new:
+                new = limit
+            new = min(new, budget)
+            if new <= 0:
+                i += 1
+                continue
+            fits = True
+            while True:
+                need = cdiv(computed[r] + new, bs) - held[r]
+                if need <= free:
+                    break
+                victim = running.pop()
+                free += held[victim]
+                held[victim] = 0
+                computed[victim] = 0
+                restarts[victim] += 1
+                preempted += 1
+                waiting.appendleft(victim)
+                if victim == r:
+                    fits = False
+                    break
+            if not fits:
+                break
+            free -= need
+            held[r] += need
+            chosen.append((r, new, outputs[r] == 0))
+            budget -= new
+            i += 1
+        if not preempted:
+            while budget > 0 and waiting and len(running) < seqs:
+                r = waiting[0]
+                total = prompt[r] + outputs[r]
+                new = total
+                if 0 < limit < new:
+                    new = limit
+                if not params.enable_chunked_prefill and new > budget:
+                    break
+                new = min(new, budget)
+                if cdiv(total, bs) > free:  # the whole sequence so far must fit
+                    break
+                need = cdiv(new, bs)
+                free -= need
+                held[r] = need
+                waiting.popleft()
+                running.append(r)
+                chosen.append((r, new, outputs[r] == 0))
+                budget -= new
+        preemptions += preempted
+        if not chosen:  # every running request preempted: the queue is tried again at once
+            if not preempted:
+                raise AssertionError(f"vllm_v1: {len(waiting)} requests can never be scheduled")
+            ready = start
+            continue
+
+        chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
+        pre = [(r, new) for r, new, ctx in chosen if ctx]
+        dec = [(r, new) for r, new, ctx in chosen if not ctx]
+        step = Composition(
+            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks
+        )
+        end = start + clock.body(index, step)
+
+        # ---- outputs (vLLM's Scheduler.update_from_output) ----
+        for r, new, _ in chosen:
+            if math.isnan(scheduled_at[r]):
+                scheduled_at[r] = start
+            busy_s[r] += end - start
+            computed[r] += new
+            if computed[r] >= prompt[r] + outputs[r]:
+                outputs[r] += 1
+                if outputs[r] == 1:
+                    first_token[r] = end
+                if outputs[r] >= max_out[r]:
+                    done[r] = end
+                    free += held[r]
+                    held[r] = 0
+                    running.remove(r)
+                    finished += 1
+        rows.append(
+            (
+                index, start, end, *step.key, preempted, len(waiting), len(running),
+                " ".join(f"{r}:{new}" for r, new, _ in chosen),
+            )
+        )  # fmt: skip
+        index += 1
+        ready = end
+
+    return V1Result(
+        requests=_request_rows(arr, prompt, max_out, scheduled_at, first_token, done, busy_s,
+                               restarts),
+        schedule=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
+        preemptions=preemptions,
+    )  # fmt: skip
+
+
+SCHEDULE_COLUMNS: tuple[str, ...] = (
+    "step_index",
+    "start_time_s",
+    "end_time_s",
+    "num_prefill_requests",
+    "num_prefill_tokens",
+    "num_decode_requests",
+    "num_decode_tokens",
+    "num_preempted",
+    "num_waiting",
+    "num_running",
+    "requests",
+)
+
+
+def _request_rows(
+    arr: list[float],
+    prompt: list[int],
+    max_out: list[int],
+    scheduled_at: list[float],
+    first_token: list[float],
+    done: list[float],
+    busy_s: list[float],
+    restarts: list[int],
+) -> pd.DataFrame:
+    """Vidur's columns (MetricsStore._on_request_end) from the loop's records: execution is the
+    time in steps, preemption the rest after first scheduled."""
+    arrived = np.asarray(arr, dtype=float)
+    finished = np.asarray(done, dtype=float)
+    first = np.asarray(first_token, dtype=float)
+    sched = np.asarray(scheduled_at, dtype=float)
+    busy = np.asarray(busy_s, dtype=float)
+    outputs = np.asarray(max_out, dtype=np.int64)
+    order = np.argsort(arrived, kind="stable")
+    inter = np.full(len(arr), math.nan)
+    inter[order[1:]] = arrived[order[1:]] - arrived[order[:-1]]
+    return pd.DataFrame(
+        {
+            VIDUR_ID: np.arange(len(arr), dtype=np.int64),
+            "request_e2e_time": finished - arrived,
+            "request_execution_time": busy,
+            "request_preemption_time": (finished - sched) - busy,
+            "request_scheduling_delay": sched - arrived,
+            "prefill_e2e_time": first - arrived,
+            "decode_time_execution_plus_preemption_normalized": (finished - first) / outputs,
+            "request_num_prefill_tokens": np.asarray(prompt, dtype=np.int64),
+            "request_num_decode_tokens": outputs,
+            "request_num_restarts": np.asarray(restarts, dtype=np.int64),
+            "request_inter_arrival_delay": inter,
+        }
+    )
+
+
+class PredictorClock:
+    """Steps timed by Vidur's predictor (with the fitted engine overhead and jitter, as
+    :class:`~.loop_setup.BatchTimer` gives them), back to back: no pause between steps."""
+
+    def __init__(self, timer: BatchTimer) -> None:
+        self.timer = timer
+
+    def gap(self, index: int) -> float:
+        return 0.0
+
+    def lead(self, index: int) -> float:
+        return 0.0
+
+    def body(self, index: int, step: Composition) -> float:
+        """Vidur's shape of the step: one-token entries are decodes (their mean KV size rounded
+        up to the granularity), the others prefill chunks with their KV size rounded up."""
+        g = self.timer.granularity
+        total_q = 0
+        ones = ones_kv = 0
+        prefills: list[tuple[int, int]] = []
+        for q, kv in step.chunks:
+            total_q += q
+            if q == 1:
+                ones += 1
+                ones_kv += kv
+            else:
+                prefills.append(((kv + g - 1) // g * g, q))
+        mean_kv = 0
+        if ones:
+            mean_kv = int(ones_kv / ones)
+            mean_kv = (mean_kv + g - 1) // g * g
+        value = self.timer.time(total_q, ones, mean_kv, tuple(prefills))
+        if self.timer.jitter is not None:
+            value = value * self.timer.jitter()
+        return value
