@@ -15,7 +15,12 @@ import pytest
 from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
-from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG, REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.io.schemas import (
+    ENGINE_SCHEDULE,
+    ENGINE_STEP_LOG,
+    REQUEST_METRICS,
+    TOKEN_METRICS,
+)
 from tests.conftest import run_cli
 
 pytestmark = [
@@ -87,10 +92,17 @@ def test_a_real_vllm_server_replays_the_workload_exactly(tmp_path: Path) -> None
     assert metrics["delta"]["vllm:prompt_tokens_total"] == requests.num_prefill_tokens.sum()
     assert (run / "server.log").stat().st_size > 0
 
-    # the engine's own clock, from the server's spans: every request has it, inside the client's
+    # the engine's own clock, from its scheduler's step record: every request has it, inside
+    # the client's, and the recorded steps are the steps vLLM logged
     clock = meta["engine_log"]["engine_clock"]
-    assert clock["source"] == "otlp" and clock["requests"] == 12
-    assert clock["requests_without_span"] == 0 and clock["export_errors"] == 0
+    assert clock["source"] == "engine_steps" and clock["requests"] == 12
+    assert clock["steps"] == len(steps) and clock["unreadable_lines"] == 0
+    schedule = read_csv(run / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    phases = ["num_prefill_requests", "num_prefill_tokens", "num_decode_tokens"]
+    assert (schedule[phases].to_numpy() == steps[phases].to_numpy()).all()
+    assert (schedule.start_time_s < schedule.end_time_s).all()
+    first_step = requests.engine_scheduled_time_s.min()
+    assert schedule.start_time_s.iloc[0] == pytest.approx(first_step, abs=1e-9)
     assert requests.engine_ttft_s.notna().all() and requests.engine_e2e_s.notna().all()
     assert (requests.engine_ttft_s < requests.ttft_s).all()  # the front end is outside it
     assert (requests.engine_e2e_s < requests.e2e_s).all()

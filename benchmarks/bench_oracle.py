@@ -1,0 +1,188 @@
+"""Does our vLLM V1 scheduler take the steps vLLM takes? Oracle replays of real vLLM runs.
+
+Every real run is replayed by ``vidur_simulate step_times_from=<run>`` (vLLM's V1 scheduler in
+our event loop, timed by the run's own recorded steps and queued at the engine's own arrival
+stamps), then ``compare``d with it as a user runs both stages. Per run it prints the share of
+steps with the same composition (step k against step k), the preemptions on both sides, the
+first divergence, and the engine-clock errors of TTFT, TPOT and E2E at p50 and p90 (the
+fidelity warm-up left out). Issue 27's targets: >= 98% of steps the same, every error within 2%,
+preemptions within 10%.
+
+Runs: the fidelity stage's real phase (its defaults: tiny Qwen3 on CPU against vLLM, loads at
+20/50/85% of the measured capacity, each load twice; ``--campaign`` reads one made before), and
+one preempting load: the 50% workload against a server with ``--preempt-blocks`` KV blocks
+(``--preempt-run`` reads one made before).
+
+Run: ``python -m benchmarks.bench_oracle [--campaign tmp/fidelity/X] [--preempt-run DIR]
+[--preempt-blocks 10] [--out F.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_truth import real_dirs, run_campaign
+from gpu_simulate_test.fidelity.manifest import load_plan, read_manifest
+
+METRICS = ("ttft", "tpot", "e2e")
+STATS = ("p50", "p90")
+
+
+def cli(stage: str, *overrides: str) -> None:
+    cmd = [sys.executable, "-m", f"gpu_simulate_test.cli.{stage}", *overrides]
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def knobs(run: Path) -> list[str]:
+    backend = json.loads((run / "run_meta.json").read_text())["config"]["backend"]
+    return [
+        "vidur.scheduler.name=vllm_v1",
+        f"vidur.scheduler.chunk_size={backend['max_batch_tokens']}",
+        f"vidur.scheduler.batch_size_cap={backend['max_requests_per_batch']}",
+        f"vidur.scheduler.block_size={backend['block_size']}",
+        f"vidur.scheduler.num_blocks={backend['num_blocks']}",
+    ]
+
+
+def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[str, Any]:
+    """Oracle-replay one real run and compare; the figures of its comparison."""
+    meta = json.loads((run / "run_meta.json").read_text())
+    name = f"{run.parent.parent.parent.name}-{run.name}"
+    cli(
+        "vidur_simulate",
+        f"workload_dir={meta['workload_dir']}",
+        f"step_times_from={run}",
+        f"profiling_root={profiles}",
+        f"output.root={out_root}",
+        f"output.run_id={name}",
+        "progress=false",
+        *knobs(run),
+    )
+    sim = out_root / "vidur_simulate" / name
+    cli(
+        "compare",
+        f"real_run_dir={run}",
+        f"sim_run_dir={sim}",
+        f"compare.warmup_s={warmup_s}",
+        f"output.root={out_root}",
+        f"output.run_id={name}",
+        "progress=false",
+    )
+    data = json.loads((out_root / "compare" / name / "comparison.json").read_text())
+    steps = data["steps"]
+    errors = {
+        f"{row['metric']}_{row['stat']}": row["error_vs_engine"]
+        for row in data["clocks"]
+        if row["metric"] in METRICS and row["stat"] in STATS
+    }
+    sim_meta = json.loads((sim / "run_meta.json").read_text())
+    return {
+        "run": str(run),
+        "requests": meta["num_requests"],
+        "same_composition_fraction": steps["same_composition_fraction"],
+        "real_steps": steps["alignment"]["real_steps"],
+        "sim_steps": steps["alignment"]["sim_steps"],
+        "preemptions": steps["alignment"]["preemptions"],
+        "first_divergence": steps["alignment"]["first_divergence"],
+        "step_times": (sim_meta.get("oracle") or {}).get("step_times"),
+        "engine_errors": errors,
+        "simulation_s": sim_meta["timings_s"]["simulation"],
+    }
+
+
+def preempting_run(campaign: Path, blocks: int) -> Path:
+    """The 50% load's workload against a server with ``blocks`` KV blocks."""
+    out = campaign / "oracle"
+    workload = next(
+        campaign / "runs" / "workload" / r.real_dir.split("/")[-1]
+        for r in load_plan(read_manifest(campaign))
+        if abs(r.load_fraction - 0.5) < 1e-9
+    )
+    run_id = f"preempt-{blocks}"
+    cli(
+        "real_bench",
+        f"workload_dir={workload}",
+        "backend=vllm",
+        "backend.max_batch_tokens=256",
+        f"backend.num_blocks={blocks}",
+        f"output.root={out}",
+        f"output.run_id={run_id}",
+        "progress=false",
+    )
+    return out / "real_bench" / run_id
+
+
+def row(label: str, figures: dict[str, Any]) -> str:
+    errors = figures["engine_errors"]
+    worst = max(abs(v) for v in errors.values())
+    pre = figures["preemptions"]
+    return (
+        f"| {label} | {figures['requests']} | {figures['real_steps']} / {figures['sim_steps']} "
+        f"| {figures['same_composition_fraction']:.2%} | {pre['real']} / {pre['sim']} | "
+        + " | ".join(f"{errors[f'{m}_{s}']:+.2%}" for m in METRICS for s in STATS)
+        + f" | {worst:.2%} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--campaign", type=Path, help="a fidelity campaign run before")
+    parser.add_argument("--preempt-run", type=Path, help="a preempting real_bench run")
+    parser.add_argument("--preempt-blocks", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None)
+    args, overrides = parser.parse_known_args()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    campaign = args.campaign or run_campaign("default", f"oracle-{stamp}", overrides)
+    manifest = read_manifest(campaign)
+    warmup_s = float(manifest.get("warmup_s", 0.0))
+    profiles = campaign / "profiles"
+    out_root = campaign / "oracle"
+    results: list[dict[str, Any]] = []
+    for record in load_plan(manifest):
+        for run in real_dirs(campaign, record):
+            figures = replay(run, profiles, out_root, warmup_s)
+            figures["label"] = f"{record.load_fraction:.0%} load, {run.name}"
+            results.append(figures)
+    preempt = args.preempt_run or preempting_run(campaign, args.preempt_blocks)
+    figures = replay(preempt, profiles, out_root, warmup_s)
+    figures["label"] = f"preempting ({preempt.name})"
+    results.append(figures)
+
+    header = (
+        "| run | requests | steps real / sim | same composition | preemptions real / sim | "
+        + " | ".join(f"{m.upper()} {s}" for m in METRICS for s in STATS)
+        + " | largest |"
+    )
+    print("\n" + header + "\n|" + " --- |" * (header.count("|") - 1))
+    for figures in results:
+        print(row(figures["label"], figures))
+    for figures in results:
+        if figures["first_divergence"]:
+            print(f"- {figures['label']}: first divergence {figures['first_divergence']}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(sys.argv),
+                    "date": stamp,
+                    "campaign": str(campaign),
+                    "device": manifest.get("device"),
+                    "versions": manifest.get("versions"),
+                    "results": results,
+                },
+                indent=1,
+                default=str,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
