@@ -171,7 +171,7 @@ def test_the_same_steps_as_vllm_s_own_scheduler(vllm_config: Any, seed: int) -> 
     ours = run_v1(params, OneSecond(), arrivals, prompts, outputs)
     theirs, preempted = vllm_steps(vllm_config, params, arrivals, prompts, outputs)
     mine = ours.schedule["requests"].tolist()
-    k = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    k = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), None)
     assert k is None and len(mine) == len(theirs), (
         f"{params}: first difference at step {k}: ours {mine[k] if k is not None else None} vs "
         f"vLLM {theirs[k] if k is not None else None} ({len(mine)} vs {len(theirs)} steps)"
