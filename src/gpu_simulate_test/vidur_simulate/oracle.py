@@ -117,10 +117,11 @@ def from_schedule(schedule: pd.DataFrame, queued_s: np.ndarray) -> OracleClock:
     end = schedule["end_time_s"].to_numpy(dtype=float)
     queued = np.sort(np.asarray(queued_s, dtype=float))
     prev_end = np.concatenate([[-np.inf], end[:-1]])
-    # the last arrival the engine queued before scheduling step k, and whether it came after
-    # the previous step's outputs: then the engine may have been idle
-    last = np.searchsorted(queued, start, side="right") - 1
-    last_q = np.where(last >= 0, queued[np.maximum(last, 0)], -np.inf)
+    # the arrival that woke an idle engine: the first it queued after the previous step's
+    # outputs (later ones, queued before scheduling, join the same step)
+    first = np.searchsorted(queued, prev_end, side="right")
+    wake = np.where(first < len(queued), queued[np.minimum(first, len(queued) - 1)], np.inf)
+    wake = np.where(wake <= start, wake, start)
     # idle when no request was unfinished at the previous step's end: every one queued by then
     # had finished. Finished = its last step ended; count with the schedule's running set.
     running_before = np.concatenate([[0], schedule["num_running"].to_numpy()[:-1]])
@@ -128,7 +129,7 @@ def from_schedule(schedule: pd.DataFrame, queued_s: np.ndarray) -> OracleClock:
     finishing = _finishing(schedule)
     busy = (running_before - np.concatenate([[0], finishing[:-1]]) + waiting_before) > 0
     gaps = np.where(busy, start - prev_end, np.nan)
-    leads = np.where(busy, np.nan, start - last_q)
+    leads = np.where(busy, np.nan, start - wake)
     keys = [tuple(int(v) for v in row) for row in schedule[list(KEY)].to_numpy()]
     return OracleClock(keys, end - start, gaps, leads, exact=True)  # type: ignore[arg-type]
 

@@ -304,9 +304,8 @@ def _request_rows(
     sched = np.asarray(scheduled_at, dtype=float)
     busy = np.asarray(busy_s, dtype=float)
     outputs = np.asarray(max_out, dtype=np.int64)
-    order = np.argsort(arrived, kind="stable")
-    inter = np.full(len(arr), math.nan)
-    inter[order[1:]] = arrived[order[1:]] - arrived[order[:-1]]
+    inter = np.full(len(arr), math.nan)  # Vidur's: from the previous request by id
+    inter[1:] = arrived[1:] - arrived[:-1]
     return pd.DataFrame(
         {
             VIDUR_ID: np.arange(len(arr), dtype=np.int64),
