@@ -21,6 +21,7 @@ Run: ``python -m benchmarks.bench_event_loop [--sizes 100000] [--million] [--che
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import subprocess
 import sys
@@ -49,7 +50,12 @@ SCHEDULER = VidurSchedulerConfig(name="sarathi", batch_size_cap=32, chunk_size=5
 
 
 def config(
-    root: Path, workload: Path, run_id: str, loop: str = "fast", step_log: bool = True
+    root: Path,
+    workload: Path,
+    run_id: str,
+    loop: str = "fast",
+    step_log: bool = True,
+    scheduler: VidurSchedulerConfig = SCHEDULER,
 ) -> VidurSimulateStageConfig:
     return VidurSimulateStageConfig(
         model=QWEN3_TINY,
@@ -57,7 +63,7 @@ def config(
         workload_dir=str(workload),
         profiling_root=str(root / "profiles"),
         vidur=VidurConfig(
-            scheduler=SCHEDULER,
+            scheduler=scheduler,
             predictor=VidurPredictorConfig(cache_dir=str(root / "cache")),
             event_loop=loop,
             step_log=step_log,
@@ -95,6 +101,12 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also run the stage on Vidur's loop")
     parser.add_argument("--million", action="store_true")
     parser.add_argument("--million-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--scheduler",
+        default="sarathi",
+        help="sarathi (Vidur's, the reference), or vllm_v1 (vLLM's, our loop only: no bare "
+        "Vidur, no --check)",
+    )
     args = parser.parse_args()
     if args.million_child:
         million(Path(args.million_child), args.qps)
@@ -110,22 +122,25 @@ def main() -> None:
             config(root, make_workload(root, WARMUP_REQUESTS, args.qps), "warm")
         )
         print(f"warm-up, {WARMUP_REQUESTS} requests (trains the predictor) {warm:8.2f} s")
+        chosen = dataclasses.replace(SCHEDULER, name=args.scheduler)
         for n in sizes:
             workload = make_workload(root, n, args.qps)
-            fast_s, fast_dir, meta = time_stage(config(root, workload, f"fast{n}"))
+            fast_s, fast_dir, meta = time_stage(
+                config(root, workload, f"fast{n}", scheduler=chosen)
+            )
             assert meta["event_loop"] == "fast", meta.get("event_loop_note")
             assert meta["predictor_cache"] == "hit", "the warm-up did not cover this size"
             print(f"requests                           {n:>12,}")
             print(f"  stage, our loop                  {fast_s:12.2f} s  ({n / fast_s:,.0f} req/s)")
             print(f"    of which simulation            {meta['timings_s']['simulation']:12.2f} s")  # type: ignore[index]
-            if args.check:
+            if args.check and args.scheduler == "sarathi":
                 ref_s, ref_path, _ = time_stage(config(root, workload, f"vidur{n}", "vidur"))
                 same = all(
                     (fast_dir / name).read_bytes() == (ref_path / name).read_bytes()
                     for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG)
                 )
                 print(f"  stage, Vidur's loop              {ref_s:12.2f} s  (same bytes: {same})")
-            if n in bare_sizes:
+            if n in bare_sizes and args.scheduler == "sarathi":
                 bare_s, rows = time_bare(config(root, workload, f"bare{n}", "vidur"), root)
                 assert rows == n, f"bare Vidur wrote {rows} rows for {n} requests"
                 ratio = bare_s / fast_s

@@ -97,9 +97,8 @@ def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[s
     }
 
 
-def preempting_run(campaign: Path, blocks: int) -> Path:
+def preempting_run(campaign: Path, blocks: int, out: Path) -> Path:
     """The 50% load's workload against a server with ``blocks`` KV blocks."""
-    out = campaign / "oracle"
     workload = next(
         campaign / "runs" / "workload" / r.real_dir.split("/")[-1]
         for r in load_plan(read_manifest(campaign))
@@ -143,14 +142,14 @@ def main() -> None:
     manifest = read_manifest(campaign)
     warmup_s = float(manifest.get("warmup_s", 0.0))
     profiles = campaign / "profiles"
-    out_root = campaign / "oracle"
+    out_root = campaign / f"oracle-{stamp}"
     results: list[dict[str, Any]] = []
     for record in load_plan(manifest):
         for run in real_dirs(campaign, record):
             figures = replay(run, profiles, out_root, warmup_s)
             figures["label"] = f"{record.load_fraction:.0%} load, {run.name}"
             results.append(figures)
-    preempt = args.preempt_run or preempting_run(campaign, args.preempt_blocks)
+    preempt = args.preempt_run or preempting_run(campaign, args.preempt_blocks, out_root)
     figures = replay(preempt, profiles, out_root, warmup_s)
     figures["label"] = f"preempting ({preempt.name})"
     results.append(figures)

@@ -13,9 +13,11 @@ What it reproduces (one replica, one pipeline stage, the round-robin global sche
 
 - **the order of events**: Vidur orders events by time, then by creation, so requests arriving
   at the instant a batch ends are queued before the next batch is formed;
-- **each scheduler's batch**, including Sarathi's order of running prefills (a prefill that got
-  no chunk budget moves ahead of those that did) and the KV-block accounting that gates
-  admission (the watermark, one block per ``block_size`` decoded tokens);
+- **each scheduler's batch**, formed by one class per scheduler over a shared KV-block base
+  (:mod:`.batch_forming`, as Vidur has one replica scheduler class per scheduler), including
+  Sarathi's order of running prefills (a prefill that got no chunk budget moves ahead of those
+  that did) and the KV-block accounting that gates admission (the watermark, one block per
+  ``block_size`` decoded tokens);
 - **each batch's execution time**: Vidur's own predictor is called with a batch of the same
   shape (its inputs are the total query tokens, the decodes' count and rounded mean KV size and
   each prefill chunk with its rounded KV size), memoized on that shape; the engine overhead and
@@ -47,8 +49,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.vidur_simulate.batch_forming import FORMERS
 from gpu_simulate_test.vidur_simulate.loop_setup import (
-    SCHEDULERS,
     BatchTimer,
     KvCacheExhausted,
     LoopParams,
@@ -91,20 +93,18 @@ def run_loop(
     dec: list[int] = [int(x) for x in np.asarray(decode_tokens)[order]]
     ids = order.tolist()
 
-    scheduler = params.scheduler
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"no fast event loop for scheduler {scheduler!r}")
-    sarathi, vllm, orca = scheduler == "sarathi", scheduler == "vllm", scheduler == "orca"
-    bs, num_blocks, watermark = params.block_size, params.num_blocks, params.watermark_blocks
-    cap, micro = params.batch_size_cap, params.max_micro_batch_size
-    chunk, max_batch_tokens = params.chunk_size, params.max_tokens_in_batch
-    orca_blocks = params.max_blocks_per_sequence
+    if params.scheduler not in FORMERS:
+        raise ValueError(f"no fast event loop for scheduler {params.scheduler!r}")
+    sched = FORMERS[params.scheduler](params, pre, arr)  # forms batches, keeps the KV blocks
+    form = sched.form
+    tracks = sched.tracks_decode_blocks  # orca reserves a sequence's blocks at admission
+    bs, num_blocks = params.block_size, params.num_blocks
+    blocks, blocks_due = sched.blocks, sched.due
     g = timer.granularity
     time_of, jitter = timer.time, timer.jitter
 
     # per request (by arrival rank)
     proc = [0] * n  # processed tokens while in prefill
-    blocks = [0] * n  # KV blocks held (after its last allocation)
     sched_at = [0.0] * n
     scheduled = [False] * n
     last_end: list[float] = [0] * n  # Vidur's 0 = never
@@ -126,10 +126,7 @@ def run_loop(
     last_dec_end = 0.0
     completes_at: dict[int, list[int]] = {}
     completion_heap: list[int] = []  # the keys of completes_at
-    blocks_due: dict[int, int] = {}
 
-    allocated = 0  # KV blocks
-    holders = 0  # requests holding blocks (Vidur's len(_allocation_map))
     prefilling: list[int] = []  # sarathi's running prefills, in its order
     head = 0  # the replica's request queue is ranks head..tail-1
     tail = 0
@@ -152,7 +149,7 @@ def run_loop(
         else:
             completes_at[done_index] = [r]
             heappush(completion_heap, done_index)
-        if orca:
+        if not tracks:
             return
         # a new block each time processed tokens pass a multiple of block_size
         held = blocks[r]
@@ -191,8 +188,8 @@ def run_loop(
                         done_at[r] = t_end
                         exec_time[r] = exec_acc[r]
                         preempt_time[r] = pre_acc[r]
-                        allocated -= blocks[r]
-                        holders -= 1
+                        sched.allocated -= blocks[r]
+                        sched.holders -= 1
                     else:
                         proc[r] = p
                         entering.append(r)
@@ -211,14 +208,13 @@ def run_loop(
                         dec_gap[j0 + 1 : jc + 1],
                         pre_acc[r] + (dec_sched[j0] - last_end[r]),
                     )
-                    allocated -= blocks[r]
-                    holders -= 1
+                    sched.allocated -= blocks[r]
+                    sched.holders -= 1
                     num_dec -= 1
                     processed_sum -= pre[r] + dec[r]
             for r in entering:
                 enter_decode(r)
-            if sarathi:
-                prefilling = skipped_sorted + still
+            prefilling = skipped_sorted + still  # only Sarathi has prefills left running
             t = t_end
             busy = False
         else:
@@ -229,77 +225,13 @@ def run_loop(
             while tail < n and arr[tail] == t:
                 tail += 1
 
-        # ---- form the next batch at time t ----
-        entries, entering, still, skipped_sorted = [], [], [], []
-        batch_decodes = 0
-        total_q = 0
-        if vllm:
-            while head < tail:
-                q = pre[head]
-                need = -(-q // bs)
-                if num_blocks - allocated - need < watermark:
-                    break
-                if total_q + q > max_batch_tokens or holders == cap or len(entries) == micro:
-                    break
-                allocated += need
-                blocks[head] = need
-                holders += 1
-                entries.append((head, q))
-                total_q += q
-                head += 1
-            if not entries and num_dec:
-                batch_decodes = num_dec
-        else:
-            batch_decodes = num_dec
-        if batch_decodes and not orca:
-            due = blocks_due.pop(next_dec, 0)
-            if num_blocks - allocated - due < 1:
-                raise KvCacheExhausted(t, num_dec, due, num_blocks - allocated, num_blocks)
-            allocated += due
-        total_q += batch_decodes
-        if sarathi:
-            skipped = []
-            for r in prefilling:
-                q = pre[r] - proc[r]
-                if q > chunk - total_q:
-                    q = chunk - total_q
-                if q <= 0:
-                    skipped.append(r)
-                    continue
-                total_q += q
-                entries.append((r, q))
-            skipped_sorted = sorted(skipped, key=arr.__getitem__) if len(skipped) > 1 else skipped
-            while head < tail:
-                if holders == cap or batch_decodes + len(entries) == micro:
-                    break
-                need = -(-pre[head] // bs)
-                if num_blocks - allocated - need < watermark:
-                    break
-                q = pre[head]
-                if q > chunk - total_q:
-                    q = chunk - total_q
-                if q <= 0:
-                    break
-                allocated += need
-                blocks[head] = need
-                holders += 1
-                total_q += q
-                entries.append((head, q))
-                head += 1
-        elif orca:
-            while head < tail and batch_decodes + len(entries) < micro:
-                if num_blocks - allocated < orca_blocks:
-                    break
-                allocated += orca_blocks
-                blocks[head] = orca_blocks
-                holders += 1
-                q = pre[head]
-                total_q += q
-                entries.append((head, q))
-                head += 1
+        # ---- form the next batch at time t (the scheduler's own piece) ----
+        entries, batch_decodes, total_q, skipped_sorted, head = form(
+            head, tail, num_dec, next_dec, prefilling, proc, t
+        )
+        entering, still = [], []
         if not entries and not batch_decodes:
-            if sarathi:
-                prefilling = skipped_sorted
+            prefilling = skipped_sorted
             continue  # idle until the next arrival
 
         # ---- a run of decode-only batches that end without an event: in bulk ----
@@ -323,10 +255,10 @@ def run_loop(
                     k = bisect_left(ends, next_arr, 1) - 1  # batches ending before the arrival
                     first, last = next_dec + 1, next_dec + k
                     due = sum(map(blocks_due.pop, range(first, last + 1), repeat(0, k)))
-                    if not orca and num_blocks - allocated - due < 1:
-                        free = num_blocks - allocated
+                    if tracks and num_blocks - sched.allocated - due < 1:
+                        free = num_blocks - sched.allocated
                         raise KvCacheExhausted(ends[k], num_dec, due, free, num_blocks)
-                    allocated += due
+                    sched.allocated += due
                     if k:
                         dec_exec.extend(repeat(e0, k))
                         dec_sched.extend(ends[:k])
@@ -363,12 +295,8 @@ def run_loop(
                 processed_sum += num_dec
                 next_dec += 1
                 t = t_end
-                if not orca:
-                    due = blocks_due.pop(next_dec, 0)
-                    if num_blocks - allocated - due < 1:
-                        free = num_blocks - allocated
-                        raise KvCacheExhausted(t, num_dec, due, free, num_blocks)
-                    allocated += due
+                if tracks:
+                    sched.grow_decodes(next_dec, t, num_dec)
             batch_decodes = num_dec
 
         # ---- its shape, its time ----
