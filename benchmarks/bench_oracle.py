@@ -137,7 +137,7 @@ def main() -> None:
     parser.add_argument("--preempt-blocks", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
     args, overrides = parser.parse_known_args()
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     campaign = args.campaign or run_campaign("default", f"oracle-{stamp}", overrides)
     manifest = read_manifest(campaign)
     warmup_s = float(manifest.get("warmup_s", 0.0))
