@@ -170,7 +170,7 @@ def main() -> None:
         args.out.write_text(
             json.dumps(
                 {
-                    "command": " ".join(sys.argv),
+                    "command": " ".join(["python -m benchmarks.bench_oracle", *sys.argv[1:]]),
                     "date": stamp,
                     "campaign": str(campaign),
                     "device": manifest.get("device"),
