@@ -84,6 +84,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.spans_path: Path | None = None
         self.steps_path: Path | None = None
         self.record: step_record.StepRecord | None = None
+        self.record_offset = 0.0
         self.run_token = uuid.uuid4().hex[:8]
         """Tags this run's requests (``request_id``), so their spans are told from others'."""
         self.wall_minus_perf_s = time.time() - time.perf_counter()
@@ -272,7 +273,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         stamped: set[int] = set()
         clock: dict[str, Any] = {"source": None}
         if self.steps_path is not None and self.steps_path.is_file():
-            offset = clock_offset_s()
+            offset = self.record_offset = clock_offset_s()  # one offset for stamps and table
             self.record = step_record.read_record(self.steps_path, self.run_token, wanted)
             for rid, st in self.record.requests.items():
                 if st.queued is None or not st.token_times:
@@ -364,7 +365,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 "unreadable_step_line_examples": examples,
             }
         if self.record is not None and len(self.record.steps):
-            table = self.record.table(clock_offset_s(), origin)
+            table = self.record.table(self.record_offset, origin)
             write_csv(run_dir / layout.ENGINE_SCHEDULE, table, ENGINE_SCHEDULE)
         delta = metrics_delta(self.metrics_before, self.metrics_after)
         write_json(
