@@ -10,11 +10,8 @@ import pytest
 
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.overhead import FrontEnd
-from gpu_simulate_test.vidur_profile.engine_steps import (
-    Experiment,
-    frontend_latency,
-    step_log_samples,
-)
+from gpu_simulate_test.vidur_profile.engine_steps import Experiment, step_log_samples
+from gpu_simulate_test.vidur_profile.frontend import frontend_latency
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate.stage import running_at_send
 

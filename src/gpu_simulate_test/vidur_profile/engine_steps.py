@@ -371,81 +371,6 @@ def step_log_samples(
     return {exp: t for exp, t in samples.items() if t}
 
 
-def _line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """``(intercept, slope)`` of y over x by least squares, slope and intercept >= 0 (a flat
-    line at the median with one x)."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(np.unique(xs)) < 2:
-        return max(0.0, float(np.median(ys))), 0.0
-    slope, intercept = np.polyfit(xs, ys, 1)
-    if slope < 0:
-        return max(0.0, float(np.median(ys))), 0.0
-    if intercept < 0:  # through the origin instead
-        return 0.0, max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))
-    return float(intercept), float(slope)
-
-
-def frontend_latency(
-    experiments: Sequence[Experiment],
-    groups: Sequence[Sequence[BenchRequest]],
-    recorder: Recorder,
-    starts: Sequence[float],
-    steps: pd.DataFrame,
-) -> dict[str, Any] | None:
-    """The front end's latency around a prompt's step, and how its input side grows with the
-    requests the server is already streaming (ms).
-
-    - Idle prefills (0 running): the **total** is what the client's TTFT has beyond the prompt's
-      step at its full cost (what a simulated step costs); the **input** is from the client's
-      send to the step's start (the log line's time less the step's own time), capped at the
-      total; ``output_ms`` is the rest (the result's way back).
-    - Mixed experiments' newcomers (B decoders running): the newcomer reached the engine after the
-      previous step started (else that step would have taken it) and before its own step started;
-      its input is taken as the middle of that window, from its send.
-
-    The input medians per number of running requests are fitted with a non-negative line,
-    ``input_ms + input_per_running_ms · running``: on 2 CPU cores the API server streams every
-    running request's tokens on the cores the engine and the client use, and a newcomer waits
-    behind them. None without idle prefill steps.
-    """
-    _, loop = step_cost_ms(steps)
-    times = steps["time_s"].to_numpy(dtype=float)
-    starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
-    inputs: dict[int, list[float]] = {}
-    totals: list[float] = []
-    for i, exp, rows in _windows(experiments, starts, steps):
-        if exp.phase == "decode":
-            continue
-        running = exp.batch_size if exp.phase == "mixed" else 0
-        rec = recorder.records[groups[i][-1].request_id]  # the prompt (a mixed one's newcomer)
-        if not rows.size or rec.arrival_s is None or not rec.event_times_s:
-            continue
-        k = int(rows[0])
-        sent, start = rec.arrival_s, float(starts_at[k])
-        if running == 0:
-            inputs.setdefault(0, []).append(1000.0 * (start - sent))
-            elapsed = float(times[k]) - start
-            totals.append(1000.0 * (rec.event_times_s[0] - sent - elapsed) - loop)
-        elif k > 0:
-            earliest = max(sent, float(starts_at[k - 1]))
-            inputs.setdefault(running, []).append(1000.0 * ((earliest + start) / 2.0 - sent))
-    if 0 not in inputs:
-        return None
-    total = max(0.0, float(np.median(totals)))
-    medians = {n: float(np.median(v)) for n, v in sorted(inputs.items())}
-    medians[0] = min(total, max(0.0, medians[0]))
-    in_a, in_b = _line(list(medians), list(medians.values()))
-    in_a = min(in_a, total)
-    return {
-        "input_ms": round(in_a, 4),
-        "input_per_running_ms": round(in_b, 4),
-        "output_ms": round(total - in_a, 4),
-        "engine_loop_ms": round(loop, 4),
-        "measured_input_ms": {str(n): round(v, 4) for n, v in medians.items()},
-        "samples": {str(n): len(v) for n, v in inputs.items()},
-    }
-
-
 def _run_experiment(
     backend: Any,
     recorder: Recorder,
@@ -505,8 +430,17 @@ def calibrate(
     if logged is not None and not logged.empty:
         from_log = step_log_samples(experiments, starts, logged)
         if {e.phase for e in from_log} >= {"prefill", "decode"}:
+            from gpu_simulate_test.vidur_profile.frontend import (
+                checked,
+                frontend_from_engine_clock,
+                frontend_latency,
+            )
+
             samples, source = from_log, "engine step log"
             frontend = frontend_latency(experiments, groups, recorder, starts, logged)
+            stamped = frontend_from_engine_clock(recorder)  # exact where the engine stamps
+            if stamped is not None:
+                frontend = checked(stamped, frontend)
     rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)
     info = {
         "version": CALIBRATION_VERSION,

@@ -1,0 +1,201 @@
+"""The serving front end around the engine, measured by the engine calibration (milliseconds).
+
+A request reaches the engine's scheduler ``input_ms + input_per_running_ms · running`` after the
+client sent it (``running``: requests in flight at the send) and each token reaches the client
+``output_ms`` after the engine made it (:class:`gpu_simulate_test.core.overhead.FrontEnd`).
+
+Two readings, one checking the other:
+
+- :func:`frontend_from_engine_clock`, where the engine stamps every request itself (a vLLM server
+  with the recording scheduler, :mod:`gpu_simulate_test.core.engines.step_record`): input is the
+  engine's queue stamp less the client's send, output the client's first token less the engine's,
+  for **every** calibration request (decoders and newcomers alike), each with the requests in
+  flight at its send. The line through them is a Theil-Sen fit (the median of the pairwise
+  slopes, the median intercept): no single reading, and no single group of readings, decides it;
+- :func:`frontend_latency`, from the engine's iteration log (each step's log line, read off the
+  server's output, less its own time): what a server without stamps gives. A line read late (the
+  API server busy, a first step after a pause) inflates the input it implies: on 2 cores this is
+  how an idle engine's input once read 59 ms against 3 ms.
+
+The calibration keeps the first where there is one and records the second beside it with their
+difference (``check``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder, RequestRecord
+from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
+from gpu_simulate_test.vidur_profile.engine_steps import Experiment, _windows
+
+CHECK_TOLERANCE_MS = 2.0
+"""The two readings of the front end's total agree when within this, or within
+:data:`CHECK_TOLERANCE_FRACTION` of the stamped one."""
+CHECK_TOLERANCE_FRACTION = 0.5
+
+
+def _line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of y over x by least squares, slope and intercept >= 0 (a flat
+    line at the median with one x)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(xs)) < 2:
+        return max(0.0, float(np.median(ys))), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if slope < 0:
+        return max(0.0, float(np.median(ys))), 0.0
+    if intercept < 0:  # through the origin instead
+        return 0.0, max(0.0, float(np.dot(xs, ys) / np.dot(xs, xs)))
+    return float(intercept), float(slope)
+
+
+def frontend_latency(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    starts: Sequence[float],
+    steps: pd.DataFrame,
+) -> dict[str, Any] | None:
+    """The front end's latency around a prompt's step, and how its input side grows with the
+    requests the server is already streaming (ms).
+
+    - Idle prefills (0 running): the **total** is what the client's TTFT has beyond the prompt's
+      step at its full cost (what a simulated step costs); the **input** is from the client's
+      send to the step's start (the log line's time less the step's own time), capped at the
+      total; ``output_ms`` is the rest (the result's way back).
+    - Mixed experiments' newcomers (B decoders running): the newcomer reached the engine after the
+      previous step started (else that step would have taken it) and before its own step started;
+      its input is taken as the middle of that window, from its send.
+
+    The input medians per number of running requests are fitted with a non-negative line,
+    ``input_ms + input_per_running_ms · running``: on 2 CPU cores the API server streams every
+    running request's tokens on the cores the engine and the client use, and a newcomer waits
+    behind them. None without idle prefill steps.
+    """
+    _, loop = step_cost_ms(steps)
+    times = steps["time_s"].to_numpy(dtype=float)
+    starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
+    inputs: dict[int, list[float]] = {}
+    totals: list[float] = []
+    for i, exp, rows in _windows(experiments, starts, steps):
+        if exp.phase == "decode":
+            continue
+        running = exp.batch_size if exp.phase == "mixed" else 0
+        rec = recorder.records[groups[i][-1].request_id]  # the prompt (a mixed one's newcomer)
+        if not rows.size or rec.arrival_s is None or not rec.event_times_s:
+            continue
+        k = int(rows[0])
+        sent, start = rec.arrival_s, float(starts_at[k])
+        if running == 0:
+            inputs.setdefault(0, []).append(1000.0 * (start - sent))
+            elapsed = float(times[k]) - start
+            totals.append(1000.0 * (rec.event_times_s[0] - sent - elapsed) - loop)
+        elif k > 0:
+            earliest = max(sent, float(starts_at[k - 1]))
+            inputs.setdefault(running, []).append(1000.0 * ((earliest + start) / 2.0 - sent))
+    if 0 not in inputs:
+        return None
+    total = max(0.0, float(np.median(totals)))
+    medians = {n: float(np.median(v)) for n, v in sorted(inputs.items())}
+    medians[0] = min(total, max(0.0, medians[0]))
+    in_a, in_b = _line(list(medians), list(medians.values()))
+    in_a = min(in_a, total)
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "output_ms": round(total - in_a, 4),
+        "engine_loop_ms": round(loop, 4),
+        "measured_input_ms": {str(n): round(v, 4) for n, v in medians.items()},
+        "samples": {str(n): len(v) for n, v in inputs.items()},
+    }
+
+
+def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """``(intercept, slope)``: the median of the pairwise slopes (pairs with different x), the
+    median of ``y - slope · x``; both clamped at 0 (a flat line at the median with one x)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    i, j = np.triu_indices(len(xs), k=1)
+    apart = xs[j] != xs[i]
+    if not apart.any():
+        return max(0.0, float(np.median(ys))), 0.0
+    slope = max(0.0, float(np.median((ys[j] - ys[i])[apart] / (xs[j] - xs[i])[apart])))
+    return max(0.0, float(np.median(ys - slope * xs))), slope
+
+
+def _first_engine_token(rec: RequestRecord) -> float | None:
+    if rec.engine_token_times_s:
+        return rec.engine_token_times_s[0]
+    return rec.engine_first_token_s
+
+
+def in_flight_at_send(records: Sequence[RequestRecord]) -> list[int]:
+    """For each record: the other requests sent before it and not finished (last output) yet."""
+    spans = [
+        (r.arrival_s, r.event_times_s[-1])
+        for r in records
+        if r.arrival_s is not None and r.event_times_s
+    ]
+    out = []
+    for rec in records:
+        sent = rec.arrival_s
+        out.append(sum(1 for start, end in spans if sent is not None and start < sent < end))
+    return out
+
+
+def frontend_from_engine_clock(recorder: Recorder) -> dict[str, Any] | None:
+    """The front end from the engine's own stamps of every finished request (None: fewer than
+    three requests carry them)."""
+    records = [
+        r
+        for r in recorder.records.values()
+        if r.arrival_s is not None
+        and r.event_times_s
+        and r.engine_arrival_s is not None
+        and _first_engine_token(r) is not None
+    ]
+    if len(records) < 3:
+        return None
+    running = in_flight_at_send(records)
+    inputs = [1000.0 * (r.engine_arrival_s - r.arrival_s) for r in records]  # type: ignore[operator]
+    outputs = [1000.0 * (r.event_times_s[0] - _first_engine_token(r)) for r in records]  # type: ignore[operator]
+    in_a, in_b = theil_sen(running, inputs)
+    by_running: dict[int, list[float]] = {}
+    for n, value in zip(running, inputs, strict=True):
+        by_running.setdefault(n, []).append(value)
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "output_ms": round(max(0.0, float(np.median(outputs))), 4),
+        "source": "engine stamps",
+        "requests": len(records),
+        "output_spread_ms": [round(float(v), 4) for v in np.percentile(outputs, [10, 90])],
+        "measured_input_ms": {
+            str(n): round(float(np.median(v)), 4) for n, v in sorted(by_running.items())
+        },
+        "samples": {str(n): len(v) for n, v in sorted(by_running.items())},
+    }
+
+
+def checked(stamped: dict[str, Any], logged: dict[str, Any] | None) -> dict[str, Any]:
+    """``stamped`` with the log's reading beside it: the two totals at an idle engine and
+    whether they agree (:data:`CHECK_TOLERANCE_MS`, :data:`CHECK_TOLERANCE_FRACTION`)."""
+    total = stamped["input_ms"] + stamped["output_ms"]
+    if logged is None:
+        return {**stamped, "check": None}
+    other = logged["input_ms"] + logged["output_ms"]
+    gap = other - total
+    agree = abs(gap) <= max(CHECK_TOLERANCE_MS, CHECK_TOLERANCE_FRACTION * total)
+    return {
+        **stamped,
+        "check": {
+            "engine_log": {k: logged[k] for k in ("input_ms", "input_per_running_ms", "output_ms")},
+            "idle_total_ms": round(total, 4),
+            "engine_log_idle_total_ms": round(other, 4),
+            "difference_ms": round(gap, 4),
+            "agree": bool(agree),
+        },
+    }
