@@ -1,0 +1,99 @@
+"""The main job on fresh profiles: does every fresh calibration give the same prediction?
+
+Runs the pipeline (``make run``'s job: tiny Qwen3 on CPU against a vLLM server, 40 requests at
+4 req/s) ``--runs`` times, each with a fresh profile and engine calibration
+(``reuse_profile=false``), one at a time, and prints per run the calibrated front end (its
+source, the line, the iteration log's reading beside it and whether they agree) and the
+simulation's p50 errors of TTFT, TPOT and E2E against the real run, on the client's clock and
+on the engine's. Issue 28's target: every p50 within ±10% on every fresh profile.
+
+Run: ``python -m benchmarks.bench_fresh_profiles [--runs 5] [--out F.json] [overrides...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+METRICS = ("ttft", "tpot", "e2e")
+
+
+def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "gpu_simulate_test.cli.pipeline", "reuse_profile=false",
+        f"output.run_id={run_id}", "progress=false", *overrides,
+    ]  # fmt: skip
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    meta = json.loads((Path("tmp") / "pipeline" / run_id / "run_meta.json").read_text())
+    stages = meta["stages"]
+    bundle = json.loads((Path(stages["vidur_profile"]["path"]) / "meta.json").read_text())
+    frontend = ((bundle.get("engine_calibration") or {}).get("vllm") or {}).get("frontend")
+    data = json.loads((Path(stages["compare"]["path"]) / "comparison.json").read_text())
+    client = {
+        f"{row['metric']}_p50": row["error_vs_client"]
+        for row in data["clocks"]
+        if row["stat"] == "p50" and row["metric"] in METRICS
+    }
+    engine = {
+        f"{row['metric']}_p50": row["error_vs_engine"]
+        for row in data["clocks"]
+        if row["stat"] == "p50" and row["metric"] in METRICS
+    }
+    return {
+        "run": run_id,
+        "frontend": frontend,
+        "client_p50": client,
+        "engine_p50": engine,
+        "same_composition_fraction": data.get("steps", {}).get("same_composition_fraction"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None)
+    args, overrides = parser.parse_known_args()
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    results = [one(f"fresh-{stamp}-{i}", overrides) for i in range(args.runs)]
+    print(
+        "\n| run | front end: input + per running · n, output (ms) | log's idle total (agree) "
+        "| TTFT p50 | TPOT p50 | E2E p50 | engine TTFT p50 | engine TPOT p50 | engine E2E p50 |"
+    )
+    print("|" + " --- |" * 9)
+    for r in results:
+        f = r["frontend"] or {}
+        check = f.get("check") or {}
+        front = (
+            f"{f.get('input_ms')} + {f.get('input_per_running_ms')}·n, {f.get('output_ms')}"
+            f" ({f.get('source', 'engine log')})"
+        )
+        log = f"{check.get('engine_log_idle_total_ms')} ({check.get('agree')})" if check else "–"
+        errors = [r["client_p50"].get(f"{m}_p50") for m in METRICS] + [
+            r["engine_p50"].get(f"{m}_p50") for m in METRICS
+        ]
+        cells = " | ".join(f"{e:+.1%}" if e is not None else "–" for e in errors)
+        print(f"| {r['run']} | {front} | {log} | {cells} |")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(
+                        ["python -m benchmarks.bench_fresh_profiles", *sys.argv[1:]]
+                    ),
+                    "date": stamp,
+                    "results": results,
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
