@@ -1,5 +1,5 @@
-"""The front end from the engine's own stamps: every request a reading, a robust line, and the
-iteration log's reading beside it as a check."""
+"""The front end from the engine's own stamps: the calibration's prompts, the hop separated from
+the wait for a step in progress, a robust line, and the iteration log's reading as a check."""
 
 from __future__ import annotations
 
@@ -7,31 +7,13 @@ import numpy as np
 import pytest
 
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.vidur_profile.engine_steps import Experiment
 from gpu_simulate_test.vidur_profile.frontend import (
     checked,
     frontend_from_engine_clock,
-    in_flight_at_send,
+    hop_s,
     theil_sen,
 )
-
-
-def recorder(sends: list[float], inputs_ms: list[float], output_ms: float, e2e: float) -> Recorder:
-    requests = [
-        BenchRequest(
-            request_id=i, num_prefill_tokens=16, num_decode_tokens=4, scheduled_arrival_s=s
-        )
-        for i, s in enumerate(sends)
-    ]
-    rec = Recorder(requests)
-    for i, (sent, delay) in enumerate(zip(sends, inputs_ms, strict=True)):
-        r = rec.records[i]
-        r.arrival_s = sent
-        r.engine_arrival_s = sent + delay / 1000.0
-        first = r.engine_arrival_s + 0.005
-        r.engine_token_times_s = [first, first + 0.004]
-        r.event_times_s = [first + output_ms / 1000.0, sent + e2e]
-        r.event_num_tokens = [1, 1]
-    return rec
 
 
 def test_theil_sen_is_not_moved_by_one_wild_reading() -> None:
@@ -43,29 +25,63 @@ def test_theil_sen_is_not_moved_by_one_wild_reading() -> None:
     assert a > 10  # what least squares made of it
 
 
-def test_in_flight_counts_the_requests_sent_before_and_not_done() -> None:
-    rec = recorder([0.0, 0.01, 0.02, 1.0], [3.0] * 4, 1.0, 0.1)
-    assert in_flight_at_send(list(rec.records.values())) == [0, 1, 2, 0]
+def test_a_request_queued_as_a_step_ended_waited_for_it() -> None:
+    steps = np.array([[1.000, 1.004], [1.0041, 1.008]])
+    # sent at 1.001, queued at 1.0042 just after the first step's end: it reached the engine
+    # during that step, taken as the middle of [send, end]
+    assert hop_s(1.001, 1.0042, steps) == pytest.approx((1.001 + 1.004) / 2 - 1.001)
+    # queued on an idle engine: the stamp itself
+    assert hop_s(2.0, 2.003, steps) == pytest.approx(0.003)
+    assert hop_s(1.001, 1.0042, None) == pytest.approx(0.0032)
+
+
+def calibration(
+    hops_ms: dict[int, list[float]], output_ms: float
+) -> tuple[list[Experiment], list[list[BenchRequest]], Recorder]:
+    experiments, groups, requests = [], [], []
+    rid = 0
+    for running, hops in hops_ms.items():
+        for _ in hops:
+            exp = Experiment("mixed" if running else "prefill", max(running, 1), 32)
+            group = [
+                BenchRequest(request_id=rid + j, num_prefill_tokens=32, num_decode_tokens=4,
+                             scheduled_arrival_s=0.0)
+                for j in range(exp.num_requests)
+            ]  # fmt: skip
+            rid += exp.num_requests
+            experiments.append(exp)
+            groups.append(group)
+            requests.extend(group)
+    rec = Recorder(requests)
+    t = 0.0
+    for group, hop in zip(groups, [h for hops in hops_ms.values() for h in hops], strict=True):
+        r = rec.records[group[-1].request_id]
+        t += 1.0
+        r.arrival_s = t
+        r.engine_arrival_s = t + hop / 1000.0
+        first = r.engine_arrival_s + 0.005
+        r.engine_token_times_s = [first]
+        r.event_times_s = [first + output_ms / 1000.0]
+        r.event_num_tokens = [1]
+    return experiments, groups, rec
 
 
 def test_the_stamped_front_end_recovers_input_output_and_growth() -> None:
-    sends = [0.0, 0.001, 0.002, 0.003, 1.0, 1.001, 2.0, 3.0]
-    running = [0, 1, 2, 3, 0, 1, 0, 0]
-    inputs = [3.0 + 0.5 * n for n in running]
-    inputs[6] = 59.0  # one late idle reading
-    front = frontend_from_engine_clock(recorder(sends, inputs, 2.0, 0.1))
+    hops = {0: [3.0, 3.0, 59.0, 3.0], 2: [4.0, 4.0], 4: [5.0, 5.0]}  # one late idle reading
+    experiments, groups, rec = calibration(hops, 2.0)
+    front = frontend_from_engine_clock(experiments, groups, rec)
     assert front is not None and front["source"] == "engine stamps"
     assert front["input_ms"] == pytest.approx(3.0, abs=0.01)
     assert front["input_per_running_ms"] == pytest.approx(0.5, abs=0.01)
     assert front["output_ms"] == pytest.approx(2.0, abs=0.01)
-    assert front["samples"]["0"] == 4 and front["requests"] == 8
+    assert front["samples"] == {"0": 4, "2": 2, "4": 2} and front["requests"] == 8
 
 
 def test_without_stamps_there_is_no_stamped_front_end() -> None:
-    rec = recorder([0.0, 1.0, 2.0], [3.0] * 3, 1.0, 0.1)
+    experiments, groups, rec = calibration({0: [3.0, 3.0, 3.0]}, 1.0)
     for r in rec.records.values():
         r.engine_arrival_s = None
-    assert frontend_from_engine_clock(rec) is None
+    assert frontend_from_engine_clock(experiments, groups, rec) is None
 
 
 def test_the_check_says_whether_the_two_readings_agree() -> None:

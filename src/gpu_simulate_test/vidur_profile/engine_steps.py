@@ -434,11 +434,14 @@ def calibrate(
                 checked,
                 frontend_from_engine_clock,
                 frontend_latency,
+                recorded_steps,
             )
 
             samples, source = from_log, "engine step log"
             frontend = frontend_latency(experiments, groups, recorder, starts, logged)
-            stamped = frontend_from_engine_clock(recorder)  # exact where the engine stamps
+            stamped = frontend_from_engine_clock(  # exact where the engine stamps
+                experiments, groups, recorder, recorded_steps(backend, recorder)
+            )
             if stamped is not None:
                 frontend = checked(stamped, frontend)
     rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)

@@ -9,13 +9,14 @@ Two readings, one checking the other:
 - :func:`frontend_from_engine_clock`, where the engine stamps every request itself (a vLLM server
   with the recording scheduler, :mod:`gpu_simulate_test.core.engines.step_record`): input is the
   engine's queue stamp less the client's send, output the client's first token less the engine's,
-  for **every** calibration request (decoders and newcomers alike), each with the requests in
-  flight at its send. The line through them is a Theil-Sen fit (the median of the pairwise
-  slopes, the median intercept): no single reading, and no single group of readings, decides it;
+  for each prompt the iteration-log reading also takes (idle prefills, mixed newcomers), the
+  hop to the engine separated from the wait for a step in progress. The line through them is a
+  Theil-Sen fit (the median of the pairwise slopes, the median intercept): no single reading,
+  and no single group of readings, decides it;
 - :func:`frontend_latency`, from the engine's iteration log (each step's log line, read off the
   server's output, less its own time): what a server without stamps gives. A line read late (the
-  API server busy, a first step after a pause) inflates the input it implies: on 2 cores this is
-  how an idle engine's input once read 59 ms against 3 ms.
+  API server busy, a first step after a pause) inflates the input it implies, the likely cause of
+  an idle engine's input once read as 59 ms against 3 ms (issue 28).
 
 The calibration keeps the first where there is one and records the second beside it with their
 difference (``check``).
@@ -132,36 +133,67 @@ def _first_engine_token(rec: RequestRecord) -> float | None:
     return rec.engine_first_token_s
 
 
-def in_flight_at_send(records: Sequence[RequestRecord]) -> list[int]:
-    """For each record: the other requests sent before it and not finished (last output) yet."""
-    spans = [
-        (r.arrival_s, r.event_times_s[-1])
-        for r in records
-        if r.arrival_s is not None and r.event_times_s
-    ]
-    out = []
-    for rec in records:
-        sent = rec.arrival_s
-        out.append(sum(1 for start, end in spans if sent is not None and start < sent < end))
-    return out
-
-
-def frontend_from_engine_clock(recorder: Recorder) -> dict[str, Any] | None:
-    """The front end from the engine's own stamps of every finished request (None: fewer than
-    three requests carry them)."""
-    records = [
-        r
-        for r in recorder.records.values()
-        if r.arrival_s is not None
-        and r.event_times_s
-        and r.engine_arrival_s is not None
-        and _first_engine_token(r) is not None
-    ]
-    if len(records) < 3:
+def recorded_steps(backend: Any, recorder: Recorder) -> np.ndarray | None:
+    """The engine's steps as (start, end) rows on the recorder's clock, from a vLLM server's
+    step record (None without one)."""
+    record = getattr(backend, "record", None)
+    if record is None or not len(record.steps):
         return None
-    running = in_flight_at_send(records)
-    inputs = [1000.0 * (r.engine_arrival_s - r.arrival_s) for r in records]  # type: ignore[operator]
-    outputs = [1000.0 * (r.event_times_s[0] - _first_engine_token(r)) for r in records]  # type: ignore[operator]
+    offset = float(getattr(backend, "record_offset", 0.0))
+    table = record.steps[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
+    return table + offset - recorder.origin
+
+
+HELD_BACK_S = 0.0005
+"""A request the engine queued within this of a step's end arrived while that step ran: the
+engine core takes new requests only between steps."""
+
+
+def hop_s(sent: float, queued: float, steps: np.ndarray | None) -> float:
+    """The front end's input hop of one request (seconds): from its send to when it reached the
+    engine core. Queued on an idle engine, that is the queue stamp; queued right after a step
+    ended, it arrived while the step ran (or after the send, whichever is later), taken as the
+    middle of that window. ``steps``: (start, end) rows on the recorder's clock."""
+    if steps is not None and len(steps):
+        k = int(np.searchsorted(steps[:, 1], queued, side="right")) - 1  # the step ended before
+        if k >= 0 and queued - steps[k, 1] <= HELD_BACK_S and steps[k, 1] > sent:
+            lo = max(sent, float(steps[k, 0]))
+            return (lo + float(steps[k, 1])) / 2.0 - sent
+    return queued - sent
+
+
+def frontend_from_engine_clock(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    steps: np.ndarray | None = None,
+) -> dict[str, Any] | None:
+    """The front end from the engine's own stamps of the calibration's prompts: each idle
+    prefill's (no request running) and each mixed experiment's newcomer (its decoders running),
+    as the iteration-log reading takes them, but exact: the input hop from the engine's queue
+    stamp (:func:`hop_s`; the decode experiments' bursts of simultaneous sends queue behind one
+    another in the API server, which serving at a rate does not), the output from the engine's
+    first-token stamp to the client's. None: fewer than three prompts carry stamps."""
+    running: list[int] = []
+    inputs: list[float] = []
+    outputs: list[float] = []
+    for exp, group in zip(experiments, groups, strict=True):
+        if exp.phase == "decode":
+            continue
+        rec = recorder.records[group[-1].request_id]
+        first = _first_engine_token(rec)
+        if (
+            rec.arrival_s is None
+            or not rec.event_times_s
+            or rec.engine_arrival_s is None
+            or first is None
+        ):
+            continue
+        running.append(exp.batch_size if exp.phase == "mixed" else 0)
+        inputs.append(1000.0 * hop_s(rec.arrival_s, rec.engine_arrival_s, steps))
+        outputs.append(1000.0 * (rec.event_times_s[0] - first))
+    if len(inputs) < 3 or 0 not in running:
+        return None
     in_a, in_b = theil_sen(running, inputs)
     by_running: dict[int, list[float]] = {}
     for n, value in zip(running, inputs, strict=True):
@@ -171,7 +203,7 @@ def frontend_from_engine_clock(recorder: Recorder) -> dict[str, Any] | None:
         "input_per_running_ms": round(in_b, 4),
         "output_ms": round(max(0.0, float(np.median(outputs))), 4),
         "source": "engine stamps",
-        "requests": len(records),
+        "requests": len(inputs),
         "output_spread_ms": [round(float(v), 4) for v in np.percentile(outputs, [10, 90])],
         "measured_input_ms": {
             str(n): round(float(np.median(v)), 4) for n, v in sorted(by_running.items())
