@@ -92,3 +92,27 @@ def test_the_check_says_whether_the_two_readings_agree() -> None:
     result = checked(stamped, far)["check"]
     assert result["agree"] is False and result["difference_ms"] == pytest.approx(54.4)
     assert checked(stamped, None)["check"] is None
+
+
+def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from gpu_simulate_test.core.engines.step_record import read_record
+    from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
+    from gpu_simulate_test.vidur_profile.frontend import recorded_step_log
+
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
+    record = read_record(data / "engine_steps.jsonl", "d4935f80")
+    rec = Recorder([BenchRequest(0, 8, 2, 0.0)])
+    rec.origin = float(record.steps["start_time_s"].iloc[0])
+    frame = recorded_step_log(SimpleNamespace(record=record, record_offset=0.0), rec)
+    assert frame is not None and len(frame) == 661 and frame["time_s"].iloc[0] > 0
+    cost, loop = step_cost_ms(frame)
+    # between back-to-back steps the engine spends well under a millisecond outside them
+    assert 0 < loop < 1.0
+    ends = record.steps["end_time_s"].to_numpy()
+    decoding = frame["num_decode_requests"].to_numpy() > 0
+    periods = np.diff(ends) * 1000.0
+    assert np.allclose(cost.to_numpy()[1:][decoding[1:]], periods[decoding[1:]], rtol=1e-9)
+    assert recorded_step_log(SimpleNamespace(), rec) is None

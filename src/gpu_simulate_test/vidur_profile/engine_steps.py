@@ -51,12 +51,13 @@ from gpu_simulate_test.core.engines.harness import switch_interval
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
 
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
-(vLLM), step times from that log and the front end's latency apart); a bundle calibrated by
-another version is not reused by the pipeline."""
+(vLLM), step times from that log and the front end's latency apart; 6: on a vLLM server that
+records its steps, step times and the front end from the engine's own clock, the log's reading
+kept as a check); a bundle calibrated by another version is not reused by the pipeline."""
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
 """Backends that serve one request at a time: only batch 1 is calibrated."""
 AUTO_PROMPT_POINTS = 4
@@ -428,16 +429,22 @@ def calibrate(
     log: StepLog | None = getattr(backend, "steps", None)
     logged = log.frame(recorder.origin, recorder.origin) if log is not None else None
     if logged is not None and not logged.empty:
-        from_log = step_log_samples(experiments, starts, logged)
-        if {e.phase for e in from_log} >= {"prefill", "decode"}:
-            from gpu_simulate_test.vidur_profile.frontend import (
-                checked,
-                frontend_from_engine_clock,
-                frontend_latency,
-                recorded_steps,
-            )
+        from gpu_simulate_test.vidur_profile.frontend import (
+            checked,
+            frontend_from_engine_clock,
+            frontend_latency,
+            recorded_step_log,
+            recorded_steps,
+        )
 
-            samples, source = from_log, "engine step log"
+        # step costs from the engine's own clock where its scheduler recorded the steps
+        recorded = recorded_step_log(backend, recorder)
+        costs, costs_from = (
+            (logged, "engine step log") if recorded is None else (recorded, "engine step record")
+        )
+        from_log = step_log_samples(experiments, starts, costs)
+        if {e.phase for e in from_log} >= {"prefill", "decode"}:
+            samples, source = from_log, costs_from
             frontend = frontend_latency(experiments, groups, recorder, starts, logged)
             stamped = frontend_from_engine_clock(  # exact where the engine stamps
                 experiments, groups, recorder, recorded_steps(backend, recorder)

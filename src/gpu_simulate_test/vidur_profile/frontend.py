@@ -144,6 +144,29 @@ def recorded_steps(backend: Any, recorder: Recorder) -> np.ndarray | None:
     return table + offset - recorder.origin
 
 
+def recorded_step_log(backend: Any, recorder: Recorder) -> pd.DataFrame | None:
+    """The engine's steps from its step record as ``engine_step_log`` rows on the recorder's
+    clock: ``time_s`` when the outputs were made, ``elapsed_ms`` from scheduling to outputs, so
+    that back-to-back steps' periods are the engine's own full cost, free of the delay with which
+    log lines are read (None without a record)."""
+    record = getattr(backend, "record", None)
+    if record is None or not len(record.steps):
+        return None
+    table = record.table(float(getattr(backend, "record_offset", 0.0)), recorder.origin)
+    return pd.DataFrame(
+        {
+            "step_index": table["step_index"],
+            "time_s": table["end_time_s"],
+            "num_prefill_requests": table["num_prefill_requests"],
+            "num_prefill_tokens": table["num_prefill_tokens"],
+            "num_decode_requests": table["num_decode_requests"],
+            "num_decode_tokens": table["num_decode_tokens"],
+            "elapsed_ms": 1000.0 * (table["end_time_s"] - table["start_time_s"]),
+            "kv_cache_usage_pct": np.nan,
+        }
+    )
+
+
 HELD_BACK_S = 0.0005
 """A request the engine queued within this of a step's end arrived while that step ran: the
 engine core takes new requests only between steps."""
