@@ -116,3 +116,15 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
     periods = np.diff(ends) * 1000.0
     assert np.allclose(cost.to_numpy()[1:][decoding[1:]], periods[decoding[1:]], rtol=1e-9)
     assert recorded_step_log(SimpleNamespace(), rec) is None
+
+
+def test_an_idle_prefill_costs_the_engine_s_queue_to_first_token() -> None:
+    from gpu_simulate_test.vidur_profile.engine_steps import idle_prefills_from_stamps
+
+    experiments, groups, rec = calibration({0: [3.0, 3.0], 2: [4.0]}, 1.0)
+    logged = {experiments[0]: [0.004, 0.004], experiments[2]: [0.006]}
+    out = idle_prefills_from_stamps(experiments, groups, rec, logged)
+    assert out[experiments[0]] == pytest.approx([0.005, 0.005])  # queued to first token
+    assert out[experiments[2]] == [0.006]  # a mixed step keeps its step time
+    rec.records[groups[1][0].request_id].engine_arrival_s = None
+    assert idle_prefills_from_stamps(experiments, groups, rec, logged) == logged

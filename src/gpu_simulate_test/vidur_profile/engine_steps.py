@@ -273,6 +273,28 @@ def step_samples(
     return {exp: times for exp, times in samples.items() if times}
 
 
+def idle_prefills_from_stamps(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    samples: dict[Experiment, list[float]],
+) -> dict[Experiment, list[float]]:
+    """``samples`` with every idle prefill's time replaced, where the engine stamped its prompt,
+    by the engine's own time from queueing the prompt to its first token: what a simulated step
+    on an idle engine costs from the request's arrival at the scheduler, the engine's wake-up
+    included (the step record's step starts after it)."""
+    stamped: dict[Experiment, list[float]] = {}
+    for exp, group in zip(experiments, groups, strict=True):
+        if exp.phase != "prefill":
+            continue
+        rec = recorder.records[group[0].request_id]
+        first = rec.engine_token_times_s[0] if rec.engine_token_times_s else None
+        if rec.engine_arrival_s is None or first is None:
+            return samples  # all or nothing: one source per calibration
+        stamped.setdefault(exp, []).append(first - rec.engine_arrival_s)
+    return {**samples, **stamped}
+
+
 def step_rows(
     backend: str, samples: Mapping[Experiment, Sequence[float]], decode_tokens: int
 ) -> pd.DataFrame:
@@ -443,6 +465,8 @@ def calibrate(
             (logged, "engine step log") if recorded is None else (recorded, "engine step record")
         )
         from_log = step_log_samples(experiments, starts, costs)
+        if recorded is not None:
+            from_log = idle_prefills_from_stamps(experiments, groups, recorder, from_log)
         if {e.phase for e in from_log} >= {"prefill", "decode"}:
             samples, source = from_log, costs_from
             frontend = frontend_latency(experiments, groups, recorder, starts, logged)
