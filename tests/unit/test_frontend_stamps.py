@@ -98,16 +98,18 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
     from pathlib import Path
     from types import SimpleNamespace
 
-    from gpu_simulate_test.core.engines.step_record import read_record
+    from gpu_simulate_test.core.engines.step_record import read_record, step_log_rows
     from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
-    from gpu_simulate_test.vidur_profile.frontend import recorded_step_log
+    from gpu_simulate_test.vidur_profile.frontend import recorded_schedule
 
     data = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
     record = read_record(data / "engine_steps.jsonl", "d4935f80")
     rec = Recorder([BenchRequest(0, 8, 2, 0.0)])
     rec.origin = float(record.steps["start_time_s"].iloc[0])
-    frame = recorded_step_log(SimpleNamespace(record=record, record_offset=0.0), rec)
-    assert frame is not None and len(frame) == 661 and frame["time_s"].iloc[0] > 0
+    schedule = recorded_schedule(SimpleNamespace(record=record, record_offset=0.0), rec)
+    assert schedule is not None
+    frame = step_log_rows(schedule, timed=True)
+    assert len(frame) == 661 and frame["time_s"].iloc[0] > 0
     cost, loop = step_cost_ms(frame)
     # between back-to-back steps the engine spends well under a millisecond outside them
     assert 0 < loop < 1.0
@@ -115,7 +117,7 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
     decoding = frame["num_decode_requests"].to_numpy() > 0
     periods = np.diff(ends) * 1000.0
     assert np.allclose(cost.to_numpy()[1:][decoding[1:]], periods[decoding[1:]], rtol=1e-9)
-    assert recorded_step_log(SimpleNamespace(), rec) is None
+    assert recorded_schedule(SimpleNamespace(), rec) is None
 
 
 def test_an_idle_prefill_costs_the_engine_s_queue_to_first_token() -> None:

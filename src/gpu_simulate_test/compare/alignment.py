@@ -24,14 +24,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core.engines.step_record import COMPOSITION, parse_requests
 from gpu_simulate_test.io.artifacts import atomic_open
 
-KEY: tuple[str, ...] = (
-    "num_prefill_requests",
-    "num_prefill_tokens",
-    "num_decode_requests",
-    "num_decode_tokens",
-)
+KEY = COMPOSITION
 DIVERGENCE_REQUESTS = 5
 """Requests named in the first divergence's explanation, at most."""
 
@@ -64,11 +60,7 @@ def _composition(row: pd.Series) -> dict[str, int]:
 
 
 def _requests(row: pd.Series) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in str(row.get("requests", "") or "").split():
-        rid, tokens = item.rsplit(":", 1)
-        out[rid] = int(tokens)
-    return out
+    return dict(parse_requests(row.get("requests", "")))
 
 
 def align(

@@ -101,9 +101,8 @@ def engine_columns(rec: RequestRecord) -> dict[str, float]:
     First and last token come from the per-token stamps where the engine gives them (hf_cb),
     else from its first/last stamps (vLLM's ``RequestStateStats``).
     """
-    tokens = rec.engine_token_times_s
-    first = tokens[0] if tokens else _or_nan(rec.engine_first_token_s)
-    last = tokens[-1] if tokens else _or_nan(rec.engine_last_token_s)
+    first = _or_nan(rec.engine_first_token)
+    last = _or_nan(rec.engine_last_token)
     arrival = _or_nan(rec.engine_arrival_s)
     scheduled = _or_nan(rec.engine_scheduled_s)
     return {

@@ -49,6 +49,7 @@ from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.core.engines import BackendError, get_backend
 from gpu_simulate_test.core.engines.harness import switch_interval
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
 
 CALIBRATION_VERSION = 6
@@ -455,14 +456,15 @@ def calibrate(
             checked,
             frontend_from_engine_clock,
             frontend_latency,
-            recorded_step_log,
-            recorded_steps,
+            recorded_schedule,
         )
 
         # step costs from the engine's own clock where its scheduler recorded the steps
-        recorded = recorded_step_log(backend, recorder)
+        recorded = recorded_schedule(backend, recorder)
         costs, costs_from = (
-            (logged, "engine step log") if recorded is None else (recorded, "engine step record")
+            (logged, "engine step log")
+            if recorded is None
+            else (step_log_rows(recorded, timed=True), "engine step record")
         )
         from_log = step_log_samples(experiments, starts, costs)
         if recorded is not None:
@@ -470,8 +472,11 @@ def calibrate(
         if {e.phase for e in from_log} >= {"prefill", "decode"}:
             samples, source = from_log, costs_from
             frontend = frontend_latency(experiments, groups, recorder, starts, logged)
+            spans = None
+            if recorded is not None:
+                spans = recorded[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
             stamped = frontend_from_engine_clock(  # exact where the engine stamps
-                experiments, groups, recorder, recorded_steps(backend, recorder)
+                experiments, groups, recorder, spans
             )
             if stamped is not None:
                 frontend = checked(stamped, frontend)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core.engines.records import BenchRequest, Recorder, RequestRecord
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 from gpu_simulate_test.vidur_profile.engine_steps import Experiment, _windows
 
@@ -127,44 +127,16 @@ def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     return max(0.0, float(np.median(ys - slope * xs))), slope
 
 
-def _first_engine_token(rec: RequestRecord) -> float | None:
-    if rec.engine_token_times_s:
-        return rec.engine_token_times_s[0]
-    return rec.engine_first_token_s
-
-
-def recorded_steps(backend: Any, recorder: Recorder) -> np.ndarray | None:
-    """The engine's steps as (start, end) rows on the recorder's clock, from a vLLM server's
-    step record (None without one)."""
+def recorded_schedule(backend: Any, recorder: Recorder) -> pd.DataFrame | None:
+    """A vLLM server's step record as the ``engine_schedule`` table on the recorder's clock
+    (None without one)."""
     record = getattr(backend, "record", None)
     if record is None or not len(record.steps):
         return None
-    offset = float(getattr(backend, "record_offset", 0.0))
-    table = record.steps[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
-    return table + offset - recorder.origin
-
-
-def recorded_step_log(backend: Any, recorder: Recorder) -> pd.DataFrame | None:
-    """The engine's steps from its step record as ``engine_step_log`` rows on the recorder's
-    clock: ``time_s`` when the outputs were made, ``elapsed_ms`` from scheduling to outputs, so
-    that back-to-back steps' periods are the engine's own full cost, free of the delay with which
-    log lines are read (None without a record)."""
-    record = getattr(backend, "record", None)
-    if record is None or not len(record.steps):
-        return None
-    table = record.table(float(getattr(backend, "record_offset", 0.0)), recorder.origin)
-    return pd.DataFrame(
-        {
-            "step_index": table["step_index"],
-            "time_s": table["end_time_s"],
-            "num_prefill_requests": table["num_prefill_requests"],
-            "num_prefill_tokens": table["num_prefill_tokens"],
-            "num_decode_requests": table["num_decode_requests"],
-            "num_decode_tokens": table["num_decode_tokens"],
-            "elapsed_ms": 1000.0 * (table["end_time_s"] - table["start_time_s"]),
-            "kv_cache_usage_pct": np.nan,
-        }
+    table: pd.DataFrame = record.table(
+        float(getattr(backend, "record_offset", 0.0)), recorder.origin
     )
+    return table
 
 
 HELD_BACK_S = 0.0005
@@ -204,7 +176,7 @@ def frontend_from_engine_clock(
         if exp.phase == "decode":
             continue
         rec = recorder.records[group[-1].request_id]
-        first = _first_engine_token(rec)
+        first = rec.engine_first_token
         if (
             rec.arrival_s is None
             or not rec.event_times_s

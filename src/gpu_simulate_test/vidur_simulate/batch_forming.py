@@ -91,7 +91,7 @@ class SarathiBatches(KvBlocks):
         t: float,
     ) -> Formed:
         p = self.params
-        pre, blocks = self.pre, self.blocks
+        pre = self.pre
         chunk, cap, micro, bs = p.chunk_size, p.batch_size_cap, p.max_micro_batch_size, p.block_size
         batch_decodes = num_dec
         if batch_decodes:
@@ -114,16 +114,14 @@ class SarathiBatches(KvBlocks):
             if self.holders == cap or batch_decodes + len(entries) == micro:
                 break
             need = -(-pre[head] // bs)
-            if self.num_blocks - self.allocated - need < p.watermark_blocks:
+            if not self.can_allocate(need):
                 break
             q = pre[head]
             if q > chunk - total_q:
                 q = chunk - total_q
             if q <= 0:
                 break
-            self.allocated += need
-            blocks[head] = need
-            self.holders += 1
+            self.allocate(head, need)
             total_q += q
             entries.append((head, q))
             head += 1
@@ -142,20 +140,18 @@ class VllmBatches(KvBlocks):
         t: float,
     ) -> Formed:
         p = self.params
-        pre, blocks = self.pre, self.blocks
+        pre = self.pre
         cap, micro, bs = p.batch_size_cap, p.max_micro_batch_size, p.block_size
         entries: list[tuple[int, int]] = []
         total_q = 0
         while head < tail:
             q = pre[head]
             need = -(-q // bs)
-            if self.num_blocks - self.allocated - need < p.watermark_blocks:
+            if not self.can_allocate(need):
                 break
             if total_q + q > p.max_tokens_in_batch or self.holders == cap or len(entries) == micro:
                 break
-            self.allocated += need
-            blocks[head] = need
-            self.holders += 1
+            self.allocate(head, need)
             entries.append((head, q))
             total_q += q
             head += 1
@@ -179,17 +175,15 @@ class OrcaBatches(KvBlocks):
         t: float,
     ) -> Formed:
         p = self.params
-        pre, blocks = self.pre, self.blocks
+        pre = self.pre
         per_sequence, micro = p.max_blocks_per_sequence, p.max_micro_batch_size
         batch_decodes = num_dec
         total_q = batch_decodes
         entries: list[tuple[int, int]] = []
         while head < tail and batch_decodes + len(entries) < micro:
-            if self.num_blocks - self.allocated < per_sequence:
+            if not self.can_allocate(per_sequence):  # Orca keeps no watermark (0)
                 break
-            self.allocated += per_sequence
-            blocks[head] = per_sequence
-            self.holders += 1
+            self.allocate(head, per_sequence)
             q = pre[head]
             total_q += q
             entries.append((head, q))

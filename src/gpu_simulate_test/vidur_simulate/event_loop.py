@@ -96,7 +96,7 @@ def run_loop(
     if params.scheduler not in FORMERS:
         raise ValueError(f"no fast event loop for scheduler {params.scheduler!r}")
     sched = FORMERS[params.scheduler](params, pre, arr)  # forms batches, keeps the KV blocks
-    form = sched.form
+    form, release = sched.form, sched.free
     tracks = sched.tracks_decode_blocks  # orca reserves a sequence's blocks at admission
     bs, num_blocks = params.block_size, params.num_blocks
     blocks, blocks_due = sched.blocks, sched.due
@@ -188,8 +188,7 @@ def run_loop(
                         done_at[r] = t_end
                         exec_time[r] = exec_acc[r]
                         preempt_time[r] = pre_acc[r]
-                        sched.allocated -= blocks[r]
-                        sched.holders -= 1
+                        release(r)
                     else:
                         proc[r] = p
                         entering.append(r)
@@ -208,8 +207,7 @@ def run_loop(
                         dec_gap[j0 + 1 : jc + 1],
                         pre_acc[r] + (dec_sched[j0] - last_end[r]),
                     )
-                    sched.allocated -= blocks[r]
-                    sched.holders -= 1
+                    release(r)
                     num_dec -= 1
                     processed_sum -= pre[r] + dec[r]
             for r in entering:

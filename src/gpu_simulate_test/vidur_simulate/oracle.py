@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core.engines.step_record import COMPOSITION, FOREIGN, parse_requests
 from gpu_simulate_test.vidur_simulate.vllm_v1 import Composition
 
-KEY = ("num_prefill_requests", "num_prefill_tokens", "num_decode_requests", "num_decode_tokens")
+KEY = COMPOSITION
 
 
 @dataclass
@@ -137,13 +138,12 @@ def from_schedule(schedule: pd.DataFrame, queued_s: np.ndarray) -> OracleClock:
 def _finishing(schedule: pd.DataFrame) -> np.ndarray:
     """Per step, how many of its requests ran for the last time in it."""
     last_step: dict[str, int] = {}
-    for index, requests in enumerate(schedule["requests"].astype(str)):
-        for item in requests.split():
-            rid = item.rsplit(":", 1)[0]
+    for index, requests in enumerate(schedule["requests"]):
+        for rid, _ in parse_requests(requests):
             last_step[rid] = index
     out = np.zeros(len(schedule), dtype=int)
     for rid, index in last_step.items():
-        if rid != "x":
+        if rid != FOREIGN:
             out[index] += 1
     return out
 

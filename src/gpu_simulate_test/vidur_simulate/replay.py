@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+from gpu_simulate_test.core.engines.step_record import parse_requests
 from gpu_simulate_test.core.knobs import VLLM_BACKENDS
 from gpu_simulate_test.core.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
@@ -101,12 +102,8 @@ def schedule_with_ids(schedule: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
     request ids instead (``row:tokens`` → ``request_id:tokens``)."""
 
     def named(items: str) -> str:
-        out = []
-        for item in items.split():
-            row, tokens = item.split(":")
-            out.append(f"{int(ids[int(row)])}:{tokens}")
-        return " ".join(out)
+        return " ".join(f"{int(ids[int(row)])}:{tokens}" for row, tokens in parse_requests(items))
 
     frame = schedule.copy()
-    frame["requests"] = frame["requests"].astype(str).map(named)
+    frame["requests"] = frame["requests"].map(named)
     return frame

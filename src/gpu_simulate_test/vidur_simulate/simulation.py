@@ -349,6 +349,7 @@ def _simulate_v1(
         TraceReplayRequestGenerator,
     )
 
+    from gpu_simulate_test.core.engines.step_record import step_log_rows
     from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
     from gpu_simulate_test.vidur_simulate.vllm_v1 import PredictorClock, run_v1
 
@@ -384,26 +385,9 @@ def _simulate_v1(
         predictor_cache_hit=cache_hit,
         engine_overhead=report,
         engine_overhead_fit=table,
-        steps=_v1_steps(schedule) if steps else None,
+        steps=step_log_rows(schedule, timed=False) if steps else None,
         event_loop="fast",
         schedule=schedule if steps else None,
         preemptions=loop.preemptions,
         oracle=clock.report() if hasattr(clock, "report") else None,
     )
-
-
-def _v1_steps(schedule: pd.DataFrame) -> pd.DataFrame:
-    """The ``engine_step_log`` rows of a vllm_v1 schedule (vLLM's context/generation split)."""
-    frame = schedule[
-        [
-            "step_index",
-            "num_prefill_requests",
-            "num_prefill_tokens",
-            "num_decode_requests",
-            "num_decode_tokens",
-        ]
-    ].copy()
-    frame.insert(1, "time_s", np.nan)
-    frame["elapsed_ms"] = 1000.0 * (schedule["end_time_s"] - schedule["start_time_s"])
-    frame["kv_cache_usage_pct"] = np.nan
-    return frame

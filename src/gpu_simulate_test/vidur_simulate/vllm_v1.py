@@ -41,6 +41,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
 from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer
 from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
 
@@ -269,21 +270,6 @@ def run_v1(
         schedule=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
         preemptions=preemptions,
     )  # fmt: skip
-
-
-SCHEDULE_COLUMNS: tuple[str, ...] = (
-    "step_index",
-    "start_time_s",
-    "end_time_s",
-    "num_prefill_requests",
-    "num_prefill_tokens",
-    "num_decode_requests",
-    "num_decode_tokens",
-    "num_preempted",
-    "num_waiting",
-    "num_running",
-    "requests",
-)
 
 
 def _request_rows(

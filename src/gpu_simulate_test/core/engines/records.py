@@ -79,6 +79,21 @@ class RequestRecord:
         return sum(self.event_num_tokens)
 
     @property
+    def engine_first_token(self) -> float | None:
+        """The engine's stamp of the first token: the first per-token stamp where the engine
+        gives them, else its own first-token stamp (None: not stamped)."""
+        return (
+            self.engine_token_times_s[0] if self.engine_token_times_s else self.engine_first_token_s
+        )
+
+    @property
+    def engine_last_token(self) -> float | None:
+        """The same of the last token."""
+        return (
+            self.engine_token_times_s[-1] if self.engine_token_times_s else self.engine_last_token_s
+        )
+
+    @property
     def is_done(self) -> bool:
         return self.status in TERMINAL_STATUSES
 

@@ -21,7 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 
 ENV = "GST_ENGINE_STEPS"
 """The environment variable naming the file the recording scheduler appends to."""
@@ -31,6 +34,38 @@ STEPS_FILE = "engine_steps.jsonl"
 """The record's name beside the server's log."""
 FOREIGN = "x"
 """The request id the ``requests`` column gives a request of another run."""
+SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in ENGINE_SCHEDULE.columns)
+"""The ``engine_schedule`` table's columns, in order (a recorded or a simulated schedule)."""
+COMPOSITION: tuple[str, ...] = (
+    "num_prefill_requests",
+    "num_prefill_tokens",
+    "num_decode_requests",
+    "num_decode_tokens",
+)
+"""What makes two steps the same: vLLM's context and generation requests and tokens."""
+
+
+def parse_requests(text: object) -> list[tuple[str, int]]:
+    """A ``requests`` cell (``request_id:tokens``, space-separated) as (id, tokens) pairs."""
+    out = []
+    for item in str(text or "").split():
+        rid, tokens = item.rsplit(":", 1)
+        out.append((rid, int(tokens)))
+    return out
+
+
+def step_log_rows(schedule: pd.DataFrame, timed: bool) -> pd.DataFrame:
+    """A schedule as ``engine_step_log`` rows: ``elapsed_ms`` from scheduling to outputs, and
+    ``time_s`` when the outputs were made (``timed``) or empty (a simulation's, as Vidur's)."""
+    return pd.DataFrame(
+        {
+            "step_index": schedule["step_index"],
+            "time_s": schedule["end_time_s"] if timed else np.nan,
+            **{col: schedule[col] for col in COMPOSITION},
+            "elapsed_ms": 1000.0 * (schedule["end_time_s"] - schedule["start_time_s"]),
+            "kv_cache_usage_pct": np.nan,
+        }
+    )
 
 
 @dataclass
@@ -123,26 +158,11 @@ def read_record(path: Path, run_token: str, wanted: Iterable[int] | None = None)
         for index, line in enumerate(step_lines[first : last + 1]):
             rows.append(_step_row(index, line, ours, requests, foreign))
     return StepRecord(
-        steps=pd.DataFrame(rows, columns=list(_COLUMNS)),
+        steps=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
         requests=requests,
         unreadable_lines=bad,
         foreign_requests=len(foreign),
     )
-
-
-_COLUMNS = (
-    "step_index",
-    "start_time_s",
-    "end_time_s",
-    "num_prefill_requests",
-    "num_prefill_tokens",
-    "num_decode_requests",
-    "num_decode_tokens",
-    "num_preempted",
-    "num_waiting",
-    "num_running",
-    "requests",
-)
 
 
 def _step_row(
