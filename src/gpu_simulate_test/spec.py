@@ -83,6 +83,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
         ATTENTION_TABLE,
         ENGINE_STEPS_TABLE,
         MLP_TABLE,
+        SERVING_STEPS_TABLE,
     )
 
     return (
@@ -91,6 +92,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
         MLP_TABLE,
         ATTENTION_TABLE,
         ENGINE_STEPS_TABLE,
+        SERVING_STEPS_TABLE,
         compare_tables.COMPARISON_PERCENTILES,
         compare_tables.COMPARISON_REQUESTS,
         compare_tables.COMPARISON_STEPS,

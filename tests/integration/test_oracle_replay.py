@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpu_simulate_test.io import layout
@@ -91,3 +92,54 @@ def test_an_oracle_replay_needs_vllm_s_scheduler(project: Path) -> None:
     )
     assert proc.returncode != 0
     assert "vidur.scheduler.name=vllm_v1" in proc.stdout + proc.stderr
+
+
+def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project: Path) -> None:
+    """A bundle whose vllm calibration carries replays under load (here the real step record
+    kept in the test data, as ``serving_steps.csv``): the predictor-timed vllm_v1 simulation
+    fits the serving terms on them, says which runs calibrated them, plots the residuals, and
+    its steps differ from the same simulation without them (``vidur.serving_load=false``)."""
+    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, SERVING_STEPS_TABLE
+    from gpu_simulate_test.io.artifacts import write_csv, write_json
+    from tests.unit.test_engine_overhead import steps
+
+    bundle = project / "tmp" / "profiles" / "cpu" / "qwen3_tiny"
+    write_csv(bundle / layout.ENGINE_STEPS, steps("vllm"), ENGINE_STEPS_TABLE)
+    record = read_csv(DATA / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    record.insert(0, "rate_qps", 20.0)
+    record.insert(0, "backend", "vllm")
+    write_csv(bundle / layout.SERVING_STEPS, record, SERVING_STEPS_TABLE)
+    meta = read_json(bundle / layout.BUNDLE_META)
+    serving = {"seed": 104729, "rates_qps": [20.0], "requests": [64]}
+    write_json(
+        bundle / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": {"serving": serving}}}
+    )
+
+    def simulate(run_id: str, *extra: str) -> Path:
+        run_cli(
+            "vidur_simulate",
+            "workload_dir=tmp/workload/w",
+            f"output.run_id={run_id}",
+            "vidur.engine_overhead=vllm",
+            "vidur.frontend_latency=false",
+            *V1,
+            *extra,
+            cwd=project,
+        )
+        return project / "tmp" / "vidur_simulate" / run_id
+
+    with_terms, without = simulate("serving"), simulate("plain", "vidur.serving_load=false")
+    report = read_json(with_terms / layout.RUN_META)["serving_load"]
+    assert read_json(without / layout.RUN_META)["serving_load"] is None
+    assert report["calibrated_on"]["seed"] == 104729
+    assert report["calibrated_on"]["bundle"].endswith(layout.SERVING_STEPS)
+    assert report["steps"] + report["steps_without_prediction"] == 661
+    assert report["terms"]["noise_sigma"] > 0
+    totals = report["total_time_ratio"]
+    assert abs(totals["with_serving_terms"] - 1) < abs(totals["composition_only"] - 1)
+    assert {r["candidate"] for r in report["residuals"]} >= {"arrival_rate", "stream_rate"}
+    assert (with_terms / layout.STEP_RESIDUALS_PLOT).stat().st_size > 10_000
+    assert (with_terms / "serving_residuals.csv").is_file()
+    a = read_csv(with_terms / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    b = read_csv(without / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    assert not np.allclose(a["end_time_s"].iloc[:20], b["end_time_s"].iloc[:20])

@@ -16,7 +16,7 @@ from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
 from gpu_simulate_test.core.overhead import ExecutionTimeWithOverhead, StepJitter, fit
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
-from gpu_simulate_test.vidur_profile.engine_steps import (
+from gpu_simulate_test.vidur_profile.experiments import (
     auto_batch_sizes,
     auto_prompt_lengths,
     plan_experiments,

@@ -13,6 +13,7 @@ from gpu_simulate_test.core.bundle import ATTENTION_TABLE, MLP_OPS, MLP_TABLE
 from gpu_simulate_test.core.grid import ProfileGrid
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json, write_csv
+from gpu_simulate_test.vidur_profile.bundle_writer import BundleExistsError, write_bundle
 from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     _causal_mask,
@@ -21,7 +22,6 @@ from gpu_simulate_test.vidur_profile.layer_ops import (
     token_ops,
 )
 from gpu_simulate_test.vidur_profile.profiler import ProfileTables, profile_tables
-from gpu_simulate_test.vidur_profile.stage import BundleExistsError, write_bundle
 from gpu_simulate_test.vidur_profile.timing import TimingPolicy
 from tests.conftest import SHARED_FIXTURES
 

@@ -90,6 +90,16 @@ class EngineCalibrationConfig:
     """Output tokens per calibration request; the first half is skipped as ramp-up."""
     repeats: int = 3
     """Each experiment runs this often; the step time is the median over all repeats."""
+    serving_rates: tuple[float, ...] = (0.05, 0.3, 0.7)
+    """Calibration replays under load (a vLLM server that records its steps): Poisson
+    workloads at these fractions of the capacity the decode experiments imply; their steps
+    (``serving_steps.csv``) calibrate what serving adds to a step's time. () skips them."""
+    serving_duration_s: float = 5.0
+    """Each calibration replay lasts about this long (at least 8 requests)."""
+    serving_max_requests: int = 400
+    serving_seed: int = 104729
+    """Seed of the calibration replays' arrivals and lengths: keep it apart from the seeds of
+    the workloads a simulation is judged on."""
 
     def __post_init__(self) -> None:
         for name in ("prompt_lengths", "batch_sizes"):
@@ -102,6 +112,13 @@ class EngineCalibrationConfig:
             self.decode_tokens >= 4, f"engine.decode_tokens must be >= 4, got {self.decode_tokens}"
         )
         _check(self.repeats >= 1, f"engine.repeats must be >= 1, got {self.repeats}")
+        _check(
+            all(0 < float(r) < 1 for r in self.serving_rates),
+            f"engine.serving_rates must be fractions of capacity in (0, 1), got "
+            f"{self.serving_rates}",
+        )
+        _check(self.serving_duration_s > 0, "engine.serving_duration_s must be > 0")
+        _check(self.serving_max_requests >= 8, "engine.serving_max_requests must be >= 8")
 
 
 @dataclass(frozen=True)
@@ -219,6 +236,11 @@ class VidurConfig:
     """Multiply every simulated step by a factor drawn (seeded by ``seed``) from the spread of
     the calibrated decode steps around their median (meta.json
     ``engine_calibration.<backend>.step_jitter``); needs ``engine_overhead``."""
+    serving_load: bool = True
+    """With ``engine_overhead`` and ``scheduler.name=vllm_v1``, apply the serving terms fitted on
+    the bundle's calibration replays under load (``serving_steps.csv``; a bundle without them
+    simulates as before): a step stretched by the tokens streamed per second, a pause between
+    busy steps, and waking an idle engine after that long idle."""
     frontend_latency: bool = True
     """With ``engine_overhead``, delay every request's arrival at the scheduler and every
     token's delivery by the front end's latency the calibration measured (meta.json

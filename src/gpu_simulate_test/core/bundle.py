@@ -20,6 +20,7 @@ from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
 from gpu_simulate_test.core.bundle_checks import profile_warnings
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, Column, TableSchema, read_csv, read_json
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 
 BUNDLE_SCHEMA_VERSION = "1.0"
 STATS: tuple[str, ...] = ("min", "max", "mean", "median", "std")
@@ -122,6 +123,23 @@ ENGINE_STEPS_TABLE = TableSchema(
     ),
 )
 
+SERVING_STEPS_TABLE = TableSchema(
+    name="serving_steps",
+    version=BUNDLE_SCHEMA_VERSION,
+    description=(
+        "The engine's own steps during the calibration replays under load (Poisson workloads "
+        "at a few rates, seeded apart from judged workloads; vidur_profile/serving_replay.py): "
+        "the engine_schedule table of a vLLM server that records its steps, per replay, with "
+        "the backend and the replay's rate. vidur_simulate fits what serving adds to a step's "
+        "time on them (core/serving_load.py)."
+    ),
+    columns=(
+        Column("backend", "str", "", "real-bench backend (vllm)"),
+        Column("rate_qps", "float", "req/s", "the replay's arrival rate", min_value=0),
+        *ENGINE_SCHEDULE.columns,
+    ),
+)
+
 META_REQUIRED_KEYS: tuple[str, ...] = (
     "schema_version",
     "model",
@@ -197,6 +215,15 @@ class Bundle:
                 f"{path}: column 'phase' has {bad}, expected one of {', '.join(ENGINE_PHASES)}"
             )
         return rows.reset_index(drop=True)
+
+    def serving_steps(self, backend: str) -> pd.DataFrame | None:
+        """The calibration replays' steps of ``backend`` (None: the bundle has none)."""
+        path = self.path / layout.SERVING_STEPS
+        if not path.is_file():
+            return None
+        table = read_csv(path, SERVING_STEPS_TABLE)
+        rows = table[table["backend"] == backend]
+        return rows.reset_index(drop=True) if len(rows) else None
 
 
 def check_model_matches(meta: dict[str, Any], model: ModelConfig, where: str) -> None:

@@ -36,6 +36,8 @@ MLP_PROFILE = "mlp.csv"
 ATTENTION_PROFILE = "attention.csv"
 BUNDLE_META = "meta.json"
 ENGINE_STEPS = "engine_steps.csv"
+SERVING_STEPS = "serving_steps.csv"
+STEP_RESIDUALS_PLOT = "step_residuals.png"
 """Optional: the serving engine's measured step times (per backend), for the per-step overhead."""
 
 # bench / simulate stages

@@ -10,6 +10,7 @@ from gpu_simulate_test.core.bundle import (
     BUNDLE_SCHEMA_VERSION,
     ENGINE_STEPS_TABLE,
     MLP_TABLE,
+    SERVING_STEPS_TABLE,
 )
 from gpu_simulate_test.io import layout
 
@@ -18,6 +19,9 @@ ATTENTION_CSV = layout.ATTENTION_PROFILE
 META_JSON = layout.BUNDLE_META
 ENGINE_STEPS_CSV = layout.ENGINE_STEPS
 """The engine calibration's measured steps (with ``engine_overhead``)."""
+SERVING_STEPS_CSV = layout.SERVING_STEPS
+"""The calibration replays' recorded steps (a vLLM server that records its steps)."""
+STEP_RESIDUALS_PNG = layout.STEP_RESIDUALS_PLOT
 BUNDLE_FILES: tuple[str, ...] = (MLP_CSV, ATTENTION_CSV, META_JSON)
 
 __all__ = [
@@ -30,4 +34,7 @@ __all__ = [
     "META_JSON",
     "MLP_CSV",
     "MLP_TABLE",
+    "SERVING_STEPS_CSV",
+    "SERVING_STEPS_TABLE",
+    "STEP_RESIDUALS_PNG",
 ]

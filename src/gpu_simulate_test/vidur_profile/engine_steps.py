@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,116 +50,24 @@ from gpu_simulate_test.core.engines.harness import switch_interval
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
+from gpu_simulate_test.vidur_profile import serving_replay
+from gpu_simulate_test.vidur_profile.experiments import Experiment
 
-CALIBRATION_VERSION = 6
+CALIBRATION_VERSION = 7
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
 (vLLM), step times from that log and the front end's latency apart; 6: on a vLLM server that
 records its steps, step times and the front end from the engine's own clock, the log's reading
-kept as a check); a bundle calibrated by another version is not reused by the pipeline."""
-SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
-"""Backends that serve one request at a time: only batch 1 is calibrated."""
-AUTO_PROMPT_POINTS = 4
-MIN_DECODE_SAMPLES = 64
-"""Decode gaps behind each decode row at least: a batch of 1 gave 24 gaps from 3 repeats, and
-its median moved by 8% between two calibrations on a shared 2-core machine."""
-DENSE_BATCH_SIZES = 16
-"""Decode batches up to this size are all calibrated (beyond it, every 4th)."""
+kept as a check; 7: calibration replays under load, ``serving_steps.csv``); a bundle calibrated
+by another version is not reused by the pipeline."""
 MIXED_START_FRACTION = 3
 """mixed: the newcomer arrives once the decoders have a third of their outputs."""
-MIXED_DECODERS = 4
-"""The larger decode batch a mixed experiment prefills next to (the other is 1)."""
 POLL_S = 0.01
 JITTER_PERCENTILES: tuple[float, ...] = (
     0, 0.5, 1, 2.5, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97.5, 99, 99.5, 100,
 )  # fmt: skip
 """Where the decode-step spread is recorded (finer in the tails, where the slow steps are)."""
-
-
-@dataclass(frozen=True)
-class Experiment:
-    phase: str
-    """prefill, decode or mixed."""
-    batch_size: int
-    """Decoding requests (decode, mixed); 1 for prefill."""
-    prompt_tokens: int
-    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode)."""
-    decode_prompt_tokens: int = 0
-    """mixed: the decoders' prompt."""
-
-    @property
-    def num_requests(self) -> int:
-        return self.batch_size + (1 if self.phase == "mixed" else 0)
-
-
-def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
-    """``AUTO_PROMPT_POINTS`` lengths from 16 up to ``max_tokens``, geometric."""
-    top = max(16, max_tokens)
-    points = np.geomspace(16, top, AUTO_PROMPT_POINTS)
-    return tuple(sorted({int(np.rint(p)) for p in points}))
-
-
-def auto_batch_sizes(cap: int) -> tuple[int, ...]:
-    """Every size up to ``DENSE_BATCH_SIZES``, then every 4th, and ``cap`` itself.
-
-    Step time is not smooth in the batch size: on 2 CPU cores hf_cb's tiny-model step took
-    16, 30, 39, 27, 24, 32, 42, 27 ms at 1..8 requests (the LM head's matmul picks its kernel by
-    row count), so interpolating between powers of two missed the slow sizes by up to 40%.
-    """
-    sizes = set(range(1, min(cap, DENSE_BATCH_SIZES) + 1))
-    sizes.update(range(DENSE_BATCH_SIZES + 4, cap + 1, 4))
-    sizes.add(cap)
-    return tuple(sorted(sizes))
-
-
-def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
-    """The prefill, decode and mixed experiments, each ``times(...)`` times, interleaved in
-    rounds (every experiment once, then every one that still needs a run again, ...).
-
-    Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
-    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
-    """
-    backend = cfg.backend
-    sequential = backend.name in SEQUENTIAL_BACKENDS
-    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, backend.max_batch_tokens)
-    prompts = cfg.prompt_lengths or auto_prompt_lengths(limit)
-    too_long = [p for p in prompts if p > limit]
-    if too_long:
-        raise ValueError(
-            f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
-            f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
-        )
-    cap = 1 if sequential else backend.max_requests_per_batch
-    batches = cfg.batch_sizes or auto_batch_sizes(cap)
-    too_big = [b for b in batches if b > cap]
-    if too_big:
-        raise ValueError(
-            f"engine.batch_sizes {too_big} exceed what {backend.name} runs in one step ({cap})"
-        )
-    experiments = [Experiment("prefill", 1, p) for p in prompts]
-    experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
-    if cfg.mixed and not sequential:
-        mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
-        experiments += [
-            Experiment("mixed", b, p, cfg.decode_prompt_tokens)
-            for b in mixed_sizes
-            for p in sorted({prompts[0], prompts[-1]})
-            if b + 1 <= cap
-        ]
-    # interleaved: round r runs every experiment that still needs a run, so each row's samples
-    # spread over the whole calibration instead of one burst of a few seconds
-    counts = {e: times(e, cfg) for e in experiments}
-    return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
-
-
-def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:
-    """How often an experiment runs: ``cfg.repeats``, and for small decode batches as often as
-    it takes to time ``MIN_DECODE_SAMPLES`` steps (one request gives decode_tokens / 2 gaps)."""
-    if exp.phase != "decode":
-        return cfg.repeats
-    per_run = exp.batch_size * max(1, cfg.decode_tokens // 2)
-    return max(cfg.repeats, -(-MIN_DECODE_SAMPLES // per_run))
 
 
 def bench_config(
@@ -421,9 +328,10 @@ def calibrate(
     dtype: str,
     experiments: Sequence[Experiment],
     advance: Callable[[int], None] = lambda _n: None,
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Run ``experiments`` (:func:`plan_experiments`) through ``cfg.backend``; return the rows
-    and what was run."""
+) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None]:
+    """Run ``experiments`` (:func:`plan_experiments`) through ``cfg.backend``, then the
+    calibration replays under load (:mod:`.serving_replay`); return the rows, what was run and
+    the replays' recorded steps (None without them)."""
     bench = bench_config(cfg, model, hardware, dtype)
     groups = _requests(experiments, cfg.decode_tokens, model.vocab_size)
     every = [r for g in groups for r in g]
@@ -445,12 +353,25 @@ def calibrate(
                     backend, recorder, exp, group, cfg.decode_tokens, cfg.backend.request_timeout_s
                 )
                 advance(1)
+            experiments_end = recorder.rel(time.perf_counter())
+            prompts = [e.prompt_tokens for e in experiments if e.phase == "prefill"] or [1]
+            windows, serving = serving_replay.replay_under_load(
+                cfg,
+                backend,
+                recorder,
+                _decode_medians_ms(step_samples(experiments, groups, recorder)),
+                (min(prompts), max(prompts)),
+                model.vocab_size,
+            )
     finally:
         backend.close()
     samples = step_samples(experiments, groups, recorder)
     frontend, source = None, "client token times"
     log: StepLog | None = getattr(backend, "steps", None)
     logged = log.frame(recorder.origin, recorder.origin) if log is not None else None
+    if logged is not None:  # the experiments' steps (the replays under load come after)
+        logged = logged[logged["time_s"] < experiments_end].reset_index(drop=True)
+    serving_table = None
     if logged is not None and not logged.empty:
         from gpu_simulate_test.vidur_profile.frontend import (
             checked,
@@ -461,6 +382,10 @@ def calibrate(
 
         # step costs from the engine's own clock where its scheduler recorded the steps
         recorded = recorded_schedule(backend, recorder)
+        if recorded is not None:
+            if windows:
+                serving_table = serving_replay.serving_steps(recorded, windows, cfg.backend.name)
+            recorded = recorded[recorded["end_time_s"] < experiments_end].reset_index(drop=True)
         costs, costs_from = (
             (logged, "engine step log")
             if recorded is None
@@ -497,5 +422,15 @@ def calibrate(
         "step_times_from": source,
         "frontend": frontend,
         "logged_steps": 0 if logged is None else len(logged),
+        "serving": serving,
     }
-    return rows, info
+    return rows, info, serving_table
+
+
+def _decode_medians_ms(samples: Mapping[Experiment, Sequence[float]]) -> dict[int, float]:
+    """Median decode step per batch size (client token gaps), for the capacity estimate."""
+    return {
+        e.batch_size: float(np.median(t)) * 1e3
+        for e, t in samples.items()
+        if e.phase == "decode" and len(t)
+    }

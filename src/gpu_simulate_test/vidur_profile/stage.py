@@ -8,11 +8,7 @@ The bundle (``mlp.csv``, ``attention.csv``, ``meta.json``; see
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,12 +19,8 @@ from rich.markup import escape
 
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.core.bundle import (
-    ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
-    ENGINE_STEPS_TABLE,
     MLP_OPS,
-    MLP_TABLE,
-    load_bundle,
 )
 from gpu_simulate_test.core.busy import (
     FOREIGN_CORES_LIMIT,
@@ -47,8 +39,13 @@ from gpu_simulate_test.core.grid import (
 from gpu_simulate_test.core.modeling import resolve_dtype
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
-from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run, utc_now
+from gpu_simulate_test.io.runs import default_run_id, start_run, utc_now
+from gpu_simulate_test.vidur_profile.bundle_writer import (
+    check_bundle_free,
+    earlier_calibrations,
+    earlier_serving_steps,
+    write_bundle,
+)
 from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     build_layer,
@@ -61,10 +58,6 @@ from gpu_simulate_test.vidur_profile.timing import TimingPolicy, timing_method
 QK_NORM_NOTE = (
     "Qwen3's per-head q_norm/k_norm RMSNorm has no Vidur op: its time is folded into attn_rope"
 )
-
-
-class BundleExistsError(RunExistsError):
-    """A bundle for this hardware and model exists already and overwriting was not allowed."""
 
 
 def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
@@ -246,62 +239,26 @@ def bundle_meta(
     }
 
 
-def check_bundle_free(bundle: Path, overwrite: bool) -> None:
-    if bundle.exists() and not overwrite:
-        raise BundleExistsError(
-            f"{bundle} already holds a profiling bundle; pass output.overwrite=true to replace it "
-            "or profiling_root=<another dir>"
-        )
-
-
 def dtype_name(dtype: Any) -> str:
     """``torch.bfloat16`` → ``bfloat16``, as ``meta.json`` records it."""
     return str(dtype).removeprefix("torch.")
 
 
-def earlier_calibrations(
-    bundle: Path, cfg: VidurProfileStageConfig, dtype: str
-) -> tuple[pd.DataFrame | None, dict[str, Any]]:
-    """Engine calibrations of other backends in the bundle being replaced (same model and
-    ``dtype``), kept."""
-    if not bundle.is_dir():
-        return None, {}
-    try:
-        old = load_bundle(bundle, cfg.model, timings_checked=False)  # about to be replaced
-    except ArtifactError:
-        return None, {}
-    if old.meta.get("dtype") != dtype:
-        return None, {}
-    keep = {
-        name: info
-        for name, info in old.meta.get("engine_calibration", {}).items()
-        if not (cfg.engine.enable and name == cfg.engine.backend.name)
-    }
-    frames = []
-    for name in keep:
-        try:
-            frames.append(old.engine_steps(name))
-        except ArtifactError:
-            continue
-    if not frames:
-        return None, {}
-    kept = pd.concat(frames, ignore_index=True)
-    return kept, {name: keep[name] for name in sorted(set(kept["backend"]))}
-
-
 def calibrate_engine(
     cfg: VidurProfileStageConfig, device: str, grid: ProfileGrid
-) -> tuple[pd.DataFrame, dict[str, Any], str | None]:
+) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None, str | None]:
     """Time the real engine's steps (``cfg.engine``) for this model on this device.
 
     While other processes use the CPU (:class:`ForeignLoad`), the calibration runs again, up to
     ``profiling.remeasure_rounds`` more times, and the least disturbed run is kept; returns its
-    rows and info (with ``foreign_cores``) and a quality warning if even that one was busy."""
+    rows, info (with ``foreign_cores``), the calibration replays' steps (None without them) and
+    a quality warning if even that one was busy."""
     from gpu_simulate_test.vidur_profile import engine_steps
+    from gpu_simulate_test.vidur_profile.experiments import plan_experiments
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
-    experiments = engine_steps.plan_experiments(cfg.engine, max_prompt)
-    best: tuple[float, pd.DataFrame, dict[str, Any]] | None = None
+    experiments = plan_experiments(cfg.engine, max_prompt)
+    best: tuple[float, pd.DataFrame, dict[str, Any], pd.DataFrame | None] | None = None
     deadline = time.perf_counter() + cfg.profiling.busy_wait_s
     for attempt in range(cfg.profiling.remeasure_rounds + 1):
         label = f"engine calibration ({cfg.engine.backend.name})"
@@ -310,7 +267,7 @@ def calibrate_engine(
             wait_for_quiet(max(0.0, deadline - time.perf_counter()))
         with progress_bar(label, len(experiments), cfg.progress) as advance:
             load = ForeignLoad().start()
-            rows, info = engine_steps.calibrate(
+            rows, info, serving = engine_steps.calibrate(
                 cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
             )
             cores = load.stop()
@@ -318,44 +275,13 @@ def calibrate_engine(
         info["steal_cores"] = round(load.steal_cores, 3)
         info["attempts"] = attempt + 1
         if best is None or cores < best[0]:
-            best = (cores, rows, info)
+            best = (cores, rows, info, serving)
         if cores <= FOREIGN_CORES_LIMIT:
             break
     assert best is not None
-    cores, rows, info = best
-    return rows, info, busy_warning(f"engine calibration of {cfg.engine.backend.name}", cores)
-
-
-def write_bundle(
-    bundle: Path,
-    tables: ProfileTables,
-    meta: Mapping[str, Any],
-    overwrite: bool,
-    engine_steps: pd.DataFrame | None = None,
-) -> Path:
-    """Write the bundle files into a temporary sibling directory, then rename it into place."""
-    bundle.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", suffix=".part", dir=bundle.parent))
-    try:
-        os.chmod(staging, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary directory
-        write_csv(staging / layout.MLP_PROFILE, tables.mlp, MLP_TABLE)
-        write_csv(staging / layout.ATTENTION_PROFILE, tables.attention, ATTENTION_TABLE)
-        if engine_steps is not None and not engine_steps.empty:
-            write_csv(staging / layout.ENGINE_STEPS, engine_steps, ENGINE_STEPS_TABLE)
-        write_json(staging / layout.BUNDLE_META, meta)
-        check_bundle_free(bundle, overwrite)
-        old = None
-        if bundle.exists():
-            old = bundle.with_name(f".{bundle.name}.{os.getpid()}.old")
-            os.replace(bundle, old)
-        os.replace(staging, bundle)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
-        raise
-    return bundle
+    cores, rows, info, serving = best
+    warning = busy_warning(f"engine calibration of {cfg.engine.backend.name}", cores)
+    return rows, info, serving, warning
 
 
 def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -392,8 +318,15 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         if (busy_profile := busy_warning("profile", busy)) is not None:
             warnings.append(busy_profile)
         steps, calibrations = earlier_calibrations(bundle, cfg, dtype_name(dtype))
+        serving = earlier_serving_steps(bundle, cfg, calibrations)
         if cfg.engine.enable:
-            rows, info, busy_calibration = calibrate_engine(cfg, device, grid)
+            rows, info, new_serving, busy_calibration = calibrate_engine(cfg, device, grid)
+            if new_serving is not None:
+                serving = (
+                    new_serving
+                    if serving is None
+                    else pd.concat([serving, new_serving], ignore_index=True)
+                )
             if busy_calibration is not None:
                 warnings.append(busy_calibration)
             steps = rows if steps is None else pd.concat([steps, rows], ignore_index=True)
@@ -403,7 +336,7 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         meta["engine_calibration"] = calibrations
         meta["quality_warnings"] = warnings
         meta["remeasured"] = remeasured
-        write_bundle(bundle, tables, meta, cfg.output.overwrite, steps)
+        write_bundle(bundle, tables, meta, cfg.output.overwrite, steps, serving)
         r.update_meta(
             num_mlp_rows=len(tables.mlp),
             num_attention_rows=len(tables.attention),

@@ -122,13 +122,17 @@ def normalize(
     decode: np.ndarray,
     arrival_time_s: np.ndarray,
     frontend_delay_s: float | np.ndarray = 0.0,
+    held_back_s: float | np.ndarray = 0.0,
 ) -> pd.DataFrame:
     """REQUEST_METRICS columns, then :data:`EXTRA_COLUMNS`, from checked Vidur rows.
 
     ``frontend_delay_s`` (per request, or one for all) is the front end's share of a request's
     latency the simulation did not see: its way from the send (``arrival_time_s``) to the
     scheduler plus its tokens' way back to the client. It is added to TTFT and E2E (TPOT, a
-    difference of token times, is unchanged)."""
+    difference of token times, is unchanged). ``held_back_s`` is the part of the simulated wait
+    before the engine that vLLM's engine core does not stamp (a request that arrived while a step
+    ran is queued when it ends): in ``frontend_delay_s``, so that the engine's clock starts
+    where the real engine's does, and not added again."""
     arrival = np.asarray(arrival_time_s, dtype=float)
     around = np.asarray(frontend_delay_s, dtype=float)
     ttft = rows["prefill_e2e_time"].to_numpy(dtype=float) + around
@@ -156,7 +160,9 @@ def normalize(
             "vidur_tpot_s": rows["decode_time_execution_plus_preemption_normalized"].to_numpy(
                 dtype=float
             ),
-            "frontend_delay_s": np.broadcast_to(around, arrival.shape).astype(float),
+            "frontend_delay_s": np.broadcast_to(
+                around + np.asarray(held_back_s, dtype=float), arrival.shape
+            ).astype(float),
         }
     )
 

@@ -48,6 +48,10 @@ class SimulationResult:
     """vllm_v1: requests preempted (restarted) for lack of KV blocks."""
     oracle: dict[str, Any] | None = None
     """An oracle replay: where its step times came from (:meth:`.oracle.OracleClock.report`)."""
+    serving_fit: tuple[Any, pd.DataFrame, np.ndarray] | None = None
+    """vllm_v1 with the bundle's calibration replays: the fitted
+    :class:`~gpu_simulate_test.core.serving_load.ServingLoad`, the replays' step features and
+    each step's prediction (for the report and ``step_residuals.png``)."""
 
 
 def steps_frame(ids: Any, size: Any, prefill: Any, decode: Any, elapsed_s: Any) -> pd.DataFrame:
@@ -154,6 +158,7 @@ def simulate(
     steps: bool = True,
     v1: Any = None,
     clock: Any = None,
+    serving: pd.DataFrame | None = None,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
@@ -172,7 +177,9 @@ def simulate(
                 "vidur.scheduler.name=vllm_v1 runs in our event loop only (Vidur has no vLLM V1 "
                 f"scheduler): leave vidur.event_loop={event_loop} out"
             )
-        return _simulate_v1(simulation_config, engine_steps, backend, jitter, steps, v1, clock)
+        return _simulate_v1(
+            simulation_config, engine_steps, backend, jitter, steps, v1, clock, serving
+        )
     from gpu_simulate_test.vidur_simulate.loop_setup import (
         KvCacheExhausted,
         NeedsVidurLoop,
@@ -342,6 +349,7 @@ def _simulate_v1(
     steps: bool,
     v1: Any,
     clock: Any,
+    serving: pd.DataFrame | None = None,
 ) -> SimulationResult:
     """vLLM's V1 scheduler (:func:`.vllm_v1.run_v1`) over Vidur's trace reader, timed by Vidur's
     predictor (built, and its overhead fitted, as for Vidur's schedulers) or by ``clock``."""
@@ -351,20 +359,27 @@ def _simulate_v1(
 
     from gpu_simulate_test.core.engines.step_record import step_log_rows
     from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
-    from gpu_simulate_test.vidur_simulate.vllm_v1 import PredictorClock, run_v1
+    from gpu_simulate_test.vidur_simulate.predictor_clock import PredictorClock, fit_serving
+    from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
 
     reason = unsupported_reason(simulation_config)
     if reason is not None:
         raise ConfigError(f"vidur.scheduler.name=vllm_v1 simulates one engine, not {reason}")
     start = _clean_slate(simulation_config.seed)
     report = table = None
+    serving_fit = None
     cache_hit = False
     if clock is None:
         predictor, _ = build_predictor(simulation_config)  # trains or loads
         report, table = _attach_overhead(
             predictor, simulation_config.seed, engine_steps, backend, jitter
         )
-        clock = PredictorClock(BatchTimer(predictor))
+        timer = BatchTimer(predictor)
+        load = None
+        if serving is not None and report is not None:
+            load, features, predicted = fit_serving(timer, serving)
+            serving_fit = (load, features, predicted)
+        clock = PredictorClock(timer, load, int(simulation_config.seed))
         cache_hit = bool(predictor.cache_hit)
     trace = TraceReplayRequestGenerator(simulation_config.request_generator_config).trace_df
     built = time.perf_counter()
@@ -390,4 +405,5 @@ def _simulate_v1(
         schedule=schedule if steps else None,
         preemptions=loop.preemptions,
         oracle=clock.report() if hasattr(clock, "report") else None,
+        serving_fit=serving_fit,
     )

@@ -41,7 +41,10 @@ from gpu_simulate_test.vidur_simulate.replay import (
     schedule_with_ids,
     v1_params,
 )
+from gpu_simulate_test.vidur_simulate.serving_report import serving_report
 from gpu_simulate_test.vidur_simulate.simulation import SimulationResult, simulate
+from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED as V1_ENGINE_QUEUED
+from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME as V1_NAME
 
 """Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
@@ -67,6 +70,9 @@ class Inputs:
     """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
     replay: ReplaySource | None = None
     """An oracle replay (``step_times_from``): the real run's engine arrivals and step clock."""
+    serving_steps: pd.DataFrame | None = None
+    """The bundle's calibration replays of ``vidur.engine_overhead`` (``vidur.serving_load``;
+    None: no serving terms)."""
 
     def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
         """When requests reach the simulated scheduler: sent, plus the front end's input for
@@ -135,7 +141,11 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         if backend != "none" and cfg.vidur.frontend_latency and replay is None
         else None
     )
+    serving = None
+    if backend != "none" and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
+        serving = bundle.serving_steps(backend)
     return Inputs(
+        serving_steps=serving,
         workload=workload,
         bundle=bundle,
         prefill=prefill,
@@ -371,6 +381,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             steps=cfg.vidur.step_log,
             v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
             clock=inputs.replay.clock if inputs.replay is not None else None,
+            serving=inputs.serving_steps,
         )
         if not grows:
             break
@@ -388,12 +399,17 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         str(out_dir / VIDUR_REQUEST_METRICS),
     )
     output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
+    held = np.zeros(len(arrival))
+    if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
+        # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
+        held = np.maximum(0.0, rows[V1_ENGINE_QUEUED].to_numpy(dtype=float) - arrival)
     table = vidur_metrics.normalize(
         rows,
         inputs.prefill,
         inputs.decode,
         inputs.arrival_time_s,
         arrival - inputs.arrival_time_s + output_s,
+        held,
     )
     return Simulated(table, result, arrival, done, built.notes)
 
@@ -438,6 +454,9 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             event_loop_note=result.event_loop_note,
             preemptions=result.preemptions,
             oracle=result.oracle,
+            serving_load=serving_report(
+                result, inputs.bundle, inputs.serving_steps, r.file(layout.STEP_RESIDUALS_PLOT)
+            ),
             timings_s={
                 "predictor_setup": round(result.predictor_setup_s, 3),
                 "simulation": round(result.simulation_s, 3),

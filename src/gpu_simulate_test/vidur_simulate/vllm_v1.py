@@ -23,8 +23,8 @@ connectors off and synchronous scheduling (what vLLM runs on CPU):
 Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request the
 engine queued by ``S`` is in the queue. The next step is scheduled ``gap`` after ``E`` when there
 is work, else ``lead`` after the next arrival. :class:`StepClock` gives those three per step:
-from Vidur's predictor (gap and lead 0, body the predicted step with the fitted engine overhead)
-or from a real run's own steps (:mod:`.oracle`).
+from Vidur's predictor (:mod:`.predictor_clock`: the predicted step with the fitted engine overhead,
+and the serving terms where calibrated) or from a real run's own steps (:mod:`.oracle`).
 
 The result is Vidur's per-request rows (:class:`~.event_loop.LoopResult`) plus the schedule, one
 row per step with vLLM's own split of context and generation requests (as its log counts them: a
@@ -42,10 +42,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
-from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer
 from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
 
 NAME = "vllm_v1"
+ENGINE_QUEUED = "engine_queued_time"
+"""Beside Vidur's columns: when the engine core took the request into its queue. vLLM's core
+reads new requests only between steps, so one that arrives while a step runs is queued when it
+ends (its engine clock starts there, as the real engine stamps it)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class Composition:
     decode_tokens: int
     chunks: tuple[tuple[int, int], ...]
     """(query tokens, KV tokens after the step) per scheduled request, in batch order."""
+    start_s: float = 0.0
+    """When it was scheduled (the simulation's clock)."""
+    idle_s: float = 0.0
+    """How long the engine had been idle before it (0: busy)."""
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -142,6 +149,7 @@ def run_v1(
     outputs = [0] * n
     held = [0] * n
     scheduled_at = [math.nan] * n
+    queued_at = [math.nan] * n
     first_token = [math.nan] * n
     done = [math.nan] * n
     busy_s = [0.0] * n
@@ -157,14 +165,18 @@ def run_v1(
     preemptions = 0
 
     while finished < n:
+        idle = 0.0
         if not running and not waiting:
             if nxt >= n:
                 break
-            start = max(ready, arr[order[nxt]]) + max(0.0, clock.lead(index))
+            woke = max(ready, arr[order[nxt]])
+            idle = woke - ready if index else math.inf  # before the first: long idle
+            start = woke + max(0.0, clock.lead(index))
         else:
             start = ready + max(0.0, clock.gap(index))
         while nxt < n and arr[order[nxt]] <= start:
             waiting.append(order[nxt])
+            queued_at[order[nxt]] = max(arr[order[nxt]], ready)
             nxt += 1
 
         # ---- schedule (vLLM's Scheduler.schedule) ----
@@ -235,7 +247,7 @@ def run_v1(
         pre = [(r, new) for r, new, ctx in chosen if ctx]
         dec = [(r, new) for r, new, ctx in chosen if not ctx]
         step = Composition(
-            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks
+            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks, start, idle
         )
         end = start + clock.body(index, step)
 
@@ -264,9 +276,12 @@ def run_v1(
         index += 1
         ready = end
 
+    rows_out = _request_rows(
+        arr, prompt, max_out, scheduled_at, first_token, done, busy_s, restarts
+    )
+    rows_out[ENGINE_QUEUED] = np.asarray(queued_at, dtype=float)
     return V1Result(
-        requests=_request_rows(arr, prompt, max_out, scheduled_at, first_token, done, busy_s,
-                               restarts),
+        requests=rows_out,
         schedule=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
         preemptions=preemptions,
     )  # fmt: skip
@@ -307,40 +322,3 @@ def _request_rows(
             "request_inter_arrival_delay": inter,
         }
     )
-
-
-class PredictorClock:
-    """Steps timed by Vidur's predictor (with the fitted engine overhead and jitter, as
-    :class:`~.loop_setup.BatchTimer` gives them), back to back: no pause between steps."""
-
-    def __init__(self, timer: BatchTimer) -> None:
-        self.timer = timer
-
-    def gap(self, index: int) -> float:
-        return 0.0
-
-    def lead(self, index: int) -> float:
-        return 0.0
-
-    def body(self, index: int, step: Composition) -> float:
-        """Vidur's shape of the step: one-token entries are decodes (their mean KV size rounded
-        up to the granularity), the others prefill chunks with their KV size rounded up."""
-        g = self.timer.granularity
-        total_q = 0
-        ones = ones_kv = 0
-        prefills: list[tuple[int, int]] = []
-        for q, kv in step.chunks:
-            total_q += q
-            if q == 1:
-                ones += 1
-                ones_kv += kv
-            else:
-                prefills.append(((kv + g - 1) // g * g, q))
-        mean_kv = 0
-        if ones:
-            mean_kv = int(ones_kv / ones)
-            mean_kv = (mean_kv + g - 1) // g * g
-        value = self.timer.time(total_q, ones, mean_kv, tuple(prefills))
-        if self.timer.jitter is not None:
-            value = value * self.timer.jitter()
-        return value

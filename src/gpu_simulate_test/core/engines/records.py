@@ -118,6 +118,19 @@ class Recorder:
         self.num_done = 0
         self.num_tokens = 0
 
+    def add(self, requests: Sequence[BenchRequest]) -> None:
+        """Record more requests (ids not yet recorded), e.g. a second replay on one engine."""
+        with self._lock:
+            for r in requests:
+                if r.request_id in self.records:
+                    raise ValueError(f"request id {r.request_id} is already recorded")
+                self.records[r.request_id] = RequestRecord(
+                    request_id=r.request_id,
+                    num_prefill_tokens=r.num_prefill_tokens,
+                    expected_decode_tokens=r.num_decode_tokens,
+                    scheduled_arrival_s=r.scheduled_arrival_s,
+                )
+
     def rel(self, perf_counter_s: float) -> float:
         """A ``perf_counter()`` reading as seconds from the run origin."""
         return perf_counter_s - self.origin

@@ -1,0 +1,433 @@
+"""Step time under serving load: what besides a step's composition moves its time, and a model.
+
+A calibration times the engine's steps alone on an idle engine (:mod:`gpu_simulate_test.
+vidur_profile.engine_steps`). Served, the same composition takes longer, and more so the busier
+the engine: on 2 CPU cores the API server streams tokens, tokenizes and answers HTTP on the cores
+the engine core computes on. Measured on vLLM's own step record (fidelity loads at 20/50/85% of
+capacity): per composition, the mean step over the median grows 1.03 → 1.06–1.08 (p90 1.14 →
+1.37), the pause between steps 0.06 → 0.21 ms; and a step that wakes an idle engine takes
+longer the longer the engine slept (a prompt's step 4.7 ms after 2–10 ms idle, 6.3 ms after more
+than 0.8 s, tiny Qwen3).
+
+From the steps of calibration replays under load (the engine's recorded schedule of Poisson
+workloads at a few rates, seeded apart from any judged workload, :mod:`gpu_simulate_test.
+vidur_profile.serving_replay`), each step's time over its predicted time (``ratio``) is set against
+the candidates (:data:`CANDIDATES`), and what matters is modelled (:class:`ServingLoad`):
+
+- ``stretch(req, tok)``: a busy step over its prediction, a plane in the requests the engine took
+  in and the tokens it streamed per second over the window before it (the API server's work per
+  request and per token, on the cores the engine computes on), fitted on time so that long steps
+  weigh what they last (a TPOT is a sum of steps, not a median);
+- ``gap(req, tok)``: the engine's pause between busy steps, the same kind of plane;
+- ``wake(idle)``: what a step that wakes an idle engine takes beyond ``stretch(0)`` of its
+  prediction, a line in log10 of the idle time.
+
+The predictor-timed simulation of vLLM's V1 scheduler applies them per step
+(:class:`~gpu_simulate_test.vidur_simulate.vllm_v1.PredictorClock`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
+
+WINDOW_S = 0.5
+"""Requests and tokens per second are counted over this window before a step's start."""
+MIN_BUSY_STEPS = 20
+"""Busy steps needed to fit stretch and gap (fewer: a ratio of 1 and no pause)."""
+MIN_IDLE_STEPS = 5
+"""Idle wake-ups needed to fit ``wake`` (fewer: none)."""
+RATIO_CLIP = (0.25, 4.0)
+"""A step's ratio is clipped to this range before fitting (a preempted or disturbed step)."""
+CANDIDATES: dict[str, str] = {
+    "arrival_rate": "requests the engine took in per second in the 0.5 s before the step",
+    "stream_rate": "tokens streamed per second in the 0.5 s before the step",
+    "in_flight": "requests running or waiting after the step was scheduled",
+    "waiting": "requests waiting in the engine's queue after scheduling",
+    "arrivals": "requests the step saw for the first time",
+    "finishing": "requests that ran for the last time in the step",
+    "idle_ms": "how long the engine was idle before the step (0: busy)",
+}
+"""What the residual analysis sets each step's ratio against."""
+
+
+def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
+    """Per step of an ``engine_schedule`` table: its time, the pause before it, whether it woke
+    an idle engine and after how long, and the candidates (:data:`CANDIDATES`); ``chunks`` holds
+    (query tokens, KV tokens after the step) per scheduled request, for a prediction."""
+    start = schedule["start_time_s"].to_numpy(dtype=float)
+    end = schedule["end_time_s"].to_numpy(dtype=float)
+    n = len(schedule)
+    seen: dict[str, int] = {}
+    last: dict[str, int] = {}
+    chunks: list[tuple[tuple[int, int], ...]] = []
+    arrivals = np.zeros(n, dtype=int)
+    for k, items in enumerate(schedule["requests"]):
+        step = []
+        for rid, tokens in parse_requests(items):
+            if rid != FOREIGN and rid not in seen:
+                arrivals[k] += 1
+            seen[rid] = seen.get(rid, 0) + tokens
+            last[rid] = k
+            step.append((tokens, seen[rid]))
+        chunks.append(tuple(step))
+    finishing = np.zeros(n, dtype=int)
+    for rid, k in last.items():
+        if rid != FOREIGN:
+            finishing[k] += 1
+    running = schedule["num_running"].to_numpy(dtype=int)
+    waiting = schedule["num_waiting"].to_numpy(dtype=int)
+    before = np.concatenate([[0], running[:-1] - finishing[:-1] + waiting[:-1]])
+    busy = before > 0
+    prev_end = np.concatenate([[np.nan], end[:-1]])
+    pause = start - prev_end
+    decodes = schedule["num_decode_requests"].to_numpy(dtype=float)
+    streamed = np.concatenate([[0.0], np.cumsum(decodes)])
+    taken = np.concatenate([[0.0], np.cumsum(arrivals)])
+    lo = np.searchsorted(end, start - WINDOW_S, side="right")
+    hi = np.searchsorted(end, start, side="right")
+    return pd.DataFrame(
+        {
+            "body_s": end - start,
+            "busy": busy,
+            "gap_s": np.where(busy, pause, np.nan),
+            "idle_ms": np.where(busy, 0.0, pause * 1e3),
+            "arrival_rate": (taken[hi] - taken[lo]) / WINDOW_S,
+            "stream_rate": (streamed[hi] - streamed[lo]) / WINDOW_S,
+            "in_flight": running + waiting,
+            "waiting": waiting,
+            "arrivals": arrivals,
+            "finishing": finishing,
+            "decodes": decodes.astype(int),
+            "chunks": chunks,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ServingLoad:
+    """The fitted serving terms: per 100 requests per second taken in (``req``) and per 1,000
+    tokens streamed per second (``ktok``)."""
+
+    stretch0: float = 1.0
+    stretch_per_100req: float = 0.0
+    stretch_per_ktok: float = 0.0
+    gap0_ms: float = 0.0
+    gap_per_100req_ms: float = 0.0
+    gap_per_ktok_ms: float = 0.0
+    wake0_ms: float = 0.0
+    """A wake-up after 1 ms idle, beyond the prediction (may be negative)."""
+    wake_per_decade_ms: float = 0.0
+    """Added per tenfold longer idle."""
+    max_arrival_rate: float = 0.0
+    max_stream_rate: float = 0.0
+    """The highest rates calibrated: the lines are not extrapolated past them."""
+    max_idle_ms: float = 0.0
+    """The longest idle calibrated."""
+    noise_sigma: float = 0.0
+    """Spread of a busy step's log time around the model (the slow moments a composition does
+    not explain: the API server's bursts on the engine's cores)."""
+    noise_phi: float = 0.0
+    """Step-to-step carry-over of its slow part (slow moments last several steps)."""
+    noise_slow_share: float = 0.0
+    """The share of the spread's variance that is slow (the rest is new every step)."""
+    window_s: float = WINDOW_S
+
+    def noise(self, seed: int) -> Iterator[float]:
+        """Per step, a factor of mean 1: in log time, a slow AR(1) part (``noise_phi``, a
+        ``noise_slow_share`` of the variance) plus a part new every step, seeded (1.0 forever
+        without a spread)."""
+        sigma, phi, share = self.noise_sigma, self.noise_phi, self.noise_slow_share
+        rng = np.random.default_rng(seed)
+        slow_sd, fast_sd = sigma * math.sqrt(share), sigma * math.sqrt(1.0 - share)
+        innovation = slow_sd * math.sqrt(max(0.0, 1.0 - phi * phi))
+        slow = float(rng.normal(0.0, slow_sd)) if slow_sd > 0 else 0.0
+        while True:
+            fast = float(rng.normal(0.0, fast_sd)) if fast_sd > 0 else 0.0
+            yield math.exp(slow + fast - sigma * sigma / 2.0)
+            if slow_sd > 0:
+                slow = phi * slow + innovation * float(rng.normal())
+
+    def _load(self, arrival_rate: float, stream_rate: float) -> tuple[float, float]:
+        return (
+            min(arrival_rate, self.max_arrival_rate) / 100.0,
+            min(stream_rate, self.max_stream_rate) / 1e3,
+        )
+
+    def stretch(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
+        a, t = self._load(arrival_rate, stream_rate)
+        return max(0.5, self.stretch0 + self.stretch_per_100req * a + self.stretch_per_ktok * t)
+
+    def gap_s(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
+        a, t = self._load(arrival_rate, stream_rate)
+        gap = self.gap0_ms + self.gap_per_100req_ms * a + self.gap_per_ktok_ms * t
+        return max(0.0, gap) / 1e3
+
+    def wake_s(self, idle_s: float) -> float:
+        """Seconds a step that wakes an engine idle for ``idle_s`` takes beyond its stretched
+        prediction."""
+        decades = math.log10(max(1.0, min(idle_s * 1e3, self.max_idle_ms)))
+        return (self.wake0_ms + self.wake_per_decade_ms * decades) / 1e3
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares intercept and slope (slope 0 without spread in x)."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float(np.mean(y)) if len(y) else 0.0, 0.0
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)
+
+
+def _nonneg(columns: Sequence[np.ndarray], y: np.ndarray) -> list[float]:
+    """Non-negative least squares of ``y`` on ``columns``."""
+    from scipy.optimize import nnls  # type: ignore[import-untyped]
+
+    coef, _ = nnls(np.column_stack(columns), y)
+    return [float(c) for c in coef]
+
+
+def fit(features: pd.DataFrame, predicted_s: np.ndarray) -> ServingLoad:
+    """The serving terms from calibration-replay steps (``step_features``) and each step's
+    predicted time from its composition alone.
+
+    Busy steps: ``body = pred · (stretch0 + a · req + b · ktok)`` and the pause before them
+    ``gap0 + c · req + d · ktok``, non-negative least squares in seconds (so the long steps
+    weigh as much as their time: a TPOT is a sum of steps); steps that woke the engine:
+    what they took beyond ``pred · stretch0``, a line in log10 of the idle time.
+    """
+    body = features["body_s"].to_numpy(dtype=float)
+    pred = np.asarray(predicted_s, dtype=float)
+    ok = np.isfinite(pred) & (pred > 0)
+    ratio = np.clip(body / np.where(ok, pred, 1.0), *RATIO_CLIP)
+    body = np.where(ok, ratio * np.where(ok, pred, 0.0), 0.0)  # clipped outliers
+    req = features["arrival_rate"].to_numpy(dtype=float) / 100.0
+    tok = features["stream_rate"].to_numpy(dtype=float) / 1e3
+    busy = features["busy"].to_numpy(dtype=bool) & ok
+    gap = features["gap_s"].to_numpy(dtype=float) * 1e3
+    load = ServingLoad()
+    if busy.sum() >= MIN_BUSY_STEPS:
+        p, r, t = pred[busy], req[busy], tok[busy]
+        s0, s1, s2 = _nonneg([p, p * r, p * t], body[busy])
+        g0, g1, g2 = _nonneg([np.ones_like(r), r, t], np.nan_to_num(gap[busy]))
+        load = ServingLoad(
+            stretch0=s0,
+            stretch_per_100req=s1,
+            stretch_per_ktok=s2,
+            gap0_ms=g0,
+            gap_per_100req_ms=g1,
+            gap_per_ktok_ms=g2,
+            max_arrival_rate=float(np.max(r) * 100.0),
+            max_stream_rate=float(np.max(t) * 1e3),
+        )
+        load = _with_noise(load, body, pred, req * 100.0, tok * 1e3, busy)
+    idle_ms = features["idle_ms"].to_numpy(dtype=float)
+    woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
+    if woke.sum() >= MIN_IDLE_STEPS:
+        extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
+        w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
+        load = ServingLoad(
+            **{
+                **asdict(load),
+                "wake0_ms": w0,
+                "wake_per_decade_ms": w1,
+                "max_idle_ms": float(np.max(idle_ms[woke])),
+            }
+        )
+    return load
+
+
+NOISE_LAGS = (1, 4)
+"""The step lags whose autocorrelations set the slow part's carry-over and share."""
+
+
+def _with_noise(
+    load: ServingLoad,
+    body: np.ndarray,
+    pred: np.ndarray,
+    req: np.ndarray,
+    tok: np.ndarray,
+    busy: np.ndarray,
+) -> ServingLoad:
+    """``load`` with the spread of the busy steps' log time around it, and its slow part: with
+    autocorrelations a1, a4 at lags 1 and 4 (over runs of consecutive busy steps), the slow
+    part carries over ``phi = (a4 / a1) ** (1 / 3)`` a step and holds ``a1 / phi`` of the
+    variance."""
+    index = np.flatnonzero(busy)
+    stretch = np.array([load.stretch(req[k], tok[k]) for k in index])
+    resid = np.log(body[index] / (pred[index] * stretch))
+    sigma = float(np.std(resid))
+    centred = np.zeros(len(body))
+    centred[index] = resid - resid.mean()
+    acs = []
+    for lag in NOISE_LAGS:
+        pairs = index[:-lag][np.all([busy[index[:-lag] + j] for j in range(1, lag + 1)], axis=0)]
+        if len(pairs) < MIN_BUSY_STEPS or sigma == 0:
+            return ServingLoad(**{**asdict(load), "noise_sigma": sigma})
+        acs.append(float(np.corrcoef(centred[pairs], centred[pairs + lag])[0, 1]))
+    a1, a4 = max(acs[0], 0.0), max(acs[1], 0.0)
+    phi = float(np.clip((a4 / a1) ** (1.0 / 3.0), 0.0, 0.99)) if a1 > 0 and a4 > 0 else 0.0
+    share = float(np.clip(a1 / phi, 0.0, 1.0)) if phi > 0 else 0.0
+    return ServingLoad(
+        **{
+            **asdict(load),
+            "noise_sigma": sigma,
+            "noise_phi": phi,
+            "noise_slow_share": share,
+        }
+    )
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    rx = pd.Series(x).rank().to_numpy()
+    ry = pd.Series(y).rank().to_numpy()
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def residual_analysis(features: pd.DataFrame, ratio: np.ndarray) -> list[dict[str, Any]]:
+    """Per candidate: the rank correlation of the steps' ratio (measured over the model) with it,
+    and the mean ratio in its lowest and highest fifth (over steps where it varies)."""
+    ratio = np.asarray(ratio, dtype=float)
+    out = []
+    for name, what in CANDIDATES.items():
+        x = features[name].to_numpy(dtype=float)
+        keep = np.isfinite(x) & np.isfinite(ratio)
+        x, y = x[keep], ratio[keep]
+        row: dict[str, Any] = {"candidate": name, "what": what, "steps": len(x)}
+        row["spearman"] = _spearman(x, y)
+        if len(x) >= 10 and np.ptp(x) > 0:
+            lo, hi = np.quantile(x, [0.2, 0.8])
+            row["mean_ratio_low"] = float(np.mean(y[x <= lo]))
+            row["mean_ratio_high"] = float(np.mean(y[x >= hi]))
+        out.append(row)
+    return out
+
+
+def report(
+    load: ServingLoad,
+    features: pd.DataFrame,
+    predicted_s: np.ndarray,
+    calibrated_on: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What ``run_meta.json`` says: the terms, the steps behind them, the residual analysis
+    before and after the terms, and which runs calibrated them."""
+    pred = np.asarray(predicted_s, dtype=float)
+    known = np.isfinite(pred)
+    features, pred = features[known].reset_index(drop=True), pred[known]
+    body = features["body_s"].to_numpy(dtype=float)
+    modelled = modelled_s(load, features, pred)
+    return {
+        "terms": asdict(load),
+        "steps": len(features),
+        "steps_without_prediction": int((~known).sum()),
+        "busy_steps": int(features["busy"].sum()),
+        "mean_ratio": {
+            "composition_only": float(np.nanmean(body / pred)),
+            "with_serving_terms": float(np.nanmean(body / modelled)),
+        },
+        "total_time_ratio": {
+            "composition_only": float(np.sum(pred) / np.sum(body)),
+            "with_serving_terms": float(np.sum(modelled) / np.sum(body)),
+        },
+        "residuals": residual_analysis(features, body / pred),
+        "calibrated_on": calibrated_on or {},
+    }
+
+
+def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarray) -> np.ndarray:
+    """Each step's time as the serving model gives it: stretched, plus a wake-up when idle."""
+    req = features["arrival_rate"].to_numpy(dtype=float)
+    tok = features["stream_rate"].to_numpy(dtype=float)
+    busy = features["busy"].to_numpy(dtype=bool)
+    idle = features["idle_ms"].to_numpy(dtype=float) / 1e3
+    out = np.empty(len(features))
+    for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
+        out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())
+        if not busy[k] and np.isfinite(idle[k]):
+            out[k] = max(0.5 * p, out[k] + load.wake_s(idle[k]))
+    return out
+
+
+def plot_residuals(
+    features: pd.DataFrame, ratio: np.ndarray, path: Any, title: str, model: str
+) -> None:
+    """One panel per candidate: each step's ratio over ``model`` against it, with the mean per
+    bin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpu_simulate_test.io.artifacts import atomic_path
+
+    names = list(CANDIDATES)
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7), constrained_layout=True)
+    ratio = np.asarray(ratio, dtype=float)
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, names, strict=False):
+        x = features[name].to_numpy(dtype=float)
+        keep = np.isfinite(x) & np.isfinite(ratio)
+        x, y = x[keep], ratio[keep]
+        log = name == "idle_ms"
+        if log:
+            idle = x > 0
+            x, y = x[idle], y[idle]
+            ax.set_xscale("log")
+        ax.scatter(x, y, s=4, alpha=0.25, color="tab:blue", rasterized=True)
+        if len(x) >= 10 and np.ptp(x) > 0:
+            edges = np.unique(np.quantile(x, np.linspace(0, 1, 9)))
+            mids, means = [], []
+            for a, b in itertools.pairwise(edges):
+                inside = (x >= a) & (x <= b)
+                if inside.any():
+                    mids.append(float(np.median(x[inside])))
+                    means.append(float(np.mean(y[inside])))
+            ax.plot(mids, means, "o-", color="tab:red", label="mean per bin")
+            ax.legend(loc="upper left", fontsize=8)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xlabel(name + (" (steps after idle)" if log else ""))
+        ax.set_ylabel(f"step time / {model}")
+        ax.set_ylim(0.5, 2.5)
+    fig.suptitle(title)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def predictions(
+    features: pd.DataFrame, predict_s: Callable[[Sequence[tuple[int, int]]], float]
+) -> np.ndarray:
+    """``predict_s(chunks)`` for every step (NaN where it has none)."""
+    out = np.full(len(features), np.nan)
+    for k, chunks in enumerate(features["chunks"]):
+        try:
+            out[k] = predict_s(chunks)
+        except KeyError:
+            continue
+    return out
+
+
+def composition_medians(schedule: pd.DataFrame, features: pd.DataFrame) -> np.ndarray:
+    """Each step's model when nothing but its composition counts: the median time of the
+    busy steps with the same composition (vLLM's counts), else of all steps with it."""
+    from gpu_simulate_test.core.engines.step_record import COMPOSITION
+
+    frame = schedule[list(COMPOSITION)].copy()
+    frame["body"] = features["body_s"].to_numpy()
+    frame["busy"] = features["busy"].to_numpy()
+    keys = list(COMPOSITION)
+    busy_med = frame[frame["busy"]].groupby(keys)["body"].median()
+    all_med = frame.groupby(keys)["body"].median()
+    index = pd.MultiIndex.from_frame(frame[keys])
+    out = busy_med.reindex(index).to_numpy(dtype=float)
+    return np.where(np.isfinite(out), out, all_med.reindex(index).to_numpy(dtype=float))

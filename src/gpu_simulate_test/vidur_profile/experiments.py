@@ -1,0 +1,106 @@
+"""The engine calibration's experiments: which prefills, decode batches and mixed steps are timed,
+and how often (:func:`plan_experiments`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig
+
+SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
+"""Backends that serve one request at a time: only batch 1 is calibrated."""
+AUTO_PROMPT_POINTS = 4
+MIN_DECODE_SAMPLES = 64
+"""Decode gaps behind each decode row at least: a batch of 1 gave 24 gaps from 3 repeats, and
+its median moved by 8% between two calibrations on a shared 2-core machine."""
+DENSE_BATCH_SIZES = 16
+"""Decode batches up to this size are all calibrated (beyond it, every 4th)."""
+MIXED_DECODERS = 4
+"""The larger decode batch a mixed experiment prefills next to (the other is 1)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    phase: str
+    """prefill, decode or mixed."""
+    batch_size: int
+    """Decoding requests (decode, mixed); 1 for prefill."""
+    prompt_tokens: int
+    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode)."""
+    decode_prompt_tokens: int = 0
+    """mixed: the decoders' prompt."""
+
+    @property
+    def num_requests(self) -> int:
+        return self.batch_size + (1 if self.phase == "mixed" else 0)
+
+
+def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
+    """``AUTO_PROMPT_POINTS`` lengths from 16 up to ``max_tokens``, geometric."""
+    top = max(16, max_tokens)
+    points = np.geomspace(16, top, AUTO_PROMPT_POINTS)
+    return tuple(sorted({int(np.rint(p)) for p in points}))
+
+
+def auto_batch_sizes(cap: int) -> tuple[int, ...]:
+    """Every size up to ``DENSE_BATCH_SIZES``, then every 4th, and ``cap`` itself.
+
+    Step time is not smooth in the batch size: on 2 CPU cores hf_cb's tiny-model step took
+    16, 30, 39, 27, 24, 32, 42, 27 ms at 1..8 requests (the LM head's matmul picks its kernel by
+    row count), so interpolating between powers of two missed the slow sizes by up to 40%.
+    """
+    sizes = set(range(1, min(cap, DENSE_BATCH_SIZES) + 1))
+    sizes.update(range(DENSE_BATCH_SIZES + 4, cap + 1, 4))
+    sizes.add(cap)
+    return tuple(sorted(sizes))
+
+
+def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
+    """The prefill, decode and mixed experiments, each ``times(...)`` times, interleaved in
+    rounds (every experiment once, then every one that still needs a run again, ...).
+
+    Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
+    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
+    """
+    backend = cfg.backend
+    sequential = backend.name in SEQUENTIAL_BACKENDS
+    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, backend.max_batch_tokens)
+    prompts = cfg.prompt_lengths or auto_prompt_lengths(limit)
+    too_long = [p for p in prompts if p > limit]
+    if too_long:
+        raise ValueError(
+            f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
+            f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
+        )
+    cap = 1 if sequential else backend.max_requests_per_batch
+    batches = cfg.batch_sizes or auto_batch_sizes(cap)
+    too_big = [b for b in batches if b > cap]
+    if too_big:
+        raise ValueError(
+            f"engine.batch_sizes {too_big} exceed what {backend.name} runs in one step ({cap})"
+        )
+    experiments = [Experiment("prefill", 1, p) for p in prompts]
+    experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
+    if cfg.mixed and not sequential:
+        mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
+        experiments += [
+            Experiment("mixed", b, p, cfg.decode_prompt_tokens)
+            for b in mixed_sizes
+            for p in sorted({prompts[0], prompts[-1]})
+            if b + 1 <= cap
+        ]
+    # interleaved: round r runs every experiment that still needs a run, so each row's samples
+    # spread over the whole calibration instead of one burst of a few seconds
+    counts = {e: times(e, cfg) for e in experiments}
+    return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
+
+
+def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:
+    """How often an experiment runs: ``cfg.repeats``, and for small decode batches as often as
+    it takes to time ``MIN_DECODE_SAMPLES`` steps (one request gives decode_tokens / 2 gaps)."""
+    if exp.phase != "decode":
+        return cfg.repeats
+    per_run = exp.batch_size * max(1, cfg.decode_tokens // 2)
+    return max(cfg.repeats, -(-MIN_DECODE_SAMPLES // per_run))

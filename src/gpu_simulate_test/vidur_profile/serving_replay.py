@@ -1,0 +1,195 @@
+"""Calibration replays under load: the engine's steps while it serves, for the serving terms.
+
+After the engine calibration's experiments (each alone on an idle engine), the same server
+replays short Poisson workloads at a few rates (``engine.serving_rates``, fractions of the
+capacity the decode experiments imply), seeded by ``engine.serving_seed``, apart from any
+workload a simulation is judged on. The engine's own step record of those replays lands in the
+bundle's ``serving_steps.csv``; ``vidur_simulate`` fits what serving adds to a step's time on them
+(:mod:`gpu_simulate_test.core.serving_load`), and the bundle's ``step_residuals.png`` shows what
+besides a step's composition moves its time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig
+from gpu_simulate_test.core.engines import BackendError
+from gpu_simulate_test.core.engines.harness import wait_until
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+
+START_LEAD_S = 0.05
+POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class ServingReplay:
+    """One rate's requests (their arrivals on the recorder's clock, set when it runs)."""
+
+    rate_qps: float
+    requests: tuple[BenchRequest, ...]
+
+
+def capacity_qps(decode_steps_ms: Mapping[int, float], mean_output_tokens: float) -> float | None:
+    """Requests per second the engine could serve at its best decode throughput (batch size →
+    step time), each producing ``mean_output_tokens``; None without decode steps."""
+    if not decode_steps_ms or mean_output_tokens <= 0:
+        return None
+    best = max(b / (ms / 1e3) for b, ms in decode_steps_ms.items() if ms > 0)
+    return best / mean_output_tokens
+
+
+def output_range(cfg: EngineCalibrationConfig) -> tuple[int, int]:
+    """The calibration replays' output lengths: from a quarter of ``decode_tokens`` (at least
+    2) to twice it."""
+    return max(2, cfg.decode_tokens // 4), 2 * cfg.decode_tokens
+
+
+def plan(
+    cfg: EngineCalibrationConfig,
+    capacity: float,
+    prompt_range: tuple[int, int],
+    vocab_size: int,
+    first_id: int,
+) -> list[ServingReplay]:
+    """Poisson replays at ``cfg.serving_rates`` × ``capacity``, each ``cfg.serving_duration_s``
+    long (at most ``cfg.serving_max_requests``); prompts uniform over ``prompt_range``, outputs
+    over :func:`output_range` (short ones among them: many requests per second, each with the
+    API server's per-request work)."""
+    rng = np.random.default_rng(cfg.serving_seed)
+    replays, next_id = [], first_id
+    out_lo, out_hi = output_range(cfg)
+    lo, hi = prompt_range
+    for fraction in cfg.serving_rates:
+        rate = fraction * capacity
+        count = int(min(cfg.serving_max_requests, max(8, round(rate * cfg.serving_duration_s))))
+        gaps = rng.exponential(1.0 / rate, count)
+        arrivals = np.cumsum(gaps) - gaps[0]
+        requests = []
+        for t in arrivals:
+            prompt = int(rng.integers(lo, hi + 1))
+            ids = rng.integers(0, min(vocab_size, 32_000), prompt)
+            requests.append(
+                BenchRequest(
+                    request_id=next_id,
+                    num_prefill_tokens=prompt,
+                    num_decode_tokens=int(rng.integers(out_lo, out_hi + 1)),
+                    scheduled_arrival_s=float(t),
+                    prompt_token_ids=tuple(int(x) for x in ids),
+                )
+            )
+            next_id += 1
+        replays.append(ServingReplay(rate, tuple(requests)))
+    return replays
+
+
+def run(
+    backend: Any, recorder: Recorder, replays: Sequence[ServingReplay], timeout_s: float
+) -> list[tuple[float, float, float]]:
+    """Replay each rate's requests at their arrivals (after the previous rate's are done);
+    returns (rate, first send, last token) per replay on the recorder's clock."""
+    windows = []
+    for replay in replays:
+        origin = time.perf_counter() + START_LEAD_S
+        for req in replay.requests:
+            wait_until(origin + req.scheduled_arrival_s)
+            backend.submit(req)
+        deadline = time.perf_counter() + timeout_s
+        ids = [r.request_id for r in replay.requests]
+        while not all(recorder.records[i].is_done for i in ids):
+            if (why := backend.failure()) is not None:
+                raise BackendError(f"{backend.name} died during a calibration replay: {why}")
+            if time.perf_counter() > deadline:
+                raise BackendError(f"calibration replay not done within {timeout_s:g} s")
+            recorder.wait_for_change(POLL_S)
+        windows.append((replay.rate_qps, recorder.rel(origin), recorder.rel(time.perf_counter())))
+    return windows
+
+
+def replay_under_load(
+    cfg: EngineCalibrationConfig,
+    backend: Any,
+    recorder: Recorder,
+    decode_steps_ms: Mapping[int, float],
+    prompt_range: tuple[int, int],
+    vocab_size: int,
+) -> tuple[list[tuple[float, float, float]], dict[str, Any] | None]:
+    """Run the calibration replays on a server that records its steps (none on another
+    engine, or with ``engine.serving_rates=[]``); returns their windows and what ran."""
+    if not cfg.serving_rates or getattr(backend, "steps_path", None) is None:
+        return [], None
+    out_lo, out_hi = output_range(cfg)
+    capacity = capacity_qps(decode_steps_ms, (out_lo + out_hi) / 2.0)
+    if capacity is None:
+        return [], None
+    first_id = max(recorder.records) + 1
+    replays = plan(cfg, capacity, prompt_range, vocab_size, first_id)
+    recorder.add([r for replay in replays for r in replay.requests])
+    windows = run(backend, recorder, replays, cfg.backend.request_timeout_s)
+    info = {
+        "seed": cfg.serving_seed,
+        "capacity_qps_estimate": round(capacity, 3),
+        "rates_qps": [round(r.rate_qps, 3) for r in replays],
+        "requests": [len(r.requests) for r in replays],
+        "prompt_tokens": list(prompt_range),
+        "output_tokens": [out_lo, out_hi],
+    }
+    return windows, info
+
+
+def serving_steps(
+    schedule: pd.DataFrame, windows: Sequence[tuple[float, float, float]], backend: str
+) -> pd.DataFrame:
+    """The recorded steps inside each replay's window, with the backend and the rate."""
+    parts = []
+    for rate, start, end in windows:
+        inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
+        part = inside.copy()
+        part.insert(0, "rate_qps", rate)
+        part.insert(0, "backend", backend)
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, ignore_index=True)
+
+
+def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
+    """What besides composition moves a step: the residual analysis of the replays' steps
+    against the median step of the same composition, and its plot."""
+    from gpu_simulate_test.core import serving_load
+
+    parts = [part.reset_index(drop=True) for _, part in steps.groupby("rate_qps", sort=False)]
+    frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
+    every = pd.concat(parts, ignore_index=True)
+    model = serving_load.composition_medians(every, frame)
+    ratio = frame["body_s"].to_numpy() / model
+    serving_load.plot_residuals(
+        frame,
+        ratio,
+        plot_path,
+        "calibration replays: step time over the median step of its composition",
+        "median of its composition",
+    )
+    by_rate = []
+    rates = every["rate_qps"].to_numpy()
+    for rate in dict.fromkeys(rates.tolist()):
+        mask = rates == rate
+        by_rate.append(
+            {
+                "rate_qps": float(rate),
+                "steps": int(mask.sum()),
+                "mean_ratio": float(np.nanmean(ratio[mask])),
+                "busy_gap_ms": float(np.nanmean(frame["gap_s"].to_numpy()[mask]) * 1e3),
+            }
+        )
+    return {
+        "model": "the median step of the same composition over every replay",
+        "residuals": serving_load.residual_analysis(frame, ratio),
+        "by_rate": by_rate,
+    }

@@ -1,0 +1,47 @@
+"""What a simulation with the serving terms says about them: the terms, which runs calibrated
+them (the bundle's calibration replays, never the workload simulated), and the replays' steps
+against Vidur's prediction (``serving_residuals.csv``, ``step_residuals.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_simulate_test.core import serving_load
+from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import atomic_open
+from gpu_simulate_test.vidur_simulate.simulation import SimulationResult
+
+SERVING_RESIDUALS = "serving_residuals.csv"
+"""Per calibration-replay step: its features, Vidur's prediction and the serving model's."""
+
+
+def serving_report(
+    result: SimulationResult, bundle: Bundle, steps: pd.DataFrame | None, plot: Path
+) -> dict[str, Any] | None:
+    """The serving terms this simulation applied, fitted on the bundle's calibration replays
+    (which runs calibrated them: the bundle's replays, never the workload simulated), and the
+    replays' steps against Vidur's prediction of their composition (``step_residuals.png``)."""
+    if result.serving_fit is None:
+        return None
+    load, features, predicted = result.serving_fit
+    backend = str(steps["backend"].iloc[0]) if steps is not None else ""
+    calibrated_on = dict((bundle.engine_calibration(backend) or {}).get("serving") or {})
+    calibrated_on.pop("residuals", None)
+    calibrated_on["bundle"] = str(bundle.path / layout.SERVING_STEPS)
+    serving_load.plot_residuals(
+        features,
+        features["body_s"].to_numpy() / predicted,
+        plot,
+        "calibration replays: step time over Vidur's prediction (with the engine overhead)",
+        "prediction",
+    )
+    table = features.drop(columns=["chunks"]).assign(
+        predicted_s=predicted, modelled_s=serving_load.modelled_s(load, features, predicted)
+    )
+    with atomic_open(plot.with_name(SERVING_RESIDUALS)) as handle:
+        table.to_csv(handle, index=False, lineterminator="\n")
+    return serving_load.report(load, features, predicted, calibrated_on)
