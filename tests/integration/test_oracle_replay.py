@@ -106,6 +106,7 @@ def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project
     bundle = project / "tmp" / "profiles" / "cpu" / "qwen3_tiny"
     write_csv(bundle / layout.ENGINE_STEPS, steps("vllm"), ENGINE_STEPS_TABLE)
     record = read_csv(DATA / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    record.insert(0, "replay", 0)
     record.insert(0, "rate_qps", 20.0)
     record.insert(0, "backend", "vllm")
     write_csv(bundle / layout.SERVING_STEPS, record, SERVING_STEPS_TABLE)

@@ -147,7 +147,9 @@ def test_calibration_replays_are_seeded_poisson_within_their_bounds(tmp_path: Pa
     from gpu_simulate_test.config.vidur import EngineCalibrationConfig
     from gpu_simulate_test.vidur_profile import serving_replay
 
-    cfg = EngineCalibrationConfig(decode_tokens=16, serving_rates=(0.1, 0.5), serving_duration_s=4)
+    cfg = EngineCalibrationConfig(
+        decode_tokens=16, serving_rates=(0.1, 0.5), serving_duration_s=4, serving_rounds=1
+    )
     assert serving_replay.capacity_qps({1: 4.0, 8: 8.0}, 10.0) == pytest.approx(100.0)
     assert serving_replay.capacity_qps({}, 10.0) is None
     replays = serving_replay.plan(cfg, 100.0, (16, 64), 1000, first_id=50)
@@ -167,6 +169,7 @@ def test_calibration_replays_are_seeded_poisson_within_their_bounds(tmp_path: Pa
     other = serving_replay.plan(
         EngineCalibrationConfig(serving_seed=1, serving_rates=(0.1,)), 100.0, (16, 64), 1000, 0
     )
+    assert len(other) == 3  # three rounds by default, every rate once per round
     assert other[0].requests != replays[0].requests[: len(other[0].requests)]
 
 
@@ -175,12 +178,20 @@ def test_the_bundle_report_of_replays_names_each_rate_and_plots(tmp_path: Path) 
 
     steps = schedule()
     cut = float(steps["end_time_s"].iloc[300])
-    windows = [(5.0, 0.0, cut), (20.0, cut + 1e-9, float(steps["end_time_s"].iloc[-1]))]
+    mid = float(steps["end_time_s"].iloc[150])
+    end = float(steps["end_time_s"].iloc[-1])
+    windows = [(5.0, 0.0, mid), (20.0, mid + 1e-9, cut), (5.0, cut + 1e-9, end)]
     table = serving_replay.serving_steps(steps, windows, "vllm")
     assert len(table) == len(steps) and set(table["backend"]) == {"vllm"}
-    assert list(table["rate_qps"].unique()) == [5.0, 20.0]
+    assert list(table["replay"].unique()) == [0, 1, 2]
     report = serving_replay.bundle_report(table, tmp_path / "residuals.png")
     assert [r["rate_qps"] for r in report["by_rate"]] == [5.0, 20.0]
+    assert [r["replay"] for r in report["by_replay"]] == [0, 1, 2]
     assert sum(r["steps"] for r in report["by_rate"]) == len(steps)
+    # the two rounds of 5 req/s: the drift is their spread, the same as replay_drift's
+    a, c = report["by_replay"][0]["mean_ratio"], report["by_replay"][2]["mean_ratio"]
+    assert report["drift"] == pytest.approx(abs(a - c) / ((a + c) / 2))
+    assert serving_replay.replay_drift(table) == pytest.approx(report["drift"])
+    assert serving_replay.drift([{"rate_qps": 1.0, "steps": 50, "mean_ratio": 1.0}]) == 0.0
     assert {r["candidate"] for r in report["residuals"]} == set(serving_load.CANDIDATES)
     assert (tmp_path / "residuals.png").stat().st_size > 10_000

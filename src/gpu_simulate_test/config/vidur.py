@@ -90,12 +90,16 @@ class EngineCalibrationConfig:
     """Output tokens per calibration request; the first half is skipped as ramp-up."""
     repeats: int = 3
     """Each experiment runs this often; the step time is the median over all repeats."""
-    serving_rates: tuple[float, ...] = (0.05, 0.3, 0.7)
+    serving_rates: tuple[float, ...] = (0.05, 0.3, 0.6)
     """Calibration replays under load (a vLLM server that records its steps): Poisson
     workloads at these fractions of the capacity the decode experiments imply; their steps
     (``serving_steps.csv``) calibrate what serving adds to a step's time. () skips them."""
-    serving_duration_s: float = 5.0
+    serving_duration_s: float = 3.0
     """Each calibration replay lasts about this long (at least 8 requests)."""
+    serving_rounds: int = 3
+    """Every rate is replayed this often, the rates interleaved round by round: a host's speed
+    drifts by several percent within minutes, and one short replay per rate caught it (stretch
+    1.11 to 1.19 in three fresh calibrations of one machine)."""
     serving_max_requests: int = 400
     serving_seed: int = 104729
     """Seed of the calibration replays' arrivals and lengths: keep it apart from the seeds of
@@ -118,6 +122,7 @@ class EngineCalibrationConfig:
             f"{self.serving_rates}",
         )
         _check(self.serving_duration_s > 0, "engine.serving_duration_s must be > 0")
+        _check(self.serving_rounds >= 1, "engine.serving_rounds must be >= 1")
         _check(self.serving_max_requests >= 8, "engine.serving_max_requests must be >= 8")
 
 

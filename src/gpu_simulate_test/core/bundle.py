@@ -136,6 +136,13 @@ SERVING_STEPS_TABLE = TableSchema(
     columns=(
         Column("backend", "str", "", "real-bench backend (vllm)"),
         Column("rate_qps", "float", "req/s", "the replay's arrival rate", min_value=0),
+        Column(
+            "replay",
+            "int",
+            "",
+            "which replay, in the order they ran (rounds of rates)",
+            min_value=0,
+        ),
         *ENGINE_SCHEDULE.columns,
     ),
 )

@@ -58,7 +58,8 @@ def plan(
     vocab_size: int,
     first_id: int,
 ) -> list[ServingReplay]:
-    """Poisson replays at ``cfg.serving_rates`` × ``capacity``, each ``cfg.serving_duration_s``
+    """Poisson replays at ``cfg.serving_rates`` × ``capacity`` (every rate once per round, for
+    ``cfg.serving_rounds`` rounds), each ``cfg.serving_duration_s``
     long (at most ``cfg.serving_max_requests``); prompts uniform over ``prompt_range``, outputs
     over :func:`output_range` (short ones among them: many requests per second, each with the
     API server's per-request work)."""
@@ -66,7 +67,7 @@ def plan(
     replays, next_id = [], first_id
     out_lo, out_hi = output_range(cfg)
     lo, hi = prompt_range
-    for fraction in cfg.serving_rates:
+    for fraction in [f for _ in range(cfg.serving_rounds) for f in cfg.serving_rates]:
         rate = fraction * capacity
         count = int(min(cfg.serving_max_requests, max(8, round(rate * cfg.serving_duration_s))))
         gaps = rng.exponential(1.0 / rate, count)
@@ -137,6 +138,7 @@ def replay_under_load(
         "capacity_qps_estimate": round(capacity, 3),
         "rates_qps": [round(r.rate_qps, 3) for r in replays],
         "requests": [len(r.requests) for r in replays],
+        "rounds": cfg.serving_rounds,
         "prompt_tokens": list(prompt_range),
         "output_tokens": [out_lo, out_hi],
     }
@@ -148,9 +150,10 @@ def serving_steps(
 ) -> pd.DataFrame:
     """The recorded steps inside each replay's window, with the backend and the rate."""
     parts = []
-    for rate, start, end in windows:
+    for index, (rate, start, end) in enumerate(windows):
         inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
         part = inside.copy()
+        part.insert(0, "replay", index)
         part.insert(0, "rate_qps", rate)
         part.insert(0, "backend", backend)
         parts.append(part)
@@ -164,7 +167,7 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
     against the median step of the same composition, and its plot."""
     from gpu_simulate_test.core import serving_load
 
-    parts = [part.reset_index(drop=True) for _, part in steps.groupby("rate_qps", sort=False)]
+    parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
     frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     every = pd.concat(parts, ignore_index=True)
     model = serving_load.composition_medians(every, frame)
@@ -176,6 +179,15 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
         "calibration replays: step time over the median step of its composition",
         "median of its composition",
     )
+    by_replay = [
+        {
+            "replay": int(replay),
+            "rate_qps": float(rate),
+            "steps": int(mask.sum()),
+            "mean_ratio": float(np.nanmean(ratio[mask])),
+        }
+        for (replay, rate), mask in _replay_masks(every)
+    ]
     by_rate = []
     rates = every["rate_qps"].to_numpy()
     for rate in dict.fromkeys(rates.tolist()):
@@ -192,4 +204,51 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
         "model": "the median step of the same composition over every replay",
         "residuals": serving_load.residual_analysis(frame, ratio),
         "by_rate": by_rate,
+        "by_replay": by_replay,
+        "drift": drift(by_replay),
     }
+
+
+DRIFT_LIMIT = 0.10
+"""Rounds of one rate whose mean step (over the median of its composition) differ by more than
+this: the host's speed moved during the calibration (it is redone once, then carries a quality
+warning)."""
+
+
+def _replay_masks(every: pd.DataFrame) -> list[tuple[tuple[int, float], np.ndarray]]:
+    replays = every["replay"].to_numpy()
+    rates = every["rate_qps"].to_numpy()
+    return [
+        ((int(r), float(rates[replays == r][0])), replays == r)
+        for r in dict.fromkeys(replays.tolist())
+    ]
+
+
+def drift(by_replay: Sequence[Mapping[str, Any]]) -> float:
+    """The largest spread, over rates, of the rounds' mean ratios: (max - min) / median."""
+    worst = 0.0
+    for rate in {r["rate_qps"] for r in by_replay}:
+        ratios = [r["mean_ratio"] for r in by_replay if r["rate_qps"] == rate and r["steps"] >= 20]
+        if len(ratios) >= 2:
+            worst = max(worst, (max(ratios) - min(ratios)) / float(np.median(ratios)))
+    return worst
+
+
+def replay_drift(steps: pd.DataFrame) -> float:
+    """:func:`drift` of the calibration replays' steps (0 with a single round)."""
+    from gpu_simulate_test.core import serving_load
+
+    parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
+    frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
+    every = pd.concat(parts, ignore_index=True)
+    ratio = frame["body_s"].to_numpy() / serving_load.composition_medians(every, frame)
+    return drift(
+        [
+            {
+                "rate_qps": rate,
+                "steps": int(mask.sum()),
+                "mean_ratio": float(np.nanmean(ratio[mask])),
+            }
+            for (_, rate), mask in _replay_masks(every)
+        ]
+    )

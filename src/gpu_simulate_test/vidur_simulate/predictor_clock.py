@@ -102,10 +102,10 @@ class PredictorClock:
 def fit_serving(
     timer: BatchTimer, serving_steps: pd.DataFrame
 ) -> tuple[ServingLoad, pd.DataFrame, np.ndarray]:
-    """The serving terms from the bundle's calibration replays (``serving_steps``, one
-    replay per rate), against this predictor; with each replay step's features and predicted
+    """The serving terms from the bundle's calibration replays (``serving_steps``, each
+    replay's steps apart), against this predictor; with each replay step's features and predicted
     time (for the report and the plot)."""
-    parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("rate_qps", sort=False)]
+    parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("replay", sort=False)]
     features = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     predicted = serving_load.predictions(features, lambda chunks: predicted_s(timer, chunks))
     return serving_load.fit(features, predicted), features, predicted
