@@ -51,8 +51,17 @@ def figures(campaign: Path) -> dict[str, dict[str, float]]:
             else (absolute[len(absolute) // 2 - 1] + absolute[len(absolute) // 2]) / 2
         )
         noise_median = noise[len(noise) // 2] if noise else float("nan")
+        both = [
+            100 * (r["sim_ms"] / ((r["real_ms"] + r["real_repeat_ms"]) / 2) - 1)
+            for r in mine
+            if r.get("real_repeat_ms") is not None
+        ]
         out[clock] = {
             "rows": len(mine),
+            "mean_signed_vs_both": sum(both) / len(both) if both else float("nan"),
+            "median_abs_vs_both": sorted(abs(e) for e in both)[len(both) // 2]
+            if both
+            else float("nan"),
             "mean_signed": sum(errors) / len(errors),
             "median_abs": median,
             "largest_abs": absolute[-1],
@@ -75,6 +84,8 @@ def show(name: str, figs: dict[str, dict[str, float]]) -> None:
             f"{name:28s} {clock:6s} mean {f['mean_signed']:+6.1f}%  median {f['median_abs']:5.1f}%"
             f"  largest {f['largest_abs']:5.1f}%  | real vs real median {f['noise_median']:4.1f}%"
             f" largest {f['noise_largest']:5.1f}%  targets {marks}"
+            f"  | vs both real runs: mean {f['mean_signed_vs_both']:+5.1f}%"
+            f" median {f['median_abs_vs_both']:4.1f}%"
         )
 
 

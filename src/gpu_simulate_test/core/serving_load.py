@@ -14,11 +14,11 @@ workloads at a few rates, seeded apart from any judged workload, :mod:`gpu_simul
 vidur_profile.serving_replay`), each step's time over its predicted time (``ratio``) is set against
 the candidates (:data:`CANDIDATES`), and what matters is modelled (:class:`ServingLoad`):
 
-- ``stretch(req, tok)``: a busy step over its prediction, a plane in the requests the engine took
-  in and the tokens it streamed per second over the window before it (the API server's work per
-  request and per token, on the cores the engine computes on), fitted on time so that long steps
-  weigh what they last (a TPOT is a sum of steps, not a median);
-- ``gap(req, tok)``: the engine's pause between busy steps, the same kind of plane;
+- ``stretch(req)``: a busy step's time over its prediction, per calibrated rate of requests the
+  engine took in per second over the window before it (the API server's work per request, on
+  the cores the engine computes on), total time over total prediction so that long steps weigh
+  what they last (a TPOT is a sum of steps, not a median), interpolated between the rates;
+- ``gap(req)``: the engine's pause between busy steps, the same way;
 - ``wake(idle)``: what a step that wakes an idle engine takes beyond ``stretch(0)`` of its
   prediction, a line in log10 of the idle time.
 
@@ -114,22 +114,20 @@ def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class ServingLoad:
-    """The fitted serving terms: per 100 requests per second taken in (``req``) and per 1,000
-    tokens streamed per second (``ktok``)."""
+    """The fitted serving terms: per calibrated rate (requests the engine took in per second),
+    a busy step's time over its prediction and the pause before it, interpolated between the
+    rates and flat beyond them; a wake-up line in log idle time; the slow moments' noise."""
 
-    stretch0: float = 1.0
-    stretch_per_100req: float = 0.0
-    stretch_per_ktok: float = 0.0
-    gap0_ms: float = 0.0
-    gap_per_100req_ms: float = 0.0
-    gap_per_ktok_ms: float = 0.0
+    rate_points: tuple[float, ...] = ()
+    """The calibration replays' mean requests taken in per second, increasing."""
+    stretch_points: tuple[float, ...] = ()
+    """At each: the busy steps' total time over their total prediction."""
+    gap_points_ms: tuple[float, ...] = ()
+    """At each: the mean pause between busy steps."""
     wake0_ms: float = 0.0
     """A wake-up after 1 ms idle, beyond the prediction (may be negative)."""
     wake_per_decade_ms: float = 0.0
     """Added per tenfold longer idle."""
-    max_arrival_rate: float = 0.0
-    max_stream_rate: float = 0.0
-    """The highest rates calibrated: the lines are not extrapolated past them."""
     max_idle_ms: float = 0.0
     """The longest idle calibrated."""
     noise_sigma: float = 0.0
@@ -156,20 +154,18 @@ class ServingLoad:
             if slow_sd > 0:
                 slow = phi * slow + innovation * float(rng.normal())
 
-    def _load(self, arrival_rate: float, stream_rate: float) -> tuple[float, float]:
-        return (
-            min(arrival_rate, self.max_arrival_rate) / 100.0,
-            min(stream_rate, self.max_stream_rate) / 1e3,
-        )
-
     def stretch(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
-        a, t = self._load(arrival_rate, stream_rate)
-        return max(0.5, self.stretch0 + self.stretch_per_100req * a + self.stretch_per_ktok * t)
+        """A busy step's time over its prediction at ``arrival_rate`` requests per second
+        (``stream_rate``, tokens per second, is recorded but not modelled: within the replays it
+        moved step time less than the requests did)."""
+        if not self.rate_points:
+            return 1.0
+        return float(np.interp(arrival_rate, self.rate_points, self.stretch_points))
 
     def gap_s(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
-        a, t = self._load(arrival_rate, stream_rate)
-        gap = self.gap0_ms + self.gap_per_100req_ms * a + self.gap_per_ktok_ms * t
-        return max(0.0, gap) / 1e3
+        if not self.rate_points:
+            return 0.0
+        return max(0.0, float(np.interp(arrival_rate, self.rate_points, self.gap_points_ms))) / 1e3
 
     def wake_s(self, idle_s: float) -> float:
         """Seconds a step that wakes an engine idle for ``idle_s`` takes beyond its stretched
@@ -194,40 +190,50 @@ def _nonneg(columns: Sequence[np.ndarray], y: np.ndarray) -> list[float]:
     return [float(c) for c in coef]
 
 
-def fit(features: pd.DataFrame, predicted_s: np.ndarray) -> ServingLoad:
-    """The serving terms from calibration-replay steps (``step_features``) and each step's
-    predicted time from its composition alone.
+def fit(
+    features: pd.DataFrame, predicted_s: np.ndarray, groups: np.ndarray | None = None
+) -> ServingLoad:
+    """The serving terms from calibration-replay steps (``step_features``), each step's
+    predicted time from its composition alone, and which rate each step was replayed at
+    (``groups``; None: one rate).
 
-    Busy steps: ``body = pred · (stretch0 + a · req + b · ktok)`` and the pause before them
-    ``gap0 + c · req + d · ktok``, non-negative least squares in seconds (so the long steps
-    weigh as much as their time: a TPOT is a sum of steps); steps that woke the engine:
-    what they took beyond ``pred · stretch0``, a line in log10 of the idle time.
+    Per rate, over its busy steps: the mean requests taken in per second, the total time over
+    the total prediction (so long steps weigh what they last: a TPOT is a sum of steps) and the
+    mean pause; between the rates the terms are interpolated (measured: flat up to about a
+    quarter of capacity, then rising; a line through the rates missed both ends). Steps that
+    woke the engine: what they took beyond the lowest rate's stretch, a line in log10 of the
+    idle time.
     """
     body = features["body_s"].to_numpy(dtype=float)
     pred = np.asarray(predicted_s, dtype=float)
     ok = np.isfinite(pred) & (pred > 0)
     ratio = np.clip(body / np.where(ok, pred, 1.0), *RATIO_CLIP)
     body = np.where(ok, ratio * np.where(ok, pred, 0.0), 0.0)  # clipped outliers
-    req = features["arrival_rate"].to_numpy(dtype=float) / 100.0
-    tok = features["stream_rate"].to_numpy(dtype=float) / 1e3
+    req = features["arrival_rate"].to_numpy(dtype=float)
+    tok = features["stream_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool) & ok
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
+    labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
+    points = []
+    for label in np.unique(labels):
+        mine = busy & (labels == label)
+        if mine.sum() >= MIN_BUSY_STEPS:
+            points.append(
+                (
+                    float(np.mean(req[mine])),
+                    float(np.sum(body[mine]) / np.sum(pred[mine])),
+                    float(np.nanmean(gap[mine])),
+                )
+            )
+    points.sort()
     load = ServingLoad()
-    if busy.sum() >= MIN_BUSY_STEPS:
-        p, r, t = pred[busy], req[busy], tok[busy]
-        s0, s1, s2 = _nonneg([p, p * r, p * t], body[busy])
-        g0, g1, g2 = _nonneg([np.ones_like(r), r, t], np.nan_to_num(gap[busy]))
+    if points:
         load = ServingLoad(
-            stretch0=s0,
-            stretch_per_100req=s1,
-            stretch_per_ktok=s2,
-            gap0_ms=g0,
-            gap_per_100req_ms=g1,
-            gap_per_ktok_ms=g2,
-            max_arrival_rate=float(np.max(r) * 100.0),
-            max_stream_rate=float(np.max(t) * 1e3),
+            rate_points=tuple(p[0] for p in points),
+            stretch_points=tuple(p[1] for p in points),
+            gap_points_ms=tuple(p[2] for p in points),
         )
-        load = _with_noise(load, body, pred, req * 100.0, tok * 1e3, busy)
+        load = _with_noise(load, body, pred, req, tok, busy)
     idle_ms = features["idle_ms"].to_numpy(dtype=float)
     woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
     if woke.sum() >= MIN_IDLE_STEPS:

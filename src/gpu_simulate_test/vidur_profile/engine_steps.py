@@ -46,7 +46,7 @@ from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.core.engines import BackendError, get_backend
-from gpu_simulate_test.core.engines.harness import switch_interval
+from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, switch_interval
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
@@ -328,10 +328,13 @@ def calibrate(
     dtype: str,
     experiments: Sequence[Experiment],
     advance: Callable[[int], None] = lambda _n: None,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
+    lengths_from: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None]:
     """Run ``experiments`` (:func:`plan_experiments`) through ``cfg.backend``, then the
     calibration replays under load (:mod:`.serving_replay`); return the rows, what was run and
-    the replays' recorded steps (None without them)."""
+    the replays' recorded steps (None without them). ``lengths``: the served workload's prompt
+    and output lengths, for the replays."""
     bench = bench_config(cfg, model, hardware, dtype)
     groups = _requests(experiments, cfg.decode_tokens, model.vocab_size)
     every = [r for g in groups for r in g]
@@ -340,13 +343,16 @@ def calibrate(
     recorder = Recorder(every)
     starts: list[float] = []  # each experiment's submit, from the recorder's origin
     started = time.perf_counter()
-    interval = cfg.backend.gil_switch_interval_s if backend.in_process else None
+    interval = cfg.backend.gil_switch_interval_s
     try:
         backend.start(recorder)
         # the model's first calls (allocation, kernels) are slow; warm-up reports to no recorder
         backend.warmup(groups[0])
         recorder.origin = time.perf_counter()
-        with switch_interval(interval):  # as during the real bench's replay
+        # as during the real bench's replay: the client on its own core (vLLM on CPU), the GIL
+        # handed over as often, no garbage collection; unpinned, the replays' client streamed
+        # on the engine's core and its steps came out 13% slower than the real bench's
+        with switch_interval(interval), cpu_affinity(backend.client_cpus()), gc_paused():
             for exp, group in zip(experiments, groups, strict=True):
                 starts.append(recorder.rel(time.perf_counter()))
                 _run_experiment(
@@ -362,6 +368,8 @@ def calibrate(
                 _decode_medians_ms(step_samples(experiments, groups, recorder)),
                 (min(prompts), max(prompts)),
                 model.vocab_size,
+                lengths,
+                lengths_from,
             )
     finally:
         backend.close()

@@ -2,8 +2,10 @@
 
 After the engine calibration's experiments (each alone on an idle engine), the same server
 replays short Poisson workloads at a few rates (``engine.serving_rates``, fractions of the
-capacity the decode experiments imply), seeded by ``engine.serving_seed``, apart from any
-workload a simulation is judged on. The engine's own step record of those replays lands in the
+capacity the decode experiments imply), in interleaved rounds, seeded by ``engine.serving_seed``,
+apart from any workload a simulation is judged on. Their lengths are those of the workload the
+profile is for (``workload_dir``: the shape that will be served, its lengths drawn anew), else
+uniform. The engine's own step record of those replays lands in the
 bundle's ``serving_steps.csv``; ``vidur_simulate`` fits what serving adds to a step's time on them
 (:mod:`gpu_simulate_test.core.serving_load`), and the bundle's ``step_residuals.png`` shows what
 besides a step's composition moves its time.
@@ -57,12 +59,15 @@ def plan(
     prompt_range: tuple[int, int],
     vocab_size: int,
     first_id: int,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[ServingReplay]:
     """Poisson replays at ``cfg.serving_rates`` × ``capacity`` (every rate once per round, for
     ``cfg.serving_rounds`` rounds), each ``cfg.serving_duration_s``
     long (at most ``cfg.serving_max_requests``); prompts uniform over ``prompt_range``, outputs
     over :func:`output_range` (short ones among them: many requests per second, each with the
-    API server's per-request work)."""
+    API server's per-request work). With ``lengths`` (a workload's prompt and output lengths),
+    each request takes the lengths of one of its requests, drawn with the same seed: the shape
+    that will be served, never its arrivals."""
     rng = np.random.default_rng(cfg.serving_seed)
     replays, next_id = [], first_id
     out_lo, out_hi = output_range(cfg)
@@ -74,13 +79,18 @@ def plan(
         arrivals = np.cumsum(gaps) - gaps[0]
         requests = []
         for t in arrivals:
-            prompt = int(rng.integers(lo, hi + 1))
+            if lengths is None:
+                prompt = int(rng.integers(lo, hi + 1))
+                output = int(rng.integers(out_lo, out_hi + 1))
+            else:
+                k = int(rng.integers(0, len(lengths[0])))
+                prompt, output = int(lengths[0][k]), int(lengths[1][k])
             ids = rng.integers(0, min(vocab_size, 32_000), prompt)
             requests.append(
                 BenchRequest(
                     request_id=next_id,
                     num_prefill_tokens=prompt,
-                    num_decode_tokens=int(rng.integers(out_lo, out_hi + 1)),
+                    num_decode_tokens=output,
                     scheduled_arrival_s=float(t),
                     prompt_token_ids=tuple(int(x) for x in ids),
                 )
@@ -120,17 +130,20 @@ def replay_under_load(
     decode_steps_ms: Mapping[int, float],
     prompt_range: tuple[int, int],
     vocab_size: int,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
+    lengths_from: str | None = None,
 ) -> tuple[list[tuple[float, float, float]], dict[str, Any] | None]:
     """Run the calibration replays on a server that records its steps (none on another
     engine, or with ``engine.serving_rates=[]``); returns their windows and what ran."""
     if not cfg.serving_rates or getattr(backend, "steps_path", None) is None:
         return [], None
     out_lo, out_hi = output_range(cfg)
-    capacity = capacity_qps(decode_steps_ms, (out_lo + out_hi) / 2.0)
+    mean_output = (out_lo + out_hi) / 2.0 if lengths is None else float(np.mean(lengths[1]))
+    capacity = capacity_qps(decode_steps_ms, mean_output)
     if capacity is None:
         return [], None
     first_id = max(recorder.records) + 1
-    replays = plan(cfg, capacity, prompt_range, vocab_size, first_id)
+    replays = plan(cfg, capacity, prompt_range, vocab_size, first_id, lengths)
     recorder.add([r for replay in replays for r in replay.requests])
     windows = run(backend, recorder, replays, cfg.backend.request_timeout_s)
     info = {
@@ -139,10 +152,15 @@ def replay_under_load(
         "rates_qps": [round(r.rate_qps, 3) for r in replays],
         "requests": [len(r.requests) for r in replays],
         "rounds": cfg.serving_rounds,
-        "prompt_tokens": list(prompt_range),
-        "output_tokens": [out_lo, out_hi],
+        "lengths_from": lengths_from or "uniform",
+        "prompt_tokens": list(prompt_range) if lengths is None else _span(lengths[0]),
+        "output_tokens": [out_lo, out_hi] if lengths is None else _span(lengths[1]),
     }
     return windows, info
+
+
+def _span(values: np.ndarray) -> list[int]:
+    return [int(np.min(values)), int(np.max(values))]
 
 
 def serving_steps(

@@ -260,6 +260,15 @@ def calibrate_engine(
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
     experiments = plan_experiments(cfg.engine, max_prompt)
+    lengths = None
+    if cfg.workload_dir:  # the calibration replays take the served workload's lengths
+        from gpu_simulate_test.core.workloads import load_workload
+
+        table = load_workload(cfg.workload_dir).lengths
+        lengths = (
+            table["num_prefill_tokens"].to_numpy(dtype=int),
+            table["num_decode_tokens"].to_numpy(dtype=int),
+        )
     Kept = tuple[tuple[bool, float, float], pd.DataFrame, dict[str, Any], pd.DataFrame | None]
     best: Kept | None = None
     deadline = time.perf_counter() + cfg.profiling.busy_wait_s
@@ -277,7 +286,14 @@ def calibrate_engine(
         with progress_bar(label, len(experiments), cfg.progress) as advance:
             load = ForeignLoad().start()
             rows, info, serving = engine_steps.calibrate(
-                cfg.engine, cfg.model, cfg.hardware, cfg.profiling.dtype, experiments, advance
+                cfg.engine,
+                cfg.model,
+                cfg.hardware,
+                cfg.profiling.dtype,
+                experiments,
+                advance,
+                lengths,
+                cfg.workload_dir,
             )
             cores = load.stop()
         info["foreign_cores"] = round(cores, 3)

@@ -108,4 +108,5 @@ def fit_serving(
     parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("replay", sort=False)]
     features = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     predicted = serving_load.predictions(features, lambda chunks: predicted_s(timer, chunks))
-    return serving_load.fit(features, predicted), features, predicted
+    rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
+    return serving_load.fit(features, predicted, rates), features, predicted
