@@ -86,10 +86,10 @@ class PredictorClock:
             if step.idle_s > 0:
                 stretched = value * self.serving.stretch()
                 value = max(0.5 * value, stretched + self.serving.wake_s(step.idle_s))
-            else:
+            else:  # the slow moments were measured on busy steps
+                assert self._noise is not None
                 value = value * self.serving.stretch(*self._rates(step.start_s))
-            assert self._noise is not None
-            value = value * next(self._noise)
+                value = value * next(self._noise)
         if self.timer.jitter is not None:
             value = value * self.timer.jitter()
         if self.serving is not None:
