@@ -180,16 +180,24 @@ def serving_steps(
     return pd.concat(parts, ignore_index=True)
 
 
-def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
-    """What besides composition moves a step: the residual analysis of the replays' steps
-    against the median step of the same composition, and its plot."""
+def _over_composition(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """The replays' step features (each replay apart), their steps in that order, and each
+    step's time over the median step of its composition."""
     from gpu_simulate_test.core import serving_load
 
     parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
     frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     every = pd.concat(parts, ignore_index=True)
-    model = serving_load.composition_medians(every, frame)
-    ratio = frame["body_s"].to_numpy() / model
+    ratio = frame["body_s"].to_numpy() / serving_load.composition_medians(every, frame)
+    return frame, every, ratio
+
+
+def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
+    """What besides composition moves a step: the residual analysis of the replays' steps
+    against the median step of the same composition, and its plot."""
+    from gpu_simulate_test.core import serving_load
+
+    frame, every, ratio = _over_composition(steps)
     serving_load.plot_residuals(
         frame,
         ratio,
@@ -254,12 +262,7 @@ def drift(by_replay: Sequence[Mapping[str, Any]]) -> float:
 
 def replay_drift(steps: pd.DataFrame) -> float:
     """:func:`drift` of the calibration replays' steps (0 with a single round)."""
-    from gpu_simulate_test.core import serving_load
-
-    parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
-    frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
-    every = pd.concat(parts, ignore_index=True)
-    ratio = frame["body_s"].to_numpy() / serving_load.composition_medians(every, frame)
+    _, every, ratio = _over_composition(steps)
     return drift(
         [
             {
