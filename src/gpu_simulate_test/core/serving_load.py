@@ -20,10 +20,12 @@ the candidates (:data:`CANDIDATES`), and what matters is modelled (:class:`Servi
   what they last (a TPOT is a sum of steps, not a median), interpolated between the rates;
 - ``gap(req)``: the engine's pause between busy steps, the same way;
 - ``wake(idle)``: what a step that wakes an idle engine takes beyond ``stretch(0)`` of its
-  prediction, a line in log10 of the idle time.
+  prediction, a line in log10 of the idle time;
+- ``noise(seed)``: the slow moments, a spread in log time on busy steps whose slow part carries
+  over from step to step.
 
 The predictor-timed simulation of vLLM's V1 scheduler applies them per step
-(:class:`~gpu_simulate_test.vidur_simulate.vllm_v1.PredictorClock`).
+(:class:`~gpu_simulate_test.vidur_simulate.predictor_clock.PredictorClock`).
 """
 
 from __future__ import annotations
