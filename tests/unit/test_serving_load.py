@@ -13,7 +13,8 @@ import pytest
 
 from gpu_simulate_test.core import serving_load
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
-from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED, Composition, V1Params, run_v1
+from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED, V1Params, run_v1
+from tests.unit.test_vllm_v1 import Fixed
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
 
@@ -141,20 +142,6 @@ def test_too_few_steps_fit_nothing() -> None:
     load = serving_load.fit(frame, pred, group)
     assert load == serving_load.ServingLoad()
     assert load.stretch(50.0) == 1.0 and load.gap_s(50.0) == 0.0
-
-
-class Fixed:
-    def __init__(self, body: float) -> None:
-        self.body_s = body
-
-    def gap(self, index: int) -> float:
-        return 0.0
-
-    def lead(self, index: int) -> float:
-        return 0.0
-
-    def body(self, index: int, step: Composition) -> float:
-        return self.body_s
 
 
 def test_a_request_arriving_during_a_step_is_queued_when_it_ends() -> None:

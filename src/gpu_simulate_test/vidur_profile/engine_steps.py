@@ -101,19 +101,23 @@ def _requests(
         else:
             lengths = [exp.prompt_tokens] * exp.batch_size
         for length in lengths:
-            ids = rng.integers(0, min(vocab_size, 32_000), length)
             group.append(
                 BenchRequest(
                     request_id=next_id,
                     num_prefill_tokens=length,
                     num_decode_tokens=decode_tokens,
                     scheduled_arrival_s=0.0,
-                    prompt_token_ids=tuple(int(t) for t in ids),
+                    prompt_token_ids=random_prompt(rng, vocab_size, length),
                 )
             )
             next_id += 1
         groups.append(group)
     return groups
+
+
+def random_prompt(rng: np.random.Generator, vocab_size: int, length: int) -> tuple[int, ...]:
+    """``length`` random token ids (below 32,000 and the vocabulary)."""
+    return tuple(int(t) for t in rng.integers(0, min(vocab_size, 32_000), length))
 
 
 def _wait(
@@ -122,8 +126,11 @@ def _wait(
     ids: Sequence[int],
     timeout_s: float,
     min_tokens: int | None = None,
+    during: str = "engine calibration",
+    what: str = "engine calibration step",
 ) -> None:
-    """Until every request in ``ids`` is done (or, with ``min_tokens``, has that many tokens)."""
+    """Until every request in ``ids`` is done (or, with ``min_tokens``, has that many tokens);
+    BackendError naming ``during`` when the engine dies, ``what`` when it runs out of time."""
 
     def ready(i: int) -> bool:
         rec = recorder.records[i]
@@ -134,9 +141,9 @@ def _wait(
     deadline = time.perf_counter() + timeout_s
     while not all(ready(i) for i in ids):
         if (why := backend.failure()) is not None:
-            raise BackendError(f"{backend.name} died during engine calibration: {why}")
+            raise BackendError(f"{backend.name} died during {during}: {why}")
         if time.perf_counter() > deadline:
-            raise BackendError(f"engine calibration step not done within {timeout_s:g} s")
+            raise BackendError(f"{what} not done within {timeout_s:g} s")
         recorder.wait_for_change(POLL_S)
 
 
@@ -361,11 +368,12 @@ def calibrate(
                 advance(1)
             experiments_end = recorder.rel(time.perf_counter())
             prompts = [e.prompt_tokens for e in experiments if e.phase == "prefill"] or [1]
+            samples = step_samples(experiments, groups, recorder)
             windows, serving = serving_replay.replay_under_load(
                 cfg,
                 backend,
                 recorder,
-                _decode_medians_ms(step_samples(experiments, groups, recorder)),
+                _decode_medians_ms(samples),
                 (min(prompts), max(prompts)),
                 model.vocab_size,
                 lengths,
@@ -373,7 +381,6 @@ def calibrate(
             )
     finally:
         backend.close()
-    samples = step_samples(experiments, groups, recorder)
     frontend, source = None, "client token times"
     log: StepLog | None = getattr(backend, "steps", None)
     logged = log.frame(recorder.origin, recorder.origin) if log is not None else None

@@ -22,12 +22,10 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.harness import wait_until
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 START_LEAD_S = 0.05
-POLL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,8 @@ def plan(
     API server's per-request work). With ``lengths`` (a workload's prompt and output lengths),
     each request takes the lengths of one of its requests, drawn with the same seed: the shape
     that will be served, never its arrivals."""
+    from gpu_simulate_test.vidur_profile.engine_steps import random_prompt
+
     rng = np.random.default_rng(cfg.serving_seed)
     replays, next_id = [], first_id
     out_lo, out_hi = output_range(cfg)
@@ -85,14 +85,13 @@ def plan(
             else:
                 k = int(rng.integers(0, len(lengths[0])))
                 prompt, output = int(lengths[0][k]), int(lengths[1][k])
-            ids = rng.integers(0, min(vocab_size, 32_000), prompt)
             requests.append(
                 BenchRequest(
                     request_id=next_id,
                     num_prefill_tokens=prompt,
                     num_decode_tokens=output,
                     scheduled_arrival_s=float(t),
-                    prompt_token_ids=tuple(int(x) for x in ids),
+                    prompt_token_ids=random_prompt(rng, vocab_size, prompt),
                 )
             )
             next_id += 1
@@ -105,20 +104,23 @@ def run(
 ) -> list[tuple[float, float, float]]:
     """Replay each rate's requests at their arrivals (after the previous rate's are done);
     returns (rate, first send, last token) per replay on the recorder's clock."""
+    from gpu_simulate_test.vidur_profile.engine_steps import _wait
+
     windows = []
     for replay in replays:
         origin = time.perf_counter() + START_LEAD_S
         for req in replay.requests:
             wait_until(origin + req.scheduled_arrival_s)
             backend.submit(req)
-        deadline = time.perf_counter() + timeout_s
         ids = [r.request_id for r in replay.requests]
-        while not all(recorder.records[i].is_done for i in ids):
-            if (why := backend.failure()) is not None:
-                raise BackendError(f"{backend.name} died during a calibration replay: {why}")
-            if time.perf_counter() > deadline:
-                raise BackendError(f"calibration replay not done within {timeout_s:g} s")
-            recorder.wait_for_change(POLL_S)
+        _wait(
+            backend,
+            recorder,
+            ids,
+            timeout_s,
+            during="a calibration replay",
+            what="calibration replay",
+        )
         windows.append((replay.rate_qps, recorder.rel(origin), recorder.rel(time.perf_counter())))
     return windows
 

@@ -57,20 +57,20 @@ class PredictorClock:
         self._noise = serving.noise(seed) if serving is not None else None
         self._recent: deque[tuple[float, int, int]] = deque()
         """(end, requests taken in, tokens streamed) of the steps in the serving window."""
+        self._taken = self._streamed = 0
+        """Their sums."""
         self._end = 0.0
 
     def _rates(self, at: float) -> tuple[float, float]:
-        """Requests taken in and tokens streamed per second over the window before ``at``."""
+        """Requests taken in and tokens streamed per second over the window before ``at`` (no
+        later than any recorded step's end: steps are scheduled after the previous one ends)."""
         assert self.serving is not None
         window = self.serving.window_s
         while self._recent and self._recent[0][0] <= at - window:
-            self._recent.popleft()
-        taken = streamed = 0
-        for end, new, tokens in self._recent:
-            if end <= at:
-                taken += new
-                streamed += tokens
-        return taken / window, streamed / window
+            _, new, tokens = self._recent.popleft()
+            self._taken -= new
+            self._streamed -= tokens
+        return self._taken / window, self._streamed / window
 
     def gap(self, index: int) -> float:
         if self.serving is None:
@@ -96,6 +96,8 @@ class PredictorClock:
             self._end = step.start_s + value
             new = sum(1 for q, kv in step.chunks if q == kv)  # a request's first chunk
             self._recent.append((self._end, new, step.decode_requests))
+            self._taken += new
+            self._streamed += step.decode_requests
         return value
 
 
