@@ -4,10 +4,11 @@
 #   3. the real bench (hf_cb) replaying that workload with NVML telemetry.
 # Simulation and comparison run elsewhere from the returned run directories (profile once on the
 # GPU, simulate anywhere). Wheels the GPU image lacks can be carried in .whl/ (see docs/gpu.md).
-# Optional steps (STEPS, default "validate"): "deep_profile" (torch profiler + nsys attempt + ncu
-# on a few decode steps) and "fidelity" (the fidelity stage's real phase, the GPU half).
+# Optional steps (STEPS, default "validate"): "nsys_probe" (can nsys make a report here; put the
+# one that can on PATH), "deep_profile" (torch profiler + nsys + ncu on a few decode steps) and
+# "fidelity" (the fidelity stage's real phase, the GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
-# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, FIDELITY_ARGS
+# Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, FIDELITY_ARGS, DP_ARGS
 # (more overrides of the fidelity stage, e.g. fidelity.num_requests=24), STEP_TIMEOUT_S;
 # results and logs go to $OUT (default tmp/gpu_out).
 set -uo pipefail
@@ -22,6 +23,7 @@ STEPS=${STEPS:-validate}
 FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
 FIDELITY_EXPERIMENT=${FIDELITY_EXPERIMENT:-fidelity_qwen3_0_6b_h100}
 FIDELITY_ARGS=${FIDELITY_ARGS:-}
+DP_ARGS=${DP_ARGS:-}  # more overrides of the deep profile, e.g. pipeline.ncu.enable=false
 STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-530}  # one device call runs at most 600 s, set-up included
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
@@ -65,11 +67,27 @@ step real_bench python3 -m gpu_simulate_test.cli.real_bench model="$MODEL" hardw
 tar czf "$OUT/runs.tgz" tmp/workload tmp/profiles tmp/vidur_profile tmp/real_bench 2>/dev/null
 fi
 
+if want nsys_probe; then
+  # can this machine make an Nsight Systems report? (scripts/nsys_probe.sh); the nsys that did
+  # goes on PATH for the deep profile's own nsys step
+  # nsys's QdstrmImporter needs libdw.so.1 (elfutils), which the GPU image lacks: carried .deb
+  # files in .deb/ (e.g. `apt-get download libdw1 libelf1`) are unpacked beside, never into, /
+  if compgen -G ".deb/*.deb" >/dev/null; then
+    for f in .deb/*.deb; do dpkg -x "$f" /tmp/nsys_deps; done
+    export LD_LIBRARY_PATH="/tmp/nsys_deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  bash scripts/nsys_probe.sh > "$OUT/nsys_probe.txt" 2>&1
+  tail -8 "$OUT/nsys_probe.txt"
+  found=$(sed -n 's/^NSYS_OK //p' "$OUT/nsys_probe.txt")
+  [ -n "$found" ] && export PATH="$(dirname "$found"):$PATH"
+fi
+
 if want deep_profile; then
+  # shellcheck disable=SC2086
   step deep_profile python3 -m gpu_simulate_test.cli.deep_profile model="$MODEL" hardware="$HW" \
     num_requests=2 workload.num_requests=2 workload.output_len.value=4 \
-    pipeline.ncu.launch_count=20 pipeline.ncu.timeout_s=120 output.run_id="$TAG-dp"
-  tar czf "$OUT/deep_profile.tgz" --exclude='*.ncu-rep' --exclude='*.nsys-rep' \
+    pipeline.ncu.launch_count=20 pipeline.ncu.timeout_s=120 output.run_id="$TAG-dp" $DP_ARGS
+  tar czf "$OUT/deep_profile.tgz" --exclude='*.ncu-rep' --exclude='*.sqlite' \
     "tmp/deep_profile/$TAG-dp" 2>/dev/null
 fi
 

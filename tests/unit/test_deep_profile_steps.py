@@ -186,6 +186,32 @@ def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
     assert ncu_call[0] == "/x/ncu" and "--kernel-name" in ncu_call
 
 
+def test_nsys_crashing_after_its_report_is_still_read(tmp_path: Path) -> None:
+    """nsys 2025.3 on the lent H100: "Generated: profile.nsys-rep", then exit 139 (SIGSEGV)."""
+    kern_sum = SHARED_FIXTURES / "nsys" / "cuda_gpu_kern_sum.csv"
+
+    def runner(argv: list[str], write_report: bool) -> subprocess.CompletedProcess:
+        if argv[1] == "stats":
+            shutil.copy(kern_sum, Path(argv[argv.index("--output") + 1] + "_cuda_gpu_kern_sum.csv"))
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if write_report:
+            report = next(a.split("=", 1)[1] for a in argv if a.startswith("--output="))
+            Path(report + ".nsys-rep").write_bytes(b"report")
+        return subprocess.CompletedProcess(argv, 139, "Generated:\n", "")
+
+    ok = StepOutcome.ok("nsys")
+    outcome, summary = run_nsys(
+        _cfg(), tmp_path, "/x/nsys", ok, runner=lambda argv, **_: runner(argv, True)
+    )
+    assert outcome.status == "ok" and "exited with 139" in summary["profile_exit"]
+    assert len(summary["top_kernels"]) == 5
+    # the report of that run is not taken for a later run's that wrote none
+    outcome, _ = run_nsys(
+        _cfg(), tmp_path, "/x/nsys", ok, runner=lambda argv, **_: runner(argv, False)
+    )
+    assert outcome.status == "failed" and "exited with 139" in outcome.reason
+
+
 def test_a_profiler_error_fails_the_step_with_its_output(tmp_path: Path) -> None:
     def runner(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(argv, 1, "", "ERR_NVGPUCTRPERM")

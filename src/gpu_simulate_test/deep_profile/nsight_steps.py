@@ -169,9 +169,13 @@ def run_nsys(
     if gate.status != "ok":
         return gate, {}
     log = out / files.LOG
-    error = _run(argv, cfg.pipeline.nsys.timeout_s, log, runner) or _run(
-        stats_argv, cfg.pipeline.nsys.timeout_s, log, runner
-    )
+    report.unlink(missing_ok=True)  # a report left by an earlier try must not pass for this one's
+    profile_error = _run(argv, cfg.pipeline.nsys.timeout_s, log, runner)
+    # nsys 2025.3 on the lent H100 wrote its whole report ("Generated: ...") and then died with
+    # SIGSEGV (exit 139) on the way out: the report is read, the crash is kept in the summary
+    if profile_error is not None and not report.is_file():
+        return StepOutcome.failed("nsys", profile_error), {}
+    error = _run(stats_argv, cfg.pipeline.nsys.timeout_s, log, runner)
     if error is not None:
         return StepOutcome.failed("nsys", error), {}
     kern_sum = nsys_stats_outputs(out / files.NSYS_STATS_PREFIX, NSYS_STATS_REPORTS)[
@@ -183,11 +187,13 @@ def run_nsys(
     top = extract_top_kernels(kernels, cfg.pipeline.nsys.top_k) if kernels else []
     write_top_kernels_yaml(top, out / TOP_KERNELS_FILE, source=str(kern_sum))
     write_json(out / files.NSYS_KERNELS_JSON, {"kernels": [k.to_dict() for k in kernels]})
-    summary = {
+    summary: dict[str, Any] = {
         "num_kernels": len(kernels),
         "total_kernel_ms": sum(k.total_ms for k in kernels),
         "top_kernels": [k.to_dict() for k in top],
     }
+    if profile_error is not None:
+        summary["profile_exit"] = f"report written, then {profile_error}"
     return StepOutcome.ok("nsys"), summary
 
 
