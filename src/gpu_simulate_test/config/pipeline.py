@@ -48,6 +48,11 @@ class PipelineStageConfig:
     """Simulate with a bundle whose profile still looks disturbed after re-timing (meta.json
     ``quality_warnings``); by default such a bundle is re-profiled rather than reused, and the
     pipeline stops if a fresh profile still carries them."""
+    validate_calibration: bool = True
+    """After a fresh profile, replay a short validation workload (the served shape, its own
+    seed), simulate it with the new bundle and compare (``meta.json`` ``validation``); a miss
+    over the limit redoes the calibration once, a second miss is a quality warning
+    (:mod:`gpu_simulate_test.orchestrate.validation`). Synthetic workloads only."""
     engine_overhead: bool = True
     """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
     while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);

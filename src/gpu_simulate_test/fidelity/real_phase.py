@@ -171,7 +171,11 @@ def real_load(
     # later loads reuse the campaign's bundle when it covers them (reuse_profile set for that)
     judged = dataclasses.replace(load_cfg, reuse_profile=True)
     decided = profile_plan(judged, workload_dir, covering=needs, because=because)
-    ensure_bundle(load_cfg, decided, workload_dir, QUIET)
+    # no validation replay: the campaign's loads judge this calibration, and the real phase
+    # (the GPU machine's half) never simulates
+    ensure_bundle(
+        dataclasses.replace(load_cfg, validate_calibration=False), decided, workload_dir, QUIET
+    )
     truths = [
         trusted_truth(
             load_cfg,

@@ -3,7 +3,8 @@ the workload asks of the profiling bundle, why the bundle in
 ``<profiling_root>/<hardware>/<model>`` does not fit, and a fresh profile when it does not.
 
 Never imports Vidur: the real phase of a split fidelity campaign (the GPU machine's half) plans
-and profiles too.
+and profiles too. A fresh calibration's validation replay (:mod:`.validation`, which simulates)
+is imported only when it runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpu_simulate_test.core.knobs import derive_scheduler
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
-from gpu_simulate_test.orchestrate.configs import engine_calibration, stage_output
+from gpu_simulate_test.orchestrate.configs import at_run, engine_calibration, stage_output
 from gpu_simulate_test.orchestrate.steps import Stages
 from gpu_simulate_test.vidur_simulate import plan
 
@@ -273,5 +274,38 @@ def ensure_bundle(
         console.print("profiling, because: " + "; ".join(decided.misfits))
     profile_cfg = profile_config(cfg, decided.scheduler, decided.needs, workload_dir)
     path = stages.run("vidur_profile", profile_run, profile_cfg)
+    if cfg.validate_calibration and cfg.engine_overhead and cfg.workload.source == "synthetic":
+        path = check_calibration(cfg, decided, workload_dir, stages, path)
     check_profile_quality(cfg, path)
     return path
+
+
+def check_calibration(
+    cfg: PipelineStageConfig,
+    decided: ProfilePlan,
+    workload_dir: Path | str,
+    stages: Stages,
+    bundle: Path,
+) -> Path:
+    """The fresh calibration's validation replay (:mod:`.validation`); on a miss the profile
+    and calibration are redone once (``<run_id>-recalibration``) and checked again. Records the
+    checks in the bundle; returns its directory."""
+    from gpu_simulate_test.orchestrate import validation
+    from gpu_simulate_test.vidur_profile.stage import run as profile_run
+
+    checks: list[dict[str, Any]] = []
+    for attempt in (1, 2):
+        # its stage runs are listed in the check, not among the orchestrator's own stages
+        check = validation.validate(cfg, decided.scheduler, attempt)
+        checks.append(check)
+        console.print(validation.describe(check))
+        if check["passed"] is not False or attempt == 2:
+            break
+        console.print("[yellow]the calibration missed its validation replay: redoing it once")
+        again = at_run(cfg, f"{cfg.output.run_id or 'profile'}-recalibration")
+        redo = profile_config(again, decided.scheduler, decided.needs, workload_dir)
+        bundle = stages.run("vidur_profile", profile_run, redo)
+    failed = checks[-1]["passed"] is False
+    validation.record(bundle, checks, validation.failure_warning(checks) if failed else None)
+    stages.record(calibration_check=checks)
+    return bundle
