@@ -5,7 +5,9 @@ Runs the pipeline (``make run``'s job: tiny Qwen3 on CPU against a vLLM server, 
 (``reuse_profile=false``), one at a time, and prints per run the calibrated front end (its
 source, the line, the iteration log's reading beside it and whether they agree) and the
 simulation's p50 errors of TTFT, TPOT and E2E against the real run, on the client's clock and
-on the engine's. Issue 28's target: every p50 within ±10% on every fresh profile.
+on the engine's, and the calibration's own check (the profile stage's and the validation
+replay's wall time, the replay's largest p50 error and verdict). Issue 28's targets: every p50
+within ±10% on every fresh profile; calibration plus validation within 2 minutes.
 
 Run: ``python -m benchmarks.bench_fresh_profiles [--runs 5] [--out F.json] [overrides...]``.
 """
@@ -45,8 +47,15 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         for row in data["clocks"]
         if row["stat"] == "p50" and row["metric"] in METRICS
     }
+    checks = meta.get("calibration_check") or []
     return {
         "run": run_id,
+        "profile_s": stages["vidur_profile"]["wall_time_s"],
+        "validation_s": sum(c.get("wall_time_s", 0.0) for c in checks),
+        "validation": [
+            {"p50_error": c["p50_error"], "passed": c["passed"], "largest": c["largest_abs_error"]}
+            for c in checks
+        ],
         "frontend": frontend,
         "client_p50": client,
         "engine_p50": engine,
@@ -63,9 +72,10 @@ def main() -> None:
     results = [one(f"fresh-{stamp}-{i}", overrides) for i in range(args.runs)]
     print(
         "\n| run | front end: input + per running · n, output (ms) | log's idle total (agree) "
-        "| TTFT p50 | TPOT p50 | E2E p50 | engine TTFT p50 | engine TPOT p50 | engine E2E p50 |"
+        "| TTFT p50 | TPOT p50 | E2E p50 | engine TTFT p50 | engine TPOT p50 | engine E2E p50 "
+        "| profile + validation (s) | validation: largest p50 error (passed) |"
     )
-    print("|" + " --- |" * 9)
+    print("|" + " --- |" * 11)
     for r in results:
         f = r["frontend"] or {}
         check = f.get("check") or {}
@@ -78,7 +88,9 @@ def main() -> None:
             r["engine_p50"].get(f"{m}_p50") for m in METRICS
         ]
         cells = " | ".join(f"{e:+.1%}" if e is not None else "–" for e in errors)
-        print(f"| {r['run']} | {front} | {log} | {cells} |")
+        took = f"{r['profile_s']:.0f} + {r['validation_s']:.0f}"
+        judged = ", ".join(f"{v['largest']:.1%} ({v['passed']})" for v in r["validation"]) or "–"
+        print(f"| {r['run']} | {front} | {log} | {cells} | {took} | {judged} |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
