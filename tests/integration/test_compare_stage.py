@@ -79,7 +79,7 @@ def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
     real = make_run(tmp_path / "tmp", "real_bench", "r", statuses={3: "error", 7: "timeout"})
     sim = make_run(tmp_path / "tmp", "vidur_simulate", "s", scale=0.77)
     proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", "output.run_id=c",
-                   cwd=tmp_path)  # fmt: skip
+                   "goodput.e2el=1e9", cwd=tmp_path)  # fmt: skip
     assert "TTFT" in proc.stdout and "-23.0%" in proc.stdout
     out = tmp_path / "tmp" / "compare" / "c"
     data = json.loads((out / "comparison.json").read_text())
@@ -87,9 +87,17 @@ def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
     assert [e["request_id"] for e in data["excluded"]] == [3, 7]
     assert data["metrics"]["ttft"]["errors"]["p90"]["signed"] == pytest.approx(-0.23)
     assert data["metrics"]["e2e"]["per_request_error"]["mean"] == pytest.approx(-0.23)
+    # every request meets a goal of 1e9 ms: goodput is the throughput of each side
+    good = data["goodput"]
+    assert good["goals_ms"] == {"e2el": 1e9} and good["real"]["good_requests"] == N - 2
+    for side in ("real", "sim"):
+        rate = data["throughput"][side]["requests_per_s"]
+        assert good[side]["request_goodput"] == pytest.approx(rate)
+    assert "goodput (e2el:1e+09 ms)" in proc.stdout
     summary = (out / "summary.md").read_text()
     assert "simulated TTFT p90 is 23% low" in summary
     assert "2 request(s) not ok on both sides were left out" in summary
+    assert "## Goodput" in summary
     assert "![CDFs, real vs simulated](cdf.png)" in summary
     for name in ("cdf.png", "scatter.png", "error_by_length.png"):
         png = (out / name).read_bytes()

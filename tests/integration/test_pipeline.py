@@ -27,6 +27,8 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
         "backend.max_batch_tokens=128",
         "num_warmup_requests=1",
         "engine_overhead=false",  # one vLLM server start, not two (make run calibrates)
+        "goodput.ttft=10000",
+        "goodput.tpot=1000",
         "output.run_id=e2e",
         cwd=tmp_path,
     )
@@ -44,6 +46,12 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     compare_dir = root / "compare" / "e2e"
     data = json.loads((compare_dir / "comparison.json").read_text())
     assert data["num_compared"] == 12
+    # goodput as vllm bench serve --goodput: goals this loose are met by every request
+    real_summary = json.loads((root / "real_bench" / "e2e" / "summary.json").read_text())
+    assert real_summary["goodput"]["good_requests"] == 12
+    assert real_summary["request_goodput"] == pytest.approx(real_summary["request_throughput"])
+    assert sim_meta["summary"]["goodput"]["good_requests"] == 12
+    assert data["goodput"]["goals_ms"] == {"ttft": 10000.0, "tpot": 1000.0}
     assert not any("engine knobs differ" in line for line in data["findings"])
     # a loose bound: Vidur's per-op model alone (engine_overhead=false) leaves out vLLM's engine
     # loop and front end, so on CPU its TTFT came out 15x too fast (2.8 ms against 41.6); within

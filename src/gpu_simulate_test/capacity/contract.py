@@ -13,7 +13,7 @@ CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
 RUNS_DIR = "runs"
 POINTS_DIR = "points"
-CAPACITY_SCHEMA_VERSION = "1.0"
+CAPACITY_SCHEMA_VERSION = "1.1"
 
 CAPACITY_TABLE = TableSchema(
     name="capacity",
@@ -42,6 +42,15 @@ CAPACITY_TABLE = TableSchema(
         Column("e2e_p90_ms", "float", "ms", "E2E p90", nullable=True, min_value=0),
         Column("e2e_p95_ms", "float", "ms", "E2E p95", nullable=True, min_value=0),
         Column("e2e_p99_ms", "float", "ms", "E2E p99", nullable=True, min_value=0),
+        Column(
+            "goodput_qps",
+            "float",
+            "req/s",
+            "requests that met every goal per request, per second (vllm bench serve --goodput "
+            "with the goals' values)",
+            nullable=True,
+            min_value=0,
+        ),
         Column("sim_wall_s", "float", "s", "wall time of the simulation", min_value=0),
     ),
 )

@@ -22,6 +22,8 @@ class Point:
     violated: tuple[str, ...] = ()
     """The goals it missed (``ttft_p90 143.2 > 100``)."""
     wall_s: float = 0.0
+    goodput_qps: float | None = None
+    """Requests that met every goal per request, per second (``vllm bench serve --goodput``)."""
 
 
 @dataclass(frozen=True)

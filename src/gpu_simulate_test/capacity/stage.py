@@ -32,6 +32,7 @@ from gpu_simulate_test.capacity.search import Answer, Point, judge, search
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.core.goodput import table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
@@ -94,8 +95,17 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 ).table
                 latency = latency_ms(table, METRICS)
                 meets, missed = judge(latency, goals, pct)
+                good = table_goodput(table, opts.slo.goodput_goals())
                 advance(1)
-                return Point(qps, phase, latency, meets, missed, time.perf_counter() - t0)
+                return Point(
+                    qps,
+                    phase,
+                    latency,
+                    meets,
+                    missed,
+                    time.perf_counter() - t0,
+                    None if good is None else good["request_goodput"],
+                )
 
             answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
         verified = verify(cfg, inner, answer, goals, pct, r) if opts.verify else None
@@ -128,10 +138,15 @@ def verify(
     workload_dir = make_workload(at)
     with served(at, r.path, r, workload_dir, "the real check") as at_server:
         real_dir = run_truth(at_server, workload_dir)
-    real = latency_ms(load_run(real_dir, "real_bench").requests, METRICS)
+    requests = load_run(real_dir, "real_bench").requests
+    real = latency_ms(requests, METRICS)
     meets, missed = judge(real, goals, pct)
-    predicted = next((p.latency_ms for p in answer.points if p.qps == answer.qps), {})
+    point = next((p for p in answer.points if p.qps == answer.qps), None)
+    predicted = point.latency_ms if point is not None else {}
+    good = table_goodput(requests, cfg.capacity.slo.goodput_goals())
     return {
+        "real_goodput_qps": None if good is None else good["request_goodput"],
+        "simulated_goodput_qps": None if point is None else point.goodput_qps,
         "qps": answer.qps,
         "real_run": str(real_dir),
         "meets_slo": meets,
@@ -148,6 +163,7 @@ def points_frame(points: tuple[Point, ...]) -> pd.DataFrame:
         for metric in METRICS:
             for q in LATENCY_PERCENTILES:
                 row[f"{metric}_p{q}_ms"] = p.latency_ms[f"{metric}_p{q}"]
+        row["goodput_qps"] = p.goodput_qps
         row["sim_wall_s"] = round(p.wall_s, 3)
         rows.append(row)
     return pd.DataFrame(rows, columns=contract.CAPACITY_TABLE.column_names)
@@ -239,20 +255,31 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame, ba
             if key.endswith(f"_p{pct}"):
                 simulated = verified["simulated_ms"].get(key, float("nan"))
                 lines.append(f"| {key} | {real:.1f} | {simulated:.1f} |")
+        if verified.get("real_goodput_qps") is not None:
+            sim_good = verified.get("simulated_goodput_qps")
+            lines.append(
+                f"| goodput (req/s) | {verified['real_goodput_qps']:.2f} | "
+                f"{'–' if sim_good is None else f'{sim_good:.2f}'} |"
+            )
     lines += [
         "",
         f"## The curve (p{pct}, ms)",
         "",
-        "| req/s | phase | TTFT | TPOT | E2E | meets | simulated in (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | simulated in (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rec in frame.to_dict("records"):
+        good = rec["goodput_qps"]
         lines.append(
             f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
             f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
-            f"{'yes' if rec['meets_slo'] else 'no'} | {rec['sim_wall_s']:.1f} |"
+            f"{'yes' if rec['meets_slo'] else 'no'} | "
+            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
         )
     lines += [
+        "",
+        "Goodput: requests per second that met every goal themselves (`vllm bench serve "
+        "--goodput` with the goals' values, client clock), beside the percentile goals.",
         "",
         f"{doc['points']} simulations, {doc['simulated_requests_per_s']} simulated requests/s; "
         f"{doc['wall_time_s']} s in all.",

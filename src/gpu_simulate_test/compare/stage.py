@@ -38,6 +38,7 @@ from gpu_simulate_test.compare.contract import (
     STEPS_PLOT,
     SUMMARY_MD,
 )
+from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
@@ -116,6 +117,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": warmup}
         clocks = clock_rows(real_requests, joined, sim_requests)
         data["clocks"] = clocks
+        good = compare_goodput(comparison, cfg.goodput)
+        data["goodput"] = good
         if steps is not None:
             real_steps, sim_steps, result = steps
             write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
@@ -140,6 +143,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 f"{cfg.compare.warmup_s:g} s were replayed and simulated, and are left out of "
                 "every figure above and below (`compare.warmup_s`).\n"
             )
+        text += goodput_markdown(good)
         text += clocks_markdown(clocks)
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)
@@ -149,7 +153,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
-        print_headline(comparison, context, findings, r.path)
+        print_headline(comparison, context, findings, r.path, good)
         if steps is not None:
             for line in steps[2].findings:
                 console.print(f"- {line}")
@@ -265,7 +269,11 @@ def draw_plots(comparison: Comparison, out_dir: Path, context: Mapping[str, Any]
 
 
 def print_headline(
-    comparison: Comparison, context: Mapping[str, Any], findings: list[str], path: Path
+    comparison: Comparison,
+    context: Mapping[str, Any],
+    findings: list[str],
+    path: Path,
+    good: Mapping[str, Any] | None = None,
 ) -> None:
     real = context["real"]
     print_table(
@@ -279,6 +287,12 @@ def print_headline(
         f"throughput: real {tp_r.requests_per_s:.2f} req/s, {tp_r.output_tokens_per_s:.1f} tok/s; "
         f"simulated {tp_s.requests_per_s:.2f} req/s, {tp_s.output_tokens_per_s:.1f} tok/s"
     )
+    if good:
+        goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
+        console.print(
+            f"goodput ({goals} ms): real {good['real']['request_goodput']:.2f} req/s, "
+            f"simulated {good['sim']['request_goodput']:.2f} req/s"
+        )
     for line in findings:
         console.print(f"- {line}")
     console.print(f"[bold]artifacts:[/] {path}")

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import _check
+from gpu_simulate_test.config.schema import GoodputConfig, _check
 
 SLO_PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 """The percentiles a goal may name: the latency percentiles every table shows
@@ -38,6 +38,12 @@ class SloConfig:
         _check(
             any(getattr(self, n) > 0 for n in ("ttft_ms", "tpot_ms", "e2e_ms")),
             "capacity.slo: set at least one of ttft_ms, tpot_ms, e2e_ms",
+        )
+
+    def goodput_goals(self) -> GoodputConfig:
+        """The same goals per request, for goodput (``vllm bench serve --goodput``)."""
+        return GoodputConfig(
+            ttft=self.ttft_ms or None, tpot=self.tpot_ms or None, e2el=self.e2e_ms or None
         )
 
     def goals(self) -> dict[str, float]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gpu_simulate_test.config.schema import (
     ConfigError,
+    GoodputConfig,
     OutputConfig,
     _check_choice,
 )
@@ -48,6 +49,9 @@ class CompareStageConfig:
     sweep_dirs: tuple[str, ...] = ()
     """Compare runs to report as a sweep (glob patterns allowed, e.g. ``tmp/compare/q-*``)."""
     compare: CompareOptions = field(default_factory=CompareOptions)
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    """Goals per request (ms) for ``request_goodput``, as ``vllm bench serve --goodput``:
+    ``goodput.ttft=500 goodput.tpot=50 goodput.e2el=1000`` (any subset; none: not reported)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
     """Print the headline table."""

@@ -10,6 +10,7 @@ from gpu_simulate_test.config.compare import CompareOptions
 from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS, BackendConfig
 from gpu_simulate_test.config.schema import (
     DTYPES,
+    GoodputConfig,
     HardwareConfig,
     ModelConfig,
     OutputConfig,
@@ -62,6 +63,10 @@ class PipelineStageConfig:
     attn_implementation: str = "sdpa"
     num_warmup_requests: int = 2
     compare: CompareOptions = field(default_factory=CompareOptions)
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    """Goals per request (ms) for ``request_goodput`` in the real bench, the simulation and the
+    comparison, as ``vllm bench serve --goodput``: ``goodput.ttft=500 goodput.tpot=50
+    goodput.e2el=1000`` (any subset; none: not reported)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     """Every stage lands in ``<output.root>/<stage>/<output.run_id>/`` (one id for all)."""
     progress: bool = True

@@ -10,6 +10,7 @@ from gpu_simulate_test.config.schema import (
     DEFAULT_BLOCK_SIZE,
     DTYPES,
     ConfigError,
+    GoodputConfig,
     HardwareConfig,
     ModelConfig,
     OutputConfig,
@@ -171,6 +172,9 @@ class RealBenchStageConfig:
     """GPU telemetry (NVML) sampling period; nothing is sampled without a GPU."""
     nvtx: bool = True
     """NVTX ranges around prefill and decode steps when the ``nvtx`` package and CUDA are there."""
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    """Goals per request (ms) for ``request_goodput``, as ``vllm bench serve --goodput``:
+    ``goodput.ttft=500 goodput.tpot=50 goodput.e2el=1000`` (any subset; none: not reported)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
     """Show the live progress bar and the summary table."""

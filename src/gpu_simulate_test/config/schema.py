@@ -271,6 +271,34 @@ class ProfilingConfig:
         )
 
 
+GOODPUT_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2el")
+"""vLLM's names for the goodput goals, as ``vllm bench serve --goodput`` takes them."""
+
+
+@dataclass(frozen=True)
+class GoodputConfig:
+    """Goals per request in milliseconds, as ``vllm bench serve --goodput ttft:500 tpot:50``
+    (``goodput.ttft=500 goodput.tpot=50``); none set: no goodput is reported."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2el: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in GOODPUT_METRICS:
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(
+                    f"goodput.{name}={value}: a goal is a non-negative number of milliseconds "
+                    "(as vllm bench serve --goodput ttft:500 tpot:50 e2el:1000)"
+                )
+
+    @property
+    def goals_ms(self) -> dict[str, float]:
+        """The goals set, by vLLM's names."""
+        return {n: float(v) for n in GOODPUT_METRICS if (v := getattr(self, n)) is not None}
+
+
 @dataclass(frozen=True)
 class OutputConfig:
     """Where a run lands: ``<root>/<stage>/<run_id>/``."""

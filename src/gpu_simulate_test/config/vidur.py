@@ -10,6 +10,7 @@ from gpu_simulate_test.config.real_bench import BACKEND_NAMES, BackendConfig
 from gpu_simulate_test.config.schema import (
     DEFAULT_BLOCK_SIZE,
     ConfigError,
+    GoodputConfig,
     HardwareConfig,
     ModelConfig,
     OutputConfig,
@@ -306,6 +307,9 @@ class VidurSimulateStageConfig:
     arrivals_from: str | None = None
     """A ``real_bench`` run of the same workload whose actual arrival times (when the client
     really sent each request) replace the scheduled ones; requests it did not send keep theirs."""
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    """Goals per request (ms) for ``request_goodput``, as ``vllm bench serve --goodput``:
+    ``goodput.ttft=500 goodput.tpot=50 goodput.e2el=1000`` (any subset; none: not reported)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
 

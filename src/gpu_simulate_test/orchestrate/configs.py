@@ -71,6 +71,7 @@ def real_bench_config(cfg: PipelineStageConfig, workload_dir: Path | str) -> Rea
         dtype=cfg.dtype,
         attn_implementation=cfg.attn_implementation,
         num_warmup_requests=cfg.num_warmup_requests,
+        goodput=cfg.goodput,
         output=stage_output(cfg),
         progress=cfg.progress,
     )
@@ -106,6 +107,7 @@ def simulate_config(
         workload_dir=str(workload_dir),
         profiling_root=cfg.profiling_root,
         arrivals_from=None if arrivals_from is None else str(arrivals_from),
+        goodput=cfg.goodput,
         output=stage_output(cfg),
         progress=cfg.progress,
     )
@@ -118,6 +120,7 @@ def compare_config(
         real_run_dir=str(real_dir),
         sim_run_dir=str(sim_dir),
         compare=cfg.compare,
+        goodput=cfg.goodput,
         output=stage_output(cfg),
         progress=cfg.progress,
     )

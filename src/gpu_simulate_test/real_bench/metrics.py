@@ -28,6 +28,7 @@ from gpu_simulate_test.core.engines.records import (
     TERMINAL_STATUSES,
     RequestRecord,
 )
+from gpu_simulate_test.core.goodput import GoodputConfig, goodput
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
 from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS
 
@@ -189,10 +190,14 @@ def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:
     return pct.describe(values_s, scale=1e3).stats(DISTRIBUTION_STATS)
 
 
-def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def summarize(
+    records: Sequence[RequestRecord], goals: GoodputConfig | None = None
+) -> dict[str, Any]:
     """Run totals and latency distributions, keyed like ``vllm bench serve``'s saved results.
 
-    Latency metrics and throughput count successful (``ok``) requests only, as vLLM does.
+    Latency metrics and throughput count successful (``ok``) requests only, as vLLM does;
+    ``request_goodput`` (null without ``goals``) counts those that met every goal, as
+    ``vllm bench serve --goodput`` (:mod:`gpu_simulate_test.core.goodput`).
     """
     arrived = [r for r in records if r.arrival_s is not None]
     ok = [r for r in arrived if r.status == STATUS_OK and r.event_times_s]
@@ -234,6 +239,15 @@ def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
         [r.arrival_s - r.scheduled_arrival_s for r in arrived if r.arrival_s is not None],
         scale=1e3,
     )
+    good = goodput(
+        goals or GoodputConfig(),
+        series["ttft"],
+        [row["tpot_s"] for row in rows],
+        series["e2el"],
+        duration,
+    )
+    summary["request_goodput"] = None if good is None else good["request_goodput"]
+    summary["goodput"] = good
     summary["arrival_error_ms"] = arrival_errors.stats(DISTRIBUTION_STATS)
     summary["max_arrival_error_ms"] = arrival_errors.max
     summary.update(engine_summary([r for r in ok if has_engine_clock(r)]))

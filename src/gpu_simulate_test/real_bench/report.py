@@ -62,6 +62,7 @@ def print_summary(summary: Mapping[str, Any], title: str) -> None:
         ["requests ok / failed", f"{summary['completed']} / {summary['failed']}", "", "", ""],
         ["duration (s)", _fmt(summary["duration"]), "", "", ""],
         ["request throughput (req/s)", _fmt(summary["request_throughput"], 3), "", "", ""],
+        *_goodput_rows(summary.get("goodput")),
         ["output throughput (tok/s)", _fmt(summary["output_throughput"]), "", "", ""],
         ["total token throughput (tok/s)", _fmt(summary["total_token_throughput"]), "", "", ""],
     ]
@@ -87,3 +88,12 @@ def print_summary(summary: Mapping[str, Any], title: str) -> None:
         ]
     )
     print_table(title, ["", "mean / value", *(f"p{p}" for p in PERCENTILES)], rows)
+
+
+def _goodput_rows(good: Mapping[str, Any] | None) -> list[list[str]]:
+    """The goodput line, as ``vllm bench serve --goodput`` prints it; none without goals."""
+    if not good:
+        return []
+    goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
+    rate = _fmt(good["request_goodput"], 3)
+    return [[f"request goodput (req/s; {goals} ms)", rate, "", "", ""]]

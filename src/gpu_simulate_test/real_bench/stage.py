@@ -28,6 +28,7 @@ from gpu_simulate_test.core.engines.harness import (
     switch_interval,
 )
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.goodput import GoodputConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.requests import check_context, load_requests
 from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
@@ -76,6 +77,7 @@ def write_results(
     telemetry: TelemetrySampler,
     backend_info: Mapping[str, Any],
     summary_extra: Mapping[str, Any],
+    goals: GoodputConfig | None = None,
 ) -> dict[str, Any]:
     """Write the metric tables, telemetry and ``summary.json`` of what the recorder holds."""
     records = recorder.snapshot()
@@ -83,7 +85,7 @@ def write_results(
     write_csv(run.file(layout.TOKEN_METRICS), token_frame(records), TOKEN_METRICS)
     if telemetry.samples:
         write_csv(run.file(TELEMETRY_CSV), telemetry.frame(), TELEMETRY)
-    summary = {**summarize(records), **summary_extra}
+    summary = {**summarize(records, goals), **summary_extra}
     write_json(run.file(SUMMARY), summary)
     statuses: dict[str, int] = {}
     for rec in records:
@@ -205,7 +207,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             cores = cpu.foreign_cores if cpu is not None else None
             verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
             extra["disturbance"] = verdict.to_dict()
-            summary = write_results(r, recorder, telemetry, info, extra)
+            summary = write_results(r, recorder, telemetry, info, extra, cfg.goodput)
             r.update_meta(disturbance=extra["disturbance"])
         served_ok = r.meta["request_statuses"].get("ok", 0)
         check_step_log(r.path, r.meta.get("engine_log") or {}, served_ok)

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core import percentiles as pct
+from gpu_simulate_test.core.goodput import GoodputConfig, goodput
 from gpu_simulate_test.core.latency import tpot_s
 from gpu_simulate_test.io.artifacts import ArtifactError
 
@@ -173,11 +174,17 @@ def _quantiles(values: pd.Series) -> dict[str, float]:
     return pct.describe(values.to_numpy(dtype=float)).stats(SUMMARY_STATS)
 
 
-def summarize(metrics: pd.DataFrame) -> dict[str, Any]:
-    """Latency quantiles (s) and throughput over the span from first arrival to last token."""
+def summarize(metrics: pd.DataFrame, goals: GoodputConfig | None = None) -> dict[str, Any]:
+    """Latency quantiles (s) and throughput over the span from first arrival to last token;
+    ``request_goodput`` over the same span with ``goals`` (``vllm bench serve --goodput``)."""
     span = float(metrics["last_token_time_s"].max() - metrics["arrival_time_s"].min())
     output_tokens = int(metrics["num_decode_tokens"].sum())
+    good = goodput(
+        goals or GoodputConfig(), metrics["ttft_s"], metrics["tpot_s"], metrics["e2e_s"], span
+    )
     return {
+        "request_goodput": None if good is None else good["request_goodput"],
+        "goodput": good,
         "num_requests": len(metrics),
         "ttft_s": _quantiles(metrics["ttft_s"]),
         "tpot_s": _quantiles(metrics["tpot_s"]),
@@ -204,4 +211,8 @@ def summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     rate, tokens = summary["throughput_requests_per_s"], summary["throughput_output_tokens_per_s"]
     rows.append(["throughput", f"{rate:.2f} req/s" if rate else "-", "", ""])
     rows.append(["", f"{tokens:.1f} output tok/s" if tokens else "-", "", ""])
+    good = summary.get("goodput")
+    if good:
+        goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
+        rows.append([f"goodput ({goals} ms)", f"{good['request_goodput']:.2f} req/s", "", ""])
     return rows

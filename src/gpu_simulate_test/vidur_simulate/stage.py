@@ -472,7 +472,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
                 schedule_with_ids(result.schedule, ids),
                 ENGINE_SCHEDULE,
             )
-        summary = vidur_metrics.summarize(table)
+        summary = vidur_metrics.summarize(table, cfg.goodput)
         r.update_meta(summary=summary)
     if cfg.progress:
         print_summary(summary, cfg, inputs, r.path)
