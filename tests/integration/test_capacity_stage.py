@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gpu_simulate_test.capacity import contract
@@ -60,3 +61,53 @@ def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
                   "output.run_id=bad", cwd=tmp_path, check=False)  # fmt: skip
     assert bad.returncode == 2 and "set at least one of" in bad.stdout
     assert not (tmp_path / "tmp" / "capacity" / "bad").exists()
+
+
+def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
+    """capacity.verify=search: the grid and bisection replayed on the real engine, its curve and
+    its measured capacity beside the answer (hf_cb; a synthetic bundle far faster than it)."""
+    write_synthetic_bundle(tmp_path / "profiles")
+    proc = run_cli(
+        "capacity",
+        "backend=hf_cb",
+        "backend.max_requests_per_batch=8",
+        "engine_overhead=false",
+        f"profiling_root={tmp_path / 'profiles'}",
+        "workload.num_requests=40",
+        "capacity.slo.ttft_ms=0",
+        "capacity.slo.e2e_ms=400",  # the tiny model on CPU: E2E p90 about 200-350 ms here
+        "capacity.qps_min=4",
+        "capacity.qps_max=4000",
+        "capacity.points=3",
+        "capacity.refine=1",
+        "capacity.verify=search",
+        "capacity.verify_requests=16",
+        "num_warmup_requests=1",
+        "output.run_id=s",
+        cwd=tmp_path,
+    )
+    run = tmp_path / "tmp" / "capacity" / "s"
+    doc = json.loads((run / contract.CAPACITY_JSON).read_text())
+    check = doc["verify"]
+    assert check["mode"] == "search" and check["requests_per_rate"] == 16
+    real = read_csv(run / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
+    assert len(real) == len(check["runs"]) >= 3
+    assert set(real["phase"]) <= {"grid", "refine"}
+    # every real rate replayed 16 requests on the real engine, judged by the same goal
+    for rec in check["runs"]:
+        metrics = pd.read_csv(tmp_path / rec["real_run"] / "request_metrics.csv")
+        assert len(metrics) == 16
+        passed = real[real["qps"] == rec["qps"]]["meets_slo"].item()
+        assert passed == rec["meets_slo"]
+    measured = check["measured_capacity_qps"]
+    if measured is not None:
+        assert real[real["qps"] <= measured]["meets_slo"].all()
+        assert check["ratio"] == pytest.approx(doc["answer_qps"] / measured)
+    assert "measured capacity (req/s)" in proc.stdout
+    report = (run / contract.REPORT_MD).read_text()
+    assert "On the real engine, the same search" in report and "real engine's curve" in report
+    assert "goodput (req/s)" in report
+    # a mode that does not exist: one line, nothing run
+    bad = run_cli("capacity", "capacity.verify=maybe", "output.run_id=bad", cwd=tmp_path,
+                  check=False)  # fmt: skip
+    assert bad.returncode == 2 and "must be one of false, answer (true), search" in bad.stdout

@@ -8,6 +8,8 @@ from __future__ import annotations
 from gpu_simulate_test.io.artifacts import Column, TableSchema
 
 CAPACITY_CSV = "capacity.csv"
+CAPACITY_REAL_CSV = "capacity_real.csv"
+"""The real engine's curve of ``capacity.verify=search`` (the ``capacity`` table)."""
 CAPACITY_JSON = "capacity.json"
 CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"

@@ -23,9 +23,12 @@ def plot_capacity(
     percentile: int,
     answer_qps: float | None,
     path: Path,
+    real: pd.DataFrame | None = None,
+    measured_qps: float | None = None,
 ) -> Path:
     """One panel per metric with a goal (or all three without): p50 and the goal's percentile
-    against the rate, log x; rates that met every goal drawn filled, the others hollow."""
+    against the rate, log x; rates that met every goal drawn filled, the others hollow. With
+    ``real`` (a real search's curve), its goal percentile beside, and the measured capacity."""
     metrics = list(goals) or list(LABELS)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.0), squeeze=False)
     ok = frame["meets_slo"].astype(bool).to_numpy()
@@ -41,15 +44,25 @@ def plot_capacity(
             ax.axhline(
                 goals[metric], color="C3", linestyle="--", label=f"goal {goals[metric]:g} ms"
             )
+        if real is not None and len(real):
+            column = f"{metric}_p{percentile}_ms"
+            ax.plot(real["qps"], real[column], "-", color="k", marker="s", markersize=3,
+                    label=f"p{percentile}, real engine")  # fmt: skip
         if answer_qps is not None:
             ax.axvline(answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} req/s")
+        if measured_qps is not None:
+            ax.axvline(measured_qps, color="k", linestyle=":",
+                       label=f"measured {measured_qps:g} req/s")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(f"{LABELS[metric]} (ms, simulated)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("capacity search: simulated latency vs rate (hollow red: misses a goal)")
+    title = "capacity search: simulated latency vs rate (hollow red: misses a goal)"
+    if real is not None:
+        title = "capacity search: simulated and real latency vs rate (hollow red: misses a goal)"
+    fig.suptitle(title)
     fig.tight_layout()
     with atomic_open(path, "wb", encoding=None) as handle:
         fig.savefig(handle, format="png", dpi=110)

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.capacity import contract
+from gpu_simulate_test.capacity.real_search import real_search, search_record
 from gpu_simulate_test.capacity.search import Answer, Point, judge, search
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
@@ -108,8 +109,15 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 )
 
             answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
-        verified = verify(cfg, inner, answer, goals, pct, r) if opts.verify else None
-        doc = write_outputs(r, cfg, answer, verified, num_requests, time.perf_counter() - started)
+        verified, measured = None, None
+        if opts.verify == "answer":
+            verified = verify(cfg, inner, answer, goals, pct, r)
+        elif opts.verify == "search":
+            measured, runs, wall = real_search(cfg, inner, r)
+            verified = search_record(answer, measured, runs, wall, opts.verify_requests)
+        doc = write_outputs(
+            r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured
+        )
     if cfg.progress:
         print_result(doc, r.path)
     return r.path
@@ -176,12 +184,18 @@ def write_outputs(
     verified: dict[str, Any] | None,
     num_requests: int,
     wall_s: float,
+    measured: Answer | None = None,
 ) -> dict[str, Any]:
-    """capacity.csv, capacity.json, the plot and report.md; returns the JSON document."""
+    """capacity.csv, capacity.json, the plot and report.md (and, after a real search, its
+    curve in capacity_real.csv); returns the JSON document."""
     from gpu_simulate_test.capacity.plots import plot_capacity
 
     frame = points_frame(answer.points)
     write_csv(r.file(contract.CAPACITY_CSV), frame, contract.CAPACITY_TABLE)
+    real_frame = None
+    if measured is not None:
+        real_frame = points_frame(measured.points)
+        write_csv(r.file(contract.CAPACITY_REAL_CSV), real_frame, contract.CAPACITY_TABLE)
     sim_s = float(frame["sim_wall_s"].sum())
     slo = cfg.capacity.slo
     doc = {
@@ -190,7 +204,7 @@ def write_outputs(
         "bracket_qps": list(answer.bracket),
         "note": answer.note,
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
-        "binding": _binding(answer),
+        "binding": binding(answer),
         "num_requests": num_requests,
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
@@ -201,22 +215,39 @@ def write_outputs(
         "verify": verified,
     }
     write_json(r.file(contract.CAPACITY_JSON), doc)
-    plot_capacity(frame, slo.goals(), slo.percentile, answer.qps, r.file(contract.CAPACITY_PLOT))
+    plot_capacity(
+        frame,
+        slo.goals(),
+        slo.percentile,
+        answer.qps,
+        r.file(contract.CAPACITY_PLOT),
+        real_frame,
+        None if measured is None else measured.qps,
+    )
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
-        handle.write(report_markdown(r.run_id, doc, frame, r.path))
+        handle.write(report_markdown(r.run_id, doc, frame, r.path, real_frame))
     r.update_meta(
-        answer_qps=answer.qps, points=len(frame), verified=(verified or {}).get("meets_slo")
+        answer_qps=answer.qps,
+        points=len(frame),
+        verified=(verified or {}).get("meets_slo"),
+        measured_capacity_qps=None if measured is None else measured.qps,
     )
     return doc
 
 
-def _binding(answer: Answer) -> list[str]:
+def binding(answer: Answer) -> list[str]:
     """The goals the first rate above the answer missed: what limits the capacity."""
     above = [p for p in answer.points if not p.meets and (answer.qps is None or p.qps > answer.qps)]
     return list(above[0].violated) if above else []
 
 
-def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame, base: Path) -> str:
+def report_markdown(
+    run_id: str,
+    doc: Mapping[str, Any],
+    frame: pd.DataFrame,
+    base: Path,
+    real_frame: pd.DataFrame | None = None,
+) -> str:
     """``report.md``; links are relative to ``base``, where it is written."""
     pct = doc["slo"]["percentile"]
     goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
@@ -239,7 +270,9 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame, ba
     if doc["note"]:
         lines += ["", f"Note: {doc['note']}."]
     verified = doc.get("verify")
-    if verified:
+    if verified and verified.get("mode") == "search":
+        lines += search_markdown(verified, pct)
+    elif verified:
         verdict = (
             "meets" if verified["meets_slo"] else "misses (" + "; ".join(verified["violated"]) + ")"
         )
@@ -268,14 +301,16 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame, ba
         "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | simulated in (s) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for rec in frame.to_dict("records"):
-        good = rec["goodput_qps"]
-        lines.append(
-            f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
-            f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
-            f"{'yes' if rec['meets_slo'] else 'no'} | "
-            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
-        )
+    lines += curve_rows(frame, pct)
+    if real_frame is not None:
+        lines += [
+            "",
+            f"## The real engine's curve (p{pct}, ms; `{contract.CAPACITY_REAL_CSV}`)",
+            "",
+            "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | measured in (s) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *curve_rows(real_frame, pct),
+        ]
     lines += [
         "",
         "Goodput: requests per second that met every goal themselves (`vllm bench serve "
@@ -298,9 +333,51 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
         ["simulations", str(doc["points"])],
         ["simulated requests/s", str(doc["simulated_requests_per_s"])],
     ]
-    if doc.get("verify"):
-        rows.append(
-            ["real engine at the answer", "meets" if doc["verify"]["meets_slo"] else "misses"]
-        )
+    check = doc.get("verify")
+    if check and check.get("mode") == "search":
+        measured, ratio = check["measured_capacity_qps"], check["ratio"]
+        rows += [
+            ["measured capacity (req/s)", "none" if measured is None else f"{measured:g}"],
+            ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
+            ["real search (s)", f"{check['wall_time_s']:g}"],
+        ]
+    elif check:
+        rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
     print_table("capacity", ["", "value"], rows)
     console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")
+
+
+def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
+    """The curve's table rows: one per rate tried."""
+    rows = []
+    for rec in frame.to_dict("records"):
+        good = rec["goodput_qps"]
+        rows.append(
+            f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
+            f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
+            f"{'yes' if rec['meets_slo'] else 'no'} | "
+            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
+        )
+    return rows
+
+
+def search_markdown(verified: Mapping[str, Any], pct: int) -> list[str]:
+    """The real search's paragraph: the measured capacity beside the answer, what binds."""
+    measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
+    sides = verified["binding"]
+    lines = [
+        "",
+        f"**On the real engine, the same search** ({verified['requests_per_rate']} requests a "
+        f"rate, {verified['wall_time_s']:g} s): measured capacity "
+        + (f"**{measured:g} req/s**" if measured is not None else "**none** (no rate met them)")
+        + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
+        "",
+        f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
+        f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
+    ]
+    if verified["note"]:
+        lines += ["", f"Real search note: {verified['note']}."]
+    if verified["disturbed_rates"]:
+        rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
+        lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} req/s."]
+    return lines

@@ -59,6 +59,9 @@ class SloConfig:
         }
 
 
+VERIFY_MODES: tuple[str, ...] = ("false", "answer", "search")
+
+
 @dataclass(frozen=True)
 class CapacityOptions:
     """How the search runs."""
@@ -72,8 +75,12 @@ class CapacityOptions:
     """Rates on the grid, spaced geometrically from ``qps_min`` to ``qps_max`` (the curve)."""
     refine: int = 4
     """Bisection steps between the last rate that met the goals and the first that did not."""
-    verify: bool = False
-    """Replay the workload at the answer on the real engine (backend.*) and check the goals."""
+    verify: str = "false"
+    """``answer`` (or ``true``): replay the workload at the answer on the real engine
+    (backend.*) and check the goals; ``search``: run the same search on the real engine and set
+    its measured capacity beside the answer; ``false``: neither."""
+    verify_requests: int = 128
+    """Requests per rate of ``verify=search`` (the workload's first ones, arrivals scaled)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -86,6 +93,14 @@ class CapacityOptions:
         )
         _check(self.points >= 2, "capacity.points must be >= 2")
         _check(self.refine >= 0, "capacity.refine must be >= 0")
+        # capacity.verify=true from the command line arrives as "True"
+        mode = {"true": "answer", "false": "false"}.get(str(self.verify).lower(), self.verify)
+        _check(
+            mode in VERIFY_MODES,
+            f"capacity.verify={self.verify!r} must be one of false, answer (true), search",
+        )
+        object.__setattr__(self, "verify", mode)
+        _check(self.verify_requests >= 8, "capacity.verify_requests must be >= 8")
 
 
 @dataclass(frozen=True)

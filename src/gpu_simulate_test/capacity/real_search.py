@@ -1,0 +1,101 @@
+"""``capacity.verify=search``: the same search on the real engine, so that the predicted capacity
+can be set beside the measured one.
+
+One served engine for the whole search; per rate, the workload's first
+``capacity.verify_requests`` requests (the same seed, its arrivals scaled to the rate, as the
+simulated search scales them) replayed by the real bench, re-run while the real bench marks it
+disturbed (up to :data:`RERUNS` times, the truth's rule), and judged by the same goals on the same
+(client) clock; the same grid, then the same bisection (:func:`.search.search`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpu_simulate_test.capacity.search import Answer, Point, judge, search
+from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.core.goodput import table_goodput
+from gpu_simulate_test.core.percentiles import latency_ms
+from gpu_simulate_test.core.reporting import console, progress_bar
+from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.orchestrate.configs import with_workload
+from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.steps import make_workload
+from gpu_simulate_test.orchestrate.truth import trusted_truth
+
+RERUNS = 2
+"""Re-runs of a rate the real bench marked disturbed."""
+METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+
+
+def real_search(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run
+) -> tuple[Answer, list[dict[str, Any]], float]:
+    """The grid and bisection on the real engine: its answer, each real run, the wall time."""
+    from gpu_simulate_test.core.run_inputs import load_run
+
+    opts = cfg.capacity
+    goals, pct = opts.slo.goals(), opts.slo.percentile
+    started = time.perf_counter()
+    count = opts.verify_requests
+    base = with_workload(inner, "search-base", qps=opts.qps_min, num_requests=count)
+    runs: list[dict[str, Any]] = []
+    if cfg.progress:
+        console.rule(f"[bold]the same search on the real engine ({inner.backend.name})")
+    with served(base, r.path, r, make_workload(base), "the real search") as at_server:
+        total = opts.points + opts.refine
+        with progress_bar("real rates", total, cfg.progress) as advance:
+
+            def evaluate(qps: float, phase: str) -> Point:
+                t0 = time.perf_counter()
+                run_id = f"search-{qps:g}"
+                at = with_workload(at_server, run_id, qps=qps, num_requests=count)
+                truth = trusted_truth(at, make_workload(at), run_id=run_id, reruns=RERUNS)
+                requests = load_run(truth.real_dir, "real_bench").requests
+                latency = latency_ms(requests, METRICS)
+                meets, missed = judge(latency, goals, pct)
+                good = table_goodput(requests, opts.slo.goodput_goals())
+                runs.append(
+                    {
+                        "qps": qps,
+                        "real_run": str(truth.real_dir),
+                        "meets_slo": meets,
+                        "truth": truth.describe(),
+                        "disturbed": truth.disturbed,
+                    }
+                )
+                advance(1)
+                wall = time.perf_counter() - t0
+                rate = None if good is None else good["request_goodput"]
+                return Point(qps, phase, latency, meets, missed, wall, rate)
+
+            answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
+    return answer, runs, time.perf_counter() - started
+
+
+def search_record(
+    predicted: Answer, measured: Answer, runs: list[dict[str, Any]], wall_s: float, count: int
+) -> dict[str, Any]:
+    """``capacity.json`` ``verify`` of a real search: the measured capacity beside the answer."""
+    from gpu_simulate_test.capacity.stage import binding
+
+    ratio = (
+        predicted.qps / measured.qps
+        if predicted.qps is not None and measured.qps is not None
+        else None
+    )
+    return {
+        "mode": "search",
+        "answer_qps": predicted.qps,
+        "measured_capacity_qps": measured.qps,
+        "ratio": ratio,
+        "measured_bracket_qps": list(measured.bracket),
+        "binding": {"simulated": binding(predicted), "real": binding(measured)},
+        "note": measured.note,
+        "requests_per_rate": count,
+        "disturbed_rates": [run["qps"] for run in runs if run["disturbed"]],
+        "wall_time_s": round(wall_s, 1),
+        "runs": runs,
+    }
