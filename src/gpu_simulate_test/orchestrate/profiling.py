@@ -274,9 +274,10 @@ def ensure_bundle(
         console.print("profiling, because: " + "; ".join(decided.misfits))
     profile_cfg = profile_config(cfg, decided.scheduler, decided.needs, workload_dir)
     path = stages.run("vidur_profile", profile_run, profile_cfg)
+    check_profile_quality(cfg, path)  # a disturbed profile is refused before it is validated
     if cfg.validate_calibration and cfg.engine_overhead and cfg.workload.source == "synthetic":
         path = check_calibration(cfg, decided, workload_dir, stages, path)
-    check_profile_quality(cfg, path)
+        check_profile_quality(cfg, path)
     return path
 
 
