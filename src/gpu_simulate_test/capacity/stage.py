@@ -65,10 +65,13 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         base = with_workload(inner, "base", qps=REFERENCE_QPS)
         workload_dir = make_workload(base)
         decided = profile_plan(base, workload_dir)
-        # the profile (and its engine calibration) talks its own progress
-        ensure_bundle(
-            dataclasses.replace(base, progress=cfg.progress), decided, workload_dir, QUIET
-        )
+        # the profile (and its engine calibration) talks its own progress; a vLLM engine is
+        # served for it as the pipeline serves one (the calibration counts the server's CPU as
+        # its own, and its validation replay runs there)
+        with served(base, r.path, r, workload_dir, "the calibration") as at_server:
+            ensure_bundle(
+                dataclasses.replace(at_server, progress=cfg.progress), decided, workload_dir, QUIET
+            )
         sim_cfg = simulate_config(inner, decided.scheduler, workload_dir)
         # each rate reads the request table alone: no per-batch log
         sim_cfg = dataclasses.replace(
