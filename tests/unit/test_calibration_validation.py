@@ -81,7 +81,9 @@ class _Stages:
     """Records the profile runs a check asks for; each writes a bundle's meta.json."""
 
     def __init__(self, bundle: Path) -> None:
-        self.bundle, self.runs, self.facts = bundle, [], {}
+        self.bundle = bundle
+        self.runs: list[tuple[str, str]] = []
+        self.facts: dict[str, Any] = {}
 
     def run(self, name: str, _call: Any, stage_cfg: Any) -> Path:
         self.runs.append((name, stage_cfg.output.run_id))
