@@ -17,14 +17,21 @@ from tests.vidur_bundle_factory import write_synthetic_bundle
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
+def synthetic(tmp_path: Path) -> list[str]:
+    """transformers' engine (no server to start) and a synthetic bundle far faster than it."""
     write_synthetic_bundle(tmp_path / "profiles")
-    proc = run_cli(
-        "capacity",
+    return [
         "backend=hf_cb",
         "backend.max_requests_per_batch=8",
         "engine_overhead=false",  # the synthetic bundle has no engine calibration
         f"profiling_root={tmp_path / 'profiles'}",
+    ]
+
+
+def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
+    proc = run_cli(
+        "capacity",
+        *synthetic(tmp_path),
         "workload.num_requests=60",
         "capacity.slo.ttft_ms=2",  # the synthetic bundle is fast: sub-ms steps
         "capacity.slo.tpot_ms=0",
@@ -66,13 +73,9 @@ def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
 def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
     """capacity.verify=search: the grid and bisection replayed on the real engine, its curve and
     its measured capacity beside the answer (hf_cb; a synthetic bundle far faster than it)."""
-    write_synthetic_bundle(tmp_path / "profiles")
     proc = run_cli(
         "capacity",
-        "backend=hf_cb",
-        "backend.max_requests_per_batch=8",
-        "engine_overhead=false",
-        f"profiling_root={tmp_path / 'profiles'}",
+        *synthetic(tmp_path),
         "workload.num_requests=40",
         "capacity.slo.ttft_ms=0",
         "capacity.slo.e2e_ms=400",  # the tiny model on CPU: E2E p90 about 200-350 ms here

@@ -13,11 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpu_simulate_test.capacity.search import Answer, Point, judge, search
+from gpu_simulate_test.capacity.search import Answer, Point, binding, judged_point, search
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.core.goodput import table_goodput
-from gpu_simulate_test.core.percentiles import latency_ms
 from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import with_workload
@@ -27,7 +25,6 @@ from gpu_simulate_test.orchestrate.truth import trusted_truth
 
 RERUNS = 2
 """Re-runs of a rate the real bench marked disturbed."""
-METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 
 
 def real_search(
@@ -37,7 +34,6 @@ def real_search(
     from gpu_simulate_test.core.run_inputs import load_run
 
     opts = cfg.capacity
-    goals, pct = opts.slo.goals(), opts.slo.percentile
     started = time.perf_counter()
     count = opts.verify_requests
     base = with_workload(inner, "search-base", qps=opts.qps_min, num_requests=count)
@@ -54,22 +50,19 @@ def real_search(
                 at = with_workload(at_server, run_id, qps=qps, num_requests=count)
                 truth = trusted_truth(at, make_workload(at), run_id=run_id, reruns=RERUNS)
                 requests = load_run(truth.real_dir, "real_bench").requests
-                latency = latency_ms(requests, METRICS)
-                meets, missed = judge(latency, goals, pct)
-                good = table_goodput(requests, opts.slo.goodput_goals())
+                wall = time.perf_counter() - t0
+                point = judged_point(qps, phase, requests, opts.slo, wall)
                 runs.append(
                     {
                         "qps": qps,
                         "real_run": str(truth.real_dir),
-                        "meets_slo": meets,
+                        "meets_slo": point.meets,
                         "truth": truth.describe(),
                         "disturbed": truth.disturbed,
                     }
                 )
                 advance(1)
-                wall = time.perf_counter() - t0
-                rate = None if good is None else good["request_goodput"]
-                return Point(qps, phase, latency, meets, missed, wall, rate)
+                return point
 
             answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
     return answer, runs, time.perf_counter() - started
@@ -79,8 +72,6 @@ def search_record(
     predicted: Answer, measured: Answer, runs: list[dict[str, Any]], wall_s: float, count: int
 ) -> dict[str, Any]:
     """``capacity.json`` ``verify`` of a real search: the measured capacity beside the answer."""
-    from gpu_simulate_test.capacity.stage import binding
-
     ratio = (
         predicted.qps / measured.qps
         if predicted.qps is not None and measured.qps is not None

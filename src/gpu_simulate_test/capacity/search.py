@@ -1,12 +1,21 @@
 """The search itself, pure: a geometric grid of rates for the curve, then bisection between the
-last rate that met the goals and the first that did not. Each evaluation is one simulation."""
+last rate that met the goals and the first that did not. Each evaluation is one simulation (or,
+with ``capacity.verify=search``, one real run): :func:`judged_point` judges its request table."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from gpu_simulate_test.config.capacity import SloConfig
+from gpu_simulate_test.core.goodput import rate_of, table_goodput
+from gpu_simulate_test.core.percentiles import latency_ms
+
+METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+"""The metrics every rate's percentiles are read for."""
 
 
 @dataclass(frozen=True)
@@ -97,3 +106,18 @@ def search(
             high = middle
     ordered = tuple(sorted(evaluated, key=lambda p: p.qps))
     return Answer(low, (low, high), ordered, note)
+
+
+def judged_point(qps: float, phase: str, table: Any, slo: SloConfig, wall_s: float) -> Point:
+    """One rate's request table (simulated or real) judged: its percentiles, the goals' verdict
+    at ``slo.percentile``, and its goodput by the same goals per request."""
+    latency = latency_ms(table, METRICS)
+    meets, missed = judge(latency, slo.goals(), slo.percentile)
+    good = rate_of(table_goodput(table, slo.goodput_goals()))
+    return Point(qps, phase, latency, meets, missed, wall_s, good)
+
+
+def binding(answer: Answer) -> list[str]:
+    """The goals the first rate above the answer missed: what limits the capacity."""
+    above = [p for p in answer.points if not p.meets and (answer.qps is None or p.qps > answer.qps)]
+    return list(above[0].violated) if above else []

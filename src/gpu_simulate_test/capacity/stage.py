@@ -18,6 +18,7 @@ Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -29,11 +30,19 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.real_search import real_search, search_record
-from gpu_simulate_test.capacity.search import Answer, Point, judge, search
+from gpu_simulate_test.capacity.search import (
+    METRICS,
+    Answer,
+    Point,
+    binding,
+    judge,
+    judged_point,
+    search,
+)
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
-from gpu_simulate_test.core.goodput import table_goodput
+from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
@@ -45,7 +54,6 @@ from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
 
 REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
-METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -65,10 +73,16 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         base = with_workload(inner, "base", qps=REFERENCE_QPS)
         workload_dir = make_workload(base)
         decided = profile_plan(base, workload_dir)
-        # the profile (and its engine calibration) talks its own progress; a vLLM engine is
-        # served for it as the pipeline serves one (the calibration counts the server's CPU as
-        # its own, and its validation replay runs there)
-        with served(base, r.path, r, workload_dir, "the calibration") as at_server:
+        # the profile (and its engine calibration) talks its own progress; when it will run, a
+        # vLLM engine is served for it as the pipeline serves one (the calibration counts the
+        # server's CPU as its own, and its validation replay runs there); a reused bundle needs
+        # no engine
+        serving = (
+            served(base, r.path, r, workload_dir, "the calibration")
+            if decided.misfits
+            else contextlib.nullcontext(base)
+        )
+        with serving as at_server:
             ensure_bundle(
                 dataclasses.replace(at_server, progress=cfg.progress), decided, workload_dir, QUIET
             )
@@ -97,19 +111,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 table = simulate_inputs(
                     sim_cfg, scaled, r.file(contract.POINTS_DIR) / f"{qps:g}"
                 ).table
-                latency = latency_ms(table, METRICS)
-                meets, missed = judge(latency, goals, pct)
-                good = table_goodput(table, opts.slo.goodput_goals())
                 advance(1)
-                return Point(
-                    qps,
-                    phase,
-                    latency,
-                    meets,
-                    missed,
-                    time.perf_counter() - t0,
-                    None if good is None else good["request_goodput"],
-                )
+                return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
 
             answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
         verified, measured = None, None
@@ -156,7 +159,7 @@ def verify(
     predicted = point.latency_ms if point is not None else {}
     good = table_goodput(requests, cfg.capacity.slo.goodput_goals())
     return {
-        "real_goodput_qps": None if good is None else good["request_goodput"],
+        "real_goodput_qps": rate_of(good),
         "simulated_goodput_qps": None if point is None else point.goodput_qps,
         "qps": answer.qps,
         "real_run": str(real_dir),
@@ -236,12 +239,6 @@ def write_outputs(
         measured_capacity_qps=None if measured is None else measured.qps,
     )
     return doc
-
-
-def binding(answer: Answer) -> list[str]:
-    """The goals the first rate above the answer missed: what limits the capacity."""
-    above = [p for p in answer.points if not p.meets and (answer.qps is None or p.qps > answer.qps)]
-    return list(above[0].violated) if above else []
 
 
 def report_markdown(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_simulate_test.compare.comparison import Comparison
-from gpu_simulate_test.core.goodput import GoodputConfig, goodput
+from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, goodput
 
 
 def compare_goodput(comparison: Comparison, goals: GoodputConfig) -> dict[str, Any] | None:
@@ -35,7 +35,7 @@ def goodput_markdown(good: dict[str, Any] | None) -> str:
     """The summary's goodput section; empty without goals."""
     if not good:
         return ""
-    goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
+    goals = goals_text(good["goals_ms"])
     error = "–" if good["error"] is None else f"{good['error']:+.1%}"
     real, sim = good["real"], good["sim"]
     return (

@@ -43,6 +43,7 @@ from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core import window
+from gpu_simulate_test.core.goodput import goals_text
 from gpu_simulate_test.core.knobs import knob_mismatches
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 from gpu_simulate_test.core.run_inputs import (
@@ -288,9 +289,9 @@ def print_headline(
         f"simulated {tp_s.requests_per_s:.2f} req/s, {tp_s.output_tokens_per_s:.1f} tok/s"
     )
     if good:
-        goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
         console.print(
-            f"goodput ({goals} ms): real {good['real']['request_goodput']:.2f} req/s, "
+            f"goodput ({goals_text(good['goals_ms'])} ms): "
+            f"real {good['real']['request_goodput']:.2f} req/s, "
             f"simulated {good['sim']['request_goodput']:.2f} req/s"
         )
     for line in findings:

@@ -16,7 +16,15 @@ import numpy as np
 
 from gpu_simulate_test.config.schema import GOODPUT_METRICS, GoodputConfig
 
-__all__ = ["GOODPUT_METRICS", "GoodputConfig", "good_requests", "goodput", "table_goodput"]
+__all__ = [
+    "GOODPUT_METRICS",
+    "GoodputConfig",
+    "goals_text",
+    "good_requests",
+    "goodput",
+    "rate_of",
+    "table_goodput",
+]
 
 
 def good_requests(
@@ -64,3 +72,13 @@ def table_goodput(table: Any, goals: GoodputConfig) -> dict[str, Any] | None:
     done = np.isfinite(end)
     span = float(end[done].max() - arrival.min()) if done.any() else 0.0
     return goodput(goals, table["ttft_s"], table["tpot_s"], table["e2e_s"], span)
+
+
+def rate_of(good: Mapping[str, Any] | None) -> float | None:
+    """``request_goodput`` of a :func:`goodput` result; None where there were no goals."""
+    return None if good is None else float(good["request_goodput"])
+
+
+def goals_text(goals_ms: Mapping[str, float]) -> str:
+    """The goals as ``--goodput`` takes them: ``ttft:500 tpot:50``."""
+    return " ".join(f"{name}:{value:g}" for name, value in goals_ms.items())

@@ -28,7 +28,7 @@ from gpu_simulate_test.core.engines.records import (
     TERMINAL_STATUSES,
     RequestRecord,
 )
-from gpu_simulate_test.core.goodput import GoodputConfig, goodput
+from gpu_simulate_test.core.goodput import GoodputConfig, goodput, rate_of
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
 from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS
 
@@ -246,7 +246,7 @@ def summarize(
         series["e2el"],
         duration,
     )
-    summary["request_goodput"] = None if good is None else good["request_goodput"]
+    summary["request_goodput"] = rate_of(good)
     summary["goodput"] = good
     summary["arrival_error_ms"] = arrival_errors.stats(DISTRIBUTION_STATS)
     summary["max_arrival_error_ms"] = arrival_errors.max

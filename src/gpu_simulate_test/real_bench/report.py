@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpu_simulate_test.core.engines.harness import ProgressFn
 from gpu_simulate_test.core.engines.records import Recorder
+from gpu_simulate_test.core.goodput import goals_text
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.real_bench.metrics import PERCENTILES
 
@@ -94,6 +95,5 @@ def _goodput_rows(good: Mapping[str, Any] | None) -> list[list[str]]:
     """The goodput line, as ``vllm bench serve --goodput`` prints it; none without goals."""
     if not good:
         return []
-    goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
     rate = _fmt(good["request_goodput"], 3)
-    return [[f"request goodput (req/s; {goals} ms)", rate, "", "", ""]]
+    return [[f"request goodput (req/s; {goals_text(good['goals_ms'])} ms)", rate, "", "", ""]]

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.goodput import GoodputConfig, goodput
+from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, goodput, rate_of
 from gpu_simulate_test.core.latency import tpot_s
 from gpu_simulate_test.io.artifacts import ArtifactError
 
@@ -183,7 +183,7 @@ def summarize(metrics: pd.DataFrame, goals: GoodputConfig | None = None) -> dict
         goals or GoodputConfig(), metrics["ttft_s"], metrics["tpot_s"], metrics["e2e_s"], span
     )
     return {
-        "request_goodput": None if good is None else good["request_goodput"],
+        "request_goodput": rate_of(good),
         "goodput": good,
         "num_requests": len(metrics),
         "ttft_s": _quantiles(metrics["ttft_s"]),
@@ -213,6 +213,6 @@ def summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     rows.append(["", f"{tokens:.1f} output tok/s" if tokens else "-", "", ""])
     good = summary.get("goodput")
     if good:
-        goals = " ".join(f"{k}:{v:g}" for k, v in good["goals_ms"].items())
-        rows.append([f"goodput ({goals} ms)", f"{good['request_goodput']:.2f} req/s", "", ""])
+        label = f"goodput ({goals_text(good['goals_ms'])} ms)"
+        rows.append([label, f"{good['request_goodput']:.2f} req/s", "", ""])
     return rows
