@@ -60,7 +60,7 @@ def test_every_experiment_config_composes(compose_stage: Any, experiment: str) -
 
 STAGES = {
     "workload", "vidur_profile", "vidur_simulate", "real_bench", "compare", "deep_profile",
-    "fidelity", "pipeline", "capacity",
+    "fidelity", "pipeline", "capacity", "bench_import",
 }  # fmt: skip
 ORCHESTRATORS = {"pipeline", "fidelity", "capacity"}
 """They call the other stages' ``run()``."""

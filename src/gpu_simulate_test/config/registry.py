@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gpu_simulate_test.config.bench_import import BenchImportStageConfig
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
@@ -37,6 +38,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "deep_profile": DeepProfileStageConfig,
     "fidelity": FidelityStageConfig,
     "capacity": CapacityStageConfig,
+    "bench_import": BenchImportStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

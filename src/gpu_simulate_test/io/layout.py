@@ -17,6 +17,7 @@ STAGES: tuple[str, ...] = (
     "pipeline",
     "fidelity",
     "capacity",
+    "bench_import",
 )
 
 RUN_META = "run_meta.json"

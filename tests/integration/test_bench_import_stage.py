@@ -1,0 +1,107 @@
+"""bench_import end to end, as a user runs it: a real ``vllm bench serve`` result and a real
+GuideLLM report imported, simulated and compared; our runs exported and read back; bad files
+refused in one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv, read_json
+from gpu_simulate_test.io.schemas import REQUEST_METRICS
+from tests.conftest import REPO_ROOT, run_cli
+from tests.vidur_bundle_factory import QWEN3_0_6B, QWEN3_TINY, write_synthetic_bundle
+
+pytestmark = pytest.mark.integration
+
+VLLM_FIXTURE = REPO_ROOT / "tests" / "data" / "vllm" / "vllm_bench_serve_q06b.json"
+GUIDELLM_FIXTURE = REPO_ROOT / "tests" / "data" / "guidellm" / "guidellm_benchmarks_tiny.json"
+FAST = ("vidur.predictor.num_training_job_threads=1", "progress=false")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench_import")
+    write_synthetic_bundle(root / "tmp" / "profiles", QWEN3_0_6B, points=12)
+    write_synthetic_bundle(root / "tmp" / "profiles", QWEN3_TINY, points=12)
+    return root
+
+
+def test_vllm_bench_result_imports_simulates_compares_and_exports(project: Path) -> None:
+    proc = run_cli("bench_import", f"source={VLLM_FIXTURE}", "model=qwen3_0_6b",
+                   "output.run_id=v", cwd=project)  # fmt: skip
+    assert "confirmed" in proc.stdout and "differs" not in proc.stdout
+    real = project / "tmp" / "real_bench" / "v"
+    meta = read_json(real / layout.RUN_META)
+    assert meta["status"] == "complete" and meta["imported"]["tool"] == "vllm_bench_serve"
+    assert all(c["agrees"] for c in meta["imported"]["conventions"].values())
+    assert len(read_csv(real / layout.REQUEST_METRICS, REQUEST_METRICS)) == 50
+
+    run_cli("vidur_simulate", "workload_dir=tmp/workload/v", "model=qwen3_0_6b",
+            "output.run_id=v", *FAST, cwd=project)  # fmt: skip
+    run_cli("compare", "real_run_dir=tmp/real_bench/v", "sim_run_dir=tmp/vidur_simulate/v",
+            "output.run_id=v", "compare.plots=false", "progress=false", cwd=project)  # fmt: skip
+    comparison = read_json(project / "tmp" / "compare" / "v" / "comparison.json")
+    assert comparison["num_compared"] == 50
+    assert comparison["metrics"]["ttft"]["real"]["p50"] == pytest.approx(0.35794008, rel=1e-6)
+
+    # the simulated run and the imported one, back out as vllm bench results
+    fixture = json.loads(VLLM_FIXTURE.read_text())
+    for stage in ("vidur_simulate", "real_bench"):
+        run_cli("bench_import", f"export_from=tmp/{stage}/v", f"output.run_id=x-{stage}",
+                cwd=project)  # fmt: skip
+        out = json.loads((project / "tmp/bench_import" / f"x-{stage}" / "vllm_bench_serve.json")
+                         .read_text())  # fmt: skip
+        assert list(out) == list(fixture), stage
+        assert out["completed"] == 50 and len(out["itls"]) == 50
+    assert out["median_ttft_ms"] == pytest.approx(fixture["median_ttft_ms"])
+    assert out["itls"][0] == pytest.approx(fixture["itls"][0])
+
+
+def test_guidellm_report_imports_each_benchmark_and_simulates(project: Path) -> None:
+    proc = run_cli("bench_import", f"source={GUIDELLM_FIXTURE}", "output.run_id=g",
+                   cwd=project)  # fmt: skip
+    manifest = read_json(project / "tmp" / "bench_import" / "g" / "import.json")
+    assert manifest["tool"] == "guidellm" and len(manifest["runs"]) == 2
+    assert "differs" not in proc.stdout
+    for k, entry in enumerate(manifest["runs"]):
+        real = project / "tmp" / "real_bench" / f"g-{k}"
+        table = read_csv(real / layout.REQUEST_METRICS, REQUEST_METRICS)
+        assert len(table) == entry["num_requests"] >= 10
+        assert (table["num_prefill_tokens"] > 0).all() and (table["num_decode_tokens"] > 1).all()
+    run_cli("vidur_simulate", "workload_dir=tmp/workload/g-1", "output.run_id=g-1", *FAST,
+            cwd=project)  # fmt: skip
+    run_cli("compare", "real_run_dir=tmp/real_bench/g-1", "sim_run_dir=tmp/vidur_simulate/g-1",
+            "output.run_id=g-1", "compare.plots=false", "progress=false", cwd=project)  # fmt: skip
+    comparison = read_json(project / "tmp" / "compare" / "g-1" / "comparison.json")
+    assert comparison["num_compared"] == manifest["runs"][1]["num_requests"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "overrides", "expected"),
+    [
+        ("drop_detailed", (), ["'input_lens'", "--save-detailed"]),
+        ("none", ("model.max_position_embeddings=150",), ["'input_lens'", "model="]),
+    ],
+    ids=["no-save-detailed", "lengths-over-model"],
+)
+def test_bad_files_fail_in_one_line_with_exit_2(
+    project: Path, edit: str, overrides: tuple[str, ...], expected: list[str]
+) -> None:
+    data = json.loads(VLLM_FIXTURE.read_text())
+    if edit == "drop_detailed":
+        for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors"):
+            del data[key]
+    path = project / f"{edit}.json"
+    path.write_text(json.dumps(data))
+    proc = run_cli("bench_import", f"source={path}", "model=qwen3_0_6b", *overrides,
+                   f"output.run_id=bad-{edit}", cwd=project, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and str(path) in lines[0]
+    for text in expected:
+        assert text in lines[0]
+    assert not (project / "tmp" / "real_bench" / f"bad-{edit}").exists()
