@@ -190,8 +190,9 @@ def load_steps(
     }
     frontend = sim.meta.get("frontend")
     if isinstance(frontend, dict) and sim.meta.get("mean_frontend_input_ms") is not None:
+        output = sim.meta.get("mean_frontend_output_ms")  # the queue's, or the constant
         ttft["sim_frontend"] = float(sim.meta["mean_frontend_input_ms"]) + float(
-            frontend.get("output_ms", 0.0)
+            output if output is not None else frontend.get("output_ms", 0.0)
         )
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
 

@@ -252,6 +252,12 @@ class VidurConfig:
     token's delivery by the front end's latency the calibration measured (meta.json
     ``engine_calibration.<backend>.frontend``: vLLM's HTTP server, tokenization and output
     stream); calibrations without it simulate none."""
+    frontend_queue: bool = True
+    """With ``frontend_latency``, ``scheduler.name=vllm_v1`` and ``step_log``: the tokens' way
+    back to the client as a queue (vLLM's API server as one server: work per request sent, per
+    step and per token streamed; meta.json ``engine_calibration.<backend>.frontend.queue``,
+    fitted on the calibration replays under load) instead of one constant delay. The client's
+    clock only: when a request reaches the engine is the same either way."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""

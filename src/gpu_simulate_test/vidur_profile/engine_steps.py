@@ -53,14 +53,15 @@ from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
 from gpu_simulate_test.vidur_profile import serving_replay
 from gpu_simulate_test.vidur_profile.experiments import Experiment
 
-CALIBRATION_VERSION = 7
+CALIBRATION_VERSION = 8
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
 (vLLM), step times from that log and the front end's latency apart; 6: on a vLLM server that
 records its steps, step times and the front end from the engine's own clock, the log's reading
-kept as a check; 7: calibration replays under load, ``serving_steps.csv``); a bundle calibrated
-by another version is not reused by the pipeline."""
+kept as a check; 7: calibration replays under load, ``serving_steps.csv``; 8: the front end
+as a queue fitted on those replays, ``frontend.queue``); a bundle calibrated by another version
+is not reused by the pipeline."""
 MIXED_START_FRACTION = 3
 """mixed: the newcomer arrives once the decoders have a third of their outputs."""
 POLL_S = 0.01
@@ -392,11 +393,12 @@ def calibrate(
             checked,
             frontend_from_engine_clock,
             frontend_latency,
+            queue_from_replays,
             recorded_schedule,
         )
 
         # step costs from the engine's own clock where its scheduler recorded the steps
-        recorded = recorded_schedule(backend, recorder)
+        recorded = recorded_all = recorded_schedule(backend, recorder)
         if recorded is not None:
             if windows:
                 serving_table = serving_replay.serving_steps(recorded, windows, cfg.backend.name)
@@ -420,6 +422,8 @@ def calibrate(
             )
             if stamped is not None:
                 frontend = checked(stamped, frontend)
+            if frontend is not None and recorded_all is not None and windows:
+                frontend["queue"] = queue_from_replays(recorder, recorded_all, windows)
     rows = step_rows(cfg.backend.name, samples, cfg.decode_tokens)
     info = {
         "version": CALIBRATION_VERSION,

@@ -226,3 +226,50 @@ def checked(stamped: dict[str, Any], logged: dict[str, Any] | None) -> dict[str,
             "agree": bool(agree),
         },
     }
+
+
+def queue_from_replays(
+    recorder: Recorder,
+    schedule: pd.DataFrame,
+    windows: Sequence[tuple[float, float, float]],
+) -> dict[str, Any] | None:
+    """The front end as a queue (:mod:`gpu_simulate_test.core.frontend_queue`), fitted on the
+    calibration replays under load: every request sent inside a replay's window, every step of
+    the window (``schedule`` on the recorder's clock), each streamed token's delay from its step's
+    end to the client. A stream chunk carrying several tokens counts once, at its last token.
+    None without replays or with too few tokens."""
+    from gpu_simulate_test.core import frontend_queue
+
+    runs = []
+    for _, start, end in windows:
+        inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
+        recs = [
+            r
+            for r in recorder.records.values()
+            if r.arrival_s is not None and start <= r.arrival_s <= end and r.engine_token_times_s
+        ]
+        if inside.empty or not recs:
+            continue
+        prompts = {str(r.request_id): r.num_prefill_tokens for r in recs}
+        made = frontend_queue.emitted(inside.reset_index(drop=True), prompts)
+        engine: list[float] = []
+        client: list[float] = []
+        for r in recs:
+            last = np.cumsum(r.event_num_tokens) - 1
+            for at, index in zip(r.event_times_s, last, strict=True):
+                if 0 <= index < len(r.engine_token_times_s):
+                    engine.append(r.engine_token_times_s[int(index)])
+                    client.append(at)
+        runs.append(
+            frontend_queue.observed(
+                [r.arrival_s for r in recs if r.arrival_s is not None],
+                inside["end_time_s"].to_numpy(dtype=float),
+                made.step_tokens,
+                engine,
+                client,
+            )
+        )
+    fitted = frontend_queue.fit(runs)
+    if fitted is None:
+        return None
+    return {**fitted, "source": "calibration replays under load", "replays": len(runs)}

@@ -124,6 +124,7 @@ def normalize(
     arrival_time_s: np.ndarray,
     frontend_delay_s: float | np.ndarray = 0.0,
     held_back_s: float | np.ndarray = 0.0,
+    frontend_last_s: float | np.ndarray | None = None,
 ) -> pd.DataFrame:
     """REQUEST_METRICS columns, then :data:`EXTRA_COLUMNS`, from checked Vidur rows.
 
@@ -133,11 +134,14 @@ def normalize(
     difference of token times, is unchanged). ``held_back_s`` is the part of the simulated wait
     before the engine that vLLM's engine core does not stamp (a request that arrived while a step
     ran is queued when it ends): in ``frontend_delay_s``, so that the engine's clock starts
-    where the real engine's does, and not added again."""
+    where the real engine's does, and not added again. ``frontend_last_s``, where the last
+    token's way back differs from the first's (the front end as a queue), is added to E2E
+    instead (None: ``frontend_delay_s``)."""
     arrival = np.asarray(arrival_time_s, dtype=float)
     around = np.asarray(frontend_delay_s, dtype=float)
+    around_last = around if frontend_last_s is None else np.asarray(frontend_last_s, dtype=float)
     ttft = rows["prefill_e2e_time"].to_numpy(dtype=float) + around
-    e2e = rows["request_e2e_time"].to_numpy(dtype=float) + around
+    e2e = rows["request_e2e_time"].to_numpy(dtype=float) + around_last
     decode = np.asarray(decode, dtype=np.int64)
     tpot = tpot_s(ttft, e2e, decode)
     return pd.DataFrame(

@@ -21,6 +21,7 @@ from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core import overhead
 from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.core.frontend_queue import FrontEndQueue, request_delays_s
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 from gpu_simulate_test.io import layout
@@ -29,6 +30,11 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.calibrated import (
+    load_frontend,
+    load_frontend_queue,
+    load_step_jitter,
+)
 from gpu_simulate_test.vidur_simulate.contract import (
     ENGINE_OVERHEAD_FIT,
     TRACE_FILE,
@@ -68,6 +74,9 @@ class Inputs:
     """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
     frontend: overhead.FrontEnd | None = None
     """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
+    frontend_queue: FrontEndQueue | None = None
+    """The tokens' way back as a queue (``vidur.frontend_queue``; None: ``frontend``'s
+    constant ``output_ms``)."""
     replay: ReplaySource | None = None
     """An oracle replay (``step_times_from``): the real run's engine arrivals and step clock."""
     serving_steps: pd.DataFrame | None = None
@@ -141,6 +150,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         if backend != "none" and cfg.vidur.frontend_latency and replay is None
         else None
     )
+    queue = None
+    if frontend is not None and cfg.vidur.frontend_queue and cfg.vidur.scheduler.name == V1_NAME:
+        queue = load_frontend_queue(bundle, backend) if cfg.vidur.step_log else None
     serving = None
     if backend != "none" and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
         serving = bundle.serving_steps(backend)
@@ -158,6 +170,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         engine_steps=engine_steps,
         step_jitter=jitter,
         frontend=frontend,
+        frontend_queue=queue,
         replay=replay,
     )
 
@@ -187,35 +200,6 @@ def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarr
         [sent.get(rid, sched) for rid, sched in zip(ids, scheduled.tolist(), strict=True)]
     )
     return np.maximum.accumulate(np.maximum(actual, 0.0))
-
-
-def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
-    """The step spread ``backend``'s calibration recorded; ArtifactError when there is none."""
-    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.step_jitter"
-    recorded = (bundle.engine_calibration(backend) or {}).get("step_jitter")
-    if recorded is None:
-        raise ArtifactError(
-            f"{where} is missing (a calibration before version 4, or one without decode steps); "
-            f"profile again with engine.enable=true engine.backend.name={backend}, or set "
-            "vidur.step_jitter=false"
-        )
-    try:
-        return overhead.StepJitter.from_calibration(recorded, where)
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from exc
-
-
-def load_frontend(bundle: Bundle, backend: str) -> overhead.FrontEnd | None:
-    """The front-end latency ``backend``'s calibration measured (None: it measured none, e.g.
-    an in-process engine, or a calibration by client token times)."""
-    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.frontend"
-    recorded = (bundle.engine_calibration(backend) or {}).get("frontend")
-    if recorded is None:
-        return None
-    try:
-        return overhead.FrontEnd.from_calibration(recorded, where)
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from exc
 
 
 FRONTEND_PASSES = 4
@@ -359,6 +343,8 @@ class Simulated:
     """When each request reached the simulated scheduler (front end included)."""
     passes: int
     notes: dict[str, Any]
+    output_delay_s: float | np.ndarray = 0.0
+    """Each request's first token's way back to the client (the front end's output side)."""
 
 
 def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path) -> Simulated:
@@ -399,6 +385,12 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         str(out_dir / VIDUR_REQUEST_METRICS),
     )
     output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
+    first_s: float | np.ndarray = output_s
+    last_s: float | np.ndarray = output_s
+    if inputs.frontend_queue is not None and result.schedule is not None and inputs.replay is None:
+        first_s, last_s = request_delays_s(
+            inputs.frontend_queue, result.schedule, inputs.prefill, inputs.arrival_time_s
+        )
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
         # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
@@ -408,10 +400,11 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         inputs.prefill,
         inputs.decode,
         inputs.arrival_time_s,
-        arrival - inputs.arrival_time_s + output_s,
+        arrival - inputs.arrival_time_s + first_s,
         held,
+        arrival - inputs.arrival_time_s + last_s,
     )
-    return Simulated(table, result, arrival, done, built.notes)
+    return Simulated(table, result, arrival, done, built.notes, first_s)
 
 
 def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -433,6 +426,9 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             arrivals_from=cfg.arrivals_from,
             step_times_from=cfg.step_times_from,
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
+            frontend_queue=(
+                inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
+            ),
         )
         sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
         result, table = sim.result, sim.table
@@ -442,6 +438,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             mean_frontend_input_ms=float(
                 np.mean(sim.scheduler_arrival_s - inputs.arrival_time_s) * 1000.0
             ),
+            mean_frontend_output_ms=float(np.nanmean(sim.output_delay_s) * 1000.0),
             **sim.notes,
         )
         if result.engine_overhead_fit is not None:

@@ -1,0 +1,232 @@
+"""The serving front end as a queue, on the client's clock (issue 28, item 3).
+
+vLLM's API server is one process with one event loop: it takes each request in (parse, tokenize,
+hand it to the engine core) and, after every engine step, turns the step's outputs into stream
+chunks (detokenize, one server-sent event per request, written to its socket). On 2 CPU cores it
+shares the cores with the engine core and the client. A constant delay per token cannot follow
+that: measured on a real vLLM server (tiny Qwen3, 300 requests), the engine's tokens reached the
+client 5.7 ms later at p50 at 20 req/s and 9.7 ms at 50 req/s, and a step's tokens later the more
+tokens it streamed (2.9 ms for one, 11.3 ms for 16 to 40).
+
+:class:`FrontEndQueue` is that server: one FIFO queue of jobs, each request's ``request_ms`` at
+its send and each step's ``step_ms + token_ms · tokens`` at the step's end. A step's tokens reach
+the client, on average, once its job has started and done ``step_ms`` plus half its tokens' work
+(they go out one by one). It moves the client's clock only: when a request reaches the engine
+stays the calibrated input model's (:class:`gpu_simulate_test.core.overhead.FrontEnd`), so the
+engine-clock comparison is untouched. :func:`fit` finds the three costs on a recorded run: each
+token's delay from its step's end (the engine's stamp) to the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.core.engines.step_record import parse_requests
+
+KEYS: tuple[str, ...] = ("request_ms", "step_ms", "token_ms")
+"""The queue's three costs, as the calibration stores them (milliseconds)."""
+MIN_TOKENS = 50
+"""Fewer observed tokens than this fit nothing."""
+
+
+@dataclass(frozen=True)
+class FrontEndQueue:
+    """The API server as one FIFO server (milliseconds of its work)."""
+
+    request_ms: float
+    """A request's work at its send."""
+    step_ms: float
+    """A step's outputs' work before its first token goes out."""
+    token_ms: float
+    """Each token a step streams."""
+
+    def delivery_delays_s(
+        self, sends_s: np.ndarray, step_end_s: np.ndarray, step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """Per step: from its end to when its tokens reach the client, on average (seconds)."""
+        ends = np.asarray(step_end_s, dtype=float)
+        tokens = np.asarray(step_tokens, dtype=float)
+        sends = np.sort(np.asarray(sends_s, dtype=float))
+        order = np.argsort(ends, kind="stable")
+        request_s, step_s, token_s = (
+            self.request_ms / 1e3,
+            self.step_ms / 1e3,
+            self.token_ms / 1e3,
+        )
+        starts = np.empty(len(ends))
+        free, i = -np.inf, 0
+        for k in order:  # a send at a step's end is taken first (it was read before the step's)
+            end = ends[k]
+            while i < len(sends) and sends[i] <= end:
+                free = max(free, sends[i]) + request_s
+                i += 1
+            if tokens[k] <= 0:
+                starts[k] = end
+                continue
+            starts[k] = max(free, end)
+            free = starts[k] + step_s + token_s * tokens[k]
+        delays: np.ndarray = starts - ends + step_s + token_s * (tokens + 1.0) / 2.0
+        return np.where(tokens > 0, delays, 0.0)
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(float(getattr(self, k)), 4) for k in KEYS}
+
+    @classmethod
+    def from_calibration(cls, recorded: Any, where: str) -> FrontEndQueue:
+        """From ``engine_calibration.<backend>.frontend.queue``; ValueError naming ``where``."""
+        if not isinstance(recorded, dict):
+            raise ValueError(f"{where}: expected a mapping with {', '.join(KEYS)}")
+        values = {}
+        for key in KEYS:
+            value = recorded.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
+            values[key] = float(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """Which steps of a schedule made tokens: per step how many, per request its first and last
+    token's step (row positions in the schedule; -1: none)."""
+
+    step_tokens: np.ndarray
+    first_step: dict[str, int]
+    last_step: dict[str, int]
+
+
+def emitted(schedule: pd.DataFrame, prompt_tokens: Mapping[str, int]) -> Emitted:
+    """Tokens made by each step of an ``engine_schedule`` table: a request makes its first token
+    in the step whose chunk completes its prompt (``prompt_tokens`` by request id) and one in each
+    step after. Requests not in ``prompt_tokens`` (another run's) are not counted."""
+    tokens = np.zeros(len(schedule), dtype=np.int64)
+    done: dict[str, int] = {}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, text in enumerate(schedule["requests"].to_numpy()):
+        for rid, new in parse_requests(text):
+            prompt = prompt_tokens.get(rid)
+            if prompt is None:
+                continue
+            before = done.get(rid, 0)
+            done[rid] = before + new
+            if before + new >= prompt:
+                tokens[k] += 1
+                first.setdefault(rid, k)
+                last[rid] = k
+    return Emitted(tokens, first, last)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One recorded run's part for the fit: sends, steps and each streamed token's delay."""
+
+    sends_s: np.ndarray
+    step_end_s: np.ndarray
+    step_tokens: np.ndarray
+    token_step: np.ndarray
+    """Per observed token, its step (row position)."""
+    delay_s: np.ndarray
+    """Per observed token, from its step's end to the client."""
+
+
+def observed(
+    sends_s: Sequence[float],
+    step_end_s: np.ndarray,
+    step_tokens: np.ndarray,
+    token_engine_s: Sequence[float],
+    token_client_s: Sequence[float],
+    tolerance_s: float = 1e-4,
+) -> Observed:
+    """Pair each token's engine stamp with its step (the step ending at the stamp, within
+    ``tolerance_s``); tokens with no such step are left out."""
+    ends = np.asarray(step_end_s, dtype=float)
+    engine = np.asarray(token_engine_s, dtype=float)
+    client = np.asarray(token_client_s, dtype=float)
+    order = np.argsort(ends, kind="stable")
+    sorted_ends = ends[order]
+    pos = np.clip(np.searchsorted(sorted_ends, engine), 0, max(len(ends) - 1, 0))
+    prev = np.clip(pos - 1, 0, max(len(ends) - 1, 0))
+    nearer = np.where(
+        np.abs(sorted_ends[prev] - engine) < np.abs(sorted_ends[pos] - engine), prev, pos
+    )
+    ok = np.abs(sorted_ends[nearer] - engine) <= tolerance_s if len(ends) else np.zeros(0, bool)
+    return Observed(
+        np.asarray(sends_s, dtype=float),
+        ends,
+        np.asarray(step_tokens, dtype=float),
+        order[nearer[ok]],
+        client[ok] - engine[ok],
+    )
+
+
+def _errors(queue: FrontEndQueue, runs: Sequence[Observed]) -> np.ndarray:
+    parts = []
+    for run in runs:
+        delays = queue.delivery_delays_s(run.sends_s, run.step_end_s, run.step_tokens)
+        parts.append(delays[run.token_step] - run.delay_s)
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
+    """The three costs minimizing the mean absolute error of every token's delay (Nelder-Mead
+    over non-negative costs), with that error beside the best constant delay's (the median: what
+    a constant front end can do at best on the same tokens). None under :data:`MIN_TOKENS`."""
+    from scipy.optimize import minimize  # type: ignore[import-untyped]
+
+    delays = np.concatenate([r.delay_s for r in runs]) if runs else np.zeros(0)
+    if len(delays) < MIN_TOKENS:
+        return None
+
+    def loss(x: np.ndarray) -> float:
+        queue = FrontEndQueue(*np.abs(x).tolist())
+        return float(np.mean(np.abs(_errors(queue, runs))))
+
+    start = np.array([2.0, 2.0, 0.3])
+    best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 0.02, "fatol": 1e-6})
+    queue = FrontEndQueue(*np.abs(best.x).tolist())
+    errors = _errors(queue, runs)
+    constant = float(np.median(delays))
+    return {
+        **queue.to_dict(),
+        "tokens": len(delays),
+        "steps": int(sum(len(r.step_end_s) for r in runs)),
+        "mean_abs_error_ms": round(1e3 * float(np.mean(np.abs(errors))), 4),
+        "constant_ms": round(1e3 * constant, 4),
+        "constant_mean_abs_error_ms": round(1e3 * float(np.mean(np.abs(delays - constant))), 4),
+        "measured_delay_ms": [round(1e3 * float(v), 4) for v in np.percentile(delays, [50, 90])],
+        "predicted_delay_ms": [
+            round(1e3 * float(v), 4) for v in np.percentile(errors + delays, [50, 90])
+        ],
+    }
+
+
+def request_delays_s(
+    queue: FrontEndQueue,
+    schedule: pd.DataFrame,
+    prompt_tokens: np.ndarray,
+    sends_s: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's first and last token's way back to the client (seconds) through
+    ``queue``, in a simulated schedule whose request ids are positions in ``prompt_tokens`` and
+    ``sends_s`` (when the client sent each, on the schedule's clock). NaN where a request made
+    no token."""
+    prompts = {str(i): int(p) for i, p in enumerate(np.asarray(prompt_tokens))}
+    made = emitted(schedule, prompts)
+    delays = queue.delivery_delays_s(
+        sends_s, schedule["end_time_s"].to_numpy(dtype=float), made.step_tokens
+    )
+    first = np.full(len(prompts), np.nan)
+    last = np.full(len(prompts), np.nan)
+    for rid, k in made.first_step.items():
+        first[int(rid)] = delays[k]
+    for rid, k in made.last_step.items():
+        last[int(rid)] = delays[k]
+    return first, last
