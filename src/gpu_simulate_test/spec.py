@@ -36,12 +36,14 @@ their own keys (the workload stage: `workload_id`, `num_requests`).
 
 ### `{layout.WORKLOAD_META}` (workload stage, schema 1.0)
 
-`schema_version`, `workload_id` (fingerprint of lengths and arrivals), `source` (`synthetic` or
-`trace`), `seed`, `generator` (the workload config), `model`, `max_context`, `prompt_mode`,
+`schema_version`, `workload_id` (fingerprint of lengths and arrivals), `source` (`synthetic`,
+`trace`, or the tool an imported run came from: `vllm_bench_serve`, `guidellm`), `seed`,
+`generator` (the workload config), `model`, `max_context`, `prompt_mode`,
 `summary` (`num_requests`, `duration_s`, `mean_qps`, `total_prefill_tokens`,
 `total_decode_tokens`, `max_total_tokens`, and min/mean/p50/p90/p99/max of `num_prefill_tokens`
 and `num_decode_tokens`); for traces also `trace_file`, `trace_rows`, `clipped_requests`,
-`arrivals_from`, `rescaled_to_qps`.
+`arrivals_from`, `rescaled_to_qps`; for imports (bench_import stage) also `imported_from`,
+`imported_label`, `left_out_failed_requests`.
 
 ### `fidelity.json` (fidelity stage, schema {{fidelity_version}})
 
