@@ -11,6 +11,8 @@ real-vs-real largest)).
 
 Run: ``python -m benchmarks.bench_serving_load [--campaign DIR ...] [--out F.json]``; with
 ``--campaign`` it reads finished campaigns (``tmp/fidelity/<run_id>``) instead of running.
+``--before OVERRIDE`` says what the before turns off (default ``vidur.serving_load=false``; the
+front end as a queue: ``vidur.frontend_queue=false``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--campaign", nargs="*", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--before", default="vidur.serving_load=false")
     args, overrides = parser.parse_known_args()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     campaigns: dict[str, Path] = {}
@@ -108,7 +111,7 @@ def main() -> None:
                 "fidelity.phase=sim",
                 f"fidelity.real_from={campaigns[run_id]}",
                 f"output.run_id={before}",
-                "vidur.serving_load=false",
+                args.before,
                 *extra,
                 *overrides,
             )
@@ -117,7 +120,7 @@ def main() -> None:
     for name, figs in results.items():
         show(name, figs)
     if args.out is not None:
-        args.out.write_text(json.dumps({"date": stamp, "campaigns": {
+        args.out.write_text(json.dumps({"date": stamp, "before": args.before, "campaigns": {
             name: {"path": str(campaigns[name]), "figures": figs} for name, figs in results.items()
         }}, indent=2) + "\n")  # fmt: skip
 

@@ -22,16 +22,21 @@ def _run(name: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     )
 
 
+def _prompts(requests: pd.DataFrame) -> dict[str, int]:
+    ids, lengths = requests.request_id.tolist(), requests.num_prefill_tokens.tolist()
+    return {str(r): int(p) for r, p in zip(ids, lengths, strict=True)}
+
+
 def _observed(name: str) -> fq.Observed:
     requests, tokens, schedule = _run(name)
-    prompts = {str(r): int(p) for r, p in zip(requests.request_id, requests.num_prefill_tokens)}
+    prompts = _prompts(requests)
     made = fq.emitted(schedule, prompts)
     return fq.observed(
-        requests.arrival_time_s,
+        requests.arrival_time_s.tolist(),
         schedule.end_time_s.to_numpy(),
         made.step_tokens,
-        tokens.engine_time_s,
-        tokens.time_s,
+        tokens.engine_time_s.tolist(),
+        tokens.time_s.tolist(),
     )
 
 
@@ -55,13 +60,15 @@ def test_one_server_first_in_first_out() -> None:
 
 def test_emitted_tokens_match_the_engines_stamps() -> None:
     requests, tokens, schedule = _run("q50")
-    prompts = {str(r): int(p) for r, p in zip(requests.request_id, requests.num_prefill_tokens)}
+    prompts = _prompts(requests)
     made = fq.emitted(schedule, prompts)
     stamped = tokens.groupby("engine_time_s").size()
     at = np.searchsorted(schedule.end_time_s.to_numpy(), stamped.index.to_numpy())
     assert (made.step_tokens[at] == stamped.to_numpy()).all()
     assert made.step_tokens.sum() == len(tokens)  # and no step made tokens unstamped
-    first = {str(r): t for r, t in zip(requests.request_id, requests.engine_first_token_time_s)}
+    first = dict(
+        zip(requests.request_id.astype(str), requests.engine_first_token_time_s, strict=True)
+    )
     ends = schedule.end_time_s.to_numpy()
     for rid, k in made.first_step.items():
         assert ends[k] == pytest.approx(first[rid], abs=1e-9)
