@@ -239,8 +239,8 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
 
 DRIFT_LIMIT = 0.10
 """Rounds of one rate whose mean step (over the median of its composition) differ by more than
-this: the host's speed moved during the calibration (it is redone once, then carries a quality
-warning)."""
+this: the host's speed moved during the calibration (it is redone once, then marked in
+``serving.drift_note`` and judged by the validation replay)."""
 
 
 def _replay_masks(every: pd.DataFrame) -> list[tuple[tuple[int, float], np.ndarray]]:
