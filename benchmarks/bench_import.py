@@ -12,8 +12,13 @@ Printed per metric (TTFT, TPOT, E2E at p50 and p90): the imported figure, our tw
 our repeats |a − b| / mean(a, b), and the imported run's gap to our mean |theirs − mean| /
 mean; the target is gap ≤ spread (the imported truth within the real-vs-real spread).
 
-Run: ``python -m benchmarks.bench_import [--requests N] [--qps Q] [--rounds R] [--out F.json]``
-under ``flock /tmp/gst-timing.lock`` on a shared machine. Needs vLLM (``make setup``).
+``vllm bench serve`` 0.32 no longer asks for greedy sampling: without ``--temperature`` the server
+samples at its default (temperature 1 over Qwen3's whole 151,936-token vocabulary), work per
+request per step our client's greedy requests never ask for. ``--temperature 0`` (the default
+here) makes both clients ask for the same engine work; ``--temperature server`` leaves it out.
+
+Run: ``python -m benchmarks.bench_import [--requests N] [--qps Q] [--rounds R] [--temperature T]
+[--out F.json]``, alone on the machine (it times a server). Needs vLLM (``make setup``).
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ def vllm_bench(served: Served, args: argparse.Namespace, result: Path, seed: int
         "--save-result", "--save-detailed", "--result-dir", str(result.parent),
         "--result-filename", result.name,
     ]  # fmt: skip
+    if args.temperature != "server":
+        cmd += ["--temperature", args.temperature]
     cpus = served.client_cpus
     subprocess.run(
         cmd,
@@ -130,6 +137,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--output", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--temperature", default="0", help="vllm bench serve's --temperature, or 'server'"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-import-"))
@@ -164,6 +174,7 @@ def main() -> None:
                     "qps": args.qps,
                     "prompt_tokens": args.prompt,
                     "output_tokens": args.output,
+                    "vllm_bench_temperature": args.temperature,
                     "rounds": rounds,
                     "within": within,
                     "figures": len(keys) * len(rounds),

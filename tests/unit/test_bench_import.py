@@ -52,6 +52,8 @@ def test_reads_every_request_and_confirms_vllms_conventions() -> None:
     for name in ("ttft", "tpot", "itl", "e2e"):
         assert run.conventions[name]["checked"] and run.conventions[name]["agrees"], name
     assert "129.643" in run.conventions["tpot"]["note"]
+    sampling = run.conventions["sampling"]  # not in the file: said, never claimed as checked
+    assert not sampling["checked"] and "--temperature=0" in sampling["note"]
     check_run(run, QWEN3_0_6B)
 
 

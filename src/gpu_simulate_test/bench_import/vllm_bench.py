@@ -201,5 +201,14 @@ def _with_conventions(
             "note": f"TTFT + Σ ITL = latency on {int(ok.sum()) - mismatched} of {int(ok.sum())} "
             "requests",
         },
+        "sampling": {
+            "definition": "what the requests asked the engine to sample (not in the file)",
+            "checked": False,
+            "agrees": False,
+            "note": "vllm bench serve 0.32 sends no temperature unless --temperature is given, "
+            "and the server then samples at its default over the whole vocabulary: more work a "
+            "step than the greedy requests the simulator's profile and our client make; "
+            "benchmark with --temperature=0 to compare with them",
+        },
     }
     return ImportedRun(**{**run.__dict__, "conventions": conventions})
