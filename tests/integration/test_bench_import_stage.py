@@ -37,7 +37,9 @@ def test_vllm_bench_result_imports_simulates_compares_and_exports(project: Path)
     real = project / "tmp" / "real_bench" / "v"
     meta = read_json(real / layout.RUN_META)
     assert meta["status"] == "complete" and meta["imported"]["tool"] == "vllm_bench_serve"
-    assert all(c["agrees"] for c in meta["imported"]["conventions"].values())
+    conventions = meta["imported"]["conventions"]
+    assert all(c["agrees"] for c in conventions.values() if c["checked"])
+    assert not conventions["sampling"]["checked"]  # not in the file: said, not claimed
     assert len(read_csv(real / layout.REQUEST_METRICS, REQUEST_METRICS)) == 50
 
     run_cli("vidur_simulate", "workload_dir=tmp/workload/v", "model=qwen3_0_6b",

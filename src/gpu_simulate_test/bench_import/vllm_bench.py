@@ -204,7 +204,7 @@ def _with_conventions(
         "sampling": {
             "definition": "what the requests asked the engine to sample (not in the file)",
             "checked": False,
-            "agrees": False,
+            "agrees": None,  # unknown: the file does not say
             "note": "vllm bench serve 0.32 sends no temperature unless --temperature is given, "
             "and the server then samples at its default over the whole vocabulary: more work a "
             "step than the greedy requests the simulator's profile and our client make; "
