@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import parse_requests
+from gpu_simulate_test.core.overhead import calibrated_ms
 
 KEYS: tuple[str, ...] = ("request_ms", "step_ms", "token_ms")
 """The queue's three costs, as the calibration stores them (milliseconds)."""
@@ -79,17 +80,7 @@ class FrontEndQueue:
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEndQueue:
         """From ``engine_calibration.<backend>.frontend.queue``; ValueError naming ``where``."""
-        if not isinstance(recorded, dict):
-            raise ValueError(f"{where}: expected a mapping with {', '.join(KEYS)}")
-        values = {}
-        for key in KEYS:
-            value = recorded.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
-            values[key] = float(value)
-        return cls(**values)
+        return cls(**calibrated_ms(recorded, KEYS, where))
 
 
 @dataclass(frozen=True)

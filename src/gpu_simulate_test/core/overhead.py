@@ -321,16 +321,27 @@ class FrontEnd:
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEnd:
         """From ``engine_calibration.<backend>.frontend``; ValueError naming ``where``."""
-        if not isinstance(recorded, dict):
-            raise ValueError(f"{where}: expected a mapping with input_ms and output_ms")
-        values = {}
-        for key in ("input_ms", "output_ms", "input_per_running_ms"):
-            if key == "input_per_running_ms" and key not in recorded:
-                continue  # an older calibration: no growth with load
-            value = recorded.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
-            values[key] = float(value)
-        return cls(**values)
+        # input_per_running_ms may be absent: an older calibration, no growth with load
+        return cls(
+            **calibrated_ms(
+                recorded, ("input_ms", "output_ms"), where, optional=("input_per_running_ms",)
+            )
+        )
+
+
+def calibrated_ms(
+    recorded: Any, keys: Sequence[str], where: str, optional: Sequence[str] = ()
+) -> dict[str, float]:
+    """``keys`` (and those of ``optional`` present) of a calibration record, each a finite
+    number of milliseconds >= 0; ValueError naming ``where`` and the key otherwise."""
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{where}: expected a mapping with {' and '.join(keys)}")
+    values = {}
+    for key in (*keys, *(k for k in optional if k in recorded)):
+        value = recorded.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{where}.{key}: expected a finite value >= 0, got {value!r}")
+        values[key] = float(value)
+    return values
