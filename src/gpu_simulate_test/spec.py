@@ -61,7 +61,10 @@ cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration
 clock), `largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`,
 `median_abs_error_pct`, `within_5pct`, `within_10pct`), `by_clock` (per backend and clock:
 `largest`, `spread`), and with repeated real runs `noise_spread_by_backend` and
-`noise_spread_by_clock`.
+`noise_spread_by_clock`. From a bench_import (`real_from` an import, `fidelity/imported.py`):
+`imported` (`tool`, `file`, `sha256`, `import_run`, `capacity_source`, `scheduler_check`,
+`noise_floor`, `disturbance`, and `runs`: per imported run `run`, `role`, `num_requests`,
+`offered_qps`, `nominal_qps`, `real_dir`), and each capacity's `derived_from` and `source`.
 
 ### `fidelity-manifest.json` (fidelity stage, real phase, version {{manifest_version}})
 

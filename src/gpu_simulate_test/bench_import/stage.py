@@ -4,7 +4,7 @@ Import (``source=``): every run in a ``vllm bench serve`` result or a GuideLLM
 ``benchmarks.json`` becomes ``tmp/workload/<id>`` (the lengths and arrivals it implies) and
 ``tmp/real_bench/<id>`` (what it measured), which ``vidur_simulate`` and ``compare`` take like
 any run of ours (``capacity`` takes the workload's lengths as a shape; the fidelity stage's sim
-phase reads its own real phase's manifest, which an import does not write);
+phase takes the whole import, ``fidelity.real_from=tmp/bench_import/<id>``, each run a load);
 ``tmp/bench_import/<id>`` keeps the manifest. Everything that can be wrong with the file fails
 before any directory is created. Export (``export_from=``): a real_bench or vidur_simulate run
 as a ``vllm bench serve`` result JSON in ``tmp/bench_import/<id>``.

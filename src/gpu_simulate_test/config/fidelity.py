@@ -49,7 +49,8 @@ class FidelityOptions:
     """all: one call. real: the GPU half (probe, profile, real runs; never imports Vidur) and
     its manifest. sim: simulate and report the real phase in ``real_from``."""
     real_from: str | None = None
-    """phase=sim: the run directory of a ``phase=real`` run (``tmp/fidelity/<run_id>``)."""
+    """phase=sim: the run directory of a ``phase=real`` run (``tmp/fidelity/<run_id>``), or of a
+    bench_import (``tmp/bench_import/<run_id>``: each imported run a load)."""
     summarize: tuple[str, ...] = ()
     """Instead of a campaign: one table over these fidelity runs or reports (run directories,
     ``fidelity.json`` or older ``<name>-fidelity.json`` files), written as ``summary.md``."""
@@ -93,7 +94,7 @@ class FidelityOptions:
             _check(
                 bool(self.real_from),
                 "fidelity.phase=sim needs fidelity.real_from=<the run directory of a "
-                "fidelity.phase=real run>",
+                "fidelity.phase=real run, or of a bench_import>",
             )
         else:
             _check(

@@ -35,7 +35,7 @@ class PlannedLoad:
     real_dir: str
     scheduler: Mapping[str, Any]
     """Vidur scheduler knobs derived from the backend at profile time (re-derived and checked
-    by the sim phase)."""
+    by the sim phase); empty for an import (:mod:`.imported`), which records none."""
     repeat_dirs: tuple[str, ...] = ()
     """The real bench run again on the same workload (the noise floor), if asked for."""
     profiling_root: str = ""
@@ -146,7 +146,7 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ArtifactError(
             f"no {MANIFEST_FILE} in {root}: expected the run directory of a fidelity.phase=real "
-            "run (tmp/fidelity/<run_id>)"
+            "run (tmp/fidelity/<run_id>) or of a bench_import (tmp/bench_import/<run_id>)"
         )
     try:
         manifest = json.loads(path.read_text())

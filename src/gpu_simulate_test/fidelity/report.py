@@ -98,12 +98,15 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def disturbance_lines(real_runs: Sequence[Mapping[str, Any]] | None) -> list[str]:
+def disturbance_lines(
+    real_runs: Sequence[Mapping[str, Any]] | None,
+    unchecked: str = "a real phase older than the check",
+) -> list[str]:
     """The report's account of the real runs: which were disturbed (late sends, held-back
-    streams, foreign CPU) and what was done; ``None``: a real phase that did not check."""
+    streams, foreign CPU) and what was done; ``None``: not checked (``unchecked`` says why)."""
     lines = ["", "## Real runs", ""]
     if real_runs is None:
-        return [*lines, "Not checked for disturbance (a real phase older than the check)."]
+        return [*lines, f"Not checked for disturbance ({unchecked})."]
     marked = [run for run in real_runs if run["disturbed"] or run["reruns"]]
     if not marked:
         signs = "late sends, held-back streams, foreign CPU"
@@ -138,7 +141,7 @@ def markdown(
         if not isinstance(value, dict | list) and key not in ("partial", "schema_version")
     ]
     for key, value in setup.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key != "imported":
             lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
     lines += [
         "",
@@ -152,13 +155,19 @@ def markdown(
     ]
     for backend, cap in capacity.items():
         tokens = cap.get("output_tokens_per_s")
-        probe = cap["probe_requests"] or "none (capacity given)"
+        probe = cap["probe_requests"] or f"none ({cap.get('derived_from', 'capacity given')})"
         lines.append(
             f"| {backend} | {probe} | {cap['capacity_qps']:.4g} | "
             f"{'–' if tokens is None else f'{tokens:.1f}'} |"
         )
+    imported = setup.get("imported")
+    if imported:
+        lines += imported_lines(imported)
     lines += loads_lines(capacity)
-    lines += disturbance_lines(setup.get("real_runs"))
+    if imported:
+        lines += disturbance_lines(None, imported["disturbance"])
+    else:
+        lines += disturbance_lines(setup.get("real_runs"))
     lines += table_lines(table)
     lines += where_error_lives(capacity)
     lines += largest_lines(table)
@@ -166,6 +175,34 @@ def markdown(
     lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
     lines.append("")
     return "\n".join(lines)
+
+
+def imported_lines(imported: Mapping[str, Any]) -> list[str]:
+    """The report's ``Imported runs``: where the truth came from, how the capacity was derived,
+    the checks an import cannot have, and the role of each imported run."""
+    lines = [
+        "",
+        "## Imported runs",
+        "",
+        f"The truth is another tool's benchmark: {imported['tool']} `{imported['file']}` "
+        f"(sha256 {str(imported.get('sha256'))[:12]}…), imported as `{imported['import_run']}`; "
+        "the model, hardware, backend and bundle are this command's.",
+        "",
+        f"- **Capacity**: {imported['capacity_source']}.",
+        f"- **Scheduler check**: {imported['scheduler_check']}.",
+        f"- **Noise floor**: {imported['noise_floor']}.",
+        "",
+        "| imported run | role | requests | offered (req/s) | rate told (req/s) | real_bench run |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in imported["runs"]:
+        offered, told = run["offered_qps"], run["nominal_qps"]
+        lines.append(
+            f"| {run['run']} | {run['role']} | {run['num_requests']} | "
+            f"{'at once' if offered is None else f'{offered:.4g}'} | "
+            f"{'–' if told is None else f'{told:g}'} | `{run['real_dir']}` |"
+        )
+    return lines
 
 
 def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -1,6 +1,7 @@
 """The fidelity campaign's sim phase: per load of a real phase's manifest, Vidur on the recorded
 workload and arrivals with the same derived scheduler knobs, compare against the recorded real
-run, then the error table, the latency-vs-load plot and ``report.md``.
+run, then the error table, the latency-vs-load plot and ``report.md``. A bench_import run is
+taken the same way, through the plan :mod:`.imported` builds from it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def sim_source(src: Path) -> dict[str, Any]:
     if not src.is_dir():
         raise ArtifactError(
             f"fidelity.real_from={src}: no such directory (expected a fidelity.phase=real run, "
-            "tmp/fidelity/<run_id>)"
+            "tmp/fidelity/<run_id>, or a bench_import run, tmp/bench_import/<run_id>)"
         )
     manifest = read_manifest(src)
     notes = []
@@ -107,7 +108,8 @@ def sim_config(
 
 
 def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], started: float) -> None:
-    """Per load of the manifest: Vidur and compare (under ``r.path/runs``), then the report."""
+    """Per load of the manifest: Vidur and compare (under ``r.path/runs``), then the report.
+    ``source["config"]``, when there (an import), replaces the recorded config."""
     src: Path = source["root"]
     manifest = source["manifest"]
     notes = list(source["notes"])
@@ -123,7 +125,9 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             "measure the host as much as the engine"
         )
     for backend, rec in manifest["backends"].items():
-        sim_cfg = sim_config(cfg, rec["config"], src / contract.MANIFEST_FILE)
+        sim_cfg = source.get("config") or sim_config(
+            cfg, rec["config"], src / contract.MANIFEST_FILE
+        )
         compare_dirs = []
         for load in (p for p in load_plan(manifest) if p.backend == backend):
             if cfg.progress:
@@ -152,7 +156,8 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             )
             decided = profile_plan(load_cfg, workload_dir)
             derived = as_stored_json(dataclasses.asdict(decided.scheduler))
-            if derived != dict(load.scheduler):
+            # an import records no scheduler (empty): nothing to check, and the report says so
+            if load.scheduler and derived != dict(load.scheduler):
                 raise ArtifactError(
                     f"{src / contract.MANIFEST_FILE}: {load.run_id}: the scheduler derived now "
                     f"{derived} differs from the one the real phase recorded {dict(load.scheduler)}"
@@ -216,6 +221,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
         "load_fractions": manifest["load_fractions"],
         "real_runs": real_runs,
         **({} if src == r.path else {"real_from": str(src)}),
+        **({"imported": source["imported"]} if source.get("imported") else {}),
         "wall_time_s": round(
             (0.0 if src == r.path else float(manifest.get("wall_time_s", 0.0)))
             + time.perf_counter()

@@ -14,7 +14,8 @@ One run, ``<output.root>/fidelity/<run_id>/`` (file names in :mod:`.contract`):
    real run, then the error table, the latency-vs-load plot and ``report.md``.
 
 ``fidelity.phase=all`` does all three here; ``real`` stops after 2 (it never imports Vidur: the
-GPU machine's half); ``sim`` does 3 from a real phase's run directory (``fidelity.real_from``).
+GPU machine's half); ``sim`` does 3 from a real phase's run directory (``fidelity.real_from``),
+or from a bench_import run (another tool's benchmark, each imported run a load: :mod:`.imported`).
 Every stage run of the campaign lands inside the run directory (``runs/<stage>/...``), so the
 directory is the whole record and can be tarred and moved. The steps themselves (plan and
 profile, serve, the truth, simulate-and-compare) are :mod:`gpu_simulate_test.orchestrate`'s.
@@ -31,6 +32,7 @@ from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.core.device import torch_threads
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
+from gpu_simulate_test.fidelity.imported import import_source, is_import
 from gpu_simulate_test.fidelity.real_phase import real_phase
 from gpu_simulate_test.fidelity.sim_phase import sim_phase, sim_source
 from gpu_simulate_test.io.runs import default_run_id, start_run
@@ -47,7 +49,8 @@ def run(cfg: FidelityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     source: dict[str, Any] | None = None
     if opts.phase == "sim":  # every input check before the run directory exists
         assert opts.real_from
-        source = sim_source(Path(opts.real_from))
+        src = Path(opts.real_from)
+        source = import_source(cfg, src) if is_import(src) else sim_source(src)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with (
         torch_threads(opts.torch_threads),
