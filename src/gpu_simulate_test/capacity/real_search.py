@@ -25,6 +25,9 @@ from gpu_simulate_test.orchestrate.truth import trusted_truth
 
 RERUNS = 2
 """Re-runs of a rate the real bench marked disturbed."""
+LONGEST_RATE_S = 90.0
+"""The grid is not extended below ``qps_min`` to a rate whose requests would take longer than
+this to send."""
 
 
 def real_search(
@@ -41,7 +44,7 @@ def real_search(
     if cfg.progress:
         console.rule(f"[bold]the same search on the real engine ({inner.backend.name})")
     with served(base, r.path, r, make_workload(base), "the real search") as at_server:
-        total = opts.points + opts.refine
+        total = opts.points + opts.refine + opts.extend
         with progress_bar("real rates", total, cfg.progress) as advance:
 
             def evaluate(qps: float, phase: str) -> Point:
@@ -64,7 +67,16 @@ def real_search(
                 advance(1)
                 return point
 
-            answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
+            answer = search(
+                evaluate,
+                opts.qps_min,
+                opts.qps_max,
+                opts.points,
+                opts.refine,
+                opts.extend,
+                opts.verify_stop_after,
+                affordable=lambda qps: count / qps <= LONGEST_RATE_S,
+            )
     return answer, runs, time.perf_counter() - started
 
 

@@ -67,35 +67,87 @@ def judge(
     return not missed, tuple(missed)
 
 
+def _rounded(qps: float) -> float:
+    return float(f"{qps:.4g}")
+
+
 def search(
     evaluate: Callable[[float, str], Point],
     qps_min: float,
     qps_max: float,
     points: int,
     refine: int,
+    extend: int = 0,
+    stop_after: int = 0,
+    affordable: Callable[[float], bool] = lambda qps: True,
 ) -> Answer:
     """Evaluate the grid, then bisect between the last rate that met the goals and the first
     that did not (``refine`` steps). The goals are assumed to get harder with the rate; where
     the grid says otherwise (a miss below a pass), the answer stays below the first miss and
-    the note says so."""
-    evaluated = [evaluate(q, "grid") for q in grid(qps_min, qps_max, points)]
+    the note says so.
+
+    Where the capacity lies outside the grid (even ``qps_min`` misses, or ``qps_max`` still
+    meets), the grid goes on past that end at its own spacing, up to ``extend`` rates, while
+    ``affordable(rate)``; ``stop_after`` > 0 leaves the grid's rates out after that many misses in
+    a row (an overloaded real engine: minutes of queue, and the client's CPU taken). The note says
+    what was extended or left out."""
+    rates = grid(qps_min, qps_max, points)
+    ratio = (qps_max / qps_min) ** (1.0 / (points - 1))
+    evaluated: list[Point] = []
+    skipped: list[float] = []
+    misses = 0
+    for qps in rates:
+        if stop_after and misses >= stop_after:
+            skipped.append(qps)
+            continue
+        point = evaluate(qps, "grid")
+        evaluated.append(point)
+        misses = 0 if point.meets else misses + 1
+    notes = []
+    added: list[float] = []
+    while len(added) < extend and not evaluated[0].meets:
+        qps = _rounded(evaluated[0].qps / ratio)
+        if not affordable(qps):
+            notes.append(f"{qps:g} req/s not run (too long at this rate)")
+            break
+        evaluated.insert(0, evaluate(qps, "grid"))
+        added.append(qps)
+    if added:
+        notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} req/s")
+    added = []
+    while len(added) < extend and all(p.meets for p in evaluated):
+        qps = _rounded(evaluated[-1].qps * ratio)
+        evaluated.append(evaluate(qps, "grid"))
+        added.append(qps)
+    if added:
+        notes.append(f"the grid extended above capacity.qps_max to {added[-1]:g} req/s")
+    if skipped:
+        notes.append(
+            f"{', '.join(f'{q:g}' for q in skipped)} req/s not run ({stop_after} misses in a row "
+            "below them)"
+        )
     first_miss = next((i for i, p in enumerate(evaluated) if not p.meets), None)
-    note = ""
     if first_miss is not None and any(p.meets for p in evaluated[first_miss + 1 :]):
-        note = (
+        notes.insert(
+            0,
             f"not monotone: {evaluated[first_miss].qps:g} req/s missed the goals while a higher "
             "rate met them (a short workload is noisy at its tail); the answer stays below the "
-            "first miss"
+            "first miss",
         )
+    note = "; ".join(notes)
+    lowest, highest = evaluated[0].qps, evaluated[-1].qps
     if first_miss == 0:
-        why = note or f"even {qps_min:g} req/s misses the goals: lower capacity.qps_min"
-        return Answer(None, (0.0, evaluated[0].qps), tuple(evaluated), why)
+        why = f"even {lowest:g} req/s misses the goals: lower capacity.qps_min"
+        return Answer(None, (0.0, lowest), tuple(evaluated), f"{note}; {why}" if note else why)
     if first_miss is None:
-        why = note or f"{qps_max:g} req/s still meets the goals: raise capacity.qps_max"
-        return Answer(evaluated[-1].qps, (evaluated[-1].qps, None), tuple(evaluated), why)
+        why = f"{highest:g} req/s still meets the goals: raise capacity.qps_max"
+        answer = Answer(
+            highest, (highest, None), tuple(evaluated), f"{note}; {why}" if note else why
+        )
+        return answer
     low, high = evaluated[first_miss - 1].qps, evaluated[first_miss].qps
     for _ in range(refine):
-        middle = float(f"{np.sqrt(low * high):.4g}")  # geometric: the grid's own spacing
+        middle = _rounded(np.sqrt(low * high))  # geometric: the grid's own spacing
         if not low < middle < high:
             break
         point = evaluate(middle, "refine")

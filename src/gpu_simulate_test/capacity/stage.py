@@ -100,7 +100,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
         )
-        total = opts.points + opts.refine
+        total = opts.points + opts.refine + opts.extend
         with progress_bar("simulating rates", total, cfg.progress) as advance:
 
             def evaluate(qps: float, phase: str) -> Point:
@@ -114,7 +114,9 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 advance(1)
                 return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
 
-            answer = search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine)
+            answer = search(
+                evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend
+            )
         verified, measured = None, None
         if opts.verify == "answer":
             verified = verify(cfg, inner, answer, goals, pct, r)

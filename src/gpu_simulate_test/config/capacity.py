@@ -75,12 +75,19 @@ class CapacityOptions:
     """Rates on the grid, spaced geometrically from ``qps_min`` to ``qps_max`` (the curve)."""
     refine: int = 4
     """Bisection steps between the last rate that met the goals and the first that did not."""
+    extend: int = 2
+    """Rates the grid goes on past ``qps_min`` (even it missed the goals) or past ``qps_max``
+    (it still met them), at the grid's own spacing, so that the answer is a rate, not "below
+    the grid"; 0: never."""
     verify: str = "false"
     """``answer`` (or ``true``): replay the workload at the answer on the real engine
     (backend.*) and check the goals; ``search``: run the same search on the real engine and set
     its measured capacity beside the answer; ``false``: neither."""
     verify_requests: int = 128
     """Requests per rate of ``verify=search`` (the workload's first ones, arrivals scaled)."""
+    verify_stop_after: int = 2
+    """``verify=search``: the grid's higher rates are not run after this many misses in a row
+    (an overloaded real engine queues for minutes and takes the client's CPU); 0: run them all."""
 
     def __post_init__(self) -> None:
         _check(
@@ -93,6 +100,8 @@ class CapacityOptions:
         )
         _check(self.points >= 2, "capacity.points must be >= 2")
         _check(self.refine >= 0, "capacity.refine must be >= 0")
+        _check(self.extend >= 0, "capacity.extend must be >= 0")
+        _check(self.verify_stop_after >= 0, "capacity.verify_stop_after must be >= 0")
         # capacity.verify=true from the command line arrives as "True"
         mode = {"true": "answer", "false": "false"}.get(str(self.verify).lower(), self.verify)
         _check(
