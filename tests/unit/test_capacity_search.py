@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_simulate_test.capacity.search import Point, grid, judge, search
+from gpu_simulate_test.capacity.search import Point, grid, judge, latency_agreement, search
 from gpu_simulate_test.config.capacity import SloConfig
 from gpu_simulate_test.config.schema import ConfigError
 
@@ -98,3 +98,15 @@ def test_stop_after_leaves_out_the_rates_past_two_misses() -> None:
     assert "64 req/s not run (2 misses in a row below them)" in answer.note
     low, high = answer.bracket
     assert low <= 10.05 < high  # type: ignore[operator]
+
+
+def test_latency_agreement_compares_the_curves_where_the_real_engine_met_the_goals() -> None:
+    simulated = search(_curve(knee=10.0), 1.0, 64.0, points=7, refine=2)
+    real = search(_curve(knee=5.0), 1.0, 64.0, points=7, refine=2)
+    doc = latency_agreement(simulated, real, ("ttft_p90",))
+    assert set(doc["rates"]) >= {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0}
+    assert doc["met_rates"][:3] == [1.0, 2.0, 4.0] and 8.0 not in doc["met_rates"]
+    at = dict(zip(doc["rates"], doc["errors"]["ttft_p90"], strict=True))
+    assert at[1.0] == 0.0  # both 50 ms below their knees
+    assert at[8.0] == pytest.approx(50.0 / (50.0 + 3000.0) - 1.0, abs=1e-4)  # real past its knee
+    assert doc["where_real_met"]["ttft_p90"] == {"median_abs_error": 0.0, "mean_signed_error": 0.0}

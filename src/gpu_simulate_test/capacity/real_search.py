@@ -13,7 +13,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpu_simulate_test.capacity.search import Answer, Point, binding, judged_point, search
+from gpu_simulate_test.capacity.search import (
+    Answer,
+    Point,
+    binding,
+    judged_point,
+    latency_agreement,
+    search,
+)
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core.reporting import console, progress_bar
@@ -81,7 +88,12 @@ def real_search(
 
 
 def search_record(
-    predicted: Answer, measured: Answer, runs: list[dict[str, Any]], wall_s: float, count: int
+    predicted: Answer,
+    measured: Answer,
+    runs: list[dict[str, Any]],
+    wall_s: float,
+    count: int,
+    keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``capacity.json`` ``verify`` of a real search: the measured capacity beside the answer."""
     ratio = (
@@ -97,6 +109,7 @@ def search_record(
         "measured_bracket_qps": list(measured.bracket),
         "binding": {"simulated": binding(predicted), "real": binding(measured)},
         "note": measured.note,
+        "latency_agreement": latency_agreement(predicted, measured, keys),
         "requests_per_rate": count,
         "disturbed_rates": [run["qps"] for run in runs if run["disturbed"]],
         "wall_time_s": round(wall_s, 1),

@@ -173,3 +173,37 @@ def binding(answer: Answer) -> list[str]:
     """The goals the first rate above the answer missed: what limits the capacity."""
     above = [p for p in answer.points if not p.meets and (answer.qps is None or p.qps > answer.qps)]
     return list(above[0].violated) if above else []
+
+
+def latency_agreement(simulated: Answer, real: Answer, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The goal percentiles (``keys``, e.g. ``ttft_p90``) of both searches at the rates both ran,
+    as simulated / real − 1; summarized over the rates where the real engine met the goals (the
+    curve below the knee, which decides the capacity). A capacity ratio far from 1 beside small
+    errors here says the curve is flat near the goal: a few percent of latency move the rate a
+    lot."""
+    sim = {p.qps: p for p in simulated.points}
+    shared = sorted(p for p in (q.qps for q in real.points) if p in sim)
+    met = {p.qps for p in real.points if p.meets}
+    errors: dict[str, list[float | None]] = {}
+    summary: dict[str, dict[str, float | None]] = {}
+    for key in keys:
+        row: list[float | None] = []
+        for qps in shared:
+            truth = float(next(p for p in real.points if p.qps == qps).latency_ms[key])
+            guess = float(sim[qps].latency_ms[key])
+            ok = truth > 0 and np.isfinite(truth) and np.isfinite(guess)
+            row.append(round(guess / truth - 1.0, 4) if ok else None)
+        errors[key] = row
+        below = np.array(
+            [e for q, e in zip(shared, row, strict=True) if q in met and e is not None]
+        )
+        summary[key] = {
+            "median_abs_error": round(float(np.median(np.abs(below))), 4) if len(below) else None,
+            "mean_signed_error": round(float(below.mean()), 4) if len(below) else None,
+        }
+    return {
+        "rates": shared,
+        "met_rates": [q for q in shared if q in met],
+        "errors": errors,
+        "where_real_met": summary,
+    }

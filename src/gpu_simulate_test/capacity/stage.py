@@ -122,7 +122,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             verified = verify(cfg, inner, answer, goals, pct, r)
         elif opts.verify == "search":
             measured, runs, wall = real_search(cfg, inner, r)
-            verified = search_record(answer, measured, runs, wall, opts.verify_requests)
+            keys = tuple(f"{metric}_p{pct}" for metric in goals)
+            verified = search_record(answer, measured, runs, wall, opts.verify_requests, keys)
         doc = write_outputs(
             r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured
         )
@@ -377,9 +378,36 @@ def search_markdown(verified: Mapping[str, Any], pct: int) -> list[str]:
         f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
         f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
     ]
+    lines += agreement_lines(verified.get("latency_agreement"))
     if verified["note"]:
         lines += ["", f"Real search note: {verified['note']}."]
     if verified["disturbed_rates"]:
         rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
         lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} req/s."]
     return lines
+
+
+def agreement_lines(agreement: Mapping[str, Any] | None) -> list[str]:
+    """How far apart the two curves' goal percentiles are where the real engine met the goals:
+    the latency error behind the capacity ratio."""
+    if not agreement or not agreement["met_rates"]:
+        return []
+    rates = ", ".join(f"{q:g}" for q in agreement["met_rates"])
+    parts = []
+    for key, summary in agreement["where_real_met"].items():
+        errors = [
+            e
+            for q, e in zip(agreement["rates"], agreement["errors"][key], strict=True)
+            if q in agreement["met_rates"] and e is not None
+        ]
+        if errors:
+            parts.append(
+                f"{key} {min(errors):+.1%}..{max(errors):+.1%} (median |error| "
+                f"{summary['median_abs_error']:.1%})"
+            )
+    return [
+        "",
+        f"Latency behind it: at the rates both searches ran where the real engine met the goals "
+        f"({rates} req/s), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
+        "flat, so a few percent of latency move the capacity by much more.",
+    ]
