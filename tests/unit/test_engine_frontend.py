@@ -123,6 +123,23 @@ def test_input_delay_grows_with_running_requests() -> None:
     assert front.input_delays_s(np.array([0, 1, 3])) == pytest.approx([0.004, 0.006, 0.010])
 
 
+def test_input_delay_stops_growing_past_the_calibrated_running_counts() -> None:
+    where = "meta.json: engine_calibration.vllm.frontend"
+    recorded = {  # a real calibration's (the fidelity campaign of 2026-11-26)
+        "input_ms": 3.8739,
+        "input_per_running_ms": 1.1259,
+        "output_ms": 2.3001,
+        "measured_input_ms": {"0": 3.565, "1": 6.3147, "4": 7.4395},
+    }
+    front = FrontEnd.from_calibration(recorded, where)
+    assert front.running_max == 4.0
+    delays = front.input_delays_s(np.array([0, 4, 15]))
+    assert delays[1] == pytest.approx((3.8739 + 4 * 1.1259) / 1000.0)
+    assert delays[2] == delays[1]  # 15 running: held at what 4 measured, not 20.8 ms
+    with pytest.raises(ValueError, match=r"measured_input_ms: expected running counts"):
+        FrontEnd.from_calibration({**recorded, "measured_input_ms": {"idle": 3.0}}, where)
+
+
 def test_running_at_send_counts_the_others_in_flight() -> None:
     sent = np.array([0.0, 0.1, 0.2, 1.0])
     reached = sent + 0.01

@@ -306,27 +306,40 @@ def fit_report(overhead: StepOverhead, table: pd.DataFrame) -> dict[str, Any]:
 @dataclass(frozen=True)
 class FrontEnd:
     """The serving front end's latency around the engine (milliseconds): a request reaches the
-    scheduler ``input_ms + input_per_running_ms · running`` after it was sent (``running``: the
-    requests in flight when it was sent), and each token reaches the client ``output_ms`` after
-    its step (and the engine loop) ended."""
+    scheduler ``input_ms + input_per_running_ms · min(running, running_max)`` after it was sent
+    (``running``: the requests in flight when it was sent; ``running_max``: the most the
+    calibration measured at, never extrapolated past), and each token reaches the client
+    ``output_ms`` after its step (and the engine loop) ended."""
 
     input_ms: float
     output_ms: float
     input_per_running_ms: float = 0.0
+    running_max: float = float("inf")
 
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
-        return (self.input_ms + self.input_per_running_ms * running) / 1000.0
+        held = np.minimum(np.asarray(running, dtype=float), self.running_max)
+        return (self.input_ms + self.input_per_running_ms * held) / 1000.0
 
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEnd:
-        """From ``engine_calibration.<backend>.frontend``; ValueError naming ``where``."""
+        """From ``engine_calibration.<backend>.frontend``; ValueError naming ``where``. The line
+        holds up to the most running requests it was measured at (``measured_input_ms``'s keys):
+        a straight line through 0, 1 and 4 running is no guide to 15."""
         # input_per_running_ms may be absent: an older calibration, no growth with load
-        return cls(
-            **calibrated_ms(
-                recorded, ("input_ms", "output_ms"), where, optional=("input_per_running_ms",)
-            )
+        values = calibrated_ms(
+            recorded, ("input_ms", "output_ms"), where, optional=("input_per_running_ms",)
         )
+        measured = recorded.get("measured_input_ms")
+        if isinstance(measured, dict) and measured:
+            try:
+                values["running_max"] = float(max(int(n) for n in measured))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}.measured_input_ms: expected running counts as keys, got "
+                    f"{sorted(measured)!r}"
+                ) from exc
+        return cls(**values)
 
 
 def calibrated_ms(
