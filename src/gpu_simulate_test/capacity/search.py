@@ -141,10 +141,7 @@ def search(
         return Answer(None, (0.0, lowest), tuple(evaluated), f"{note}; {why}" if note else why)
     if first_miss is None:
         why = f"{highest:g} req/s still meets the goals: raise capacity.qps_max"
-        answer = Answer(
-            highest, (highest, None), tuple(evaluated), f"{note}; {why}" if note else why
-        )
-        return answer
+        return Answer(highest, (highest, None), tuple(evaluated), f"{note}; {why}" if note else why)
     low, high = evaluated[first_miss - 1].qps, evaluated[first_miss].qps
     for _ in range(refine):
         middle = _rounded(np.sqrt(low * high))  # geometric: the grid's own spacing
@@ -182,14 +179,15 @@ def latency_agreement(simulated: Answer, real: Answer, keys: tuple[str, ...]) ->
     errors here says the curve is flat near the goal: a few percent of latency move the rate a
     lot."""
     sim = {p.qps: p for p in simulated.points}
-    shared = sorted(p for p in (q.qps for q in real.points) if p in sim)
-    met = {p.qps for p in real.points if p.meets}
+    truth_at = {p.qps: p for p in real.points}
+    shared = sorted(q for q in truth_at if q in sim)
+    met = [q for q in shared if truth_at[q].meets]
     errors: dict[str, list[float | None]] = {}
     summary: dict[str, dict[str, float | None]] = {}
     for key in keys:
         row: list[float | None] = []
         for qps in shared:
-            truth = float(next(p for p in real.points if p.qps == qps).latency_ms[key])
+            truth = float(truth_at[qps].latency_ms[key])
             guess = float(sim[qps].latency_ms[key])
             ok = truth > 0 and np.isfinite(truth) and np.isfinite(guess)
             row.append(round(guess / truth - 1.0, 4) if ok else None)
@@ -201,9 +199,4 @@ def latency_agreement(simulated: Answer, real: Answer, keys: tuple[str, ...]) ->
             "median_abs_error": round(float(np.median(np.abs(below))), 4) if len(below) else None,
             "mean_signed_error": round(float(below.mean()), 4) if len(below) else None,
         }
-    return {
-        "rates": shared,
-        "met_rates": [q for q in shared if q in met],
-        "errors": errors,
-        "where_real_met": summary,
-    }
+    return {"rates": shared, "met_rates": met, "errors": errors, "where_real_met": summary}

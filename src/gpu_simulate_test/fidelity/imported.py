@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.bench_import.contract import IMPORT_MANIFEST, IMPORT_MANIFEST_VERSION
+from gpu_simulate_test.compare.metrics import offered_qps
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.core import window
 from gpu_simulate_test.core.run_inputs import load_run
@@ -55,7 +56,8 @@ class ImportedRunDirs:
     real_dir: Path
     requests: pd.DataFrame
     offered_qps: float
-    """Requests − 1 over the span of its sends (inf when all were sent at once)."""
+    """Requests − 1 over the span of its sends, as ``compare`` counts it (inf when all were sent
+    at once, NaN with fewer than two)."""
     nominal_qps: float | None
     """The rate the tool was told (None: none, or infinite)."""
     burst: bool
@@ -149,9 +151,7 @@ def read_runs(src: Path, data: dict[str, Any], model: str) -> list[ImportedRunDi
                 f"model={model}: pass model={made_for} (the model the import was made for)"
             )
         requests = load_run(dirs["real_dir"], "real_bench").requests
-        arrivals = requests["arrival_time_s"].to_numpy(dtype=float)
-        span = float(arrivals.max() - arrivals.min()) if len(arrivals) else 0.0
-        offered = (len(arrivals) - 1) / span if span > 0 else math.inf
+        offered = offered_qps(requests["arrival_time_s"].to_numpy(dtype=float))
         settings = entry.get("settings") or {}
         told = settings.get("request_rate")
         unbounded = isinstance(told, str | float) and str(told).lower() in ("inf", "infinity")
