@@ -16,7 +16,9 @@ MODEL=${MODEL:-qwen3_0_6b}
 HW=${HW:-h100}
 NUM_REQUESTS=${NUM_REQUESTS:-200}
 QPS=${QPS:-4}
-CB_ARGS=${CB_ARGS:-backend.max_batch_tokens=512 backend.max_requests_per_batch=32 backend.num_blocks=4096}
+# CUDA graphs: an eager step is launch-bound and follows the host CPU's speed of the moment
+# (benchmarks/results/h100_qwen3_0_6b_20261126)
+CB_ARGS=${CB_ARGS:-backend.max_batch_tokens=512 backend.max_requests_per_batch=32 backend.num_blocks=4096 backend.use_cuda_graph=true}
 OUT=${OUT:-tmp/gpu_out}
 TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
