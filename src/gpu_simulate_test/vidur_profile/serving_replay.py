@@ -237,10 +237,14 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
     }
 
 
-DRIFT_LIMIT = 0.10
+DRIFT_LIMIT = 0.40
 """Rounds of one rate whose mean step (over the median of its composition) differ by more than
-this: the host's speed moved during the calibration (it is redone once, then marked in
-``serving.drift_note`` and judged by the validation replay)."""
+this: the host's speed moved during the calibration by more than a quiet host's does (it is
+redone once, then marked in ``serving.drift_note`` and judged by the validation replay). On the
+project's 2 shared cores with nothing else running, the rounds of every calibration recorded
+moved 10-34% (12-14% in three on 2026-11-25; 10, 15, 18, 27, 34 and 34% on 2026-11-26, each in
+both of its attempts): at the earlier limit of 10% every calibration was redone, 58 s for
+nothing, and calibration plus validation took 140-161 s instead of about 80."""
 
 
 def _replay_masks(every: pd.DataFrame) -> list[tuple[tuple[int, float], np.ndarray]]:

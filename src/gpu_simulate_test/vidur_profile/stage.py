@@ -256,8 +256,8 @@ def calibrate_engine(
     ``foreign_cores`` and ``serving.drift``), the calibration replays' steps (None without them)
     and a quality warning if even that one was busy. One that drifted again is kept, marked
     (``serving.drift_note``, printed) and left to the validation replay to judge: on 2 shared
-    cores rounds of a quiet host moved by 12-14% in three of three fresh calibrations on
-    2026-11-25, and refusing them refused the main job."""
+    cores the rounds of a quiet host moved by 10-34% in every calibration recorded, and refusing
+    them refused the main job."""
     from gpu_simulate_test.vidur_profile import engine_steps, serving_replay
     from gpu_simulate_test.vidur_profile.experiments import plan_experiments
 
