@@ -35,7 +35,8 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
     meta = json.loads((Path("tmp") / "pipeline" / run_id / "run_meta.json").read_text())
     stages = meta["stages"]
     bundle = json.loads((Path(stages["vidur_profile"]["path"]) / "meta.json").read_text())
-    frontend = ((bundle.get("engine_calibration") or {}).get("vllm") or {}).get("frontend")
+    calibration = (bundle.get("engine_calibration") or {}).get("vllm") or {}
+    frontend = calibration.get("frontend")
     data = json.loads((Path(stages["compare"]["path"]) / "comparison.json").read_text())
     client = {
         f"{row['metric']}_p50": row["error_vs_client"]
@@ -57,6 +58,9 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
             for c in checks
         ],
         "frontend": frontend,
+        "calibration_attempts": calibration.get("attempts"),
+        "calibration_drift": (calibration.get("serving") or {}).get("drift"),
+        "calibration_s": calibration.get("wall_time_s"),
         "client_p50": client,
         "engine_p50": engine,
         "same_composition_fraction": data.get("steps", {}).get("same_composition_fraction"),
@@ -88,7 +92,10 @@ def main() -> None:
             r["engine_p50"].get(f"{m}_p50") for m in METRICS
         ]
         cells = " | ".join(f"{e:+.1%}" if e is not None else "–" for e in errors)
-        took = f"{r['profile_s']:.0f} + {r['validation_s']:.0f}"
+        took = (
+            f"{r['profile_s']:.0f} + {r['validation_s']:.0f} (calibrated "
+            f"{r['calibration_attempts']}×, drift {r['calibration_drift']})"
+        )
         judged = ", ".join(f"{v['largest']:.1%} ({v['passed']})" for v in r["validation"]) or "–"
         print(f"| {r['run']} | {front} | {log} | {cells} | {took} | {judged} |")
     if args.out:

@@ -23,6 +23,32 @@ def test_burst_capacity_is_completions_over_the_span() -> None:
         fid.burst_capacity(arrival, e2e, np.zeros(5, dtype=bool))
 
 
+def test_probe_record_of_a_burst_and_of_one_that_completed_nothing() -> None:
+    from gpu_simulate_test.io.artifacts import ArtifactError
+
+    requests = pd.DataFrame(
+        {
+            "arrival_time_s": np.zeros(5),
+            "e2e_s": [1.0, 2.0, 3.0, 4.0, np.nan],
+            "status": ["ok"] * 4 + ["error"],
+            "num_decode_tokens": [10, 10, 10, 10, 10],
+        }
+    )
+    record = fid.probe_record(requests, "runs/probe")
+    assert record == {
+        "probe_requests": 5,
+        "probe_ok": 4,
+        "probe_run": "runs/probe",
+        "capacity_qps": 1.0,
+        "output_tokens_per_s": 10.0,  # the 40 tokens of the ok requests over 4 s
+    }
+    requests["status"] = "error"
+    with pytest.raises(
+        ArtifactError, match=r"^runs/probe: capacity probe: no request completed; see"
+    ):
+        fid.probe_record(requests, "runs/probe", "see its run_meta.json")
+
+
 def test_completion_ratio_flags_a_growing_queue() -> None:
     arrival = np.arange(11, dtype=float)  # 1 req/s for 10 s
     kept_up = np.full(11, 0.5)  # every request takes 0.5 s: completions at 1 req/s

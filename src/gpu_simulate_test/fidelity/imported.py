@@ -207,16 +207,8 @@ def capacity_of(
     if bursts:
         probe = bursts[0]
         req = probe.requests
-        ok = (req["status"] == "ok").to_numpy()
-        capacity = fid.burst_capacity(req["arrival_time_s"], req["e2e_s"], ok)
-        finish = (req["arrival_time_s"] + req["e2e_s"])[ok]
-        span = float(finish.max() - req["arrival_time_s"].min())
         return {
-            "probe_requests": len(req),
-            "probe_ok": int(ok.sum()),
-            "probe_run": str(probe.real_dir),
-            "capacity_qps": round(capacity, 4),
-            "output_tokens_per_s": round(float(req.loc[ok, "num_decode_tokens"].sum()) / span, 2),
+            **fid.probe_record(req, str(probe.real_dir)),
             "derived_from": "burst run",
             "source": f"the imported burst {probe.label} ({len(req)} requests sent at once): "
             "completed requests / (last completion − first send), the capacity probe's rule",

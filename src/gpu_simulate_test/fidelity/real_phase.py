@@ -21,7 +21,6 @@ from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import make_manifest, write_manifest
-from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import as_resolved, with_workload
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
@@ -52,20 +51,12 @@ def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int)
         cfg, run_id, num_requests=probe_requests, arrival=ArrivalConfig(process="all_at_once")
     )
     real_dir = run_truth(probe, make_workload(probe))
-    req = load_run(real_dir, "real_bench").requests
-    ok = (req["status"] == "ok").to_numpy()
-    try:
-        capacity = fid.burst_capacity(req["arrival_time_s"], req["e2e_s"], ok)
-    except ValueError as exc:
-        raise ArtifactError(f"{real_dir}: {exc}; see its run_meta.json for the engine") from exc
-    span = float((req["arrival_time_s"] + req["e2e_s"])[ok].max() - req["arrival_time_s"].min())
-    return {
-        "probe_requests": probe_requests,
-        "probe_ok": int(ok.sum()),
-        "probe_run": str(real_dir),
-        "capacity_qps": round(capacity, 4),
-        "output_tokens_per_s": round(float(req.loc[ok, "num_decode_tokens"].sum()) / span, 2),
-    }
+    record = fid.probe_record(
+        load_run(real_dir, "real_bench").requests,
+        str(real_dir),
+        "see its run_meta.json for the engine",
+    )
+    return {**record, "probe_requests": probe_requests}
 
 
 def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:

@@ -59,6 +59,29 @@ def burst_capacity(arrival_time_s: npt.ArrayLike, e2e_s: npt.ArrayLike, ok: npt.
     return finish.size / span
 
 
+def probe_record(requests: pd.DataFrame, where: str, hint: str = "") -> dict[str, Any]:
+    """A capacity probe's record from its ``request_metrics`` rows (a burst): requests sent and
+    completed, :func:`burst_capacity` and the output tokens per second over the same span.
+    Raises ArtifactError naming ``where`` (the run directory) and ``hint`` when nothing
+    completed."""
+    from gpu_simulate_test.io.artifacts import ArtifactError
+
+    ok = (requests["status"] == "ok").to_numpy()
+    try:
+        capacity = burst_capacity(requests["arrival_time_s"], requests["e2e_s"], ok)
+    except ValueError as exc:
+        raise ArtifactError(f"{where}: {exc}{'; ' + hint if hint else ''}") from exc
+    finish = (requests["arrival_time_s"] + requests["e2e_s"])[ok]
+    span = float(finish.max() - requests["arrival_time_s"].min())
+    return {
+        "probe_requests": len(requests),
+        "probe_ok": int(ok.sum()),
+        "probe_run": where,
+        "capacity_qps": round(capacity, 4),
+        "output_tokens_per_s": round(float(requests.loc[ok, "num_decode_tokens"].sum()) / span, 2),
+    }
+
+
 def is_sustained(ratio: float, threshold: float = SUSTAINED_RATIO) -> bool:
     """The capacity rule's test of one offered rate (see the module docstring)."""
     return bool(np.isfinite(ratio) and ratio >= threshold)
