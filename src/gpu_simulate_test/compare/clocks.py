@@ -43,14 +43,35 @@ def sim_engine_metric(
     return values - np.nan_to_num(delay)
 
 
+CLIENT_COLUMNS: dict[str, str] = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+"""Each compared metric's client-clock column of ``request_metrics``."""
+
+
+def repeat_values(repeat: pd.DataFrame, request_ids: np.ndarray, column: str) -> np.ndarray:
+    """A repeated real run's ``column`` for ``request_ids``, NaN where that request did not
+    complete there (or the column is missing)."""
+    frame = repeat.set_index("request_id").reindex(request_ids)
+    if column not in frame.columns:
+        return np.full(len(request_ids), np.nan)
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    return np.where((frame["status"] == "ok").to_numpy(), values, np.nan)
+
+
 def clock_rows(
-    real: pd.DataFrame, joined: m.JoinedRequests, sim: pd.DataFrame | None = None
+    real: pd.DataFrame,
+    joined: m.JoinedRequests,
+    sim: pd.DataFrame | None = None,
+    repeat: pd.DataFrame | None = None,
 ) -> list[dict[str, Any]] | None:
     """Per metric and statistic (seconds): engine, client, simulated on each clock (the
     simulated engine's without its front-end delay: :func:`sim_engine_metric`), the errors
     against each clock, and the front end real and simulated; None when the real run has no
     engine clock for these requests. Clocks are never mixed: the simulation's engine clock is
-    judged against the engine's, its client clock against the client's."""
+    judged against the engine's, its client clock against the client's.
+
+    With ``repeat`` (a second real run of the same workload, its ``request_metrics``): the same
+    requests there on each clock and the truth's run-to-run difference, ``noise_vs_engine`` and
+    ``noise_vs_client`` (repeat / real − 1): the noise floor beside the simulator's error."""
     frame = real.set_index("request_id").reindex(joined.request_id)
     rows: list[dict[str, Any]] = []
     for metric, column in ENGINE_COLUMNS.items():
@@ -62,8 +83,23 @@ def clock_rows(
         client = m.distribution(joined.real.metric(metric))
         simulated = m.distribution(joined.sim.metric(metric))
         sim_engine = m.distribution(sim_engine_metric(sim, joined, metric))
+        again = None
+        if repeat is not None:
+            again = (
+                m.distribution(repeat_values(repeat, joined.request_id, column)),
+                m.distribution(repeat_values(repeat, joined.request_id, CLIENT_COLUMNS[metric])),
+            )
         for stat in CLOCK_STATS:
             e, c, s, se = (float(getattr(d, stat)) for d in (engine, client, simulated, sim_engine))
+            noise = {}
+            if again is not None:
+                re, rc = (float(getattr(d, stat)) for d in again)
+                noise = {
+                    "repeat_engine_s": re,
+                    "repeat_client_s": rc,
+                    "noise_vs_engine": m.relative_error(re, e),
+                    "noise_vs_client": m.relative_error(rc, c),
+                }
             rows.append(
                 {
                     "metric": metric,
@@ -76,6 +112,7 @@ def clock_rows(
                     "error_vs_client": m.relative_error(s, c),
                     "front_end_s": c - e if np.isfinite(c) and np.isfinite(e) else float("nan"),
                     "sim_front_end_s": s - se,
+                    **noise,
                 }
             )
     return rows
@@ -92,19 +129,34 @@ def clocks_markdown(rows: list[dict[str, Any]] | None) -> str:
     def pct(value: float) -> str:
         return f"{value:+.1%}" if np.isfinite(value) else "n/a"
 
-    table = markdown_table(
-        ["metric", "stat", "engine", "simulated engine", "sim vs engine", "client",
-         "simulated client", "sim vs client", "front end", "simulated front end"],
-        [
-            [m.METRIC_LABELS[r["metric"]], r["stat"], ms(r["engine_s"]),
-             ms(r["sim_engine_s"]), pct(r["error_vs_engine"]), ms(r["client_s"]),
-             ms(r["sim_s"]), pct(r["error_vs_client"]), ms(r["front_end_s"]),
-             ms(r["sim_front_end_s"])]
-            for r in rows
-        ],
-    )  # fmt: skip
+    repeated = "noise_vs_engine" in rows[0]
+    header = ["metric", "stat", "engine", "simulated engine", "sim vs engine"]
+    header += ["real vs real (engine)"] if repeated else []
+    header += ["client", "simulated client", "sim vs client"]
+    header += ["real vs real (client)"] if repeated else []
+    header += ["front end", "simulated front end"]
+    body = []
+    for r in rows:
+        line = [m.METRIC_LABELS[r["metric"]], r["stat"], ms(r["engine_s"]), ms(r["sim_engine_s"]),
+                pct(r["error_vs_engine"])]  # fmt: skip
+        line += [pct(r["noise_vs_engine"])] if repeated else []
+        line += [ms(r["client_s"]), ms(r["sim_s"]), pct(r["error_vs_client"])]
+        line += [pct(r["noise_vs_client"])] if repeated else []
+        line += [ms(r["front_end_s"]), ms(r["sim_front_end_s"])]
+        body.append(line)
+    noise = (
+        " *Real vs real*: a second real run of the same workload against the first (repeat / "
+        "first − 1), the truth's own run-to-run difference: a simulator error within it is "
+        "within the noise."
+        if repeated
+        else ""
+    )
     return (
         "\n## Two clocks (ms)\n\nThe engine's own clock (what Vidur models) first, the simulated "
         "engine's beside it (without the front-end delay the simulation adds); then the client's "
-        "clock, real and simulated, with the front end (client − engine).\n\n" + table + "\n"
+        "clock, real and simulated, with the front end (client − engine)."
+        + noise
+        + "\n\n"
+        + markdown_table(header, body)
+        + "\n"
     )

@@ -82,6 +82,10 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     real = load_run(cfg.real_run_dir, "real_bench")
     sim = load_run(cfg.sim_run_dir, "vidur_simulate")
     check_same_workload(real, sim)
+    repeat = None
+    if cfg.real_repeat_dir:
+        repeat = load_run(cfg.real_repeat_dir, "real_bench")
+        check_same_workload(real, repeat)
     real_requests, sim_requests, warmup = after_warmup(
         real.requests, sim.requests, cfg.compare.warmup_s
     )
@@ -108,6 +112,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             num_compared=len(joined),
             num_excluded=len(excluded),
             num_warmup_excluded=warmup,
+            real_repeat_dir=None if repeat is None else str(repeat.path),
         )
         write_csv(
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
@@ -116,7 +121,9 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
         data = report.to_dict(comparison, context, findings)
         data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": warmup}
-        clocks = clock_rows(real_requests, joined, sim_requests)
+        clocks = clock_rows(
+            real_requests, joined, sim_requests, None if repeat is None else repeat.requests
+        )
         data["clocks"] = clocks
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
@@ -155,6 +162,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             handle.write(text)
     if cfg.progress:
         print_headline(comparison, context, findings, r.path, good)
+        if clocks and "noise_vs_engine" in clocks[0]:
+            console.print(noise_line(clocks))
         if steps is not None:
             for line in steps[2].findings:
                 console.print(f"- {line}")
@@ -298,3 +307,23 @@ def print_headline(
     for line in findings:
         console.print(f"- {line}")
     console.print(f"[bold]artifacts:[/] {path}")
+
+
+def noise_line(clocks: list[dict[str, Any]]) -> str:
+    """The p50s of both clocks, simulator against the truth's own run-to-run difference."""
+    p50 = [r for r in clocks if r["stat"] == "p50"]
+
+    def pct(value: float) -> str:
+        return f"{value:+.1%}" if value == value else "n/a"
+
+    parts = [
+        f"{r['metric'].upper()} sim {pct(r['error_vs_engine'])} / real vs real "
+        f"{pct(r['noise_vs_engine'])}"
+        for r in p50
+    ]
+    client = [
+        f"{r['metric'].upper()} sim {pct(r['error_vs_client'])} / real vs real "
+        f"{pct(r['noise_vs_client'])}"
+        for r in p50
+    ]
+    return "p50, engine clock: " + ", ".join(parts) + "; client clock: " + ", ".join(client)

@@ -46,6 +46,9 @@ class CompareStageConfig:
     """A complete real_bench run (``tmp/real_bench/<run_id>``)."""
     sim_run_dir: str | None = None
     """A complete vidur_simulate run of the same workload (``tmp/vidur_simulate/<run_id>``)."""
+    real_repeat_dir: str | None = None
+    """A second real_bench run of the same workload (the pipeline's ``<run_id>-r2``): the
+    truth's run-to-run difference, beside the simulator's error on each clock."""
     sweep_dirs: tuple[str, ...] = ()
     """Compare runs to report as a sweep (glob patterns allowed, e.g. ``tmp/compare/q-*``)."""
     compare: CompareOptions = field(default_factory=CompareOptions)
@@ -58,10 +61,10 @@ class CompareStageConfig:
 
     def __post_init__(self) -> None:
         if self.sweep_dirs:
-            if self.real_run_dir or self.sim_run_dir:
+            if self.real_run_dir or self.sim_run_dir or self.real_repeat_dir:
                 raise ConfigError(
                     "pass either sweep_dirs=[...] (a sweep report) or real_run_dir= and "
-                    "sim_run_dir= (one comparison), not both"
+                    "sim_run_dir= (one comparison, real_repeat_dir= optional), not both"
                 )
             return
         if not (self.real_run_dir and self.sim_run_dir):

@@ -54,6 +54,11 @@ class PipelineStageConfig:
     seed), simulate it with the new bundle and compare (``meta.json`` ``validation``); a miss
     over the limit redoes the calibration once, a second miss is a quality warning
     (:mod:`gpu_simulate_test.orchestrate.validation`). Synthetic workloads only."""
+    real_repeat: bool = True
+    """Run the real bench a second time on the same workload (``real_bench/<run_id>-r2``) and
+    show the truth's run-to-run difference beside the simulator's error on each clock (the
+    noise floor: an error within it is within the truth's own spread). The pipeline's own; the
+    fidelity stage repeats its loads with ``fidelity.real_repeats``."""
     engine_overhead: bool = True
     """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
     while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);

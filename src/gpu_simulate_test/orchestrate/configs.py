@@ -114,11 +114,15 @@ def simulate_config(
 
 
 def compare_config(
-    cfg: PipelineStageConfig, real_dir: Path | str, sim_dir: Path | str
+    cfg: PipelineStageConfig,
+    real_dir: Path | str,
+    sim_dir: Path | str,
+    repeat_dir: Path | str | None = None,
 ) -> CompareStageConfig:
     return CompareStageConfig(
         real_run_dir=str(real_dir),
         sim_run_dir=str(sim_dir),
+        real_repeat_dir=None if repeat_dir is None else str(repeat_dir),
         compare=cfg.compare,
         goodput=cfg.goodput,
         output=stage_output(cfg),

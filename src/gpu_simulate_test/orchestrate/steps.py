@@ -75,13 +75,14 @@ def run_truth(
     workload_dir: Path | str,
     stages: Stages = QUIET,
     run_id: str | None = None,
+    label: str = "real_bench",
 ) -> Path:
     """The real bench of ``cfg.backend`` on ``workload_dir`` into
-    ``<root>/real_bench/<run_id or cfg's>``."""
+    ``<root>/real_bench/<run_id or cfg's>``, recorded in ``stages`` as ``label``."""
     from gpu_simulate_test.real_bench.stage import run as real_bench_run
 
     at = cfg if run_id is None else at_run(cfg, run_id)
-    return stages.run("real_bench", real_bench_run, real_bench_config(at, workload_dir))
+    return stages.run(label, real_bench_run, real_bench_config(at, workload_dir))
 
 
 def simulate_and_compare(
@@ -90,13 +91,18 @@ def simulate_and_compare(
     workload_dir: Path | str,
     real_dir: Path | str,
     stages: Stages = QUIET,
+    repeat_dir: Path | str | None = None,
 ) -> tuple[Path, Path]:
     """Vidur on ``workload_dir`` at the arrivals the real run in ``real_dir`` sent (the load the
-    engine was really offered), then the comparison; returns (simulate, compare) run dirs."""
+    engine was really offered), then the comparison (with ``repeat_dir``, a second real run of
+    the workload, the truth's run-to-run difference beside it); returns (simulate, compare)
+    run dirs."""
     from gpu_simulate_test.compare.stage import run as compare_run
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     sim_cfg = simulate_config(cfg, scheduler, workload_dir, arrivals_from=real_dir)
     sim_dir = stages.run("vidur_simulate", simulate_run, sim_cfg)
-    compare_dir = stages.run("compare", compare_run, compare_config(cfg, real_dir, sim_dir))
+    compare_dir = stages.run(
+        "compare", compare_run, compare_config(cfg, real_dir, sim_dir, repeat_dir)
+    )
     return sim_dir, compare_dir

@@ -31,6 +31,11 @@ from gpu_simulate_test.orchestrate.steps import (
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
 
 
+def repeat_id(run_id: str) -> str:
+    """The run id of the truth's second run (``pipeline.real_repeat``)."""
+    return f"{run_id}-r2"
+
+
 def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> None:
     """Raise :class:`RunExistsError` naming every one of ``paths`` that exists already, and
     ``done``: what had run by then."""
@@ -50,6 +55,8 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     if cfg.output.overwrite:
         return
     paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]
+    if cfg.real_repeat:
+        paths.append(layout.run_dir(cfg.output.root, "real_bench", repeat_id(run_id)))
     profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
     if profile_dir.exists() and cfg.reuse_profile:
         from gpu_simulate_test.core.workloads import generate
@@ -84,8 +91,13 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         with served(cfg, p.path, p, workload_dir) as at_server:
             ensure_bundle(at_server, decided, workload_dir, stages)
             real_dir = run_truth(at_server, workload_dir, stages)
+            repeat_dir = (
+                run_truth(at_server, workload_dir, stages, repeat_id(run_id), "real_bench_repeat")
+                if cfg.real_repeat
+                else None
+            )
         _, compare_dir = simulate_and_compare(
-            cfg, decided.scheduler, workload_dir, real_dir, stages
+            cfg, decided.scheduler, workload_dir, real_dir, stages, repeat_dir
         )
         p.update_meta(compare_dir=str(compare_dir))
     if cfg.progress:

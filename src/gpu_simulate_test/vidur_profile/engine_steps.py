@@ -53,14 +53,15 @@ from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
 from gpu_simulate_test.vidur_profile import serving_replay
 from gpu_simulate_test.vidur_profile.experiments import Experiment
 
-CALIBRATION_VERSION = 8
+CALIBRATION_VERSION = 9
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
 (vLLM), step times from that log and the front end's latency apart; 6: on a vLLM server that
 records its steps, step times and the front end from the engine's own clock, the log's reading
 kept as a check; 7: calibration replays under load, ``serving_steps.csv``; 8: the front end
-as a queue fitted on those replays, ``frontend.queue``); a bundle calibrated by another version
+as a queue fitted on those replays, ``frontend.queue``; 9: after a warm-up of every step size,
+:func:`calibration_shapes`); a bundle calibrated by another version
 is not reused by the pipeline."""
 MIXED_START_FRACTION = 3
 """mixed: the newcomer arrives once the decoders have a third of their outputs."""
@@ -355,7 +356,7 @@ def calibrate(
     try:
         backend.start(recorder)
         # the model's first calls (allocation, kernels) are slow; warm-up reports to no recorder
-        backend.warmup(groups[0])
+        backend.warmup(groups[0] + calibration_shapes(cfg, experiments, model.vocab_size, lengths))
         recorder.origin = time.perf_counter()
         # as during the real bench's replay: the client on its own core (vLLM on CPU), the GIL
         # handed over as often, no garbage collection; unpinned, the replays' client streamed
@@ -444,6 +445,41 @@ def calibrate(
         "serving": serving,
     }
     return rows, info, serving_table
+
+
+def calibration_shapes(
+    cfg: EngineCalibrationConfig,
+    experiments: Sequence[Experiment],
+    vocab_size: int,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[BenchRequest]:
+    """The real bench's shape warm-up (``backend.warmup_shapes``) for the calibration: one
+    single-token request per step size its experiments and replays under load can meet, so
+    that neither times an engine's first step of a size (one-time costs the judged run, warmed
+    the same way, does not pay); none when the backend's warm-up is off."""
+    from gpu_simulate_test.real_bench.stage import warmup_sizes
+
+    if not cfg.backend.warmup_shapes:
+        return []
+    longest = max(e.prompt_tokens for e in experiments)
+    outputs = max(serving_replay.output_range(cfg)[1], cfg.decode_tokens)
+    if lengths is not None and len(lengths[0]):
+        longest = max(longest, int(np.max(lengths[0])))
+        outputs = max(outputs, int(np.max(lengths[1])))
+    sizes = warmup_sizes(
+        longest, longest + outputs, cfg.backend.max_batch_tokens, cfg.backend.max_requests_per_batch
+    )
+    rng = np.random.default_rng(cfg.serving_seed + 1)
+    return [
+        BenchRequest(
+            request_id=-(i + 1),
+            num_prefill_tokens=size,
+            num_decode_tokens=1,
+            scheduled_arrival_s=0.0,
+            prompt_token_ids=random_prompt(rng, vocab_size, size),
+        )
+        for i, size in enumerate(sizes)
+    ]
 
 
 def _decode_medians_ms(samples: Mapping[Experiment, Sequence[float]]) -> dict[int, float]:
