@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
@@ -72,3 +73,24 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "TTFT" in proc.stdout
     pipeline_meta = json.loads((root / "pipeline" / "e2e" / "run_meta.json").read_text())
     assert set(pipeline_meta["stages"]) >= {"workload", "vidur_simulate", "real_bench", "compare"}
+    # the truth twice on one server (pipeline.real_repeat): its run-to-run difference beside
+    # the simulator's error on both clocks, and the repeat recorded as its own stage run
+    repeat = root / "real_bench" / "e2e-r2"
+    assert json.loads((repeat / "run_meta.json").read_text())["status"] == "complete"
+    assert pipeline_meta["stages"]["real_bench_repeat"]["path"] == str(
+        Path("tmp") / "real_bench" / "e2e-r2"
+    )
+    assert pipeline_meta["stages"]["real_bench"]["path"] == str(Path("tmp") / "real_bench" / "e2e")
+    p50 = [row for row in data["clocks"] if row["stat"] == "p50"]
+    assert {row["metric"] for row in p50} == {"ttft", "tpot", "e2e"}
+    for row in p50:  # two runs of one workload on one server: within 2x of each other
+        assert -0.5 < row["noise_vs_engine"] < 1.0 and -0.5 < row["noise_vs_client"] < 1.0
+    assert "real vs real (engine)" in (compare_dir / "summary.md").read_text()
+    assert "real vs real" in proc.stdout
+    # the shape warm-up ran before the clock: one request per step size, 1 up to the longest
+    # prompt + a decode per other request in a batch (16), within the 128-token step budget and
+    # the longest request
+    requests = pd.read_csv(root / "real_bench" / "e2e" / "request_metrics.csv")
+    longest = int(requests["num_prefill_tokens"].max())
+    total = int((requests["num_prefill_tokens"] + requests["num_decode_tokens"]).max())
+    assert real_meta["num_shape_warmups"] == min(128, longest + 16, total - 1)

@@ -84,3 +84,43 @@ def test_without_an_engine_clock_there_is_no_table() -> None:
     )  # fmt: skip
     assert clock_rows(empty, _joined()) is None  # a vllm server run: columns present, empty
     assert clocks_markdown(None) == ""
+
+
+def test_a_repeated_real_run_gives_the_noise_floor_on_each_clock() -> None:
+    real = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "engine_ttft_s": [0.020] * 4,
+            "engine_tpot_s": [0.009] * 4,
+            "engine_e2e_s": [0.085] * 4,
+        }
+    )
+    # the repeat: 10% slower on the engine, its client clock 20% over the first run's; request
+    # 3 failed there and an extra request 9 is not among the joined ones
+    repeat = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3, 9],
+            "status": ["ok", "ok", "ok", "error", "ok"],
+            "engine_ttft_s": [0.022, 0.022, 0.022, 9.0, 9.0],
+            "engine_tpot_s": [0.0099] * 5,
+            "engine_e2e_s": [0.0935] * 5,
+            "ttft_s": [0.036, 0.036, 0.036, 9.0, 9.0],
+            "tpot_s": [0.012] * 5,
+            "e2e_s": [0.120] * 5,
+        }
+    )
+    rows = clock_rows(real, _joined(), repeat=repeat)
+    assert rows is not None
+    ttft = next(r for r in rows if r["metric"] == "ttft" and r["stat"] == "p99")
+    assert ttft["repeat_engine_s"] == pytest.approx(0.022)  # the failed request left out
+    assert ttft["noise_vs_engine"] == pytest.approx(0.1)
+    assert ttft["noise_vs_client"] == pytest.approx(0.2)
+    e2e = next(r for r in rows if r["metric"] == "e2e" and r["stat"] == "p50")
+    assert e2e["noise_vs_engine"] == pytest.approx(0.1)
+    assert e2e["noise_vs_client"] == pytest.approx(0.2)
+    text = clocks_markdown(rows)
+    assert "real vs real (engine)" in text and "*Real vs real*" in text
+    row = "| TTFT | p50 | 20.00 | 22.00 | +10.0% | +10.0% | 30.00 | 22.00 | -26.7% | +20.0% |"
+    assert row in text
+    # without a repeat: no such column
+    assert "real vs real" not in clocks_markdown(clock_rows(real, _joined()) or [])
