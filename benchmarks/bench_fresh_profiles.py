@@ -48,6 +48,14 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         for row in data["clocks"]
         if row["stat"] == "p50" and row["metric"] in METRICS
     }
+    noise = {  # the truth run twice (pipeline.real_repeat): its run-to-run difference
+        f"{row['metric']}_p50": {
+            "engine": row.get("noise_vs_engine"),
+            "client": row.get("noise_vs_client"),
+        }
+        for row in data["clocks"]
+        if row["stat"] == "p50" and row["metric"] in METRICS
+    }
     checks = meta.get("calibration_check") or []
     return {
         "run": run_id,
@@ -63,6 +71,7 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         "calibration_s": calibration.get("wall_time_s"),
         "client_p50": client,
         "engine_p50": engine,
+        "real_vs_real_p50": noise,
         "same_composition_fraction": data.get("steps", {}).get("same_composition_fraction"),
     }
 
@@ -98,6 +107,17 @@ def main() -> None:
         )
         judged = ", ".join(f"{v['largest']:.1%} ({v['passed']})" for v in r["validation"]) or "–"
         print(f"| {r['run']} | {front} | {log} | {cells} | {took} | {judged} |")
+    print("\nreal vs real (the truth run twice), p50 engine / client:")
+    for r in results:
+        noise = r.get("real_vs_real_p50") or {}
+        print(
+            f"  {r['run']}: "
+            + ", ".join(
+                f"{m.upper()} {fmt(noise.get(f'{m}_p50', {}).get('engine'))} / "
+                f"{fmt(noise.get(f'{m}_p50', {}).get('client'))}"
+                for m in METRICS
+            )
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
@@ -112,6 +132,10 @@ def main() -> None:
                 indent=1,
             )
         )
+
+
+def fmt(value: float | None) -> str:
+    return f"{value:+.1%}" if value is not None and value == value else "–"
 
 
 if __name__ == "__main__":
