@@ -7,7 +7,7 @@ import numpy as np
 
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
-from gpu_simulate_test.real_bench.stage import (
+from gpu_simulate_test.core.warmup import (
     SHAPE_WARMUP_MAX,
     shape_warmup_requests,
     warmup_sizes,

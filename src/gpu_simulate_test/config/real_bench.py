@@ -132,7 +132,7 @@ class BackendConfig:
     warmup_shapes: bool = True
     """Before the clock starts, one single-token request per step size the replay can meet
     (prompts of 1 to min(``max_batch_tokens``, the longest prompt + ``max_requests_per_batch``)
-    tokens, at most :data:`~gpu_simulate_test.real_bench.stage.SHAPE_WARMUP_MAX` sizes): an
+    tokens, at most :data:`~gpu_simulate_test.core.warmup.SHAPE_WARMUP_MAX` sizes): an
     engine's first step of a new size pays one-time costs a serving engine has long paid. On
     vLLM CPU the first run on a fresh server had TTFT p50 14-31% above the same workload run
     again (three of three), and a workload of one prompt length ran as fast cold as warm."""

@@ -50,6 +50,7 @@ from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, swit
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
+from gpu_simulate_test.core.warmup import warmup_sizes
 from gpu_simulate_test.vidur_profile import serving_replay
 from gpu_simulate_test.vidur_profile.experiments import Experiment
 
@@ -457,8 +458,6 @@ def calibration_shapes(
     single-token request per step size its experiments and replays under load can meet, so
     that neither times an engine's first step of a size (one-time costs the judged run, warmed
     the same way, does not pay); none when the backend's warm-up is off."""
-    from gpu_simulate_test.real_bench.stage import warmup_sizes
-
     if not cfg.backend.warmup_shapes:
         return []
     longest = max(e.prompt_tokens for e in experiments)
