@@ -31,15 +31,21 @@ def _joined(n: int = 4) -> m.JoinedRequests:
     )
 
 
-def test_the_simulation_is_judged_on_both_clocks_with_the_front_end_between() -> None:
-    real = pd.DataFrame(
+def _engine_clock(request_ids: list[int]) -> pd.DataFrame:
+    """A real run's engine clock: TTFT 20 ms, TPOT 9 ms, E2E 85 ms for every request."""
+    n = len(request_ids)
+    return pd.DataFrame(
         {
-            "request_id": [3, 2, 1, 0],  # any order: joined by id
-            "engine_ttft_s": [0.020] * 4,
-            "engine_tpot_s": [0.009] * 4,
-            "engine_e2e_s": [0.085] * 4,
+            "request_id": request_ids,
+            "engine_ttft_s": [0.020] * n,
+            "engine_tpot_s": [0.009] * n,
+            "engine_e2e_s": [0.085] * n,
         }
     )
+
+
+def test_the_simulation_is_judged_on_both_clocks_with_the_front_end_between() -> None:
+    real = _engine_clock([3, 2, 1, 0])  # any order: joined by id
     rows = clock_rows(real, _joined())
     assert rows is not None
     ttft = next(r for r in rows if r["metric"] == "ttft" and r["stat"] == "p50")
@@ -53,14 +59,7 @@ def test_the_simulation_is_judged_on_both_clocks_with_the_front_end_between() ->
 
 
 def test_the_simulated_engine_is_judged_without_the_front_end_it_added() -> None:
-    real = pd.DataFrame(
-        {
-            "request_id": [0, 1, 2, 3],
-            "engine_ttft_s": [0.020] * 4,
-            "engine_tpot_s": [0.009] * 4,
-            "engine_e2e_s": [0.085] * 4,
-        }
-    )
+    real = _engine_clock([0, 1, 2, 3])
     # the simulation added 4 ms of front end to every TTFT and E2E (0.022 = 0.018 + 0.004)
     sim = pd.DataFrame({"request_id": [3, 2, 1, 0], "frontend_delay_s": [0.004] * 4})
     rows = clock_rows(real, _joined(), sim)
@@ -87,14 +86,7 @@ def test_without_an_engine_clock_there_is_no_table() -> None:
 
 
 def test_a_repeated_real_run_gives_the_noise_floor_on_each_clock() -> None:
-    real = pd.DataFrame(
-        {
-            "request_id": [0, 1, 2, 3],
-            "engine_ttft_s": [0.020] * 4,
-            "engine_tpot_s": [0.009] * 4,
-            "engine_e2e_s": [0.085] * 4,
-        }
-    )
+    real = _engine_clock([0, 1, 2, 3])
     # the repeat: 10% slower on the engine, its client clock 20% over the first run's; request
     # 3 failed there and an extra request 9 is not among the joined ones
     repeat = pd.DataFrame(

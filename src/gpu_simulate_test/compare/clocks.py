@@ -43,16 +43,11 @@ def sim_engine_metric(
     return values - np.nan_to_num(delay)
 
 
-CLIENT_COLUMNS: dict[str, str] = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
-"""Each compared metric's client-clock column of ``request_metrics``."""
-
-
-def repeat_values(repeat: pd.DataFrame, request_ids: np.ndarray, column: str) -> np.ndarray:
-    """A repeated real run's ``column`` for ``request_ids``, NaN where that request did not
-    complete there (or the column is missing)."""
-    frame = repeat.set_index("request_id").reindex(request_ids)
+def repeat_values(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A repeated real run's ``column`` (its ``request_metrics`` reindexed to the joined
+    requests), NaN where that request did not complete there (or the column is missing)."""
     if column not in frame.columns:
-        return np.full(len(request_ids), np.nan)
+        return np.full(len(frame), np.nan)
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     return np.where((frame["status"] == "ok").to_numpy(), values, np.nan)
 
@@ -73,6 +68,9 @@ def clock_rows(
     requests there on each clock and the truth's run-to-run difference, ``noise_vs_engine`` and
     ``noise_vs_client`` (repeat / real − 1): the noise floor beside the simulator's error."""
     frame = real.set_index("request_id").reindex(joined.request_id)
+    again_frame = None
+    if repeat is not None:
+        again_frame = repeat.set_index("request_id").reindex(joined.request_id)
     rows: list[dict[str, Any]] = []
     for metric, column in ENGINE_COLUMNS.items():
         if column not in frame.columns:
@@ -84,10 +82,10 @@ def clock_rows(
         simulated = m.distribution(joined.sim.metric(metric))
         sim_engine = m.distribution(sim_engine_metric(sim, joined, metric))
         again = None
-        if repeat is not None:
+        if again_frame is not None:  # the client's column: ``<metric>_s``, as everywhere
             again = (
-                m.distribution(repeat_values(repeat, joined.request_id, column)),
-                m.distribution(repeat_values(repeat, joined.request_id, CLIENT_COLUMNS[metric])),
+                m.distribution(repeat_values(again_frame, column)),
+                m.distribution(repeat_values(again_frame, f"{metric}_s")),
             )
         for stat in CLOCK_STATS:
             e, c, s, se = (float(getattr(d, stat)) for d in (engine, client, simulated, sim_engine))

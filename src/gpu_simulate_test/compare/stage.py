@@ -316,14 +316,12 @@ def noise_line(clocks: list[dict[str, Any]]) -> str:
     def pct(value: float) -> str:
         return f"{value:+.1%}" if value == value else "n/a"
 
-    parts = [
-        f"{r['metric'].upper()} sim {pct(r['error_vs_engine'])} / real vs real "
-        f"{pct(r['noise_vs_engine'])}"
-        for r in p50
-    ]
-    client = [
-        f"{r['metric'].upper()} sim {pct(r['error_vs_client'])} / real vs real "
-        f"{pct(r['noise_vs_client'])}"
-        for r in p50
-    ]
-    return "p50, engine clock: " + ", ".join(parts) + "; client clock: " + ", ".join(client)
+    return "p50, " + "; ".join(
+        f"{clock} clock: "
+        + ", ".join(
+            f"{r['metric'].upper()} sim {pct(r[f'error_vs_{clock}'])} / real vs real "
+            f"{pct(r[f'noise_vs_{clock}'])}"
+            for r in p50
+        )
+        for clock in ("engine", "client")
+    )

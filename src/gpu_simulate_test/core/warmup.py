@@ -5,7 +5,7 @@ single-token request per step size the run can meet (``backend.warmup_shapes``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,13 +53,25 @@ def shape_warmup_requests(
     )
     sizes |= {r.num_prefill_tokens for r in requests if r.num_prefill_tokens <= max(sizes)}
     rng = np.random.default_rng(seed)
+    return single_token_requests(
+        sorted(sizes),
+        lambda size: tuple(int(t) for t in rng.integers(0, min(vocab_size, 151643), size)),
+        first_id,
+    )
+
+
+def single_token_requests(
+    sizes: Sequence[int], prompt: Callable[[int], tuple[int, ...]], first_id: int = -1
+) -> list[BenchRequest]:
+    """A single-token request per size, its prompt from ``prompt(size)``, ids from ``first_id``
+    down (the warm-up's, apart from any workload's)."""
     return [
         BenchRequest(
             request_id=first_id - i,
             num_prefill_tokens=size,
             num_decode_tokens=1,
             scheduled_arrival_s=0.0,
-            prompt_token_ids=tuple(int(t) for t in rng.integers(0, min(vocab_size, 151643), size)),
+            prompt_token_ids=prompt(size),
         )
-        for i, size in enumerate(sorted(sizes))
+        for i, size in enumerate(sizes)
     ]

@@ -50,7 +50,7 @@ from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, swit
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
-from gpu_simulate_test.core.warmup import warmup_sizes
+from gpu_simulate_test.core.warmup import single_token_requests, warmup_sizes
 from gpu_simulate_test.vidur_profile import serving_replay
 from gpu_simulate_test.vidur_profile.experiments import Experiment
 
@@ -469,16 +469,7 @@ def calibration_shapes(
         longest, longest + outputs, cfg.backend.max_batch_tokens, cfg.backend.max_requests_per_batch
     )
     rng = np.random.default_rng(cfg.serving_seed + 1)
-    return [
-        BenchRequest(
-            request_id=-(i + 1),
-            num_prefill_tokens=size,
-            num_decode_tokens=1,
-            scheduled_arrival_s=0.0,
-            prompt_token_ids=random_prompt(rng, vocab_size, size),
-        )
-        for i, size in enumerate(sizes)
-    ]
+    return single_token_requests(sizes, lambda size: random_prompt(rng, vocab_size, size))
 
 
 def _decode_medians_ms(samples: Mapping[Experiment, Sequence[float]]) -> dict[int, float]:
