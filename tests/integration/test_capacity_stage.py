@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.capacity import contract
+from gpu_simulate_test.capacity.band import in_band
 from gpu_simulate_test.io.artifacts import read_csv
 from tests.conftest import run_cli
 from tests.vidur_bundle_factory import write_synthetic_bundle
@@ -55,6 +56,15 @@ def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
     assert not curve[curve["qps"] == high]["meets_slo"].any()
     assert (curve[curve["qps"] <= low]["ttft_p90_ms"] <= 2).all()
     assert doc["binding"] and doc["binding"][0].startswith("ttft_p90 ")
+    # the same search with steps 10% slower and 10% faster: the band holds the answer
+    band = doc["step_band"]
+    assert band["fraction"] == 0.1 and band["slower"]["step_time_scale"] == 1.1
+    slower, faster = band["qps"]
+    assert slower is not None and faster is not None and slower <= low <= faster
+    assert (run / contract.POINTS_DIR / "steps-x1.1").is_dir()
+    assert (run / contract.POINTS_DIR / "steps-x0.9").is_dir()
+    assert "answer with steps ±10% (req/s)" in proc.stdout
+    assert "If every step took 10% longer" in (run / contract.REPORT_MD).read_text()
     # the real engine replayed the workload at the answer, judged by the same goal
     check = doc["verify"]
     assert check["qps"] == low and isinstance(check["meets_slo"], bool)
@@ -106,6 +116,8 @@ def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
     if measured is not None:
         assert real[real["qps"] <= measured]["meets_slo"].all()
         assert check["ratio"] == pytest.approx(doc["answer_qps"] / measured)
+    assert check["measured_in_band"] == in_band(measured, doc["step_band"])
+    assert "measured within the band" in proc.stdout
     assert "measured capacity (req/s)" in proc.stdout
     report = (run / contract.REPORT_MD).read_text()
     assert "On the real engine, the same search" in report and "real engine's curve" in report

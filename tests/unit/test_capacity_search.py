@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from gpu_simulate_test.capacity.band import band_cells, band_markdown, band_record, in_band
 from gpu_simulate_test.capacity.search import Point, grid, judge, latency_agreement, search
-from gpu_simulate_test.config.capacity import SloConfig
+from gpu_simulate_test.config.capacity import CapacityOptions, SloConfig
 from gpu_simulate_test.config.schema import ConfigError
 
 
@@ -110,3 +111,34 @@ def test_latency_agreement_compares_the_curves_where_the_real_engine_met_the_goa
     assert at[1.0] == 0.0  # both 50 ms below their knees
     assert at[8.0] == pytest.approx(50.0 / (50.0 + 3000.0) - 1.0, abs=1e-4)  # real past its knee
     assert doc["where_real_met"]["ttft_p90"] == {"median_abs_error": 0.0, "mean_signed_error": 0.0}
+
+
+def test_the_step_band_brackets_the_answer_and_says_if_the_measure_fell_inside() -> None:
+    """Three searches of a curve whose knee moves with the step time (a knee at 10 req/s with
+    steps as calibrated, 10/1.1 with steps 10% slower, 10/0.9 with them 10% faster): the band
+    holds the answer, each side's move is stated, and a measured capacity is judged against it."""
+    answer, slower, faster = (
+        search(_curve(knee=10.0 / scale), 1.0, 64.0, points=7, refine=6) for scale in (1, 1.1, 0.9)
+    )
+    band = band_record(0.1, answer, slower, faster)
+    low, high = band["qps"]
+    assert low < answer.qps < high
+    assert band["moved"][0] < 0 < band["moved"][1]
+    assert band["slower"]["step_time_scale"] == 1.1 and band["faster"]["step_time_scale"] == 0.9
+    assert band["slower"]["binding"][0].startswith("ttft_p90 ")
+    assert in_band(answer.qps, band) is True
+    assert in_band(low * 0.95, band) is False and in_band(high * 1.05, band) is False
+    assert in_band(None, band) is None and in_band(10.0, None) is None
+    text = "\n".join(band_markdown(band, False))
+    assert "10% longer" in text and "**outside**" in text
+    # the faster search still met the goals at its top: open above
+    open_band = band_record(0.1, answer, slower, search(_curve(100.0), 1.0, 8.0, 4, 2))
+    assert open_band["open_above"] and in_band(1e6, open_band) is True
+    assert band_cells(open_band).endswith("8+")
+
+
+def test_the_step_band_must_be_a_fraction() -> None:
+    for bad in (-0.1, 1.0, float("inf")):
+        with pytest.raises(ConfigError, match=r"capacity\.step_band=.* fraction in \[0, 1\)"):
+            CapacityOptions(step_band=bad)
+    assert CapacityOptions(step_band=0).step_band == 0

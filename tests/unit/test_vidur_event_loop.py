@@ -280,6 +280,57 @@ def test_random_configs_give_the_same_batches(
     on_both_loops(tmp_path, label, workload, bundles[overhead], scheduler, overhead, "vidur-lean")
 
 
+@pytest.mark.parametrize("overhead", [False, True])
+def test_step_time_scale_multiplies_every_step(
+    bundles: dict[bool, Path], tmp_path: Path, overhead: bool
+) -> None:
+    """``vidur.step_time_scale=1.5``: a burst (every request at t=0, so the batches do not
+    depend on time) gives the same batches, each 1.5 times as long, on Vidur's loop and ours
+    (the same bytes) and on vLLM's V1 scheduler; the overhead's jitter draws stay the same."""
+    rng = np.random.default_rng(11)
+    n = 40
+    workload = write_workload_run(
+        tmp_path, "w", rng.integers(8, 120, n), rng.integers(2, 16, n), np.zeros(n)
+    )
+    cases = (
+        (knobs(SARATHI, 8, chunk_size=128), ("fast", "vidur")),
+        (knobs("vllm_v1", 8, max_tokens_in_batch=256), ("fast",)),
+    )
+    for scheduler, loops in cases:
+        scaled_runs = {}
+        for loop in loops:
+            runs = {
+                scale: simulate(
+                    tmp_path,
+                    f"{scheduler.name}-{loop}-{overhead}-{scale}",
+                    workload,
+                    bundles[overhead],
+                    scheduler,
+                    loop,
+                    overhead,
+                    step_time_scale=scale,
+                )
+                for scale in (1.0, 1.5)
+            }
+            plain, scaled = (pd.read_csv(runs[s] / layout.ENGINE_STEP_LOG) for s in (1.0, 1.5))
+            shape = ["num_prefill_tokens", "num_decode_tokens"]
+            pd.testing.assert_frame_equal(plain[shape], scaled[shape])
+            ratio = scaled["elapsed_ms"].to_numpy() / plain["elapsed_ms"].to_numpy()
+            np.testing.assert_allclose(ratio, 1.5, rtol=1e-6, err_msg=f"{scheduler.name} {loop}")
+            assert len(plain) >= 8  # a real simulation, batch by batch
+            scaled_runs[loop] = runs[1.5]
+        if len(scaled_runs) == 2:
+            fast, vidur = scaled_runs["fast"], scaled_runs["vidur"]
+            for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG):
+                assert (fast / name).read_bytes() == (vidur / name).read_bytes(), name
+
+
+def test_step_time_scale_must_be_a_positive_factor() -> None:
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match=r"vidur\.step_time_scale=.* positive factor"):
+            VidurConfig(step_time_scale=bad)
+
+
 def test_an_unknown_event_loop_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"vidur\.event_loop"):
         VidurConfig(event_loop="faster")

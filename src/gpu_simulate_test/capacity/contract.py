@@ -15,7 +15,8 @@ CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
 RUNS_DIR = "runs"
 POINTS_DIR = "points"
-CAPACITY_SCHEMA_VERSION = "1.1"
+CAPACITY_SCHEMA_VERSION = "1.2"
+"""1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``)."""
 
 CAPACITY_TABLE = TableSchema(
     name="capacity",

@@ -25,10 +25,12 @@ def plot_capacity(
     path: Path,
     real: pd.DataFrame | None = None,
     measured_qps: float | None = None,
+    band_qps: list[float | None] | None = None,
 ) -> Path:
     """One panel per metric with a goal (or all three without): p50 and the goal's percentile
     against the rate, log x; rates that met every goal drawn filled, the others hollow. With
-    ``real`` (a real search's curve), its goal percentile beside, and the measured capacity."""
+    ``real`` (a real search's curve), its goal percentile beside, and the measured capacity;
+    with ``band_qps`` (the answers with slower and faster steps), that span shaded."""
     metrics = list(goals) or list(LABELS)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.0), squeeze=False)
     ok = frame["meets_slo"].astype(bool).to_numpy()
@@ -48,6 +50,10 @@ def plot_capacity(
             column = f"{metric}_p{percentile}_ms"
             ax.plot(real["qps"], real[column], "-", color="k", marker="s", markersize=3,
                     label=f"p{percentile}, real engine")  # fmt: skip
+        if band_qps is not None and answer_qps is not None:
+            low = band_qps[0] if band_qps[0] is not None else float(frame["qps"].min())
+            high = band_qps[1] if band_qps[1] is not None else answer_qps
+            ax.axvspan(low, high, color="C2", alpha=0.12, label="answer with steps ± the band")
         if answer_qps is not None:
             ax.axvline(answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} req/s")
         if measured_qps is not None:

@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.capacity import contract
+from gpu_simulate_test.capacity.band import band_cells, band_markdown, band_record, in_band
 from gpu_simulate_test.capacity.real_search import real_search, search_record
 from gpu_simulate_test.capacity.search import (
     METRICS,
@@ -52,6 +53,7 @@ from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
 from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
 
+YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
 REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
 
@@ -100,23 +102,36 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
         )
-        total = opts.points + opts.refine + opts.extend
+        scales = [1.0] + ([1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else [])
+        total = (opts.points + opts.refine + opts.extend) * len(scales)
+        answers = []
         with progress_bar("simulating rates", total, cfg.progress) as advance:
-
-            def evaluate(qps: float, phase: str) -> Point:
-                t0 = time.perf_counter()
-                scaled = dataclasses.replace(
-                    inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
+            for scale in scales:
+                scaled_cfg = dataclasses.replace(
+                    sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_time_scale=scale)
                 )
-                table = simulate_inputs(
-                    sim_cfg, scaled, r.file(contract.POINTS_DIR) / f"{qps:g}"
-                ).table
-                advance(1)
-                return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
+                points_dir = r.file(contract.POINTS_DIR)
+                if scale != 1.0:  # the band's searches: points/steps-x1.1/<qps>
+                    points_dir = points_dir / f"steps-x{scale:g}"
 
-            answer = search(
-                evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend
-            )
+                def evaluate(
+                    qps: float, phase: str, at: Any = scaled_cfg, where: Path = points_dir
+                ) -> Point:
+                    t0 = time.perf_counter()
+                    scaled = dataclasses.replace(
+                        inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
+                    )
+                    table = simulate_inputs(at, scaled, where / f"{qps:g}").table
+                    advance(1)
+                    return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
+
+                answers.append(
+                    search(
+                        evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend
+                    )
+                )
+        answer = answers[0]
+        band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
         verified, measured = None, None
         if opts.verify == "answer":
             verified = verify(cfg, inner, answer, goals, pct, r)
@@ -124,8 +139,9 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             measured, runs, wall = real_search(cfg, inner, r)
             keys = tuple(f"{metric}_p{pct}" for metric in goals)
             verified = search_record(answer, measured, runs, wall, opts.verify_requests, keys)
+            verified["measured_in_band"] = in_band(measured.qps, band)
         doc = write_outputs(
-            r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured
+            r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured, band
         )
     if cfg.progress:
         print_result(doc, r.path)
@@ -194,12 +210,13 @@ def write_outputs(
     num_requests: int,
     wall_s: float,
     measured: Answer | None = None,
+    band: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """capacity.csv, capacity.json, the plot and report.md (and, after a real search, its
     curve in capacity_real.csv); returns the JSON document."""
     from gpu_simulate_test.capacity.plots import plot_capacity
 
-    frame = points_frame(answer.points)
+    frame = points_frame(answer.points)  # the band's searches are in capacity.json alone
     write_csv(r.file(contract.CAPACITY_CSV), frame, contract.CAPACITY_TABLE)
     real_frame = None
     if measured is not None:
@@ -214,6 +231,7 @@ def write_outputs(
         "note": answer.note,
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
         "binding": binding(answer),
+        "step_band": band,
         "num_requests": num_requests,
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
@@ -232,6 +250,7 @@ def write_outputs(
         r.file(contract.CAPACITY_PLOT),
         real_frame,
         None if measured is None else measured.qps,
+        None if band is None else band["qps"],
     )
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
         handle.write(report_markdown(r.run_id, doc, frame, r.path, real_frame))
@@ -273,6 +292,7 @@ def report_markdown(
     if doc["note"]:
         lines += ["", f"Note: {doc['note']}."]
     verified = doc.get("verify")
+    lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"))
     if verified and verified.get("mode") == "search":
         lines += search_markdown(verified, pct)
     elif verified:
@@ -333,6 +353,11 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     rows = [
         ["answer (req/s)", "none" if answer is None else f"{answer:g}"],
         ["limited by", "; ".join(doc["binding"]) or "–"],
+    ]
+    if doc.get("step_band"):
+        pct = f"{doc['step_band']['fraction']:.0%}"
+        rows.append([f"answer with steps ±{pct} (req/s)", band_cells(doc["step_band"])])
+    rows += [
         ["simulations", str(doc["points"])],
         ["simulated requests/s", str(doc["simulated_requests_per_s"])],
     ]
@@ -342,6 +367,7 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
         rows += [
             ["measured capacity (req/s)", "none" if measured is None else f"{measured:g}"],
             ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
+            ["measured within the band", YES_NO[check.get("measured_in_band")]],
             ["real search (s)", f"{check['wall_time_s']:g}"],
         ]
     elif check:

@@ -79,6 +79,10 @@ class CapacityOptions:
     """Rates the grid goes on past ``qps_min`` (even it missed the goals) or past ``qps_max``
     (it still met them), at the grid's own spacing, so that the answer is a rate, not "below
     the grid"; 0: never."""
+    step_band: float = 0.1
+    """The search again with every simulated step this fraction longer, and again this fraction
+    shorter (``vidur.step_time_scale``): how far a step-time error of that size moves the
+    answer (``capacity.json`` ``step_band``, a shaded band on the plot); 0: not run."""
     verify: str = "false"
     """``answer`` (or ``true``): replay the workload at the answer on the real engine
     (backend.*) and check the goals; ``search``: run the same search on the real engine and set
@@ -102,6 +106,10 @@ class CapacityOptions:
         _check(self.refine >= 0, "capacity.refine must be >= 0")
         _check(self.extend >= 0, "capacity.extend must be >= 0")
         _check(self.verify_stop_after >= 0, "capacity.verify_stop_after must be >= 0")
+        _check(
+            math.isfinite(self.step_band) and 0 <= self.step_band < 1,
+            f"capacity.step_band={self.step_band} must be a fraction in [0, 1) (0: no band)",
+        )
         # capacity.verify=true from the command line arrives as "True"
         mode = {"true": "answer", "false": "false"}.get(str(self.verify).lower(), self.verify)
         _check(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -258,6 +259,11 @@ class VidurConfig:
     step and per token streamed; meta.json ``engine_calibration.<backend>.frontend.queue``,
     fitted on the calibration replays under load) instead of one constant delay. The client's
     clock only: when a request reaches the engine is the same either way."""
+    step_time_scale: float = 1.0
+    """Every simulated step takes this many times its calibrated time (the pause between busy
+    steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity
+    stage asks what a step-time error would do to its answer (``capacity.step_band``). 1: as
+    calibrated."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""
@@ -283,6 +289,11 @@ class VidurConfig:
             self.fast_path is None,
             f"vidur.fast_path={self.fast_path} is now vidur.lean_metrics (the lean metrics store; "
             "the event loop is vidur.event_loop): set vidur.lean_metrics instead",
+        )
+        _check(
+            math.isfinite(self.step_time_scale) and self.step_time_scale > 0,
+            f"vidur.step_time_scale={self.step_time_scale} must be a positive factor (1: every "
+            "step as calibrated)",
         )
         _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
         _check_choice("vidur.event_loop", self.event_loop, EVENT_LOOPS)
@@ -328,6 +339,12 @@ class VidurSimulateStageConfig:
                 f"step_times_from={self.step_times_from} replays a vLLM run's own steps, which "
                 "only vLLM's scheduler can follow: pass vidur.scheduler.name=vllm_v1 (got "
                 f"{self.vidur.scheduler.name})",
+            )
+            _check(
+                self.vidur.step_time_scale == 1.0,
+                f"step_times_from={self.step_times_from} replays the engine's own step times; "
+                f"vidur.step_time_scale={self.vidur.step_time_scale} would change them: leave "
+                "one of the two out",
             )
             _check(
                 not self.arrivals_from,

@@ -119,6 +119,13 @@ class BatchTimer:
         self.jitter: Callable[[], float] | None = (
             predictor.step_jitter if self.overhead is not None else None
         )
+        # vidur.step_time_scale (Vidur's schedulers; vLLM's V1 applies it per step): in the
+        # jitter factor where there is one, as the predictor multiplies it, else in the time
+        scale = float(predictor.step_scale)
+        self._scale = scale if self.jitter is None else 1.0
+        if self.jitter is not None and scale != 1.0:
+            draw = self.jitter
+            self.jitter = lambda: draw() * scale
         self._memo: dict[tuple[Any, ...], float] = {}
 
     def time(
@@ -126,7 +133,8 @@ class BatchTimer:
     ) -> float:
         """Seconds for a batch of ``total_q`` query tokens: ``num_decodes`` one-token entries
         whose mean KV size, rounded up to the granularity, is ``decode_kv``, and ``prefills``
-        as (KV size rounded up, query tokens) in batch order. Before the jitter factor."""
+        as (KV size rounded up, query tokens) in batch order. Before the jitter factor (which
+        carries ``vidur.step_time_scale`` where there is one)."""
         key = (total_q, num_decodes, decode_kv, prefills)
         value = self._memo.get(key)
         if value is None:
@@ -145,4 +153,4 @@ class BatchTimer:
             if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
                 value = value + self.overhead.ms(q) * 1e-3
             self._memo[key] = value
-        return value
+        return value * self._scale

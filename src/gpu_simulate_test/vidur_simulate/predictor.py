@@ -105,6 +105,8 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     step_overhead: StepOverhead | None = None
     step_jitter: Callable[[], float] | None = None
     """Draws each batch's jitter factor (None: every step at its calibrated median)."""
+    step_scale: float = 1.0
+    """Every batch's total time is multiplied by this (``vidur.step_time_scale``)."""
 
     def ops_time_ms(self, num_q_tokens: list[int], num_kv_tokens: list[int]) -> float:
         """Vidur's own prediction (profiled ops only) for a batch of this shape."""
@@ -120,9 +122,13 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     def get_execution_time(self, batch: Any, pipeline_stage: int) -> Any:
         base = super().get_execution_time(batch, pipeline_stage)
         if self.step_overhead is None:
-            return base
+            if self.step_scale == 1.0:
+                return base
+            return ExecutionTimeWithOverhead(base, 0.0, self.step_scale)
         factor = self.step_jitter() if self.step_jitter is not None else 1.0
-        return ExecutionTimeWithOverhead(base, self.step_overhead.ms(batch.num_q_tokens), factor)
+        return ExecutionTimeWithOverhead(
+            base, self.step_overhead.ms(batch.num_q_tokens), factor * self.step_scale
+        )
 
     def _get_input_files(self) -> tuple[str, str, str, str]:
         profile = Path(self._config.profile_dir)

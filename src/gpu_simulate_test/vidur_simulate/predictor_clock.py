@@ -6,7 +6,7 @@ serving terms (:mod:`gpu_simulate_test.core.serving_load`) apply on top: the ste
 the requests taken in and tokens streamed per second before it, a pause between busy steps, what
 waking an idle engine costs after that long idle, and the calibrated slow moments (a seeded
 factor of mean 1 that carries over from step to step). Without them, steps run back to back
-(gap and lead 0).
+(gap and lead 0). ``vidur.step_time_scale`` multiplies every step and every pause.
 """
 
 from __future__ import annotations
@@ -50,10 +50,16 @@ class PredictorClock:
     and jitter, as :class:`~.loop_setup.BatchTimer` gives them) and the serving terms."""
 
     def __init__(
-        self, timer: BatchTimer, serving: ServingLoad | None = None, seed: int = 0
+        self,
+        timer: BatchTimer,
+        serving: ServingLoad | None = None,
+        seed: int = 0,
+        scale: float = 1.0,
     ) -> None:
         self.timer = timer
         self.serving = serving
+        self.scale = scale
+        """``vidur.step_time_scale``: every step and every pause between steps, times this."""
         self._noise = serving.noise(seed) if serving is not None else None
         self._recent: deque[tuple[float, int, int]] = deque()
         """(end, requests taken in, tokens streamed) of the steps in the serving window."""
@@ -75,7 +81,7 @@ class PredictorClock:
     def gap(self, index: int) -> float:
         if self.serving is None:
             return 0.0
-        return self.serving.gap_s(*self._rates(self._end))
+        return self.serving.gap_s(*self._rates(self._end)) * self.scale
 
     def lead(self, index: int) -> float:
         return 0.0
@@ -92,6 +98,7 @@ class PredictorClock:
                 value = value * next(self._noise)
         if self.timer.jitter is not None:
             value = value * self.timer.jitter()
+        value = value * self.scale
         if self.serving is not None:
             self._end = step.start_s + value
             new = sum(1 for q, kv in step.chunks if q == kv)  # a request's first chunk

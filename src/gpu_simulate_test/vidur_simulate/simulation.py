@@ -159,6 +159,7 @@ def simulate(
     v1: Any = None,
     clock: Any = None,
     serving: pd.DataFrame | None = None,
+    step_scale: float = 1.0,
 ) -> SimulationResult:
     """Run one simulation from a clean slate (entity ids, seeds) and read Vidur's request rows.
 
@@ -170,7 +171,13 @@ def simulate(
     ``steps`` false leaves the result's ``steps`` (one row per batch) out. With ``v1``
     (:class:`.vllm_v1.V1Params`) vLLM's V1 scheduler runs in our loop (Vidur has none), timed
     by Vidur's predictor or by ``clock`` (an oracle replay's :class:`.oracle.OracleClock`).
+    ``step_scale`` multiplies every predicted step (``vidur.step_time_scale``; not a ``clock``'s).
     """
+    if clock is not None and step_scale != 1.0:
+        raise ConfigError(
+            f"vidur.step_time_scale={step_scale} scales predicted steps; an oracle replay's "
+            "steps are the engine's own: leave one of the two out"
+        )
     if v1 is not None:
         if event_loop != "fast":
             raise ConfigError(
@@ -178,7 +185,7 @@ def simulate(
                 f"scheduler): leave vidur.event_loop={event_loop} out"
             )
         return _simulate_v1(
-            simulation_config, engine_steps, backend, jitter, steps, v1, clock, serving
+            simulation_config, engine_steps, backend, jitter, steps, v1, clock, serving, step_scale
         )
     from gpu_simulate_test.vidur_simulate.loop_setup import (
         KvCacheExhausted,
@@ -193,7 +200,9 @@ def simulate(
         note = unsupported_reason(simulation_config)
         if note is None:
             try:
-                return _simulate_fast(simulation_config, engine_steps, backend, jitter, steps)
+                return _simulate_fast(
+                    simulation_config, engine_steps, backend, jitter, steps, step_scale
+                )
             except NeedsVidurLoop as exc:
                 note = f"Vidur's loop ran: {exc}"
                 exhausted = exc if isinstance(exc, KvCacheExhausted) else None
@@ -201,7 +210,9 @@ def simulate(
             note = f"Vidur's loop ran: our loop does not simulate {note}"
         lean = True
     try:
-        result = _simulate_vidur(simulation_config, engine_steps, backend, jitter, lean, steps)
+        result = _simulate_vidur(
+            simulation_config, engine_steps, backend, jitter, lean, steps, step_scale
+        )
     except AssertionError as exc:
         if exhausted is None:
             raise
@@ -223,6 +234,7 @@ def _simulate_vidur(
     jitter: overhead.StepJitter | None,
     lean: bool,
     steps: bool,
+    step_scale: float = 1.0,
 ) -> SimulationResult:
     from vidur.simulator import Simulator
 
@@ -234,6 +246,7 @@ def _simulate_vidur(
     report, table = _attach_overhead(
         predictor, simulation_config.seed, engine_steps, backend, jitter
     )
+    predictor.step_scale = step_scale
     if lean:  # vidur.lean_metrics: record what this stage reads, nothing else
         simulator._metric_store = LeanMetrics()
     built = time.perf_counter()
@@ -290,6 +303,7 @@ def _simulate_fast(
     backend: str,
     jitter: overhead.StepJitter | None,
     steps: bool,
+    step_scale: float = 1.0,
 ) -> SimulationResult:
     from vidur.entities import Batch
     from vidur.request_generator.trace_replay_request_generator import (
@@ -305,6 +319,7 @@ def _simulate_fast(
     report, table = _attach_overhead(
         predictor, simulation_config.seed, engine_steps, backend, jitter
     )
+    predictor.step_scale = step_scale
     # Vidur's trace reader, for its clipping and scaling of the token counts
     trace = TraceReplayRequestGenerator(simulation_config.request_generator_config).trace_df
     timer = BatchTimer(predictor)
@@ -350,6 +365,7 @@ def _simulate_v1(
     v1: Any,
     clock: Any,
     serving: pd.DataFrame | None = None,
+    step_scale: float = 1.0,
 ) -> SimulationResult:
     """vLLM's V1 scheduler (:func:`.vllm_v1.run_v1`) over Vidur's trace reader, timed by Vidur's
     predictor (built, and its overhead fitted, as for Vidur's schedulers) or by ``clock``."""
@@ -379,7 +395,7 @@ def _simulate_v1(
         if serving is not None and report is not None:
             load, features, predicted = fit_serving(timer, serving)
             serving_fit = (load, features, predicted)
-        clock = PredictorClock(timer, load, int(simulation_config.seed))
+        clock = PredictorClock(timer, load, int(simulation_config.seed), step_scale)
         cache_hit = bool(predictor.cache_hit)
     trace = TraceReplayRequestGenerator(simulation_config.request_generator_config).trace_df
     built = time.perf_counter()

@@ -368,6 +368,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
             clock=inputs.replay.clock if inputs.replay is not None else None,
             serving=inputs.serving_steps,
+            step_scale=cfg.vidur.step_time_scale,
         )
         if not grows:
             break
