@@ -131,6 +131,10 @@ def test_the_step_band_brackets_the_answer_and_says_if_the_measure_fell_inside()
     assert in_band(None, band) is None and in_band(10.0, None) is None
     text = "\n".join(band_markdown(band, False))
     assert "10% longer" in text and "**outside**" in text
+    # a 10% step error moves this knee by about 10% (1/1.1, 1/0.9): ±10% needs about ±9%
+    largest = max(abs(m) for m in band["moved"])
+    assert band["step_accuracy_for_10pct"] == pytest.approx(0.01 / largest, abs=1e-4)
+    assert 0.07 < band["step_accuracy_for_10pct"] < 0.11
     # the faster search still met the goals at its top: open above
     open_band = band_record(0.1, answer, slower, search(_curve(100.0), 1.0, 8.0, 4, 2))
     assert open_band["open_above"] and in_band(1e6, open_band) is True

@@ -33,7 +33,7 @@ def band_record(fraction: float, answer: Answer, slower: Answer, faster: Answer)
             return None
         return round(other.qps / answer.qps - 1.0, 4)
 
-    return {
+    record = {
         "fraction": fraction,
         "qps": [slower.qps, faster.qps],
         "moved": [moved(slower), moved(faster)],
@@ -41,6 +41,9 @@ def band_record(fraction: float, answer: Answer, slower: Answer, faster: Answer)
         "slower": _side(1.0 + fraction, slower),
         "faster": _side(1.0 - fraction, faster),
     }
+    needed = step_accuracy_needed(record)
+    record["step_accuracy_for_10pct"] = None if needed is None else round(needed, 4)
+    return record
 
 
 def in_band(measured_qps: float | None, band: Mapping[str, Any] | None) -> bool | None:
@@ -70,16 +73,21 @@ def band_markdown(band: Mapping[str, Any] | None, measured_in_band: bool | None)
     parts = []
     for label, moved in zip(("slower", "faster"), band["moved"], strict=True):
         if moved is not None:
-            parts.append(f"{moved:+.0%} {label}")
+            parts.append(f"{moved:+.0%} with {label} steps")
     lines = [
         "",
         f"**If every step took {pct} longer, the answer would be {_qps(low)}; {pct} shorter, "
         f"{_qps(high)}{' or more' if band['open_above'] else ''}** "
         f"(`capacity.step_band={band['fraction']:g}`"
-        + (f": the capacity moves {', '.join(parts)}" if parts else "")
-        + f"). A capacity within ±{pct} needs the step time right within much less wherever "
-        "these move more than that.",
+        + (f": {', '.join(parts)}" if parts else "")
+        + ").",
     ]
+    needed = step_accuracy_needed(band)
+    if needed is not None:
+        lines[-1] += (
+            f" A capacity within ±10% needs the step time right within about ±{needed:.0%} "
+            "here (near the goal the latency curve is flat)."
+        )
     if measured_in_band is not None:
         lines += [
             "",
@@ -88,6 +96,15 @@ def band_markdown(band: Mapping[str, Any] | None, measured_in_band: bool | None)
             + " that band.",
         ]
     return lines
+
+
+def step_accuracy_needed(band: Mapping[str, Any], target: float = 0.10) -> float | None:
+    """The step-time accuracy a capacity within ±``target`` needs, read linearly off the band:
+    ``target`` × fraction / the larger move; None where a side has no answer."""
+    moves = [abs(m) for m in band["moved"] if m is not None]
+    if len(moves) < 2 or max(moves) == 0:
+        return None
+    return float(target * band["fraction"] / max(moves))
 
 
 def band_cells(band: Mapping[str, Any] | None) -> str:

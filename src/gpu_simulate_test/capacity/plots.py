@@ -26,6 +26,7 @@ def plot_capacity(
     real: pd.DataFrame | None = None,
     measured_qps: float | None = None,
     band_qps: list[float | None] | None = None,
+    band_fraction: float = 0.0,
 ) -> Path:
     """One panel per metric with a goal (or all three without): p50 and the goal's percentile
     against the rate, log x; rates that met every goal drawn filled, the others hollow. With
@@ -53,7 +54,8 @@ def plot_capacity(
         if band_qps is not None and answer_qps is not None:
             low = band_qps[0] if band_qps[0] is not None else float(frame["qps"].min())
             high = band_qps[1] if band_qps[1] is not None else answer_qps
-            ax.axvspan(low, high, color="C2", alpha=0.12, label="answer with steps ± the band")
+            ax.axvspan(low, high, color="C2", alpha=0.12,
+                       label=f"answers, steps {band_fraction:.0%} slower .. faster")  # fmt: skip
         if answer_qps is not None:
             ax.axvline(answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} req/s")
         if measured_qps is not None:

@@ -251,6 +251,7 @@ def write_outputs(
         real_frame,
         None if measured is None else measured.qps,
         None if band is None else band["qps"],
+        0.0 if band is None else band["fraction"],
     )
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
         handle.write(report_markdown(r.run_id, doc, frame, r.path, real_frame))
