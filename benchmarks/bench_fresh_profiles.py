@@ -73,11 +73,6 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         "engine_p50": engine,
         "real_vs_real_p50": noise,
         "same_composition_fraction": data.get("steps", {}).get("same_composition_fraction"),
-        "host_speed": data.get("host_speed"),
-        "step_time_finding": next(
-            (f for f in data.get("steps", {}).get("findings", []) if f.startswith("step time")),
-            None,
-        ),
     }
 
 
@@ -122,16 +117,6 @@ def main() -> None:
                 f"{fmt(noise.get(f'{m}_p50', {}).get('client'))}"
                 for m in METRICS
             )
-        )
-    print(
-        "\nhost speed since the calibration (the speed probe: positive, the host ran the truth "
-        "slower) beside the step-time comparison:"
-    )
-    for r in results:
-        speed = r.get("host_speed") or {}
-        print(
-            f"  {r['run']}: probe {fmt(speed.get('drift'))} (repeat "
-            f"{fmt(speed.get('repeat_drift'))}); {r.get('step_time_finding') or '–'}"
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

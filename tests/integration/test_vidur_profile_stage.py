@@ -218,10 +218,3 @@ def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: 
     one = bundle.mlp[bundle.mlp["num_tokens"] == 1].filter(like=".median").sum(axis=1).iloc[0]
     layers_ms = one * bundle.meta["model"]["num_layers"]
     assert (gen["step_ms"] > layers_ms).all() and (cb["step_ms"] > layers_ms).all()
-    # the host's speed at the end of each calibration: three probe requests, one at a time,
-    # each at least its 48 decode steps long
-    for name, steps in (("hf_cb", cb), ("hf_generate", gen)):
-        probe = bundle.meta["engine_calibration"][name]["speed_probe"]
-        decode_ms = float(steps["step_ms"][steps["phase"] == "decode"].min())
-        assert len(probe["request_ms"]) == 3 and probe["output_tokens"] == 48
-        assert 0.5 * decode_ms < probe["ms_per_token"] < 20 * decode_ms, (name, probe)

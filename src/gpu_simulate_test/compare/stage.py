@@ -42,7 +42,7 @@ from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
-from gpu_simulate_test.core import speed_probe, window
+from gpu_simulate_test.core import window
 from gpu_simulate_test.core.goodput import goals_text
 from gpu_simulate_test.core.knobs import knob_mismatches
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
@@ -101,14 +101,6 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     findings = discrepancies(comparison, mismatches)
-    speed = speed_probe.host_speed(
-        sim.meta.get("calibration_speed_probe"),
-        real.meta.get("speed_probe"),
-        None if repeat is None else repeat.meta.get("speed_probe"),
-    )
-    note = speed_probe.finding(speed)
-    if note is not None:
-        findings.append(note)
     steps = load_steps(real, sim, comparison)
     aligned = load_alignment(real, sim)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
@@ -135,7 +127,6 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         data["clocks"] = clocks
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
-        data["host_speed"] = speed
         if steps is not None:
             real_steps, sim_steps, result = steps
             write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
@@ -162,14 +153,6 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )
         text += goodput_markdown(good)
         text += clocks_markdown(clocks)
-        if speed is not None:
-            text += (
-                f"\n{speed_probe.line(speed).capitalize()}: the same three single requests "
-                f"took {speed['real_ms_per_token']:.2f} ms per output token before this run and "
-                f"{speed['calibration_ms_per_token']:.2f} at the end of the calibration "
-                "(`host_speed`; positive: the host ran this run slower, so the simulation, timed "
-                "by the calibration, leans fast by about as much).\n"
-            )
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)
         if aligned is not None:
@@ -181,8 +164,6 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         print_headline(comparison, context, findings, r.path, good)
         if clocks and "noise_vs_engine" in clocks[0]:
             console.print(noise_line(clocks))
-        if speed is not None:
-            console.print(speed_probe.line(speed))
         if steps is not None:
             for line in steps[2].findings:
                 console.print(f"- {line}")

@@ -136,11 +136,6 @@ class BackendConfig:
     engine's first step of a new size pays one-time costs a serving engine has long paid. On
     vLLM CPU the first run on a fresh server had TTFT p50 14-31% above the same workload run
     again (three of three), and a workload of one prompt length ran as fast cold as warm."""
-    speed_probe: bool = True
-    """After the warm-up, before the clock starts, and at the end of an engine calibration:
-    three single requests of fixed lengths (32 prompt, 48 output tokens) one after another,
-    timed at the client (:mod:`gpu_simulate_test.core.speed_probe`): the host's speed at that
-    moment, which ``compare`` sets against the calibration's (``host_speed``)."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.name", self.name, BACKEND_NAMES)

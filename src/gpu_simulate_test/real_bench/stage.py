@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core import speed_probe
 from gpu_simulate_test.core.engines import Backend, get_backend
 from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
@@ -182,8 +181,6 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         try:
             with _backend_session(backend, recorder) as info:
                 backend.warmup(warmups + shapes)
-                if cfg.backend.speed_probe:  # the host's speed now, as the calibration read it
-                    r.update_meta(speed_probe=speed_probe.measure(backend, cfg.model.vocab_size))
                 info.update(describe(backend))
                 client_cpus = backend.client_cpus()
                 info["client_cpus"] = sorted(client_cpus) if client_cpus else None

@@ -44,7 +44,6 @@ import pandas as pd
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core import speed_probe
 from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.core.engines import BackendError, get_backend
 from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, switch_interval
@@ -383,8 +382,6 @@ def calibrate(
                 lengths,
                 lengths_from,
             )
-        # the host's speed, read as every real run reads it before its clock starts
-        probe = speed_probe.measure(backend, model.vocab_size) if cfg.backend.speed_probe else None
     finally:
         backend.close()
     frontend, source = None, "client token times"
@@ -447,7 +444,6 @@ def calibrate(
         "frontend": frontend,
         "logged_steps": 0 if logged is None else len(logged),
         "serving": serving,
-        "speed_probe": probe,
     }
     return rows, info, serving_table
 

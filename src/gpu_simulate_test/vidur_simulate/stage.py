@@ -430,11 +430,6 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
             ),
-            # the host's speed when the bundle was calibrated (compare's host_speed)
-            calibration_speed_probe=(
-                inputs.bundle.engine_calibration(cfg.vidur.engine_overhead) or {}
-            ).get("speed_probe"),
-            step_time_scale=cfg.vidur.step_time_scale,
         )
         sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
         result, table = sim.result, sim.table
