@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.capacity.stage import YES_NO
+
 GOAL_SETS: dict[str, list[str]] = {
     "default (TTFT p90 ≤ 100 ms, TPOT p90 ≤ 30 ms)": [],
     "tight TTFT (TTFT p90 ≤ 40 ms, TPOT p90 ≤ 30 ms)": ["capacity.slo.ttft_ms=40"],
@@ -76,7 +78,7 @@ def main() -> None:
             ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
             binds = f"{'; '.join(r['binding']['simulated'])} / {'; '.join(r['binding']['real'])}"
             band = "–" if r["step_band"] is None else f"{r['step_band'][0]}–{r['step_band'][1]}"
-            inside = {True: "yes", False: "no", None: "–"}[r["measured_in_band"]]
+            inside = YES_NO[r["measured_in_band"]]
             print(
                 f"| {name} | {r['run']} | {r['answer_qps']} | {band} | "
                 f"{r['measured_capacity_qps']} | {ratio} | {inside} | {binds} | "

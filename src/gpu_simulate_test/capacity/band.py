@@ -82,7 +82,7 @@ def band_markdown(band: Mapping[str, Any] | None, measured_in_band: bool | None)
         + (f": {', '.join(parts)}" if parts else "")
         + ").",
     ]
-    needed = step_accuracy_needed(band)
+    needed = band["step_accuracy_for_10pct"]
     if needed is not None:
         lines[-1] += (
             f" A capacity within ±10% needs the step time right within about ±{needed:.0%} "
