@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -162,6 +163,87 @@ def test_a_real_calibration_is_fitted_within_its_noise() -> None:
     assert prefill["error"].abs().max() < 0.05  # was +101% at 102 tokens
     assert overhead.per_prefill_token_ms < 0.05
     assert table["error"].abs().max() < 0.2  # the mixed steps: about +-15%
+
+
+GRAPH_ROWS = [
+    # (phase, requests, query tokens, context, measured step ms, Vidur's ops ms): hf_cb with CUDA
+    # graphs, Qwen3-0.6B in bf16 on an H200 (benchmarks/results/h200_qwen3_0_6b_20261126): every
+    # step about 22-25 ms, while the ops profiled one by one add up to 26-30 ms
+    ("prefill", 1, 16, 16, 22.53, 27.93),
+    ("prefill", 1, 51, 51, 22.20, 28.52),
+    ("prefill", 1, 161, 161, 22.74, 27.44),
+    ("prefill", 1, 512, 512, 23.72, 28.42),
+    ("decode", 1, 1, 44, 22.34, 25.71),
+    ("decode", 2, 1, 44, 22.32, 25.88),
+    ("decode", 4, 1, 44, 22.36, 25.69),
+    ("decode", 8, 1, 44, 22.90, 26.10),
+    ("decode", 16, 1, 44, 23.07, 25.64),
+    ("decode", 32, 1, 44, 24.60, 25.94),
+    ("mixed", 2, 16, 38, 23.06, 29.52),
+    ("mixed", 2, 512, 38, 22.95, 29.50),
+    ("mixed", 5, 16, 38, 22.99, 29.50),
+    ("mixed", 5, 512, 38, 22.50, 29.49),
+]
+
+
+def calibration(
+    real_rows: list[tuple[str, int, int, int, float, float]],
+) -> tuple[pd.DataFrame, Callable[[list[int], list[int]], float]]:
+    """``engine_steps`` rows of a real calibration and Vidur's ops for their shapes."""
+    rows = pd.DataFrame(
+        [
+            {
+                "backend": "hf_cb",
+                "phase": phase,
+                "batch_size": b,
+                "num_q_tokens": q,
+                "context_tokens": kv,
+                "step_ms": ms,
+                "samples": 8,
+            }
+            for phase, b, q, kv, ms, _ in real_rows
+        ]
+    )
+    ops = {(b, q): ops_ms for _, b, q, _, _, ops_ms in real_rows}  # (requests, longest query)
+
+    def vidur(q: list[int], _kv: list[int]) -> float:
+        return ops[(len(q), max(q))]
+
+    return rows, vidur
+
+
+def test_ops_faster_in_the_engine_than_profiled_are_scaled_not_left_too_slow() -> None:
+    """With CUDA graphs the engine's steps beat the sum of the ops timed one by one; the overhead
+    cannot be negative, so the ops are scaled down to the fastest calibrated step's ratio (of
+    decodes, and of steps with a prompt) and every decode step is then fitted exactly
+    (unscaled, all were 12-15% too slow, and the prompts' steps 19-31%)."""
+    rows, vidur = calibration(GRAPH_ROWS)
+    overhead, table = fit("hf_cb", rows, vidur)
+    assert overhead.ops_scale == pytest.approx(22.32 / 25.88)  # the fastest decode: 2 requests
+    assert overhead.prompt_ops_scale == pytest.approx(22.50 / 29.49)
+    decode = table["phase"] == "decode"
+    assert (table.loc[decode, "ops_scale"] == overhead.ops_scale).all()
+    assert (table.loc[~decode, "ops_scale"] == overhead.prompt_ops_scale).all()
+    assert overhead.scale_for([1, 1]) == overhead.ops_scale
+    assert overhead.scale_for([16, 1]) == overhead.prompt_ops_scale
+    assert (table["vidur_ops_ms"] == [r[5] for r in GRAPH_ROWS]).all()  # as Vidur predicts
+    decode = table[table["phase"] == "decode"]
+    assert decode["error"].abs().max() < 1e-6
+    assert table["error"].abs().max() < 0.05
+    assert (table["overhead_ms"] >= 0).all()
+    # the simulated step: the scaled ops plus the overhead, as the calibration measured it
+    step = ExecutionTimeWithOverhead(
+        SimpleNamespace(total_time=25.69e-3), overhead.ms([1] * 4), ops_scale=overhead.ops_scale
+    )
+    assert step.total_time * 1e3 == pytest.approx(22.36, abs=1e-6)
+
+
+def test_ops_are_kept_as_profiled_when_the_engine_is_slower_than_them() -> None:
+    overhead, _ = fit("hf_cb", steps(), flat)
+    assert overhead.ops_scale == overhead.prompt_ops_scale == 1.0
+    rows, vidur = calibration(REAL_ROWS)
+    fitted = fit("hf_cb", rows, vidur)[0]
+    assert fitted.ops_scale == fitted.prompt_ops_scale == 1.0
 
 
 def test_per_request_overhead_follows_the_engine_between_calibrated_sizes() -> None:

@@ -7,6 +7,7 @@ than one replica) Vidur's loop runs and the run says so."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -352,3 +353,39 @@ def test_the_library_runs_the_configs_event_loop_by_default() -> None:
     defaults = inspect.signature(library_simulate).parameters
     assert defaults["event_loop"].default == VidurConfig().event_loop == "fast"
     assert defaults["lean"].default is VidurConfig().lean_metrics
+
+
+def test_ops_scaled_down_for_an_engine_faster_than_its_profiled_ops(
+    bundles: dict[bool, Path], tmp_path: Path
+) -> None:
+    """An engine calibration whose steps are faster than the ops Vidur sums (CUDA graphs):
+    the ops are scaled down (``ops_scale`` below 1 in run_meta), Vidur's loop and ours still
+    write the same bytes, and the decode steps come out near the calibrated ones, not as the
+    unscaled ops."""
+    graphs = tmp_path / "graphs"
+    shutil.copytree(bundles[True], graphs)
+    engine_steps = steps()
+    # every step 20-50 us: under the synthetic ops' launch-bound 4 us per op, summed
+    engine_steps["step_ms"] = 0.02 + engine_steps["step_ms"] * 1e-3
+    (table,) = graphs.rglob(layout.ENGINE_STEPS)
+    write_csv(table, engine_steps, ENGINE_STEPS_TABLE)
+    rng = np.random.default_rng(5)
+    n = 40
+    workload = write_workload_run(
+        tmp_path, "w", rng.integers(8, 120, n), rng.integers(2, 16, n),
+        np.cumsum(rng.exponential(0.01, n)),
+    )  # fmt: skip
+    scheduler = knobs(SARATHI, 8, chunk_size=128)
+    runs = {
+        loop: simulate(tmp_path, f"graphs-{loop}", workload, graphs, scheduler, loop, True)
+        for loop in ("fast", "vidur")
+    }
+    for name in (layout.REQUEST_METRICS, layout.ENGINE_STEP_LOG):
+        assert (runs["fast"] / name).read_bytes() == (runs["vidur"] / name).read_bytes(), name
+    fitted = read_json(runs["fast"] / "run_meta.json")["engine_overhead"]
+    assert 0 < fitted["ops_scale"] < 1 and 0 < fitted["prompt_ops_scale"] < 1
+    log = pd.read_csv(runs["fast"] / layout.ENGINE_STEP_LOG)
+    decodes = log[log["num_prefill_tokens"] == 0]
+    calibrated = engine_steps.loc[engine_steps["phase"] == "decode", "step_ms"]
+    # the jitter stretches a step by at most 1.6
+    assert decodes["elapsed_ms"].max() <= 1.6 * calibrated.max() * (1 + 1e-9)

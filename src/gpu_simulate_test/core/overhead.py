@@ -23,9 +23,16 @@ With mixed steps, what an idle engine's prefill costs on top (waking the engine)
 replay those start on an idle engine. The predictor adds the overhead to every batch's execution
 time, so queueing, TTFT, TPOT and E2E all see it.
 
-With ``vidur.step_jitter`` the whole step (ops and overhead) is then multiplied by a factor drawn,
-per batch, from the calibration's decode-step spread (:class:`StepJitter`): the calibrated
-medians stay the model's centre, and single steps stray from them as the real engine's do.
+An engine can also run Vidur's ops faster than they were timed one by one: with CUDA graphs a
+step replays its kernels without the launch gaps the layer profile paid for each op, and
+transformers pads every step to a captured size, so a decode of 1 to 32 requests takes the same
+22 ms on an H100-class GPU while the profiled ops add up to 26. An overhead cannot be negative,
+so when the profiled ops exceed the measured decode steps (their median ratio below 1) the ops
+are first scaled: a decode-only batch's by ``ops_scale``, a batch carrying a prompt's by
+``prompt_ops_scale``, each the smallest measured / predicted ratio over its kind of calibrated
+step, so that none of them is faster than its scaled ops; the overhead is fitted on top as
+above. Without that, every step would be simulated as its unscaled ops, too slow, and nothing
+would say so.
 """
 
 from __future__ import annotations
@@ -59,6 +66,15 @@ class StepOverhead:
     batch_sizes: tuple[int, ...]
     batch_overhead_ms: tuple[float, ...]
     """Measured overhead of the calibrated decode batches (interpolated between them)."""
+    ops_scale: float = 1.0
+    """Factor on Vidur's profiled ops of a decode-only batch (1: as profiled; below 1 when the
+    engine's measured steps are faster than the ops timed one by one, e.g. with CUDA graphs)."""
+    prompt_ops_scale: float = 1.0
+    """The same for a batch that carries a prompt (a prefill or a chunk of one)."""
+
+    def scale_for(self, num_q_tokens: Sequence[int]) -> float:
+        """The factor on the profiled ops of a batch with these query tokens per request."""
+        return self.prompt_ops_scale if any(q > 1 for q in num_q_tokens) else self.ops_scale
 
     def requests_ms(self, num_requests: int) -> float:
         """The per-sequence part for a batch of ``num_requests`` requests."""
@@ -152,19 +168,41 @@ def _prefill_terms(
     return per_prefill, per_token, idle
 
 
+def ops_scales(
+    measured: np.ndarray, predicted: np.ndarray, decode: np.ndarray
+) -> tuple[float, float]:
+    """``(ops_scale, prompt_ops_scale)``: (1, 1) unless the profiled ops exceed the measured
+    decode steps (median ratio below 1); then for decode-only steps and for the steps carrying a
+    prompt, each the smallest measured / predicted ratio of its kind (at most 1), so that no
+    step's overhead on top of its scaled ops is negative."""
+    usable = predicted > 0
+    ratios = np.where(usable, measured / np.where(usable, predicted, 1.0), np.inf)
+    decode_ratios = ratios[decode & usable]
+    if len(decode_ratios) == 0 or float(np.median(decode_ratios)) >= 1.0:
+        return 1.0, 1.0
+    prompt_ratios = ratios[~decode & usable]
+    prompt = float(min(1.0, prompt_ratios.min())) if len(prompt_ratios) else 1.0
+    return float(min(1.0, decode_ratios.min())), prompt
+
+
 def fit(
     backend: str, rows: pd.DataFrame, predict_ms: Callable[[list[int], list[int]], float]
 ) -> tuple[StepOverhead, pd.DataFrame]:
     """Fit the overhead on ``rows`` (engine_steps of one backend); returns it and a per-row table.
 
     ``predict_ms(num_q_tokens, num_kv_tokens)`` is Vidur's prediction for one batch; steps it
-    has no prediction for (a shape beyond what this simulation predicts) are left out.
+    has no prediction for (a shape beyond what this simulation predicts) are left out. The
+    table's ``vidur_ops_ms`` is that prediction as Vidur makes it, before ``ops_scale`` (the
+    table's column of the factor each step's ops were scaled by).
     """
-    rows, predicted = _predictions(rows, predict_ms, backend)
+    rows, raw_ops = _predictions(rows, predict_ms, backend)
     measured = rows["step_ms"].to_numpy(dtype=float)
-    residual = measured - predicted
     phase = rows["phase"].to_numpy()
     decode, prefill, mixed = phase == "decode", phase == "prefill", phase == "mixed"
+    scale, prompt_scale = ops_scales(measured, raw_ops, decode)
+    scales = np.where(decode, scale, prompt_scale)
+    predicted = raw_ops * scales
+    residual = measured - predicted
     batch = rows["batch_size"].to_numpy(dtype=float)
     tokens = rows["num_q_tokens"].to_numpy(dtype=float)
     x = batch[decode]
@@ -183,6 +221,8 @@ def fit(
         idle_prefill_ms=0.0,
         batch_sizes=tuple(int(b) for b in by_size.index),
         batch_overhead_ms=tuple(float(v) for v in by_size.to_numpy()),
+        ops_scale=scale,
+        prompt_ops_scale=prompt_scale,
     )
     beside = np.array([requests_only.requests_ms(int(b)) for b in batch])
     per_prefill, per_token, idle = _prefill_terms(
@@ -197,7 +237,8 @@ def fit(
     fitted = np.array([overhead.ms(step_shape(row)[0]) for row in rows.itertuples()])
     table = rows[["phase", "batch_size", "num_q_tokens", "context_tokens"]].copy()
     table["measured_ms"] = measured
-    table["vidur_ops_ms"] = predicted
+    table["vidur_ops_ms"] = raw_ops
+    table["ops_scale"] = scales
     table["overhead_ms"] = fitted
     table["predicted_ms"] = predicted + fitted
     table["error"] = table["predicted_ms"] / table["measured_ms"] - 1
@@ -263,14 +304,20 @@ class ExecutionTimeWithOverhead:
     else is read from the wrapped object.
     """
 
-    def __init__(self, base: Any, overhead_ms: float, factor: float = 1.0) -> None:
+    def __init__(
+        self, base: Any, overhead_ms: float, factor: float = 1.0, ops_scale: float = 1.0
+    ) -> None:
         self._base = base
         self.engine_overhead_ms = overhead_ms
         self.jitter_factor = factor
+        self.ops_scale = ops_scale
 
     @property
     def total_time(self) -> float:
-        return (float(self._base.total_time) + self.engine_overhead_ms * 1e-3) * self.jitter_factor
+        ops = float(self._base.total_time)
+        if self.ops_scale != 1.0:
+            ops *= self.ops_scale
+        return (ops + self.engine_overhead_ms * 1e-3) * self.jitter_factor
 
     def to_dict(self) -> dict[str, float]:
         base = self._base.to_dict() if hasattr(self._base, "to_dict") else {}

@@ -151,6 +151,9 @@ class BatchTimer:
             )
             value = float(self._base(shape, 0).total_time)
             if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
+                ops_scale = self.overhead.scale_for(q)
+                if ops_scale != 1.0:
+                    value *= ops_scale
                 value = value + self.overhead.ms(q) * 1e-3
             self._memo[key] = value
         return value * self._scale

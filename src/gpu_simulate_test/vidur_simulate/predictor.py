@@ -127,7 +127,10 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
             return ExecutionTimeWithOverhead(base, 0.0, self.step_scale)
         factor = self.step_jitter() if self.step_jitter is not None else 1.0
         return ExecutionTimeWithOverhead(
-            base, self.step_overhead.ms(batch.num_q_tokens), factor * self.step_scale
+            base,
+            self.step_overhead.ms(batch.num_q_tokens),
+            factor * self.step_scale,
+            self.step_overhead.scale_for(batch.num_q_tokens),
         )
 
     def _get_input_files(self) -> tuple[str, str, str, str]:
