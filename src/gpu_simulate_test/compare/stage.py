@@ -21,6 +21,7 @@ from gpu_simulate_test.compare.alignment import (
     alignment_markdown,
     plot_alignment,
 )
+from gpu_simulate_test.compare.calibration import calibration_findings
 from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
 from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.compare.contract import (
@@ -100,7 +101,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     )
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
-    findings = discrepancies(comparison, mismatches)
+    findings = discrepancies(comparison, mismatches) + calibration_findings(sim.meta)
     steps = load_steps(real, sim, comparison)
     aligned = load_alignment(real, sim)
     run_id = cfg.output.run_id or default_run_id(resolved_config)

@@ -1,0 +1,48 @@
+"""What the simulation's engine-overhead fit says about the calibration it was built on.
+
+A simulated step is Vidur's ops plus the fitted overhead (:mod:`gpu_simulate_test.core.overhead`).
+Where that sum cannot reproduce the calibrated steps, no comparison can be closer than the gap,
+and where the profiled ops had to be scaled down to fit, the user should know the layer profile
+was off. Both are read from the simulation's ``run_meta.json`` ``engine_overhead`` and said as
+findings of the comparison, so that neither stays silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+UNREPRODUCED = 0.05
+"""A kind of calibrated step whose simulated time is this far off at the median is a finding."""
+
+
+def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
+    """Findings on the fit recorded in a simulation's run_meta (none without an overhead)."""
+    fitted = sim_meta.get("engine_overhead")
+    if not isinstance(fitted, Mapping):
+        return []
+    lines = []
+    by_phase = fitted.get("calibration_error_by_phase") or {}
+    off = {
+        phase: stats
+        for phase, stats in sorted(by_phase.items())
+        if isinstance(stats, Mapping) and stats.get("abs_error_median", 0.0) > UNREPRODUCED
+    }
+    for phase, stats in off.items():
+        lines.append(
+            f"the simulation does not reproduce its own engine calibration: {phase} steps "
+            f"{stats['abs_error_median']:.0%} off at the median, {stats['abs_error_max']:.0%} at "
+            f"most ({stats['steps']} calibrated steps); no figure can be closer than that"
+        )
+    scales = [
+        (kind, float(fitted.get(key, 1.0)))
+        for kind, key in (("decodes", "ops_scale"), ("steps with a prompt", "prompt_ops_scale"))
+    ]
+    scaled = [f"{kind} × {value:.2f}" for kind, value in scales if value != 1.0]
+    if scaled:
+        lines.append(
+            "the engine ran faster than Vidur's profiled ops add up to (CUDA graphs, or a layer "
+            "profile taken at another speed): ops scaled to fit its calibration, "
+            + ", ".join(scaled)
+        )
+    return lines
