@@ -144,25 +144,7 @@ REAL_ROWS = [
 
 
 def test_a_real_calibration_is_fitted_within_its_noise() -> None:
-    rows = pd.DataFrame(
-        [
-            {
-                "backend": "hf_cb",
-                "phase": phase,
-                "batch_size": b,
-                "num_q_tokens": q,
-                "context_tokens": kv,
-                "step_ms": ms,
-                "samples": 8,
-            }
-            for phase, b, q, kv, ms, _ in REAL_ROWS
-        ]
-    )
-    ops = {(b, q): ops_ms for _, b, q, _, _, ops_ms in REAL_ROWS}  # (requests, longest query)
-
-    def vidur(q: list[int], _kv: list[int]) -> float:
-        return ops[(len(q), max(q))]
-
+    rows, vidur = calibration(REAL_ROWS)
     overhead, table = fit("hf_cb", rows, vidur)
     prefill = table[table["phase"] == "prefill"]
     assert prefill["error"].abs().max() < 0.05  # was +101% at 102 tokens
