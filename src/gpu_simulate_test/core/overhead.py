@@ -35,6 +35,10 @@ overhead is fitted on top as above. Without that, such steps would be simulated 
 ops, too slow, and nothing would say so. The layer profile of an eager GPU run moves with the
 host's launch speed: two H200 calibrations of one preset put a decode's ops at 25.7 and 19.4 ms
 against 22.3 and 22.6 measured, so either kind of step may need it without the other.
+
+With ``vidur.step_jitter`` the whole step (ops and overhead) is then multiplied by a factor drawn,
+per batch, from the calibration's decode-step spread (:class:`StepJitter`): the calibrated
+medians stay the model's centre, and single steps stray from them as the real engine's do.
 """
 
 from __future__ import annotations
