@@ -23,12 +23,9 @@ def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
         return []
     lines = []
     by_phase = fitted.get("calibration_error_by_phase") or {}
-    off = {
-        phase: stats
-        for phase, stats in sorted(by_phase.items())
-        if isinstance(stats, Mapping) and stats.get("abs_error_median", 0.0) > UNREPRODUCED
-    }
-    for phase, stats in off.items():
+    for phase, stats in sorted(by_phase.items()):
+        if not isinstance(stats, Mapping) or stats.get("abs_error_median", 0.0) <= UNREPRODUCED:
+            continue
         lines.append(
             f"the simulation does not reproduce its own engine calibration: {phase} steps "
             f"{stats['abs_error_median']:.0%} off at the median, {stats['abs_error_max']:.0%} at "

@@ -184,7 +184,7 @@ def _scale(room: np.ndarray, ops: np.ndarray) -> float:
     ratios = room[usable] / ops[usable]
     if float(np.median(ratios)) >= 1.0:
         return 1.0
-    return float(min(1.0, max(0.0, ratios.min())))
+    return max(0.0, float(ratios.min()))  # below 1, as the median is
 
 
 def fit(
@@ -301,6 +301,13 @@ class StepJitter:
         return draw
 
 
+def step_s(ops_s: float, ops_scale: float, overhead_ms: float) -> float:
+    """A batch's time in seconds before its jitter factor: Vidur's ops (seconds) scaled, plus
+    the overhead (milliseconds). Vidur's loop and ours both time a batch through this, so that
+    they write the same bytes."""
+    return ops_s * ops_scale + overhead_ms * 1e-3
+
+
 class ExecutionTimeWithOverhead:
     """Vidur's ExecutionTime of a batch, plus the engine's overhead in ``total_time``, times
     the step's jitter factor (1 without jitter).
@@ -319,10 +326,8 @@ class ExecutionTimeWithOverhead:
 
     @property
     def total_time(self) -> float:
-        ops = float(self._base.total_time)
-        if self.ops_scale != 1.0:
-            ops *= self.ops_scale
-        return (ops + self.engine_overhead_ms * 1e-3) * self.jitter_factor
+        step = step_s(float(self._base.total_time), self.ops_scale, self.engine_overhead_ms)
+        return step * self.jitter_factor
 
     def to_dict(self) -> dict[str, float]:
         base = self._base.to_dict() if hasattr(self._base, "to_dict") else {}

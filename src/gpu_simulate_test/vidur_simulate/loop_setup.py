@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from gpu_simulate_test.core.overhead import step_s
+
 SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
 
 
@@ -151,9 +153,6 @@ class BatchTimer:
             )
             value = float(self._base(shape, 0).total_time)
             if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
-                ops_scale = self.overhead.scale_for(q)
-                if ops_scale != 1.0:
-                    value *= ops_scale
-                value = value + self.overhead.ms(q) * 1e-3
+                value = step_s(value, self.overhead.scale_for(q), self.overhead.ms(q))
             self._memo[key] = value
         return value * self._scale
