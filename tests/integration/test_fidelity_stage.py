@@ -80,6 +80,8 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
         assert window["requests_warmup"] >= 1  # the first request always arrives in it
         compared = json.loads((here / level["compare_run"] / "comparison.json").read_text())
         assert compared["warmup"]["num_warmup_excluded"] == window["requests_warmup"]
+        # the host's memory speed at each real run against the calibration's (both read here)
+        assert compared["host_memory"]["real"]["ratio"] > 0
     table = read_csv(sim / contract.FIDELITY_CSV, contract.FIDELITY_TABLE)
     assert set(table["clock"]) == {"engine", "client"}
     assert table["noise"].notna().all()  # the real side ran twice per load

@@ -218,3 +218,10 @@ def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: 
     one = bundle.mlp[bundle.mlp["num_tokens"] == 1].filter(like=".median").sum(axis=1).iloc[0]
     layers_ms = one * bundle.meta["model"]["num_layers"]
     assert (gen["step_ms"] > layers_ms).all() and (cb["step_ms"] > layers_ms).all()
+    # the host's memory speed, read before the experiments and after the replays: one LM head
+    # of tiny Qwen3 in float32 (78 MB), as every real run reads it around its replay
+    for name in ("hf_cb", "hf_generate"):
+        probe = bundle.meta["engine_calibration"][name]["host_probe"]
+        assert probe["mbytes"] == pytest.approx(151936 * 128 * 4 / 1e6, rel=1e-3), name
+        mean = (probe["before"]["ms"] + probe["after"]["ms"]) / 2
+        assert probe["ms"] == pytest.approx(mean, rel=1e-3) and probe["before"]["reads"] >= 1

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_simulate_test.core import host_probe
+
 UNREPRODUCED = 0.05
 """A kind of calibrated step whose simulated time is this far off at the median is a finding."""
 
@@ -43,3 +45,33 @@ def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
             + ", ".join(scaled)
         )
     return lines
+
+
+def host_memory(
+    sim_meta: Mapping[str, Any],
+    real_meta: Mapping[str, Any],
+    repeat_meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The real run's host reading (and its repeat's) against the calibration's
+    (:func:`gpu_simulate_test.core.host_probe.drift`); None when the calibration or the real
+    run read none."""
+    calibration = sim_meta.get("calibration_host_probe")
+    real = host_probe.drift(calibration, real_meta.get("host_probe"))
+    if real is None:
+        return None
+    again = None if repeat_meta is None else repeat_meta.get("host_probe")
+    return {"real": real, "real_again": host_probe.drift(calibration, again)}
+
+
+def host_memory_markdown(memory: Mapping[str, Any] | None) -> str:
+    """The summary's paragraph on :func:`host_memory` (empty without it)."""
+    if memory is None:
+        return ""
+    said = host_probe.line(memory["real"])
+    text = f"\n{said[0].upper()}{said[1:]}"
+    if memory.get("real_again") is not None:
+        text += f"; at the repeat {memory['real_again']['ratio']:.2f}×"
+    return text + (
+        " (`host_memory`: each run reads it before its clock starts and after its last request, "
+        "the calibration before its experiments and after its replays).\n"
+    )

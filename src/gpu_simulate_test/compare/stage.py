@@ -21,7 +21,11 @@ from gpu_simulate_test.compare.alignment import (
     alignment_markdown,
     plot_alignment,
 )
-from gpu_simulate_test.compare.calibration import calibration_findings
+from gpu_simulate_test.compare.calibration import (
+    calibration_findings,
+    host_memory,
+    host_memory_markdown,
+)
 from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
 from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
 from gpu_simulate_test.compare.contract import (
@@ -43,7 +47,7 @@ from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
-from gpu_simulate_test.core import window
+from gpu_simulate_test.core import host_probe, window
 from gpu_simulate_test.core.goodput import goals_text
 from gpu_simulate_test.core.knobs import knob_mismatches
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
@@ -102,6 +106,9 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     findings = discrepancies(comparison, mismatches) + calibration_findings(sim.meta)
+    memory = host_memory(sim.meta, real.meta, None if repeat is None else repeat.meta)
+    if memory is not None and (note := host_probe.finding(memory["real"])) is not None:
+        findings.append(note)
     steps = load_steps(real, sim, comparison)
     aligned = load_alignment(real, sim)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
@@ -128,6 +135,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         data["clocks"] = clocks
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
+        data["host_memory"] = memory
         if steps is not None:
             real_steps, sim_steps, result = steps
             write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
@@ -154,6 +162,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )
         text += goodput_markdown(good)
         text += clocks_markdown(clocks)
+        text += host_memory_markdown(memory)
         if steps is not None:
             text += steps_markdown(steps[2], cfg.compare.plots)
         if aligned is not None:
@@ -165,6 +174,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         print_headline(comparison, context, findings, r.path, good)
         if clocks and "noise_vs_engine" in clocks[0]:
             console.print(noise_line(clocks))
+        if memory is not None:
+            console.print(host_probe.line(memory["real"]))
         if steps is not None:
             for line in steps[2].findings:
                 console.print(f"- {line}")

@@ -37,9 +37,10 @@ class FidelityOptions:
     """Real bench runs per load on the same workload; from 2 on, the report carries the real
     side's run-to-run difference (the noise floor) next to the simulator's error."""
     reruns: int = 2
-    """Re-runs a disturbed real run may get per load (late sends, held-back streams, foreign CPU:
-    :mod:`gpu_simulate_test.core.disturbance`), each after waiting for the machine to go quiet;
-    0 marks it only. The report says which runs were disturbed and what was done."""
+    """Re-runs a disturbed real run may get per load (late sends, held-back streams, foreign
+    CPU, host memory: :mod:`gpu_simulate_test.core.disturbance`), each after waiting for the
+    machine to go quiet; 0 marks it only. The report says which runs were disturbed and what was
+    done."""
     calibrate_each_load: bool = False
     """Profile and calibrate right before every load's real run, into the load's own bundle,
     instead of once per campaign (on a host whose speed drifts over minutes)."""

@@ -136,6 +136,11 @@ class BackendConfig:
     engine's first step of a new size pays one-time costs a serving engine has long paid. On
     vLLM CPU the first run on a fresh server had TTFT p50 14-31% above the same workload run
     again (three of three), and a workload of one prompt length ran as fast cold as warm."""
+    host_probe: bool = True
+    """On CPU: read one LM head's bytes on the engine's core before the clock starts and after
+    the last request (:mod:`~gpu_simulate_test.core.host_probe`, about 0.3 s each): a run over
+    which the host's memory speed moved by more than 1.5 times is disturbed (``host_memory``),
+    and ``compare`` sets the reading against the calibration's."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.name", self.name, BACKEND_NAMES)

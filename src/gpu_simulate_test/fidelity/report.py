@@ -74,6 +74,9 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
     def ms(v: float | None) -> str:
         return "–" if v is None else f"{v:.1f}"
 
+    def times(v: float | None) -> str:
+        return "–" if v is None else f"{v:.2f}×"
+
     lines = [
         "",
         "## Where the error lives",
@@ -82,18 +85,22 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "faster or slower Vidur's steps are than the engine's for the same compositions (engine "
         "loop included); *steps* and *busy time* compare the step count and the total time the "
         "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
-        "client saw beyond the server's own TTFT, against what the simulation adds for it.",
+        "client saw beyond the server's own TTFT, against what the simulation adds for it; "
+        "*host memory* is how long the host took to read one LM head around the real run over "
+        "how long it took around the calibration (above 1: the truth met a slower host, and the "
+        "simulation leans fast).",
         "",
         "| backend | load | step time | steps | busy time | front end real (ms) | "
-        "front end simulated (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "front end simulated (ms) | host memory |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for backend, level in rows:
         a = level["steps"]
         lines.append(
             f"| {backend} | {level['load_fraction']:.0%} | {pct(a['step_time_error'])} | "
             f"{pct(a['step_count_error'])} | {pct(a['busy_time_error'])} | "
-            f"{ms(a['real_frontend_ms'])} | {ms(a['sim_frontend_ms'])} |"
+            f"{ms(a['real_frontend_ms'])} | {ms(a['sim_frontend_ms'])} | "
+            f"{times(a.get('host_memory_ratio'))} |"
         )
     return lines
 
@@ -103,13 +110,14 @@ def disturbance_lines(
     unchecked: str = "a real phase older than the check",
 ) -> list[str]:
     """The report's account of the real runs: which were disturbed (late sends, held-back
-    streams, foreign CPU) and what was done; ``None``: not checked (``unchecked`` says why)."""
+    streams, foreign CPU, host memory) and what was done; ``None``: not checked
+    (``unchecked`` says why)."""
     lines = ["", "## Real runs", ""]
     if real_runs is None:
         return [*lines, f"Not checked for disturbance ({unchecked})."]
     marked = [run for run in real_runs if run["disturbed"] or run["reruns"]]
     if not marked:
-        signs = "late sends, held-back streams, foreign CPU"
+        signs = "late sends, held-back streams, foreign CPU, host memory"
         return [*lines, f"All {len(real_runs)} real runs undisturbed ({signs})."]
     lines += ["| backend | load | run | attempts | verdict |", "| --- | --- | --- | --- | --- |"]
     for run in marked:

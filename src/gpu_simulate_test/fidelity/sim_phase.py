@@ -304,7 +304,7 @@ def load_record(
     }
     totals = (comparison.get("steps") or {}).get("totals")
     if totals:
-        record["steps"] = fid.step_attribution(totals)
+        record["steps"] = fid.step_attribution(totals, comparison.get("host_memory"))
     return record, comparison, clock_percentiles(percentiles, comparison)
 
 

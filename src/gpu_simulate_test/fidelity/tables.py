@@ -311,9 +311,12 @@ def fidelity_json(
     }
 
 
-def step_attribution(totals: Mapping[str, Any]) -> dict[str, float | None]:
+def step_attribution(
+    totals: Mapping[str, Any], host_memory: Mapping[str, Any] | None = None
+) -> dict[str, float | None]:
     """A load's step-level attribution (``comparison.json`` ``steps.totals`` of its compare run):
-    step time vs scheduling vs the front end."""
+    step time vs scheduling vs the front end; with its ``host_memory``, the truth's host
+    reading over the calibration's."""
 
     def num(value: Any) -> float | None:
         return float(value) if isinstance(value, int | float) and np.isfinite(value) else None
@@ -326,4 +329,5 @@ def step_attribution(totals: Mapping[str, Any]) -> dict[str, float | None]:
         "busy_time_error": num(totals.get("busy_time_error")),
         "real_frontend_ms": client - server if client is not None and server is not None else None,
         "sim_frontend_ms": num(ttft.get("sim_frontend")),
+        "host_memory_ratio": num(((host_memory or {}).get("real") or {}).get("ratio")),
     }

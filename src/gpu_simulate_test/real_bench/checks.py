@@ -4,8 +4,9 @@ module gathers what one run measured for them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from gpu_simulate_test.core.busy import ForeignLoad, OwnLoad, listening_pids
@@ -61,8 +62,21 @@ def decode_step_ms(run_dir: Path) -> list[float]:
 
 
 def run_verdict(
-    run_dir: Path, records: Sequence[RequestRecord], foreign_cores: float | None, why_not: str
+    run_dir: Path,
+    records: Sequence[RequestRecord],
+    foreign_cores: float | None,
+    why_not: str,
+    probe: Mapping[str, Any] | None = None,
+    probe_why_not: str = "",
 ) -> Verdict:
     """Every disturbance sign of the run in ``run_dir`` (its step log already written)."""
     sent = [r.arrival_s - r.scheduled_arrival_s for r in records if r.arrival_s is not None]
-    return judge(sent, pooled_itls_s(records), decode_step_ms(run_dir), foreign_cores, why_not)
+    return judge(
+        sent,
+        pooled_itls_s(records),
+        decode_step_ms(run_dir),
+        foreign_cores,
+        why_not,
+        probe,
+        probe_why_not,
+    )

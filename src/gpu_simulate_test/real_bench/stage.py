@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.core import host_probe
 from gpu_simulate_test.core.engines import Backend, get_backend
 from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
@@ -178,12 +179,16 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         backend.log_dir = r.path
         replay_started: float | None = None
         cpu: ReplayCpu | None = None
+        probe_why_not = host_probe.why_not(cfg.hardware.device, cfg.backend.host_probe)
+        probe: dict[str, Any] = {}
         try:
             with _backend_session(backend, recorder) as info:
                 backend.warmup(warmups + shapes)
                 info.update(describe(backend))
                 client_cpus = backend.client_cpus()
                 info["client_cpus"] = sorted(client_cpus) if client_cpus else None
+                if not probe_why_not:  # the host's memory speed before the clock starts
+                    probe["before"] = _read_host(cfg, client_cpus)
                 r.update_meta(backend=dict(info))
                 telemetry.start()
                 interval = cfg.backend.gil_switch_interval_s
@@ -199,6 +204,8 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                         backend, requests, recorder, cfg.backend.request_timeout_s, bar
                     )
                     cpu.stop()  # while a server the backend started still runs
+                if not probe_why_not:  # and after the last request
+                    probe["after"] = _read_host(cfg, client_cpus)
         finally:
             telemetry.stop()
             telemetry_origin_fix(telemetry, recorder)
@@ -217,7 +224,16 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                     steal_cores=round(cpu.foreign.steal_cores, 4),  # recorded, not judged
                 )
             cores = cpu.foreign_cores if cpu is not None else None
-            verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
+            if probe:
+                r.update_meta(host_probe=probe)
+            verdict = run_verdict(
+                r.path,
+                recorder.snapshot(),
+                cores,
+                "the replay did not start",
+                probe,
+                probe_why_not or "the replay did not finish",
+            )
             extra["disturbance"] = verdict.to_dict()
             summary = write_results(r, recorder, telemetry, info, extra, cfg.goodput)
             r.update_meta(disturbance=extra["disturbance"])
@@ -234,6 +250,11 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         console.print(f"[bold]artifacts:[/] {r.path}")
     return r.path
+
+
+def _read_host(cfg: RealBenchStageConfig, client_cpus: set[int] | None) -> dict[str, Any]:
+    """One host-memory reading on the engine's core (:mod:`~gpu_simulate_test.core.host_probe`)."""
+    return host_probe.read(cfg.model.vocab_size, cfg.model.hidden_size, cfg.dtype, client_cpus)
 
 
 def telemetry_origin_fix(telemetry: TelemetrySampler, recorder: Recorder) -> None:

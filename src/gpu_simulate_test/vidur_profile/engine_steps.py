@@ -44,6 +44,7 @@ import pandas as pd
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
+from gpu_simulate_test.core import host_probe
 from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.core.engines import BackendError, get_backend
 from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, switch_interval
@@ -354,10 +355,15 @@ def calibrate(
     starts: list[float] = []  # each experiment's submit, from the recorder's origin
     started = time.perf_counter()
     interval = cfg.backend.gil_switch_interval_s
+    probe: dict[str, Any] = {}
+    read_host = not host_probe.why_not(hardware.device, cfg.backend.host_probe)
+    model_dims = (model.vocab_size, model.hidden_size)
     try:
         backend.start(recorder)
         # the model's first calls (allocation, kernels) are slow; warm-up reports to no recorder
         backend.warmup(groups[0] + calibration_shapes(cfg, experiments, model.vocab_size, lengths))
+        if read_host:  # the host's memory speed, read as every real run reads it
+            probe["before"] = host_probe.read(*model_dims, dtype, backend.client_cpus())
         recorder.origin = time.perf_counter()
         # as during the real bench's replay: the client on its own core (vLLM on CPU), the GIL
         # handed over as often, no garbage collection; unpinned, the replays' client streamed
@@ -382,6 +388,8 @@ def calibrate(
                 lengths,
                 lengths_from,
             )
+        if read_host:
+            probe["after"] = host_probe.read(*model_dims, dtype, backend.client_cpus())
     finally:
         backend.close()
     frontend, source = None, "client token times"
@@ -444,6 +452,7 @@ def calibrate(
         "frontend": frontend,
         "logged_steps": 0 if logged is None else len(logged),
         "serving": serving,
+        "host_probe": host_probe.calibration_reading(probe),
     }
     return rows, info, serving_table
 

@@ -430,6 +430,10 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
             ),
+            # the host's memory speed when the bundle was calibrated (compare's host_memory)
+            calibration_host_probe=(
+                inputs.bundle.engine_calibration(cfg.vidur.engine_overhead) or {}
+            ).get("host_probe"),
         )
         sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
         result, table = sim.result, sim.table
