@@ -73,6 +73,8 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         "engine_p50": engine,
         "real_vs_real_p50": noise,
         "same_composition_fraction": data.get("steps", {}).get("same_composition_fraction"),
+        "step_time_error": (data.get("steps", {}).get("totals") or {}).get("step_time_error"),
+        "host_memory": data.get("host_memory"),
     }
 
 
@@ -117,6 +119,20 @@ def main() -> None:
                 f"{fmt(noise.get(f'{m}_p50', {}).get('client'))}"
                 for m in METRICS
             )
+        )
+    print(
+        "\nsimulated steps vs the engine's (same compositions), and the host's memory at the truth"
+    )
+    print("over the calibration's (one LM head read on the engine's core; real / repeat):")
+    for r in results:
+        memory = r.get("host_memory") or {}
+        ratios = [
+            f"{(memory.get(k) or {}).get('ratio', float('nan')):.2f}x"
+            for k in ("real", "real_again")
+        ]
+        print(
+            f"  {r['run']}: step time {fmt(r.get('step_time_error'))}, "
+            f"host memory {' / '.join(ratios)}"
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

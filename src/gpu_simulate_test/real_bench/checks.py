@@ -70,13 +70,14 @@ def run_verdict(
     probe_why_not: str = "",
 ) -> Verdict:
     """Every disturbance sign of the run in ``run_dir`` (its step log already written)."""
-    sent = [r.arrival_s - r.scheduled_arrival_s for r in records if r.arrival_s is not None]
+    sent = [r for r in records if r.arrival_s is not None]
     return judge(
-        sent,
+        [r.arrival_s - r.scheduled_arrival_s for r in sent if r.arrival_s is not None],
         pooled_itls_s(records),
         decode_step_ms(run_dir),
         foreign_cores,
         why_not,
         probe,
         probe_why_not,
+        [r.scheduled_arrival_s for r in sent],
     )
