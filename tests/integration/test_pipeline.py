@@ -95,11 +95,10 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     total = int((requests["num_prefill_tokens"] + requests["num_decode_tokens"]).max())
     assert real_meta["num_shape_warmups"] == min(128, longest + 16, total - 1)
     # the host's memory speed around each real run (one LM head, 78 MB, on the engine's core),
-    # judged as a sign; without an engine calibration there is nothing to set it against
+    # recorded, not judged; without an engine calibration there is nothing to set it against
     for meta in (real_meta, json.loads((repeat / "run_meta.json").read_text())):
         probe = meta["host_probe"]
         assert probe["before"]["mbytes"] == pytest.approx(151936 * 128 * 4 / 1e6, rel=1e-3)
         assert probe["before"]["ms"] > 0 and probe["after"]["reads"] >= 1
-        sign = meta["disturbance"]["signs"]["host_memory"]
-        assert sign["measured"] and sign["figure"] >= 1.0
+        assert "host_memory" not in meta["disturbance"]["signs"]
     assert data["host_memory"] is None

@@ -26,9 +26,9 @@ def test_late_sends_judge_the_p99_not_the_median() -> None:
 
 
 def test_late_sends_judge_the_isolated_sends_not_a_bursts_queue() -> None:
-    # measured on vLLM CPU (fid-hm-bursty, 50% load, gamma arrivals with burstiness 0.25): sends
-    # scheduled under 0.5 ms apart had an arrival error p99 of 2.8-2.9 ms in all three attempts,
-    # the isolated ones 1.7-2.2 ms; a client sending one at a time cannot send a clump on time
+    # measured on vLLM CPU (a bursty campaign, gamma arrivals with burstiness 0.25, 16 runs):
+    # sends scheduled under 2 ms after the one before had an arrival error p99 of 2.0-4.5 ms,
+    # the isolated ones 0.7-2.2 ms; a client sending one at a time cannot send a clump on time
     rng = np.random.default_rng(7)
     isolated_at = np.arange(300) * 0.01  # every 10 ms
     burst_at = np.repeat(np.arange(30) * 0.1 + 0.005, 8)  # 30 clumps of 8 at once
@@ -76,28 +76,6 @@ def test_foreign_cpu_over_the_limit_is_disturbed() -> None:
     assert not d.foreign_cpu(0.05).disturbed
     sign = d.foreign_cpu(1.0)  # one CPU-bound job beside the run
     assert sign.disturbed and "over the limit" in sign.message()
-
-
-def _reading(ms: float) -> dict[str, float]:
-    return {"ms": ms, "reads": 100, "mbytes": 77.791, "gb_s": 77.791 / ms, "cpu": 1}
-
-
-def test_host_memory_judges_the_readings_before_and_after_the_replay() -> None:
-    # measured on the project's CPU machine: 2.76 ms before the slowest of five runs, 8.67 after
-    # (another tenant swept the shared cache while the run went on); 2.84 and 2.76 around another
-    sign = d.host_memory({"before": _reading(2.76), "after": _reading(8.67)})
-    assert sign.measured and sign.disturbed
-    assert sign.figure == pytest.approx(8.67 / 2.76)
-    assert "77.8 MB read in 2.76 ms before the replay, 8.67 ms after, on core 1" in sign.detail
-    assert "over the limit 1.5" in sign.message()
-    steady = d.host_memory({"before": _reading(2.84), "after": _reading(2.76)})
-    assert steady.measured and not steady.disturbed
-    # a host that got faster under the run is as much two hosts as one that got slower
-    assert d.host_memory({"before": _reading(8.67), "after": _reading(2.76)}).disturbed
-    for missing in (None, {"before": _reading(2.8)}):
-        sign = d.host_memory(missing, "the replay did not finish")
-        assert not sign.measured and not sign.disturbed
-        assert "not measured (the replay did not finish)" in sign.message()
 
 
 def test_the_verdict_names_every_sign_and_only_the_disturbed_as_reasons() -> None:

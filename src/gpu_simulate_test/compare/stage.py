@@ -107,8 +107,6 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     findings = discrepancies(comparison, mismatches) + calibration_findings(sim.meta)
     memory = host_memory(sim.meta, real.meta, None if repeat is None else repeat.meta)
-    if memory is not None and (note := host_probe.finding(memory["real"])) is not None:
-        findings.append(note)
     steps = load_steps(real, sim, comparison)
     aligned = load_alignment(real, sim)
     run_id = cfg.output.run_id or default_run_id(resolved_config)

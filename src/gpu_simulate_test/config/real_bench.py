@@ -138,9 +138,9 @@ class BackendConfig:
     again (three of three), and a workload of one prompt length ran as fast cold as warm."""
     host_probe: bool = True
     """On CPU: read one LM head's bytes on the engine's core before the clock starts and after
-    the last request (:mod:`~gpu_simulate_test.core.host_probe`, about 0.3 s each): a run over
-    which the host's memory speed moved by more than 1.5 times is disturbed (``host_memory``),
-    and ``compare`` sets the reading against the calibration's."""
+    the last request (:mod:`~gpu_simulate_test.core.host_probe`, about 0.3 s each; recorded in
+    ``run_meta.json`` ``host_probe``, not judged), and ``compare`` sets the reading against the
+    calibration's."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.name", self.name, BACKEND_NAMES)

@@ -1,23 +1,24 @@
 """The host's memory speed, read the way a decode step reads it: one LM head's bytes, on the
-engine's core.
+engine's core. Recorded beside every run and calibration, not judged.
 
 On the project's 2-core CPU machine a decode step of tiny Qwen3 is mostly its LM head: 151,936 ×
 128 float32 weights, 78 MB, read once per step. The host's last-level cache (300 MB) is shared
-with other tenants, and when one of them sweeps it, that read goes to memory and every step slows
-down: the same workload on the same server, back to back, took 6.4 to 9.9 ms per decode of one
-request across five runs, and a probe of the same 78 MB read 2.8 ms before the slowest run and
+with other tenants. The same workload on the same server, back to back, took 6.4 to 9.9 ms per
+decode of one request across five runs, and this probe read 2.8 ms before the slowest run and
 8.7 ms after it (``benchmarks/results/host_memory_20261127``). Nothing in this machine's own
-process table shows it (the tenants are other virtual machines): the foreign-CPU sign is blind to
-it.
+process table shows such a tenant.
 
 :func:`measure` times that read, a matrix-vector product over a buffer of the LM head's bytes in
 one thread pinned to one core, for :data:`PROBE_S`, and reports the median read. ``real_bench``
 reads it before its clock starts and after its last request (``run_meta.json``: ``host_probe``),
-and a run over which it moved by more than :data:`~gpu_simulate_test.core.disturbance.
-HOST_MEMORY_LIMIT` times is disturbed (the host changed under it). The engine calibration reads
-it too (the bundle's ``engine_calibration``), and ``compare`` sets the truth's reading against
-the calibration's (:func:`drift`): a simulation timed by a calibration on a faster host leans
-fast by about as much as the steps' memory share.
+the engine calibration before its experiments and after its replays (the bundle's
+``engine_calibration``), and ``compare`` sets the truth's reading against the calibration's
+(:func:`drift`, ``comparison.json`` ``host_memory``; the fidelity report shows it per load).
+
+It is not a disturbance sign. Over 21 runs (a bursty fidelity campaign's 16 and the five above)
+five had a reading 1.5 times or more off the run's other one (a tenant's sweeps last seconds, a
+reading 0.3 s), and only one of those five was the slowest of its load; the load whose truth
+read 1.87 times its calibration's had its simulated steps within 0.1% of the engine's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from typing import Any
 
 PROBE_S = 0.3
 """How long one reading lasts (the median of the reads within it)."""
-DRIFT_LIMIT = 1.25
-"""A truth read this many times slower or faster than its calibration gets a finding."""
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -155,19 +154,4 @@ def line(d: Mapping[str, Any]) -> str:
     return (
         f"host memory: the truth read {d['mbytes']:.3g} MB (one LM head) in {d['real_ms']:.3g} ms, "
         f"the calibration in {d['calibration_ms']:.3g} ms ({ratio:.2f}×, {way} at the truth)"
-    )
-
-
-def finding(d: Mapping[str, Any] | None) -> str | None:
-    """A finding when the truth's host read its memory more than :data:`DRIFT_LIMIT` times
-    slower or faster than the calibration's."""
-    if d is None:
-        return None
-    ratio = float(d["ratio"])
-    if 1 / DRIFT_LIMIT <= ratio <= DRIFT_LIMIT:
-        return None
-    lean = "fast" if ratio > 1 else "slow"
-    return (
-        f"{line(d)}: the engine's steps read that memory every step, so the simulation, timed "
-        f"on the calibration's host, leans {lean}"
     )

@@ -87,8 +87,7 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
         "client saw beyond the server's own TTFT, against what the simulation adds for it; "
         "*host memory* is how long the host took to read one LM head around the real run over "
-        "how long it took around the calibration (above 1: the truth met a slower host, and the "
-        "simulation leans fast).",
+        "how long it took around the calibration (recorded, not judged: core/host_probe.py).",
         "",
         "| backend | load | step time | steps | busy time | front end real (ms) | "
         "front end simulated (ms) | host memory |",
@@ -110,14 +109,13 @@ def disturbance_lines(
     unchecked: str = "a real phase older than the check",
 ) -> list[str]:
     """The report's account of the real runs: which were disturbed (late sends, held-back
-    streams, foreign CPU, host memory) and what was done; ``None``: not checked
-    (``unchecked`` says why)."""
+    streams, foreign CPU) and what was done; ``None``: not checked (``unchecked`` says why)."""
     lines = ["", "## Real runs", ""]
     if real_runs is None:
         return [*lines, f"Not checked for disturbance ({unchecked})."]
     marked = [run for run in real_runs if run["disturbed"] or run["reruns"]]
     if not marked:
-        signs = "late sends, held-back streams, foreign CPU, host memory"
+        signs = "late sends, held-back streams, foreign CPU"
         return [*lines, f"All {len(real_runs)} real runs undisturbed ({signs})."]
     lines += ["| backend | load | run | attempts | verdict |", "| --- | --- | --- | --- | --- |"]
     for run in marked:

@@ -4,9 +4,8 @@ module gathers what one run measured for them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from gpu_simulate_test.core.busy import ForeignLoad, OwnLoad, listening_pids
@@ -66,8 +65,6 @@ def run_verdict(
     records: Sequence[RequestRecord],
     foreign_cores: float | None,
     why_not: str,
-    probe: Mapping[str, Any] | None = None,
-    probe_why_not: str = "",
 ) -> Verdict:
     """Every disturbance sign of the run in ``run_dir`` (its step log already written)."""
     sent = [r for r in records if r.arrival_s is not None]
@@ -77,7 +74,5 @@ def run_verdict(
         decode_step_ms(run_dir),
         foreign_cores,
         why_not,
-        probe,
-        probe_why_not,
         [r.scheduled_arrival_s for r in sent],
     )

@@ -226,14 +226,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             cores = cpu.foreign_cores if cpu is not None else None
             if probe:
                 r.update_meta(host_probe=probe)
-            verdict = run_verdict(
-                r.path,
-                recorder.snapshot(),
-                cores,
-                "the replay did not start",
-                probe,
-                probe_why_not or "the replay did not finish",
-            )
+            verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
             extra["disturbance"] = verdict.to_dict()
             summary = write_results(r, recorder, telemetry, info, extra, cfg.goodput)
             r.update_meta(disturbance=extra["disturbance"])
