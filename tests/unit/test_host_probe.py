@@ -31,9 +31,9 @@ def test_the_probe_reads_one_lm_head_on_the_engines_core() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     assert hp.probe_cpu({cpus[0]}) == (cpus[1] if len(cpus) > 1 else cpus[0])
     assert hp.probe_cpu(None) == cpus[0]
-    assert hp.why_not("cpu", True) == ""
-    assert "GPU's memory" in hp.why_not("cuda", True)
-    assert hp.why_not("cpu", False) == "backend.host_probe=false"
+    assert hp.reads_host("cpu", True)
+    assert not hp.reads_host("cuda", True)  # a GPU's steps read the GPU's memory
+    assert not hp.reads_host("cpu", False)  # backend.host_probe=false
 
 
 def _run(before: float, after: float) -> dict[str, dict[str, float]]:
@@ -61,3 +61,9 @@ def test_compare_sets_the_truths_reading_against_the_calibrations() -> None:
     other = {"calibration_host_probe": {**calibration, "mbytes": 311.0}}
     assert host_memory(other, {"host_probe": _run(3.0, 3.0)}) is None
     assert host_memory_markdown(None) == ""
+
+
+def test_a_reading_that_rounds_to_one_says_neither_faster_nor_slower() -> None:
+    same = {"mbytes": 77.791, "real_ms": 3.001, "calibration_ms": 3.0, "ratio": 1.0003}
+    assert hp.line(same).endswith("(1.00×, the same)")
+    assert hp.line({**same, "ratio": 0.8}).endswith("(0.80×, faster at the truth)")

@@ -104,8 +104,9 @@ def late_sends(arrival_errors_s: npt.ArrayLike, scheduled_s: npt.ArrayLike | Non
         return Sign(LATE_SENDS, False, False, None, LATE_SEND_P99_LIMIT_MS, "ms", "no request sent")
     judged, clumped = errors, ""
     if scheduled_s is not None:
-        order = np.argsort(np.asarray(scheduled_s, dtype=float), kind="stable")
-        gaps = np.diff(np.asarray(scheduled_s, dtype=float)[order], prepend=-np.inf)
+        scheduled = np.asarray(scheduled_s, dtype=float)
+        order = np.argsort(scheduled, kind="stable")
+        gaps = np.diff(scheduled[order], prepend=-np.inf)
         isolated = np.zeros(errors.size, dtype=bool)
         isolated[order] = gaps * 1e3 >= ISOLATED_GAP_MS
         judged = errors[isolated]

@@ -94,13 +94,10 @@ def measure(nbytes: int, hidden_size: int, cpu: int, duration_s: float = PROBE_S
     }
 
 
-def why_not(device: str, enabled: bool) -> str:
-    """Why a run on ``device`` reads no host probe ("" when it does)."""
-    if not enabled:
-        return "backend.host_probe=false"
-    if device != "cpu":
-        return f"a {device} run: its steps read the GPU's memory, not the host's"
-    return ""
+def reads_host(device: str, enabled: bool) -> bool:
+    """Whether a run on ``device`` reads the probe: on CPU, with ``backend.host_probe`` on (a
+    GPU run's steps read the GPU's memory, not the host's)."""
+    return enabled and device == "cpu"
 
 
 def read(
@@ -150,8 +147,11 @@ def drift(
 def line(d: Mapping[str, Any]) -> str:
     """One sentence on a :func:`drift`."""
     ratio = float(d["ratio"])
-    way = "slower" if ratio >= 1 else "faster"
+    if f"{ratio:.2f}" == "1.00":
+        way = "the same"
+    else:
+        way = ("slower" if ratio > 1 else "faster") + " at the truth"
     return (
         f"host memory: the truth read {d['mbytes']:.3g} MB (one LM head) in {d['real_ms']:.3g} ms, "
-        f"the calibration in {d['calibration_ms']:.3g} ms ({ratio:.2f}×, {way} at the truth)"
+        f"the calibration in {d['calibration_ms']:.3g} ms ({ratio:.2f}×, {way})"
     )

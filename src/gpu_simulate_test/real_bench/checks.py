@@ -61,18 +61,14 @@ def decode_step_ms(run_dir: Path) -> list[float]:
 
 
 def run_verdict(
-    run_dir: Path,
-    records: Sequence[RequestRecord],
-    foreign_cores: float | None,
-    why_not: str,
+    run_dir: Path, records: Sequence[RequestRecord], foreign_cores: float | None, why_not: str
 ) -> Verdict:
     """Every disturbance sign of the run in ``run_dir`` (its step log already written)."""
-    sent = [r for r in records if r.arrival_s is not None]
-    return judge(
-        [r.arrival_s - r.scheduled_arrival_s for r in sent if r.arrival_s is not None],
-        pooled_itls_s(records),
-        decode_step_ms(run_dir),
-        foreign_cores,
-        why_not,
-        [r.scheduled_arrival_s for r in sent],
-    )
+    sent = [
+        (r.arrival_s - r.scheduled_arrival_s, r.scheduled_arrival_s)
+        for r in records
+        if r.arrival_s is not None
+    ]
+    errors, scheduled = [e for e, _ in sent], [s for _, s in sent]
+    steps = decode_step_ms(run_dir)
+    return judge(errors, pooled_itls_s(records), steps, foreign_cores, why_not, scheduled)

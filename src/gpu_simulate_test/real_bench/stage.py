@@ -179,7 +179,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         backend.log_dir = r.path
         replay_started: float | None = None
         cpu: ReplayCpu | None = None
-        probe_why_not = host_probe.why_not(cfg.hardware.device, cfg.backend.host_probe)
+        read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
         probe: dict[str, Any] = {}
         try:
             with _backend_session(backend, recorder) as info:
@@ -187,7 +187,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 info.update(describe(backend))
                 client_cpus = backend.client_cpus()
                 info["client_cpus"] = sorted(client_cpus) if client_cpus else None
-                if not probe_why_not:  # the host's memory speed before the clock starts
+                if read_host:  # the host's memory speed before the clock starts
                     probe["before"] = _read_host(cfg, client_cpus)
                 r.update_meta(backend=dict(info))
                 telemetry.start()
@@ -204,7 +204,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                         backend, requests, recorder, cfg.backend.request_timeout_s, bar
                     )
                     cpu.stop()  # while a server the backend started still runs
-                if not probe_why_not:  # and after the last request
+                if read_host:  # and after the last request
                     probe["after"] = _read_host(cfg, client_cpus)
         finally:
             telemetry.stop()

@@ -356,7 +356,7 @@ def calibrate(
     started = time.perf_counter()
     interval = cfg.backend.gil_switch_interval_s
     probe: dict[str, Any] = {}
-    read_host = not host_probe.why_not(hardware.device, cfg.backend.host_probe)
+    read_host = host_probe.reads_host(hardware.device, cfg.backend.host_probe)
     model_dims = (model.vocab_size, model.hidden_size)
     try:
         backend.start(recorder)
