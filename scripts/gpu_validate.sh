@@ -6,7 +6,8 @@
 # GPU, simulate anywhere). Wheels the GPU image lacks can be carried in .whl/ (see docs/gpu.md).
 # Optional steps (STEPS, default "validate"): "nsys_probe" (can nsys make a report here; put the
 # one that can on PATH), "deep_profile" (torch profiler + nsys + ncu on a few decode steps) and
-# "fidelity" (the fidelity stage's real phase, the GPU half).
+# "fidelity" (the fidelity stage's real phase, the GPU half) and "capacity" (the capacity
+# stage's real search, its GPU half).
 #   STEPS="deep_profile fidelity" bash scripts/gpu_validate.sh
 # Knobs: MODEL, HW, NUM_REQUESTS, QPS, CB_ARGS, FIDELITY_BACKEND, FIDELITY_EXPERIMENT, FIDELITY_ARGS, DP_ARGS
 # (more overrides of the fidelity stage, e.g. fidelity.num_requests=24), STEP_TIMEOUT_S;
@@ -26,6 +27,7 @@ FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
 FIDELITY_EXPERIMENT=${FIDELITY_EXPERIMENT:-fidelity_qwen3_0_6b_h100}
 FIDELITY_ARGS=${FIDELITY_ARGS:-}
 DP_ARGS=${DP_ARGS:-}  # more overrides of the deep profile, e.g. pipeline.ncu.enable=false
+CAPACITY_ARGS=${CAPACITY_ARGS:-}  # more overrides of the capacity stage's real phase
 STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-530}  # one device call runs at most 600 s, set-up included
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
@@ -102,6 +104,16 @@ if want fidelity; then
     backend="$FIDELITY_BACKEND" fidelity.phase=real output.root="$OUT/fid" \
     output.run_id="$TAG-fid" progress=false $FIDELITY_ARGS
   tar czf "$OUT/fid.tgz" -C "$OUT/fid" fidelity 2>/dev/null && rm -rf "$OUT/fid"
+fi
+if want capacity; then
+  # the real search only (issue 29); the run directory carries its bundle and manifest; here:
+  #   tar xzf capacity.tgz -C tmp/cap_gpu && python -m gpu_simulate_test.cli.capacity \
+  #     capacity.phase=sim capacity.real_from=tmp/cap_gpu/capacity/$TAG-cap
+  # shellcheck disable=SC2086
+  step capacity python3 -m gpu_simulate_test.cli.capacity model="$MODEL" hardware="$HW" \
+    backend=hf_cb $CB_ARGS capacity.phase=real output.root="$OUT/cap" \
+    output.run_id="$TAG-cap" progress=false $CAPACITY_ARGS
+  tar czf "$OUT/capacity.tgz" -C "$OUT/cap" capacity 2>/dev/null && rm -rf "$OUT/cap"
 fi
 echo "---- summary ----"
 cat "$OUT/steps.txt"

@@ -4,6 +4,7 @@ the answer brackets the goals on the curve it wrote, and the real engine checks 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -126,3 +127,69 @@ def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
     bad = run_cli("capacity", "capacity.verify=maybe", "output.run_id=bad", cwd=tmp_path,
                   check=False)  # fmt: skip
     assert bad.returncode == 2 and "must be one of false, answer (true), search" in bad.stdout
+
+
+def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
+    """capacity.phase=real: the bundle and the real search only (the GPU machine's half); its run
+    directory moved elsewhere, capacity.phase=sim simulates the search and sets it beside the
+    recorded real one, with the engine, bundle and workload the real phase used."""
+    from gpu_simulate_test.capacity.split import MANIFEST_FILE
+
+    gpu, here = tmp_path / "gpu", tmp_path / "here"
+    gpu.mkdir()
+    here.mkdir()
+    goals = ["capacity.slo.ttft_ms=0", "capacity.slo.e2e_ms=400"]
+    search = ["capacity.qps_min=4", "capacity.qps_max=4000", "capacity.points=3",
+              "capacity.refine=1", "capacity.step_band=0"]  # fmt: skip
+    run_cli(
+        "capacity", *synthetic(gpu), "workload.num_requests=40", *goals, *search,
+        "capacity.phase=real", "capacity.verify_requests=16", "num_warmup_requests=1",
+        "output.run_id=real", cwd=gpu,
+    )  # fmt: skip
+    real = gpu / "tmp" / "capacity" / "real"
+    assert json.loads((real / "run_meta.json").read_text())["status"] == "complete"
+    assert not (real / contract.CAPACITY_JSON).exists()  # the real phase simulates nothing
+    assert not (real / contract.POINTS_DIR).exists()
+    manifest = json.loads((real / MANIFEST_FILE).read_text())
+    assert manifest["profiling_root"] == "runs/profiles"  # its bundle travels with it
+    assert (real / "runs" / "profiles" / "cpu" / "qwen3_tiny" / "meta.json").is_file()
+    assert manifest["workload_dir"] == "runs/workload/base"
+    assert manifest["config"]["backend"]["name"] == "hf_cb"
+    assert all(run["real_run"].startswith("runs/real_bench/search-") for run in manifest["runs"])
+    curve = read_csv(real / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
+    assert len(curve) == len(manifest["runs"]) == len(manifest["measured"]["points"]) >= 3
+
+    moved = here / "from_gpu"
+    shutil.move(real, moved)  # every path in the manifest is relative: it still reads
+    proc = run_cli(
+        "capacity", "capacity.phase=sim", f"capacity.real_from={moved}", *goals, *search,
+        "engine_overhead=false", "output.run_id=sim", cwd=here,
+    )  # fmt: skip
+    sim = here / "tmp" / "capacity" / "sim"
+    doc = json.loads((sim / contract.CAPACITY_JSON).read_text())
+    assert doc["backend"] == "hf_cb" and doc["answer_qps"] is not None
+    check = doc["verify"]
+    assert check["mode"] == "search" and check["requests_per_rate"] == 16
+    assert check["measured_capacity_qps"] == manifest["measured"]["qps"]
+    for rec in check["runs"]:  # the real runs, read where they now are
+        assert (Path(rec["real_run"]) / "request_metrics.csv").is_file()
+        assert str(moved) in rec["real_run"]
+    again = read_csv(sim / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
+    pd.testing.assert_frame_equal(again, curve)
+    assert "On the real engine, the same search" in (sim / contract.REPORT_MD).read_text()
+    assert "measured capacity (req/s)" in proc.stdout
+    # other goals than the real search was judged by: one line, no run directory
+    other = run_cli(
+        "capacity", "capacity.phase=sim", f"capacity.real_from={moved}", *search,
+        "output.run_id=other", cwd=here, check=False,
+    )  # fmt: skip
+    assert other.returncode == 2 and "the real search was judged by" in other.stdout
+    assert not (here / "tmp" / "capacity" / "other").exists()
+    # a directory that is no real phase's, and a sim phase with nowhere to read from
+    wrong = run_cli(
+        "capacity", "capacity.phase=sim", f"capacity.real_from={sim}", *goals,
+        "output.run_id=wrong", cwd=here, check=False,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and f"{MANIFEST_FILE}: missing" in wrong.stdout
+    bare = run_cli("capacity", "capacity.phase=sim", "output.run_id=bare", cwd=here, check=False)
+    assert bare.returncode == 2 and "needs capacity.real_from" in bare.stdout

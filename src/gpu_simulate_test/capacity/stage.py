@@ -18,7 +18,6 @@ Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -40,54 +39,68 @@ from gpu_simulate_test.capacity.search import (
     judged_point,
     search,
 )
+from gpu_simulate_test.capacity.split import (
+    REFERENCE_QPS,
+    bundle_and_workload,
+    read_real,
+    recorded_inputs,
+    write_real,
+)
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
-from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
+from gpu_simulate_test.io.artifacts import as_stored_json, atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import simulate_config, with_workload
-from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
 from gpu_simulate_test.orchestrate.serving import served
-from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
+from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
 YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
-REFERENCE_QPS = 1.0
-"""The rate the one workload is built at; each rate the search tries scales its arrivals."""
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """The search into ``<output.root>/capacity/<run_id>/``; returns the run directory."""
-    from gpu_simulate_test.vidur_simulate.stage import prepare, simulate_inputs
-
     opts = cfg.capacity
     goals, pct = opts.slo.goals(), opts.slo.percentile
+    # phase=sim: every input check before the run directory exists
+    source = read_real(Path(opts.real_from), cfg) if opts.real_from else None
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
-        inner = dataclasses.replace(
-            cfg.pipeline(),
-            output=OutputConfig(root=str(r.file(contract.RUNS_DIR)), overwrite=True),
-            progress=False,
-        )
-        base = with_workload(inner, "base", qps=REFERENCE_QPS)
-        workload_dir = make_workload(base)
-        decided = profile_plan(base, workload_dir)
-        # the profile (and its engine calibration) talks its own progress; when it will run, a
-        # vLLM engine is served for it as the pipeline serves one (the calibration counts the
-        # server's CPU as its own, and its validation replay runs there); a reused bundle needs
-        # no engine
-        serving = (
-            served(base, r.path, r, workload_dir, "the calibration")
-            if decided.misfits
-            else contextlib.nullcontext(base)
-        )
-        with serving as at_server:
-            ensure_bundle(
-                dataclasses.replace(at_server, progress=cfg.progress), decided, workload_dir, QUIET
+        r.update_meta(phase=opts.phase)
+        output = OutputConfig(root=str(r.file(contract.RUNS_DIR)), overwrite=True)
+        inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
+        if source is not None:
+            inner, decided, workload_dir = recorded_inputs(cfg, inner, source)
+            # the report names the engine and device the real phase measured
+            cfg = dataclasses.replace(
+                cfg, model=inner.model, hardware=inner.hardware, backend=inner.backend
             )
+        else:
+            inner, decided, workload_dir = bundle_and_workload(cfg, inner, r)
+        if opts.phase == "real":  # the GPU machine's half: the real search, no Vidur
+            found, runs, wall = real_search(cfg, inner, r)
+            scheduler = as_stored_json(dataclasses.asdict(decided.scheduler))
+            root = Path(inner.profiling_root)
+            manifest = write_real(r, cfg, root, workload_dir, scheduler, found, runs, wall)
+            write_csv(
+                r.file(contract.CAPACITY_REAL_CSV),
+                points_frame(found.points),
+                contract.CAPACITY_TABLE,
+            )
+            r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
+            if cfg.progress:
+                said = "none" if found.qps is None else f"{found.qps:g} req/s"
+                console.print(
+                    f"[bold]measured capacity:[/] {said}; [bold]manifest:[/] {manifest}; "
+                    f"simulate with capacity.phase=sim capacity.real_from={r.path}"
+                )
+            return r.path
+        from gpu_simulate_test.vidur_simulate.stage import prepare, simulate_inputs
+
         sim_cfg = simulate_config(inner, decided.scheduler, workload_dir)
         # each rate reads the request table alone: no per-batch log
         sim_cfg = dataclasses.replace(
@@ -136,9 +149,14 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         if opts.verify == "answer":
             verified = verify(cfg, inner, answer, goals, pct, r)
         elif opts.verify == "search":
-            measured, runs, wall = real_search(cfg, inner, r)
+            count = opts.verify_requests
+            if source is not None:  # the real phase's search, recorded
+                measured, runs, wall = source.measured, source.runs, source.wall_time_s
+                count = source.requests_per_rate
+            else:
+                measured, runs, wall = real_search(cfg, inner, r)
             keys = tuple(f"{metric}_p{pct}" for metric in goals)
-            verified = search_record(answer, measured, runs, wall, opts.verify_requests, keys)
+            verified = search_record(answer, measured, runs, wall, count, keys)
             verified["measured_in_band"] = in_band(measured.qps, band)
         doc = write_outputs(
             r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured, band

@@ -60,6 +60,7 @@ class SloConfig:
 
 
 VERIFY_MODES: tuple[str, ...] = ("false", "answer", "search")
+CAPACITY_PHASES: tuple[str, ...] = ("all", "real", "sim")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,14 @@ class CapacityOptions:
     verify_stop_after: int = 2
     """``verify=search``: the grid's higher rates are not run after this many misses in a row
     (an overloaded real engine queues for minutes and takes the client's CPU); 0: run them all."""
+    phase: str = "all"
+    """``all``: the search here (and ``verify``'s check); ``real``: the bundle and the real
+    search only, never importing Vidur (the GPU machine's half: its run directory, with its bundle,
+    can be tarred and moved); ``sim``: the simulated search from a ``real`` run's directory
+    (``real_from``), set beside the real search it recorded. ``real`` and ``sim`` imply
+    ``verify=search``."""
+    real_from: str | None = None
+    """``phase=sim``: the run directory of a ``capacity.phase=real`` run."""
 
     def __post_init__(self) -> None:
         _check(
@@ -118,6 +127,23 @@ class CapacityOptions:
         )
         object.__setattr__(self, "verify", mode)
         _check(self.verify_requests >= 8, "capacity.verify_requests must be >= 8")
+        _check(
+            self.phase in CAPACITY_PHASES,
+            f"capacity.phase={self.phase!r} must be one of {', '.join(CAPACITY_PHASES)}",
+        )
+        if self.phase != "all":  # the split is the real search's: answer needs the answer first
+            _check(
+                mode != "answer",
+                f"capacity.phase={self.phase} runs the real search (capacity.verify=search); "
+                "capacity.verify=answer needs the simulated answer before the real run",
+            )
+            object.__setattr__(self, "verify", "search")
+        _check(
+            (self.phase == "sim") == bool(self.real_from),
+            "capacity.phase=sim needs capacity.real_from=<the run directory of a "
+            "capacity.phase=real run>, and capacity.real_from goes with phase=sim only "
+            f"(phase={self.phase}, real_from={self.real_from})",
+        )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from gpu_simulate_test.compare.contract import (
     COMPARISON_JSON,
@@ -22,7 +21,6 @@ from gpu_simulate_test.compare.contract import (
 )
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core import window
 from gpu_simulate_test.core.reporting import console
@@ -39,7 +37,6 @@ from gpu_simulate_test.fidelity.real_phase import command
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
-    as_stored_json,
     atomic_open,
     read_csv,
     read_json,
@@ -47,7 +44,8 @@ from gpu_simulate_test.io.artifacts import (
     write_json,
 )
 from gpu_simulate_test.io.runs import Run, open_upstream_run, package_versions
-from gpu_simulate_test.orchestrate.profiling import profile_plan
+from gpu_simulate_test.orchestrate.configs import recorded_pipeline
+from gpu_simulate_test.orchestrate.profiling import recorded_plan
 from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import Truth
 
@@ -89,15 +87,7 @@ def sim_config(
 ) -> PipelineStageConfig:
     """The real phase's pipeline config, with this run's simulation knobs (``vidur``,
     ``engine_overhead``, ``compare``): two models can meet one recorded truth."""
-    recorded = dict(recorded)
-    # a real phase older than the settings clean-up stored ``stage`` (removed, never read) and
-    # ``vidur.fast_path`` (renamed): both dead here, since this run's ``vidur`` replaces it
-    recorded.pop("stage", None)
-    recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k != "fast_path"}
-    try:
-        real = to_typed(OmegaConf.create(recorded), PipelineStageConfig)
-    except ValueError as exc:
-        raise ArtifactError(f"{where}: the recorded config does not validate: {exc}") from exc
+    real = recorded_pipeline(recorded, where)
     return dataclasses.replace(
         real,
         vidur=cfg.vidur,
@@ -154,19 +144,10 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
                 profiling_root=str(root),
                 reuse_profile=True,  # the sim phase never profiles: the bundle must fit
             )
-            decided = profile_plan(load_cfg, workload_dir)
-            derived = as_stored_json(dataclasses.asdict(decided.scheduler))
             # an import records no scheduler (empty): nothing to check, and the report says so
-            if load.scheduler and derived != dict(load.scheduler):
-                raise ArtifactError(
-                    f"{src / contract.MANIFEST_FILE}: {load.run_id}: the scheduler derived now "
-                    f"{derived} differs from the one the real phase recorded {dict(load.scheduler)}"
-                )
-            if decided.misfits:
-                raise ArtifactError(
-                    f"{root}: the bundle does not cover {load.run_id}: "
-                    + "; ".join(decided.misfits)
-                )
+            decided = recorded_plan(
+                load_cfg, workload_dir, load.scheduler, src / contract.MANIFEST_FILE, load.run_id
+            )
             _, compare_dir = simulate_and_compare(
                 load_cfg, decided.scheduler, workload_dir, real_dir
             )

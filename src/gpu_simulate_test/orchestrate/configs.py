@@ -8,6 +8,7 @@ chooses where with :func:`at_run` (or :func:`with_workload`) before it calls a s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,30 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
-from gpu_simulate_test.io.artifacts import as_stored_json
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
 
 
 def as_resolved(cfg: Any) -> dict[str, Any]:
     """A stage's typed config as the resolved config its run records (``run_meta.json``)."""
     return dict(as_stored_json(dataclasses.asdict(cfg)))
+
+
+def recorded_pipeline(recorded: Mapping[str, Any], where: Path) -> PipelineStageConfig:
+    """The pipeline config a real phase recorded (``as_resolved``), typed again; ``where`` (the
+    file it came from) names it in the error when it no longer validates."""
+    from omegaconf import OmegaConf
+
+    from gpu_simulate_test.config.registry import to_typed
+
+    recorded = dict(recorded)
+    # a real phase older than the settings clean-up stored ``stage`` (removed, never read) and
+    # ``vidur.fast_path`` (renamed): both dead, since the simulating run's ``vidur`` replaces it
+    recorded.pop("stage", None)
+    recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k != "fast_path"}
+    try:
+        return to_typed(OmegaConf.create(recorded), PipelineStageConfig)
+    except ValueError as exc:
+        raise ArtifactError(f"{where}: the recorded config does not validate: {exc}") from exc
 
 
 def at_run(

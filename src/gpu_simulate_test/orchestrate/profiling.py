@@ -174,6 +174,31 @@ def profile_plan(
     return plan_for_lengths(cfg, prefill, decode, covering=covering, because=because)
 
 
+def recorded_plan(
+    cfg: PipelineStageConfig,
+    workload_dir: Path,
+    recorded_scheduler: Mapping[str, Any],
+    where: Path,
+    what: str,
+) -> ProfilePlan:
+    """A split run's sim phase: the plan for ``what`` (a load, a search) from its recorded bundle
+    (``cfg.profiling_root``), which must cover it (a sim phase never profiles), with Vidur's
+    scheduler derived again and checked against the one the real phase recorded in ``where``
+    (empty: none recorded, nothing to check)."""
+    decided = profile_plan(cfg, workload_dir)
+    derived = as_stored_json(dataclasses.asdict(decided.scheduler))
+    if recorded_scheduler and derived != dict(recorded_scheduler):
+        raise ArtifactError(
+            f"{where}: {what}: the scheduler derived now {derived} differs from the one the "
+            f"real phase recorded {dict(recorded_scheduler)}"
+        )
+    if decided.misfits:
+        raise ArtifactError(
+            f"{cfg.profiling_root}: the bundle does not cover {what}: " + "; ".join(decided.misfits)
+        )
+    return decided
+
+
 def existing_bundle_ranges(cfg: PipelineStageConfig) -> BundleRanges | None:
     """What the bundle in ``<profiling_root>/<hardware>/<model>`` covers (its context capped at the
     model's); None when there is none or it cannot be read."""

@@ -1,0 +1,239 @@
+"""The capacity search split in two: ``capacity.phase=real`` runs the real search where the
+engine is (the GPU machine, which has no Vidur), ``capacity.phase=sim`` simulates it anywhere.
+
+The real phase writes ``capacity-real.json`` into its run directory: the pipeline config it ran
+(``as_resolved``), the bundle it used (copied into ``runs/profiles``, so that the directory
+travels whole), the workload the search scaled, the scheduler knobs derived from the backend, the
+goals, and the real search itself (every rate's percentiles and verdict, its runs). Every path in
+it is relative to that directory, which may be tarred and moved. The sim phase reads it back,
+re-derives the scheduler from the recorded config and checks it, and refuses goals other than
+the ones the real search was judged by.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.capacity.search import Answer, Point
+from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json, write_json
+from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.orchestrate.configs import as_resolved, recorded_pipeline, with_workload
+from gpu_simulate_test.orchestrate.profiling import (
+    ProfilePlan,
+    ensure_bundle,
+    profile_plan,
+    recorded_plan,
+)
+from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.steps import QUIET, make_workload
+
+REFERENCE_QPS = 1.0
+"""The rate the one workload is built at; each rate the search tries scales its arrivals."""
+MANIFEST_FILE = "capacity-real.json"
+MANIFEST_VERSION = 1
+PROFILES_DIR = "runs/profiles"
+"""Where the real phase puts a copy of its bundle (``<hardware>/<model>`` under it)."""
+
+
+@dataclass(frozen=True)
+class RealSource:
+    """A real phase's run, read back for the sim phase (paths resolved against its directory)."""
+
+    root: Path
+    config: PipelineStageConfig
+    """The pipeline config the real phase ran (its model, hardware, backend, workload)."""
+    profiling_root: Path
+    workload_dir: Path
+    scheduler: Mapping[str, Any]
+    measured: Answer
+    runs: list[dict[str, Any]]
+    wall_time_s: float
+    requests_per_rate: int
+
+
+def carry_bundle(cfg: PipelineStageConfig, r: Run) -> Path:
+    """Copy the bundle ``cfg`` uses into the run (``runs/profiles/<hardware>/<model>``); returns
+    the profiling root it now lies under."""
+    source = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    root = r.path / PROFILES_DIR
+    target = layout.bundle_dir(str(root), cfg.hardware.name, cfg.model.name)
+    if source.resolve() != target.resolve():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    return root
+
+
+def answer_record(answer: Answer) -> dict[str, Any]:
+    """An :class:`Answer` as stored JSON (its points with every percentile and verdict)."""
+    return dict(as_stored_json(dataclasses.asdict(answer)))
+
+
+def answer_from(record: Mapping[str, Any], where: Path) -> Answer:
+    """:func:`answer_record` read back; ``where`` names the file in the error."""
+    try:
+        points = tuple(
+            Point(
+                qps=float(p["qps"]),
+                phase=str(p["phase"]),
+                latency_ms={  # NaN (no request had the metric) is stored as null
+                    k: float("nan") if v is None else float(v) for k, v in p["latency_ms"].items()
+                },
+                meets=bool(p["meets"]),
+                violated=tuple(p.get("violated") or ()),
+                wall_s=float(p.get("wall_s") or 0.0),
+                goodput_qps=p.get("goodput_qps"),
+            )
+            for p in record["points"]
+        )
+        low, high = record["bracket"]
+        return Answer(
+            qps=None if record["qps"] is None else float(record["qps"]),
+            bracket=(float(low), None if high is None else float(high)),
+            points=points,
+            note=str(record.get("note") or ""),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(
+            f"{where}: field 'measured' is not a real search's answer (expected qps, bracket "
+            f"and points with qps, phase, latency_ms and meets): {exc!r}"
+        ) from exc
+
+
+def write_real(
+    r: Run,
+    cfg: CapacityStageConfig,
+    profiling_root: Path,
+    workload_dir: Path,
+    scheduler: Mapping[str, Any],
+    measured: Answer,
+    runs: list[dict[str, Any]],
+    wall_time_s: float,
+) -> Path:
+    """``capacity-real.json`` of a real phase, every path relative to its run directory."""
+    slo = cfg.capacity.slo
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "config": as_resolved(cfg.pipeline()),
+        "profiling_root": _relative(profiling_root, r.path),
+        "workload_dir": _relative(workload_dir, r.path),
+        "scheduler": as_stored_json(dict(scheduler)),
+        "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
+        "requests_per_rate": cfg.capacity.verify_requests,
+        "wall_time_s": round(wall_time_s, 1),
+        "measured": answer_record(measured),
+        "runs": [{**run, "real_run": _relative(run["real_run"], r.path)} for run in runs],
+    }
+    path = r.file(MANIFEST_FILE)
+    write_json(path, manifest)
+    return path
+
+
+def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
+    """A real phase's run directory, checked before anything is simulated: its manifest's
+    version, the goals it was judged by against ``cfg``'s, the bundle and workload it names."""
+    if not src.is_dir():
+        raise ArtifactError(
+            f"capacity.real_from={src}: no such directory (expected the run directory of a "
+            "capacity.phase=real run, tmp/capacity/<run_id>)"
+        )
+    where = src / MANIFEST_FILE
+    if not where.is_file():
+        raise ArtifactError(
+            f"{where}: missing; capacity.real_from must be a capacity.phase=real run that finished"
+        )
+    manifest = read_json(
+        where, required_keys=("manifest_version", "config", "slo", "measured", "runs")
+    )
+    if manifest["manifest_version"] != MANIFEST_VERSION:
+        raise ArtifactError(
+            f"{where}: field 'manifest_version' is {manifest['manifest_version']!r}, expected "
+            f"{MANIFEST_VERSION}"
+        )
+    slo = cfg.capacity.slo
+    mine = {"percentile": slo.percentile, "goals_ms": slo.goals()}
+    if as_stored_json(mine) != manifest["slo"]:
+        raise ArtifactError(
+            f"{where}: the real search was judged by {manifest['slo']}, this run's goals are "
+            f"{mine}: set capacity.slo.* as the real phase had them"
+        )
+    profiling_root, workload_dir = src / manifest["profiling_root"], src / manifest["workload_dir"]
+    for field, path in (("profiling_root", profiling_root), ("workload_dir", workload_dir)):
+        if not path.is_dir():
+            raise ArtifactError(f"{where}: field {field!r} names {path}, which does not exist")
+    return RealSource(
+        root=src,
+        config=recorded_pipeline(manifest["config"], where),
+        profiling_root=profiling_root,
+        workload_dir=workload_dir,
+        scheduler=manifest.get("scheduler") or {},
+        measured=answer_from(manifest["measured"], where),
+        runs=[{**run, "real_run": str(src / run["real_run"])} for run in manifest["runs"]],
+        wall_time_s=float(manifest.get("wall_time_s") or 0.0),
+        requests_per_rate=int(manifest.get("requests_per_rate") or 0),
+    )
+
+
+def _relative(path: str | Path, root: Path) -> str:
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise ArtifactError(f"{path}: lies outside the run directory {root}; it cannot travel")
+    return resolved.relative_to(root.resolve()).as_posix()
+
+
+def bundle_and_workload(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run
+) -> tuple[PipelineStageConfig, ProfilePlan, Path]:
+    """The one workload (at :data:`REFERENCE_QPS`) and the bundle that covers it, profiled
+    when none does; ``phase=real`` copies the bundle into the run, so that it travels with it."""
+    base = with_workload(inner, "base", qps=REFERENCE_QPS)
+    workload_dir = make_workload(base)
+    decided = profile_plan(base, workload_dir)
+    # the profile (and its engine calibration) talks its own progress; when it will run, a
+    # vLLM engine is served for it as the pipeline serves one (the calibration counts the
+    # server's CPU as its own, and its validation replay runs there); a reused bundle needs
+    # no engine
+    serving = (
+        served(base, r.path, r, workload_dir, "the calibration")
+        if decided.misfits
+        else contextlib.nullcontext(base)
+    )
+    with serving as at_server:
+        ensure_bundle(
+            dataclasses.replace(at_server, progress=cfg.progress), decided, workload_dir, QUIET
+        )
+    if cfg.capacity.phase == "real":
+        inner = dataclasses.replace(inner, profiling_root=str(carry_bundle(inner, r)))
+    return inner, decided, workload_dir
+
+
+def recorded_inputs(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig, source: RealSource
+) -> tuple[PipelineStageConfig, ProfilePlan, Path]:
+    """``phase=sim``: the real phase's config, bundle and workload, with this run's simulation
+    knobs (``vidur``, ``engine_overhead``); its scheduler re-derived and checked, its bundle never
+    re-profiled."""
+    recorded = dataclasses.replace(
+        source.config,
+        vidur=cfg.vidur,
+        engine_overhead=cfg.engine_overhead,
+        output=inner.output,
+        progress=False,
+        profiling_root=str(source.profiling_root),
+        reuse_profile=True,
+    )
+    decided = recorded_plan(
+        with_workload(recorded, "base", qps=REFERENCE_QPS),
+        source.workload_dir,
+        source.scheduler,
+        source.root / MANIFEST_FILE,
+        "the real search's workload",
+    )
+    return recorded, decided, source.workload_dir
