@@ -18,7 +18,10 @@ A simulation judged against one real run cannot be checked more finely than the 
 agree with each other.
 
 Run: ``python -m benchmarks.bench_truth_spread [--runs 10] [--limit 0.1] [--out F.json]
-[overrides...]``, or ``--from tmp/real_bench/A tmp/real_bench/B ...`` to read runs made before.
+[overrides...]``, or ``--from tmp/real_bench/A tmp/real_bench/B ...`` to read runs made before;
+``--fidelity A/fidelity.csv B/fidelity.csv ...`` asks issue 28's other bound, the mean signed
+error over a campaign's rows within ±3%, of each campaign's simulation and of its truth's repeat
+(the ``noise`` column: the real side run twice).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 METRICS = ("ttft", "tpot", "e2e")
 CLOCKS = {  # summary.json's p50s, per clock
@@ -102,6 +106,58 @@ def spread(values: np.ndarray, limit: float) -> dict[str, Any]:
     }
 
 
+def fidelity_table(path: Path) -> pd.DataFrame:
+    """A fidelity table with the columns :func:`campaign_bias` reads, or a one-line exit."""
+    table = pd.read_csv(path)
+    missing = {"clock", "rel_error", "noise"} - set(table.columns)
+    if missing:
+        raise SystemExit(
+            f"{path}: not a fidelity table of the stage's current layout (missing columns "
+            f"{', '.join(sorted(missing))})"
+        )
+    return table
+
+
+def campaign_bias(table: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+    """Per clock of a fidelity table (``fidelity.csv``): the simulation's mean signed error over
+    its rows and the truth's own (its repeat against the run, the ``noise`` column), in %, and
+    how many rows had a repeat."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for clock, rows in table.groupby("clock"):
+        noise = rows["noise"].dropna()
+        out[str(clock)] = {
+            "rows": len(rows),
+            "sim_mean_signed_pct": round(float(rows["rel_error"].mean()) * 100, 2),
+            "repeat_rows": len(noise),
+            "repeat_mean_signed_pct": round(float(noise.mean()) * 100, 2) if len(noise) else None,
+        }
+    return out
+
+
+def print_bias(tables: dict[str, dict[str, dict[str, float | int | None]]], limit: float) -> None:
+    """Issue 28's bias bound (mean signed within ``limit``) asked of each campaign's simulation
+    and of its truth's repeat."""
+    print("\n| campaign | clock | rows | simulation mean signed | repeat mean signed |")
+    print("| --- | --- | --- | --- | --- |")
+    met = {"sim": 0, "repeat": 0, "campaigns": 0}
+    for name, clocks in tables.items():
+        for clock, f in clocks.items():
+            repeat, sim = f["repeat_mean_signed_pct"], float(f["sim_mean_signed_pct"] or 0.0)
+            print(
+                f"| {name} | {clock} | {f['rows']} | {sim:+.1f}% | "
+                + ("–" if repeat is None else f"{repeat:+.1f}%")
+                + " |"
+            )
+            if repeat is not None:
+                met["campaigns"] += 1
+                met["sim"] += abs(sim) <= limit * 100
+                met["repeat"] += abs(repeat) <= limit * 100
+    print(
+        f"\nmean signed within ±{limit:.0%}, over {met['campaigns']} campaign-clocks with a "
+        f"repeat: the simulation {met['sim']}, the truth's repeat {met['repeat']}"
+    )
+
+
 def run_one(run_id: str, workload_dir: Path, overrides: list[str]) -> Path:
     cmd = [
         sys.executable, "-m", "gpu_simulate_test.cli.real_bench", "backend=vllm",
@@ -126,10 +182,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--limit", type=float, default=0.10)
+    parser.add_argument("--bias-limit", type=float, default=0.03)  # issue 28: mean signed ±3%
     parser.add_argument("--from", dest="dirs", nargs="*", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--fidelity", nargs="*", type=Path, default=None,
+                        help="fidelity.csv files: the bias bound asked of each campaign's "
+                        "simulation and of its truth's repeat")  # fmt: skip
     args, overrides = parser.parse_known_args()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    if args.fidelity:
+        tables = {str(f): campaign_bias(fidelity_table(f)) for f in args.fidelity}
+        print_bias(tables, args.bias_limit)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            command = " ".join(["python -m benchmarks.bench_truth_spread", *sys.argv[1:]])
+            args.out.write_text(json.dumps({"command": command, "campaigns": tables}, indent=1))
+        return
     if args.dirs:
         dirs = list(args.dirs)
     else:

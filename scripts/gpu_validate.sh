@@ -113,7 +113,9 @@ if want capacity; then
   step capacity python3 -m gpu_simulate_test.cli.capacity model="$MODEL" hardware="$HW" \
     backend=hf_cb $CB_ARGS capacity.phase=real output.root="$OUT/cap" \
     output.run_id="$TAG-cap" progress=false $CAPACITY_ARGS
-  tar czf "$OUT/capacity.tgz" -C "$OUT/cap" capacity 2>/dev/null && rm -rf "$OUT/cap"
+  # the served model's weights and the engine's compile cache stay: the sim phase reads neither
+  tar czf "$OUT/capacity.tgz" --exclude='*/runs/models' --exclude='*/runs/cache' \
+    -C "$OUT/cap" capacity 2>/dev/null && rm -rf "$OUT/cap"
 fi
 echo "---- summary ----"
 cat "$OUT/steps.txt"

@@ -64,3 +64,25 @@ def test_fresh_profiles_count_the_truths_own_repeat_by_the_same_bound() -> None:
     results = [run(0.05, 0.02), run(0.15, 0.03), run(-0.08, -0.12), run(0.01, None)]
     results[3]["real_vs_real_p50"] = {}  # no repeat: not counted for the truth
     assert passes(results) == (3, 2, 3)
+
+
+def test_campaign_bias_sets_the_repeat_beside_the_simulation(tmp_path: Path) -> None:
+    import pandas as pd
+    from benchmarks.bench_truth_spread import campaign_bias, fidelity_table
+
+    table = pd.DataFrame(
+        {
+            "clock": ["engine", "engine", "client", "client"],
+            "rel_error": [0.10, -0.04, 0.02, 0.02],
+            "noise": [0.05, None, -0.01, -0.03],
+        }
+    )
+    got = campaign_bias(table)
+    assert got["engine"] == {
+        "rows": 2, "sim_mean_signed_pct": 3.0, "repeat_rows": 1, "repeat_mean_signed_pct": 5.0
+    }  # fmt: skip
+    assert got["client"]["repeat_mean_signed_pct"] == -2.0
+    old = tmp_path / "fidelity.csv"
+    table.drop(columns="clock").to_csv(old, index=False)
+    with pytest.raises(SystemExit, match="missing columns clock"):
+        fidelity_table(old)
