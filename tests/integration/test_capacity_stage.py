@@ -161,8 +161,15 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
 
     moved = here / "from_gpu"
     shutil.move(real, moved)  # every path in the manifest is relative: it still reads
+    shutil.rmtree(gpu)  # the bundle it was profiled into is gone: the run carries its own
+    # the search the real phase ran, or none: another grid is refused
+    other_grid = run_cli(
+        "capacity", "capacity.phase=sim", "capacity.real_from=from_gpu", *goals, *search,
+        "capacity.points=4", "output.run_id=grid", cwd=here, check=False,
+    )  # fmt: skip
+    assert other_grid.returncode == 2 and "the real search ran the grid" in other_grid.stdout
     proc = run_cli(
-        "capacity", "capacity.phase=sim", f"capacity.real_from={moved}", *goals, *search,
+        "capacity", "capacity.phase=sim", "capacity.real_from=from_gpu", *goals, *search,
         "engine_overhead=false", "output.run_id=sim", cwd=here,
     )  # fmt: skip
     sim = here / "tmp" / "capacity" / "sim"
@@ -171,9 +178,13 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     check = doc["verify"]
     assert check["mode"] == "search" and check["requests_per_rate"] == 16
     assert check["measured_capacity_qps"] == manifest["measured"]["qps"]
-    for rec in check["runs"]:  # the real runs, read where they now are
+    for rec in check["runs"]:  # the real runs, read where they now are (real_from resolved)
+        assert Path(rec["real_run"]).is_absolute()
         assert (Path(rec["real_run"]) / "request_metrics.csv").is_file()
-        assert str(moved) in rec["real_run"]
+        assert str(moved.resolve()) in rec["real_run"]
+    meta = json.loads((sim / "run_meta.json").read_text())
+    assert meta["real_from"] == str(moved.resolve())
+    assert meta["recorded_config"]["backend"]["name"] == "hf_cb"
     again = read_csv(sim / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
     pd.testing.assert_frame_equal(again, curve)
     assert "On the real engine, the same search" in (sim / contract.REPORT_MD).read_text()
@@ -191,5 +202,11 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
         "output.run_id=wrong", cwd=here, check=False,
     )  # fmt: skip
     assert wrong.returncode == 2 and f"{MANIFEST_FILE}: missing" in wrong.stdout
+    (sim / MANIFEST_FILE).write_text((moved / MANIFEST_FILE).read_text())  # a sim run's, posing
+    posing = run_cli(
+        "capacity", "capacity.phase=sim", f"capacity.real_from={sim}", *goals, *search,
+        "output.run_id=posing", cwd=here, check=False,
+    )  # fmt: skip
+    assert posing.returncode == 2 and "is a capacity.phase=sim run" in posing.stdout
     bare = run_cli("capacity", "capacity.phase=sim", "output.run_id=bare", cwd=here, check=False)
     assert bare.returncode == 2 and "needs capacity.real_from" in bare.stdout

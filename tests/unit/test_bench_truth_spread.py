@@ -72,16 +72,23 @@ def test_campaign_bias_sets_the_repeat_beside_the_simulation(tmp_path: Path) -> 
 
     table = pd.DataFrame(
         {
-            "clock": ["engine", "engine", "client", "client"],
-            "rel_error": [0.10, -0.04, 0.02, 0.02],
-            "noise": [0.05, None, -0.01, -0.03],
+            "backend": ["vllm"] * 4 + ["hf_cb"],
+            "clock": ["engine", "engine", "client", "client", "engine"],
+            "rel_error": [0.10, -0.04, 0.02, 0.04, 0.5],
+            "noise": [0.05, None, -0.01, -0.03, None],
         }
     )
     got = campaign_bias(table)
-    assert got["engine"] == {
-        "rows": 2, "sim_mean_signed_pct": 3.0, "repeat_rows": 1, "repeat_mean_signed_pct": 5.0
+    # both means over the rows the truth was repeated on: the -4% row had no repeat
+    assert got["vllm/engine"] == {
+        "rows": 1, "sim_mean_signed_pct": 10.0, "repeat_rows": 1, "repeat_mean_signed_pct": 5.0
     }  # fmt: skip
-    assert got["client"]["repeat_mean_signed_pct"] == -2.0
+    assert got["vllm/client"]["repeat_mean_signed_pct"] == -2.0
+    assert got["vllm/client"]["sim_mean_signed_pct"] == 3.0
+    # another backend is its own campaign, not mixed in; without a repeat, every row
+    assert got["hf_cb/engine"] == {
+        "rows": 1, "sim_mean_signed_pct": 50.0, "repeat_rows": 0, "repeat_mean_signed_pct": None
+    }  # fmt: skip
     old = tmp_path / "fidelity.csv"
     table.drop(columns="clock").to_csv(old, index=False)
     with pytest.raises(SystemExit, match="missing columns clock"):

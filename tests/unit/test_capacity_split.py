@@ -3,15 +3,19 @@ split's knobs refuse what cannot run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from gpu_simulate_test.capacity.search import Answer, Point
 from gpu_simulate_test.capacity.split import answer_from, answer_record
-from gpu_simulate_test.config.capacity import CapacityOptions
+from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
+from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.io.artifacts import ArtifactError
 
@@ -47,3 +51,33 @@ def test_the_split_implies_the_real_search_and_needs_its_source() -> None:
         CapacityOptions(real_from="x")
     with pytest.raises(ConfigError, match="verify=answer needs the simulated answer"):
         CapacityOptions(phase="real", verify="answer")
+
+
+def test_the_real_phase_profiles_without_simulating(
+    compose_stage: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """phase=real never simulates (the GPU machine has no Vidur): a calibration it makes skips
+    its validation replay, and its bundle is carried into the run; phase=all validates."""
+    from gpu_simulate_test.capacity import split
+
+    def config(*overrides: str) -> CapacityStageConfig:
+        composed = compose_stage(
+            "capacity", ["backend=hf_cb", f"output.root={tmp_path}", "progress=false", *overrides]
+        )
+        return to_typed(composed, CapacityStageConfig)
+
+    profiled: list[Any] = []
+    monkeypatch.setattr(split, "make_workload", lambda c: tmp_path / "workload")
+    monkeypatch.setattr(split, "profile_plan", lambda c, w: SimpleNamespace(misfits=["none"]))
+    monkeypatch.setattr(split, "served", lambda base, *a: contextlib.nullcontext(base))
+    monkeypatch.setattr(split, "ensure_bundle", lambda c, *a: profiled.append(c))
+    monkeypatch.setattr(split, "carry_bundle", lambda c, r: tmp_path / "carried")
+    run = SimpleNamespace(path=tmp_path)
+    real = config("capacity.phase=real")
+    inner, _, _ = split.bundle_and_workload(real, real.pipeline(), run)  # type: ignore[arg-type]
+    assert profiled[-1].validate_calibration is False
+    assert inner.profiling_root == str(tmp_path / "carried")
+    here = config()
+    inner, _, _ = split.bundle_and_workload(here, here.pipeline(), run)  # type: ignore[arg-type]
+    assert profiled[-1].validate_calibration is True
+    assert inner.profiling_root == here.profiling_root  # nothing carried

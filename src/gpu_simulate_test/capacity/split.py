@@ -25,7 +25,7 @@ from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json, write_json
-from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.io.runs import Run, open_upstream_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, recorded_pipeline, with_workload
 from gpu_simulate_test.orchestrate.profiling import (
     ProfilePlan,
@@ -40,6 +40,10 @@ REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
 MANIFEST_FILE = "capacity-real.json"
 MANIFEST_VERSION = 1
+MANIFEST_KEYS = (
+    "manifest_version", "config", "profiling_root", "workload_dir", "scheduler", "slo", "grid",
+    "requests_per_rate", "wall_time_s", "measured", "runs",
+)  # fmt: skip
 PROFILES_DIR = "runs/profiles"
 """Where the real phase puts a copy of its bundle (``<hardware>/<model>`` under it)."""
 
@@ -107,6 +111,19 @@ def answer_from(record: Mapping[str, Any], where: Path) -> Answer:
         ) from exc
 
 
+def grid_of(cfg: CapacityStageConfig) -> dict[str, float | int]:
+    """The search's rates: what a sim phase must search the same way to set its curve beside the
+    real one."""
+    opts = cfg.capacity
+    return {
+        "qps_min": opts.qps_min,
+        "qps_max": opts.qps_max,
+        "points": opts.points,
+        "refine": opts.refine,
+        "extend": opts.extend,
+    }
+
+
 def write_real(
     r: Run,
     cfg: CapacityStageConfig,
@@ -126,6 +143,7 @@ def write_real(
         "workload_dir": _relative(workload_dir, r.path),
         "scheduler": as_stored_json(dict(scheduler)),
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
+        "grid": grid_of(cfg),
         "requests_per_rate": cfg.capacity.verify_requests,
         "wall_time_s": round(wall_time_s, 1),
         "measured": answer_record(measured),
@@ -149,9 +167,13 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
         raise ArtifactError(
             f"{where}: missing; capacity.real_from must be a capacity.phase=real run that finished"
         )
-    manifest = read_json(
-        where, required_keys=("manifest_version", "config", "slo", "measured", "runs")
-    )
+    meta = open_upstream_run(src, "capacity")  # complete, not interrupted
+    if meta.get("phase") != "real":
+        raise ArtifactError(
+            f"{src}: is a capacity.phase={meta.get('phase', 'all')} run; capacity.real_from must "
+            "be a capacity.phase=real run"
+        )
+    manifest = read_json(where, required_keys=MANIFEST_KEYS)
     if manifest["manifest_version"] != MANIFEST_VERSION:
         raise ArtifactError(
             f"{where}: field 'manifest_version' is {manifest['manifest_version']!r}, expected "
@@ -164,6 +186,12 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
             f"{where}: the real search was judged by {manifest['slo']}, this run's goals are "
             f"{mine}: set capacity.slo.* as the real phase had them"
         )
+    grid = grid_of(cfg)
+    if as_stored_json(grid) != manifest["grid"]:
+        raise ArtifactError(
+            f"{where}: the real search ran the grid {manifest['grid']}, this run's is {grid}: "
+            "set capacity.qps_min, qps_max, points, refine and extend as the real phase had them"
+        )
     profiling_root, workload_dir = src / manifest["profiling_root"], src / manifest["workload_dir"]
     for field, path in (("profiling_root", profiling_root), ("workload_dir", workload_dir)):
         if not path.is_dir():
@@ -173,11 +201,11 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
         config=recorded_pipeline(manifest["config"], where),
         profiling_root=profiling_root,
         workload_dir=workload_dir,
-        scheduler=manifest.get("scheduler") or {},
+        scheduler=manifest["scheduler"],
         measured=answer_from(manifest["measured"], where),
         runs=[{**run, "real_run": str(src / run["real_run"])} for run in manifest["runs"]],
-        wall_time_s=float(manifest.get("wall_time_s") or 0.0),
-        requests_per_rate=int(manifest.get("requests_per_rate") or 0),
+        wall_time_s=float(manifest["wall_time_s"]),
+        requests_per_rate=int(manifest["requests_per_rate"]),
     )
 
 
@@ -205,11 +233,17 @@ def bundle_and_workload(
         if decided.misfits
         else contextlib.nullcontext(base)
     )
+    real_only = cfg.capacity.phase == "real"
     with serving as at_server:
-        ensure_bundle(
-            dataclasses.replace(at_server, progress=cfg.progress), decided, workload_dir, QUIET
+        # phase=real (the GPU machine's half) never simulates: no validation replay there, as in
+        # the fidelity stage's real phase; the real search judges the calibration
+        profile_cfg = dataclasses.replace(
+            at_server,
+            progress=cfg.progress,
+            validate_calibration=at_server.validate_calibration and not real_only,
         )
-    if cfg.capacity.phase == "real":
+        ensure_bundle(profile_cfg, decided, workload_dir, QUIET)
+    if real_only:
         inner = dataclasses.replace(inner, profiling_root=str(carry_bundle(inner, r)))
     return inner, decided, workload_dir
 

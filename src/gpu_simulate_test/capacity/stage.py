@@ -54,7 +54,7 @@ from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io.artifacts import as_stored_json, atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
-from gpu_simulate_test.orchestrate.configs import simulate_config, with_workload
+from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
 from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
@@ -65,8 +65,9 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """The search into ``<output.root>/capacity/<run_id>/``; returns the run directory."""
     opts = cfg.capacity
     goals, pct = opts.slo.goals(), opts.slo.percentile
-    # phase=sim: every input check before the run directory exists
-    source = read_real(Path(opts.real_from), cfg) if opts.real_from else None
+    # phase=sim: the real phase's run checked before the run directory exists (its bundle's
+    # coverage and scheduler once the run has begun)
+    source = read_real(Path(opts.real_from).resolve(), cfg) if opts.real_from else None
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
@@ -75,6 +76,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         if source is not None:
             inner, decided, workload_dir = recorded_inputs(cfg, inner, source)
+            r.update_meta(real_from=str(source.root), recorded_config=as_resolved(inner))
             # the report names the engine and device the real phase measured
             cfg = dataclasses.replace(
                 cfg, model=inner.model, hardware=inner.hardware, backend=inner.backend
@@ -85,12 +87,12 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             found, runs, wall = real_search(cfg, inner, r)
             scheduler = as_stored_json(dataclasses.asdict(decided.scheduler))
             root = Path(inner.profiling_root)
-            manifest = write_real(r, cfg, root, workload_dir, scheduler, found, runs, wall)
             write_csv(
                 r.file(contract.CAPACITY_REAL_CSV),
                 points_frame(found.points),
                 contract.CAPACITY_TABLE,
-            )
+            )  # the manifest last: the sim phase reads a run that got that far, and finished
+            manifest = write_real(r, cfg, root, workload_dir, scheduler, found, runs, wall)
             r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
             if cfg.progress:
                 said = "none" if found.qps is None else f"{found.qps:g} req/s"
