@@ -53,13 +53,13 @@ partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (py
 cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration_s`, `warmup_s`,
 `real_runs_per_load`, `load_fractions`, `wall_time_s`, `error_convention`, `capacity_rule`,
 `capacity` (per backend: `probe_requests`, `probe_ok`, `probe_run`, `capacity_qps`,
-`output_tokens_per_s`, and `loads`: `load_fraction`, `offered_qps`, `num_requests`,
-`realized_qps`, `completion_ratio`, `sustained`, `window` (`warmup_s`, `requests_measured`,
-`requests_warmup`, `completion_ratio`, `queue_trend`, `trend_clock`, `steady`), `compare_run`,
-`steps`), `rows` (the `fidelity` table's rows), `clock_convention`, `headline_clock` (per backend:
-`engine` or `client`), `largest_abs_error` (`abs_error_pct` and where, on each backend's headline
-clock), `largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`,
-`median_abs_error_pct`, `within_5pct`, `within_10pct`), `by_clock` (per backend and clock:
+`output_tokens_per_s`, and `loads`: `load_fraction`, `offered_qps`, `num_requests`, `realized_qps`,
+`completion_ratio`, `sustained`, `window` (`warmup_s`, `requests_measured`, `requests_warmup`,
+`completion_ratio`, `queue_trend`, `trend_clock`, `steady`), `compare_run`, `steps`), `rows` (the
+`fidelity` table's rows), `clock_convention`, `headline_clock` (per backend: `engine` or `client`),
+`largest_abs_error` (`abs_error_pct` and where, on each backend's headline clock),
+`largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`, `median_abs_error_pct`,
+`within_5pct`, `within_10pct`, `mean_signed_error_pct`), `by_clock` (per backend and clock:
 `largest`, `spread`), and with repeated real runs `noise_spread_by_backend` and
 `noise_spread_by_clock`. From a bench_import (`real_from` an import, `fidelity/imported.py`):
 `imported` (`tool`, `file`, `sha256`, `import_run`, `capacity_source`, `scheduler_check`,

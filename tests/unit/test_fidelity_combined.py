@@ -84,7 +84,7 @@ def test_summarize_reads_new_runs_and_old_harness_reports(
     )
     path = combined.summarize(cfg, {})
     summary = (path / contract.SUMMARY_MD).read_text()
-    assert "| new | 6 | hf_cb | 4.0% | 4.0% | 6/6 | 6/6 | – |" in summary
+    assert "| new | 6 | hf_cb | 4.0% | 4.0% | 6/6 | 6/6 | +4.0% | – |" in summary
     # the vLLM campaign of 2026-11-23, as its report said: 51.9% largest, 32.6% median
     assert "| cpu_qwen3_tiny_vllm | 64 | vllm | 51.9% | 32.6% | 0/18 | 0/18 |" in summary
     assert "cpu_qwen3_tiny_vllm-vllm-latency-vs-load.png" in summary

@@ -126,16 +126,30 @@ def test_error_spread_and_summary_over_reports() -> None:
         }
     )
     spread = fid.error_spread(table[table["backend"] == "a"])
-    assert spread == {"rows": 3, "median_abs_error_pct": 8.0, "within_5pct": 1, "within_10pct": 2}
+    assert spread == {
+        "rows": 3, "median_abs_error_pct": 8.0, "within_5pct": 1, "within_10pct": 2,
+        "mean_signed_error_pct": None,  # no signed column: no bias to tell
+    }  # fmt: skip
+    # the bias beside the spread: the simulation's from rel_error, the noise floor's from noise
+    signed = table.assign(
+        rel_error=[-0.04, 0.08, 0.30, 0.05, float("nan")],
+        noise=[0.02, -0.06, float("nan"), 0.01, 0.01],
+    )
+    a = signed[signed["backend"] == "a"]
+    assert fid.error_spread(a)["mean_signed_error_pct"] == pytest.approx(11.33)
+    assert fid.error_spread(a, "noise")["mean_signed_error_pct"] == pytest.approx(-2.0)
     assert fid.error_spread(table[table["backend"] == "b"])["rows"] == 1  # NaN left out
     summary = report.summary_table(
         [{"name": "r1", "requests_per_load": 64, "rows": table.to_dict("records")}]
     )
-    assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 | – |" in summary
-    assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 | – |" in summary
-    noisy = table.assign(noise=[0.1, -0.3, 0.0, float("nan"), float("nan")])
+    assert "| r1 | 64 | a | 30.0% | 8.0% | 1/3 | 2/3 | – | – |" in summary
+    assert "| r1 | 64 | b | 5.0% | 5.0% | 1/1 | 1/1 | – | – |" in summary
+    noisy = table.assign(
+        noise=[0.1, -0.3, 0.0, float("nan"), float("nan")],
+        rel_error=[-0.04, 0.08, 0.30, 0.05, float("nan")],
+    )
     summary = report.summary_table([{"name": "r2", "rows": noisy.to_dict("records")}])
-    assert "| r2 |  | a | 30.0% | 8.0% | 1/3 | 2/3 | 30.0% / 10.0% |" in summary
+    assert "| r2 |  | a | 30.0% | 8.0% | 1/3 | 2/3 | +11.3% | 30.0% / 10.0% / -6.7% |" in summary
 
 
 def test_noise_floor_is_the_repeat_furthest_from_the_first_run() -> None:

@@ -22,9 +22,11 @@ RUNS_DIR = "runs"
 """Stage runs of the campaign, ``runs/<stage>/<run_id>``: the directory is self-contained."""
 PROFILES_DIR = "profiles"
 COMBINED_SUFFIX = "combined"
-FIDELITY_SCHEMA_VERSION = "1.1"
+FIDELITY_SCHEMA_VERSION = "1.2"
 """Of ``fidelity.json`` and ``fidelity.csv`` (the argparse harness's reports had none); 1.1 adds
-the ``clock`` column (the engine's own clock beside the client's) and the loads' ``window``."""
+the ``clock`` column (the engine's own clock beside the client's) and the loads' ``window``; 1.2
+adds ``mean_signed_error_pct`` to every spread in ``fidelity.json`` (the simulation's and the
+noise floor's)."""
 
 __all__ = ["MANIFEST_FILE"]
 

@@ -23,12 +23,12 @@ from gpu_simulate_test.fidelity.tables import (
 
 def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
     """A markdown table over several ``<name>-fidelity.json`` reports: per report and backend,
-    requests per load, largest, median, rows within 5% / 10% (computed from the rows), and the
-    real-vs-real noise floor where the report has one."""
+    requests per load, largest, median, rows within 5% / 10%, mean signed (computed from the
+    rows), and the real-vs-real noise floor where the report has one."""
     lines = [
         "| report | requests per load | backend | largest abs error | median | ≤5% | ≤10% "
-        "| real vs real: largest / median |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mean signed | real vs real: largest / median / mean signed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for report in reports:
         table = pd.DataFrame(report["rows"])
@@ -42,12 +42,12 @@ def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
             if has_noise(part):
                 noise = error_spread(part, "noise")
                 largest = float(np.nanmax(np.abs(part["noise"].astype(float)))) * 100
-                floor = f"{largest:.1f}% / {noise['median_abs_error_pct']:.1f}%"
+                floor = f"{largest:.1f}% / {noise['median_abs_error_pct']:.1f}% / {_mean(noise)}"
             lines.append(
                 f"| {report['name']} | {report.get('requests_per_load', '')} | {backend} | "
                 f"{worst:.1f}% | {spread['median_abs_error_pct']:.1f}% | "
                 f"{spread['within_5pct']}/{spread['rows']} | "
-                f"{spread['within_10pct']}/{spread['rows']} | {floor} |"
+                f"{spread['within_10pct']}/{spread['rows']} | {_mean(spread)} | {floor} |"
             )
     return "\n".join(lines)
 
@@ -304,7 +304,7 @@ def largest_lines(table: pd.DataFrame) -> list[str]:
         lines.append(
             f"- {backend}, {clock} clock: {w['abs_error_pct']:.1f}% ({w['metric']} {w['stat']} "
             f"at {w['load_fraction']:.0%}); median {spread['median_abs_error_pct']:.1f}%, "
-            f"{spread['within_5pct']} of {spread['rows']} rows within 5%, "
+            f"{_signed(spread)}{spread['within_5pct']} of {spread['rows']} rows within 5%, "
             f"{spread['within_10pct']} within 10%"
         )
         if noisy and np.isfinite(part["noise"].astype(float)).any():
@@ -312,7 +312,18 @@ def largest_lines(table: pd.DataFrame) -> list[str]:
             lines.append(
                 f"  - real vs real (noise floor): largest "
                 f"{np.nanmax(np.abs(part['noise'].astype(float))):.1%}, median "
-                f"{floor['median_abs_error_pct']:.1f}%, {floor['within_5pct']} of "
-                f"{floor['rows']} rows within 5%"
+                f"{floor['median_abs_error_pct']:.1f}%, {_signed(floor)}{floor['within_5pct']} "
+                f"of {floor['rows']} rows within 5%"
             )
     return lines
+
+
+def _signed(spread: Mapping[str, Any]) -> str:
+    """``mean signed +2.5%, `` (the bias beside the spread), or nothing without one."""
+    return "" if spread.get("mean_signed_error_pct") is None else f"mean signed {_mean(spread)}, "
+
+
+def _mean(spread: Mapping[str, Any]) -> str:
+    """A spread's mean signed error (``+2.5%``), or ``–`` without one."""
+    mean = spread.get("mean_signed_error_pct")
+    return "–" if mean is None else f"{mean:+.1f}%"

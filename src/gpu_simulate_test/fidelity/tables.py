@@ -211,15 +211,24 @@ def largest_abs_error(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def error_spread(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str, Any]:
-    """Over the finite rows: how many, the median absolute error (percent), and how many are
-    within 5% and 10% (the goal, and twice it); the median is NaN without any (stored as null)."""
+    """Over the finite rows: how many, the median absolute error (percent), how many are within
+    5% and 10% (the goal, and twice it), and the mean signed error (percent: the bias; of
+    ``rel_error`` for the simulation's spread, of ``noise`` itself for the truth's); the median is
+    NaN without any (stored as null), the mean None without a signed column."""
     errors = np.abs(table[column].astype(float).to_numpy())
     errors = errors[np.isfinite(errors)]
+    signed_column = "rel_error" if column == "abs_rel_error" else column
+    mean_signed = None
+    if signed_column in table.columns:
+        signed = table[signed_column].astype(float).to_numpy()
+        signed = signed[np.isfinite(signed)]
+        mean_signed = round(float(signed.mean()) * 100, 2) if signed.size else None
     return {
         "rows": int(errors.size),
         "median_abs_error_pct": round(pct.describe(errors).median * 100, 2),
         "within_5pct": int((errors <= 0.05).sum()),
         "within_10pct": int((errors <= 0.10).sum()),
+        "mean_signed_error_pct": mean_signed,
     }
 
 
