@@ -37,16 +37,28 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 
-METRICS = ("ttft", "tpot", "e2e")
+from gpu_simulate_test.config.registry import CONFIG_DIR
+
 CLOCKS = {  # summary.json's p50s, per clock
     "engine": ("engine_ttft_ms", "engine_tpot_ms", "engine_e2e_ms"),
     "client": ("p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"),
 }
-WORKLOAD = [  # the pipeline's own workload (configs/pipeline.yaml)
-    "num_requests=40", "qps=4.0", "prompt_len.kind=uniform", "prompt_len.min=16",
-    "prompt_len.max=128", "output_len.kind=uniform", "output_len.min=4", "output_len.max=32",
-]  # fmt: skip
+
+
+def pipeline_workload() -> list[str]:
+    """``make run``'s own workload (``configs/pipeline.yaml``'s ``workload`` block) as overrides
+    of the workload stage, so that the two cannot drift apart."""
+    pipeline = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "pipeline.yaml"))
+    assert isinstance(pipeline, dict)
+
+    def flat(prefix: str, value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [o for k, v in value.items() for o in flat(f"{prefix}.{k}", v)]
+        return [f"{prefix}={value}"]
+
+    return flat("workload", pipeline["workload"])
 
 
 def p50s(run_dir: Path) -> dict[str, list[float]]:
@@ -177,7 +189,7 @@ def run_one(run_id: str, workload_dir: Path, overrides: list[str]) -> Path:
 def make_workload(run_id: str) -> Path:
     cmd = [
         sys.executable, "-m", "gpu_simulate_test.cli.workload", f"output.run_id={run_id}",
-        *[f"workload.{w}" for w in WORKLOAD],
+        *pipeline_workload(),
     ]  # fmt: skip
     print("$ " + " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -93,3 +93,12 @@ def test_campaign_bias_sets_the_repeat_beside_the_simulation(tmp_path: Path) -> 
     table.drop(columns="clock").to_csv(old, index=False)
     with pytest.raises(SystemExit, match="missing columns clock"):
         fidelity_table(old)
+
+
+def test_the_replayed_workload_is_the_pipelines_own() -> None:
+    from benchmarks.bench_truth_spread import pipeline_workload
+
+    overrides = pipeline_workload()
+    assert "workload.num_requests=40" in overrides and "workload.qps=4.0" in overrides
+    assert "workload.prompt_len.max=128" in overrides  # nested blocks as dotted keys
+    assert all(o.startswith("workload.") and "=" in o for o in overrides)

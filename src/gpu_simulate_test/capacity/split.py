@@ -129,19 +129,20 @@ def write_real(
     cfg: CapacityStageConfig,
     profiling_root: Path,
     workload_dir: Path,
-    scheduler: Mapping[str, Any],
+    decided: ProfilePlan,
     measured: Answer,
     runs: list[dict[str, Any]],
     wall_time_s: float,
 ) -> Path:
-    """``capacity-real.json`` of a real phase, every path relative to its run directory."""
+    """``capacity-real.json`` of a real phase (``decided``: the plan whose scheduler it ran),
+    every path relative to its run directory."""
     slo = cfg.capacity.slo
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "config": as_resolved(cfg.pipeline()),
         "profiling_root": _relative(profiling_root, r.path),
         "workload_dir": _relative(workload_dir, r.path),
-        "scheduler": as_stored_json(dict(scheduler)),
+        "scheduler": as_stored_json(dataclasses.asdict(decided.scheduler)),
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
         "grid": grid_of(cfg),
         "requests_per_rate": cfg.capacity.verify_requests,

@@ -52,7 +52,7 @@ from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
-from gpu_simulate_test.io.artifacts import as_stored_json, atomic_open, write_csv, write_json
+from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
 from gpu_simulate_test.orchestrate.serving import served
@@ -85,14 +85,13 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             inner, decided, workload_dir = bundle_and_workload(cfg, inner, r)
         if opts.phase == "real":  # the GPU machine's half: the real search, no Vidur
             found, runs, wall = real_search(cfg, inner, r)
-            scheduler = as_stored_json(dataclasses.asdict(decided.scheduler))
             root = Path(inner.profiling_root)
             write_csv(
                 r.file(contract.CAPACITY_REAL_CSV),
                 points_frame(found.points),
                 contract.CAPACITY_TABLE,
             )  # the manifest last: the sim phase reads a run that got that far, and finished
-            manifest = write_real(r, cfg, root, workload_dir, scheduler, found, runs, wall)
+            manifest = write_real(r, cfg, root, workload_dir, decided, found, runs, wall)
             r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
             if cfg.progress:
                 said = "none" if found.qps is None else f"{found.qps:g} req/s"
