@@ -7,7 +7,7 @@ front-end model of the bundle's calibration (made on its own replays, seed 10472
 runs judged):
 
 - **constant**: every token reaches the client ``frontend.output_ms`` after its step;
-- **queue**: :class:`gpu_simulate_test.core.frontend_queue.FrontEndQueue` over the run's real
+- **queue**: :class:`gpu_simulate_test.calibration.frontend_queue.FrontEndQueue` over the run's real
   steps and sends (``frontend.queue``).
 
 Printed per run: the client's TTFT, TPOT and E2E at p50 and p90, real and predicted by each,
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core.frontend_queue import FrontEndQueue, request_delays_s
+from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue, request_delays_s
 from gpu_simulate_test.core.latency import tpot_s
 
 METRICS = ("ttft", "tpot", "e2e")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.engine_steps import bench_config
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
 from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
@@ -32,7 +33,6 @@ from gpu_simulate_test.core.engines import get_backend
 from gpu_simulate_test.core.engines.harness import replay, switch_interval
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.reporting import markdown_table
-from gpu_simulate_test.vidur_profile.engine_steps import bench_config
 
 
 def is_prefill(future_state: Any) -> bool:

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
+from gpu_simulate_test.calibration.engine_steps import random_prompt
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
@@ -48,7 +49,6 @@ from gpu_simulate_test.core.engines import get_backend
 from gpu_simulate_test.core.engines.harness import gc_paused, replay, switch_interval
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
-from gpu_simulate_test.vidur_profile.engine_steps import random_prompt
 
 
 class StepTap:

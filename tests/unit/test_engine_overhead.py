@@ -10,23 +10,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.config.real_bench import BackendConfig
-from gpu_simulate_test.config.schema import ConfigError
-from gpu_simulate_test.config.vidur import EngineCalibrationConfig, VidurConfig
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
-from gpu_simulate_test.core.overhead import (
+from gpu_simulate_test.calibration.experiments import (
+    auto_batch_sizes,
+    auto_prompt_lengths,
+    plan_experiments,
+)
+from gpu_simulate_test.calibration.overhead import (
     ExecutionTimeWithOverhead,
     StepJitter,
     StepOverhead,
     fit,
 )
+from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import EngineCalibrationConfig, VidurConfig
+from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
-from gpu_simulate_test.vidur_profile.experiments import (
-    auto_batch_sizes,
-    auto_prompt_lengths,
-    plan_experiments,
-)
 from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
 
 OPS_MS = 1.0
@@ -408,14 +408,14 @@ def test_engine_overhead_config_is_checked() -> None:
 def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
     """Prefill: arrival to first token; decode: the later half of the gaps; mixed: each
     decoder's gap that ends with the newcomer's first token."""
-    from gpu_simulate_test.core.engines.records import STATUS_OK, Recorder
-    from gpu_simulate_test.vidur_profile.engine_steps import (
+    from gpu_simulate_test.calibration.engine_steps import (
         Experiment,
         _requests,
         step_jitter,
         step_rows,
         step_samples,
     )
+    from gpu_simulate_test.core.engines.records import STATUS_OK, Recorder
 
     exps = [
         Experiment("prefill", 1, 64),
@@ -450,7 +450,7 @@ def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
 
 
 def test_step_jitter_weighs_decode_rows_alike_relative_to_their_median() -> None:
-    from gpu_simulate_test.vidur_profile.engine_steps import Experiment, step_jitter
+    from gpu_simulate_test.calibration.engine_steps import Experiment, step_jitter
 
     one, four = Experiment("decode", 1, 32), Experiment("decode", 4, 32)
     # batch 1: 3 of 4 steps at the median, 1 twice as long; batch 4 (its lockstep steps seen by

@@ -1,4 +1,4 @@
-"""The front end as a queue (core/frontend_queue): its arithmetic by hand, and its fit on real
+"""The front end as a queue (calibration/frontend_queue): its arithmetic by hand, its fit on real
 vLLM runs (tests/data/vllm/frontend_queue: engine stamps and client times of the same tokens)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.core import frontend_queue as fq
+from gpu_simulate_test.calibration import frontend_queue as fq
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm" / "frontend_queue"
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
-from gpu_simulate_test.vidur_profile.engine_steps import Experiment
-from gpu_simulate_test.vidur_profile.frontend import (
+from gpu_simulate_test.calibration.engine_steps import Experiment
+from gpu_simulate_test.calibration.frontend import (
     checked,
     frontend_from_engine_clock,
     hop_s,
     theil_sen,
 )
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 
 def test_theil_sen_is_not_moved_by_one_wild_reading() -> None:
@@ -98,9 +98,9 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
     from pathlib import Path
     from types import SimpleNamespace
 
+    from gpu_simulate_test.calibration.frontend import recorded_schedule
     from gpu_simulate_test.core.engines.step_record import read_record, step_log_rows
     from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
-    from gpu_simulate_test.vidur_profile.frontend import recorded_schedule
 
     data = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
     record = read_record(data / "engine_steps.jsonl", "d4935f80")
@@ -121,7 +121,7 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
 
 
 def test_an_idle_prefill_costs_the_engine_s_queue_to_first_token() -> None:
-    from gpu_simulate_test.vidur_profile.engine_steps import idle_prefills_from_stamps
+    from gpu_simulate_test.calibration.engine_steps import idle_prefills_from_stamps
 
     experiments, groups, rec = calibration({0: [3.0, 3.0], 2: [4.0]}, 1.0)
     logged = {experiments[0]: [0.004, 0.004], experiments[2]: [0.006]}

@@ -72,13 +72,13 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     """The engine calibration must be this code's version, for this backend and its knobs."""
     import dataclasses
 
+    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
     from gpu_simulate_test.orchestrate.configs import engine_calibration
     from gpu_simulate_test.orchestrate.profiling import calibration_misfits
-    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
@@ -110,6 +110,7 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     one made on another vLLM version does not."""
     import dataclasses
 
+    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.config.real_bench import BackendConfig, ServerConfig
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
@@ -118,7 +119,6 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
     from gpu_simulate_test.orchestrate.configs import engine_calibration
     from gpu_simulate_test.orchestrate.profiling import calibration_misfits
-    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 

@@ -1,4 +1,4 @@
-"""Step time under serving load (core/serving_load.py): the features of a real vLLM step record,
+"""Step time under serving load (calibration/serving_load): the features of a vLLM step record,
 the fitted terms recovering what is planted in them, the residual analysis finding the candidate
 that matters, and the engine clock of a simulated request starting where vLLM's does."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.core import serving_load
+from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED, V1Params, run_v1
 from tests.unit.test_vllm_v1 import Fixed
@@ -158,8 +158,8 @@ def test_a_request_arriving_during_a_step_is_queued_when_it_ends() -> None:
 
 
 def test_calibration_replays_are_seeded_poisson_within_their_bounds(tmp_path: Path) -> None:
+    from gpu_simulate_test.calibration import serving_replay
     from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-    from gpu_simulate_test.vidur_profile import serving_replay
 
     cfg = EngineCalibrationConfig(
         decode_tokens=16, serving_rates=(0.1, 0.5), serving_duration_s=4, serving_rounds=1
@@ -188,7 +188,7 @@ def test_calibration_replays_are_seeded_poisson_within_their_bounds(tmp_path: Pa
 
 
 def test_the_bundle_report_of_replays_names_each_rate_and_plots(tmp_path: Path) -> None:
-    from gpu_simulate_test.vidur_profile import serving_replay
+    from gpu_simulate_test.calibration import serving_replay
 
     steps = schedule()
     cut = float(steps["end_time_s"].iloc[300])

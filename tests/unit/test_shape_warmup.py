@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpu_simulate_test.calibration.engine_steps import calibration_shapes
+from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
 from gpu_simulate_test.core.warmup import (
@@ -12,8 +14,6 @@ from gpu_simulate_test.core.warmup import (
     shape_warmup_requests,
     warmup_sizes,
 )
-from gpu_simulate_test.vidur_profile.engine_steps import calibration_shapes
-from gpu_simulate_test.vidur_profile.experiments import Experiment
 
 
 def _req(i: int, prompt: int, output: int, tokens: bool = True) -> BenchRequest:

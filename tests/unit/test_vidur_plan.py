@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
 from gpu_simulate_test.config.vidur import (
     VidurConfig,
@@ -17,7 +18,6 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
-from gpu_simulate_test.core.overhead import FrontEnd
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.stage import prepare, write_trace

@@ -1,6 +1,6 @@
 """What the simulation's engine-overhead fit says about the calibration it was built on.
 
-A simulated step is Vidur's ops plus the fitted overhead (:mod:`gpu_simulate_test.core.overhead`).
+A simulated step is Vidur's ops plus the fitted overhead (:mod:`~.calibration.overhead`).
 Where that sum cannot reproduce the calibrated steps, no comparison can be closer than the gap,
 and where the profiled ops had to be scaled down to fit, the user should know the layer profile
 was off. Both are read from the simulation's ``run_meta.json`` ``engine_overhead`` and said as

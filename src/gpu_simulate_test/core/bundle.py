@@ -128,10 +128,10 @@ SERVING_STEPS_TABLE = TableSchema(
     version=BUNDLE_SCHEMA_VERSION,
     description=(
         "The engine's own steps during the calibration replays under load (Poisson workloads "
-        "at a few rates, seeded apart from judged workloads; vidur_profile/serving_replay.py): "
+        "at a few rates, seeded apart from judged workloads; calibration/serving_replay.py): "
         "the engine_schedule table of a vLLM server that records its steps, per replay, with "
         "the backend and the replay's rate. vidur_simulate fits what serving adds to a step's "
-        "time on them (core/serving_load.py)."
+        "time on them (calibration/serving_load.py)."
     ),
     columns=(
         Column("backend", "str", "", "real-bench backend (vllm)"),

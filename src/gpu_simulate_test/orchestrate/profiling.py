@@ -51,7 +51,7 @@ def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
 
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
-    from gpu_simulate_test.vidur_profile.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
 
     name = cfg.backend.name
     recorded = bundle.engine_calibration(name)

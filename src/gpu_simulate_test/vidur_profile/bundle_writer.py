@@ -89,7 +89,7 @@ def serving_reports(
 ) -> dict[str, Any]:
     """``engine_calibration`` with each calibration's replays under load analysed (what
     besides composition moves a step) and plotted into ``step_residuals.png``."""
-    from gpu_simulate_test.vidur_profile import serving_replay
+    from gpu_simulate_test.calibration import serving_replay
 
     calibrations = {name: dict(info) for name, info in meta.get("engine_calibration", {}).items()}
     for backend, part in serving_steps.groupby("backend", sort=True):

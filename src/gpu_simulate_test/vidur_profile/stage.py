@@ -258,8 +258,8 @@ def calibrate_engine(
     (``serving.drift_note``, printed) and left to the validation replay to judge: on 2 shared
     cores the rounds of a quiet host moved by 10-34% in every calibration recorded, and refusing
     them refused the main job."""
-    from gpu_simulate_test.vidur_profile import engine_steps, serving_replay
-    from gpu_simulate_test.vidur_profile.experiments import plan_experiments
+    from gpu_simulate_test.calibration import engine_steps, serving_replay
+    from gpu_simulate_test.calibration.experiments import plan_experiments
 
     max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
     experiments = plan_experiments(cfg.engine, max_prompt)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from gpu_simulate_test.core.overhead import step_s
+from gpu_simulate_test.calibration.overhead import step_s
 
 SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
 

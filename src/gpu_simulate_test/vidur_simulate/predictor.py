@@ -43,10 +43,10 @@ from vidur.execution_time_predictor.sklearn_execution_time_predictor import (
     _store_prediction_file,
 )
 
+from gpu_simulate_test.calibration.overhead import ExecutionTimeWithOverhead, StepOverhead
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
 from gpu_simulate_test.core.bundle import Bundle
-from gpu_simulate_test.core.overhead import ExecutionTimeWithOverhead, StepOverhead
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, atomic_path
@@ -97,7 +97,7 @@ class LocalRFExecutionTimePredictor(RandomForrestExecutionTimePredictor):
     """Reads ``<profile_dir>/{mlp,attention}.csv``; caches under the fingerprinted cache_dir.
 
     With a :class:`StepOverhead` attached (``attach_overhead``), every batch's total time also
-    carries the engine's per-step overhead (see :mod:`gpu_simulate_test.core.overhead`).
+    carries the engine's per-step overhead (see :mod:`gpu_simulate_test.calibration.overhead`).
     """
 
     cache_hit: bool = False

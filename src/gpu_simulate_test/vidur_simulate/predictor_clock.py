@@ -2,7 +2,7 @@
 
 A step's body is Vidur's prediction of its shape with the fitted engine overhead
 (:class:`~.loop_setup.BatchTimer`). Where the bundle has calibration replays under load, the
-serving terms (:mod:`gpu_simulate_test.core.serving_load`) apply on top: the step stretched by
+serving terms (:mod:`~.calibration.serving_load`) apply on top: the step stretched by
 the requests taken in and tokens streamed per second before it, a pause between busy steps, what
 waking an idle engine costs after that long idle, and the calibrated slow moments (a seeded
 factor of mean 1 that carries over from step to step). Without them, steps run back to back
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core import serving_load
-from gpu_simulate_test.core.serving_load import ServingLoad
+from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer
 from gpu_simulate_test.vidur_simulate.vllm_v1 import Composition
 

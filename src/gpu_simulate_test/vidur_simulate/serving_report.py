@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.core import serving_load
+from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.core.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import DEFAULT_EVENT_LOOP, EVENT_LOOPS
-from gpu_simulate_test.core import overhead
 from gpu_simulate_test.io.artifacts import atomic_open
 from gpu_simulate_test.vidur_simulate.contract import VIDUR_REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate.lean_metrics import LeanMetrics
@@ -50,7 +50,7 @@ class SimulationResult:
     """An oracle replay: where its step times came from (:meth:`.oracle.OracleClock.report`)."""
     serving_fit: tuple[Any, pd.DataFrame, np.ndarray] | None = None
     """vllm_v1 with the bundle's calibration replays: the fitted
-    :class:`~gpu_simulate_test.core.serving_load.ServingLoad`, the replays' step features and
+    :class:`~gpu_simulate_test.calibration.serving_load.ServingLoad`, the replays' step features and
     each step's prediction (for the report and ``step_residuals.png``)."""
 
 

@@ -17,11 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import overhead
+from gpu_simulate_test.calibration.calibrated import (
+    load_frontend,
+    load_frontend_queue,
+    load_step_jitter,
+)
+from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue, request_delays_s
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.core import overhead
 from gpu_simulate_test.core.bundle import Bundle, load_bundle
-from gpu_simulate_test.core.frontend_queue import FrontEndQueue, request_delays_s
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 from gpu_simulate_test.io import layout
@@ -30,11 +35,6 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
-from gpu_simulate_test.vidur_simulate.calibrated import (
-    load_frontend,
-    load_frontend_queue,
-    load_step_jitter,
-)
 from gpu_simulate_test.vidur_simulate.contract import (
     ENGINE_OVERHEAD_FIT,
     TRACE_FILE,

@@ -4,9 +4,9 @@ checked with an error naming the bundle's ``meta.json`` and the key."""
 
 from __future__ import annotations
 
-from gpu_simulate_test.core import overhead
+from gpu_simulate_test.calibration import overhead
+from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.core.bundle import Bundle
-from gpu_simulate_test.core.frontend_queue import FrontEndQueue
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 

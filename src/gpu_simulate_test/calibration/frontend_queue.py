@@ -12,7 +12,7 @@ tokens it streamed (2.9 ms for one, 11.3 ms for 16 to 40).
 its send and each step's ``step_ms + token_ms · tokens`` at the step's end. A step's tokens reach
 the client, on average, once its job has started and done ``step_ms`` plus half its tokens' work
 (they go out one by one). It moves the client's clock only: when a request reaches the engine
-stays the calibrated input model's (:class:`gpu_simulate_test.core.overhead.FrontEnd`), so the
+stays the calibrated input model's (:class:`~.overhead.FrontEnd`), so the
 engine-clock comparison is untouched. :func:`fit` finds the three costs on a recorded run: each
 token's delay from its step's end (the engine's stamp) to the client.
 """
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.overhead import calibrated_ms
 from gpu_simulate_test.core.engines.step_record import parse_requests
-from gpu_simulate_test.core.overhead import calibrated_ms
 
 KEYS: tuple[str, ...] = ("request_ms", "step_ms", "token_ms")
 """The queue's three costs, as the calibration stores them (milliseconds)."""

@@ -28,7 +28,7 @@ not as part of a step (under load, a request pays it while other requests' steps
 
 The rows land in the bundle's ``engine_steps.csv``; ``vidur_simulate`` with
 ``vidur.engine_overhead=<backend>`` fits what Vidur's prediction misses on them and adds it to
-every simulated batch (:mod:`gpu_simulate_test.core.overhead`).
+every simulated batch (:mod:`gpu_simulate_test.calibration.overhead`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import serving_replay
+from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
@@ -52,8 +54,6 @@ from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Reco
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog, step_cost_ms
 from gpu_simulate_test.core.warmup import single_token_requests, warmup_sizes
-from gpu_simulate_test.vidur_profile import serving_replay
-from gpu_simulate_test.vidur_profile.experiments import Experiment
 
 CALIBRATION_VERSION = 9
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
@@ -399,7 +399,7 @@ def calibrate(
         logged = logged[logged["time_s"] < experiments_end].reset_index(drop=True)
     serving_table = None
     if logged is not None and not logged.empty:
-        from gpu_simulate_test.vidur_profile.frontend import (
+        from gpu_simulate_test.calibration.frontend import (
             checked,
             frontend_from_engine_clock,
             frontend_latency,

@@ -7,7 +7,7 @@ apart from any workload a simulation is judged on. Their lengths are those of th
 profile is for (``workload_dir``: the shape that will be served, its lengths drawn anew), else
 uniform. The engine's own step record of those replays lands in the
 bundle's ``serving_steps.csv``; ``vidur_simulate`` fits what serving adds to a step's time on them
-(:mod:`gpu_simulate_test.core.serving_load`), and the bundle's ``step_residuals.png`` shows what
+(:mod:`.serving_load`), and the bundle's ``step_residuals.png`` shows what
 besides a step's composition moves its time.
 """
 
@@ -66,7 +66,7 @@ def plan(
     API server's per-request work). With ``lengths`` (a workload's prompt and output lengths),
     each request takes the lengths of one of its requests, drawn with the same seed: the shape
     that will be served, never its arrivals."""
-    from gpu_simulate_test.vidur_profile.engine_steps import random_prompt
+    from gpu_simulate_test.calibration.engine_steps import random_prompt
 
     rng = np.random.default_rng(cfg.serving_seed)
     replays, next_id = [], first_id
@@ -104,7 +104,7 @@ def run(
 ) -> list[tuple[float, float, float]]:
     """Replay each rate's requests at their arrivals (after the previous rate's are done);
     returns (rate, first send, last token) per replay on the recorder's clock."""
-    from gpu_simulate_test.vidur_profile.engine_steps import _wait
+    from gpu_simulate_test.calibration.engine_steps import _wait
 
     windows = []
     for replay in replays:
@@ -185,7 +185,7 @@ def serving_steps(
 def _over_composition(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """The replays' step features (each replay apart), their steps in that order, and each
     step's time over the median step of its composition."""
-    from gpu_simulate_test.core import serving_load
+    from gpu_simulate_test.calibration import serving_load
 
     parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
     frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
@@ -197,7 +197,7 @@ def _over_composition(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, 
 def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
     """What besides composition moves a step: the residual analysis of the replays' steps
     against the median step of the same composition, and its plot."""
-    from gpu_simulate_test.core import serving_load
+    from gpu_simulate_test.calibration import serving_load
 
     frame, every, ratio = _over_composition(steps)
     serving_load.plot_residuals(

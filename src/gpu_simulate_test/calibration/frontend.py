@@ -2,7 +2,7 @@
 
 A request reaches the engine's scheduler ``input_ms + input_per_running_ms · running`` after the
 client sent it (``running``: requests in flight at the send) and each token reaches the client
-``output_ms`` after the engine made it (:class:`gpu_simulate_test.core.overhead.FrontEnd`).
+``output_ms`` after the engine made it (:class:`gpu_simulate_test.calibration.overhead.FrontEnd`).
 
 Two readings, one checking the other:
 
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.engine_steps import Experiment, _windows
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
-from gpu_simulate_test.vidur_profile.engine_steps import Experiment, _windows
 
 CHECK_TOLERANCE_MS = 2.0
 """The two readings of the front end's total agree when within this, or within
@@ -233,12 +233,12 @@ def queue_from_replays(
     schedule: pd.DataFrame,
     windows: Sequence[tuple[float, float, float]],
 ) -> dict[str, Any] | None:
-    """The front end as a queue (:mod:`gpu_simulate_test.core.frontend_queue`), fitted on the
+    """The front end as a queue (:mod:`gpu_simulate_test.calibration.frontend_queue`), fitted on the
     calibration replays under load: every request sent inside a replay's window, every step of
     the window (``schedule`` on the recorder's clock), each streamed token's delay from its step's
     end to the client. A stream chunk carrying several tokens counts once, at its last token.
     None without replays or with too few tokens."""
-    from gpu_simulate_test.core import frontend_queue
+    from gpu_simulate_test.calibration import frontend_queue
 
     runs = []
     for _, start, end in windows:
