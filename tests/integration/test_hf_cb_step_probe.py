@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a real engine, every step
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "hf_cb_step_probe.py"
 

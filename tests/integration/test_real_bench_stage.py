@@ -79,6 +79,7 @@ def check_run(run: Path, backend: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return requests, tokens
 
 
+@pytest.mark.slow  # a real engine replays the workload
 def test_hf_cb_replays_the_workload_exactly(workspace: Path) -> None:
     proc = run_cli("real_bench", "workload_dir=tmp/workload/w50", "output.run_id=cb", cwd=workspace)
     assert "TTFT" in proc.stdout and "tmp/real_bench/cb" in proc.stdout
@@ -94,6 +95,7 @@ def test_hf_cb_replays_the_workload_exactly(workspace: Path) -> None:
     assert requests.engine_ttft_s.astype(float).notna().all()
 
 
+@pytest.mark.slow  # a real engine replays the workload
 def test_hf_generate_replays_the_workload_exactly(workspace: Path) -> None:
     run_cli(
         "real_bench",
@@ -193,6 +195,7 @@ def test_openai_backend_fails_clearly_on_an_unreachable_endpoint(workspace: Path
     assert not (workspace / "tmp" / "real_bench" / "unreachable").exists()
 
 
+@pytest.mark.slow  # a real engine replays the workload
 @pytest.mark.skipif(not _serve_available(), reason="needs transformers[serving] (fastapi, openai)")
 def test_openai_backend_against_a_started_transformers_serve(tmp_path: Path) -> None:
     """A real ``transformers serve`` on a free loopback port, started and killed by the stage."""
@@ -320,6 +323,7 @@ def test_a_prompt_token_id_that_is_no_integer_is_named(
     assert not (workspace / "tmp" / "real_bench" / "badtok").exists()
 
 
+@pytest.mark.slow  # a real engine replays the workload
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(
     workspace: Path, signum: int

@@ -94,10 +94,12 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
         "workload_dir=tmp/workload/wl",
         *TINY_RANGES,
         cwd=root,
+        subprocess_=True,  # a multirun of the profiler, for the slow tests only
     )
     return Profiled(root, workload_id, proc.stdout)
 
 
+@pytest.mark.slow  # profiles a model twice (the module fixture)
 @pytest.mark.parametrize("job", [0, 1])
 def test_multirun_writes_one_valid_bundle_and_run_per_job(profiled: Profiled, job: int) -> None:
     bundle_path = profiled.root / ("pa", "pb")[job] / "cpu" / "qwen3_tiny"
@@ -146,6 +148,7 @@ def test_multirun_writes_one_valid_bundle_and_run_per_job(profiled: Profiled, jo
     assert str(Path("cpu") / "qwen3_tiny") in profiled.stdout
 
 
+@pytest.mark.slow  # profiles a model twice (the module fixture)
 def test_a_used_run_id_or_an_existing_bundle_is_refused(profiled: Profiled) -> None:
     root = profiled.root
     same_id = run_cli(
@@ -176,6 +179,7 @@ def test_a_used_run_id_or_an_existing_bundle_is_refused(profiled: Profiled) -> N
     assert not (root / "tmp" / "vidur_profile" / "new").exists()
 
 
+@pytest.mark.slow  # drives two real engines
 def test_engine_calibration_times_real_steps_and_keeps_other_backends(tmp_path: Path) -> None:
     """hf_cb then hf_generate into one bundle: both calibrations are there, each step costs
     more than the decoder layers' profiled ops (the LM head over 151,936 tokens alone does)."""
