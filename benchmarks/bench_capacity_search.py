@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_simulate_test.capacity.stage import YES_NO
+from gpu_simulate_test.capacity.report import YES_NO
 
 GOAL_SETS: dict[str, list[str]] = {
     "default (TTFT p90 ≤ 100 ms, TPOT p90 ≤ 30 ms)": [],

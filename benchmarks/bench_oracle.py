@@ -40,17 +40,6 @@ def cli(stage: str, *overrides: str) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def knobs(run: Path) -> list[str]:
-    backend = json.loads((run / "run_meta.json").read_text())["config"]["backend"]
-    return [
-        "vidur.scheduler.name=vllm_v1",
-        f"vidur.scheduler.chunk_size={backend['max_batch_tokens']}",
-        f"vidur.scheduler.batch_size_cap={backend['max_requests_per_batch']}",
-        f"vidur.scheduler.block_size={backend['block_size']}",
-        f"vidur.scheduler.num_blocks={backend['num_blocks']}",
-    ]
-
-
 def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[str, Any]:
     """Oracle-replay one real run and compare; the figures of its comparison."""
     meta = json.loads((run / "run_meta.json").read_text())
@@ -62,8 +51,7 @@ def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[s
         f"profiling_root={profiles}",
         f"output.root={out_root}",
         f"output.run_id={name}",
-        "progress=false",
-        *knobs(run),
+        "progress=false",  # the scheduler's knobs are the run's (its run_meta.json)
     )
     sim = out_root / "vidur_simulate" / name
     cli(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_real_bench import _compose
+from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ArrivalConfig
@@ -103,9 +104,8 @@ def main() -> None:
             order = clients if r % 2 == 0 else clients[::-1]
             for shape, workload_dir in shapes.items():
                 for client in order:
-                    c = dataclasses.replace(
-                        at, backend=dataclasses.replace(at.backend, client=client)
-                    )
+                    knobs = as_engine(at.backend, VllmBackendConfig)
+                    c = dataclasses.replace(at, backend=dataclasses.replace(knobs, client=client))
                     real_dir = run_truth(c, workload_dir, run_id=f"{shape}-{client}-{r}")
                     row = {"round": r, "shape": shape, "client": client, **figures(real_dir)}
                     results.append(row)

@@ -151,11 +151,11 @@ def child(args: argparse.Namespace) -> None:
     import dataclasses
 
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
+    from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
     from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-    from gpu_simulate_test.config.registry import to_typed
+    from gpu_simulate_test.config.registry import to_resolved, to_typed
     from gpu_simulate_test.core.engines import records
     from gpu_simulate_test.core.engines.vllm import VllmBackend
     from gpu_simulate_test.real_bench.stage import run
@@ -197,14 +197,13 @@ def child(args: argparse.Namespace) -> None:
     server.start_server()
     try:
         for cfg, t in zip(cfgs, typed, strict=True):
-            at = dataclasses.replace(
-                t.backend.server, kind="external", log_file=str(server.log_path)
-            )
+            knobs = as_engine(t.backend, VllmBackendConfig)
+            at = dataclasses.replace(knobs.server, kind="external", log_file=str(server.log_path))
             b = dataclasses.replace(
-                t.backend, base_url=server.base_url, server=at, served_model_name=t.model.name
+                knobs, base_url=server.base_url, server=at, served_model_name=t.model.name
             )
             n = len(origins)
-            run(dataclasses.replace(t, backend=b), OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+            run(dataclasses.replace(t, backend=b), to_resolved(cfg, t))
             with open(args.origin_file, "a") as f:
                 f.write(f"{origins[-1] if len(origins) > n else 'nan'}\n")
     finally:

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.engine_steps import bench_config
+from gpu_simulate_test.config.backends import HfCbBackendConfig
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
-from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.bundle import load_bundle
 from gpu_simulate_test.core.engines import get_backend
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         rows = load_bundle(args.bundle).engine_steps("hf_cb")
         decode = rows[rows["phase"] == "decode"]
         calibrated = dict(zip(decode["batch_size"].astype(int), decode["step_ms"], strict=True))
-    backend_cfg = BackendConfig(
+    backend_cfg = HfCbBackendConfig(
         max_batch_tokens=args.max_batch_tokens,
         max_requests_per_batch=args.max_requests,
         num_blocks=args.num_blocks,

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
-from gpu_simulate_test.calibration.engine_steps import random_prompt
+from gpu_simulate_test.calibration.common import random_prompt
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed

@@ -27,6 +27,9 @@ V1 = (
     "vidur.scheduler.num_blocks=16",
     "vidur.predictor.num_training_job_threads=1",
 )
+RUN_KNOBS = {"name": "vllm_v1", "chunk_size": 128, "batch_size_cap": 32, "block_size": 32,
+             "num_blocks": 16}  # fmt: skip
+"""What the test data's run_meta.json records of its server (config.backend)."""
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +47,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_oracle_replay_of_a_preempting_vllm_run_takes_every_step_vllm_took(
     project: Path,
 ) -> None:
+    # the scheduler and its knobs are the run's (its run_meta.json): none repeated here
     run_cli(
         "vidur_simulate",
         "workload_dir=tmp/workload/w",
         "step_times_from=tmp/real_bench/v",
         "output.run_id=oracle",
-        *V1,
+        "vidur.predictor.num_training_job_threads=1",
         cwd=project,
     )
     sim = project / "tmp" / "vidur_simulate" / "oracle"
     meta = read_json(sim / layout.RUN_META)
+    assert {k: meta["scheduler"][k] for k in RUN_KNOBS} == RUN_KNOBS
     assert meta["preemptions"] == 10 and meta["oracle"]["exact"]
     assert meta["oracle"]["step_times"] == {"same position": 661}
     schedule = read_csv(sim / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
@@ -81,17 +86,20 @@ def test_an_oracle_replay_of_a_preempting_vllm_run_takes_every_step_vllm_took(
     assert "Step by step" in (out / "summary.md").read_text()
 
 
-def test_an_oracle_replay_needs_vllm_s_scheduler(project: Path) -> None:
+def test_an_oracle_replay_refuses_a_knob_that_contradicts_the_run(project: Path) -> None:
     proc = run_cli(
         "vidur_simulate",
         "workload_dir=tmp/workload/w",
         "step_times_from=tmp/real_bench/v",
-        "vidur.scheduler.name=sarathi",
+        "vidur.scheduler.chunk_size=256",
         cwd=project,
         check=False,
     )
-    assert proc.returncode != 0
-    assert "vidur.scheduler.name=vllm_v1" in proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    assert (
+        "vidur.scheduler.chunk_size=256 contradicts the run step_times_from=tmp/real_bench/v, "
+        "whose backend.max_batch_tokens gives chunk_size=128"
+    ) in proc.stdout
 
 
 def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project: Path) -> None:

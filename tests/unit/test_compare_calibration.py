@@ -3,7 +3,16 @@ when the profiled ops had to be scaled to fit it."""
 
 from __future__ import annotations
 
-from gpu_simulate_test.compare.calibration import calibration_findings
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_simulate_test.calibration.record import SimulatedCalibration
+from gpu_simulate_test.compare.calibration import calibration_findings as findings_of
+
+
+def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
+    """The findings on a simulation's run_meta, read as compare reads it."""
+    return findings_of(SimulatedCalibration.from_run_meta(sim_meta))
 
 
 def fitted(**phases: tuple[float, float]) -> dict[str, object]:

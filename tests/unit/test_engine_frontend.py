@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.calibration.engine_steps import Experiment, step_log_samples
+from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.calibration.frontend import frontend_latency
 from gpu_simulate_test.calibration.overhead import FrontEnd
+from gpu_simulate_test.calibration.step_times import step_log_samples
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate.stage import running_at_send

@@ -21,7 +21,7 @@ from gpu_simulate_test.calibration.overhead import (
     StepOverhead,
     fit,
 )
-from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.backends import HfCbBackendConfig, HfGenerateBackendConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig, VidurConfig
 from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
@@ -365,7 +365,7 @@ def test_calibration_plan_fits_the_engine() -> None:
     assert auto_batch_sizes(30)[-3:] == (24, 28, 30)
     lengths = auto_prompt_lengths(256)
     assert lengths[0] == 16 and lengths[-1] == 256 and len(lengths) == 4
-    cb = EngineCalibrationConfig(backend=BackendConfig(max_batch_tokens=128), repeats=2)
+    cb = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=128), repeats=2)
     exps = plan_experiments(cb, max_prompt_tokens=1024)
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
     mixed = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "mixed"})
@@ -381,18 +381,18 @@ def test_calibration_plan_fits_the_engine() -> None:
     first_round = exps[: len(set(exps))]
     assert len(set(first_round)) == len(first_round) == 4 + 20 + 4
     assert exps[-4:] == [e for e in exps if e.phase == "decode" and e.batch_size == 1][-4:]
-    sequential = EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), repeats=1)
+    sequential = EngineCalibrationConfig(backend=HfGenerateBackendConfig(), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}
     assert {e.phase for e in plan_experiments(sequential, 512)} == {"prefill", "decode"}
     with pytest.raises(ValueError, match=r"engine.batch_sizes \[4\]"):
         plan_experiments(
-            EngineCalibrationConfig(backend=BackendConfig(name="hf_generate"), batch_sizes=(1, 4)),
+            EngineCalibrationConfig(backend=HfGenerateBackendConfig(), batch_sizes=(1, 4)),
             512,
         )
     with pytest.raises(ValueError, match=r"prompt_lengths \[512\] exceed 128"):
         plan_experiments(
             EngineCalibrationConfig(
-                backend=BackendConfig(max_batch_tokens=128), prompt_lengths=(16, 512)
+                backend=HfCbBackendConfig(max_batch_tokens=128), prompt_lengths=(16, 512)
             ),
             1024,
         )
@@ -408,13 +408,9 @@ def test_engine_overhead_config_is_checked() -> None:
 def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
     """Prefill: arrival to first token; decode: the later half of the gaps; mixed: each
     decoder's gap that ends with the newcomer's first token."""
-    from gpu_simulate_test.calibration.engine_steps import (
-        Experiment,
-        _requests,
-        step_jitter,
-        step_rows,
-        step_samples,
-    )
+    from gpu_simulate_test.calibration.engine_steps import experiment_requests
+    from gpu_simulate_test.calibration.experiments import Experiment
+    from gpu_simulate_test.calibration.step_times import step_jitter, step_rows, step_samples
     from gpu_simulate_test.core.engines.records import STATUS_OK, Recorder
 
     exps = [
@@ -422,7 +418,7 @@ def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
         Experiment("decode", 2, 32),
         Experiment("mixed", 1, 128, decode_prompt_tokens=32),
     ]
-    groups = _requests(exps, decode_tokens=6, vocab_size=1000)
+    groups = experiment_requests(exps, decode_tokens=6, vocab_size=1000)
     recorder = Recorder([r for g in groups for r in g])
 
     def play(request_id: int, arrival: float, tokens: list[float]) -> None:
@@ -450,7 +446,8 @@ def test_step_rows_read_step_times_off_the_recorded_tokens() -> None:
 
 
 def test_step_jitter_weighs_decode_rows_alike_relative_to_their_median() -> None:
-    from gpu_simulate_test.calibration.engine_steps import Experiment, step_jitter
+    from gpu_simulate_test.calibration.experiments import Experiment
+    from gpu_simulate_test.calibration.step_times import step_jitter
 
     one, four = Experiment("decode", 1, 32), Experiment("decode", 4, 32)
     # batch 1: 3 of 4 steps at the median, 1 twice as long; batch 4 (its lockstep steps seen by

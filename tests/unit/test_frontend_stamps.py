@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_simulate_test.calibration.engine_steps import Experiment
+from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.calibration.frontend import (
     checked,
     frontend_from_engine_clock,
@@ -121,7 +121,7 @@ def test_the_step_record_gives_the_calibration_the_engine_s_own_step_costs() -> 
 
 
 def test_an_idle_prefill_costs_the_engine_s_queue_to_first_token() -> None:
-    from gpu_simulate_test.calibration.engine_steps import idle_prefills_from_stamps
+    from gpu_simulate_test.calibration.step_times import idle_prefills_from_stamps
 
     experiments, groups, rec = calibration({0: [3.0, 3.0], 2: [4.0]}, 1.0)
     logged = {experiments[0]: [0.004, 0.004], experiments[2]: [0.006]}

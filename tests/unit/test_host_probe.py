@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.compare.calibration import host_memory, host_memory_markdown
 from gpu_simulate_test.core import host_probe as hp
 
@@ -47,7 +48,7 @@ def test_compare_sets_the_truths_reading_against_the_calibrations() -> None:
     calibration = hp.calibration_reading(_run(2.8, 3.2))
     assert calibration is not None and calibration["ms"] == pytest.approx(3.0)
     assert hp.calibration_reading({"before": {"ms": 2.8, "mbytes": 1.0}}) is None
-    sim = {"calibration_host_probe": calibration}
+    sim = SimulatedCalibration.from_run_meta({"calibration_host_probe": calibration})
     memory = host_memory(sim, {"host_probe": _run(5.0, 5.8)}, {"host_probe": _run(3.0, 3.0)})
     assert memory is not None
     assert memory["real"]["ratio"] == pytest.approx(5.4 / 3.0, rel=1e-3)
@@ -56,9 +57,12 @@ def test_compare_sets_the_truths_reading_against_the_calibrations() -> None:
     assert "Host memory: the truth read 77.8 MB (one LM head) in 5.4 ms" in text
     assert "(1.80×, slower at the truth); at the repeat 1.00×" in text
     # nothing to set against: no calibration reading, no run reading, other bytes
-    assert host_memory({}, {"host_probe": _run(3.0, 3.0)}) is None
+    nothing = SimulatedCalibration.from_run_meta({})
+    assert host_memory(nothing, {"host_probe": _run(3.0, 3.0)}) is None
     assert host_memory(sim, {}) is None
-    other = {"calibration_host_probe": {**calibration, "mbytes": 311.0}}
+    other = SimulatedCalibration.from_run_meta(
+        {"calibration_host_probe": {**calibration, "mbytes": 311.0}}
+    )
     assert host_memory(other, {"host_probe": _run(3.0, 3.0)}) is None
     assert host_memory_markdown(None) == ""
 

@@ -66,8 +66,13 @@ ORCHESTRATORS = {"pipeline", "fidelity", "capacity"}
 """They call the other stages' ``run()``."""
 SHARED_STEPS = "orchestrate"
 """The steps every orchestrator calls (serve, run the truth, simulate, compare): not a stage."""
-FLOORS = {"io": {"io"}, "config": {"config", "io"}, "core": {"core", "config", "io"}}
-"""What each shared layer may import."""
+FLOORS = {
+    "io": {"io"},
+    "config": {"config", "io"},
+    "core": {"core", "config", "io"},
+    "calibration": {"calibration", "core", "config", "io"},
+}
+"""What each shared layer may import (the engine calibration sits on core: stages read it)."""
 PACKAGE = REPO / "src" / "gpu_simulate_test"
 
 

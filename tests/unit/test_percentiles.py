@@ -29,10 +29,12 @@ from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 
 PACKAGE = Path(gpu_simulate_test.__file__).parent
 STAGE_MODULES = (
+    "capacity/report.py",
     "capacity/stage.py",
     "compare/metrics.py",
     "compare/steps.py",
     "core/latency.py",
+    "core/summary.py",
     "core/workloads.py",
     "fidelity/tables.py",
     "real_bench/metrics.py",
@@ -123,6 +125,7 @@ def _vidur_table(n: int) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "arrival_time_s": np.arange(n, dtype=float),
+            "num_prefill_tokens": np.full(n, 7, dtype=np.int64),
             "num_decode_tokens": np.full(n, 3, dtype=np.int64),
             "ttft_s": np.linspace(0.01, 0.03, n),
             "tpot_s": np.linspace(0.001, 0.003, n),

@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from gpu_simulate_test.config.backends import (
+    HfCbBackendConfig,
+    HfGenerateBackendConfig,
+    OpenAIBackendConfig,
+)
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
@@ -18,8 +22,8 @@ from gpu_simulate_test.vidur_simulate.plan import Requirements
 
 
 def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
-    backend = BackendConfig(
-        name="hf_cb", max_batch_tokens=384, max_requests_per_batch=12, num_blocks=99, block_size=32
+    backend = HfCbBackendConfig(
+        max_batch_tokens=384, max_requests_per_batch=12, num_blocks=99, block_size=32
     )
     sched, derived = derive_scheduler(backend, VidurSchedulerConfig(name="vllm"), 500)
     assert derived
@@ -29,15 +33,13 @@ def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
 
 
 def test_hf_generate_is_batch_cap_one_without_chunking() -> None:
-    sched, derived = derive_scheduler(
-        BackendConfig(name="hf_generate"), VidurSchedulerConfig(), 700
-    )
+    sched, derived = derive_scheduler(HfGenerateBackendConfig(), VidurSchedulerConfig(), 700)
     assert derived and sched.batch_size_cap == 1 and sched.chunk_size == 700
 
 
 def test_openai_keeps_the_given_scheduler_and_mismatches_are_named() -> None:
     base = VidurSchedulerConfig(batch_size_cap=8)
-    assert derive_scheduler(BackendConfig(name="openai"), base, 10) == (base, False)
+    assert derive_scheduler(OpenAIBackendConfig(), base, 10) == (base, False)
     found = knob_mismatches(
         {"name": "hf_cb", "max_batch_tokens": 256, "max_requests_per_batch": 32, "block_size": 16,
          "num_blocks": 512},
@@ -72,7 +74,7 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     """The engine calibration must be this code's version, for this backend and its knobs."""
     import dataclasses
 
-    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
@@ -83,7 +85,10 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
     cfg = PipelineStageConfig(
-        model=model_preset("qwen3_tiny"), hardware=hardware_preset("cpu"), output=OutputConfig()
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=HfCbBackendConfig(),
+        output=OutputConfig(),
     )
     path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
     assert calibration_misfits(cfg, load_bundle(path)) == [
@@ -110,9 +115,9 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     one made on another vLLM version does not."""
     import dataclasses
 
-    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
+    from gpu_simulate_test.config.backends import ServerConfig, VllmBackendConfig
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
-    from gpu_simulate_test.config.real_bench import BackendConfig, ServerConfig
     from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
     from gpu_simulate_test.io import layout
@@ -122,7 +127,7 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     from tests.unit.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
-    backend = BackendConfig(name="vllm", block_size=32, server=ServerConfig(kind="vllm"))
+    backend = VllmBackendConfig(block_size=32, server=ServerConfig(kind="vllm"))
     cfg = PipelineStageConfig(
         model=model_preset("qwen3_tiny"),
         hardware=hardware_preset("cpu"),

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_simulate_test.config.real_bench import BACKEND_NAMES, RealBenchStageConfig
+from gpu_simulate_test.config.real_bench import (
+    BACKEND_NAMES,
+    HfCbBackendConfig,
+    RealBenchStageConfig,
+)
 from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines.hf_cb import cb_config_kwargs, make_cb_config
@@ -27,7 +31,7 @@ def test_every_backend_composes(compose_stage, backend: str) -> None:
 
 def test_defaults_are_hf_cb_with_block_sharing_off(compose_stage) -> None:
     cfg = to_typed(compose_stage("real_bench", ["workload_dir=w"]), RealBenchStageConfig)
-    assert cfg.backend.name == "hf_cb" and cfg.backend.allow_block_sharing is False
+    assert isinstance(cfg.backend, HfCbBackendConfig) and cfg.backend.allow_block_sharing is False
     assert cfg.dtype == "auto" and cfg.attn_implementation == "sdpa"
 
 
@@ -44,12 +48,13 @@ def test_workload_dir_is_required(compose_stage) -> None:
         ("backend.block_size=2", "backend.block_size must be >= 4"),
         ("dtype=int8", "dtype='int8'"),
         ("attn_implementation=magic", "attn_implementation='magic'"),
-        ("backend.base_url=localhost:8000", "backend.base_url"),
-        ("backend.server.kind=docker", "backend.server.kind"),
+        ("backend=openai backend.base_url=localhost:8000", "backend.base_url='localhost:8000'"),
+        ("backend=openai backend.server.kind=docker", "backend.server.kind='docker'"),
+        ("backend=vllm backend.client=curl", "backend.client='curl'"),
     ],
 )
 def test_bad_values_fail_naming_the_field(compose_stage, override: str, message: str) -> None:
-    cfg = compose_stage("real_bench", ["workload_dir=w", override])
+    cfg = compose_stage("real_bench", ["workload_dir=w", *override.split()])
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         to_typed(cfg, RealBenchStageConfig)
 
@@ -76,4 +81,5 @@ def test_hf_cb_knobs_map_onto_transformers_names(compose_stage) -> None:
     assert kwargs["allow_block_sharing"] is False and kwargs["use_cuda_graph"] is False
     cb, dropped = make_cb_config(cfg)
     assert dropped == {}
+    assert isinstance(cfg.backend, HfCbBackendConfig)
     assert (cb.max_batch_tokens, cb.page_size, cb.num_blocks) == (64, 32, cfg.backend.num_blocks)

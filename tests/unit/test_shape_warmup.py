@@ -57,12 +57,12 @@ def test_the_calibration_warms_what_its_experiments_and_replays_meet() -> None:
     assert sizes[0] == 1 and sizes == sorted(set(sizes))
     # the longest request: the 64-token prompt and the replays' longest output (2 x 16 tokens)
     longest_total = 64 + 2 * cfg.decode_tokens
-    b = cfg.backend
-    assert sizes[-1] == min(b.max_batch_tokens, 64 + b.max_requests_per_batch, longest_total - 1)
+    budget, cap = cfg.backend.step_limits()
+    assert sizes[-1] == min(budget, 64 + cap, longest_total - 1)
     assert all(r.request_id < 0 and r.num_decode_tokens == 1 for r in warm)
     # the served workload's longer prompts widen it
     lengths = (np.array([16, 200]), np.array([4, 8]))
     wider = calibration_shapes(cfg, experiments, 1000, lengths)
-    assert wider[-1].num_prefill_tokens > sizes[-1] or sizes[-1] == cfg.backend.max_batch_tokens
+    assert wider[-1].num_prefill_tokens > sizes[-1] or sizes[-1] == budget
     off = EngineCalibrationConfig(backend=type(cfg.backend)(warmup_shapes=False))
     assert calibration_shapes(off, experiments, 1000) == []

@@ -346,13 +346,15 @@ def test_vidurs_own_metrics_store_needs_vidurs_loop() -> None:
 
 
 def test_the_library_runs_the_configs_event_loop_by_default() -> None:
-    import inspect
+    from dataclasses import fields
 
-    from gpu_simulate_test.vidur_simulate.simulation import simulate as library_simulate
+    from gpu_simulate_test.vidur_simulate.simulation import SimulationRequest
 
-    defaults = inspect.signature(library_simulate).parameters
-    assert defaults["event_loop"].default == VidurConfig().event_loop == "fast"
-    assert defaults["lean"].default is VidurConfig().lean_metrics
+    defaults = {f.name: f.default for f in fields(SimulationRequest)}
+    assert defaults["event_loop"] == VidurConfig().event_loop == "fast"
+    assert defaults["lean_metrics"] is VidurConfig().lean_metrics
+    assert defaults["step_log"] is VidurConfig().step_log
+    assert defaults["step_time_scale"] == VidurConfig().step_time_scale
 
 
 def test_ops_scaled_down_for_an_engine_faster_than_its_profiled_ops(

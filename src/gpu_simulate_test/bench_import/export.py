@@ -117,24 +117,7 @@ def vllm_result(
     pct.select(*percentiles)
     requests = requests.sort_values("request_id").reset_index(drop=True)
     ok = _ok(requests)
-    n_out = requests["num_decode_tokens"].to_numpy(dtype=int)
-    n_in = requests["num_prefill_tokens"].to_numpy(dtype=int)
-    arrival = requests["arrival_time_s"].to_numpy(dtype=float)
-    ttft = requests["ttft_s"].to_numpy(dtype=float)
-    e2e = requests["e2e_s"].to_numpy(dtype=float)
     itls = request_itls(requests, tokens)
-    late = (
-        (arrival - requests["scheduled_arrival_time_s"].to_numpy(dtype=float))
-        if "scheduled_arrival_time_s" in requests
-        else np.zeros(len(requests))
-    )
-    duration = float((arrival[ok] + e2e[ok]).max()) if ok.any() else 0.0
-    completed = int(ok.sum())
-    total_in, total_out = int(n_in[ok].sum()), int(n_out[ok].sum())
-    peak_tokens, peak_running = _peaks(
-        arrival[ok], ttft[ok], e2e[ok], [g for g, good in zip(itls, ok, strict=True) if good]
-    )
-    errors = requests["error"] if "error" in requests else pd.Series([""] * len(requests))
     backend = header.get("backend")
     rate = header.get("request_rate")
     result: dict[str, Any] = {
@@ -150,33 +133,10 @@ def vllm_result(
         "max_concurrency": header.get("max_concurrency"),
     }
     assert tuple(result) == VLLM_RESULT_HEADER_KEYS
-    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
-    result.update(
-        duration=duration,
-        completed=completed,
-        failed=len(requests) - completed,
-        total_input_tokens=total_in,
-        total_output_tokens=total_out,
-        request_throughput=per_s(completed),
-        request_goodput=None,
-        output_throughput=per_s(total_out),
-        total_token_throughput=per_s(total_in + total_out),
-        input_lens=[int(v) for v in n_in],
-        output_lens=[int(v) if good else 0 for v, good in zip(n_out, ok, strict=True)],
-        ttfts=[float(v) if good else 0.0 for v, good in zip(ttft, ok, strict=True)],
-        itls=itls,
-        latencies=[float(v) if good else 0.0 for v, good in zip(e2e, ok, strict=True)],
-        start_times=[float(v) for v in arrival],
-        queue_times=[float(v) if math.isfinite(v) else 0.0 for v in late],
-        generated_texts=[""] * len(requests),
-        errors=[
-            "" if good else (str(err) if isinstance(err, str) and err else str(status))
-            for good, err, status in zip(ok, errors, requests["status"], strict=True)
-        ],
-        max_output_tokens_per_s=peak_tokens,
-        max_concurrent_requests=peak_running,
-        rtfx=0.0,
-    )
+    result.update(_per_request(requests, ok, itls))
+    ttft = requests["ttft_s"].to_numpy(dtype=float)
+    e2e = requests["e2e_s"].to_numpy(dtype=float)
+    n_out = requests["num_decode_tokens"].to_numpy(dtype=int)
     tpots = (e2e[ok] - ttft[ok])[n_out[ok] > 1] / (n_out[ok][n_out[ok] > 1] - 1)
     series = {
         "ttft": ttft[ok],
@@ -191,3 +151,53 @@ def vllm_result(
         for stat, value in stats.items():
             result[f"{stat}_{name}_ms"] = value
     return result
+
+
+def _per_request(requests: pd.DataFrame, ok: np.ndarray, itls: list[list[float]]) -> dict[str, Any]:
+    """The result's totals, rates and per-request lists, in vLLM's order (a failed request 0
+    and ``[]``, with its error); rates over the span from the run's clock 0 to the last
+    completion."""
+    n_out = requests["num_decode_tokens"].to_numpy(dtype=int)
+    n_in = requests["num_prefill_tokens"].to_numpy(dtype=int)
+    arrival = requests["arrival_time_s"].to_numpy(dtype=float)
+    ttft = requests["ttft_s"].to_numpy(dtype=float)
+    e2e = requests["e2e_s"].to_numpy(dtype=float)
+    late = (
+        (arrival - requests["scheduled_arrival_time_s"].to_numpy(dtype=float))
+        if "scheduled_arrival_time_s" in requests
+        else np.zeros(len(requests))
+    )
+    duration = float((arrival[ok] + e2e[ok]).max()) if ok.any() else 0.0
+    completed = int(ok.sum())
+    total_in, total_out = int(n_in[ok].sum()), int(n_out[ok].sum())
+    peak_tokens, peak_running = _peaks(
+        arrival[ok], ttft[ok], e2e[ok], [g for g, good in zip(itls, ok, strict=True) if good]
+    )
+    errors = requests["error"] if "error" in requests else pd.Series([""] * len(requests))
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
+    return {
+        "duration": duration,
+        "completed": completed,
+        "failed": len(requests) - completed,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(completed),
+        "request_goodput": None,
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+        "input_lens": [int(v) for v in n_in],
+        "output_lens": [int(v) if good else 0 for v, good in zip(n_out, ok, strict=True)],
+        "ttfts": [float(v) if good else 0.0 for v, good in zip(ttft, ok, strict=True)],
+        "itls": itls,
+        "latencies": [float(v) if good else 0.0 for v, good in zip(e2e, ok, strict=True)],
+        "start_times": [float(v) for v in arrival],
+        "queue_times": [float(v) if math.isfinite(v) else 0.0 for v in late],
+        "generated_texts": [""] * len(requests),
+        "errors": [
+            "" if good else (str(err) if isinstance(err, str) and err else str(status))
+            for good, err, status in zip(ok, errors, requests["status"], strict=True)
+        ],
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_running,
+        "rtfx": 0.0,
+    }

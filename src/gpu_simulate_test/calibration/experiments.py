@@ -66,7 +66,8 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
     """
     backend = cfg.backend
     sequential = backend.name in SEQUENTIAL_BACKENDS
-    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, backend.max_batch_tokens)
+    budget, batch_cap = backend.step_limits()
+    limit = max_prompt_tokens if sequential else min(max_prompt_tokens, budget)
     prompts = cfg.prompt_lengths or auto_prompt_lengths(limit)
     too_long = [p for p in prompts if p > limit]
     if too_long:
@@ -74,7 +75,7 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
             f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
         )
-    cap = 1 if sequential else backend.max_requests_per_batch
+    cap = 1 if sequential else batch_cap
     batches = cfg.batch_sizes or auto_batch_sizes(cap)
     too_big = [b for b in batches if b > cap]
     if too_big:

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration.engine_steps import Experiment, _windows
+from gpu_simulate_test.calibration.common import windows
+from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
@@ -82,7 +83,7 @@ def frontend_latency(
     starts_at = times - steps["elapsed_ms"].to_numpy(dtype=float) / 1000.0
     inputs: dict[int, list[float]] = {}
     totals: list[float] = []
-    for i, exp, rows in _windows(experiments, starts, steps):
+    for i, exp, rows in windows(experiments, starts, steps):
         if exp.phase == "decode":
             continue
         running = exp.batch_size if exp.phase == "mixed" else 0
@@ -273,3 +274,30 @@ def queue_from_replays(
     if fitted is None:
         return None
     return {**fitted, "source": "calibration replays under load", "replays": len(runs)}
+
+
+def measured(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+    starts: Sequence[float],
+    logged: pd.DataFrame,
+    recorded: pd.DataFrame | None,
+    replays: tuple[pd.DataFrame, Sequence[tuple[float, float, float]]] | None,
+) -> dict[str, Any] | None:
+    """The front end a calibration records: the iteration log's reading
+    (:func:`frontend_latency`, from the experiments' ``logged`` steps), replaced by the engine's
+    stamps where there are some (:func:`frontend_from_engine_clock`, the log's reading kept as
+    its check; ``recorded``: the experiments' recorded schedule, None without one), with the
+    queue fitted on the replays under load (``replays``: the whole recorded schedule and the
+    replays' windows; None without them)."""
+    frontend = frontend_latency(experiments, groups, recorder, starts, logged)
+    spans = None
+    if recorded is not None:
+        spans = recorded[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
+    stamped = frontend_from_engine_clock(experiments, groups, recorder, spans)  # exact
+    if stamped is not None:
+        frontend = checked(stamped, frontend)
+    if frontend is not None and replays is not None:
+        frontend["queue"] = queue_from_replays(recorder, *replays)
+    return frontend

@@ -253,7 +253,7 @@ def fit(
 @dataclass(frozen=True)
 class StepJitter:
     """How single engine steps stray from their calibrated median: the percentiles of
-    step / median over the calibration's decode steps (``engine_steps.step_jitter``)."""
+    step / median over the calibration's decode steps (``step_times.step_jitter``)."""
 
     percentiles: tuple[float, ...]
     ratios: tuple[float, ...]

@@ -1,53 +1,209 @@
-"""What a simulation reads of a bundle's engine calibration beyond its step costs: the spread
-of single steps and the front end (its input delay, its constant output delay, its queue), each
-checked with an error naming the bundle's ``meta.json`` and the key."""
+"""The engine calibration's record: what a bundle holds of one backend's calibration, typed,
+versioned and checked once.
+
+A calibration (:func:`.engine_steps.calibrate`) leaves three things in the bundle, written by the
+vidur_profile stage: its rows of ``engine_steps.csv`` (one per experiment), its rows of
+``serving_steps.csv`` (the replays under load, where it ran them) and its entry in ``meta.json``
+``engine_calibration.<backend>`` (the knobs, the engine, the spread of single steps, the front
+end, the host's memory speed, ...). :meth:`CalibrationRecord.load` reads the three into one
+frozen record; every error names the file and the key. The simulator reads the record, never the
+files or the calibration's modules; ``compare`` reads what a simulation says of the record it
+used (:class:`SimulatedCalibration`).
+"""
 
 from __future__ import annotations
 
-from gpu_simulate_test.calibration import overhead
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+from gpu_simulate_test.calibration.overhead import FrontEnd, StepJitter
 from gpu_simulate_test.core.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
+CALIBRATION_VERSION = 9
+"""Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
+steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
+``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
+(vLLM), step times from that log and the front end's latency apart; 6: on a vLLM server that
+records its steps, step times and the front end from the engine's own clock, the log's reading
+kept as a check; 7: calibration replays under load, ``serving_steps.csv``; 8: the front end
+as a queue fitted on those replays, ``frontend.queue``; 9: after a warm-up of every step size,
+:func:`~.engine_steps.calibration_shapes`); a bundle calibrated by another version
+is not reused by the pipeline, one by a later version is not read."""
 
-def load_step_jitter(bundle: Bundle, backend: str) -> overhead.StepJitter:
-    """The step spread ``backend``'s calibration recorded; ArtifactError when there is none."""
-    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.step_jitter"
-    recorded = (bundle.engine_calibration(backend) or {}).get("step_jitter")
-    if recorded is None:
-        raise ArtifactError(
-            f"{where} is missing (a calibration before version 4, or one without decode steps); "
-            f"profile again with engine.enable=true engine.backend.name={backend}, or set "
-            "vidur.step_jitter=false"
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """One backend's engine calibration as its bundle holds it (:meth:`load`)."""
+
+    bundle_path: Path
+    backend: str
+    version: int | None
+    """:data:`CALIBRATION_VERSION` of the code that calibrated (None: not recorded)."""
+    settings: Mapping[str, Any]
+    """The calibration's knobs (``engine.*``, its backend's among them), as stored."""
+    engine: Mapping[str, Any]
+    """What the engine said of itself (its version, a server's flags)."""
+    dtype: str | None
+    steps: pd.DataFrame
+    """This backend's rows of ``engine_steps.csv``."""
+    serving_steps: pd.DataFrame | None
+    """This backend's rows of ``serving_steps.csv`` (None: no replays under load)."""
+    step_times_from: str | None
+    """Client token times, engine step log or engine step record."""
+    step_jitter: StepJitter | None
+    """The spread of single decode steps (None: before version 4, or no decode steps)."""
+    frontend: FrontEnd | None
+    """The front end's latency (None: none measured, e.g. an in-process engine)."""
+    frontend_queue: FrontEndQueue | None
+    """The front end as a queue (None: before version 8, or no replays under load)."""
+    serving: Mapping[str, Any] | None
+    """What the replays under load ran, their residual analysis and drift (None: none ran)."""
+    host_probe: Mapping[str, Any] | None
+    """The host's memory speed around the calibration (None: not read)."""
+    info: Mapping[str, Any]
+    """The whole ``meta.json`` entry, as written."""
+
+    def where(self, key: str) -> str:
+        """``<bundle>/meta.json: engine_calibration.<backend>.<key>``, for errors."""
+        return where(self.bundle_path, self.backend, key)
+
+    def require_step_jitter(self) -> StepJitter:
+        """:attr:`step_jitter`; ArtifactError when the calibration recorded none."""
+        if self.step_jitter is None:
+            raise ArtifactError(
+                f"{self.where('step_jitter')} is missing (a calibration before version 4, or one "
+                "without decode steps); profile again with engine.enable=true "
+                f"engine.backend.name={self.backend}, or set vidur.step_jitter=false"
+            )
+        return self.step_jitter
+
+    @classmethod
+    def load(cls, bundle: Bundle, backend: str) -> CalibrationRecord:
+        """``backend``'s calibration in ``bundle``; ArtifactError naming the file and the key
+        when there is none, or a table or a field is not what this version writes."""
+        steps = bundle.engine_steps(backend)  # names the missing calibration or its bad rows
+        info = bundle.engine_calibration(backend)
+        assert info is not None  # engine_steps refused a bundle without it
+        version = info.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise ArtifactError(f"{where(bundle.path, backend, 'version')}: expected an integer")
+        if version is not None and version > CALIBRATION_VERSION:
+            raise ArtifactError(
+                f"{where(bundle.path, backend, 'version')}: {version}, made by a later version "
+                f"of this code (it reads up to {CALIBRATION_VERSION}); update it, or profile again"
+            )
+        frontend = _parsed(FrontEnd, info.get("frontend"), where(bundle.path, backend, "frontend"))
+        return cls(
+            bundle_path=bundle.path,
+            backend=backend,
+            version=version,
+            settings=_mapping(info, "settings", bundle.path, backend) or {},
+            engine=_mapping(info, "engine", bundle.path, backend) or {},
+            dtype=_text(info, "dtype", bundle.path, backend),
+            steps=steps,
+            serving_steps=bundle.serving_steps(backend),
+            step_times_from=_text(info, "step_times_from", bundle.path, backend),
+            step_jitter=_parsed(
+                StepJitter, info.get("step_jitter"), where(bundle.path, backend, "step_jitter")
+            ),
+            frontend=frontend,
+            frontend_queue=None
+            if frontend is None
+            else _parsed(
+                FrontEndQueue,
+                info["frontend"].get("queue"),
+                where(bundle.path, backend, "frontend.queue"),
+            ),
+            serving=_mapping(info, "serving", bundle.path, backend),
+            host_probe=_mapping(info, "host_probe", bundle.path, backend),
+            info=info,
         )
-    try:
-        return overhead.StepJitter.from_calibration(recorded, where)
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from exc
 
 
-def load_frontend_queue(bundle: Bundle, backend: str) -> FrontEndQueue | None:
-    """The front end's queue ``backend``'s calibration fitted (None: none, e.g. a calibration
-    before version 8 or without replays under load)."""
-    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.frontend.queue"
-    recorded = ((bundle.engine_calibration(backend) or {}).get("frontend") or {}).get("queue")
+def where(bundle_path: Path, backend: str, key: str) -> str:
+    """``<bundle>/meta.json: engine_calibration.<backend>.<key>``, for errors."""
+    return f"{bundle_path / layout.BUNDLE_META}: engine_calibration.{backend}.{key}"
+
+
+def _parsed(kind: Any, recorded: Any, at: str) -> Any:
+    """``kind.from_calibration(recorded)`` (None for None); its ValueError as ArtifactError."""
     if recorded is None:
         return None
     try:
-        return FrontEndQueue.from_calibration(recorded, where)
+        return kind.from_calibration(recorded, at)
     except ValueError as exc:
         raise ArtifactError(str(exc)) from exc
 
 
-def load_frontend(bundle: Bundle, backend: str) -> overhead.FrontEnd | None:
-    """The front-end latency ``backend``'s calibration measured (None: it measured none, e.g.
-    an in-process engine, or a calibration by client token times)."""
-    where = f"{bundle.path / layout.BUNDLE_META}: engine_calibration.{backend}.frontend"
-    recorded = (bundle.engine_calibration(backend) or {}).get("frontend")
-    if recorded is None:
-        return None
-    try:
-        return overhead.FrontEnd.from_calibration(recorded, where)
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from exc
+def _mapping(
+    info: Mapping[str, Any], key: str, bundle_path: Path, backend: str
+) -> Mapping[str, Any] | None:
+    value = info.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise ArtifactError(
+            f"{where(bundle_path, backend, key)}: expected a mapping, got {type(value).__name__}"
+        )
+    return value
+
+
+def _text(info: Mapping[str, Any], key: str, bundle_path: Path, backend: str) -> str | None:
+    value = info.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ArtifactError(
+            f"{where(bundle_path, backend, key)}: expected a string, got {type(value).__name__}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SimulatedCalibration:
+    """What a simulation's ``run_meta.json`` says of the calibration it used
+    (:meth:`from_run_meta`): the fitted engine overhead, the front end it applied and the
+    calibration's host reading, as ``compare`` sets them against the real run."""
+
+    engine_overhead: Mapping[str, Any] | None
+    """The overhead fit (``engine_overhead``: its calibration error by phase, its ops scales);
+    None: no overhead."""
+    frontend: Mapping[str, Any] | None
+    """The front end applied (``frontend``; None: not modelled)."""
+    mean_frontend_input_ms: float | None
+    mean_frontend_output_ms: float | None
+    """The queue's mean delivery delay (None: the front end's constant ``output_ms``)."""
+    host_probe: Mapping[str, Any] | None
+    """The calibration's host reading (``calibration_host_probe``; None: not read)."""
+
+    @classmethod
+    def from_run_meta(cls, meta: Mapping[str, Any]) -> SimulatedCalibration:
+        """From a vidur_simulate run's ``run_meta.json`` (a key of the wrong kind reads as
+        absent: a simulation from before it was recorded)."""
+        fitted, frontend = meta.get("engine_overhead"), meta.get("frontend")
+        probe = meta.get("calibration_host_probe")
+        input_ms, output_ms = (
+            meta.get("mean_frontend_input_ms"),
+            meta.get("mean_frontend_output_ms"),
+        )
+        return cls(
+            engine_overhead=fitted if isinstance(fitted, Mapping) else None,
+            frontend=frontend if isinstance(frontend, dict) else None,
+            mean_frontend_input_ms=None if input_ms is None else float(input_ms),
+            mean_frontend_output_ms=None if output_ms is None else float(output_ms),
+            host_probe=probe if isinstance(probe, Mapping) else None,
+        )
+
+    @property
+    def frontend_ttft_ms(self) -> float | None:
+        """What the front end added to a request's TTFT on average (input and output); None
+        without a front end."""
+        if self.frontend is None or self.mean_frontend_input_ms is None:
+            return None
+        output = self.mean_frontend_output_ms  # the queue's, or the constant
+        return self.mean_frontend_input_ms + float(
+            output if output is not None else self.frontend.get("output_ms", 0.0)
+        )

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.common import random_prompt, wait
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.harness import wait_until
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
@@ -66,8 +67,6 @@ def plan(
     API server's per-request work). With ``lengths`` (a workload's prompt and output lengths),
     each request takes the lengths of one of its requests, drawn with the same seed: the shape
     that will be served, never its arrivals."""
-    from gpu_simulate_test.calibration.engine_steps import random_prompt
-
     rng = np.random.default_rng(cfg.serving_seed)
     replays, next_id = [], first_id
     out_lo, out_hi = output_range(cfg)
@@ -104,8 +103,6 @@ def run(
 ) -> list[tuple[float, float, float]]:
     """Replay each rate's requests at their arrivals (after the previous rate's are done);
     returns (rate, first send, last token) per replay on the recorder's clock."""
-    from gpu_simulate_test.calibration.engine_steps import _wait
-
     windows = []
     for replay in replays:
         origin = time.perf_counter() + START_LEAD_S
@@ -113,7 +110,7 @@ def run(
             wait_until(origin + req.scheduled_arrival_s)
             backend.submit(req)
         ids = [r.request_id for r in replay.requests]
-        _wait(
+        wait(
             backend,
             recorder,
             ids,

@@ -103,24 +103,7 @@ def search(
         point = evaluate(qps, "grid")
         evaluated.append(point)
         misses = 0 if point.meets else misses + 1
-    notes = []
-    added: list[float] = []
-    while len(added) < extend and not evaluated[0].meets:
-        qps = _rounded(evaluated[0].qps / ratio)
-        if not affordable(qps):
-            notes.append(f"{qps:g} req/s not run (too long at this rate)")
-            break
-        evaluated.insert(0, evaluate(qps, "grid"))
-        added.append(qps)
-    if added:
-        notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} req/s")
-    added = []
-    while len(added) < extend and all(p.meets for p in evaluated):
-        qps = _rounded(evaluated[-1].qps * ratio)
-        evaluated.append(evaluate(qps, "grid"))
-        added.append(qps)
-    if added:
-        notes.append(f"the grid extended above capacity.qps_max to {added[-1]:g} req/s")
+    notes = _extend(evaluate, evaluated, ratio, extend, affordable)
     if skipped:
         notes.append(
             f"{', '.join(f'{q:g}' for q in skipped)} req/s not run ({stop_after} misses in a row "
@@ -155,6 +138,37 @@ def search(
             high = middle
     ordered = tuple(sorted(evaluated, key=lambda p: p.qps))
     return Answer(low, (low, high), ordered, note)
+
+
+def _extend(
+    evaluate: Callable[[float, str], Point],
+    evaluated: list[Point],
+    ratio: float,
+    extend: int,
+    affordable: Callable[[float], bool],
+) -> list[str]:
+    """Go on past the end of the grid where the capacity lies (below while even the lowest rate
+    misses, above while every rate meets), up to ``extend`` rates at the grid's spacing, adding
+    them to ``evaluated`` in order; the notes saying what was extended or not run."""
+    notes = []
+    added: list[float] = []
+    while len(added) < extend and not evaluated[0].meets:
+        qps = _rounded(evaluated[0].qps / ratio)
+        if not affordable(qps):
+            notes.append(f"{qps:g} req/s not run (too long at this rate)")
+            break
+        evaluated.insert(0, evaluate(qps, "grid"))
+        added.append(qps)
+    if added:
+        notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} req/s")
+    added = []
+    while len(added) < extend and all(p.meets for p in evaluated):
+        qps = _rounded(evaluated[-1].qps * ratio)
+        evaluated.append(evaluate(qps, "grid"))
+        added.append(qps)
+    if added:
+        notes.append(f"the grid extended above capacity.qps_max to {added[-1]:g} req/s")
+    return notes
 
 
 def judged_point(qps: float, phase: str, table: Any, slo: SloConfig, wall_s: float) -> Point:

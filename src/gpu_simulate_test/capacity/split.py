@@ -7,7 +7,8 @@ travels whole), the workload the search scaled, the scheduler knobs derived from
 goals, and the real search itself (every rate's percentiles and verdict, its runs). Every path in
 it is relative to that directory, which may be tarred and moved. The sim phase reads it back,
 re-derives the scheduler from the recorded config and checks it, and refuses goals other than
-the ones the real search was judged by.
+the ones the real search was judged by. The manifest is written and read through the one
+hand-off (:mod:`gpu_simulate_test.io.handoff`), as the fidelity stage's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from gpu_simulate_test.capacity.search import Answer, Point
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json, write_json
+from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
+from gpu_simulate_test.io.handoff import (
+    HandoffFormat,
+    read_handoff,
+    relative,
+    resolve,
+    write_handoff,
+)
 from gpu_simulate_test.io.runs import Run, open_upstream_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, recorded_pipeline, with_workload
 from gpu_simulate_test.orchestrate.profiling import (
@@ -41,9 +49,17 @@ REFERENCE_QPS = 1.0
 MANIFEST_FILE = "capacity-real.json"
 MANIFEST_VERSION = 1
 MANIFEST_KEYS = (
-    "manifest_version", "config", "profiling_root", "workload_dir", "scheduler", "slo", "grid",
-    "requests_per_rate", "wall_time_s", "measured", "runs",
+    "config", "profiling_root", "workload_dir", "scheduler", "slo", "grid", "requests_per_rate",
+    "wall_time_s", "measured", "runs",
 )  # fmt: skip
+FORMAT = HandoffFormat(
+    file=MANIFEST_FILE,
+    version=MANIFEST_VERSION,
+    required=MANIFEST_KEYS,
+    made_by="a capacity.phase=real run that finished (tmp/capacity/<run_id>)",
+)
+"""The real phase's hand-off (:mod:`gpu_simulate_test.io.handoff`); every path in it lies inside
+the run directory (the bundle is carried there), so that it travels whole."""
 PROFILES_DIR = "runs/profiles"
 """Where the real phase puts a copy of its bundle (``<hardware>/<model>`` under it)."""
 
@@ -138,21 +154,20 @@ def write_real(
     every path relative to its run directory."""
     slo = cfg.capacity.slo
     manifest = {
-        "manifest_version": MANIFEST_VERSION,
         "config": as_resolved(cfg.pipeline()),
-        "profiling_root": _relative(profiling_root, r.path),
-        "workload_dir": _relative(workload_dir, r.path),
+        "profiling_root": relative(profiling_root, r.path, inside=True),
+        "workload_dir": relative(workload_dir, r.path, inside=True),
         "scheduler": as_stored_json(dataclasses.asdict(decided.scheduler)),
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
         "grid": grid_of(cfg),
         "requests_per_rate": cfg.capacity.verify_requests,
         "wall_time_s": round(wall_time_s, 1),
         "measured": answer_record(measured),
-        "runs": [{**run, "real_run": _relative(run["real_run"], r.path)} for run in runs],
+        "runs": [
+            {**run, "real_run": relative(run["real_run"], r.path, inside=True)} for run in runs
+        ],
     }
-    path = r.file(MANIFEST_FILE)
-    write_json(path, manifest)
-    return path
+    return write_handoff(r.path, FORMAT, manifest)
 
 
 def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
@@ -174,12 +189,7 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
             f"{src}: is a capacity.phase={meta.get('phase', 'all')} run; capacity.real_from must "
             "be a capacity.phase=real run"
         )
-    manifest = read_json(where, required_keys=MANIFEST_KEYS)
-    if manifest["manifest_version"] != MANIFEST_VERSION:
-        raise ArtifactError(
-            f"{where}: field 'manifest_version' is {manifest['manifest_version']!r}, expected "
-            f"{MANIFEST_VERSION}"
-        )
+    manifest = read_handoff(src, FORMAT)
     slo = cfg.capacity.slo
     mine = {"percentile": slo.percentile, "goals_ms": slo.goals()}
     if as_stored_json(mine) != manifest["slo"]:
@@ -193,7 +203,8 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
             f"{where}: the real search ran the grid {manifest['grid']}, this run's is {grid}: "
             "set capacity.qps_min, qps_max, points, refine and extend as the real phase had them"
         )
-    profiling_root, workload_dir = src / manifest["profiling_root"], src / manifest["workload_dir"]
+    profiling_root = resolve(manifest["profiling_root"], src)
+    workload_dir = resolve(manifest["workload_dir"], src)
     for field, path in (("profiling_root", profiling_root), ("workload_dir", workload_dir)):
         if not path.is_dir():
             raise ArtifactError(f"{where}: field {field!r} names {path}, which does not exist")
@@ -204,17 +215,10 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
         workload_dir=workload_dir,
         scheduler=manifest["scheduler"],
         measured=answer_from(manifest["measured"], where),
-        runs=[{**run, "real_run": str(src / run["real_run"])} for run in manifest["runs"]],
+        runs=[{**run, "real_run": str(resolve(run["real_run"], src))} for run in manifest["runs"]],
         wall_time_s=float(manifest["wall_time_s"]),
         requests_per_rate=int(manifest["requests_per_rate"]),
     )
-
-
-def _relative(path: str | Path, root: Path) -> str:
-    resolved = Path(path).resolve()
-    if not resolved.is_relative_to(root.resolve()):
-        raise ArtifactError(f"{path}: lies outside the run directory {root}; it cannot travel")
-    return resolved.relative_to(root.resolve()).as_posix()
 
 
 def bundle_and_workload(

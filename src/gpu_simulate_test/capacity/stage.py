@@ -19,17 +19,17 @@ Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from gpu_simulate_test.capacity import contract
-from gpu_simulate_test.capacity.band import band_cells, band_markdown, band_record, in_band
+from gpu_simulate_test.capacity.band import band_record, in_band
 from gpu_simulate_test.capacity.real_search import real_search, search_record
+from gpu_simulate_test.capacity.report import print_result, report_markdown
 from gpu_simulate_test.capacity.search import (
     METRICS,
     Answer,
@@ -41,6 +41,7 @@ from gpu_simulate_test.capacity.search import (
 )
 from gpu_simulate_test.capacity.split import (
     REFERENCE_QPS,
+    RealSource,
     bundle_and_workload,
     read_real,
     recorded_inputs,
@@ -49,16 +50,19 @@ from gpu_simulate_test.capacity.split import (
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
-from gpu_simulate_test.core.reporting import console, print_table, progress_bar
+from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
+from gpu_simulate_test.orchestrate.profiling import ProfilePlan
 from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
-YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
+if TYPE_CHECKING:
+    from gpu_simulate_test.vidur_simulate.stage import Inputs
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -84,23 +88,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         else:
             inner, decided, workload_dir = bundle_and_workload(cfg, inner, r)
         if opts.phase == "real":  # the GPU machine's half: the real search, no Vidur
-            found, runs, wall = real_search(cfg, inner, r)
-            root = Path(inner.profiling_root)
-            write_csv(
-                r.file(contract.CAPACITY_REAL_CSV),
-                points_frame(found.points),
-                contract.CAPACITY_TABLE,
-            )  # the manifest last: the sim phase reads a run that got that far, and finished
-            manifest = write_real(r, cfg, root, workload_dir, decided, found, runs, wall)
-            r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
-            if cfg.progress:
-                said = "none" if found.qps is None else f"{found.qps:g} req/s"
-                console.print(
-                    f"[bold]measured capacity:[/] {said}; [bold]manifest:[/] {manifest}; "
-                    f"simulate with capacity.phase=sim capacity.real_from={r.path}"
-                )
-            return r.path
-        from gpu_simulate_test.vidur_simulate.stage import prepare, simulate_inputs
+            return real_phase(cfg, inner, r, decided, workload_dir)
+        from gpu_simulate_test.vidur_simulate.stage import prepare
 
         sim_cfg = simulate_config(inner, decided.scheduler, workload_dir)
         # each rate reads the request table alone: no per-batch log
@@ -116,55 +105,109 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
         )
-        scales = [1.0] + ([1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else [])
-        total = (opts.points + opts.refine + opts.extend) * len(scales)
-        answers = []
-        with progress_bar("simulating rates", total, cfg.progress) as advance:
-            for scale in scales:
-                scaled_cfg = dataclasses.replace(
-                    sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_time_scale=scale)
-                )
-                points_dir = r.file(contract.POINTS_DIR)
-                if scale != 1.0:  # the band's searches: points/steps-x1.1/<qps>
-                    points_dir = points_dir / f"steps-x{scale:g}"
-
-                def evaluate(
-                    qps: float, phase: str, at: Any = scaled_cfg, where: Path = points_dir
-                ) -> Point:
-                    t0 = time.perf_counter()
-                    scaled = dataclasses.replace(
-                        inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
-                    )
-                    table = simulate_inputs(at, scaled, where / f"{qps:g}").table
-                    advance(1)
-                    return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
-
-                answers.append(
-                    search(
-                        evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend
-                    )
-                )
+        answers = simulated_searches(cfg, sim_cfg, inputs, r)
         answer = answers[0]
         band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
-        verified, measured = None, None
-        if opts.verify == "answer":
-            verified = verify(cfg, inner, answer, goals, pct, r)
-        elif opts.verify == "search":
-            count = opts.verify_requests
-            if source is not None:  # the real phase's search, recorded
-                measured, runs, wall = source.measured, source.runs, source.wall_time_s
-                count = source.requests_per_rate
-            else:
-                measured, runs, wall = real_search(cfg, inner, r)
-            keys = tuple(f"{metric}_p{pct}" for metric in goals)
-            verified = search_record(answer, measured, runs, wall, count, keys)
-            verified["measured_in_band"] = in_band(measured.qps, band)
+        verified, measured = check_answer(cfg, inner, answer, band, source, r)
         doc = write_outputs(
             r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured, band
         )
     if cfg.progress:
         print_result(doc, r.path)
     return r.path
+
+
+def real_phase(
+    cfg: CapacityStageConfig,
+    inner: PipelineStageConfig,
+    r: Run,
+    decided: ProfilePlan,
+    workload_dir: Path,
+) -> Path:
+    """``phase=real`` (the GPU machine's half): the real search, its curve, then the hand-off
+    for the sim phase; no Vidur."""
+    found, runs, wall = real_search(cfg, inner, r)
+    root = Path(inner.profiling_root)
+    write_csv(
+        r.file(contract.CAPACITY_REAL_CSV),
+        points_frame(found.points),
+        contract.CAPACITY_TABLE,
+    )  # the manifest last: the sim phase reads a run that got that far, and finished
+    manifest = write_real(r, cfg, root, workload_dir, decided, found, runs, wall)
+    r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
+    if cfg.progress:
+        said = "none" if found.qps is None else f"{found.qps:g} req/s"
+        console.print(
+            f"[bold]measured capacity:[/] {said}; [bold]manifest:[/] {manifest}; "
+            f"simulate with capacity.phase=sim capacity.real_from={r.path}"
+        )
+    return r.path
+
+
+def simulated_searches(
+    cfg: CapacityStageConfig, sim_cfg: VidurSimulateStageConfig, inputs: Inputs, r: Run
+) -> list[Answer]:
+    """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled;
+    with ``capacity.step_band``, again with every step ``1 ± step_band`` as long (the band)."""
+    from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
+
+    opts = cfg.capacity
+    scales = [1.0] + ([1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else [])
+    total = (opts.points + opts.refine + opts.extend) * len(scales)
+    answers = []
+    with progress_bar("simulating rates", total, cfg.progress) as advance:
+        for scale in scales:
+            scaled_cfg = dataclasses.replace(
+                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_time_scale=scale)
+            )
+            points_dir = r.file(contract.POINTS_DIR)
+            if scale != 1.0:  # the band's searches: points/steps-x1.1/<qps>
+                points_dir = points_dir / f"steps-x{scale:g}"
+
+            def evaluate(
+                qps: float, phase: str, at: Any = scaled_cfg, where: Path = points_dir
+            ) -> Point:
+                t0 = time.perf_counter()
+                scaled = dataclasses.replace(
+                    inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
+                )
+                table = simulate_inputs(at, scaled, where / f"{qps:g}").table
+                advance(1)
+                return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
+
+            answers.append(
+                search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend)
+            )
+    return answers
+
+
+def check_answer(
+    cfg: CapacityStageConfig,
+    inner: PipelineStageConfig,
+    answer: Answer,
+    band: dict[str, Any] | None,
+    source: RealSource | None,
+    r: Run,
+) -> tuple[dict[str, Any] | None, Answer | None]:
+    """``capacity.verify``: the answer on the real engine (``answer``), or the real search beside
+    the simulated one (``search``: run here, or the real phase's, recorded); the record and the
+    real search's answer (None when none ran)."""
+    opts = cfg.capacity
+    goals, pct = opts.slo.goals(), opts.slo.percentile
+    if opts.verify == "answer":
+        return verify(cfg, inner, answer, goals, pct, r), None
+    if opts.verify != "search":
+        return None, None
+    count = opts.verify_requests
+    if source is not None:  # the real phase's search, recorded
+        measured, runs, wall = source.measured, source.runs, source.wall_time_s
+        count = source.requests_per_rate
+    else:
+        measured, runs, wall = real_search(cfg, inner, r)
+    keys = tuple(f"{metric}_p{pct}" for metric in goals)
+    verified = search_record(answer, measured, runs, wall, count, keys)
+    verified["measured_in_band"] = in_band(measured.qps, band)
+    return verified, measured
 
 
 def verify(
@@ -281,179 +324,3 @@ def write_outputs(
         measured_capacity_qps=None if measured is None else measured.qps,
     )
     return doc
-
-
-def report_markdown(
-    run_id: str,
-    doc: Mapping[str, Any],
-    frame: pd.DataFrame,
-    base: Path,
-    real_frame: pd.DataFrame | None = None,
-) -> str:
-    """``report.md``; links are relative to ``base``, where it is written."""
-    pct = doc["slo"]["percentile"]
-    goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
-    answer = doc["answer_qps"]
-    lines = [
-        f"# Capacity: {run_id}",
-        "",
-        f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs, "
-        f"{doc['num_requests']} requests per rate; goals: {goals}.",
-        "",
-        (
-            f"**Highest rate within the goals: {answer:g} req/s** (the next rate tried, "
-            f"{doc['bracket_qps'][1]:g} req/s, missed: {'; '.join(doc['binding'])})."
-            if answer is not None and doc["bracket_qps"][1] is not None
-            else f"**{answer:g} req/s or more**: every rate tried met the goals."
-            if answer is not None
-            else "**No rate tried meets the goals.**"
-        ),
-    ]
-    if doc["note"]:
-        lines += ["", f"Note: {doc['note']}."]
-    verified = doc.get("verify")
-    lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"))
-    if verified and verified.get("mode") == "search":
-        lines += search_markdown(verified, pct)
-    elif verified:
-        verdict = (
-            "meets" if verified["meets_slo"] else "misses (" + "; ".join(verified["violated"]) + ")"
-        )
-        lines += [
-            "",
-            f"On the real engine at {verified['qps']:g} req/s the workload {verdict} the goals "
-            f"([run]({os.path.relpath(verified['real_run'], base)})):",
-            "",
-            "| metric | real (ms) | simulated (ms) |",
-            "| --- | --- | --- |",
-        ]
-        for key, real in verified["real_ms"].items():
-            if key.endswith(f"_p{pct}"):
-                simulated = verified["simulated_ms"].get(key, float("nan"))
-                lines.append(f"| {key} | {real:.1f} | {simulated:.1f} |")
-        if verified.get("real_goodput_qps") is not None:
-            sim_good = verified.get("simulated_goodput_qps")
-            lines.append(
-                f"| goodput (req/s) | {verified['real_goodput_qps']:.2f} | "
-                f"{'–' if sim_good is None else f'{sim_good:.2f}'} |"
-            )
-    lines += [
-        "",
-        f"## The curve (p{pct}, ms)",
-        "",
-        "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | simulated in (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    lines += curve_rows(frame, pct)
-    if real_frame is not None:
-        lines += [
-            "",
-            f"## The real engine's curve (p{pct}, ms; `{contract.CAPACITY_REAL_CSV}`)",
-            "",
-            "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | measured in (s) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-            *curve_rows(real_frame, pct),
-        ]
-    lines += [
-        "",
-        "Goodput: requests per second that met every goal themselves (`vllm bench serve "
-        "--goodput` with the goals' values, client clock), beside the percentile goals.",
-        "",
-        f"{doc['points']} simulations, {doc['simulated_requests_per_s']} simulated requests/s; "
-        f"{doc['wall_time_s']} s in all.",
-        "",
-        f"![latency vs rate]({contract.CAPACITY_PLOT})",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def print_result(doc: Mapping[str, Any], path: Path) -> None:
-    answer = doc["answer_qps"]
-    rows = [
-        ["answer (req/s)", "none" if answer is None else f"{answer:g}"],
-        ["limited by", "; ".join(doc["binding"]) or "–"],
-    ]
-    if doc.get("step_band"):
-        pct = f"{doc['step_band']['fraction']:.0%}"
-        rows.append([f"answer with steps ±{pct} (req/s)", band_cells(doc["step_band"])])
-    rows += [
-        ["simulations", str(doc["points"])],
-        ["simulated requests/s", str(doc["simulated_requests_per_s"])],
-    ]
-    check = doc.get("verify")
-    if check and check.get("mode") == "search":
-        measured, ratio = check["measured_capacity_qps"], check["ratio"]
-        rows += [
-            ["measured capacity (req/s)", "none" if measured is None else f"{measured:g}"],
-            ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
-            ["measured within the band", YES_NO[check.get("measured_in_band")]],
-            ["real search (s)", f"{check['wall_time_s']:g}"],
-        ]
-    elif check:
-        rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
-    print_table("capacity", ["", "value"], rows)
-    console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")
-
-
-def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
-    """The curve's table rows: one per rate tried."""
-    rows = []
-    for rec in frame.to_dict("records"):
-        good = rec["goodput_qps"]
-        rows.append(
-            f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
-            f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
-            f"{'yes' if rec['meets_slo'] else 'no'} | "
-            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
-        )
-    return rows
-
-
-def search_markdown(verified: Mapping[str, Any], pct: int) -> list[str]:
-    """The real search's paragraph: the measured capacity beside the answer, what binds."""
-    measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
-    sides = verified["binding"]
-    lines = [
-        "",
-        f"**On the real engine, the same search** ({verified['requests_per_rate']} requests a "
-        f"rate, {verified['wall_time_s']:g} s): measured capacity "
-        + (f"**{measured:g} req/s**" if measured is not None else "**none** (no rate met them)")
-        + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
-        "",
-        f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
-        f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
-    ]
-    lines += agreement_lines(verified.get("latency_agreement"))
-    if verified["note"]:
-        lines += ["", f"Real search note: {verified['note']}."]
-    if verified["disturbed_rates"]:
-        rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
-        lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} req/s."]
-    return lines
-
-
-def agreement_lines(agreement: Mapping[str, Any] | None) -> list[str]:
-    """How far apart the two curves' goal percentiles are where the real engine met the goals:
-    the latency error behind the capacity ratio."""
-    if not agreement or not agreement["met_rates"]:
-        return []
-    rates = ", ".join(f"{q:g}" for q in agreement["met_rates"])
-    parts = []
-    for key, summary in agreement["where_real_met"].items():
-        errors = [
-            e
-            for q, e in zip(agreement["rates"], agreement["errors"][key], strict=True)
-            if q in agreement["met_rates"] and e is not None
-        ]
-        if errors:
-            parts.append(
-                f"{key} {min(errors):+.1%}..{max(errors):+.1%} (median |error| "
-                f"{summary['median_abs_error']:.1%})"
-            )
-    return [
-        "",
-        f"Latency behind it: at the rates both searches ran where the real engine met the goals "
-        f"({rates} req/s), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
-        "flat, so a few percent of latency move the capacity by much more.",
-    ]

@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.registry import to_resolved, to_typed
 from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.artifacts import ArtifactError
@@ -60,9 +60,7 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         signal.signal(signal.SIGTERM, _terminated)
     try:
         typed = to_typed(cfg, schema)
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(resolved, dict)
-        return body(typed, {str(k): v for k, v in resolved.items()})
+        return body(typed, to_resolved(cfg, typed))
     except USER_ERRORS as exc:
         print_error("error", exc)
         sys.exit(2)

@@ -3,8 +3,9 @@
 A simulated step is Vidur's ops plus the fitted overhead (:mod:`~.calibration.overhead`).
 Where that sum cannot reproduce the calibrated steps, no comparison can be closer than the gap,
 and where the profiled ops had to be scaled down to fit, the user should know the layer profile
-was off. Both are read from the simulation's ``run_meta.json`` ``engine_overhead`` and said as
-findings of the comparison, so that neither stays silent.
+was off. Both are read from what the simulation says of its calibration
+(:class:`~gpu_simulate_test.calibration.record.SimulatedCalibration`: its ``run_meta.json``
+``engine_overhead``) and said as findings of the comparison, so that neither stays silent.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.core import host_probe
 
 UNREPRODUCED = 0.05
 """A kind of calibrated step whose simulated time is this far off at the median is a finding."""
 
 
-def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
-    """Findings on the fit recorded in a simulation's run_meta (none without an overhead)."""
-    fitted = sim_meta.get("engine_overhead")
-    if not isinstance(fitted, Mapping):
+def calibration_findings(used: SimulatedCalibration) -> list[str]:
+    """Findings on the overhead fit a simulation recorded (none without an overhead)."""
+    fitted = used.engine_overhead
+    if fitted is None:
         return []
     lines = []
     by_phase = fitted.get("calibration_error_by_phase") or {}
@@ -48,14 +50,14 @@ def calibration_findings(sim_meta: Mapping[str, Any]) -> list[str]:
 
 
 def host_memory(
-    sim_meta: Mapping[str, Any],
+    used: SimulatedCalibration,
     real_meta: Mapping[str, Any],
     repeat_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The real run's host reading (and its repeat's) against the calibration's
     (:func:`gpu_simulate_test.core.host_probe.drift`); None when the calibration or the real
     run read none."""
-    calibration = sim_meta.get("calibration_host_probe")
+    calibration = used.host_probe
     real = host_probe.drift(calibration, real_meta.get("host_probe"))
     if real is None:
         return None

@@ -133,13 +133,42 @@ def summary_markdown(
     plots: Mapping[str, str],
 ) -> str:
     """``summary.md``: setup, discrepancies, tables, throughput and embedded plots."""
-    real, sim = setup["real"], setup["sim"]
+    real = setup["real"]
     out = [
         f"# Real vs simulated: {real.get('model')} on {real.get('hardware')}",
         "",
         f"Workload `{setup['workload_id']}`: {len(comparison.joined)} requests compared, "
         f"{len(comparison.excluded)} left out; offered load {comparison.offered_qps:.2f} req/s.",
         "",
+        *_setup_section(setup),
+        "## Discrepancies",
+        "",
+        *[f"- {line}" for line in findings],
+        "",
+        *_latency_section(comparison),
+        *_per_request_section(comparison),
+        *_throughput_section(comparison),
+    ]
+    if comparison.excluded:
+        out += [
+            "## Left out",
+            "",
+            markdown_table(
+                ["request", "real status", "simulated status"],
+                [[str(e.request_id), e.real_status, e.sim_status] for e in comparison.excluded],
+            ),
+            "",
+        ]
+    if plots:
+        out += ["## Plots", ""]
+        out += [f"![{title}]({name})\n" for title, name in plots.items()]
+    return "\n".join(out)
+
+
+def _setup_section(setup: Mapping[str, Any]) -> list[str]:
+    """``## Setup``: both runs side by side."""
+    real, sim = setup["real"], setup["sim"]
+    return [
         "## Setup",
         "",
         markdown_table(
@@ -172,10 +201,12 @@ def summary_markdown(
             ],
         ),
         "",
-        "## Discrepancies",
-        "",
-        *[f"- {line}" for line in findings],
-        "",
+    ]
+
+
+def _latency_section(comparison: Comparison) -> list[str]:
+    """``## Latency``: every statistic of every metric, real and simulated, and the errors."""
+    return [
         "## Latency (ms); error = simulated / real − 1",
         "",
         markdown_table(
@@ -212,6 +243,12 @@ def summary_markdown(
         + ". ITL: real side only (Vidur has no per-token times). Scheduling delay: arrival to "
         "first scheduled (hf_cb engine stamps; empty for other backends).",
         "",
+    ]
+
+
+def _per_request_section(comparison: Comparison) -> list[str]:
+    """``## Per-request error``: the spread of each request's error, per metric."""
+    return [
         "## Per-request error (simulated / real − 1)",
         "",
         markdown_table(
@@ -234,6 +271,12 @@ def summary_markdown(
             ],
         ),
         "",
+    ]
+
+
+def _throughput_section(comparison: Comparison) -> list[str]:
+    """``## Throughput``: requests and output tokens per second, real and simulated."""
+    return [
         "## Throughput",
         "",
         markdown_table(
@@ -255,17 +298,3 @@ def summary_markdown(
         ),
         "",
     ]
-    if comparison.excluded:
-        out += [
-            "## Left out",
-            "",
-            markdown_table(
-                ["request", "real status", "simulated status"],
-                [[str(e.request_id), e.real_status, e.sim_status] for e in comparison.excluded],
-            ),
-            "",
-        ]
-    if plots:
-        out += ["## Plots", ""]
-        out += [f"![{title}]({name})\n" for title, name in plots.items()]
-    return "\n".join(out)

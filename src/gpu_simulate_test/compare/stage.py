@@ -8,12 +8,14 @@ a sweep report over several compare runs instead (:mod:`gpu_simulate_test.compar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.compare import plots, report
 from gpu_simulate_test.compare.alignment import (
     StepAlignment,
@@ -27,7 +29,13 @@ from gpu_simulate_test.compare.calibration import (
     host_memory_markdown,
 )
 from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
-from gpu_simulate_test.compare.comparison import Comparison, compare, discrepancies, join_requests
+from gpu_simulate_test.compare.comparison import (
+    Comparison,
+    Excluded,
+    compare,
+    discrepancies,
+    join_requests,
+)
 from gpu_simulate_test.compare.contract import (
     ALIGNMENT_PLOT,
     CDF_PLOT,
@@ -44,6 +52,7 @@ from gpu_simulate_test.compare.contract import (
     SUMMARY_MD,
 )
 from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
+from gpu_simulate_test.compare.metrics import JoinedRequests
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
@@ -60,7 +69,7 @@ from gpu_simulate_test.core.run_inputs import (
 )
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
-from gpu_simulate_test.io.runs import default_run_id, start_run
+from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
 
 
@@ -76,14 +85,37 @@ def after_warmup(
     return real[keep], sim[~sim["request_id"].isin(warm)], len(warm)
 
 
-def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
-    """Compare ``cfg.real_run_dir`` with ``cfg.sim_run_dir`` (or report ``cfg.sweep_dirs``)."""
-    if cfg.sweep_dirs:
-        from gpu_simulate_test.compare.sweep import run_sweep
+Steps = tuple[pd.DataFrame, pd.DataFrame, StepComparison]
+"""Both runs' step logs and their comparison."""
+Aligned = tuple[pd.DataFrame, pd.DataFrame, StepAlignment]
+"""Both runs' step sequences and their step-by-step alignment."""
 
-        return run_sweep(cfg, resolved_config)
+
+@dataclass(frozen=True)
+class Inputs:
+    """Both runs (and the repeat), read, checked and compared before the run exists."""
+
+    real: RunInput
+    sim: RunInput
+    repeat: RunInput | None
+    real_requests: pd.DataFrame
+    """The real run's requests after the warm-up."""
+    sim_requests: pd.DataFrame
+    warmup: int
+    """Requests left out as the warm-up."""
+    joined: JoinedRequests
+    excluded: tuple[Excluded, ...]
+    comparison: Comparison
+    context: dict[str, Any]
+    findings: list[str]
+    memory: dict[str, Any] | None
+    steps: Steps | None
+    aligned: Aligned | None
+
+
+def prepare(cfg: CompareStageConfig) -> Inputs:
+    """Read both runs (and the repeat), check them and compare; raises before the run exists."""
     assert cfg.real_run_dir and cfg.sim_run_dir  # checked by the config
-    # every input check happens before the run directory exists
     real = load_run(cfg.real_run_dir, "real_bench")
     sim = load_run(cfg.sim_run_dir, "vidur_simulate")
     check_same_workload(real, sim)
@@ -105,90 +137,147 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     )
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
-    findings = discrepancies(comparison, mismatches) + calibration_findings(sim.meta)
-    memory = host_memory(sim.meta, real.meta, None if repeat is None else repeat.meta)
-    steps = load_steps(real, sim, comparison)
-    aligned = load_alignment(real, sim)
+    used = SimulatedCalibration.from_run_meta(sim.meta)
+    findings = discrepancies(comparison, mismatches) + calibration_findings(used)
+    memory = host_memory(used, real.meta, None if repeat is None else repeat.meta)
+    return Inputs(
+        real,
+        sim,
+        repeat,
+        real_requests,
+        sim_requests,
+        warmup,
+        joined,
+        excluded,
+        comparison,
+        context,
+        findings,
+        memory,
+        load_steps(real, sim, comparison, used),
+        load_alignment(real, sim),
+    )
+
+
+def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
+    """Compare ``cfg.real_run_dir`` with ``cfg.sim_run_dir`` (or report ``cfg.sweep_dirs``)."""
+    if cfg.sweep_dirs:
+        from gpu_simulate_test.compare.sweep import run_sweep
+
+        return run_sweep(cfg, resolved_config)
+    inputs = prepare(cfg)  # every input check happens before the run directory exists
+    real, sim, repeat, comparison = inputs.real, inputs.sim, inputs.repeat, inputs.comparison
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
         r.update_meta(
             workload_id=real.workload_id,
             real_run_dir=str(real.path),
             sim_run_dir=str(sim.path),
-            num_compared=len(joined),
-            num_excluded=len(excluded),
-            num_warmup_excluded=warmup,
+            num_compared=len(inputs.joined),
+            num_excluded=len(inputs.excluded),
+            num_warmup_excluded=inputs.warmup,
             real_repeat_dir=None if repeat is None else str(repeat.path),
         )
         write_csv(
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
         )
         write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
-        drawn = draw_plots(comparison, r.path, context) if cfg.compare.plots else {}
-        data = report.to_dict(comparison, context, findings)
-        data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": warmup}
+        drawn = draw_plots(comparison, r.path, inputs.context) if cfg.compare.plots else {}
+        data = report.to_dict(comparison, inputs.context, inputs.findings)
+        data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": inputs.warmup}
         clocks = clock_rows(
-            real_requests, joined, sim_requests, None if repeat is None else repeat.requests
+            inputs.real_requests,
+            inputs.joined,
+            inputs.sim_requests,
+            None if repeat is None else repeat.requests,
         )
         data["clocks"] = clocks
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
-        data["host_memory"] = memory
-        if steps is not None:
-            real_steps, sim_steps, result = steps
-            write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
-            data["steps"] = {"totals": result.totals, "findings": result.findings}
-            if cfg.compare.plots:
-                title = f"engine steps: {context['real'].get('backend')} vs Vidur"
-                plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
-        if aligned is not None:
-            real_seq, sim_seq, alignment = aligned
-            block = data.setdefault("steps", {})
-            block["same_composition_fraction"] = alignment.same_composition_fraction
-            block["alignment"] = alignment.to_dict()
-            block["oracle"] = sim.meta.get("oracle")
-            if cfg.compare.plots:
-                title = f"{context['real'].get('backend')} vs simulation"
-                plot_alignment(real_seq, sim_seq, alignment, r.file(ALIGNMENT_PLOT), title)
+        data["host_memory"] = inputs.memory
+        write_steps(r, cfg, inputs, data)
         write_json(r.file(COMPARISON_JSON), data)
-        text = report.summary_markdown(comparison, context, findings, drawn)
-        if warmup:
-            text += (
-                f"\nWarm-up: the {warmup} request(s) arriving in the run's first "
-                f"{cfg.compare.warmup_s:g} s were replayed and simulated, and are left out of "
-                "every figure above and below (`compare.warmup_s`).\n"
-            )
-        text += goodput_markdown(good)
-        text += clocks_markdown(clocks)
-        text += host_memory_markdown(memory)
-        if steps is not None:
-            text += steps_markdown(steps[2], cfg.compare.plots)
-        if aligned is not None:
-            plot = ALIGNMENT_PLOT if cfg.compare.plots else None
-            text += alignment_markdown(aligned[2], sim.meta.get("oracle"), plot)
+        text = summary_text(cfg, inputs, drawn, clocks, good)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
-        print_headline(comparison, context, findings, r.path, good)
-        if clocks and "noise_vs_engine" in clocks[0]:
-            console.print(noise_line(clocks))
-        if memory is not None:
-            console.print(host_probe.line(memory["real"]))
-        if steps is not None:
-            for line in steps[2].findings:
-                console.print(f"- {line}")
-        if aligned is not None:
-            a = aligned[2]
-            console.print(
-                f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
-                f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
-            )
+        print_progress(inputs, r.path, clocks, good)
     return r.path
 
 
+def write_steps(r: Run, cfg: CompareStageConfig, inputs: Inputs, data: dict[str, Any]) -> None:
+    """The step comparison's table and plots into the run, its numbers into ``data``."""
+    label = inputs.context["real"].get("backend")
+    if inputs.steps is not None:
+        real_steps, sim_steps, result = inputs.steps
+        write_csv(r.file(STEPS_CSV), result.groups, COMPARISON_STEPS)
+        data["steps"] = {"totals": result.totals, "findings": result.findings}
+        if cfg.compare.plots:
+            title = f"engine steps: {label} vs Vidur"
+            plots.plot_steps(real_steps, sim_steps, result.groups, r.file(STEPS_PLOT), title)
+    if inputs.aligned is not None:
+        real_seq, sim_seq, alignment = inputs.aligned
+        block = data.setdefault("steps", {})
+        block["same_composition_fraction"] = alignment.same_composition_fraction
+        block["alignment"] = alignment.to_dict()
+        block["oracle"] = inputs.sim.meta.get("oracle")
+        if cfg.compare.plots:
+            title = f"{label} vs simulation"
+            plot_alignment(real_seq, sim_seq, alignment, r.file(ALIGNMENT_PLOT), title)
+
+
+def summary_text(
+    cfg: CompareStageConfig,
+    inputs: Inputs,
+    drawn: Mapping[str, str],
+    clocks: list[dict[str, Any]] | None,
+    good: dict[str, Any] | None,
+) -> str:
+    """``summary.md``: the report's sections, then the warm-up, goodput, both clocks, the host's
+    memory, the engine steps and the step-by-step alignment."""
+    text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn)
+    if inputs.warmup:
+        text += (
+            f"\nWarm-up: the {inputs.warmup} request(s) arriving in the run's first "
+            f"{cfg.compare.warmup_s:g} s were replayed and simulated, and are left out of "
+            "every figure above and below (`compare.warmup_s`).\n"
+        )
+    text += goodput_markdown(good)
+    text += clocks_markdown(clocks)
+    text += host_memory_markdown(inputs.memory)
+    if inputs.steps is not None:
+        text += steps_markdown(inputs.steps[2], cfg.compare.plots)
+    if inputs.aligned is not None:
+        plot = ALIGNMENT_PLOT if cfg.compare.plots else None
+        text += alignment_markdown(inputs.aligned[2], inputs.sim.meta.get("oracle"), plot)
+    return text
+
+
+def print_progress(
+    inputs: Inputs,
+    path: Path,
+    clocks: list[dict[str, Any]] | None,
+    good: Mapping[str, Any] | None,
+) -> None:
+    """The headline table and every finding on the terminal."""
+    print_headline(inputs.comparison, inputs.context, inputs.findings, path, good)
+    if clocks and "noise_vs_engine" in clocks[0]:
+        console.print(noise_line(clocks))
+    if inputs.memory is not None:
+        console.print(host_probe.line(inputs.memory["real"]))
+    if inputs.steps is not None:
+        for line in inputs.steps[2].findings:
+            console.print(f"- {line}")
+    if inputs.aligned is not None:
+        a = inputs.aligned[2]
+        console.print(
+            f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
+            f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
+        )
+
+
 def load_steps(
-    real: RunInput, sim: RunInput, comparison: Comparison
-) -> tuple[pd.DataFrame, pd.DataFrame, StepComparison] | None:
+    real: RunInput, sim: RunInput, comparison: Comparison, used: SimulatedCalibration
+) -> Steps | None:
     """Both runs' engine steps and their comparison; None unless both runs have a step log
     (a vLLM run, and a simulation from this version on)."""
     real_path, sim_path = real.path / layout.ENGINE_STEP_LOG, sim.path / layout.ENGINE_STEP_LOG
@@ -207,18 +296,12 @@ def load_steps(
         "server": engine_log.get("mean_server_ttft_ms"),
         "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
     }
-    frontend = sim.meta.get("frontend")
-    if isinstance(frontend, dict) and sim.meta.get("mean_frontend_input_ms") is not None:
-        output = sim.meta.get("mean_frontend_output_ms")  # the queue's, or the constant
-        ttft["sim_frontend"] = float(sim.meta["mean_frontend_input_ms"]) + float(
-            output if output is not None else frontend.get("output_ms", 0.0)
-        )
+    if (frontend_ms := used.frontend_ttft_ms) is not None:
+        ttft["sim_frontend"] = frontend_ms
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
 
 
-def load_alignment(
-    real: RunInput, sim: RunInput
-) -> tuple[pd.DataFrame, pd.DataFrame, StepAlignment] | None:
+def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:
     """Both step sequences and their step-by-step alignment: the recorded schedules where both
     runs have one, else both step logs; None without steps on either side."""
     pairs = (

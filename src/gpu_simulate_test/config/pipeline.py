@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from gpu_simulate_test.config.backends import BackendConfig, VllmBackendConfig
 from gpu_simulate_test.config.compare import CompareOptions
-from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS, BackendConfig
+from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS
 from gpu_simulate_test.config.schema import (
     DTYPES,
     GoodputConfig,
@@ -35,7 +36,8 @@ class PipelineStageConfig:
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    backend: BackendConfig = field(default_factory=VllmBackendConfig)
+    """The engine of the truth (``backend=<name>``) and its knobs; a vLLM server by default."""
     vidur: VidurConfig = field(default_factory=VidurConfig)
     profile: ProfileRangesConfig = field(default_factory=ProfileRangesConfig)
     """Smallest ranges to profile; widened to what the workload and scheduler need."""

@@ -2,16 +2,26 @@
 
 No Hydra here: the CLI layer registers :data:`STAGE_SCHEMAS` with Hydra's ConfigStore
 (:func:`gpu_simulate_test.cli.registry.register_configs`); the library only needs OmegaConf to
-validate a composed or stored config (:func:`to_typed`)."""
+validate a composed or stored config (:func:`to_typed`).
+
+A ``backend`` node composes as :data:`~gpu_simulate_test.config.backends.BackendKnobs` (every
+engine's knobs, unset until given) and is typed as its engine's own class here, so a knob of
+another engine is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gpu_simulate_test.config.backends import (
+    BackendConfig,
+    BackendKnobs,
+    backend_config,
+)
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.compare import CompareStageConfig
@@ -48,9 +58,16 @@ def writable_schema(schema: type) -> DictConfig:
 
     Frozen dataclasses make Hydra's nodes read-only, which forbids merging YAML groups and
     command-line overrides into them; the typed check still happens on every assignment, and
-    :func:`to_typed` re-creates the frozen dataclass at the end.
+    :func:`to_typed` re-creates the frozen dataclass at the end. Each ``backend`` node takes
+    every engine's knobs, unset, its ``name`` the field's default engine.
     """
     node = OmegaConf.structured(schema)
+    _clear_readonly(node)
+    for parent, key in _backend_nodes(node):
+        knobs = OmegaConf.structured(BackendKnobs)
+        OmegaConf.set_readonly(knobs, False)
+        knobs.name = parent[key].name
+        parent[key] = knobs
     _clear_readonly(node)
     return node
 
@@ -63,13 +80,48 @@ def _clear_readonly(node: DictConfig) -> None:
             _clear_readonly(child)
 
 
+def _backend_nodes(node: DictConfig) -> list[tuple[DictConfig, str]]:
+    """(parent, key) of every node typed as a backend config, depth first."""
+    found = []
+    for key in node:
+        child = node._get_node(key)
+        if not isinstance(child, DictConfig) or child._is_missing() or child._is_none():
+            continue
+        ref = child._metadata.ref_type
+        if isinstance(ref, type) and issubclass(ref, BackendConfig):
+            found.append((node, str(key)))
+        else:
+            found += _backend_nodes(child)
+    return found
+
+
+def _typed_backend(knobs: DictConfig, where: str) -> DictConfig:
+    """The engine config a composed ``backend`` node names, built from the knobs set in it."""
+    values = OmegaConf.to_container(knobs, resolve=True, throw_on_missing=False)
+    assert isinstance(values, dict)
+    given = {str(k): v for k, v in values.items() if not OmegaConf.is_missing(knobs, k)}
+    try:
+        typed = backend_config(**given)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("backend.", f"{where}.")) from exc
+    node = OmegaConf.structured(typed)
+    OmegaConf.set_readonly(node, False)
+    return node
+
+
 def to_typed(cfg: DictConfig, schema: type[T]) -> T:
     """Validate a composed config against ``schema`` and return the frozen dataclass.
 
-    Raises ConfigError naming the offending key for unknown keys, wrong types and range checks.
+    Raises ConfigError naming the offending key for unknown keys, wrong types, range checks
+    and a knob given to an engine that has no such knob.
     """
     try:
-        merged = OmegaConf.merge(writable_schema(schema), cfg)
+        # as plain values: a node typed as one engine's class merges as its knobs
+        plain = OmegaConf.to_container(cfg, resolve=False)
+        merged = OmegaConf.merge(writable_schema(schema), plain)
+        assert isinstance(merged, DictConfig)
+        for parent, key in _backend_nodes(merged):
+            parent[key] = _typed_backend(parent[key], str(parent._get_full_key(key)))
         obj: Any = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"invalid config: {exc}") from exc
@@ -78,3 +130,22 @@ def to_typed(cfg: DictConfig, schema: type[T]) -> T:
     if not isinstance(obj, schema):
         raise ConfigError(f"config did not produce a {schema.__name__}")
     return obj
+
+
+def to_resolved(cfg: DictConfig, typed: Any) -> dict[str, Any]:
+    """``cfg`` resolved, as a run records it (``run_meta.json`` ``config``), each backend as
+    ``typed`` (from :func:`to_typed`) holds it: its engine's knobs, none of another's."""
+    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    assert isinstance(resolved, dict)
+    _put_backends(resolved, typed)
+    return {str(k): v for k, v in resolved.items()}
+
+
+def _put_backends(resolved: dict[Any, Any], typed: Any) -> None:
+    """Replace each backend in ``resolved`` by its engine's knobs, as ``typed`` holds them."""
+    for f in dataclasses.fields(typed):
+        value = getattr(typed, f.name)
+        if isinstance(value, BackendConfig):
+            resolved[f.name] = OmegaConf.to_container(OmegaConf.structured(value))
+        elif dataclasses.is_dataclass(value) and isinstance(resolved.get(f.name), dict):
+            _put_backends(resolved[f.name], value)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from gpu_simulate_test.config.real_bench import BACKEND_NAMES, BackendConfig
+from gpu_simulate_test.config.backends import BACKEND_NAMES, BackendConfig, HfCbBackendConfig
 from gpu_simulate_test.config.schema import (
     DEFAULT_BLOCK_SIZE,
     ConfigError,
@@ -75,8 +75,10 @@ class EngineCalibrationConfig:
     backend (``engine_steps.csv`` in the bundle; read by ``vidur.engine_overhead``)."""
 
     enable: bool = False
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    """The engine and its knobs, as the real bench will run it."""
+    backend: BackendConfig = field(default_factory=HfCbBackendConfig)
+    """The engine and its knobs, as the real bench will run it (``engine.backend.name=<name>``
+    picks another engine, with its defaults). hf_cb when none is named: in-process, no server
+    to start; the pipeline passes its own backend (vllm by default)."""
     attn_implementation: str = "sdpa"
     prompt_lengths: tuple[int, ...] = ()
     """Single-request prefills to time; () picks 4 lengths up to the engine's token budget."""
@@ -231,6 +233,21 @@ class VidurConfig:
     (ours records its own, and hands over to Vidur's with the lean store). Vidur's full store
     (``lean_metrics=false``) exists only on Vidur's loop: with ``event_loop=fast`` it is refused,
     never a silent switch of loops.
+
+    Five fields choose how the simulation runs, not what it simulates (the same request rows
+    whichever way; :mod:`gpu_simulate_test.vidur_simulate.simulation` picks the loop):
+
+    ================  =========================  ===============  =========================
+    field             Vidur's loop               our loop         ``scheduler.name=vllm_v1``
+    ================  =========================  ===============  =========================
+    ``event_loop``    ``vidur``                  ``fast``         ``fast`` only
+    ``lean_metrics``  its metrics store          (its own rows)   (its own rows)
+    ``step_log``      ``engine_step_log.csv``    the same         and ``engine_schedule.csv``
+    ``chrome_trace``  Vidur's trace              hands over to    refused (Vidur's events)
+                                                 Vidur's loop
+    ================  =========================  ===============  =========================
+
+    ``fast_path`` is none of them: the old name of ``lean_metrics``, refused naming the new key.
     """
 
     scheduler: VidurSchedulerConfig = field(default_factory=VidurSchedulerConfig)
@@ -319,8 +336,9 @@ class VidurSimulateStageConfig:
     """Oracle replay: a ``real_bench`` run of the same workload on a ``vllm`` backend whose own
     steps time the simulation (:mod:`gpu_simulate_test.vidur_simulate.oracle`): requests reach the
     scheduler when that engine queued them, each step lasts what the engine's step of the same
-    position took (else of the same composition). Needs ``vidur.scheduler.name=vllm_v1``; the
-    engine overhead, jitter and front-end model are not used (the run's own times are)."""
+    position took (else of the same composition). The scheduler (``vllm_v1``) and its knobs are
+    the run's own (``run_meta.json``); one given that contradicts them is refused. The engine
+    overhead, jitter and front-end model are not used (the run's own times are)."""
     arrivals_from: str | None = None
     """A ``real_bench`` run of the same workload whose actual arrival times (when the client
     really sent each request) replace the scheduled ones; requests it did not send keep theirs."""
@@ -334,12 +352,7 @@ class VidurSimulateStageConfig:
         if not self.workload_dir:
             raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
         if self.step_times_from:
-            _check(
-                self.vidur.scheduler.name == "vllm_v1",
-                f"step_times_from={self.step_times_from} replays a vLLM run's own steps, which "
-                "only vLLM's scheduler can follow: pass vidur.scheduler.name=vllm_v1 (got "
-                f"{self.vidur.scheduler.name})",
-            )
+            # the scheduler and its knobs come from the run (vidur_simulate/real_run.py)
             _check(
                 self.vidur.step_time_scale == 1.0,
                 f"step_times_from={self.step_times_from} replays the engine's own step times; "

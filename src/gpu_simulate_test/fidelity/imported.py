@@ -35,6 +35,7 @@ import pandas as pd
 from gpu_simulate_test.bench_import.contract import IMPORT_MANIFEST, IMPORT_MANIFEST_VERSION
 from gpu_simulate_test.compare.metrics import offered_qps
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core import window
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import tables as fid
@@ -266,16 +267,63 @@ def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
             check_window(run, warmup_s)
     capacity = capacity_of(cfg.fidelity.capacity_qps, runs, loads)
     fractions = [float(f"{g[0].offered_qps / capacity['capacity_qps']:.4g}") for g in loads]
-    backend = cfg.backend.name
     root = Path(cfg.profiling_root).resolve()
     config = dataclasses.replace(cfg.pipeline(), profiling_root=str(root), reuse_profile=True)
+    planned = plan_loads(config, loads, fractions, cfg.backend.name, warmup_s)
+    imported, notes = describe_import(src, data, runs, loads, fractions, capacity, cfg.backend.name)
+    tool = imported["tool"]
+    source = data.get("source") or {}
+    settings = [entry.get("settings") or {} for entry in data["runs"]]
+    version = next((s.get("guidellm_version") for s in settings if s.get("guidellm_version")), None)
+    sizes = sorted({len(g[0].requests) for g in loads})
+    spans = [float(np.ptp(g[0].requests["arrival_time_s"].to_numpy(dtype=float))) for g in loads]
+    manifest = {
+        "name": src.name,
+        "command": f"python -m gpu_simulate_test.cli.bench_import source={source.get('path')}",
+        "date": next((s["date"] for s in settings if s.get("date")), "not in the file"),
+        "device": f"not recorded ({tool})",
+        "versions": {tool: version or "not in the file"},
+        "requests_per_load": sizes[0] if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}",
+        "load_duration_s": round(min(spans), 2),
+        "warmup_s": warmup_s,
+        "load_fractions": fractions,
+        "wall_time_s": 0.0,
+        "complete": True,
+        "backends": {
+            cfg.backend.name: {
+                "config": None,
+                "profiling_root": str(root),
+                "capacity": capacity,
+                "loads": planned,
+            }
+        },
+    }
+    return {
+        "root": src,
+        "manifest": manifest,
+        "notes": notes,
+        "config": config,
+        "imported": imported,
+    }
+
+
+def plan_loads(
+    config: PipelineStageConfig,
+    loads: list[list[ImportedRunDirs]],
+    fractions: list[float],
+    backend: str,
+    warmup_s: float,
+) -> list[dict[str, Any]]:
+    """The loads in a real phase manifest's shape, each checked to be covered by the bundle
+    (the sim phase never profiles)."""
     planned = []
     for index, (fraction, group) in enumerate(zip(fractions, loads, strict=True)):
         first = group[0]
         decided = profile_plan(config, first.workload_dir)  # the sim phase never profiles
         if decided.misfits:
             raise ArtifactError(
-                f"{root}: the bundle does not cover {first.label} ({first.workload_dir}): "
+                f"{config.profiling_root}: the bundle does not cover {first.label} "
+                f"({first.workload_dir}): "
                 + "; ".join(decided.misfits)
                 + ". Profile it (a pipeline run with this model, hardware and backend), point "
                 "profiling_root= at a bundle that covers it, or pass engine_overhead=false "
@@ -295,6 +343,21 @@ def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
                 "imported_label": first.label,
             }
         )
+    return planned
+
+
+def describe_import(
+    src: Path,
+    data: dict[str, Any],
+    runs: list[ImportedRunDirs],
+    loads: list[list[ImportedRunDirs]],
+    fractions: list[float],
+    capacity: dict[str, Any],
+    backend: str,
+) -> tuple[dict[str, Any], list[str]]:
+    """What the report says of the import (``imported``: each run's role, the capacity's source,
+    the checks an import cannot have) and its notes (bursts left out, the tool's conventions
+    the file contradicts)."""
     role = {run.index: f"load {i}" for i, g in enumerate(loads) for run in g[:1]}
     role |= {run.index: f"load {i}, real repeat" for i, g in enumerate(loads) for run in g[1:]}
     bursts = [run for run in runs if run.burst]
@@ -311,8 +374,6 @@ def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
             notes.append(f"the imported file contradicts its tool's conventions: {line}")
     tool = str(data.get("tool") or "?")
     source = data.get("source") or {}
-    settings = [entry.get("settings") or {} for entry in data["runs"]]
-    version = next((s.get("guidellm_version") for s in settings if s.get("guidellm_version")), None)
     imported = {
         "tool": tool,
         "file": source.get("path"),
@@ -335,33 +396,4 @@ def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
             for run in runs
         ],
     }
-    sizes = sorted({len(g[0].requests) for g in loads})
-    spans = [float(np.ptp(g[0].requests["arrival_time_s"].to_numpy(dtype=float))) for g in loads]
-    manifest = {
-        "name": src.name,
-        "command": f"python -m gpu_simulate_test.cli.bench_import source={source.get('path')}",
-        "date": next((s["date"] for s in settings if s.get("date")), "not in the file"),
-        "device": f"not recorded ({tool})",
-        "versions": {tool: version or "not in the file"},
-        "requests_per_load": sizes[0] if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}",
-        "load_duration_s": round(min(spans), 2),
-        "warmup_s": warmup_s,
-        "load_fractions": fractions,
-        "wall_time_s": 0.0,
-        "complete": True,
-        "backends": {
-            backend: {
-                "config": None,
-                "profiling_root": str(root),
-                "capacity": capacity,
-                "loads": planned,
-            }
-        },
-    }
-    return {
-        "root": src,
-        "manifest": manifest,
-        "notes": notes,
-        "config": config,
-        "imported": imported,
-    }
+    return imported, notes

@@ -2,24 +2,46 @@
 
 ``fidelity.phase=real`` (on the GPU machine) writes it into its run directory after the probe and
 after every load, marked incomplete until the end; ``fidelity.phase=sim`` reads it back (the run
-directory may have been tarred and moved: every path in it is relative to that directory).
+directory may have been tarred and moved: every path in it is relative to that directory). The
+writing, the paths and the reader's checks are the one hand-off's
+(:mod:`gpu_simulate_test.io.handoff`); this module keeps what the fidelity stage records.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.fidelity.tables import LOAD_FRACTIONS, load_levels
-from gpu_simulate_test.io.artifacts import ArtifactError, write_json
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.handoff import (
+    HandoffFormat,
+    read_handoff,
+    relative,
+    require,
+    write_handoff,
+)
 
 MANIFEST_FILE = "fidelity-manifest.json"
 MANIFEST_VERSION = 2
 """2: the fidelity stage (the backend's resolved config, configurable load fractions); 1 was the
 argparse harness's (Hydra overrides), which the stage cannot replay."""
+FORMAT = HandoffFormat(
+    file=MANIFEST_FILE,
+    version=MANIFEST_VERSION,
+    required=("name", "backends", "requests_per_load", "load_fractions"),
+    made_by="a fidelity.phase=real run (tmp/fidelity/<run_id>) or of a bench_import "
+    "(tmp/bench_import/<run_id>)",
+    refused={
+        1: "a manifest of version 1 comes from the old benchmarks/fidelity.py harness: run its "
+        "real phase again with python -m gpu_simulate_test.cli.fidelity fidelity.phase=real"
+    },
+)
+"""The real phase's hand-off (:mod:`gpu_simulate_test.io.handoff`)."""
+LOAD_KEYS = ("load_fraction", "offered_qps", "run_id", "workload_dir", "real_dir", "scheduler")
+"""The fields every load of the manifest has."""
 
 
 @dataclass(frozen=True)
@@ -49,23 +71,14 @@ class PlannedLoad:
     a manifest written before disturbed runs were marked."""
 
 
-def _relative(path: str | Path, root: Path) -> str:
-    """``path`` relative to ``root``; absolute when it lies outside (a shared bundle that
-    ``fidelity.phase=all`` reuses: that run is read where it was made)."""
-    resolved = Path(path).resolve()
-    if resolved.is_relative_to(root.resolve()):
-        return resolved.relative_to(root.resolve()).as_posix()
-    return str(resolved)
-
-
 def _truth_relative(truth: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """A :class:`~gpu_simulate_test.orchestrate.truth.Truth` record with its paths made
     relative to ``root``."""
     return {
         **dict(truth),
-        "real_dir": _relative(truth["real_dir"], root),
+        "real_dir": relative(truth["real_dir"], root),
         "attempts": [
-            {**dict(a), "real_dir": _relative(a["real_dir"], root)} for a in truth["attempts"]
+            {**dict(a), "real_dir": relative(a["real_dir"], root)} for a in truth["attempts"]
         ],
     }
 
@@ -91,27 +104,28 @@ def make_manifest(
     given) and ``loads`` (``load_fraction``, ``offered_qps``, ``run_id``, ``workload_dir``,
     ``real_dir``, ``repeat_dirs``, ``scheduler``, and ``profiling_root`` when the load has its
     own bundle); every path under ``root`` is made relative to it, so the directory can be
-    moved."""
+    moved (one outside it stays absolute: a shared bundle that ``fidelity.phase=all`` reuses is
+    read where it was made)."""
     root = Path(root)
     out: dict[str, Any] = {}
     for backend, rec in backends.items():
         capacity = dict(rec["capacity"])
         if capacity.get("probe_run"):
-            capacity["probe_run"] = _relative(capacity["probe_run"], root)
+            capacity["probe_run"] = relative(capacity["probe_run"], root)
         out[backend] = {
             "config": dict(rec["config"]),
-            "profiling_root": _relative(rec["profiling_root"], root),
+            "profiling_root": relative(rec["profiling_root"], root),
             "capacity": capacity,
             "loads": [
                 {
                     **dict(load),
-                    "workload_dir": _relative(load["workload_dir"], root),
-                    "real_dir": _relative(load["real_dir"], root),
-                    "repeat_dirs": [_relative(d, root) for d in load.get("repeat_dirs", ())],
+                    "workload_dir": relative(load["workload_dir"], root),
+                    "real_dir": relative(load["real_dir"], root),
+                    "repeat_dirs": [relative(d, root) for d in load.get("repeat_dirs", ())],
                     "scheduler": dict(load["scheduler"]),
                     "truth": [_truth_relative(t, root) for t in load.get("truth", ())],
                     **(
-                        {"profiling_root": _relative(load["profiling_root"], root)}
+                        {"profiling_root": relative(load["profiling_root"], root)}
                         if load.get("profiling_root")
                         else {}
                     ),
@@ -120,7 +134,7 @@ def make_manifest(
             ],
         }
     return {
-        "manifest_version": MANIFEST_VERSION,
+        "manifest_version": FORMAT.version,
         "name": name,
         "command": command,
         **dict(environment),
@@ -135,39 +149,25 @@ def make_manifest(
 
 
 def write_manifest(root: str | Path, manifest: Mapping[str, Any]) -> Path:
-    """Write the manifest atomically (a killed real phase leaves none, not half of one)."""
-    return write_json(Path(root) / MANIFEST_FILE, manifest)
+    """Write the manifest atomically (a killed real phase leaves none, not half of one), after
+    the loads it names."""
+    return write_handoff(root, FORMAT, manifest)
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
     """The manifest under ``root``; ArtifactError (naming the file and the field) when it is
     missing, of another version, lacks a key, or its loads are not its capacity's levels."""
+    manifest = read_handoff(root, FORMAT)
     path = Path(root) / MANIFEST_FILE
-    if not path.is_file():
-        raise ArtifactError(
-            f"no {MANIFEST_FILE} in {root}: expected the run directory of a fidelity.phase=real "
-            "run (tmp/fidelity/<run_id>) or of a bench_import (tmp/bench_import/<run_id>)"
-        )
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
-    version = manifest.get("manifest_version") if isinstance(manifest, dict) else None
-    if version != MANIFEST_VERSION:
-        raise ArtifactError(
-            f"{path}: manifest_version {version!r}, expected {MANIFEST_VERSION} (a manifest of "
-            "version 1 comes from the old benchmarks/fidelity.py harness: run its real phase "
-            "again with python -m gpu_simulate_test.cli.fidelity fidelity.phase=real)"
-        )
-    for key in ("name", "backends", "requests_per_load", "load_fractions"):
-        if key not in manifest:
-            raise ArtifactError(f"{path}: no {key!r} field")
     complete = manifest.get("complete", True)
     fractions = [float(f) for f in manifest["load_fractions"]]
+    require(manifest["backends"], (), path, "backends")
     for backend, rec in manifest["backends"].items():
-        for key in ("config", "profiling_root", "capacity", "loads"):
-            if key not in rec:
-                raise ArtifactError(f"{path}: backends.{backend} has no {key!r} field")
+        where = f"backends.{backend}"
+        require(rec, ("config", "profiling_root", "capacity", "loads"), path, where)
+        require(rec["capacity"], ("capacity_qps",), path, f"{where}.capacity")
+        for index, load in enumerate(rec["loads"]):
+            require(load, LOAD_KEYS, path, f"{where}.loads[{index}]")
         want = load_levels(float(rec["capacity"]["capacity_qps"]), fractions)
         got = [(float(x["load_fraction"]), float(x["offered_qps"])) for x in rec["loads"]]
         if got != want[: len(got)] or (complete and len(got) != len(want)):
@@ -175,7 +175,7 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
             raise ArtifactError(
                 f"{path}: backends.{backend}.loads {got} are not {what} {want} of its capacity"
             )
-    return dict(manifest)
+    return manifest
 
 
 def missing_loads(manifest: Mapping[str, Any]) -> dict[str, int]:

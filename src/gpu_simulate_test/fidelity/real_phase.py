@@ -42,7 +42,7 @@ def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
         return requested
     if cfg.backend.name == "hf_generate":
         return 16
-    return max(64, 3 * cfg.backend.max_requests_per_batch)
+    return max(64, 3 * cfg.backend.step_limits()[1])
 
 
 def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:

@@ -103,7 +103,6 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
     src: Path = source["root"]
     manifest = source["manifest"]
     notes = list(source["notes"])
-    out_root = str(r.file(contract.RUNS_DIR))
     capacity: dict[str, dict[str, Any]] = {}
     levels: Levels = []
     noise: Noise = {}
@@ -118,45 +117,73 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
         sim_cfg = source.get("config") or sim_config(
             cfg, rec["config"], src / contract.MANIFEST_FILE
         )
-        compare_dirs = []
-        for load in (p for p in load_plan(manifest) if p.backend == backend):
-            if cfg.progress:
-                console.rule(
-                    f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
-                    f"{load.offered_qps:.4g} req/s (simulated)"
-                )
-            repeats = [
-                fid.real_percentiles(
-                    load_run(src / d, "real_bench").requests, warmup_s=load.warmup_s
-                )
-                for d in load.repeat_dirs
-            ]
-            if repeats:
-                noise[(backend, load.load_fraction)] = repeats
-            workload_dir = src / load.workload_dir
-            real_dir = src / load.real_dir
-            open_upstream_run(real_dir, "real_bench")
-            root = src / (load.profiling_root or rec["profiling_root"])
-            load_cfg = dataclasses.replace(
-                sim_cfg,
-                compare=dataclasses.replace(sim_cfg.compare, warmup_s=load.warmup_s),
-                output=OutputConfig(root=out_root, run_id=load.run_id, overwrite=True),
-                profiling_root=str(root),
-                reuse_profile=True,  # the sim phase never profiles: the bundle must fit
-            )
-            # an import records no scheduler (empty): nothing to check, and the report says so
-            decided = recorded_plan(
-                load_cfg, workload_dir, load.scheduler, src / contract.MANIFEST_FILE, load.run_id
-            )
-            _, compare_dir = simulate_and_compare(
-                load_cfg, decided.scheduler, workload_dir, real_dir
-            )
-            compare_dirs.append((load, compare_dir))
+        compare_dirs = [
+            (load, simulate_load(cfg, sim_cfg, rec, load, src, r, noise))
+            for load in load_plan(manifest)
+            if load.backend == backend
+        ]
         cap = dict(rec["capacity"])
         if cap.get("probe_run"):
             cap["probe_run"] = str(src / cap["probe_run"])
         capacity[backend], rows, plots[backend] = finish_backend(backend, cap, compare_dirs, r.path)
         levels += rows
+    notes += load_notes(capacity)
+    setup = setup_record(cfg, r, source, notes, real_runs, started)
+    table = fid.fidelity_rows(levels)
+    if noise:
+        table = fid.add_noise(table, noise)
+    write_report(r, setup, capacity, table, plots, cfg.progress)
+
+
+def simulate_load(
+    cfg: FidelityStageConfig,
+    sim_cfg: PipelineStageConfig,
+    rec: Mapping[str, Any],
+    load: PlannedLoad,
+    src: Path,
+    r: Run,
+    noise: Noise,
+) -> Path:
+    """One load: its repeats' percentiles into ``noise`` (the real-vs-real floor), then Vidur on
+    its workload with the recorded scheduler (checked) and compare against its real run, under
+    ``r.path/runs``; returns the compare run."""
+    backend = load.backend
+    if cfg.progress:
+        console.rule(
+            f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
+            f"{load.offered_qps:.4g} req/s (simulated)"
+        )
+    repeats = [
+        fid.real_percentiles(load_run(src / d, "real_bench").requests, warmup_s=load.warmup_s)
+        for d in load.repeat_dirs
+    ]
+    if repeats:
+        noise[(backend, load.load_fraction)] = repeats
+    workload_dir = src / load.workload_dir
+    real_dir = src / load.real_dir
+    open_upstream_run(real_dir, "real_bench")
+    root = src / (load.profiling_root or rec["profiling_root"])
+    load_cfg = dataclasses.replace(
+        sim_cfg,
+        compare=dataclasses.replace(sim_cfg.compare, warmup_s=load.warmup_s),
+        output=OutputConfig(
+            root=str(r.file(contract.RUNS_DIR)), run_id=load.run_id, overwrite=True
+        ),
+        profiling_root=str(root),
+        reuse_profile=True,  # the sim phase never profiles: the bundle must fit
+    )
+    # an import records no scheduler (empty): nothing to check, and the report says so
+    decided = recorded_plan(
+        load_cfg, workload_dir, load.scheduler, src / contract.MANIFEST_FILE, load.run_id
+    )
+    _, compare_dir = simulate_and_compare(load_cfg, decided.scheduler, workload_dir, real_dir)
+    return compare_dir
+
+
+def load_notes(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What the report says of loads the real engine did not sustain, or that were not yet a
+    steady state."""
+    notes = []
     unsustained = [
         f"{b} at {level['load_fraction']:.0%} (completion / arrival {level['completion_ratio']})"
         for b, cap in capacity.items()
@@ -181,9 +208,24 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             f"{window.STEADY_TREND}x its first third's TTFT: the queue was still growing) at "
             + ", ".join(growing)
         )
+    return notes
+
+
+def setup_record(
+    cfg: FidelityStageConfig,
+    r: Run,
+    source: Mapping[str, Any],
+    notes: list[str],
+    real_runs: list[dict[str, Any]] | None,
+    started: float,
+) -> dict[str, Any]:
+    """The report's ``setup``: how the real runs were made (from the manifest), the notes, and
+    this phase's command, versions and wall time."""
+    src: Path = source["root"]
+    manifest = source["manifest"]
     versions = dict(manifest.get("versions", {}))
     versions["vidur"] = package_versions(("vidur",))["vidur"] or "not installed"
-    setup = {
+    return {
         "schema_version": contract.FIDELITY_SCHEMA_VERSION,
         "phase": cfg.fidelity.phase,
         "partial": bool(notes),
@@ -210,10 +252,6 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             1,
         ),
     }
-    table = fid.fidelity_rows(levels)
-    if noise:
-        table = fid.add_noise(table, noise)
-    write_report(r, setup, capacity, table, plots, cfg.progress)
 
 
 def real_run_records(loads: list[PlannedLoad]) -> list[dict[str, Any]] | None:

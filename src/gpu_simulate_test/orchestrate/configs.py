@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.config.backends import own_knobs
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
@@ -42,6 +43,9 @@ def recorded_pipeline(recorded: Mapping[str, Any], where: Path) -> PipelineStage
     # ``vidur.fast_path`` (renamed): both dead, since the simulating run's ``vidur`` replaces it
     recorded.pop("stage", None)
     recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k != "fast_path"}
+    # one recorded before each engine had its own config class held every engine's knobs
+    if isinstance(recorded.get("backend"), Mapping):
+        recorded["backend"] = own_knobs(recorded["backend"])
     try:
         return to_typed(OmegaConf.create(recorded), PipelineStageConfig)
     except ValueError as exc:

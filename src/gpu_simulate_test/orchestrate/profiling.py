@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.config.backends import own_knobs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.vidur import (
     ProfileRangesConfig,
@@ -45,13 +46,14 @@ through one started for an orchestrator stands for the same engine started anywh
 
 
 def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored backend config without :data:`SERVER_FIELDS`."""
-    return {k: v for k, v in backend.items() if k not in SERVER_FIELDS}
+    """A stored backend config without :data:`SERVER_FIELDS`, and without the knobs of other
+    engines a calibration recorded before each engine had its own config class."""
+    return {k: v for k, v in own_knobs(backend).items() if k not in SERVER_FIELDS}
 
 
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
-    from gpu_simulate_test.calibration.engine_steps import CALIBRATION_VERSION
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
 
     name = cfg.backend.name
     recorded = bundle.engine_calibration(name)

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpu_simulate_test.config.backends import VllmBackendConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.runs import Run
@@ -18,7 +19,8 @@ from gpu_simulate_test.orchestrate.configs import real_bench_config
 
 def starts_server(cfg: PipelineStageConfig) -> bool:
     """Whether ``cfg``'s backend is a vLLM server the orchestrator starts itself."""
-    return cfg.backend.name == "vllm" and cfg.backend.server.kind == "vllm"
+    b = cfg.backend
+    return isinstance(b, VllmBackendConfig) and b.server.kind == "vllm"
 
 
 @contextlib.contextmanager
@@ -39,6 +41,8 @@ def served(
     if not starts_server(cfg):
         yield cfg
         return
+    assert isinstance(cfg.backend, VllmBackendConfig)  # what starts_server checked
+    knobs = cfg.backend
     from gpu_simulate_test.core.engines.vllm import VllmBackend
     from gpu_simulate_test.core.requests import load_requests
     from gpu_simulate_test.core.workloads import load_workload
@@ -55,11 +59,11 @@ def served(
         yield dataclasses.replace(
             cfg,
             backend=dataclasses.replace(
-                cfg.backend,
+                knobs,
                 base_url=backend.base_url,
                 served_model_name=cfg.model.name,
                 server=dataclasses.replace(
-                    cfg.backend.server,
+                    knobs.server,
                     kind="external",
                     log_file=str(backend.log_path),
                     spans_file=str(backend.spans_path) if backend.spans_path else None,

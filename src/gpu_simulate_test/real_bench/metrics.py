@@ -7,7 +7,8 @@ Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
 - TPOT per request = (E2E − TTFT) / (output tokens − 1); undefined (NaN) with one output token.
 - ITL pools every gap between consecutive output events of every request (a streaming chunk that
   carries several tokens is one event, one gap).
-- Throughput divides by the duration from time 0 (the first scheduled arrival) to the last token.
+- Throughput divides by the duration from time 0 (the first scheduled arrival) to the last token
+  (the one run summary, :mod:`gpu_simulate_test.core.summary`).
 
 Backends with an engine clock (``hf_cb``, ``vllm_engine``) add the same metrics on the engine's
 own stamps, from when the engine queued the request (:func:`engine_columns`).
@@ -16,7 +17,7 @@ own stamps, from when the engine queued the request (:func:`engine_columns`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -28,8 +29,9 @@ from gpu_simulate_test.core.engines.records import (
     TERMINAL_STATUSES,
     RequestRecord,
 )
-from gpu_simulate_test.core.goodput import GoodputConfig, goodput, rate_of
+from gpu_simulate_test.core.goodput import GoodputConfig, rate_of
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
+from gpu_simulate_test.core.summary import summarize_run
 from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS
 
 PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
@@ -193,7 +195,9 @@ def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:
 def summarize(
     records: Sequence[RequestRecord], goals: GoodputConfig | None = None
 ) -> dict[str, Any]:
-    """Run totals and latency distributions, keyed like ``vllm bench serve``'s saved results.
+    """Run totals and latency distributions, keyed like ``vllm bench serve``'s saved results:
+    the one run summary (:func:`gpu_simulate_test.core.summary.summarize_run`, seconds from the
+    first scheduled arrival, the replay clock's 0), its latencies converted to ms here.
 
     Latency metrics and throughput count successful (``ok``) requests only, as vLLM does;
     ``request_goodput`` (null without ``goals``) counts those that met every goal, as
@@ -202,34 +206,36 @@ def summarize(
     arrived = [r for r in records if r.arrival_s is not None]
     ok = [r for r in arrived if r.status == STATUS_OK and r.event_times_s]
     rows = [request_row(r) for r in ok]
-    last_times = [r.event_times_s[-1] for r in arrived if r.event_times_s]
-    duration = max(last_times) if last_times else 0.0
-    total_output = sum(r.num_decode_tokens for r in ok)
-    total_input = sum(r.num_prefill_tokens for r in ok)
+    run = summarize_run(
+        scheduled_arrival_s=[r.scheduled_arrival_s for r in records],
+        last_token_s=[r.event_times_s[-1] for r in arrived if r.event_times_s],
+        ttft_s=[row["ttft_s"] for row in rows],
+        tpot_s=[row["tpot_s"] for row in rows],
+        e2e_s=[row["e2e_s"] for row in rows],
+        num_input_tokens=[r.num_prefill_tokens for r in ok],
+        num_output_tokens=[r.num_decode_tokens for r in ok],
+        itl_s=pooled_itls_s(ok),
+        goals=goals,
+    )
+    total_input, total_output = run.num_input_tokens, run.num_output_tokens
     summary: dict[str, Any] = {
-        "duration": duration,
-        "completed": len(ok),
+        "duration": run.span_s,
+        "completed": run.num_requests,
         "failed": len(arrived) - len(ok),
         "num_prompts": len(records),
         "num_not_sent": len(records) - len(arrived),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
-        "request_throughput": len(ok) / duration if duration > 0 else NAN,
-        "output_throughput": total_output / duration if duration > 0 else NAN,
-        "total_token_throughput": (total_input + total_output) / duration if duration > 0 else NAN,
+        "request_throughput": run.per_s(run.num_requests),
+        "output_throughput": run.per_s(total_output),
+        "total_token_throughput": run.per_s(total_input + total_output),
         "input_lens": [r.num_prefill_tokens for r in ok],
         "output_lens": [r.num_decode_tokens for r in ok],
         "ttfts": [row["ttft_s"] for row in rows],
         "errors": [r.error for r in arrived if r.status != STATUS_OK],
     }
-    series: Mapping[str, list[float]] = {
-        "ttft": [row["ttft_s"] for row in rows],
-        "tpot": [row["tpot_s"] for row in rows],
-        "itl": pooled_itls_s(ok),
-        "e2el": [row["e2e_s"] for row in rows],
-    }
-    for name, values in series.items():
-        dist = distribution_ms(values)
+    for name, series in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "e2e")):
+        dist = run.describe(series, scale=1e3).stats(DISTRIBUTION_STATS)
         summary[f"mean_{name}_ms"] = dist["mean"]
         summary[f"median_{name}_ms"] = dist["median"]
         summary[f"std_{name}_ms"] = dist["std"]
@@ -239,15 +245,8 @@ def summarize(
         [r.arrival_s - r.scheduled_arrival_s for r in arrived if r.arrival_s is not None],
         scale=1e3,
     )
-    good = goodput(
-        goals or GoodputConfig(),
-        series["ttft"],
-        [row["tpot_s"] for row in rows],
-        series["e2el"],
-        duration,
-    )
-    summary["request_goodput"] = rate_of(good)
-    summary["goodput"] = good
+    summary["request_goodput"] = rate_of(run.goodput)
+    summary["goodput"] = run.goodput
     summary["arrival_error_ms"] = arrival_errors.stats(DISTRIBUTION_STATS)
     summary["max_arrival_error_ms"] = arrival_errors.max
     summary.update(engine_summary([r for r in ok if has_engine_clock(r)]))

@@ -12,6 +12,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core import host_probe
+from gpu_simulate_test.core.disturbance import Verdict
 from gpu_simulate_test.core.engines import Backend, get_backend
 from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
@@ -152,8 +154,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if cfg.backend.warmup_shapes:
         shapes = shape_warmup_requests(
             requests,
-            cfg.backend.max_batch_tokens,
-            cfg.backend.max_requests_per_batch,
+            *cfg.backend.step_limits(),
             cfg.model.vocab_size,
             first_id=-(len(warmups) + 1),
             seed=warmup_seed + 1,
@@ -162,8 +163,6 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     recorder = Recorder(requests)
     telemetry = TelemetrySampler(cfg.hardware.device, cfg.telemetry_interval_s)
     extra = _summary_extra(cfg, workload, len(requests))
-    summary: dict[str, Any] = {}
-    outcome: ReplayOutcome | None = None
     with start_run(
         cfg.output.root, "real_bench", run_id, resolved_config, cfg.output.overwrite
     ) as r:
@@ -175,61 +174,14 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             num_shape_warmups=len(shapes),
             warmup_seed=warmup_seed,
         )
-        info: dict[str, Any] = {"name": backend.name}
         backend.log_dir = r.path
-        replay_started: float | None = None
-        cpu: ReplayCpu | None = None
-        read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
-        probe: dict[str, Any] = {}
+        session = _Session(info={"name": backend.name})
         try:
-            with _backend_session(backend, recorder) as info:
-                backend.warmup(warmups + shapes)
-                info.update(describe(backend))
-                client_cpus = backend.client_cpus()
-                info["client_cpus"] = sorted(client_cpus) if client_cpus else None
-                if read_host:  # the host's memory speed before the clock starts
-                    probe["before"] = _read_host(cfg, client_cpus)
-                r.update_meta(backend=dict(info))
-                telemetry.start()
-                interval = cfg.backend.gil_switch_interval_s
-                with (
-                    switch_interval(interval),
-                    cpu_affinity(client_cpus),
-                    gc_paused(),
-                    live_progress(len(requests), cfg.progress) as bar,
-                ):
-                    cpu = ReplayCpu(backend).start()
-                    replay_started = time.perf_counter()
-                    outcome = replay(
-                        backend, requests, recorder, cfg.backend.request_timeout_s, bar
-                    )
-                    cpu.stop()  # while a server the backend started still runs
-                if read_host:  # and after the last request
-                    probe["after"] = _read_host(cfg, client_cpus)
+            _replay(cfg, backend, recorder, requests, warmups + shapes, telemetry, r, session)
         finally:
-            telemetry.stop()
-            telemetry_origin_fix(telemetry, recorder)
-            if outcome is not None:
-                r.update_meta(replay_wall_time_s=round(outcome.wall_time_s, 3))
-            if replay_started is not None:
-                r.update_meta(
-                    engine_log=backend.write_artifacts(r.path, recorder.origin, replay_started)
-                )
-            extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
-            if cpu is not None:
-                cpu.stop()
-                r.update_meta(
-                    cpu_cores_by_process=cpu.own_cores,
-                    client_run_queue_wait_s=cpu.own.client_run_delay_s,
-                    steal_cores=round(cpu.foreign.steal_cores, 4),  # recorded, not judged
-                )
-            cores = cpu.foreign_cores if cpu is not None else None
-            if probe:
-                r.update_meta(host_probe=probe)
-            verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
-            extra["disturbance"] = verdict.to_dict()
-            summary = write_results(r, recorder, telemetry, info, extra, cfg.goodput)
-            r.update_meta(disturbance=extra["disturbance"])
+            summary, verdict = _write_what_was_measured(
+                cfg, r, backend, recorder, telemetry, session, extra
+            )
         served_ok = r.meta["request_statuses"].get("ok", 0)
         check_step_log(r.path, r.meta.get("engine_log") or {}, served_ok)
     if verdict.disturbed:
@@ -243,6 +195,98 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         console.print(f"[bold]artifacts:[/] {r.path}")
     return r.path
+
+
+@dataclass
+class _Session:
+    """How far a replay got, for the results written whatever happened."""
+
+    info: dict[str, Any]
+    """The backend's description (:func:`describe`)."""
+    outcome: ReplayOutcome | None = None
+    replay_started: float | None = None
+    cpu: ReplayCpu | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+    """The host's memory speed before and after the replay (where it is read)."""
+
+
+def _replay(
+    cfg: RealBenchStageConfig,
+    backend: Backend,
+    recorder: Recorder,
+    requests: list[BenchRequest],
+    warmups: list[BenchRequest],
+    telemetry: TelemetrySampler,
+    r: Run,
+    session: _Session,
+) -> None:
+    """Start the backend, warm it up, then replay ``requests`` on the clock (the client on its
+    own cores, the GIL switch interval set, no GC); ``session`` says how far it got."""
+    read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
+    with _backend_session(backend, recorder) as info:
+        session.info = info
+        backend.warmup(warmups)
+        info.update(describe(backend))
+        client_cpus = backend.client_cpus()
+        info["client_cpus"] = sorted(client_cpus) if client_cpus else None
+        if read_host:  # the host's memory speed before the clock starts
+            session.probe["before"] = _read_host(cfg, client_cpus)
+        r.update_meta(backend=dict(info))
+        telemetry.start()
+        interval = cfg.backend.gil_switch_interval_s
+        with (
+            switch_interval(interval),
+            cpu_affinity(client_cpus),
+            gc_paused(),
+            live_progress(len(requests), cfg.progress) as bar,
+        ):
+            session.cpu = cpu = ReplayCpu(backend).start()
+            session.replay_started = time.perf_counter()
+            session.outcome = replay(
+                backend, requests, recorder, cfg.backend.request_timeout_s, bar
+            )
+            cpu.stop()  # while a server the backend started still runs
+        if read_host:  # and after the last request
+            session.probe["after"] = _read_host(cfg, client_cpus)
+
+
+def _write_what_was_measured(
+    cfg: RealBenchStageConfig,
+    r: Run,
+    backend: Backend,
+    recorder: Recorder,
+    telemetry: TelemetrySampler,
+    session: _Session,
+    extra: dict[str, Any],
+) -> tuple[dict[str, Any], Verdict]:
+    """After the replay, however it ended: the engine's artifacts, the CPU and host readings,
+    the disturbance verdict and the metric tables; returns the summary and the verdict."""
+    telemetry.stop()
+    telemetry_origin_fix(telemetry, recorder)
+    if session.outcome is not None:
+        r.update_meta(replay_wall_time_s=round(session.outcome.wall_time_s, 3))
+    if session.replay_started is not None:
+        r.update_meta(
+            engine_log=backend.write_artifacts(r.path, recorder.origin, session.replay_started)
+        )
+    info = session.info
+    extra["model_id"] = extra["tokenizer_id"] = info.get("model_id", extra["model_id"])
+    cpu = session.cpu
+    if cpu is not None:
+        cpu.stop()
+        r.update_meta(
+            cpu_cores_by_process=cpu.own_cores,
+            client_run_queue_wait_s=cpu.own.client_run_delay_s,
+            steal_cores=round(cpu.foreign.steal_cores, 4),  # recorded, not judged
+        )
+    cores = cpu.foreign_cores if cpu is not None else None
+    if session.probe:
+        r.update_meta(host_probe=session.probe)
+    verdict = run_verdict(r.path, recorder.snapshot(), cores, "the replay did not start")
+    extra["disturbance"] = verdict.to_dict()
+    summary = write_results(r, recorder, telemetry, info, extra, cfg.goodput)
+    r.update_meta(disturbance=extra["disturbance"])
+    return summary, verdict
 
 
 def _read_host(cfg: RealBenchStageConfig, client_cpus: set[int] | None) -> dict[str, Any]:

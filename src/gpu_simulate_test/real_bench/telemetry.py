@@ -40,10 +40,13 @@ class TelemetrySampler:
             return
         try:
             import pynvml
-
+        except ImportError as exc:  # telemetry is optional
+            self.note = f"NVML unavailable: {exc}"
+            return
+        try:
             pynvml.nvmlInit()
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
-        except Exception as exc:  # no library, no driver, bad index: telemetry is optional
+        except pynvml.NVMLError as exc:  # no library, no driver, bad index
             self.note = f"NVML unavailable: {exc}"
             return
         self._nvml = pynvml
@@ -54,7 +57,7 @@ class TelemetrySampler:
     def _read(self, getter: Any, *args: Any) -> Any:
         try:
             return getter(self._handle, *args)
-        except Exception:  # a counter this GPU does not expose
+        except self._nvml.NVMLError:  # a counter this GPU does not expose
             return None
 
     def sample(self) -> dict[str, Any]:
@@ -85,7 +88,7 @@ class TelemetrySampler:
             self._thread.join(timeout=5)
             self._thread = None
         if self._nvml is not None:
-            with contextlib.suppress(Exception):  # already shut down
+            with contextlib.suppress(self._nvml.NVMLError):  # already shut down
                 self._nvml.nvmlShutdown()
             self._nvml = None
 

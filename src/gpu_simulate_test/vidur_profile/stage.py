@@ -46,6 +46,7 @@ from gpu_simulate_test.vidur_profile.bundle_writer import (
     earlier_serving_steps,
     write_bundle,
 )
+from gpu_simulate_test.vidur_profile.engine_calibration import calibrate_engine
 from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
     build_layer,
@@ -242,96 +243,6 @@ def bundle_meta(
 def dtype_name(dtype: Any) -> str:
     """``torch.bfloat16`` → ``bfloat16``, as ``meta.json`` records it."""
     return str(dtype).removeprefix("torch.")
-
-
-def calibrate_engine(
-    cfg: VidurProfileStageConfig, device: str, grid: ProfileGrid
-) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame | None, str | None]:
-    """Time the real engine's steps (``cfg.engine``) for this model on this device.
-
-    While other processes use the CPU (:class:`ForeignLoad`), the calibration runs again, up to
-    ``profiling.remeasure_rounds`` more times, and the least disturbed run is kept; one whose
-    calibration replays drifted (rounds of one rate apart by more than
-    :data:`~.serving_replay.DRIFT_LIMIT`) runs once more. Returns the kept run's rows, info (with
-    ``foreign_cores`` and ``serving.drift``), the calibration replays' steps (None without them)
-    and a quality warning if even that one was busy. One that drifted again is kept, marked
-    (``serving.drift_note``, printed) and left to the validation replay to judge: on 2 shared
-    cores the rounds of a quiet host moved by 10-34% in every calibration recorded, and refusing
-    them refused the main job."""
-    from gpu_simulate_test.calibration import engine_steps, serving_replay
-    from gpu_simulate_test.calibration.experiments import plan_experiments
-
-    max_prompt = min(max(grid.prefill_chunks), max(grid.num_tokens))
-    experiments = plan_experiments(cfg.engine, max_prompt)
-    lengths = None
-    if cfg.workload_dir:  # the calibration replays take the served workload's lengths
-        from gpu_simulate_test.core.workloads import load_workload
-
-        table = load_workload(cfg.workload_dir).lengths
-        lengths = (
-            table["num_prefill_tokens"].to_numpy(dtype=int),
-            table["num_decode_tokens"].to_numpy(dtype=int),
-        )
-    Kept = tuple[tuple[bool, float, float], pd.DataFrame, dict[str, Any], pd.DataFrame | None]
-    best: Kept | None = None
-    deadline = time.perf_counter() + cfg.profiling.busy_wait_s
-    attempts = max(cfg.profiling.remeasure_rounds, 1) + 1  # a drifted calibration: once more
-    for attempt in range(attempts):
-        label = f"engine calibration ({cfg.engine.backend.name})"
-        if best is not None:
-            busy_cores, moved = best[0][1], best[0][2]
-            label += (
-                f", again: the CPU was busy ({busy_cores:.2f} other cores)"
-                if busy_cores > FOREIGN_CORES_LIMIT
-                else f", again: the host's speed moved by {100 * moved:.0f}% between rounds"
-            )
-            wait_for_quiet(max(0.0, deadline - time.perf_counter()))
-        with progress_bar(label, len(experiments), cfg.progress) as advance:
-            load = ForeignLoad().start()
-            rows, info, serving = engine_steps.calibrate(
-                cfg.engine,
-                cfg.model,
-                cfg.hardware,
-                cfg.profiling.dtype,
-                experiments,
-                advance,
-                lengths,
-                cfg.workload_dir,
-            )
-            cores = load.stop()
-        info["foreign_cores"] = round(cores, 3)
-        info["steal_cores"] = round(load.steal_cores, 3)
-        info["attempts"] = attempt + 1
-        moved = serving_replay.replay_drift(serving) if serving is not None else 0.0
-        if info.get("serving"):
-            info["serving"]["drift"] = round(moved, 4)
-        bad = cores > FOREIGN_CORES_LIMIT or moved > serving_replay.DRIFT_LIMIT
-        score = (bad, cores, moved)
-        if best is None or score < best[0]:
-            best = (score, rows, info, serving)
-        busy = cores > FOREIGN_CORES_LIMIT
-        if (
-            not bad
-            or (busy and attempt >= cfg.profiling.remeasure_rounds)
-            or (not busy and attempt)
-        ):
-            break
-    assert best is not None
-    (_, cores, moved), rows, info, serving = best
-    name = cfg.engine.backend.name
-    warning = busy_warning(f"engine calibration of {name}", cores)
-    if warning is None and moved > serving_replay.DRIFT_LIMIT:
-        # marked, not refused: the validation replay after the profile judges what the drift
-        # did to the prediction (a miss there is redone once, then refused)
-        note = (
-            f"engine calibration of {name}: the calibration replays' rounds of one rate differ by "
-            f"{100 * moved:.0f}% (limit {100 * serving_replay.DRIFT_LIMIT:.0f}%) in both "
-            "attempts: the host's speed moved while it ran; the steadier attempt is kept and the "
-            "validation replay judges it"
-        )
-        info["serving"]["drift_note"] = note
-        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    return rows, info, serving, warning
 
 
 def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Path:

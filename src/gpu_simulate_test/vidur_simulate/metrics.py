@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, goodput, rate_of
+from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, rate_of
 from gpu_simulate_test.core.latency import tpot_s
+from gpu_simulate_test.core.summary import summarize_run
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
@@ -172,30 +173,36 @@ def normalize(
     )
 
 
-def _quantiles(values: pd.Series) -> dict[str, float]:
-    """:data:`SUMMARY_STATS` in seconds of the finite values; NaN without any (run_meta.json
-    stores it as null)."""
-    return pct.describe(values.to_numpy(dtype=float)).stats(SUMMARY_STATS)
-
-
 def summarize(metrics: pd.DataFrame, goals: GoodputConfig | None = None) -> dict[str, Any]:
-    """Latency quantiles (s) and throughput over the span from first arrival to last token;
-    ``request_goodput`` over the same span with ``goals`` (``vllm bench serve --goodput``)."""
-    span = float(metrics["last_token_time_s"].max() - metrics["arrival_time_s"].min())
-    output_tokens = int(metrics["num_decode_tokens"].sum())
-    good = goodput(
-        goals or GoodputConfig(), metrics["ttft_s"], metrics["tpot_s"], metrics["e2e_s"], span
+    """Latency quantiles (s) and throughput over the run's span, from its first arrival (a
+    simulated request arrives when scheduled: the run's time 0) to the last token, by the one
+    run summary (:func:`gpu_simulate_test.core.summary.summarize_run`); ``request_goodput``
+    over the same span with ``goals`` (``vllm bench serve --goodput``). A quantile without any
+    finite value is NaN (``run_meta.json`` stores it as null), a rate over an empty span None."""
+    run = summarize_run(
+        scheduled_arrival_s=metrics["arrival_time_s"],
+        last_token_s=metrics["last_token_time_s"],
+        ttft_s=metrics["ttft_s"],
+        tpot_s=metrics["tpot_s"],
+        e2e_s=metrics["e2e_s"],
+        num_input_tokens=metrics["num_prefill_tokens"],
+        num_output_tokens=metrics["num_decode_tokens"],
+        goals=goals,
     )
+
+    def rate(count: int) -> float | None:
+        return count / run.span_s if run.span_s > 0 else None
+
     return {
-        "request_goodput": rate_of(good),
-        "goodput": good,
-        "num_requests": len(metrics),
-        "ttft_s": _quantiles(metrics["ttft_s"]),
-        "tpot_s": _quantiles(metrics["tpot_s"]),
-        "e2e_s": _quantiles(metrics["e2e_s"]),
-        "makespan_s": span,
-        "throughput_requests_per_s": len(metrics) / span if span > 0 else None,
-        "throughput_output_tokens_per_s": output_tokens / span if span > 0 else None,
+        "request_goodput": rate_of(run.goodput),
+        "goodput": run.goodput,
+        "num_requests": run.num_requests,
+        **{
+            f"{name}_s": run.describe(name).stats(SUMMARY_STATS) for name in ("ttft", "tpot", "e2e")
+        },
+        "makespan_s": run.span_s,
+        "throughput_requests_per_s": rate(run.num_requests),
+        "throughput_output_tokens_per_s": rate(run.num_output_tokens),
         "num_restarted_requests": int((metrics["num_restarts"] > 0).sum()),
     }
 

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.calibration import serving_load
-from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open
 from gpu_simulate_test.vidur_simulate.simulation import SimulationResult
@@ -20,7 +20,10 @@ SERVING_RESIDUALS = "serving_residuals.csv"
 
 
 def serving_report(
-    result: SimulationResult, bundle: Bundle, steps: pd.DataFrame | None, plot: Path
+    result: SimulationResult,
+    calibration: CalibrationRecord | None,
+    steps: pd.DataFrame | None,
+    plot: Path,
 ) -> dict[str, Any] | None:
     """The serving terms this simulation applied, fitted on the bundle's calibration replays
     (which runs calibrated them: the bundle's replays, never the workload simulated), and the
@@ -28,10 +31,10 @@ def serving_report(
     if result.serving_fit is None:
         return None
     load, features, predicted = result.serving_fit
-    backend = str(steps["backend"].iloc[0]) if steps is not None else ""
-    calibrated_on = dict((bundle.engine_calibration(backend) or {}).get("serving") or {})
+    assert calibration is not None  # the serving terms are fitted on its replays
+    calibrated_on = dict(calibration.serving or {})
     calibrated_on.pop("residuals", None)
-    calibrated_on["bundle"] = str(bundle.path / layout.SERVING_STEPS)
+    calibrated_on["bundle"] = str(calibration.bundle_path / layout.SERVING_STEPS)
     serving_load.plot_residuals(
         features,
         features["body_s"].to_numpy() / predicted,

@@ -18,19 +18,15 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
-from gpu_simulate_test.calibration.calibrated import (
-    load_frontend,
-    load_frontend_queue,
-    load_step_jitter,
-)
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue, request_delays_s
+from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.bundle import Bundle, load_bundle
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, write_csv
+from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
@@ -41,6 +37,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
+from gpu_simulate_test.vidur_simulate.real_run import actual_arrivals, with_run_knobs
 from gpu_simulate_test.vidur_simulate.replay import (
     ReplaySource,
     replay_source,
@@ -48,7 +45,11 @@ from gpu_simulate_test.vidur_simulate.replay import (
     v1_params,
 )
 from gpu_simulate_test.vidur_simulate.serving_report import serving_report
-from gpu_simulate_test.vidur_simulate.simulation import SimulationResult, simulate
+from gpu_simulate_test.vidur_simulate.simulation import (
+    SimulationRequest,
+    SimulationResult,
+    simulate,
+)
 from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME as V1_NAME
 
@@ -82,6 +83,8 @@ class Inputs:
     serving_steps: pd.DataFrame | None = None
     """The bundle's calibration replays of ``vidur.engine_overhead`` (``vidur.serving_load``;
     None: no serving terms)."""
+    calibration: CalibrationRecord | None = None
+    """The bundle's calibration of ``vidur.engine_overhead`` (None: none)."""
 
     def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
         """When requests reach the simulated scheduler: sent, plus the front end's input for
@@ -143,20 +146,22 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     plan.check_scheduler(needs, knobs, bundle, kv_cache.num_blocks)
     plan.check_coverage(needs, bundle)
     backend = cfg.vidur.engine_overhead
-    engine_steps = bundle.engine_steps(backend) if backend != "none" else None
-    jitter = load_step_jitter(bundle, backend) if cfg.vidur.step_jitter else None
+    record = CalibrationRecord.load(bundle, backend) if backend != "none" else None
+    engine_steps = record.steps if record is not None else None
+    jitter = record.require_step_jitter() if record is not None and cfg.vidur.step_jitter else None
     frontend = (
-        load_frontend(bundle, backend)
-        if backend != "none" and cfg.vidur.frontend_latency and replay is None
+        record.frontend
+        if record is not None and cfg.vidur.frontend_latency and replay is None
         else None
     )
     queue = None
     if frontend is not None and cfg.vidur.frontend_queue and cfg.vidur.scheduler.name == V1_NAME:
-        queue = load_frontend_queue(bundle, backend) if cfg.vidur.step_log else None
+        queue = record.frontend_queue if record is not None and cfg.vidur.step_log else None
     serving = None
-    if backend != "none" and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
-        serving = bundle.serving_steps(backend)
+    if record is not None and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
+        serving = record.serving_steps
     return Inputs(
+        calibration=record,
         serving_steps=serving,
         workload=workload,
         bundle=bundle,
@@ -173,33 +178,6 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         frontend_queue=queue,
         replay=replay,
     )
-
-
-def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarray) -> np.ndarray:
-    """The arrival times a real run of ``workload`` actually sent its requests at, in the
-    workload's request order; a request it did not send keeps its ``scheduled`` time.
-
-    Sends happen one after another, so actual arrivals keep the workload's order."""
-    from gpu_simulate_test.core.run_inputs import load_run
-
-    run = load_run(real_run, "real_bench")
-    if run.workload_id != workload.workload_id:
-        raise ArtifactError(
-            f"arrivals_from={real_run} replayed workload {run.workload_id}, not "
-            f"{workload.workload_id} ({workload.path})"
-        )
-    sent = dict(
-        zip(
-            run.requests["request_id"].astype(int).tolist(),
-            run.requests["arrival_time_s"].astype(float).tolist(),
-            strict=True,
-        )
-    )
-    ids = workload.intervals["request_id"].astype(int).tolist()
-    actual = np.array(
-        [sent.get(rid, sched) for rid, sched in zip(ids, scheduled.tolist(), strict=True)]
-    )
-    return np.maximum.accumulate(np.maximum(actual, 0.0))
 
 
 FRONTEND_PASSES = 4
@@ -358,17 +336,19 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
         built = build_simulation_config(cfg, inputs, out_dir, trace_file)
         result = simulate(
-            built.simulation_config,
-            inputs.engine_steps,
-            cfg.vidur.engine_overhead,
-            inputs.step_jitter,
-            lean=cfg.vidur.lean_metrics,
-            event_loop=cfg.vidur.event_loop,
-            steps=cfg.vidur.step_log,
-            v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
-            clock=inputs.replay.clock if inputs.replay is not None else None,
-            serving=inputs.serving_steps,
-            step_scale=cfg.vidur.step_time_scale,
+            SimulationRequest(
+                built.simulation_config,
+                engine_steps=inputs.engine_steps,
+                backend=cfg.vidur.engine_overhead,
+                step_jitter=inputs.step_jitter,
+                event_loop=cfg.vidur.event_loop,
+                lean_metrics=cfg.vidur.lean_metrics,
+                step_log=cfg.vidur.step_log,
+                step_time_scale=cfg.vidur.step_time_scale,
+                v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
+                replay_clock=inputs.replay.clock if inputs.replay is not None else None,
+                serving_steps=inputs.serving_steps,
+            )
         )
         if not grows:
             break
@@ -409,7 +389,9 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
 
 
 def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
-    """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/``."""
+    """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/`` (an oracle
+    replay with the scheduler knobs of the run it replays)."""
+    cfg = with_run_knobs(cfg)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     inputs = prepare(cfg)  # every input error surfaces here, before the run exists
     with start_run(
@@ -432,8 +414,8 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             ),
             # the host's memory speed when the bundle was calibrated (compare's host_memory)
             calibration_host_probe=(
-                inputs.bundle.engine_calibration(cfg.vidur.engine_overhead) or {}
-            ).get("host_probe"),
+                inputs.calibration.host_probe if inputs.calibration is not None else None
+            ),
         )
         sim = simulate_inputs(cfg, inputs, r.file(VIDUR_DIR))
         result, table = sim.result, sim.table
@@ -457,7 +439,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             preemptions=result.preemptions,
             oracle=result.oracle,
             serving_load=serving_report(
-                result, inputs.bundle, inputs.serving_steps, r.file(layout.STEP_RESIDUALS_PLOT)
+                result, inputs.calibration, inputs.serving_steps, r.file(layout.STEP_RESIDUALS_PLOT)
             ),
             timings_s={
                 "predictor_setup": round(result.predictor_setup_s, 3),

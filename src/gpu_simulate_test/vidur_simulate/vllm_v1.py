@@ -26,7 +26,7 @@ is work, else ``lead`` after the next arrival. :class:`StepClock` gives those th
 from Vidur's predictor (:mod:`.predictor_clock`: the predicted step with the fitted engine overhead,
 and the serving terms where calibrated) or from a real run's own steps (:mod:`.oracle`).
 
-The result is Vidur's per-request rows (:class:`~.event_loop.LoopResult`) plus the schedule, one
+The result is Vidur's per-request rows (:func:`.request_rows.v1_rows`) plus the schedule, one
 row per step with vLLM's own split of context and generation requests (as its log counts them: a
 request resumed after preemption recomputes as generation).
 """
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
-from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
+from gpu_simulate_test.vidur_simulate.request_rows import v1_rows
 
 NAME = "vllm_v1"
 ENGINE_QUEUED = "engine_queued_time"
@@ -127,65 +127,158 @@ def run_v1(
     decode_tokens: np.ndarray,
 ) -> V1Result:
     """Simulate requests (row ``i`` is request id ``i``) on vLLM's V1 scheduler."""
-    n = len(arrived_at)
     arrivals = np.asarray(arrived_at, dtype=float)
     order = np.argsort(arrivals, kind="stable").tolist()
-    arr = arrivals.tolist()
     prompt = [int(x) for x in np.asarray(prefill_tokens)]
     max_out = [int(x) for x in np.asarray(decode_tokens)]
-    bs, budget0, seqs = params.block_size, params.max_num_batched_tokens, params.max_num_seqs
-    threshold = params.long_prefill_token_threshold
+    bs = params.block_size
     if min(prompt, default=1) < 1 or min(max_out, default=1) < 1:
         raise ValueError("every request needs at least one prompt and one output token")
-    if n and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
+    if len(prompt) and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
         params.usable_blocks
     ):
         raise ValueError(
             f"a request needs more KV blocks than the cache has ({params.usable_blocks} usable "
             f"of {params.num_blocks}): vLLM would never finish it"
         )
+    engine = _Engine(params, arrivals.tolist(), prompt, max_out)
+    engine.run(clock, order)
+    e = engine
+    requests = v1_rows(
+        e.arr, prompt, max_out, e.scheduled_at, e.first_token, e.done, e.busy_s, e.restarts
+    )
+    requests[ENGINE_QUEUED] = np.asarray(e.queued_at, dtype=float)
+    return V1Result(
+        requests=requests,
+        schedule=pd.DataFrame(e.rows, columns=list(SCHEDULE_COLUMNS)),
+        preemptions=e.preemptions,
+    )
 
-    computed = [0] * n
-    outputs = [0] * n
-    held = [0] * n
-    scheduled_at = [math.nan] * n
-    queued_at = [math.nan] * n
-    first_token = [math.nan] * n
-    done = [math.nan] * n
-    busy_s = [0.0] * n
-    restarts = [0] * n
-    free = params.usable_blocks
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    nxt = 0  # next arrival, by rank in ``order``
-    finished = 0
-    ready = 0.0  # when the engine could schedule again
-    index = 0
-    rows: list[tuple[object, ...]] = []
-    preemptions = 0
 
-    while finished < n:
-        idle = 0.0
-        if not running and not waiting:
-            if nxt >= n:
-                break
-            woke = max(ready, arr[order[nxt]])
-            idle = woke - ready if index else math.inf  # before the first: long idle
-            start = woke + max(0.0, clock.lead(index))
-        else:
-            start = ready + max(0.0, clock.gap(index))
-        while nxt < n and arr[order[nxt]] <= start:
-            waiting.append(order[nxt])
-            queued_at[order[nxt]] = max(arr[order[nxt]], ready)
-            nxt += 1
+Chosen = list[tuple[int, int, bool]]
+"""A step's requests in batch order: (request, new tokens, whether vLLM counts it as context)."""
 
-        # ---- schedule (vLLM's Scheduler.schedule) ----
-        budget = budget0
-        chosen: list[tuple[int, int, bool]] = []  # request, tokens, context
+
+class _Engine:
+    """The scheduler's state between steps: per request (by id) its tokens, blocks and times,
+    the waiting queue and the running list (vLLM's), the free blocks and the steps so far.
+    :meth:`run` owns the clock, a step's outputs (vLLM's ``Scheduler.update_from_output``) and
+    the order of its scheduling (``Scheduler.schedule``: the running requests, then the waiting
+    ones), each pass a method that reads the state it needs into locals and writes back what it
+    changed."""
+
+    __slots__ = (
+        "arr", "busy_s", "computed", "done", "first_token", "free", "held", "max_out", "outputs",
+        "params", "preemptions", "prompt", "queued_at", "restarts", "rows", "running",
+        "scheduled_at", "waiting",
+    )  # fmt: skip
+
+    def __init__(
+        self, params: V1Params, arr: list[float], prompt: list[int], max_out: list[int]
+    ) -> None:
+        n = len(arr)
+        self.params, self.arr, self.prompt, self.max_out = params, arr, prompt, max_out
+        self.computed = [0] * n
+        self.outputs = [0] * n
+        self.held = [0] * n
+        self.scheduled_at = [math.nan] * n
+        self.queued_at = [math.nan] * n
+        self.first_token = [math.nan] * n
+        self.done = [math.nan] * n
+        self.busy_s = [0.0] * n
+        self.restarts = [0] * n
+        self.free = params.usable_blocks
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.rows: list[tuple[object, ...]] = []
+        self.preemptions = 0
+
+    def run(self, clock: StepClock, order: list[int]) -> None:
+        """Step after step until every request is done: schedule a step when the engine is
+        ready (``gap`` after the last one's outputs, or ``lead`` after the arrival that wakes
+        it), with the requests queued by then; its outputs ``body`` later."""
+        arr, waiting, running, queued_at = self.arr, self.waiting, self.running, self.queued_at
+        computed, rows = self.computed, self.rows
+        scheduled_at, busy_s, held, first_token, done = (
+            self.scheduled_at, self.busy_s, self.held, self.first_token, self.done
+        )  # fmt: skip
+        prompt, outputs, max_out = self.prompt, self.outputs, self.max_out
+        schedule_running, schedule_waiting = self._schedule_running, self._schedule_waiting
+        params = self.params
+        budget0, threshold = params.max_num_batched_tokens, params.long_prefill_token_threshold
+        n = len(arr)
+        nxt = 0  # next arrival, by rank in ``order``
+        ready = 0.0  # when the engine could schedule again
+        index = 0
+        finished = 0
+        while finished < n:
+            idle = 0.0
+            if not running and not waiting:
+                if nxt >= n:
+                    break
+                woke = max(ready, arr[order[nxt]])
+                idle = woke - ready if index else math.inf  # before the first: long idle
+                start = woke + max(0.0, clock.lead(index))
+            else:
+                start = ready + max(0.0, clock.gap(index))
+            while nxt < n and arr[order[nxt]] <= start:
+                waiting.append(order[nxt])
+                queued_at[order[nxt]] = max(arr[order[nxt]], ready)
+                nxt += 1
+
+            # ---- schedule (vLLM's Scheduler.schedule) ----
+            chosen: Chosen = []
+            limit = threshold if len(running) + len(waiting) > 1 else 0
+            budget, preempted = schedule_running(budget0, limit, chosen)
+            if not preempted and waiting and budget > 0:  # new requests: none after preempting
+                schedule_waiting(budget, limit, chosen)
+            self.preemptions += preempted
+            if not chosen:  # every running request preempted: the queue is tried again at once
+                if not preempted:
+                    raise AssertionError(f"vllm_v1: {len(waiting)} requests can never be scheduled")
+                ready = start
+                continue
+
+            chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
+            pre = [(r, new) for r, new, ctx in chosen if ctx]
+            dec = [(r, new) for r, new, ctx in chosen if not ctx]
+            step = Composition(
+                len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks,
+                start, idle,
+            )  # fmt: skip
+            end = start + clock.body(index, step)
+            # ---- outputs (vLLM's Scheduler.update_from_output) ----
+            for r, new, _ in chosen:
+                if math.isnan(scheduled_at[r]):
+                    scheduled_at[r] = start
+                busy_s[r] += end - start
+                computed[r] += new
+                if computed[r] >= prompt[r] + outputs[r]:
+                    outputs[r] += 1
+                    if outputs[r] == 1:
+                        first_token[r] = end
+                    if outputs[r] >= max_out[r]:
+                        done[r] = end
+                        self.free += held[r]
+                        held[r] = 0
+                        running.remove(r)
+                        finished += 1
+            requests = " ".join(f"{r}:{new}" for r, new, _ in chosen)
+            rows.append(
+                (index, start, end, *step.key, preempted, len(waiting), len(running), requests)
+            )
+            index += 1
+            ready = end
+
+    def _schedule_running(self, budget: int, limit: int, chosen: Chosen) -> tuple[int, int]:
+        """The running requests in their order, each taking what it lacks within the budget;
+        where blocks run out the last running request is preempted, until the request fits or
+        is itself the one preempted. Returns the budget left and the requests preempted."""
+        running, waiting, prompt, outputs = self.running, self.waiting, self.prompt, self.outputs
+        computed, held, restarts = self.computed, self.held, self.restarts
+        bs, free = self.params.block_size, self.free
         preempted = 0
         i = 0
-        eligible = len(running) + len(waiting)
-        limit = threshold if eligible > 1 else 0
         while i < len(running) and budget > 0:
             r = running[i]
             new = prompt[r] + outputs[r] - computed[r]
@@ -217,108 +310,32 @@ def run_v1(
             chosen.append((r, new, outputs[r] == 0))
             budget -= new
             i += 1
-        if not preempted:
-            while budget > 0 and waiting and len(running) < seqs:
-                r = waiting[0]
-                total = prompt[r] + outputs[r]
-                new = total
-                if 0 < limit < new:
-                    new = limit
-                if not params.enable_chunked_prefill and new > budget:
-                    break
-                new = min(new, budget)
-                if cdiv(total, bs) > free:  # the whole sequence so far must fit
-                    break
-                need = cdiv(new, bs)
-                free -= need
-                held[r] = need
-                waiting.popleft()
-                running.append(r)
-                chosen.append((r, new, outputs[r] == 0))
-                budget -= new
-        preemptions += preempted
-        if not chosen:  # every running request preempted: the queue is tried again at once
-            if not preempted:
-                raise AssertionError(f"vllm_v1: {len(waiting)} requests can never be scheduled")
-            ready = start
-            continue
+        self.free = free
+        return budget, preempted
 
-        chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
-        pre = [(r, new) for r, new, ctx in chosen if ctx]
-        dec = [(r, new) for r, new, ctx in chosen if not ctx]
-        step = Composition(
-            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks, start, idle
-        )
-        end = start + clock.body(index, step)
-
-        # ---- outputs (vLLM's Scheduler.update_from_output) ----
-        for r, new, _ in chosen:
-            if math.isnan(scheduled_at[r]):
-                scheduled_at[r] = start
-            busy_s[r] += end - start
-            computed[r] += new
-            if computed[r] >= prompt[r] + outputs[r]:
-                outputs[r] += 1
-                if outputs[r] == 1:
-                    first_token[r] = end
-                if outputs[r] >= max_out[r]:
-                    done[r] = end
-                    free += held[r]
-                    held[r] = 0
-                    running.remove(r)
-                    finished += 1
-        rows.append(
-            (
-                index, start, end, *step.key, preempted, len(waiting), len(running),
-                " ".join(f"{r}:{new}" for r, new, _ in chosen),
-            )
-        )  # fmt: skip
-        index += 1
-        ready = end
-
-    rows_out = _request_rows(
-        arr, prompt, max_out, scheduled_at, first_token, done, busy_s, restarts
-    )
-    rows_out[ENGINE_QUEUED] = np.asarray(queued_at, dtype=float)
-    return V1Result(
-        requests=rows_out,
-        schedule=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
-        preemptions=preemptions,
-    )  # fmt: skip
-
-
-def _request_rows(
-    arr: list[float],
-    prompt: list[int],
-    max_out: list[int],
-    scheduled_at: list[float],
-    first_token: list[float],
-    done: list[float],
-    busy_s: list[float],
-    restarts: list[int],
-) -> pd.DataFrame:
-    """Vidur's columns (MetricsStore._on_request_end) from the loop's records: execution is the
-    time in steps, preemption the rest after first scheduled."""
-    arrived = np.asarray(arr, dtype=float)
-    finished = np.asarray(done, dtype=float)
-    first = np.asarray(first_token, dtype=float)
-    sched = np.asarray(scheduled_at, dtype=float)
-    busy = np.asarray(busy_s, dtype=float)
-    outputs = np.asarray(max_out, dtype=np.int64)
-    inter = np.full(len(arr), math.nan)  # Vidur's: from the previous request by id
-    inter[1:] = arrived[1:] - arrived[:-1]
-    return pd.DataFrame(
-        {
-            VIDUR_ID: np.arange(len(arr), dtype=np.int64),
-            "request_e2e_time": finished - arrived,
-            "request_execution_time": busy,
-            "request_preemption_time": (finished - sched) - busy,
-            "request_scheduling_delay": sched - arrived,
-            "prefill_e2e_time": first - arrived,
-            "decode_time_execution_plus_preemption_normalized": (finished - first) / outputs,
-            "request_num_prefill_tokens": np.asarray(prompt, dtype=np.int64),
-            "request_num_decode_tokens": outputs,
-            "request_num_restarts": np.asarray(restarts, dtype=np.int64),
-            "request_inter_arrival_delay": inter,
-        }
-    )
+    def _schedule_waiting(self, budget: int, limit: int, chosen: Chosen) -> None:
+        """The waiting requests in queue order while the budget lasts and fewer than
+        ``max_num_seqs`` run, each admitted only if the blocks for all its tokens so far are
+        free (``scheduler_reserve_full_isl``)."""
+        running, waiting, prompt, outputs = self.running, self.waiting, self.prompt, self.outputs
+        params, held = self.params, self.held
+        bs, seqs, free = params.block_size, params.max_num_seqs, self.free
+        while budget > 0 and waiting and len(running) < seqs:
+            r = waiting[0]
+            total = prompt[r] + outputs[r]
+            new = total
+            if 0 < limit < new:
+                new = limit
+            if not params.enable_chunked_prefill and new > budget:
+                break
+            new = min(new, budget)
+            if cdiv(total, bs) > free:  # the whole sequence so far must fit
+                break
+            need = cdiv(new, bs)
+            free -= need
+            held[r] = need
+            waiting.popleft()
+            running.append(r)
+            chosen.append((r, new, outputs[r] == 0))
+            budget -= new
+        self.free = free

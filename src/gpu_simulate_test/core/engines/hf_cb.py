@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from gpu_simulate_test.config.backends import HfCbBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines._inprocess import (
     check_in_process,
@@ -45,7 +46,7 @@ def request_key(request_id: int) -> str:
 
 def cb_config_kwargs(cfg: RealBenchStageConfig) -> dict[str, Any]:
     """Our knobs under the names transformers uses (``page_size`` was ``block_size`` before)."""
-    b = cfg.backend
+    b = as_engine(cfg.backend, HfCbBackendConfig)
     kwargs: dict[str, Any] = {
         "num_blocks": b.num_blocks,
         "max_batch_tokens": b.max_batch_tokens,
@@ -102,7 +103,7 @@ class HfContinuousBatchingBackend(Backend):
     # ------------------------------------------------------------------ checks and start-up
     def check(self, requests: Sequence[BenchRequest]) -> None:
         check_in_process(self.cfg, requests)
-        b = self.cfg.backend
+        b = as_engine(self.cfg.backend, HfCbBackendConfig)
         longest = max(requests, key=lambda r: r.total_tokens)
         blocks = math.ceil(longest.total_tokens / b.block_size)
         if blocks > b.num_blocks:

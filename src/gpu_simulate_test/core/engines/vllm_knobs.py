@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpu_simulate_test.config.backends import VllmEngineBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
 
@@ -76,6 +77,11 @@ class VllmKnobs:
     cfg: RealBenchStageConfig
 
     @property
+    def knobs(self) -> VllmEngineBackendConfig:
+        """``cfg.backend``, one of vLLM's (the server's config holds the engine's knobs too)."""
+        return as_engine(self.cfg.backend, VllmEngineBackendConfig)
+
+    @property
     def dtype(self) -> str:
         """What ``auto`` means here, as for the in-process backends: bf16 on CUDA, fp32 on CPU."""
         if self.cfg.dtype != "auto":
@@ -88,7 +94,7 @@ class VllmKnobs:
         the engine is given hold (``num_blocks`` - 1 blocks of ``block_size``: vLLM 0.32 keeps
         one back): vLLM refuses to start when one sequence of its max_model_len does not fit
         the cache (Qwen3's 40,960 positions need 4.4 GiB for the 0.6B shape)."""
-        b = self.cfg.backend
+        b = self.knobs
         if b.max_model_len:
             return b.max_model_len
         cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
@@ -100,7 +106,7 @@ class VllmKnobs:
         """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
         keys and values take in the served dtype, with a quarter more for vLLM's own margin,
         rounded up to whole GiB."""
-        b, m = self.cfg.backend, self.cfg.model
+        b, m = self.knobs, self.cfg.model
         if b.kv_cache_space_gib:
             return b.kv_cache_space_gib
         itemsize = 4 if self.dtype == "float32" else 2
@@ -122,14 +128,14 @@ class VllmKnobs:
         }
         if not self.cfg.hardware.device.startswith("cuda"):
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.cfg.backend.cpu_threads_bind)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.knobs.cpu_threads_bind)
         return env
 
     def check_engine(self, requests: Sequence[BenchRequest]) -> None:
         """ValueError, before anything starts, for what an engine started here cannot do: a
         block size its CPU attention refuses, a ``model.local_path`` without config or
         tokenizer, a context over the model's, a request over the context."""
-        b = self.cfg.backend
+        b = self.knobs
         if not self.cfg.hardware.device.startswith("cuda") and b.block_size % CPU_BLOCK_MULTIPLE:
             raise ValueError(
                 f"backend.block_size={b.block_size}: vLLM's CPU attention needs a multiple of "
@@ -164,7 +170,7 @@ class VllmKnobs:
     def client_cpus(self) -> set[int] | None:
         """With ``cpu_threads_bind=auto`` on CPU, the engine has every core but the first, and
         the client the first (as vLLM's own client would be placed by hand)."""
-        b = self.cfg.backend
+        b = self.knobs
         if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
             return None
         engine = set(parse_cpu_list(cpu_threads_bind("auto")))

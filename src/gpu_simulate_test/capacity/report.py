@@ -1,0 +1,199 @@
+"""The capacity stage's report: ``report.md`` and the terminal's table, from ``capacity.json``'s
+document (no computation here)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_simulate_test.capacity import contract
+from gpu_simulate_test.capacity.band import band_cells, band_markdown
+from gpu_simulate_test.core.reporting import console, print_table
+
+YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
+
+
+def report_markdown(
+    run_id: str,
+    doc: Mapping[str, Any],
+    frame: pd.DataFrame,
+    base: Path,
+    real_frame: pd.DataFrame | None = None,
+) -> str:
+    """``report.md``; links are relative to ``base``, where it is written."""
+    pct = doc["slo"]["percentile"]
+    goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
+    answer = doc["answer_qps"]
+    lines = [
+        f"# Capacity: {run_id}",
+        "",
+        f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs, "
+        f"{doc['num_requests']} requests per rate; goals: {goals}.",
+        "",
+        (
+            f"**Highest rate within the goals: {answer:g} req/s** (the next rate tried, "
+            f"{doc['bracket_qps'][1]:g} req/s, missed: {'; '.join(doc['binding'])})."
+            if answer is not None and doc["bracket_qps"][1] is not None
+            else f"**{answer:g} req/s or more**: every rate tried met the goals."
+            if answer is not None
+            else "**No rate tried meets the goals.**"
+        ),
+    ]
+    if doc["note"]:
+        lines += ["", f"Note: {doc['note']}."]
+    verified = doc.get("verify")
+    lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"))
+    if verified and verified.get("mode") == "search":
+        lines += search_markdown(verified, pct)
+    elif verified:
+        lines += verify_markdown(verified, pct, base)
+    lines += [
+        "",
+        f"## The curve (p{pct}, ms)",
+        "",
+        "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | simulated in (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += curve_rows(frame, pct)
+    if real_frame is not None:
+        lines += [
+            "",
+            f"## The real engine's curve (p{pct}, ms; `{contract.CAPACITY_REAL_CSV}`)",
+            "",
+            "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | measured in (s) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *curve_rows(real_frame, pct),
+        ]
+    lines += [
+        "",
+        "Goodput: requests per second that met every goal themselves (`vllm bench serve "
+        "--goodput` with the goals' values, client clock), beside the percentile goals.",
+        "",
+        f"{doc['points']} simulations, {doc['simulated_requests_per_s']} simulated requests/s; "
+        f"{doc['wall_time_s']} s in all.",
+        "",
+        f"![latency vs rate]({contract.CAPACITY_PLOT})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def verify_markdown(verified: Mapping[str, Any], pct: int, base: Path) -> list[str]:
+    """``report.md``'s check of the answer on the real engine (``capacity.verify=answer``)."""
+    verdict = (
+        "meets" if verified["meets_slo"] else "misses (" + "; ".join(verified["violated"]) + ")"
+    )
+    lines = [
+        "",
+        f"On the real engine at {verified['qps']:g} req/s the workload {verdict} the goals "
+        f"([run]({os.path.relpath(verified['real_run'], base)})):",
+        "",
+        "| metric | real (ms) | simulated (ms) |",
+        "| --- | --- | --- |",
+    ]
+    for key, real in verified["real_ms"].items():
+        if key.endswith(f"_p{pct}"):
+            simulated = verified["simulated_ms"].get(key, float("nan"))
+            lines.append(f"| {key} | {real:.1f} | {simulated:.1f} |")
+    if verified.get("real_goodput_qps") is not None:
+        sim_good = verified.get("simulated_goodput_qps")
+        lines.append(
+            f"| goodput (req/s) | {verified['real_goodput_qps']:.2f} | "
+            f"{'–' if sim_good is None else f'{sim_good:.2f}'} |"
+        )
+    return lines
+
+
+def print_result(doc: Mapping[str, Any], path: Path) -> None:
+    answer = doc["answer_qps"]
+    rows = [
+        ["answer (req/s)", "none" if answer is None else f"{answer:g}"],
+        ["limited by", "; ".join(doc["binding"]) or "–"],
+    ]
+    if doc.get("step_band"):
+        pct = f"{doc['step_band']['fraction']:.0%}"
+        rows.append([f"answer with steps ±{pct} (req/s)", band_cells(doc["step_band"])])
+    rows += [
+        ["simulations", str(doc["points"])],
+        ["simulated requests/s", str(doc["simulated_requests_per_s"])],
+    ]
+    check = doc.get("verify")
+    if check and check.get("mode") == "search":
+        measured, ratio = check["measured_capacity_qps"], check["ratio"]
+        rows += [
+            ["measured capacity (req/s)", "none" if measured is None else f"{measured:g}"],
+            ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
+            ["measured within the band", YES_NO[check.get("measured_in_band")]],
+            ["real search (s)", f"{check['wall_time_s']:g}"],
+        ]
+    elif check:
+        rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
+    print_table("capacity", ["", "value"], rows)
+    console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")
+
+
+def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
+    """The curve's table rows: one per rate tried."""
+    rows = []
+    for rec in frame.to_dict("records"):
+        good = rec["goodput_qps"]
+        rows.append(
+            f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
+            f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
+            f"{'yes' if rec['meets_slo'] else 'no'} | "
+            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
+        )
+    return rows
+
+
+def search_markdown(verified: Mapping[str, Any], pct: int) -> list[str]:
+    """The real search's paragraph: the measured capacity beside the answer, what binds."""
+    measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
+    sides = verified["binding"]
+    lines = [
+        "",
+        f"**On the real engine, the same search** ({verified['requests_per_rate']} requests a "
+        f"rate, {verified['wall_time_s']:g} s): measured capacity "
+        + (f"**{measured:g} req/s**" if measured is not None else "**none** (no rate met them)")
+        + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
+        "",
+        f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
+        f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
+    ]
+    lines += agreement_lines(verified.get("latency_agreement"))
+    if verified["note"]:
+        lines += ["", f"Real search note: {verified['note']}."]
+    if verified["disturbed_rates"]:
+        rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
+        lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} req/s."]
+    return lines
+
+
+def agreement_lines(agreement: Mapping[str, Any] | None) -> list[str]:
+    """How far apart the two curves' goal percentiles are where the real engine met the goals:
+    the latency error behind the capacity ratio."""
+    if not agreement or not agreement["met_rates"]:
+        return []
+    rates = ", ".join(f"{q:g}" for q in agreement["met_rates"])
+    parts = []
+    for key, summary in agreement["where_real_met"].items():
+        errors = [
+            e
+            for q, e in zip(agreement["rates"], agreement["errors"][key], strict=True)
+            if q in agreement["met_rates"] and e is not None
+        ]
+        if errors:
+            parts.append(
+                f"{key} {min(errors):+.1%}..{max(errors):+.1%} (median |error| "
+                f"{summary['median_abs_error']:.1%})"
+            )
+    return [
+        "",
+        f"Latency behind it: at the rates both searches ran where the real engine met the goals "
+        f"({rates} req/s), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
+        "flat, so a few percent of latency move the capacity by much more.",
+    ]

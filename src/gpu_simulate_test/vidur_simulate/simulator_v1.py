@@ -1,0 +1,75 @@
+"""vLLM's V1 scheduler (``vidur.scheduler.name=vllm_v1``), step by step (:func:`.vllm_v1.run_v1`),
+over Vidur's trace reader: timed by Vidur's predictor, built and its overhead fitted as for
+Vidur's schedulers, with the serving terms where calibrated (:class:`.predictor_clock.
+PredictorClock`), or by a real run's own steps (an oracle replay's clock). Vidur has no such
+scheduler, so it runs in our loop only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.vidur_simulate.simulator import (
+    SimulationRequest,
+    SimulationResult,
+    attach_overhead,
+    build_predictor,
+    clean_slate,
+    read_trace,
+    write_raw,
+)
+from gpu_simulate_test.vidur_simulate.vllm_v1 import StepClock
+
+
+class VllmV1Simulator:
+    """A :class:`~.simulator.Simulator` on vLLM's V1 scheduler (``request.v1``)."""
+
+    def run(self, request: SimulationRequest) -> SimulationResult:
+        from gpu_simulate_test.core.engines.step_record import step_log_rows
+        from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
+        from gpu_simulate_test.vidur_simulate.predictor_clock import PredictorClock, fit_serving
+        from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
+
+        if request.v1 is None:
+            raise ValueError("VllmV1Simulator needs the request's v1 (vLLM's scheduler knobs)")
+        config = request.simulation_config
+        reason = unsupported_reason(config)
+        if reason is not None:
+            raise ConfigError(f"vidur.scheduler.name=vllm_v1 simulates one engine, not {reason}")
+        start = clean_slate(request.seed)
+        report = table = None
+        serving_fit = None
+        cache_hit = False
+        clock: StepClock
+        if request.replay_clock is None:
+            predictor, _ = build_predictor(config)  # trains or loads
+            report, table = attach_overhead(predictor, request)
+            timer = BatchTimer(predictor)
+            load = None
+            if request.serving_steps is not None and report is not None:
+                load, features, predicted = fit_serving(timer, request.serving_steps)
+                serving_fit = (load, features, predicted)
+            clock = PredictorClock(timer, load, request.seed, request.step_time_scale)
+            cache_hit = bool(predictor.cache_hit)
+        else:
+            clock = request.replay_clock
+        arrived_at, prefill_tokens, decode_tokens = read_trace(config)
+        built = time.perf_counter()
+        loop = run_v1(request.v1, clock, arrived_at, prefill_tokens, decode_tokens)
+        done = time.perf_counter()
+        schedule = loop.schedule
+        return SimulationResult(
+            raw_metrics=write_raw(request.output_dir, loop.requests),
+            predictor_setup_s=built - start,
+            simulation_s=done - built,
+            predictor_cache_hit=cache_hit,
+            engine_overhead=report,
+            engine_overhead_fit=table,
+            steps=step_log_rows(schedule, timed=False) if request.step_log else None,
+            event_loop="fast",
+            schedule=schedule if request.step_log else None,
+            preemptions=loop.preemptions,
+            oracle=request.replay_clock.report() if request.replay_clock is not None else None,
+            serving_fit=serving_fit,
+        )

@@ -1,0 +1,186 @@
+"""One config class per engine: each holds only its own knobs, a knob given to another engine is
+refused by name, and what a run records of its backend is its engine's knobs (old records, which
+held every engine's, still read)."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from gpu_simulate_test.config.backends import (
+    BACKEND_NAMES,
+    BACKENDS,
+    DEFAULT_BACKEND,
+    BackendConfig,
+    HfCbBackendConfig,
+    HfGenerateBackendConfig,
+    ServerConfig,
+    VllmBackendConfig,
+    backend_config,
+    knob_names,
+    own_knobs,
+)
+from gpu_simulate_test.config.fidelity import FidelityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.registry import to_resolved, to_typed
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import VidurProfileStageConfig
+
+COMMON = {"name", "request_timeout_s", "gil_switch_interval_s", "warmup_shapes", "host_probe"}
+BATCHING = {"max_batch_tokens", "max_requests_per_batch", "num_blocks", "block_size"}
+HTTP = {"base_url", "served_model_name", "exact_length", "client", "server"}
+VLLM_ENGINE = {
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "enforce_eager",
+    "kv_cache_space_gib",
+    "cpu_threads_bind",
+    "max_model_len",
+}
+OWN_KNOBS = {
+    "hf_generate": COMMON,
+    "hf_cb": COMMON | BATCHING | {"allow_block_sharing", "use_cuda_graph"},
+    "openai": COMMON | BATCHING | HTTP,
+    "vllm_engine": COMMON | BATCHING | VLLM_ENGINE | {"server"},
+    "vllm": COMMON | BATCHING | VLLM_ENGINE | HTTP | {"engine_clock"},
+}
+"""Each engine's knobs, written out: a knob that lands on the wrong class fails here."""
+
+
+def test_each_engine_class_holds_only_its_own_knobs() -> None:
+    assert set(BACKENDS) == set(BACKEND_NAMES) == set(OWN_KNOBS)
+    for name, cls in BACKENDS.items():
+        assert set(knob_names(name)) == OWN_KNOBS[name], name
+        assert issubclass(cls, BackendConfig) and cls().name == name
+
+
+def test_the_default_engine_is_the_pipelines_vllm(compose_stage) -> None:
+    assert DEFAULT_BACKEND == "vllm"
+    assert isinstance(backend_config(), VllmBackendConfig)
+    assert RealBenchStageConfig(workload_dir="w").backend == VllmBackendConfig()
+    pipeline = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    assert isinstance(pipeline.backend, VllmBackendConfig)
+    assert pipeline.backend.server.kind == "vllm"
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_each_yaml_gives_its_class_defaults(compose_stage, name: str) -> None:
+    """``configs/backend/<name>.yaml`` and the class agree: the YAML picks, the class holds."""
+    cfg = to_typed(
+        compose_stage("real_bench", [f"backend={name}", "workload_dir=w"]), RealBenchStageConfig
+    )
+    assert type(cfg.backend) is BACKENDS[name]
+    as_yaml = OmegaConf.to_container(OmegaConf.structured(cfg.backend))
+    assert as_yaml == OmegaConf.to_container(OmegaConf.structured(BACKENDS[name]()))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["backend=vllm", "backend.allow_block_sharing=true"],
+            "backend.allow_block_sharing is an hf_cb knob; backend.name=vllm has no such knob",
+        ),
+        (
+            ["backend=hf_generate", "backend.max_batch_tokens=128"],
+            "backend.max_batch_tokens is a knob of hf_cb, openai, vllm, vllm_engine; "
+            "backend.name=hf_generate has no such knob",
+        ),
+        (
+            ["backend=hf_cb", "backend.engine_clock=false"],
+            "backend.engine_clock is a vllm knob; backend.name=hf_cb has no such knob",
+        ),
+        (
+            ["backend=openai", "backend.enforce_eager=false"],
+            "backend.enforce_eager is a knob of vllm, vllm_engine; backend.name=openai",
+        ),
+        (
+            ["backend=vllm_engine", "backend.base_url=http://h:1"],
+            "backend.base_url is a knob of openai, vllm; backend.name=vllm_engine",
+        ),
+        (  # a name switched without its YAML keeps the old engine's knobs: refused, not dropped
+            ["backend.name=vllm"],
+            "backend.allow_block_sharing is an hf_cb knob; backend.use_cuda_graph is an hf_cb "
+            "knob; backend.name=vllm has no such knobs",
+        ),
+    ],
+)
+def test_a_knob_of_another_engine_is_refused_by_name(
+    compose_stage, overrides: list[str], message: str
+) -> None:
+    cfg = compose_stage("real_bench", ["workload_dir=w", *overrides])
+    with pytest.raises(ConfigError, match="invalid config: " + message.replace(".", r"\.")):
+        to_typed(cfg, RealBenchStageConfig)
+
+
+def test_a_preset_knob_is_refused_for_another_engine_and_can_be_unset(compose_stage) -> None:
+    preset = ["+experiment=fidelity_qwen3_0_6b_h100", "backend=vllm"]
+    with pytest.raises(ConfigError, match=r"backend\.use_cuda_graph is an hf_cb knob"):
+        to_typed(compose_stage("fidelity", preset), FidelityStageConfig)
+    cfg = to_typed(
+        compose_stage("fidelity", [*preset, "backend.use_cuda_graph=???"]), FidelityStageConfig
+    )
+    assert isinstance(cfg.backend, VllmBackendConfig)
+    assert (cfg.backend.max_batch_tokens, cfg.backend.num_blocks) == (512, 4096)
+
+
+def test_the_calibrations_engine_is_picked_by_name_with_its_defaults(compose_stage) -> None:
+    typed = to_typed(compose_stage("vidur_profile"), VidurProfileStageConfig)
+    assert isinstance(typed.engine.backend, HfCbBackendConfig)
+    gen = compose_stage("vidur_profile", ["engine.backend.name=hf_generate"])
+    assert to_typed(gen, VidurProfileStageConfig).engine.backend == HfGenerateBackendConfig()
+    bad = compose_stage(
+        "vidur_profile", ["engine.backend.name=hf_generate", "engine.backend.num_blocks=3"]
+    )
+    with pytest.raises(ConfigError, match=r"engine\.backend\.num_blocks is a knob of hf_cb"):
+        to_typed(bad, VidurProfileStageConfig)
+
+
+def test_in_python_a_wrong_knob_or_class_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"backend\.num_blocks is a knob of hf_cb"):
+        backend_config("hf_generate", num_blocks=8)
+    with pytest.raises(
+        ConfigError, match=r"backend\.name='vllm' takes VllmBackendConfig, not HfCbBackendConfig"
+    ):
+        HfCbBackendConfig(name="vllm")
+    with pytest.raises(
+        ConfigError, match=r"backend\.name='hf_cb' takes HfCbBackendConfig, not BackendConfig"
+    ):
+        BackendConfig(name="hf_cb")
+    built = backend_config("vllm", max_batch_tokens=64, server={"kind": "external", "port": 9})
+    assert isinstance(built, VllmBackendConfig) and built.server == ServerConfig(port=9)
+
+
+def test_step_limits_are_the_engines_own_or_the_batching_defaults() -> None:
+    assert HfCbBackendConfig(max_batch_tokens=96, max_requests_per_batch=5).step_limits() == (96, 5)
+    assert HfGenerateBackendConfig().step_limits() == HfCbBackendConfig().step_limits()
+
+
+def test_a_run_records_its_engines_knobs_only(compose_stage) -> None:
+    cfg = compose_stage(
+        "real_bench", ["workload_dir=w", "backend=openai", "backend.client=asyncio"]
+    )
+    typed = to_typed(cfg, RealBenchStageConfig)
+    recorded = to_resolved(cfg, typed)["backend"]
+    assert set(recorded) == OWN_KNOBS["openai"]
+    assert recorded["client"] == "asyncio" and recorded["max_batch_tokens"] == 256
+    assert "???" not in str(recorded)
+    # and reads back as the same engine
+    again = to_typed(OmegaConf.create({**to_resolved(cfg, typed)}), RealBenchStageConfig)
+    assert again.backend == typed.backend
+    assert to_typed(OmegaConf.structured(typed), RealBenchStageConfig) == typed
+
+
+def test_a_record_of_every_engines_knobs_still_reads(compose_stage, tmp_path) -> None:
+    """A pipeline config recorded before one class per engine held all 23 knobs."""
+    from gpu_simulate_test.orchestrate.configs import as_resolved, recorded_pipeline
+    from gpu_simulate_test.orchestrate.profiling import engine_identity
+
+    typed = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    recorded = as_resolved(typed)
+    old = {**recorded["backend"], "allow_block_sharing": False, "use_cuda_graph": None}
+    assert set(own_knobs(old)) == OWN_KNOBS["vllm"]
+    again = recorded_pipeline({**recorded, "backend": old}, tmp_path / "manifest.json")
+    assert again.backend == typed.backend
+    assert engine_identity(old) == engine_identity(recorded["backend"])
