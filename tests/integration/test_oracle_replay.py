@@ -59,6 +59,8 @@ def test_an_oracle_replay_of_a_preempting_vllm_run_takes_every_step_vllm_took(
     sim = project / "tmp" / "vidur_simulate" / "oracle"
     meta = read_json(sim / layout.RUN_META)
     assert {k: meta["scheduler"][k] for k in RUN_KNOBS} == RUN_KNOBS
+    # the recorded config is what ran: the run's knobs, not the schema's defaults
+    assert meta["config"]["vidur"]["scheduler"] == meta["scheduler"]
     assert meta["preemptions"] == 10 and meta["oracle"]["exact"]
     assert meta["oracle"]["step_times"] == {"same position": 661}
     schedule = read_csv(sim / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)

@@ -18,6 +18,9 @@ from gpu_simulate_test.core.busy import (
     busy_warning,
 )
 
+# other processes' CPU use is measured, and a parallel worker is one: run alone
+pytestmark = pytest.mark.timing
+
 
 @pytest.fixture
 def competitor():

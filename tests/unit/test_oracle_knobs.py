@@ -3,6 +3,7 @@ refuses a knob given explicitly that contradicts the run, by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -11,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.registry import to_resolved, to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.vidur_simulate.real_run import with_run_knobs
+from gpu_simulate_test.vidur_simulate.real_run import recorded_config, with_run_knobs
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
 """A real vLLM run: --max-num-batched-tokens 128, --max-num-seqs 32, --block-size 32, 16 blocks."""
@@ -57,21 +58,36 @@ def test_a_contradicting_knob_is_refused_by_name(
         with_run_knobs(config(override))
 
 
-def test_a_cache_vllm_sized_itself_is_read_from_the_server(
+def test_a_run_of_another_backend_is_refused(
     config: Callable[..., VidurSimulateStageConfig], tmp_path: Path
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("workload"))
     meta = json.loads((run / "run_meta.json").read_text())
-    meta["config"]["backend"]["num_blocks"] = 0  # vLLM sized the cache: 512 tokens of 32
-    (run / "run_meta.json").write_text(json.dumps(meta))
-    assert with_run_knobs(config(run=run)).vidur.scheduler.num_blocks == 16
     meta["config"]["backend"]["name"] = "hf_cb"
     (run / "run_meta.json").write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match=r"a hf_cb run .*'config\.backend\.name'"):
         with_run_knobs(config(run=run))
 
 
+def test_the_recorded_config_is_the_one_simulated(compose_stage: Any) -> None:
+    composed = compose_stage("vidur_simulate", ["workload_dir=w", f"step_times_from={RUN}"])
+    cfg = to_typed(composed, VidurSimulateStageConfig)
+    resolved = to_resolved(composed, cfg)
+    effective = with_run_knobs(cfg)
+    recorded = recorded_config(resolved, effective)
+    assert recorded["vidur"]["scheduler"] == dataclasses.asdict(effective.vidur.scheduler)
+    assert recorded["vidur"]["scheduler"]["name"] == "vllm_v1"
+    assert list(recorded["vidur"]["scheduler"]) == list(resolved["vidur"]["scheduler"])
+    # only the scheduler changes, and the composed config is left as it was
+    assert {k: v for k, v in recorded.items() if k != "vidur"} == {
+        k: v for k, v in resolved.items() if k != "vidur"
+    }
+    assert resolved["vidur"]["scheduler"]["name"] == "sarathi"
+
+
 def test_without_a_replay_nothing_changes(compose_stage: Any) -> None:
     cfg = to_typed(compose_stage("vidur_simulate", ["workload_dir=w"]), VidurSimulateStageConfig)
     assert with_run_knobs(cfg) is cfg
+    resolved = to_resolved(compose_stage("vidur_simulate", ["workload_dir=w"]), cfg)
+    assert recorded_config(resolved, cfg) == resolved

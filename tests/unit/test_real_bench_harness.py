@@ -22,6 +22,9 @@ from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench import stage
 
+# sends are held to their schedule within milliseconds: run alone
+pytestmark = pytest.mark.timing
+
 
 class FakeBackend(Backend):
     """Answers each request from a thread: one token every ``itl_s``; can die or hang."""

@@ -18,12 +18,11 @@ from vidur.types import GlobalSchedulerType
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.vidur_simulate import simulation
 from gpu_simulate_test.vidur_simulate.loop_setup import KvCacheExhausted, NeedsVidurLoop
-from gpu_simulate_test.vidur_simulate.simulation import (
-    HandOver,
+from gpu_simulate_test.vidur_simulate.simulation import HandOver, simulator_for
+from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
     SimulationResult,
     Simulator,
-    simulator_for,
 )
 from gpu_simulate_test.vidur_simulate.simulator_fast import FastLoopSimulator
 from gpu_simulate_test.vidur_simulate.simulator_v1 import VllmV1Simulator

@@ -30,7 +30,9 @@ from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 from tests.unit.test_engine_overhead import steps
 from tests.vidur_bundle_factory import CPU, QWEN3_TINY, write_synthetic_bundle, write_workload_run
 
-pytestmark = pytest.mark.slow
+FAST_CASES = ("sarathi-light", "vllm-overhead", "orca-cap8")
+"""One case a scheduler stays in ``make test``: the rewritten loop is held to Vidur's on every
+run of the fast tier; the rest, and the heavier checks below, run in the slow tier."""
 
 SARATHI, VLLM, ORCA = "sarathi", "vllm", "orca"
 
@@ -128,7 +130,10 @@ def on_both_loops(
     return fast
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=() if c in FAST_CASES else pytest.mark.slow) for c in sorted(CASES)],
+)
 def test_event_loop_matches_vidurs_loop(
     bundles: dict[bool, Path], tmp_path: Path, case: str
 ) -> None:
@@ -147,6 +152,7 @@ def test_event_loop_matches_vidurs_loop(
     assert steps_log >= max(output[1] // 2, 2)  # a real simulation, batch by batch
 
 
+@pytest.mark.slow
 def test_arrivals_at_the_same_instant_queue_before_the_next_batch(
     bundles: dict[bool, Path], tmp_path: Path
 ) -> None:
@@ -162,6 +168,7 @@ def test_arrivals_at_the_same_instant_queue_before_the_next_batch(
         on_both_loops(tmp_path, scheduler.name, workload, bundles[False], scheduler)
 
 
+@pytest.mark.slow
 def test_a_small_kv_cache_holds_admissions_back_the_same_way(
     bundles: dict[bool, Path], tmp_path: Path
 ) -> None:
@@ -187,6 +194,7 @@ def test_a_small_kv_cache_holds_admissions_back_the_same_way(
         assert held.quantile(0.9) > 1.03 * free.quantile(0.9)  # the cache did bind
 
 
+@pytest.mark.slow
 def test_a_kv_cache_too_small_to_decode_in_is_one_clear_error(
     bundles: dict[bool, Path], tmp_path: Path
 ) -> None:
@@ -204,6 +212,7 @@ def test_a_kv_cache_too_small_to_decode_in_is_one_clear_error(
         simulate(tmp_path, "tight-vidur", workload, bundles[False], scheduler, "vidur", False)
 
 
+@pytest.mark.slow
 def test_what_our_loop_does_not_simulate_runs_on_vidurs(
     bundles: dict[bool, Path], tmp_path: Path
 ) -> None:
@@ -226,6 +235,7 @@ def test_what_our_loop_does_not_simulate_runs_on_vidurs(
         assert (traced / name).read_bytes() == (fast / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_dropping_old_decode_batches_and_the_step_log_change_no_number(
     bundles: dict[bool, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,7 +261,9 @@ def test_dropping_old_decode_batches_and_the_step_log_change_no_number(
     assert got == (whole / layout.REQUEST_METRICS).read_bytes()
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=() if s == 0 else pytest.mark.slow) for s in range(8)]
+)
 def test_random_configs_give_the_same_batches(
     bundles: dict[bool, Path], tmp_path: Path, seed: int
 ) -> None:
@@ -281,6 +293,7 @@ def test_random_configs_give_the_same_batches(
     on_both_loops(tmp_path, label, workload, bundles[overhead], scheduler, overhead, "vidur-lean")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overhead", [False, True])
 def test_step_time_scale_multiplies_every_step(
     bundles: dict[bool, Path], tmp_path: Path, overhead: bool
@@ -348,7 +361,7 @@ def test_vidurs_own_metrics_store_needs_vidurs_loop() -> None:
 def test_the_library_runs_the_configs_event_loop_by_default() -> None:
     from dataclasses import fields
 
-    from gpu_simulate_test.vidur_simulate.simulation import SimulationRequest
+    from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest
 
     defaults = {f.name: f.default for f in fields(SimulationRequest)}
     assert defaults["event_loop"] == VidurConfig().event_loop == "fast"
@@ -357,6 +370,7 @@ def test_the_library_runs_the_configs_event_loop_by_default() -> None:
     assert defaults["step_time_scale"] == VidurConfig().step_time_scale
 
 
+@pytest.mark.slow
 def test_ops_scaled_down_for_an_engine_faster_than_its_profiled_ops(
     bundles: dict[bool, Path], tmp_path: Path
 ) -> None:

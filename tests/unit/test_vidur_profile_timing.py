@@ -18,6 +18,9 @@ from gpu_simulate_test.vidur_profile.timing import (
     timing_method,
 )
 
+# a known sleep is timed: run alone
+pytestmark = pytest.mark.timing
+
 
 def test_stats_of_known_samples() -> None:
     stats = TimingStats.from_samples([4.0, 1.0, 3.0, 2.0])

@@ -6,9 +6,11 @@ vidur_profile stage: its rows of ``engine_steps.csv`` (one per experiment), its 
 ``serving_steps.csv`` (the replays under load, where it ran them) and its entry in ``meta.json``
 ``engine_calibration.<backend>`` (the knobs, the engine, the spread of single steps, the front
 end, the host's memory speed, ...). :meth:`CalibrationRecord.load` reads the three into one
-frozen record; every error names the file and the key. The simulator reads the record, never the
-files or the calibration's modules; ``compare`` reads what a simulation says of the record it
-used (:class:`SimulatedCalibration`).
+frozen record; every error names the file and the key. The simulator reads the record, never
+the files, and uses the calibration's fits as public APIs (:mod:`.overhead`, :mod:`.serving_load`,
+:mod:`.frontend_queue`), never its plan or drive (:mod:`.experiments`, :mod:`.engine_steps`,
+:mod:`.frontend`, :mod:`.serving_replay`); ``compare`` reads what a simulation says of the record
+it used (:class:`SimulatedCalibration`).
 """
 
 from __future__ import annotations

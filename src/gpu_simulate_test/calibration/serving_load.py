@@ -1,18 +1,17 @@
 """Step time under serving load: what besides a step's composition moves its time, and a model.
 
-A calibration times the engine's steps alone on an idle engine (:mod:`gpu_simulate_test.
-vidur_profile.engine_steps`). Served, the same composition takes longer, and more so the busier
-the engine: on 2 CPU cores the API server streams tokens, tokenizes and answers HTTP on the cores
-the engine core computes on. Measured on vLLM's own step record (fidelity loads at 20/50/85% of
-capacity): per composition, the mean step over the median grows 1.03 → 1.06–1.08 (p90 1.14 →
-1.37), the pause between steps 0.06 → 0.21 ms; and a step that wakes an idle engine takes
-longer the longer the engine slept (a prompt's step 4.7 ms after 2–10 ms idle, 6.3 ms after more
-than 0.8 s, tiny Qwen3).
+A calibration times the engine's steps alone on an idle engine (:mod:`.engine_steps`). Served,
+the same composition takes longer, and more so the busier the engine: on 2 CPU cores the API
+server streams tokens, tokenizes and answers HTTP on the cores the engine core computes on.
+Measured on vLLM's own step record (fidelity loads at 20/50/85% of capacity): per composition,
+the mean step over the median grows 1.03 → 1.06–1.08 (p90 1.14 → 1.37), the pause between steps
+0.06 → 0.21 ms; and a step that wakes an idle engine takes longer the longer the engine slept
+(a prompt's step 4.7 ms after 2–10 ms idle, 6.3 ms after more than 0.8 s, tiny Qwen3).
 
 From the steps of calibration replays under load (the engine's recorded schedule of Poisson
-workloads at a few rates, seeded apart from any judged workload, :mod:`gpu_simulate_test.
-vidur_profile.serving_replay`), each step's time over its predicted time (``ratio``) is set against
-the candidates (:data:`CANDIDATES`), and what matters is modelled (:class:`ServingLoad`):
+workloads at a few rates, seeded apart from any judged workload, :mod:`.serving_replay`), each
+step's time over its predicted time (``ratio``) is set against the candidates
+(:data:`CANDIDATES`), and what matters is modelled (:class:`ServingLoad`):
 
 - ``stretch(req)``: a busy step's time over its prediction, per calibrated rate of requests the
   engine took in per second over the window before it (the API server's work per request, on

@@ -133,8 +133,7 @@ def make_manifest(
                 for load in rec["loads"]
             ],
         }
-    return {
-        "manifest_version": FORMAT.version,
+    return {  # manifest_version: write_manifest adds it
         "name": name,
         "command": command,
         **dict(environment),

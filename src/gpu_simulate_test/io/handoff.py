@@ -15,9 +15,8 @@ it, written here:
   the file and the field. Nested fields are checked with :func:`require`.
 
 Each stage keeps what it records (its own fields, in its ``contract`` or split module) and
-describes its manifest with one :class:`HandoffFormat`. An older version stays readable by
-listing it in ``readable``; a version that cannot be replayed is named in ``refused`` with what
-to do about it.
+describes its manifest with one :class:`HandoffFormat`. A manifest of another version is refused,
+with what to do about it where ``refused`` names that version.
 """
 
 from __future__ import annotations
@@ -47,8 +46,6 @@ class HandoffFormat:
     made_by: str
     """The run that writes it, for an error on a directory without one
     (``a capacity.phase=real run (tmp/capacity/<run_id>)``)."""
-    readable: tuple[int, ...] = ()
-    """Older versions this code still reads (the reader fills in what they lack)."""
     refused: Mapping[int, str] = field(default_factory=dict)
     """Versions that cannot be read, each with what to do instead."""
 
@@ -77,9 +74,8 @@ def write_handoff(root: str | Path, fmt: HandoffFormat, manifest: Mapping[str, A
 
 
 def read_handoff(root: str | Path, fmt: HandoffFormat) -> dict[str, Any]:
-    """The manifest under ``root``, checked: present, JSON, of ``fmt.version`` or one of
-    ``fmt.readable``, with every field of ``fmt.required``. ArtifactError names the file and the
-    field."""
+    """The manifest under ``root``, checked: present, JSON, of ``fmt.version``, with every
+    field of ``fmt.required``. ArtifactError names the file and the field."""
     path = Path(root) / fmt.file
     if not path.is_file():
         raise ArtifactError(f"no {fmt.file} in {root}: expected the run directory of {fmt.made_by}")
@@ -90,11 +86,10 @@ def read_handoff(root: str | Path, fmt: HandoffFormat) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
     version = manifest.get(VERSION_FIELD)
-    if version != fmt.version and version not in fmt.readable:
-        readable = ", ".join(str(v) for v in (fmt.version, *fmt.readable))
+    if version != fmt.version:
         why = fmt.refused.get(version) if isinstance(version, int) else None
         raise ArtifactError(
-            f"{path}: {VERSION_FIELD} {version!r}, expected {readable}"
+            f"{path}: {VERSION_FIELD} {version!r}, expected {fmt.version}"
             + (f" ({why})" if why else "")
         )
     require(manifest, fmt.required, path)

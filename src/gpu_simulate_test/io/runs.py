@@ -102,7 +102,7 @@ def gpu_info() -> list[dict[str, Any]]:
         return []
     try:
         pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVIDIA GPU here
+    except pynvml.NVMLError:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVIDIA GPU here
         return []
     gpus: list[dict[str, Any]] = []
     try:

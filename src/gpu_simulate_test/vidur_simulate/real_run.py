@@ -10,8 +10,8 @@ must be that server's: ``vidur.scheduler.name=vllm_v1`` and the server's knobs, 
 - ``chunk_size`` ← ``max_batch_tokens`` (``--max-num-batched-tokens``),
 - ``batch_size_cap`` ← ``max_requests_per_batch`` (``--max-num-seqs``),
 - ``block_size`` ← ``block_size``,
-- ``num_blocks`` ← ``num_blocks`` (``--num-gpu-blocks-override``); where it was 0 (vLLM sized
-  the cache itself), the cache the server reported (``backend.kv_cache_tokens`` / block size).
+- ``num_blocks`` ← ``num_blocks`` (``--num-gpu-blocks-override``, always given: the backend
+  config requires ``num_blocks >= 1``).
 
 **Given or left out**: a knob is taken as given when its value differs from
 :class:`~gpu_simulate_test.config.vidur.VidurSchedulerConfig`'s default (the stage's YAML sets
@@ -19,11 +19,14 @@ none; an experiment bundle that sets one gives it). A knob left at its default, 
 taken from the run; a given knob that contradicts the run is refused by name. This needs no
 Hydra in the library (the typed config is all the stage sees); its one blind spot is a knob set
 on the command line to its default value, which is then replaced by the run's without a word.
+The run records what it simulated: :func:`recorded_config` puts the knobs taken into the
+resolved config its ``run_meta.json`` keeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +65,6 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
         value = backend.get(real)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             knobs[vidur] = (value, f"backend.{real}")
-    served = meta.get("backend") or {}
-    tokens, block = served.get("kv_cache_tokens"), knobs.get("block_size", (0, ""))[0]
-    if "num_blocks" not in knobs and isinstance(tokens, int) and tokens > 0 and block:
-        knobs["num_blocks"] = (tokens // block, f"the server's KV cache of {tokens} tokens")
     return knobs
 
 
@@ -88,6 +87,23 @@ def with_run_knobs(cfg: VidurSimulateStageConfig) -> VidurSimulateStageConfig:
         taken[knob] = value
     scheduler = dataclasses.replace(given, **taken)
     return dataclasses.replace(cfg, vidur=dataclasses.replace(cfg.vidur, scheduler=scheduler))
+
+
+def recorded_config(resolved: Mapping[str, Any], cfg: VidurSimulateStageConfig) -> dict[str, Any]:
+    """``resolved`` (the config as composed) with ``vidur.scheduler`` set to ``cfg``'s (the
+    effective knobs, :func:`with_run_knobs`) where they differ: what the run simulated, for its
+    ``run_meta.json`` ``config``. A run that took nothing from a real run keeps ``resolved``
+    as it was, key for key."""
+    if not cfg.step_times_from:
+        return dict(resolved)
+    vidur = resolved.get("vidur") or {}
+    given = vidur.get("scheduler") or {}
+    changed = {
+        k: v for k, v in dataclasses.asdict(cfg.vidur.scheduler).items() if given.get(k) != v
+    }
+    if not changed:
+        return dict(resolved)
+    return {**resolved, "vidur": {**vidur, "scheduler": {**given, **changed}}}
 
 
 def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarray) -> np.ndarray:

@@ -30,30 +30,21 @@ def aggregate_loop_rows(
 ) -> pd.DataFrame:
     """Vidur's expressions over :mod:`.event_loop`'s records, which are by arrival rank
     (``ids``: each rank's request id); the rows come out by request id."""
-    arrived = np.asarray(arr)
-    done = np.asarray(done_at)
-    first = np.asarray(prefill_done, dtype=float)
-    decodes = np.asarray(dec, dtype=np.int64)
-    inter = np.full(len(arr), math.nan)
-    inter[1:] = arrived[1:] - arrived[:-1]
     # a request that ran in one batch never added a wait: Vidur keeps its int 0
     preempt: Any = np.asarray(preempt_time, dtype=float)
     if not any(isinstance(x, float) for x in preempt_time):
         preempt = preempt.astype(np.int64)
-    frame = pd.DataFrame(
-        {
-            VIDUR_ID: np.asarray(ids, dtype=np.int64),
-            "request_e2e_time": done - arrived,
-            "request_execution_time": np.asarray(exec_time, dtype=float),
-            "request_preemption_time": preempt,
-            "request_scheduling_delay": np.asarray(sched_at) - arrived,
-            "prefill_e2e_time": first - arrived,
-            "decode_time_execution_plus_preemption_normalized": (done - first) / decodes,
-            "request_num_prefill_tokens": np.asarray(pre, dtype=np.int64),
-            "request_num_decode_tokens": decodes,
-            "request_num_restarts": np.zeros(len(arr), dtype=np.int64),
-            "request_inter_arrival_delay": inter,
-        }
+    frame = _vidur_rows(
+        ids=np.asarray(ids, dtype=np.int64),
+        arrived=np.asarray(arr),
+        scheduled=np.asarray(sched_at),
+        first=np.asarray(prefill_done, dtype=float),
+        done=np.asarray(done_at),
+        execution=np.asarray(exec_time, dtype=float),
+        preemption=preempt,
+        prefill=np.asarray(pre, dtype=np.int64),
+        decodes=np.asarray(dec, dtype=np.int64),
+        restarts=np.zeros(len(arr), dtype=np.int64),
     )
     return frame.sort_values(VIDUR_ID, kind="stable").reset_index(drop=True)
 
@@ -70,26 +61,52 @@ def v1_rows(
 ) -> pd.DataFrame:
     """Vidur's columns from :mod:`.vllm_v1`'s records (by request id): execution is the time
     in steps, preemption the rest after first scheduled."""
-    arrived = np.asarray(arr, dtype=float)
     finished = np.asarray(done, dtype=float)
-    first = np.asarray(first_token, dtype=float)
     sched = np.asarray(scheduled_at, dtype=float)
     busy = np.asarray(busy_s, dtype=float)
-    outputs = np.asarray(max_out, dtype=np.int64)
-    inter = np.full(len(arr), math.nan)  # Vidur's: from the previous request by id
+    return _vidur_rows(
+        ids=np.arange(len(arr), dtype=np.int64),
+        arrived=np.asarray(arr, dtype=float),
+        scheduled=sched,
+        first=np.asarray(first_token, dtype=float),
+        done=finished,
+        execution=busy,
+        preemption=(finished - sched) - busy,
+        prefill=np.asarray(prompt, dtype=np.int64),
+        decodes=np.asarray(max_out, dtype=np.int64),
+        restarts=np.asarray(restarts, dtype=np.int64),
+    )
+
+
+def _vidur_rows(
+    *,
+    ids: np.ndarray,
+    arrived: np.ndarray,
+    scheduled: np.ndarray,
+    first: np.ndarray,
+    done: np.ndarray,
+    execution: np.ndarray,
+    preemption: Any,
+    prefill: np.ndarray,
+    decodes: np.ndarray,
+    restarts: np.ndarray,
+) -> pd.DataFrame:
+    """Vidur's eleven columns, in its order and with its expressions, one row per record in the
+    records' order (the inter-arrival delay is from the previous record's arrival)."""
+    inter = np.full(len(arrived), math.nan)
     inter[1:] = arrived[1:] - arrived[:-1]
     return pd.DataFrame(
         {
-            VIDUR_ID: np.arange(len(arr), dtype=np.int64),
-            "request_e2e_time": finished - arrived,
-            "request_execution_time": busy,
-            "request_preemption_time": (finished - sched) - busy,
-            "request_scheduling_delay": sched - arrived,
+            VIDUR_ID: ids,
+            "request_e2e_time": done - arrived,
+            "request_execution_time": execution,
+            "request_preemption_time": preemption,
+            "request_scheduling_delay": scheduled - arrived,
             "prefill_e2e_time": first - arrived,
-            "decode_time_execution_plus_preemption_normalized": (finished - first) / outputs,
-            "request_num_prefill_tokens": np.asarray(prompt, dtype=np.int64),
-            "request_num_decode_tokens": outputs,
-            "request_num_restarts": np.asarray(restarts, dtype=np.int64),
+            "decode_time_execution_plus_preemption_normalized": (done - first) / decodes,
+            "request_num_prefill_tokens": prefill,
+            "request_num_decode_tokens": decodes,
+            "request_num_restarts": restarts,
             "request_inter_arrival_delay": inter,
         }
     )

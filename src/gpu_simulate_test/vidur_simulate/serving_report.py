@@ -13,7 +13,7 @@ from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open
-from gpu_simulate_test.vidur_simulate.simulation import SimulationResult
+from gpu_simulate_test.vidur_simulate.simulator import SimulationResult
 
 SERVING_RESIDUALS = "serving_residuals.csv"
 """Per calibration-replay step: its features, Vidur's prediction and the serving model's."""

@@ -37,7 +37,11 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
-from gpu_simulate_test.vidur_simulate.real_run import actual_arrivals, with_run_knobs
+from gpu_simulate_test.vidur_simulate.real_run import (
+    actual_arrivals,
+    recorded_config,
+    with_run_knobs,
+)
 from gpu_simulate_test.vidur_simulate.replay import (
     ReplaySource,
     replay_source,
@@ -45,11 +49,8 @@ from gpu_simulate_test.vidur_simulate.replay import (
     v1_params,
 )
 from gpu_simulate_test.vidur_simulate.serving_report import serving_report
-from gpu_simulate_test.vidur_simulate.simulation import (
-    SimulationRequest,
-    SimulationResult,
-    simulate,
-)
+from gpu_simulate_test.vidur_simulate.simulation import simulate
+from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest, SimulationResult
 from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME as V1_NAME
 
@@ -392,6 +393,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
     """Simulate ``cfg.workload_dir`` into ``<output.root>/vidur_simulate/<run_id>/`` (an oracle
     replay with the scheduler knobs of the run it replays)."""
     cfg = with_run_knobs(cfg)
+    resolved_config = recorded_config(resolved_config, cfg)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     inputs = prepare(cfg)  # every input error surfaces here, before the run exists
     with start_run(

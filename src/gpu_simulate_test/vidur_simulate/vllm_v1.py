@@ -143,15 +143,21 @@ def run_v1(
         )
     engine = _Engine(params, arrivals.tolist(), prompt, max_out)
     engine.run(clock, order)
-    e = engine
     requests = v1_rows(
-        e.arr, prompt, max_out, e.scheduled_at, e.first_token, e.done, e.busy_s, e.restarts
+        engine.arr,
+        prompt,
+        max_out,
+        engine.scheduled_at,
+        engine.first_token,
+        engine.done,
+        engine.busy_s,
+        engine.restarts,
     )
-    requests[ENGINE_QUEUED] = np.asarray(e.queued_at, dtype=float)
+    requests[ENGINE_QUEUED] = np.asarray(engine.queued_at, dtype=float)
     return V1Result(
         requests=requests,
-        schedule=pd.DataFrame(e.rows, columns=list(SCHEDULE_COLUMNS)),
-        preemptions=e.preemptions,
+        schedule=pd.DataFrame(engine.rows, columns=list(SCHEDULE_COLUMNS)),
+        preemptions=engine.preemptions,
     )
 
 
