@@ -23,7 +23,9 @@ CB_ARGS=${CB_ARGS:-backend.max_batch_tokens=512 backend.max_requests_per_batch=3
 OUT=${OUT:-tmp/gpu_out}
 TAG=${TAG:-gpu}
 STEPS=${STEPS:-validate}
-FIDELITY_BACKEND=${FIDELITY_BACKEND:-hf_cb}
+# empty: the preset's engine and knobs (fidelity_qwen3_0_6b_h100: backend=hf_cb_h100); a name
+# (hf_generate, hf_cb_h100, ...) replaces both (backend=hf_cb alone is hf_cb's CPU defaults)
+FIDELITY_BACKEND=${FIDELITY_BACKEND:-}
 FIDELITY_EXPERIMENT=${FIDELITY_EXPERIMENT:-fidelity_qwen3_0_6b_h100}
 FIDELITY_ARGS=${FIDELITY_ARGS:-}
 DP_ARGS=${DP_ARGS:-}  # more overrides of the deep profile, e.g. pipeline.ncu.enable=false
@@ -101,7 +103,7 @@ if want fidelity; then
   #     fidelity.phase=sim fidelity.real_from=tmp/fid_gpu/fidelity/$TAG-fid
   # shellcheck disable=SC2086
   step fidelity python3 -m gpu_simulate_test.cli.fidelity +experiment="$FIDELITY_EXPERIMENT" \
-    backend="$FIDELITY_BACKEND" fidelity.phase=real output.root="$OUT/fid" \
+    ${FIDELITY_BACKEND:+backend="$FIDELITY_BACKEND"} fidelity.phase=real output.root="$OUT/fid" \
     output.run_id="$TAG-fid" progress=false $FIDELITY_ARGS
   tar czf "$OUT/fid.tgz" -C "$OUT/fid" fidelity 2>/dev/null && rm -rf "$OUT/fid"
 fi

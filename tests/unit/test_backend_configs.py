@@ -4,6 +4,10 @@ held every engine's, still read)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from typing import Any
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -22,8 +26,9 @@ from gpu_simulate_test.config.backends import (
 )
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.presets import preset_names
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import to_resolved, to_typed
+from gpu_simulate_test.config.registry import CONFIG_DIR, to_resolved, to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 
@@ -75,6 +80,15 @@ def test_each_yaml_gives_its_class_defaults(compose_stage, name: str) -> None:
     assert as_yaml == OmegaConf.to_container(OmegaConf.structured(BACKENDS[name]()))
 
 
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_each_yaml_lists_every_knob_of_its_engine(name: str) -> None:
+    """So ``--cfg job`` shows the engine's every knob (another engine's stay ``???``)."""
+    listed = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "backend" / f"{name}.yaml"))
+    assert isinstance(listed, dict)
+    assert set(listed) == set(knob_names(name))
+    assert set(listed.get("server", {})) == set(BACKENDS[name].server_knobs)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -99,6 +113,25 @@ def test_each_yaml_gives_its_class_defaults(compose_stage, name: str) -> None:
             ["backend=vllm_engine", "backend.base_url=http://h:1"],
             "backend.base_url is a knob of openai, vllm; backend.name=vllm_engine",
         ),
+        (  # a server knob: by its name, for an engine without a server
+            ["backend=hf_cb", "backend.server.kind=vllm"],
+            "backend.server.kind is a knob of openai, vllm; backend.name=hf_cb has no such knob "
+            "(to unset one a preset gives: backend.server.kind=???)",
+        ),
+        (
+            ["backend=hf_generate", "backend.server.port=1"],
+            "backend.server.port is a knob of openai, vllm; backend.name=hf_generate has no such",
+        ),
+        (
+            ["backend=hf_cb", "backend.server.startup_timeout_s=9"],
+            "backend.server.startup_timeout_s is a knob of openai, vllm, vllm_engine; "
+            "backend.name=hf_cb",
+        ),
+        (  # vllm_engine starts no server: of its server knobs only the engine's start-up time
+            ["backend=vllm_engine", "backend.server.port=1", "backend.server.nice=3"],
+            "backend.server.port is a knob of openai, vllm; backend.server.nice is a knob of "
+            "openai, vllm; backend.name=vllm_engine has no such knobs",
+        ),
         (  # a name switched without its YAML keeps the old engine's knobs: refused, not dropped
             ["backend.name=vllm"],
             "backend.allow_block_sharing is an hf_cb knob; backend.use_cuda_graph is an hf_cb "
@@ -110,19 +143,148 @@ def test_a_knob_of_another_engine_is_refused_by_name(
     compose_stage, overrides: list[str], message: str
 ) -> None:
     cfg = compose_stage("real_bench", ["workload_dir=w", *overrides])
-    with pytest.raises(ConfigError, match="invalid config: " + message.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match="invalid config: " + re.escape(message)):
         to_typed(cfg, RealBenchStageConfig)
 
 
-def test_a_preset_knob_is_refused_for_another_engine_and_can_be_unset(compose_stage) -> None:
-    preset = ["+experiment=fidelity_qwen3_0_6b_h100", "backend=vllm"]
-    with pytest.raises(ConfigError, match=r"backend\.use_cuda_graph is an hf_cb knob"):
-        to_typed(compose_stage("fidelity", preset), FidelityStageConfig)
-    cfg = to_typed(
-        compose_stage("fidelity", [*preset, "backend.use_cuda_graph=???"]), FidelityStageConfig
-    )
-    assert isinstance(cfg.backend, VllmBackendConfig)
-    assert (cfg.backend.max_batch_tokens, cfg.backend.num_blocks) == (512, 4096)
+PRESET_STAGE = {
+    "fidelity_cpu_tiny": "fidelity",
+    "fidelity_cpu_tiny_vllm": "fidelity",
+    "fidelity_qwen3_0_6b_h100": "fidelity",
+    "fidelity_qwen3_0_6b_vllm": "fidelity",
+    "qwen3_0_6b_h100": "pipeline",
+    "qwen3_tiny_cpu_sweep": "pipeline",
+}
+"""Each experiment preset and the stage it is written for."""
+SCHEMAS = {"fidelity": FidelityStageConfig, "pipeline": PipelineStageConfig}
+H100_HF_CB = {"max_batch_tokens": 512, "max_requests_per_batch": 32, "num_blocks": 4096}
+
+
+def test_every_experiment_preset_is_listed() -> None:
+    assert set(PRESET_STAGE) == set(preset_names("experiment"))
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "engine", "knobs"),
+    [
+        # the preset's own engine, a backend option of its own knobs
+        ("qwen3_0_6b_h100", [], HfCbBackendConfig, {**H100_HF_CB, "use_cuda_graph": True}),
+        ("fidelity_qwen3_0_6b_h100", [], HfCbBackendConfig, {**H100_HF_CB, "use_cuda_graph": True}),
+        ("fidelity_cpu_tiny", [], HfCbBackendConfig, {"max_requests_per_batch": 8}),
+        ("fidelity_cpu_tiny_vllm", [], VllmBackendConfig, {"max_batch_tokens": 256}),
+        ("fidelity_qwen3_0_6b_vllm", [], VllmBackendConfig, {"max_batch_tokens": 512}),
+        ("qwen3_tiny_cpu_sweep", [], VllmBackendConfig, {"max_batch_tokens": 256}),
+        # backend=<engine> replaces the preset's engine and all its knobs (scripts/gpu_validate.sh
+        # FIDELITY_BACKEND=hf_generate, docs/gpu.md, the presets' comments)
+        ("fidelity_qwen3_0_6b_h100", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
+        ("fidelity_qwen3_0_6b_h100", ["backend=hf_cb_h100"], HfCbBackendConfig, H100_HF_CB),
+        ("fidelity_qwen3_0_6b_h100", ["backend=hf_cb"], HfCbBackendConfig, {"num_blocks": 512}),
+        ("fidelity_cpu_tiny", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
+        ("fidelity_cpu_tiny", ["backend=hf_cb"], HfCbBackendConfig, {"max_requests_per_batch": 32}),
+        ("qwen3_0_6b_h100", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
+        (  # README, On your own GPU: vLLM with CUDA graphs
+            "qwen3_0_6b_h100",
+            [
+                "backend=vllm",
+                "backend.enforce_eager=false",
+                "backend.max_batch_tokens=512",
+                "backend.num_blocks=4096",
+            ],
+            VllmBackendConfig,
+            {"enforce_eager": False, "max_batch_tokens": 512, "num_blocks": 4096},
+        ),
+        (  # README: the same fidelity campaign against vLLM on an H100
+            "fidelity_qwen3_0_6b_vllm",
+            ["hardware=h100", "backend.enforce_eager=false"],
+            VllmBackendConfig,
+            {"enforce_eager": False, "max_batch_tokens": 512, "max_requests_per_batch": 32},
+        ),
+        ("fidelity_qwen3_0_6b_vllm", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
+    ],
+)
+def test_a_preset_runs_with_every_engine_its_docs_name(
+    compose_stage, preset: str, overrides: list[str], engine: type, knobs: dict
+) -> None:
+    stage = PRESET_STAGE[preset]
+    cfg = to_typed(compose_stage(stage, [f"+experiment={preset}", *overrides]), SCHEMAS[stage])
+    assert type(cfg.backend) is engine
+    assert {k: getattr(cfg.backend, k) for k in knobs} == knobs
+
+
+@pytest.mark.parametrize("option", preset_names("backend"))
+def test_backend_on_the_command_line_replaces_a_presets_whole_engine(compose_stage, option) -> None:
+    """``+experiment=<preset> backend=<option>``: exactly that option's engine and knobs, for
+    every preset (none sets a backend knob outside its backend option)."""
+    alone = compose_stage("real_bench", [f"backend={option}", "workload_dir=w"])
+    expected = to_typed(alone, RealBenchStageConfig).backend
+    for preset, stage in PRESET_STAGE.items():
+        cfg = compose_stage(stage, [f"+experiment={preset}", f"backend={option}"])
+        assert to_typed(cfg, SCHEMAS[stage]).backend == expected, preset
+
+
+@pytest.mark.parametrize(
+    ("stage", "overrides", "server"),
+    [
+        # set over the engine's own server defaults, with or without a YAML that fills server
+        (
+            "vidur_profile",
+            ["engine.backend.name=vllm", "engine.backend.server.startup_timeout_s=600"],
+            ServerConfig(kind="vllm", startup_timeout_s=600.0),
+        ),
+        (
+            "vidur_profile",
+            ["engine.backend.name=vllm", "engine.backend.server.nice=5"],
+            ServerConfig(kind="vllm", startup_timeout_s=300.0, nice=5),
+        ),
+        (
+            "vidur_profile",
+            ["engine.backend.name=vllm_engine", "engine.backend.server.startup_timeout_s=600"],
+            ServerConfig(startup_timeout_s=600.0),
+        ),
+        (
+            "vidur_profile",
+            ["engine.backend.name=vllm"],
+            ServerConfig(kind="vllm", startup_timeout_s=300.0),
+        ),
+        (
+            "real_bench",
+            ["backend=vllm", "backend.server.nice=5"],
+            ServerConfig(kind="vllm", startup_timeout_s=300.0, nice=5),
+        ),
+        (
+            "real_bench",
+            ["backend=openai", "backend.server.kind=transformers_serve"],
+            ServerConfig(kind="transformers_serve"),
+        ),
+        ("real_bench", ["backend=vllm_engine"], ServerConfig(startup_timeout_s=300.0)),
+    ],
+)
+def test_a_server_knob_is_set_over_the_engines_server_defaults(
+    compose_stage, stage: str, overrides: list[str], server: ServerConfig
+) -> None:
+    schema = VidurProfileStageConfig if stage == "vidur_profile" else RealBenchStageConfig
+    typed: Any = to_typed(compose_stage(stage, ["workload_dir=w", *overrides]), schema)
+    backend = typed.engine.backend if stage == "vidur_profile" else typed.backend
+    assert dataclasses.replace(backend.server, extra_args=()) == server
+
+
+def test_a_server_knob_for_the_calibrations_engine_is_refused_by_name(compose_stage) -> None:
+    cfg = compose_stage("vidur_profile", ["engine.backend.server.kind=vllm"])
+    with pytest.raises(
+        ConfigError,
+        match=r"engine\.backend\.server\.kind is a knob of openai, vllm; "
+        r"engine\.backend\.name=hf_cb has no such knob",
+    ):
+        to_typed(cfg, VidurProfileStageConfig)
+
+
+def test_a_vllm_engine_record_reads_back(compose_stage) -> None:
+    """Its record holds every server knob at its default: not refused."""
+    cfg = compose_stage("real_bench", ["workload_dir=w", "backend=vllm_engine"])
+    typed = to_typed(cfg, RealBenchStageConfig)
+    recorded = to_resolved(cfg, typed)
+    assert set(recorded["backend"]["server"]) == {f.name for f in dataclasses.fields(ServerConfig)}
+    assert to_typed(OmegaConf.create(recorded), RealBenchStageConfig).backend == typed.backend
 
 
 def test_the_calibrations_engine_is_picked_by_name_with_its_defaults(compose_stage) -> None:
@@ -149,7 +311,10 @@ def test_in_python_a_wrong_knob_or_class_is_refused() -> None:
     ):
         BackendConfig(name="hf_cb")
     built = backend_config("vllm", max_batch_tokens=64, server={"kind": "external", "port": 9})
-    assert isinstance(built, VllmBackendConfig) and built.server == ServerConfig(port=9)
+    assert isinstance(built, VllmBackendConfig)
+    assert built.server == ServerConfig(kind="external", port=9, startup_timeout_s=300.0)
+    with pytest.raises(ConfigError, match=r"backend\.server\.port is a knob of openai, vllm; "):
+        backend_config("vllm_engine", server={"port": 9})
 
 
 def test_step_limits_are_the_engines_own_or_the_batching_defaults() -> None:

@@ -13,10 +13,23 @@ from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_type
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines.hf_cb import cb_config_kwargs, make_cb_config
 
+BACKEND_OPTIONS = sorted(p.stem for p in (CONFIG_DIR / "backend").glob("*.yaml"))
+
 
 def test_stage_is_registered_and_every_backend_has_a_yaml() -> None:
     assert STAGE_SCHEMAS["real_bench"] is RealBenchStageConfig
-    assert {p.stem for p in (CONFIG_DIR / "backend").glob("*.yaml")} == set(BACKEND_NAMES)
+    assert set(BACKEND_OPTIONS) >= set(BACKEND_NAMES)
+
+
+@pytest.mark.parametrize("option", sorted(set(BACKEND_OPTIONS) - set(BACKEND_NAMES)))
+def test_every_other_backend_option_is_an_engine_with_knobs_its_name_starts_with(
+    compose_stage, option: str
+) -> None:
+    """``backend/<engine>_<what>.yaml`` (a preset's engine and knobs) is that engine."""
+    cfg = to_typed(
+        compose_stage("real_bench", [f"backend={option}", "workload_dir=w"]), RealBenchStageConfig
+    )
+    assert option.startswith(f"{cfg.backend.name}_")
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)

@@ -4,6 +4,7 @@ up-front checks, and its event loop, recorder and shut-down over a stand-in ``As
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import threading
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from gpu_simulate_test.config.backends import ServerConfig, VllmEngineBackendConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines.harness import replay
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm import VllmBackend
@@ -55,10 +58,15 @@ def test_bad_input_is_refused_before_anything_starts(compose_stage) -> None:
         VllmEngineBackend(_cfg(compose_stage, "vllm_engine")).check(
             [BenchRequest(0, 5, 2, 0.0, prompt_text="hi")]
         )
-    with pytest.raises(ValueError, match="extra_args"):
-        VllmEngineBackend(
-            _cfg(compose_stage, "vllm_engine", "backend.server.extra_args=[--x]")
-        ).check(ok)
+    with pytest.raises(
+        ConfigError, match=r"backend\.server\.extra_args is a knob of openai, vllm; "
+    ):  # a server's flags: refused by the config already
+        _cfg(compose_stage, "vllm_engine", "backend.server.extra_args=[--x]")
+    cfg = _cfg(compose_stage, "vllm_engine")
+    server = ServerConfig(extra_args=("--x",))
+    flagged = dataclasses.replace(cfg, backend=VllmEngineBackendConfig(server=server))
+    with pytest.raises(ValueError, match="extra_args"):  # and by the engine, built in Python
+        VllmEngineBackend(flagged).check(ok)
 
 
 class FakeEngine:

@@ -3,7 +3,8 @@
 ``backend=<name>`` (``configs/backend/<name>.yaml``) picks the engine; :data:`BACKENDS` maps the
 name to its class. Composition (Hydra, a stored run's config) goes through :data:`BackendKnobs`,
 every engine's knobs left unset (``???``); :func:`backend_config` then builds the named engine
-from the knobs that were set and refuses, by name, a knob of another engine.
+from the knobs that were set (``server.*``: over that engine's own server defaults) and refuses,
+by name, a knob of another engine (``backend.server.kind`` for an engine without a server).
 
 Layout::
 
@@ -21,9 +22,9 @@ Layout::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from omegaconf import MISSING
 
@@ -87,6 +88,10 @@ class ServerConfig:
         _check(0 <= self.nice <= 19, f"backend.server.nice must be in 0..19, got {self.nice}")
 
 
+SERVER_KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ServerConfig))
+"""Every ``backend.server.*`` knob."""
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     """What every engine takes; one subclass per engine (:data:`BACKENDS`) adds its own knobs.
@@ -114,6 +119,9 @@ class BackendConfig:
     the last request (:mod:`~gpu_simulate_test.core.host_probe`, about 0.3 s each; recorded in
     ``run_meta.json`` ``host_probe``, not judged), and ``compare`` sets the reading against the
     calibration's."""
+
+    server_knobs: ClassVar[tuple[str, ...]] = ()
+    """The ``server.*`` knobs this engine reads (none: it has no ``server``)."""
 
     def __post_init__(self) -> None:
         _check_choice("backend.name", self.name, BACKEND_NAMES)
@@ -163,6 +171,7 @@ class HttpBackendConfig(BackendConfig):
     against 4 of 12, ``benchmarks/results/truth_client.md``), so threads stays the default."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """The server: one the user runs (``kind=external``) or one started here."""
+    server_knobs: ClassVar[tuple[str, ...]] = SERVER_KNOBS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,7 +258,8 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
     """``--max-model-len``; 0 takes the model's context (``max_position_embeddings``)."""
     server: ServerConfig = field(default_factory=lambda: ServerConfig(startup_timeout_s=300.0))
     """Of it only ``startup_timeout_s`` applies (how long the engine may take to start): no
-    server is started."""
+    server is started, and another server knob is refused by name (unless at its default)."""
+    server_knobs: ClassVar[tuple[str, ...]] = ("startup_timeout_s",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -266,6 +276,7 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
     server: ServerConfig = field(
         default_factory=lambda: ServerConfig(kind="vllm", startup_timeout_s=300.0)
     )
+    server_knobs: ClassVar[tuple[str, ...]] = SERVER_KNOBS
     engine_clock: bool = True
     """The engine's own clock per request (``engine_*`` columns), read from the server's
     OpenTelemetry spans (``--otlp-traces-endpoint`` to a receiver of this process). A server
@@ -289,20 +300,56 @@ def knob_names(name: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(BACKENDS[name]))
 
 
+def _takes(name: str, knob: str) -> bool:
+    """Whether engine ``name`` takes ``knob`` (``server.<sub>``: one of its server's knobs)."""
+    top, _, sub = knob.partition(".")
+    return top in knob_names(name) and (not sub or sub in BACKENDS[name].server_knobs)
+
+
 def _owners(knob: str) -> str:
-    owners = [name for name in BACKEND_NAMES if knob in knob_names(name)]
+    owners = [name for name in BACKEND_NAMES if _takes(name, knob)]
     if len(owners) == 1:
         return f"an {owners[0]} knob" if owners[0][0] in "aeioh" else f"a {owners[0]} knob"
     return f"a knob of {', '.join(owners)}"
 
 
-def check_knobs(name: str, knobs: Iterable[str], prefix: str = "backend") -> None:
-    """ConfigError naming every knob in ``knobs`` that engine ``name`` does not take, and the
-    engines that do (a knob of no engine at all is left to the schema's own check)."""
-    _check_choice(f"{prefix}.name", name, BACKEND_NAMES)
-    own = knob_names(name)
+def default_server(name: str) -> ServerConfig | None:
+    """Engine ``name``'s own server defaults (None: it has no ``server``)."""
+    server = getattr(BACKENDS[name](), "server", None)
+    return server if isinstance(server, ServerConfig) else None
+
+
+def _same(value: Any, default: Any) -> bool:
+    return bool(value == default or (isinstance(default, tuple) and tuple(value) == default))
+
+
+def _foreign(name: str, knobs: Mapping[str, Any]) -> list[str]:
+    """The knobs in ``knobs`` engine ``name`` does not take, a ``server`` mapping's by subknob.
+    A server subknob the engine ignores (vllm_engine's, but ``startup_timeout_s``) passes at
+    its default, as a run's record holds it."""
     every = {k for engine in BACKEND_NAMES for k in knob_names(engine)}
-    foreign = [k for k in knobs if k not in own and k in every]
+    foreign = []
+    for knob, value in knobs.items():
+        if knob == "server" and isinstance(value, Mapping) and value:
+            default = default_server(name)
+            foreign += [
+                f"server.{sub}"
+                for sub, given in value.items()
+                if sub in SERVER_KNOBS
+                and not _takes(name, f"server.{sub}")
+                and not (default is not None and _same(given, getattr(default, sub)))
+            ]
+        elif knob not in knob_names(name) and knob in every:
+            foreign.append(knob)
+    return foreign
+
+
+def check_knobs(name: str, knobs: Mapping[str, Any], prefix: str = "backend") -> None:
+    """ConfigError naming every knob in ``knobs`` (a ``server`` mapping by subknob) that engine
+    ``name`` does not take, and the engines that do (a knob of no engine at all is left to the
+    schema's own check)."""
+    _check_choice(f"{prefix}.name", name, BACKEND_NAMES)
+    foreign = _foreign(name, knobs)
     if not foreign:
         return
     which = "; ".join(f"{prefix}.{k} is {_owners(k)}" for k in foreign)
@@ -314,11 +361,13 @@ def check_knobs(name: str, knobs: Iterable[str], prefix: str = "backend") -> Non
 
 
 def backend_config(name: str = DEFAULT_BACKEND, **knobs: Any) -> BackendConfig:
-    """Engine ``name``'s config with ``knobs`` (the rest its defaults); a knob of another
+    """Engine ``name``'s config with ``knobs`` (the rest its defaults); ``server`` as a mapping
+    sets those of its knobs it holds over the engine's own server defaults. A knob of another
     engine is refused by name (:func:`check_knobs`)."""
     check_knobs(name, knobs)
-    if "server" in knobs and isinstance(knobs["server"], Mapping):
-        knobs["server"] = ServerConfig(**knobs["server"])
+    server, default = knobs.get("server"), default_server(name)
+    if isinstance(server, Mapping) and default is not None:
+        knobs["server"] = dataclasses.replace(default, **server)
     return BACKENDS[name](name=name, **knobs)
 
 
@@ -343,12 +392,23 @@ def as_engine(backend: BackendConfig, cls: type[B]) -> B:
     return backend
 
 
+ServerKnobs: type = dataclasses.make_dataclass(
+    "ServerKnobs",
+    [(f.name, f.type, field(default=MISSING)) for f in dataclasses.fields(ServerConfig)],
+    frozen=True,
+    namespace={"__module__": __name__},
+)
+"""What a composed ``backend.server`` node accepts: every server knob, unset (``???``) until
+given; the ones given are set over the engine's own server defaults (:func:`backend_config`)."""
+
+
 def _knobs_schema() -> type:
     """:data:`BackendKnobs`: every engine's knobs, each unset (MISSING) until given."""
     fields: dict[str, tuple[Any, Any]] = {}
     for cls in BACKENDS.values():
         for f in dataclasses.fields(cls):
             fields.setdefault(f.name, (f.type, field(default=MISSING)))
+    fields["server"] = (ServerKnobs, field(default_factory=ServerKnobs))
     return dataclasses.make_dataclass(
         "BackendKnobs",
         [(name, kind, default) for name, (kind, default) in fields.items()],
@@ -360,6 +420,7 @@ def _knobs_schema() -> type:
 
 BackendKnobs: type = _knobs_schema()
 """What a composed ``backend`` node accepts before the engine is known: every engine's knobs,
-typed, each unset (``???``) until a YAML file or an override sets it. Only a schema for
-composition, never instantiated (:func:`gpu_simulate_test.config.registry.to_typed` builds the
-named engine's class from the knobs that were set)."""
+typed, each unset (``???``) until a YAML file or an override sets it (``server``: each of its
+knobs, :data:`ServerKnobs`). Only a schema for composition, never instantiated
+(:func:`gpu_simulate_test.config.registry.to_typed` builds the named engine's class from the
+knobs that were set)."""

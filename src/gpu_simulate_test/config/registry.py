@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gpu_simulate_test.config.backends import (
@@ -59,7 +59,8 @@ def writable_schema(schema: type) -> DictConfig:
     Frozen dataclasses make Hydra's nodes read-only, which forbids merging YAML groups and
     command-line overrides into them; the typed check still happens on every assignment, and
     :func:`to_typed` re-creates the frozen dataclass at the end. Each ``backend`` node takes
-    every engine's knobs, unset, its ``name`` the field's default engine.
+    every engine's knobs (and every ``server.*`` knob), unset, its ``name`` the field's default
+    engine.
     """
     node = OmegaConf.structured(schema)
     _clear_readonly(node)
@@ -99,7 +100,7 @@ def _typed_backend(knobs: DictConfig, where: str) -> DictConfig:
     """The engine config a composed ``backend`` node names, built from the knobs set in it."""
     values = OmegaConf.to_container(knobs, resolve=True, throw_on_missing=False)
     assert isinstance(values, dict)
-    given = {str(k): v for k, v in values.items() if not OmegaConf.is_missing(knobs, k)}
+    given = _given(values)
     try:
         typed = backend_config(**given)
     except ConfigError as exc:
@@ -107,6 +108,20 @@ def _typed_backend(knobs: DictConfig, where: str) -> DictConfig:
     node = OmegaConf.structured(typed)
     OmegaConf.set_readonly(node, False)
     return node
+
+
+def _given(values: dict[Any, Any]) -> dict[str, Any]:
+    """The knobs set in a backend node's values, ``server`` as the subknobs set in it (left
+    out when none is)."""
+    given: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key == "server":
+            value = _given(value)
+            if not value:
+                continue
+        if value != MISSING:
+            given[str(key)] = value
+    return given
 
 
 def to_typed(cfg: DictConfig, schema: type[T]) -> T:
