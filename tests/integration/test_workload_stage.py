@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_simulate_test.core.prompts import load_tokenizer
+from gpu_simulate_test.core.requests import load_requests
 from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
@@ -228,4 +230,131 @@ def test_malformed_input_exits_2_with_one_error_naming_it(
     # one error line however long, not wrapped at the terminal width; no traceback
     assert proc.stdout.startswith("error:") and proc.stdout.strip().count("\n") == 0
     assert message in proc.stdout and "Traceback" not in proc.stderr
+    assert not (tmp_path / "tmp" / "workload" / "bad").exists()
+
+
+DEFAULT_WORKLOAD_SHA256 = {
+    # the default workload as built before shared prefixes existed: it must stay byte-identical
+    layout.PROMPTS: "48d4cbae3a9fad66389a836845d9f403f1dbbb8d84ad5d42135e51b600d1a8bf",
+    layout.TRACE_LENGTHS: "0eb3ac27d26fe1b73d904d260dba2f4aa646ed2a41fe94d9bda67f659cc5be33",
+}
+
+
+def test_default_workload_is_unchanged_by_shared_prefixes(tmp_path: Path) -> None:
+    run_cli("workload", "output.run_id=d", "progress=false", cwd=tmp_path)
+    run = tmp_path / "tmp" / "workload" / "d"
+    for name, digest in DEFAULT_WORKLOAD_SHA256.items():
+        assert hashlib.sha256((run / name).read_bytes()).hexdigest() == digest, name
+    loaded = load_workload(run)
+    assert loaded.workload_id == "wl-bd7d8237c62a"
+    assert "prefix" not in loaded.meta and "prefix" not in loaded.meta["generator"]
+    assert list(loaded.lengths.columns) == ["request_id", "num_prefill_tokens", "num_decode_tokens"]
+
+
+def _prompt_records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / layout.PROMPTS).read_text().splitlines()]
+
+
+def test_shared_prefix_preset_shares_leading_tokens(tmp_path: Path) -> None:
+    for run_id in ("a", "b"):
+        run_cli("workload", "workload=shared_prefix", f"output.run_id={run_id}", cwd=tmp_path)
+    root = tmp_path / "tmp" / "workload"
+    for name in (
+        layout.PROMPTS,
+        layout.TRACE_LENGTHS,
+        layout.TRACE_INTERVALS,
+        layout.WORKLOAD_META,
+    ):
+        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+    loaded = load_workload(root / "a")
+    lengths = loaded.lengths
+    assert len(lengths) == 48 and set(lengths["prefix_id"]) == {0, 1, 2, 3}
+    assert (lengths["prefix_len"] == 64).all()
+    own = lengths["num_prefill_tokens"] - lengths["prefix_len"]
+    assert own.between(8, 32).all()
+    prefix = loaded.meta["prefix"]
+    assert prefix["num_prefixes"] == 4 and prefix["share"] == "zipf"
+    assert prefix["prefix_len_tokens"] == [64] * 4
+    counts = lengths["prefix_id"].value_counts().sort_index().tolist()
+    assert prefix["requests_per_prefix"] == counts == loaded.meta["summary"]["requests_per_prefix"]
+    by_prefix: dict[int, list[list[int]]] = {}
+    for record, (_, row) in zip(_prompt_records(root / "a"), lengths.iterrows(), strict=True):
+        ids = record["prompt_token_ids"]
+        assert len(ids) == record["num_prefill_tokens"] == row["num_prefill_tokens"]
+        assert (record["prefix_id"], record["prefix_len"]) == (row["prefix_id"], row["prefix_len"])
+        by_prefix.setdefault(record["prefix_id"], []).append(ids)
+    heads = {k: {tuple(ids[:64]) for ids in group} for k, group in by_prefix.items()}
+    assert all(len(h) == 1 for h in heads.values())  # one prefix, the same ids for all its requests
+    assert len({next(iter(h)) for h in heads.values()}) == 4  # four different prefixes
+    for group in by_prefix.values():  # each request's own tokens are its own
+        assert len({tuple(ids[64:]) for ids in group}) == len(group)
+    # the real bench reads it as independent requests of the whole prompt length
+    requests = load_requests(loaded)
+    assert [r.num_prefill_tokens for r in requests] == lengths["num_prefill_tokens"].tolist()
+
+
+def test_shared_prefix_text_prompts_tokenize_to_exact_lengths(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "workload=shared_prefix",
+        "workload.prompt_mode=text",
+        "workload.num_requests=8",
+        "workload.prefix.num_prefixes=2",
+        "workload.prefix.len.kind=uniform",
+        "workload.prefix.len.min=20",
+        "workload.prefix.len.max=40",
+        "output.run_id=text",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    tokenizer = load_tokenizer(None)
+    texts: dict[int, set[str]] = {}
+    for record in _prompt_records(tmp_path / "tmp" / "workload" / "text"):
+        ids = tokenizer(record["prompt_text"], add_special_tokens=False)["input_ids"]
+        assert len(ids) == record["num_prefill_tokens"] > record["prefix_len"]
+        prefix_text = tokenizer.decode(ids[: record["prefix_len"]])
+        assert record["prompt_text"].startswith(prefix_text)
+        texts.setdefault(record["prefix_id"], set()).add(prefix_text)
+    assert all(len(t) == 1 for t in texts.values())  # the same text for every request sharing it
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["workload.prefix.num_prefixes=-1"], "workload.prefix.num_prefixes must be >= 0"),
+        (["workload.prefix.share=pareto"], "workload.prefix.share='pareto' is not one of"),
+        (["workload.prefix.zipf_a=0"], "workload.prefix.zipf_a must be > 0, got 0"),
+        (["workload.prefix.len.value=0"], "workload.prefix.len.value must be >= 1, got 0"),
+        (
+            ["workload=trace", "workload.trace_file=t.csv", "workload.prefix.num_prefixes=2"],
+            "workload.prefix.num_prefixes=2 needs workload.source=synthetic",
+        ),
+        (
+            ["workload.prefix.len.value=5000", "workload.prefix.len.max=8192"],
+            "workload.prefix.len: prefix 0 has 5000 tokens",
+        ),
+        (  # the prefix fits, but prefix + own + output tokens do not: the request is named
+            [
+                "workload.prefix.len.value=4000",
+                "workload.prompt_len.min=90",
+                "workload.prompt_len.max=90",
+            ],
+            "over model qwen3_tiny's max context 4096; lower workload.prefix.len /",
+        ),
+    ],
+)
+def test_bad_prefix_settings_exit_2_naming_the_key(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    proc = run_cli(
+        "workload",
+        "workload=shared_prefix",
+        *overrides,
+        "output.run_id=bad",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("error:") and proc.stdout.strip().count("\n") == 0
+    assert message in proc.stdout, proc.stdout
     assert not (tmp_path / "tmp" / "workload" / "bad").exists()

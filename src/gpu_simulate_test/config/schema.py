@@ -17,6 +17,7 @@ LENGTH_KINDS: tuple[str, ...] = ("fixed", "uniform", "normal", "zipf", "lognorma
 ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once")
 WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")
 PROMPT_MODES: tuple[str, ...] = ("token_ids", "text")
+PREFIX_SHARES: tuple[str, ...] = ("uniform", "zipf")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
@@ -179,6 +180,39 @@ class ArrivalConfig:
         _check(self.burstiness > 0, f"{key}.burstiness must be > 0, got {self.burstiness}")
 
 
+def _default_prefix_len() -> LengthDistConfig:
+    return LengthDistConfig(kind="fixed", value=64)
+
+
+@dataclass(frozen=True)
+class PrefixConfig:
+    """Shared prefixes, as ``vllm bench serve --dataset-name prefix_repetition``: each request's
+    prompt is one of ``num_prefixes`` prefixes followed by its own ``workload.prompt_len`` tokens
+    (vLLM's suffix), so its prompt length is prefix + own tokens. Checked by :meth:`check`."""
+
+    num_prefixes: int = 0
+    """How many distinct prefixes; 0 (the default) turns shared prefixes off."""
+    len: LengthDistConfig = field(default_factory=_default_prefix_len)
+    """Length of each prefix in tokens, drawn once per prefix."""
+    share: str = "uniform"
+    """How a request picks its prefix: uniform, or zipf (prefix k with weight 1/(k+1)^zipf_a)."""
+    zipf_a: float = 1.0
+    """Exponent of the zipf share (> 0; larger skews more toward prefix 0)."""
+
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (``workload.prefix.share``)."""
+        _check(
+            self.num_prefixes >= 0,
+            f"{key}.num_prefixes must be >= 0 (0 turns prefixes off), got {self.num_prefixes}",
+        )
+        _check_choice(f"{key}.share", self.share, PREFIX_SHARES)
+        _check(
+            self.zipf_a > 0 and math.isfinite(self.zipf_a),
+            f"{key}.zipf_a must be > 0, got {self.zipf_a}",
+        )
+        self.len.check(f"{key}.len")
+
+
 @dataclass(frozen=True)
 class WorkloadConfig:
     """Where requests come from: a synthetic spec or an imported trace."""
@@ -194,6 +228,8 @@ class WorkloadConfig:
     prompt_len: LengthDistConfig = field(default_factory=LengthDistConfig)
     output_len: LengthDistConfig = field(default_factory=LengthDistConfig)
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    """Shared prefixes (synthetic only); off unless ``prefix.num_prefixes`` > 0."""
     trace_file: str | None = None
     """CSV with ``num_prefill_tokens,num_decode_tokens`` and optionally ``arrived_at`` (seconds)."""
     trace_target_qps: float | None = None
@@ -217,6 +253,14 @@ class WorkloadConfig:
         self.prompt_len.check("workload.prompt_len")
         self.output_len.check("workload.output_len")
         self.arrival.check("workload.arrival")
+        self.prefix.check("workload.prefix")
+        if self.prefix.num_prefixes > 0:
+            _check(
+                self.source == "synthetic",
+                f"workload.prefix.num_prefixes={self.prefix.num_prefixes} needs "
+                f"workload.source=synthetic (a trace's prompt lengths are whole prompts), got "
+                f"{self.source}",
+            )
         _check(
             self.qps > 0 and not math.isnan(self.qps), f"workload.qps must be > 0, got {self.qps}"
         )

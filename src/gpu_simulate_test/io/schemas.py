@@ -8,15 +8,35 @@ from gpu_simulate_test.io.artifacts import Column, TableSchema
 
 TRACE_LENGTHS = TableSchema(
     name="trace_lengths",
-    version="1.0",
-    description="Per-request token lengths of a workload.",
+    version="1.1",
+    description=(
+        "Per-request token lengths of a workload; a workload with shared prefixes "
+        "(`workload.prefix`) adds which prefix each prompt starts with (optional columns, absent "
+        "without prefixes)."
+    ),
     unique="request_id",
     columns=(
         Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
-        Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=1),
+        Column(
+            "num_prefill_tokens",
+            "int",
+            "tokens",
+            "prompt length (with a shared prefix: prefix + the request's own tokens)",
+            min_value=1,
+        ),
         Column(
             "num_decode_tokens", "int", "tokens", "output length (generated tokens)", min_value=1
         ),
+    ),
+    optional=(
+        Column(
+            "prefix_id",
+            "int",
+            "",
+            "0-based id of the shared prefix the prompt starts with",
+            min_value=0,
+        ),
+        Column("prefix_len", "int", "tokens", "tokens of that prefix", min_value=1),
     ),
 )
 
@@ -61,7 +81,8 @@ PROMPT_RECORD_KEYS: tuple[str, ...] = (
     "num_prefill_tokens",
     "num_decode_tokens",
 )
-"""Keys every ``prompts.jsonl`` line carries, plus ``prompt_token_ids`` or ``prompt_text``."""
+"""Keys every ``prompts.jsonl`` line carries, plus ``prompt_token_ids`` or ``prompt_text`` (and,
+with shared prefixes, ``prefix_id`` and ``prefix_len``)."""
 
 REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cancelled")
 """Every ``status`` a request_metrics row may have: the real bench's terminal statuses

@@ -41,6 +41,15 @@ def print_summary(meta: Mapping[str, Any], path: Path) -> None:
         rows.append(
             [label, " / ".join(f"{stats[q]:.0f}" for q in ("min", "p50", "p90", "p99", "max"))]
         )
+    if "prefix" in meta:
+        prefix = meta["prefix"]
+        rows.append(
+            [
+                f"shared prefixes ({prefix['share']})",
+                f"{prefix['num_prefixes']} of {'/'.join(map(str, prefix['prefix_len_tokens']))} "
+                f"tokens; requests each {'/'.join(map(str, prefix['requests_per_prefix']))}",
+            ]
+        )
     print_table(
         f"workload {meta['workload_id']} ({meta['source']})",
         ["", "value (min/p50/p90/p99/max)"],
