@@ -28,6 +28,12 @@ ARTIFACTS = {
 }
 
 
+def assert_same_artifacts(run_a: Path, run_b: Path) -> None:
+    """Two workload runs wrote the same bytes in every artifact but the run's own record."""
+    for name in sorted(ARTIFACTS - {layout.RUN_META}):
+        assert (run_a / name).read_bytes() == (run_b / name).read_bytes(), name
+
+
 def test_default_run_writes_the_four_artifacts(tmp_path: Path) -> None:
     proc = run_cli("workload", "output.run_id=demo", cwd=tmp_path)
     run = tmp_path / "tmp" / "workload" / "demo"
@@ -60,13 +66,7 @@ def test_same_seed_same_bytes_other_seed_other_workload(tmp_path: Path) -> None:
             cwd=tmp_path,
         )
     root = tmp_path / "tmp" / "workload"
-    for name in (
-        layout.PROMPTS,
-        layout.TRACE_LENGTHS,
-        layout.TRACE_INTERVALS,
-        layout.WORKLOAD_META,
-    ):
-        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+    assert_same_artifacts(root / "a", root / "b")
     assert (root / "a" / layout.TRACE_LENGTHS).read_bytes() != (
         root / "c" / layout.TRACE_LENGTHS
     ).read_bytes()
@@ -259,13 +259,7 @@ def test_shared_prefix_preset_shares_leading_tokens(tmp_path: Path) -> None:
     for run_id in ("a", "b"):
         run_cli("workload", "workload=shared_prefix", f"output.run_id={run_id}", cwd=tmp_path)
     root = tmp_path / "tmp" / "workload"
-    for name in (
-        layout.PROMPTS,
-        layout.TRACE_LENGTHS,
-        layout.TRACE_INTERVALS,
-        layout.WORKLOAD_META,
-    ):
-        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+    assert_same_artifacts(root / "a", root / "b")
     loaded = load_workload(root / "a")
     lengths = loaded.lengths
     assert len(lengths) == 48 and set(lengths["prefix_id"]) == {0, 1, 2, 3}
