@@ -34,18 +34,27 @@ their own keys (the workload stage: `workload_id`, `num_requests`).
 `num_prefill_tokens` long) or `prompt_text` (a string the Qwen3 tokenizer turns into exactly
 `num_prefill_tokens` tokens, no special tokens). A workload with shared prefixes
 (`workload.prefix`) adds `prefix_id` and `prefix_len`: the prompt starts with that prefix's
-`prefix_len` token ids (or text), the same for every request with that `prefix_id`.
+`prefix_len` token ids (or text), the same for every request with that `prefix_id`. A
+multi-turn workload (`workload.session`, or a trace with session columns) adds `session_id`,
+`turn`, `think_time_s` and `user_tokens` (as in `trace_lengths.csv`); a turn >= 1's
+`prompt_token_ids` (or `prompt_text`) is its new user message alone, `user_tokens` long: the
+sender sends the previous turn's prompt + its output + this message, `num_prefill_tokens` in all.
 
 ### `{layout.WORKLOAD_META}` (workload stage, schema 1.0)
 
 `schema_version`, `workload_id` (fingerprint of lengths and arrivals), `source` (`synthetic`,
 `trace`, or the tool an imported run came from: `vllm_bench_serve`, `guidellm`), `seed`,
-`generator` (the workload config; its `prefix` only when prefixes are on), `model`,
+`generator` (the workload config; its `prefix` only when prefixes are on, its `session` only
+when `workload.session.enabled`), `model`,
 `max_context`, `prompt_mode`, `summary` (`num_requests`, `duration_s`, `mean_qps`,
 `total_prefill_tokens`, `total_decode_tokens`, `max_total_tokens`, and min/mean/p50/p90/p99/max
 of `num_prefill_tokens` and `num_decode_tokens`; with shared prefixes also `total_prefix_tokens`
-and `requests_per_prefix`); with shared prefixes `prefix` (`num_prefixes`, `share`, `zipf_a`,
-`prefix_len_tokens` per prefix, `requests_per_prefix`); for traces also `trace_file`,
+and `requests_per_prefix`; with sessions `duration_s` is the last session's arrival, `mean_qps`
+null, and `num_sessions`, `mean_sessions_per_s`, `total_user_tokens` are added); with shared
+prefixes `prefix` (`num_prefixes`, `share`, `zipf_a`, `prefix_len_tokens` per prefix,
+`requests_per_prefix`); with sessions `session` (`num_sessions`, `arrivals`, min/mean/p50/p90/max
+of `turns_per_session`, `user_tokens` and `think_time_s` (turns >= 1), `total_think_time_s`);
+for traces also `trace_file`,
 `trace_rows`, `clipped_requests`, `arrivals_from`, `rescaled_to_qps`; for imports (bench_import
 stage) also `imported_from`, `imported_label`, `left_out_failed_requests`.
 

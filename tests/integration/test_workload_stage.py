@@ -352,3 +352,161 @@ def test_bad_prefix_settings_exit_2_naming_the_key(
     assert proc.stdout.startswith("error:") and proc.stdout.strip().count("\n") == 0
     assert message in proc.stdout, proc.stdout
     assert not (tmp_path / "tmp" / "workload" / "bad").exists()
+
+
+def test_multi_turn_preset_writes_sessions(tmp_path: Path) -> None:
+    for run_id in ("a", "b"):
+        run_cli("workload", "workload=multi_turn", f"output.run_id={run_id}", cwd=tmp_path)
+    root = tmp_path / "tmp" / "workload"
+    assert_same_artifacts(root / "a", root / "b")
+    loaded = load_workload(root / "a")
+    lengths, intervals, sessions = loaded.lengths, loaded.intervals, loaded.sessions
+    assert sessions is not None and sessions.num_sessions == 32
+    assert list(lengths.columns)[-4:] == ["session_id", "turn", "think_time_s", "user_tokens"]
+    assert len(lengths) == loaded.meta["summary"]["num_requests"] == len(sessions.turn)
+    later = lengths["turn"] > 0
+    assert intervals.loc[later, "arrival_time_s"].isna().all()
+    assert intervals.loc[later, "inter_arrival_s"].isna().all()
+    assert intervals.loc[~later, "arrival_time_s"].notna().all()
+    assert (lengths.loc[~later, "think_time_s"] == 0).all()
+    assert lengths.loc[later, "think_time_s"].between(0.5, 2.0).all()
+    previous = lengths.shift(1)
+    grown = previous["num_prefill_tokens"] + previous["num_decode_tokens"] + lengths["user_tokens"]
+    assert (lengths.loc[later, "num_prefill_tokens"] == grown[later]).all()
+    meta = loaded.meta
+    assert meta["generator"]["session"]["enabled"] is True
+    assert meta["session"]["num_sessions"] == meta["summary"]["num_sessions"] == 32
+    assert meta["summary"]["mean_qps"] is None and meta["summary"]["mean_sessions_per_s"] > 0
+    records = _prompt_records(root / "a")
+    system = {tuple(r["prompt_token_ids"][:32]) for r in records if r["turn"] == 0}
+    assert len(system) == 1  # one system prefix, at the head of every session's turn 0
+    for record, (_, row) in zip(records, lengths.iterrows(), strict=True):
+        keys = ("session_id", "turn", "think_time_s", "user_tokens", "num_prefill_tokens")
+        assert [record[k] for k in keys] == [row[k] for k in keys]
+        # turn 0: the prefix + its message; a later turn: its new message alone
+        own = record["num_prefill_tokens"] if record["turn"] == 0 else record["user_tokens"]
+        assert len(record["prompt_token_ids"]) == own
+    with pytest.raises(ArtifactError, match="a multi-turn workload \\(32 sessions\\)"):
+        load_requests(loaded)  # independent requests at scheduled times cannot replay it
+
+
+def test_multi_turn_trace_round_trip_and_rescale(tmp_path: Path) -> None:
+    run_cli("workload", "workload=multi_turn", "output.run_id=gen", "progress=false", cwd=tmp_path)
+    generated = load_workload(tmp_path / "tmp" / "workload" / "gen")
+    trace = generated.lengths.drop(columns=["request_id", "prefix_id", "prefix_len"])
+    trace.insert(0, "arrived_at", generated.intervals["arrival_time_s"])
+    trace["session_id"] += 100  # a trace's own ids: renumbered on import
+    trace.to_csv(tmp_path / "sessions.csv", index=False)
+    for run_id, extra in (("imp", []), ("fast", ["workload.trace_target_qps=4"])):
+        run_cli(
+            "workload",
+            "workload=trace",
+            "workload.trace_file=sessions.csv",
+            f"output.run_id={run_id}",
+            "progress=false",
+            *extra,
+            cwd=tmp_path,
+        )
+    imported = load_workload(tmp_path / "tmp" / "workload" / "imp")
+    columns = ["num_prefill_tokens", "num_decode_tokens", "session_id", "turn", "user_tokens"]
+    assert imported.lengths[columns].equals(generated.lengths[columns])
+    assert imported.intervals["arrival_time_s"].equals(generated.intervals["arrival_time_s"])
+    assert (
+        imported.meta["session"]["num_sessions"] == 32
+        and "session" not in imported.meta["generator"]
+    )
+    records = _prompt_records(tmp_path / "tmp" / "workload" / "imp")
+    assert [len(r["prompt_token_ids"]) for r in records if r["turn"] > 0] == (
+        imported.lengths.loc[imported.lengths["turn"] > 0, "user_tokens"].tolist()
+    )
+    fast = load_workload(tmp_path / "tmp" / "workload" / "fast")
+    assert fast.meta["summary"]["mean_sessions_per_s"] == pytest.approx(4.0)
+    assert (
+        fast.intervals["arrival_time_s"].isna().equals(imported.intervals["arrival_time_s"].isna())
+    )
+
+
+def test_multi_turn_text_prompts_tokenize_to_their_lengths(tmp_path: Path) -> None:
+    run_cli(
+        "workload",
+        "workload=multi_turn",
+        "workload.prompt_mode=text",
+        "workload.num_requests=4",
+        "output.run_id=text",
+        "progress=false",
+        cwd=tmp_path,
+    )
+    tokenizer = load_tokenizer(None)
+    records = _prompt_records(tmp_path / "tmp" / "workload" / "text")
+    assert {r["turn"] for r in records} >= {0, 1}
+    for record in records:
+        count = len(tokenizer(record["prompt_text"], add_special_tokens=False)["input_ids"])
+        own = record["num_prefill_tokens"] if record["turn"] == 0 else record["user_tokens"]
+        assert count == own
+
+
+def test_load_workload_checks_the_sessions(tmp_path: Path) -> None:
+    run_cli("workload", "workload=multi_turn", "output.run_id=s", "progress=false", cwd=tmp_path)
+    run = tmp_path / "tmp" / "workload" / "s"
+    lengths_path, intervals_path = run / layout.TRACE_LENGTHS, run / layout.TRACE_INTERVALS
+    original = lengths_path.read_text()
+    lines = original.splitlines()
+    fields = lines[2].split(",")  # request 1: session 0's turn 1
+    assert fields[6] == "1"
+    fields[1] = str(int(fields[1]) + 1)
+    lengths_path.write_text("\n".join([*lines[:2], ",".join(fields), *lines[3:]]) + "\n")
+    with pytest.raises(
+        ArtifactError, match=r"trace_lengths\.csv: row 2, column 'num_prefill_tokens': session 0"
+    ):
+        load_workload(run)
+    lengths_path.write_text(original)
+    lines = intervals_path.read_text().splitlines()
+    assert lines[2] == "1,,"
+    intervals_path.write_text("\n".join([*lines[:2], "1,0.5,0.5", *lines[3:]]) + "\n")
+    with pytest.raises(
+        ArtifactError, match=r"trace_intervals\.csv: row 2, column 'arrival_time_s': turn 1 has"
+    ):
+        load_workload(run)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            [
+                "workload.source=trace",
+                "workload.trace_file=t.csv",
+                "workload.prefix.num_prefixes=0",
+            ],
+            "workload.session.enabled=true generates sessions (workload.source=synthetic)",
+        ),
+        (["workload.session.turns.min=0"], "workload.session.turns.min must be >= 1, got 0"),
+        (
+            ["workload.session.think_time.min_s=-1"],
+            "workload.session.think_time.min_s must be >= 0, got -1",
+        ),
+        (
+            ["workload.session.think_time.kind=gamma"],
+            "workload.session.think_time.kind='gamma' is not one of",
+        ),
+        (
+            ["workload.session.user_tokens.min=4000", "workload.session.user_tokens.max=4000"],
+            "workload: session 0 turn 1 (request 1) has",
+        ),
+    ],
+)
+def test_bad_session_settings_exit_2_naming_the_key(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    proc = run_cli(
+        "workload",
+        "workload=multi_turn",
+        *overrides,
+        "output.run_id=bad",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("error:") and proc.stdout.strip().count("\n") == 0
+    assert message in proc.stdout, proc.stdout
+    assert not (tmp_path / "tmp" / "workload" / "bad").exists()

@@ -27,7 +27,7 @@ from gpu_simulate_test.vidur_simulate.simulator import (
 from gpu_simulate_test.vidur_simulate.simulator_fast import FastLoopSimulator
 from gpu_simulate_test.vidur_simulate.simulator_v1 import VllmV1Simulator
 from gpu_simulate_test.vidur_simulate.simulator_vidur import VidurSimulator
-from gpu_simulate_test.vidur_simulate.vllm_v1 import Composition, V1Params
+from gpu_simulate_test.vidur_simulate.v1_types import Composition, V1Params
 
 SIMULATORS: tuple[type[Simulator], ...] = (
     VidurSimulator,

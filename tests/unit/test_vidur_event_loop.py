@@ -38,7 +38,8 @@ SARATHI, VLLM, ORCA = "sarathi", "vllm", "orca"
 
 
 def knobs(name: str, cap: int, **more: int) -> VidurSchedulerConfig:
-    return VidurSchedulerConfig(name=name, batch_size_cap=cap, **more)
+    # only int knobs here (block_size, chunk_size, ...)
+    return VidurSchedulerConfig(name=name, batch_size_cap=cap, **more)  # type: ignore[arg-type]
 
 
 CASES = {

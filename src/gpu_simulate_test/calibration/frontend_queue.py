@@ -207,8 +207,9 @@ def request_delays_s(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each request's first and last token's way back to the client (seconds) through
     ``queue``, in a simulated schedule whose request ids are positions in ``prompt_tokens`` and
-    ``sends_s`` (when the client sent each, on the schedule's clock). NaN where a request made
-    no token."""
+    ``sends_s`` (when the client sent each, on the schedule's clock); ``prompt_tokens``: the
+    prompt tokens each computes (less those its prefix-cache hit served). NaN where a request
+    made no token."""
     prompts = {str(i): int(p) for i, p in enumerate(np.asarray(prompt_tokens))}
     made = emitted(schedule, prompts)
     delays = queue.delivery_delays_s(

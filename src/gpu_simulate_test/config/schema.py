@@ -18,6 +18,7 @@ ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "fixed", "all_at_once"
 WORKLOAD_SOURCES: tuple[str, ...] = ("synthetic", "trace")
 PROMPT_MODES: tuple[str, ...] = ("token_ids", "text")
 PREFIX_SHARES: tuple[str, ...] = ("uniform", "zipf")
+DURATION_KINDS: tuple[str, ...] = ("fixed", "uniform", "exponential", "lognormal")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
@@ -214,15 +215,85 @@ class PrefixConfig:
 
 
 @dataclass(frozen=True)
+class DurationDistConfig:
+    """A distribution of durations in seconds (>= 0), e.g. a think time; samples are clipped to
+    [min_s, max_s]. Checked by :meth:`check` with its key (``workload.session.think_time``)."""
+
+    kind: str = "fixed"
+    """One of fixed, uniform, exponential, lognormal."""
+    value_s: float = 1.0
+    """The duration for ``fixed``."""
+    min_s: float = 0.0
+    """Lower bound (and ``uniform``'s low end)."""
+    max_s: float = 600.0
+    """Upper bound (and ``uniform``'s high end)."""
+    mean_s: float = 1.0
+    """Mean for ``exponential``; median (exp(mu)) for ``lognormal``."""
+    sigma: float = 1.0
+    """Shape (std of log) for ``lognormal``."""
+
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key``."""
+        _check_choice(f"{key}.kind", self.kind, DURATION_KINDS)
+        for name in ("value_s", "min_s", "max_s", "mean_s", "sigma"):
+            value = getattr(self, name)
+            _check(math.isfinite(value), f"{key}.{name} must be finite, got {value}")
+        _check(self.min_s >= 0, f"{key}.min_s must be >= 0, got {self.min_s}")
+        _check(
+            self.max_s >= self.min_s,
+            f"{key}.max_s ({self.max_s}) must be >= {key}.min_s ({self.min_s})",
+        )
+        _check(self.value_s >= 0, f"{key}.value_s must be >= 0, got {self.value_s}")
+        _check(self.mean_s > 0, f"{key}.mean_s must be > 0, got {self.mean_s}")
+        _check(self.sigma > 0, f"{key}.sigma must be > 0, got {self.sigma}")
+
+
+def _default_turns() -> LengthDistConfig:
+    return LengthDistConfig(kind="uniform", min=2, max=4)
+
+
+def _default_user_tokens() -> LengthDistConfig:
+    return LengthDistConfig(kind="uniform", min=8, max=32)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Multi-turn sessions (closed loop): sessions arrive as requests otherwise do
+    (``workload.arrival`` at ``workload.qps`` sessions/s, ``workload.num_requests`` of them);
+    each has ``turns`` turns, one request each. Turn 0's prompt is the optional shared prefix
+    (``workload.prefix``, one per session) + its user message; turn k >= 1 is sent
+    ``think_time`` after turn k-1's last token, its prompt the previous prompt + the previous
+    output + its own user message. Outputs are ``workload.output_len``; ``workload.prompt_len``
+    is not used. Checked by :meth:`check`."""
+
+    enabled: bool = False
+    """Generate sessions (synthetic); off by default (a trace's sessions come from its columns)."""
+    turns: LengthDistConfig = field(default_factory=_default_turns)
+    """Turns per session (>= 1), drawn once per session."""
+    user_tokens: LengthDistConfig = field(default_factory=_default_user_tokens)
+    """Tokens of each turn's new user message."""
+    think_time: DurationDistConfig = field(default_factory=DurationDistConfig)
+    """Seconds between a turn's last output token and the next turn's send (turns >= 1)."""
+
+    def check(self, key: str) -> None:
+        """Range checks; errors name the fields under ``key`` (``workload.session.turns.max``)."""
+        self.turns.check(f"{key}.turns")
+        self.user_tokens.check(f"{key}.user_tokens")
+        self.think_time.check(f"{key}.think_time")
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Where requests come from: a synthetic spec or an imported trace."""
 
     source: str = "synthetic"
     """synthetic or trace."""
     num_requests: int = 64
-    """Requests to generate (synthetic) or the first N to take (trace; 0 takes all)."""
+    """Requests to generate (synthetic) or the first N to take (trace; 0 takes all); with
+    sessions (``session.enabled``, or a trace with session columns) sessions, not requests."""
     qps: float = 2.0
-    """Mean arrival rate, requests/s (synthetic, lengths-only traces); inf sends all at once."""
+    """Mean arrival rate, requests/s (synthetic, lengths-only traces); inf sends all at once.
+    With sessions, sessions/s: the rate of each session's turn 0 (later turns are closed loop)."""
     seed: int = 0
     """Seeds every random stream of the workload (numpy SeedSequence: >= 0)."""
     prompt_len: LengthDistConfig = field(default_factory=LengthDistConfig)
@@ -230,6 +301,8 @@ class WorkloadConfig:
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
     """Shared prefixes (synthetic only); off unless ``prefix.num_prefixes`` > 0."""
+    session: SessionConfig = field(default_factory=SessionConfig)
+    """Multi-turn sessions (synthetic only); off unless ``session.enabled``."""
     trace_file: str | None = None
     """CSV with ``num_prefill_tokens,num_decode_tokens`` and optionally ``arrived_at`` (seconds)."""
     trace_target_qps: float | None = None
@@ -260,6 +333,14 @@ class WorkloadConfig:
                 f"workload.prefix.num_prefixes={self.prefix.num_prefixes} needs "
                 f"workload.source=synthetic (a trace's prompt lengths are whole prompts), got "
                 f"{self.source}",
+            )
+        self.session.check("workload.session")
+        if self.session.enabled:
+            _check(
+                self.source == "synthetic",
+                "workload.session.enabled=true generates sessions (workload.source=synthetic); "
+                "a trace's sessions come from its session_id, turn, think_time_s and user_tokens "
+                f"columns, got workload.source={self.source}",
             )
         _check(
             self.qps > 0 and not math.isnan(self.qps), f"workload.qps must be > 0, got {self.qps}"

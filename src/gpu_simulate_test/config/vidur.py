@@ -176,9 +176,17 @@ class VidurSchedulerConfig:
     """Fraction of blocks kept free when admitting new requests."""
     memory_margin_fraction: float = 0.1
     """Fraction of device memory kept free when deriving num_blocks."""
+    enable_prefix_caching: bool = False
+    """vllm_v1 only: vLLM's automatic prefix caching, block for block (``backend.
+    enable_prefix_caching`` of a vLLM backend). Vidur's own schedulers do not model it."""
 
     def __post_init__(self) -> None:
         _check_choice("vidur.scheduler.name", self.name, VIDUR_SCHEDULERS)
+        _check(
+            not self.enable_prefix_caching or self.name == "vllm_v1",
+            "vidur.scheduler.enable_prefix_caching=true needs vidur.scheduler.name=vllm_v1: "
+            f"Vidur's {self.name} scheduler does not model prefix caching",
+        )
         for name in ("batch_size_cap", "chunk_size", "max_tokens_in_batch"):
             _check(getattr(self, name) >= 1, f"vidur.scheduler.{name} must be >= 1")
         check_block_size("vidur.scheduler.block_size", self.block_size)

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_simulate_test.config.backends import VllmEngineBackendConfig
 from gpu_simulate_test.config.real_bench import BackendConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 
@@ -42,6 +43,8 @@ def derive_scheduler(
     """The Vidur scheduler that mirrors ``backend``, and whether it was derived (not as given)."""
     if backend.name in CHUNKED_BACKENDS:
         values = {vidur: getattr(backend, real) for real, vidur in HF_CB_PAIRS}
+        if isinstance(backend, VllmEngineBackendConfig):
+            values["enable_prefix_caching"] = backend.enable_prefix_caching
         return dataclasses.replace(base, name=expected_scheduler(backend.name), **values), True
     if backend.name == "hf_generate":
         chunk = max(base.chunk_size, max_prompt_tokens)
@@ -70,8 +73,10 @@ def knob_mismatches(
     if name in CHUNKED_BACKENDS:
         if scheduler.get("name") != expected_scheduler(str(name)):
             out["scheduler"] = (f"{name} (chunked prefill)", scheduler.get("name"))
-        if name in VLLM_BACKENDS and backend.get("enable_prefix_caching"):
-            out["prefix caching"] = ("on", "not modelled")
+        if name in VLLM_BACKENDS:
+            real_on = bool(backend.get("enable_prefix_caching"))
+            if real_on != bool(scheduler.get("enable_prefix_caching", False)):
+                out["prefix caching"] = (_on(real_on), _on(not real_on))
         for real, vidur in HF_CB_PAIRS:
             sim_value = num_blocks if vidur == "num_blocks" and num_blocks else scheduler.get(vidur)
             if backend.get(real) is not None and backend.get(real) != sim_value:
@@ -79,3 +84,7 @@ def knob_mismatches(
     elif name == "hf_generate" and scheduler.get("batch_size_cap") != 1:
         out["batch_size_cap"] = (1, scheduler.get("batch_size_cap"))
     return out
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"

@@ -29,7 +29,17 @@ def _token_ids(value: Any, where: str) -> tuple[int, ...]:
 
 
 def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[BenchRequest]:
-    """The workload's requests in arrival order, with prompts checked against the lengths."""
+    """The workload's requests in arrival order, with prompts checked against the lengths.
+
+    A multi-turn workload is refused: its later turns have no scheduled arrival and their prompt
+    lines hold only the new user message (``workload.sessions``, :mod:`.sessions`)."""
+    if workload.sessions is not None:
+        raise ArtifactError(
+            f"{workload.path}: a multi-turn workload ({workload.sessions.num_sessions} sessions): "
+            "a turn >= 1 is sent think_time_s after the previous turn's last token, its prompt "
+            "the conversation so far; this replay sends independent requests at scheduled times "
+            "and does not run sessions"
+        )
     prompts_path = workload.path / layout.PROMPTS
     prompts = {int(p["request_id"]): p for p in read_jsonl(prompts_path)}
     prefill_of = dict(

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from gpu_simulate_test.config.schema import ArrivalConfig, LengthDistConfig
+from gpu_simulate_test.config.schema import ArrivalConfig, DurationDistConfig, LengthDistConfig
 
 
 def sample_lengths(cfg: LengthDistConfig, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -25,6 +25,22 @@ def sample_lengths(cfg: LengthDistConfig, n: int, rng: np.random.Generator) -> n
     else:  # pragma: no cover - the config rejects other kinds
         raise ValueError(f"unknown length distribution {cfg.kind!r}")
     return np.clip(np.rint(raw), cfg.min, cfg.max).astype(np.int64)
+
+
+def sample_durations(cfg: DurationDistConfig, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draw ``n`` durations in seconds (float64), clipped to ``[cfg.min_s, cfg.max_s]`` and
+    rounded to the microsecond (the resolution of a workload's fingerprint)."""
+    if cfg.kind == "fixed":
+        raw = np.full(n, float(cfg.value_s))
+    elif cfg.kind == "uniform":
+        raw = rng.uniform(cfg.min_s, cfg.max_s, size=n)
+    elif cfg.kind == "exponential":
+        raw = rng.exponential(cfg.mean_s, size=n)
+    elif cfg.kind == "lognormal":
+        raw = np.exp(rng.normal(math.log(cfg.mean_s), cfg.sigma, size=n))
+    else:  # pragma: no cover - the config rejects other kinds
+        raise ValueError(f"unknown duration distribution {cfg.kind!r}")
+    return np.round(np.clip(raw, cfg.min_s, cfg.max_s), 6)
 
 
 def sample_arrivals(cfg: ArrivalConfig, n: int, qps: float, rng: np.random.Generator) -> np.ndarray:

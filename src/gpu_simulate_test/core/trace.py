@@ -1,4 +1,6 @@
-"""Import a real trace CSV (Vidur's processed-trace format) with clear errors on bad rows."""
+"""Import a real trace CSV (Vidur's processed-trace format) with clear errors on bad rows; a
+multi-turn trace (the session columns, :data:`gpu_simulate_test.core.sessions.SESSION_KEYS`) is
+checked as a workload's sessions are (:func:`gpu_simulate_test.core.sessions.check_sessions`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from gpu_simulate_test.core.sessions import (
+    SESSION_KEYS,
+    Sessions,
+    check_session_arrivals,
+    check_sessions,
+    sessions_from_frame,
+    take_sessions,
+)
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv_text, validate_frame
 from gpu_simulate_test.io.schemas import TRACE_IMPORT, TRACE_IMPORT_ARRIVED_AT
 
@@ -17,6 +28,12 @@ TRACE_IMPORT_TIMED = dataclasses.replace(
     columns=(TRACE_IMPORT_ARRIVED_AT, *TRACE_IMPORT.columns),
     sorted_by=TRACE_IMPORT_ARRIVED_AT.name,
 )
+TRACE_IMPORT_SESSIONS_TIMED = dataclasses.replace(
+    TRACE_IMPORT_TIMED,
+    name="trace_import_sessions_timed",
+    columns=(dataclasses.replace(TRACE_IMPORT_ARRIVED_AT, nullable=True), *TRACE_IMPORT.columns),
+)
+"""A multi-turn trace with arrivals: only each session's turn 0 has one (checked after)."""
 TRACE_EXPECTED = "a trace CSV (num_prefill_tokens, num_decode_tokens, optional arrived_at)"
 """What a trace file should be, for error messages."""
 
@@ -30,6 +47,9 @@ class ImportedTrace:
     arrived_at_s: np.ndarray | None
     total_rows: int
     clipped_rows: int
+    sessions: Sessions | None = None
+    """A multi-turn trace's sessions (ids renumbered 0, 1, ... in order); ``arrived_at_s`` is then
+    NaN on every turn >= 1."""
 
 
 def load_trace(
@@ -41,7 +61,8 @@ def load_trace(
     """Read ``path``, take the first ``max_requests`` rows (0: all) and check every length.
 
     Lengths whose sum exceeds ``max_context`` fail (naming the row) unless clipping is on, in
-    which case the prompt is shortened first, then the output.
+    which case the prompt is shortened first, then the output. A multi-turn trace takes the first
+    ``max_requests`` sessions, every row checked first; it is never clipped.
     """
     p = Path(path)
     if not p.is_file():
@@ -50,9 +71,11 @@ def load_trace(
     total_rows = len(frame)
     if total_rows == 0:
         raise ArtifactError(f"{p}: trace has a header but no rows")
+    timed = TRACE_IMPORT_ARRIVED_AT.name in frame.columns
+    if any(key in frame.columns for key in SESSION_KEYS):
+        return _load_sessions(p, frame, timed, max_requests, max_context)
     if max_requests:
         frame = frame.head(max_requests)
-    timed = TRACE_IMPORT_ARRIVED_AT.name in frame.columns
     checked = validate_frame(frame, TRACE_IMPORT_TIMED if timed else TRACE_IMPORT, where=str(p))
     prefill = checked["num_prefill_tokens"].to_numpy(dtype=np.int64).copy()
     decode = checked["num_decode_tokens"].to_numpy(dtype=np.int64).copy()
@@ -69,3 +92,31 @@ def load_trace(
         prefill = np.minimum(prefill, max_context - decode)
     arrived = checked["arrived_at"].to_numpy(dtype=float) if timed else None
     return ImportedTrace(prefill, decode, arrived, total_rows, int(too_long.size))
+
+
+def _load_sessions(
+    path: Path, frame: pd.DataFrame, timed: bool, max_sessions: int, max_context: int
+) -> ImportedTrace:
+    """A multi-turn trace: every row checked (the session invariants too), then the first
+    ``max_sessions`` sessions (0: all) taken."""
+    where = str(path)
+    schema = TRACE_IMPORT_SESSIONS_TIMED if timed else TRACE_IMPORT
+    checked = validate_frame(frame, schema, where=where)
+    sessions = sessions_from_frame(checked, where)
+    assert sessions is not None  # the caller saw a session column
+    prefill = checked["num_prefill_tokens"].to_numpy(dtype=np.int64)
+    decode = checked["num_decode_tokens"].to_numpy(dtype=np.int64)
+    check_sessions(where, sessions, prefill, decode, max_context)
+    arrived = None
+    if timed:
+        arrived = checked[TRACE_IMPORT_ARRIVED_AT.name].to_numpy(dtype=float)
+        check_session_arrivals(where, TRACE_IMPORT_ARRIVED_AT.name, arrived, sessions.turn)
+    taken, rows = take_sessions(sessions, max_sessions)
+    return ImportedTrace(
+        prefill[:rows].copy(),
+        decode[:rows].copy(),
+        None if arrived is None else arrived[:rows].copy(),
+        len(frame),
+        0,
+        taken,
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,15 @@ from gpu_simulate_test.core.prefixes import SharedPrefixes, describe, draw_prefi
 from gpu_simulate_test.core.prompts import exact_text_prompts, load_tokenizer, random_token_ids
 from gpu_simulate_test.core.reporting import progress_bar
 from gpu_simulate_test.core.sampling import rescale_to_qps, sample_arrivals, sample_lengths
+from gpu_simulate_test.core.sessions import (
+    Sessions,
+    check_session_arrivals,
+    check_sessions,
+    conversation_prompts,
+    draw_sessions,
+    sessions_from_frame,
+)
+from gpu_simulate_test.core.sessions import describe as describe_sessions
 from gpu_simulate_test.core.trace import load_trace
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
@@ -45,12 +54,15 @@ LENGTH_STATS: tuple[str, ...] = ("min", "mean", *pct.names((50, 90, 99)), "max")
 class Workload:
     """Lengths and arrival times of every request, in arrival order; prompts are separate.
 
-    ``num_prefill_tokens`` is the whole prompt: with shared prefixes, prefix + own tokens."""
+    ``num_prefill_tokens`` is the whole prompt: with shared prefixes, prefix + own tokens; in a
+    session's turn >= 1, the conversation so far. With sessions, rows go session by session and
+    ``arrival_time_s`` is NaN on every turn >= 1 (closed loop, :mod:`.sessions`)."""
 
     num_prefill_tokens: np.ndarray
     num_decode_tokens: np.ndarray
     arrival_time_s: np.ndarray
     prefixes: SharedPrefixes | None = None
+    sessions: Sessions | None = None
 
     @property
     def num_requests(self) -> int:
@@ -61,56 +73,109 @@ class Workload:
         digest = hashlib.sha256()
         digest.update(self.num_prefill_tokens.astype("<i8").tobytes())
         digest.update(self.num_decode_tokens.astype("<i8").tobytes())
-        digest.update(np.rint(self.arrival_time_s * 1e6).astype("<i8").tobytes())
+        arrival_us = np.rint(np.nan_to_num(self.arrival_time_s, nan=-1e-6) * 1e6)
+        digest.update(arrival_us.astype("<i8").tobytes())  # a turn >= 1's empty arrival as -1
         if self.prefixes is not None:  # which requests share a prefix (absent: as before)
             digest.update(self.prefixes.prefix_id.astype("<i8").tobytes())
             digest.update(self.prefixes.request_prefix_len.astype("<i8").tobytes())
+        if self.sessions is not None:  # the sessions and their think times (absent: as before)
+            for key, values in self.sessions.columns().items():
+                scale = 1e6 if key == "think_time_s" else 1
+                digest.update(np.rint(values * scale).astype("<i8").tobytes())
         return "wl-" + digest.hexdigest()[:12]
 
 
 def generate(cfg: WorkloadConfig, model: ModelConfig) -> tuple[Workload, dict[str, Any]]:
     """Sample (synthetic) or import (trace) the requests; returns them and notes for the meta."""
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(3)]
-    notes: dict[str, Any] = {}
+    if cfg.source != "synthetic":
+        return _from_trace(cfg, model, streams[2])
+    if cfg.session.enabled:
+        return _synthetic_sessions(cfg, model, streams[2]), {}
     max_context = model.max_position_embeddings
-    prefixes: SharedPrefixes | None = None
-    if cfg.source == "synthetic":
-        prefill = sample_lengths(cfg.prompt_len, cfg.num_requests, streams[0])
-        decode = sample_lengths(cfg.output_len, cfg.num_requests, streams[1])
-        prefixes = draw_prefixes(cfg.prefix, cfg.seed, cfg.num_requests)
-        if prefixes is not None:
-            _check_prefixes_fit(prefixes, model)
-            prefill = prefill + prefixes.request_prefix_len
-        too_long = np.flatnonzero(prefill + decode > max_context)
-        if too_long.size:
-            row = int(too_long[0])
-            lower = "workload.prefix.len / " if prefixes is not None else ""
-            raise ArtifactError(
-                f"workload: request {row} has {prefill[row]} prompt + {decode[row]} output tokens, "
-                f"over model {model.name}'s max context {max_context}; lower "
-                f"{lower}workload.prompt_len.max / workload.output_len.max"
-            )
-        arrivals = sample_arrivals(cfg.arrival, cfg.num_requests, cfg.qps, streams[2])
-    else:
-        assert cfg.trace_file is not None  # checked by WorkloadConfig
-        trace = load_trace(cfg.trace_file, cfg.num_requests, max_context, cfg.clip_to_max_context)
-        prefill, decode = trace.num_prefill_tokens, trace.num_decode_tokens
-        if trace.arrived_at_s is not None:
-            arrivals = trace.arrived_at_s - trace.arrived_at_s[0]
-            notes["arrivals_from"] = "trace"
-        else:
-            arrivals = sample_arrivals(cfg.arrival, len(prefill), cfg.qps, streams[2])
-            notes["arrivals_from"] = f"generated ({cfg.arrival.process}, qps={cfg.qps})"
-        if cfg.trace_target_qps is not None:
-            _check_rescalable(arrivals, cfg, str(notes["arrivals_from"]))
-            arrivals = rescale_to_qps(arrivals, cfg.trace_target_qps)
-            notes["rescaled_to_qps"] = cfg.trace_target_qps
-        notes.update(
-            trace_file=str(cfg.trace_file),
-            trace_rows=trace.total_rows,
-            clipped_requests=trace.clipped_rows,
+    prefill = sample_lengths(cfg.prompt_len, cfg.num_requests, streams[0])
+    decode = sample_lengths(cfg.output_len, cfg.num_requests, streams[1])
+    prefixes = draw_prefixes(cfg.prefix, cfg.seed, cfg.num_requests)
+    if prefixes is not None:
+        _check_prefixes_fit(prefixes, model)
+        prefill = prefill + prefixes.request_prefix_len
+    too_long = np.flatnonzero(prefill + decode > max_context)
+    if too_long.size:
+        row = int(too_long[0])
+        lower = "workload.prefix.len / " if prefixes is not None else ""
+        raise ArtifactError(
+            f"workload: request {row} has {prefill[row]} prompt + {decode[row]} output tokens, "
+            f"over model {model.name}'s max context {max_context}; lower "
+            f"{lower}workload.prompt_len.max / workload.output_len.max"
         )
-    return Workload(prefill, decode, np.asarray(arrivals, dtype=float), prefixes), notes
+    arrivals = sample_arrivals(cfg.arrival, cfg.num_requests, cfg.qps, streams[2])
+    return Workload(prefill, decode, np.asarray(arrivals, dtype=float), prefixes), {}
+
+
+def _synthetic_sessions(
+    cfg: WorkloadConfig, model: ModelConfig, arrival_rng: np.random.Generator
+) -> Workload:
+    """``workload.num_requests`` sessions arriving at ``workload.qps`` sessions/s, each turn a
+    request whose prompt is the conversation so far; a session's prefix, if any, leads turn 0."""
+    num_sessions = cfg.num_requests
+    sessions, decode = draw_sessions(cfg.session, cfg.output_len, cfg.seed, num_sessions)
+    prefixes = draw_prefixes(cfg.prefix, cfg.seed, num_sessions)  # one per session
+    first_prefix_len = np.zeros(len(decode), dtype=np.int64)
+    if prefixes is not None:
+        _check_prefixes_fit(prefixes, model)
+        prefixes = replace(prefixes, prefix_id=prefixes.prefix_id[sessions.session_id])
+        first_prefix_len = prefixes.request_prefix_len
+    prefill = conversation_prompts(sessions, decode, first_prefix_len)
+    max_context = model.max_position_embeddings
+    too_long = np.flatnonzero(prefill + decode > max_context)
+    if too_long.size:
+        row = int(too_long[0])
+        lower = "workload.prefix.len / " if prefixes is not None else ""
+        raise ArtifactError(
+            f"workload: session {sessions.session_id[row]} turn {sessions.turn[row]} (request "
+            f"{row}) has {prefill[row]} prompt + {decode[row]} output tokens, over model "
+            f"{model.name}'s max context {max_context}; lower {lower}workload.session.turns.max "
+            "/ workload.session.user_tokens.max / workload.output_len.max"
+        )
+    starts = sample_arrivals(cfg.arrival, num_sessions, cfg.qps, arrival_rng)
+    return Workload(prefill, decode, sessions.per_request(starts), prefixes, sessions)
+
+
+def _from_trace(
+    cfg: WorkloadConfig, model: ModelConfig, arrival_rng: np.random.Generator
+) -> tuple[Workload, dict[str, Any]]:
+    """The requests of ``workload.trace_file``; a multi-turn trace's rate is sessions/s."""
+    assert cfg.trace_file is not None  # checked by WorkloadConfig
+    trace = load_trace(
+        cfg.trace_file, cfg.num_requests, model.max_position_embeddings, cfg.clip_to_max_context
+    )
+    sessions = trace.sessions
+    notes: dict[str, Any] = {}
+    if trace.arrived_at_s is not None:  # a session's later turns stay NaN
+        starts = trace.arrived_at_s if sessions is None else trace.arrived_at_s[sessions.first_rows]
+        starts = starts - starts[0]
+        notes["arrivals_from"] = "trace"
+    else:
+        units = len(trace.num_prefill_tokens) if sessions is None else sessions.num_sessions
+        starts = sample_arrivals(cfg.arrival, units, cfg.qps, arrival_rng)
+        notes["arrivals_from"] = f"generated ({cfg.arrival.process}, qps={cfg.qps})"
+    if cfg.trace_target_qps is not None:
+        _check_rescalable(starts, cfg, str(notes["arrivals_from"]))
+        starts = rescale_to_qps(starts, cfg.trace_target_qps)
+        notes["rescaled_to_qps"] = cfg.trace_target_qps
+    arrivals = starts if sessions is None else sessions.per_request(starts)
+    notes.update(
+        trace_file=str(cfg.trace_file),
+        trace_rows=trace.total_rows,
+        clipped_requests=trace.clipped_rows,
+    )
+    workload = Workload(
+        trace.num_prefill_tokens,
+        trace.num_decode_tokens,
+        np.asarray(arrivals, dtype=float),
+        sessions=sessions,
+    )
+    return workload, notes
 
 
 def _check_prefixes_fit(prefixes: SharedPrefixes, model: ModelConfig) -> None:
@@ -146,8 +211,10 @@ def _check_rescalable(arrivals: np.ndarray, cfg: WorkloadConfig, arrivals_from: 
 
 def summarize(workload: Workload) -> dict[str, Any]:
     """Counts, duration, achieved request rate and length statistics (:data:`LENGTH_STATS`,
-    NaN for a workload without requests)."""
-    duration = float(workload.arrival_time_s[-1]) if workload.num_requests else 0.0
+    NaN for a workload without requests). With sessions the duration is the last session's
+    arrival and the rate is sessions/s (``mean_sessions_per_s``; ``mean_qps`` None)."""
+    arrivals = workload.arrival_time_s[~np.isnan(workload.arrival_time_s)]  # sessions: turn 0s
+    duration = float(arrivals[-1]) if arrivals.size else 0.0
     total = workload.num_prefill_tokens + workload.num_decode_tokens
     shared: dict[str, Any] = {}
     if workload.prefixes is not None:
@@ -155,10 +222,18 @@ def summarize(workload: Workload) -> dict[str, Any]:
             "total_prefix_tokens": int(workload.prefixes.request_prefix_len.sum()),
             "requests_per_prefix": workload.prefixes.requests_per_prefix(),
         }
+    mean_qps = (workload.num_requests - 1) / duration if duration > 0 else None
+    if workload.sessions is not None:  # the request rate is the closed loop's: none set here
+        mean_qps = None
+        shared |= {
+            "num_sessions": len(arrivals),
+            "mean_sessions_per_s": (len(arrivals) - 1) / duration if duration > 0 else None,
+            "total_user_tokens": int(workload.sessions.user_tokens.sum()),
+        }
     return {
         "num_requests": workload.num_requests,
         "duration_s": duration,
-        "mean_qps": (workload.num_requests - 1) / duration if duration > 0 else None,
+        "mean_qps": mean_qps,
         "total_prefill_tokens": int(workload.num_prefill_tokens.sum()),
         "total_decode_tokens": int(workload.num_decode_tokens.sum()),
         "num_prefill_tokens": pct.describe(workload.num_prefill_tokens).stats(LENGTH_STATS),
@@ -174,18 +249,18 @@ def _write_prompts(
     """Write ``prompts.jsonl`` in chunks, with a progress bar; atomic like every artifact.
 
     A request with a shared prefix gets that prefix's tokens (or text) followed by its own, drawn
-    from the prompt stream exactly as a request without a prefix would be."""
+    from the prompt stream exactly as a request without a prefix would be. A session's turn 0
+    is its prefix + its user message; a later turn's line holds its new user message alone (the
+    sender adds the conversation so far)."""
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 1]))
     tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.prompt_mode == "text" else None
-    prefixes = workload.prefixes
+    own_lengths, lead = _prompt_parts(workload)
     prefix_prompts: list[Any] = []
-    own_lengths = workload.num_prefill_tokens
-    if prefixes is not None:
-        own_lengths = own_lengths - prefixes.request_prefix_len
+    if workload.prefixes is not None:
         if tokenizer is None:
-            prefix_prompts = prefixes.token_ids(model.vocab_size)
+            prefix_prompts = workload.prefixes.token_ids(model.vocab_size)
         else:
-            prefix_prompts = prefixes.texts(tokenizer)
+            prefix_prompts = workload.prefixes.texts(tokenizer)
     n = workload.num_requests
     with atomic_open(path) as handle, progress_bar("writing prompts", n, show_progress) as advance:
         for start in range(0, n, PROMPT_WRITE_CHUNK):
@@ -195,33 +270,56 @@ def _write_prompts(
             if tokenizer is None:
                 for offset, ids in enumerate(random_token_ids(lengths, model.vocab_size, rng)):
                     i = start + offset
-                    if prefixes is not None:
-                        ids = np.concatenate([prefix_prompts[prefixes.prefix_id[i]], ids])
+                    if lead[i] >= 0:
+                        ids = np.concatenate([prefix_prompts[lead[i]], ids])
                     lines.append(
                         f'{{"num_decode_tokens": {workload.num_decode_tokens[i]}, '
                         f'"num_prefill_tokens": {workload.num_prefill_tokens[i]}, '
-                        f"{_prefix_keys(prefixes, i)}"
+                        f"{_prefix_keys(workload.prefixes, i)}"
                         f'"prompt_token_ids": [{", ".join(map(str, ids.tolist()))}], '
-                        f'"request_id": {i}}}\n'
+                        f'"request_id": {i}{_session_keys(workload.sessions, i)}}}\n'
                     )
             else:
                 for offset, text in enumerate(exact_text_prompts(lengths.tolist(), tokenizer, rng)):
                     i = start + offset
-                    record: dict[str, Any] = {
-                        "num_decode_tokens": int(workload.num_decode_tokens[i]),
-                        "num_prefill_tokens": int(workload.num_prefill_tokens[i]),
-                        "prompt_text": text,
-                        "request_id": i,
-                    }
-                    if prefixes is not None:
+                    record = _text_record(workload, i, text)
+                    if lead[i] >= 0:
                         record["prompt_text"] = _joined_text(
-                            prefix_prompts[prefixes.prefix_id[i]], text, tokenizer, record
+                            prefix_prompts[lead[i]], text, tokenizer, record
                         )
-                        record["prefix_id"] = int(prefixes.prefix_id[i])
-                        record["prefix_len"] = int(prefixes.request_prefix_len[i])
                     lines.append(json.dumps(record, sort_keys=True) + "\n")
             handle.write("".join(lines))
             advance(stop - start)
+
+
+def _prompt_parts(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, the tokens its line draws from the prompt stream, and the prefix the line
+    starts with (-1: none; a session's turn >= 1 holds its new user message alone)."""
+    own = workload.num_prefill_tokens
+    lead = np.full(workload.num_requests, -1, dtype=np.int64)
+    if workload.prefixes is not None:
+        own = own - workload.prefixes.request_prefix_len
+        lead = workload.prefixes.prefix_id.copy()
+    if workload.sessions is not None:
+        own = workload.sessions.user_tokens
+        lead[workload.sessions.turn > 0] = -1
+    return own, lead
+
+
+def _text_record(workload: Workload, i: int, text: str) -> dict[str, Any]:
+    """The ``prompts.jsonl`` record of request ``i`` with a text prompt."""
+    record: dict[str, Any] = {
+        "num_decode_tokens": int(workload.num_decode_tokens[i]),
+        "num_prefill_tokens": int(workload.num_prefill_tokens[i]),
+        "prompt_text": text,
+        "request_id": i,
+    }
+    if workload.prefixes is not None:
+        record["prefix_id"] = int(workload.prefixes.prefix_id[i])
+        record["prefix_len"] = int(workload.prefixes.request_prefix_len[i])
+    if workload.sessions is not None:
+        record.update(_session_values(workload.sessions, i))
+    return record
 
 
 def _prefix_keys(prefixes: SharedPrefixes | None, i: int) -> str:
@@ -229,6 +327,24 @@ def _prefix_keys(prefixes: SharedPrefixes | None, i: int) -> str:
     if prefixes is None:
         return ""
     return f'"prefix_id": {prefixes.prefix_id[i]}, "prefix_len": {prefixes.request_prefix_len[i]}, '
+
+
+def _session_values(sessions: Sessions, i: int) -> dict[str, Any]:
+    return {
+        "session_id": int(sessions.session_id[i]),
+        "think_time_s": float(sessions.think_time_s[i]),
+        "turn": int(sessions.turn[i]),
+        "user_tokens": int(sessions.user_tokens[i]),
+    }
+
+
+def _session_keys(sessions: Sessions | None, i: int) -> str:
+    """Request ``i``'s session keys, as JSON members after ``request_id`` (none without)."""
+    if sessions is None:
+        return ""
+    return "".join(
+        f", {json.dumps(k)}: {json.dumps(v)}" for k, v in _session_values(sessions, i).items()
+    )
 
 
 def _joined_text(prefix: str, own: str, tokenizer: Any, record: Mapping[str, Any]) -> str:
@@ -262,26 +378,31 @@ def write_workload(
     if workload.prefixes is not None:
         lengths["prefix_id"] = workload.prefixes.prefix_id
         lengths["prefix_len"] = workload.prefixes.request_prefix_len
+    if workload.sessions is not None:
+        lengths.update(workload.sessions.columns())
     write_csv(run.file(layout.TRACE_LENGTHS), pd.DataFrame(lengths), TRACE_LENGTHS)
     arrivals = workload.arrival_time_s
+    if workload.sessions is None:
+        gaps = np.diff(arrivals, prepend=arrivals[:1])
+    else:  # between session starts; empty where the arrival is (a turn >= 1)
+        starts = arrivals[workload.sessions.first_rows]
+        gaps = workload.sessions.per_request(np.diff(starts, prepend=starts[:1]))
     write_csv(
         run.file(layout.TRACE_INTERVALS),
-        pd.DataFrame(
-            {
-                "request_id": ids,
-                "arrival_time_s": arrivals,
-                "inter_arrival_s": np.diff(arrivals, prepend=arrivals[:1]),
-            }
-        ),
+        pd.DataFrame({"request_id": ids, "arrival_time_s": arrivals, "inter_arrival_s": gaps}),
         TRACE_INTERVALS,
     )
     _write_prompts(run.file(layout.PROMPTS), workload, cfg, model, show_progress)
     generator = asdict(cfg)
-    prefix: dict[str, Any] = {}
+    drawn: dict[str, Any] = {}
     if workload.prefixes is None:
         del generator["prefix"]  # off: the meta stays as it was before prefixes existed
     else:
-        prefix = {"prefix": describe(workload.prefixes, cfg.prefix)}
+        drawn["prefix"] = describe(workload.prefixes, cfg.prefix)
+    if not cfg.session.enabled:
+        del generator["session"]  # off (or a trace's own): as before sessions existed
+    if workload.sessions is not None:
+        drawn["session"] = describe_sessions(workload.sessions)
     meta = {
         "schema_version": WORKLOAD_META_VERSION,
         "workload_id": workload.fingerprint(),
@@ -292,7 +413,7 @@ def write_workload(
         "max_context": model.max_position_embeddings,
         "prompt_mode": cfg.prompt_mode,
         "summary": summarize(workload),
-        **prefix,
+        **drawn,
         **notes,
     }
     write_json(run.file(layout.WORKLOAD_META), meta)
@@ -307,6 +428,9 @@ class LoadedWorkload:
     meta: dict[str, Any]
     lengths: pd.DataFrame
     intervals: pd.DataFrame
+    sessions: Sessions | None = None
+    """A multi-turn workload's sessions (``trace_lengths.csv``'s session columns), checked on
+    load; None without them."""
 
     @property
     def workload_id(self) -> str:
@@ -324,4 +448,25 @@ def load_workload(path: Path | str) -> LoadedWorkload:
         raise ArtifactError(
             f"{p}: request_id of {layout.TRACE_LENGTHS} and {layout.TRACE_INTERVALS} differ"
         )
-    return LoadedWorkload(p, meta, lengths, intervals)
+    sessions = sessions_from_frame(lengths, str(p / layout.TRACE_LENGTHS))
+    arrivals = intervals["arrival_time_s"].to_numpy(dtype=float)
+    if sessions is None:
+        empty = np.flatnonzero(np.isnan(arrivals))
+        if empty.size:
+            raise ArtifactError(
+                f"{p / layout.TRACE_INTERVALS}: row {int(empty[0]) + 1}, column 'arrival_time_s': "
+                f"empty value (only a session's turn >= 1 has none, and {layout.TRACE_LENGTHS} "
+                "has no sessions)"
+            )
+    else:
+        check_sessions(
+            str(p / layout.TRACE_LENGTHS),
+            sessions,
+            lengths["num_prefill_tokens"].to_numpy(dtype=np.int64),
+            lengths["num_decode_tokens"].to_numpy(dtype=np.int64),
+            meta.get("max_context"),
+        )
+        check_session_arrivals(
+            str(p / layout.TRACE_INTERVALS), "arrival_time_s", arrivals, sessions.turn
+        )
+    return LoadedWorkload(p, meta, lengths, intervals, sessions)

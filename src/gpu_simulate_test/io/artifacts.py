@@ -331,12 +331,13 @@ def validate_frame(frame: pd.DataFrame, schema: TableSchema, where: str = "") ->
             )
     if schema.sorted_by is not None and len(out) > 1:
         values = out[schema.sorted_by].to_numpy(dtype=float)
-        drops = np.flatnonzero(np.diff(values) < 0)
+        present = np.flatnonzero(~np.isnan(values))  # a nullable column's empty cells are skipped
+        drops = np.flatnonzero(np.diff(values[present]) < 0)
         if drops.size:
-            row = int(drops[0]) + 1
+            row, previous = int(present[drops[0] + 1]), int(present[drops[0]])
             raise ArtifactError(
                 f"{where}: row {row + 1}, column {schema.sorted_by!r}: values must be sorted "
-                f"(non-decreasing); {values[row]:g} follows {values[row - 1]:g}"
+                f"(non-decreasing); {values[row]:g} follows {values[previous]:g}"
             )
     return out
 

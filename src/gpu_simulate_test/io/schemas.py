@@ -6,17 +6,51 @@ from __future__ import annotations
 
 from gpu_simulate_test.io.artifacts import Column, TableSchema
 
+SESSION_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "session_id",
+        "int",
+        "",
+        "0-based session (conversation); a session's rows are contiguous, in turn order",
+        min_value=0,
+    ),
+    Column("turn", "int", "", "0-based turn within the session", min_value=0),
+    Column(
+        "think_time_s",
+        "float",
+        "s",
+        "wait after the previous turn's last token before this turn is sent (0 for turn 0)",
+        min_value=0,
+    ),
+    Column(
+        "user_tokens",
+        "int",
+        "tokens",
+        "tokens of the turn's new user message; turn >= 1: num_prefill_tokens = the previous "
+        "turn's num_prefill_tokens + num_decode_tokens + user_tokens",
+        min_value=1,
+    ),
+)
+"""A multi-turn workload's columns (``workload.session``, or a trace's own): all four or none."""
+
 TRACE_LENGTHS = TableSchema(
     name="trace_lengths",
-    version="1.1",
+    version="1.2",
     description=(
         "Per-request token lengths of a workload; a workload with shared prefixes "
-        "(`workload.prefix`) adds which prefix each prompt starts with (optional columns, absent "
-        "without prefixes)."
+        "(`workload.prefix`) adds which prefix each prompt starts with, a multi-turn one "
+        "(`workload.session`) each request's session and turn (optional columns, absent "
+        "without them)."
     ),
     unique="request_id",
     columns=(
-        Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
+        Column(
+            "request_id",
+            "int",
+            "",
+            "0-based request index, in arrival order (sessions: by session, turns in order)",
+            min_value=0,
+        ),
         Column(
             "num_prefill_tokens",
             "int",
@@ -37,25 +71,42 @@ TRACE_LENGTHS = TableSchema(
             min_value=0,
         ),
         Column("prefix_len", "int", "tokens", "tokens of that prefix", min_value=1),
+        *SESSION_COLUMNS,
     ),
 )
 
 TRACE_INTERVALS = TableSchema(
     name="trace_intervals",
-    version="1.0",
-    description="Per-request arrival times of a workload, relative to the first request.",
+    version="1.1",
+    description=(
+        "Per-request arrival times of a workload, relative to the first request; in a "
+        "multi-turn workload only a session's turn 0 has one (turns >= 1 are empty: each is sent "
+        "think_time_s after the previous turn's last token)."
+    ),
     unique="request_id",
     sorted_by="arrival_time_s",
     columns=(
-        Column("request_id", "int", "", "0-based request index, in arrival order", min_value=0),
         Column(
-            "arrival_time_s", "float", "s", "arrival time from the start of the run", min_value=0
+            "request_id",
+            "int",
+            "",
+            "0-based request index, in arrival order (sessions: by session, turns in order)",
+            min_value=0,
+        ),
+        Column(
+            "arrival_time_s",
+            "float",
+            "s",
+            "arrival time from the start of the run (empty only for a session's turn >= 1)",
+            nullable=True,
+            min_value=0,
         ),
         Column(
             "inter_arrival_s",
             "float",
             "s",
-            "gap to the previous arrival (0 for the first)",
+            "gap to the previous arrival (0 for the first; empty where arrival_time_s is)",
+            nullable=True,
             min_value=0,
         ),
     ),
@@ -63,15 +114,17 @@ TRACE_INTERVALS = TableSchema(
 
 TRACE_IMPORT = TableSchema(
     name="trace_import",
-    version="1.0",
+    version="1.1",
     description=(
         "A real trace to import (Vidur's processed traces): arrived_at is optional; without it, "
-        "arrivals are generated."
+        "arrivals are generated. A multi-turn trace adds the four session columns (all or none); "
+        "its arrived_at is then empty for every turn >= 1."
     ),
     columns=(
         Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=1),
         Column("num_decode_tokens", "int", "tokens", "output length", min_value=1),
     ),
+    optional=SESSION_COLUMNS,
 )
 
 TRACE_IMPORT_ARRIVED_AT = Column("arrived_at", "float", "s", "arrival time", min_value=0)
@@ -82,7 +135,8 @@ PROMPT_RECORD_KEYS: tuple[str, ...] = (
     "num_decode_tokens",
 )
 """Keys every ``prompts.jsonl`` line carries, plus ``prompt_token_ids`` or ``prompt_text`` (and,
-with shared prefixes, ``prefix_id`` and ``prefix_len``)."""
+with shared prefixes, ``prefix_id`` and ``prefix_len``; with sessions, ``session_id``, ``turn``,
+``think_time_s`` and ``user_tokens``, and a turn >= 1's prompt is its new user message only)."""
 
 REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cancelled")
 """Every ``status`` a request_metrics row may have: the real bench's terminal statuses
@@ -154,12 +208,36 @@ ENGINE_CLOCK_COLUMNS: tuple[Column, ...] = (
 """The engine's own clock for each request, where the backend has one (``hf_cb``,
 ``vllm_engine``; empty for the others): what Vidur models, without the front end."""
 
+PREFIX_CACHE_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "cached_tokens",
+        "int",
+        "tokens",
+        "prompt tokens the engine found in its prefix cache, as the server reported them "
+        "(usage.prompt_tokens_details.cached_tokens); empty where it reported none",
+        nullable=True,
+        min_value=0,
+    ),
+    Column(
+        "engine_cached_tokens",
+        "int",
+        "tokens",
+        "the same as the engine's scheduler recorded it (the hit at the request's first "
+        "admission); empty without the scheduler's record",
+        nullable=True,
+        min_value=0,
+    ),
+)
+"""Prefix caching per request (schema 1.2), where the engine reports it (the ``vllm`` backend;
+``cached_tokens`` with ``--enable-prompt-tokens-details``, which it passes with caching on)."""
+
 REQUEST_METRICS = TableSchema(
     name="request_metrics",
-    version="1.1",
+    version="1.2",
     description=(
         "Per-request latency of a real or simulated run (vllm bench serve conventions); a real "
-        "run adds the engine's own clock (optional columns, empty where the backend has none)."
+        "run adds the engine's own clock and its prefix-cache hits (optional columns, empty "
+        "where the backend has none)."
     ),
     unique="request_id",
     columns=(
@@ -181,7 +259,7 @@ REQUEST_METRICS = TableSchema(
         Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
         Column("status", "str", "", "how the request ended", allowed=REQUEST_STATUSES),
     ),
-    optional=ENGINE_CLOCK_COLUMNS,
+    optional=ENGINE_CLOCK_COLUMNS + PREFIX_CACHE_COLUMNS,
 )
 
 TOKEN_METRICS = TableSchema(

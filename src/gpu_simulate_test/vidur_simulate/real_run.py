@@ -11,7 +11,8 @@ must be that server's: ``vidur.scheduler.name=vllm_v1`` and the server's knobs, 
 - ``batch_size_cap`` ← ``max_requests_per_batch`` (``--max-num-seqs``),
 - ``block_size`` ← ``block_size``,
 - ``num_blocks`` ← ``num_blocks`` (``--num-gpu-blocks-override``, always given: the backend
-  config requires ``num_blocks >= 1``).
+  config requires ``num_blocks >= 1``),
+- ``enable_prefix_caching`` ← ``enable_prefix_caching``.
 
 **Given or left out**: a knob is taken as given when its value differs from
 :class:`~gpu_simulate_test.config.vidur.VidurSchedulerConfig`'s default (the stage's YAML sets
@@ -40,7 +41,7 @@ from gpu_simulate_test.core.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import open_upstream_run
-from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME as V1_NAME
+from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
 
 DEFAULTS = VidurSchedulerConfig()
 """The schema's defaults: a knob at its default counts as not given."""
@@ -65,6 +66,9 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
         value = backend.get(real)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             knobs[vidur] = (value, f"backend.{real}")
+    caching = backend.get("enable_prefix_caching")
+    if isinstance(caching, bool):
+        knobs["enable_prefix_caching"] = (caching, "backend.enable_prefix_caching")
     return knobs
 
 

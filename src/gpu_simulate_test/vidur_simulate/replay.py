@@ -22,7 +22,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
 from gpu_simulate_test.vidur_simulate import oracle
-from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME, V1Params
+from gpu_simulate_test.vidur_simulate.v1_types import NAME, V1Params
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ def v1_params(knobs: VidurSchedulerConfig, num_blocks: int) -> V1Params | None:
         max_num_seqs=knobs.batch_size_cap,
         block_size=knobs.block_size,
         num_blocks=num_blocks,
+        enable_prefix_caching=knobs.enable_prefix_caching,
     )
 
 

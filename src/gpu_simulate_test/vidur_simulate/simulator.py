@@ -13,6 +13,7 @@ predictor, fits the same engine overhead (:func:`attach_overhead`) and writes th
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +27,8 @@ from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import DEFAULT_EVENT_LOOP
 from gpu_simulate_test.io.artifacts import atomic_open
 from gpu_simulate_test.vidur_simulate.contract import VIDUR_REQUEST_METRICS
-from gpu_simulate_test.vidur_simulate.vllm_v1 import StepClock, V1Params
+from gpu_simulate_test.vidur_simulate.v1_prefix import Segments
+from gpu_simulate_test.vidur_simulate.v1_types import StepClock, V1Params
 
 if TYPE_CHECKING:
     from vidur.config import SimulationConfig
@@ -78,6 +80,9 @@ class SimulationRequest:
     serving_steps: pd.DataFrame | None = None
     """vllm_v1 with ``engine_steps``: the bundle's calibration replays under load, whose serving
     terms (:class:`~.predictor_clock.PredictorClock`) apply on top of the predictor."""
+    prompt_segments: Sequence[Segments] | None = None
+    """vllm_v1 with prefix caching: what each prompt is made of (:mod:`.v1_prefix`; None:
+    every prompt its own)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:
@@ -129,6 +134,8 @@ class SimulationResult:
     """vllm_v1 with the bundle's calibration replays: the fitted
     :class:`~gpu_simulate_test.calibration.serving_load.ServingLoad`, the replays' step features and
     each step's prediction (for the report and ``step_residuals.png``)."""
+    prefix_cache: dict[str, int] | None = None
+    """vllm_v1 with prefix caching: vLLM's prefix-cache totals (queries and hits, in tokens)."""
 
 
 class Simulator(Protocol):

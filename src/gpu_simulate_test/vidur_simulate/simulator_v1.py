@@ -19,7 +19,7 @@ from gpu_simulate_test.vidur_simulate.simulator import (
     read_trace,
     write_raw,
 )
-from gpu_simulate_test.vidur_simulate.vllm_v1 import StepClock
+from gpu_simulate_test.vidur_simulate.v1_types import StepClock
 
 
 class VllmV1Simulator:
@@ -56,7 +56,10 @@ class VllmV1Simulator:
             clock = request.replay_clock
         arrived_at, prefill_tokens, decode_tokens = read_trace(config)
         built = time.perf_counter()
-        loop = run_v1(request.v1, clock, arrived_at, prefill_tokens, decode_tokens)
+        loop = run_v1(
+            request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
+            segments=request.prompt_segments,
+        )  # fmt: skip
         done = time.perf_counter()
         schedule = loop.schedule
         return SimulationResult(
@@ -72,4 +75,5 @@ class VllmV1Simulator:
             preemptions=loop.preemptions,
             oracle=request.replay_clock.report() if request.replay_clock is not None else None,
             serving_fit=serving_fit,
+            prefix_cache=loop.prefix_cache,
         )

@@ -37,6 +37,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
+from gpu_simulate_test.vidur_simulate.prompt_origins import prefix_cache_meta, prompt_segments
 from gpu_simulate_test.vidur_simulate.real_run import (
     actual_arrivals,
     recorded_config,
@@ -51,8 +52,9 @@ from gpu_simulate_test.vidur_simulate.replay import (
 from gpu_simulate_test.vidur_simulate.serving_report import serving_report
 from gpu_simulate_test.vidur_simulate.simulation import simulate
 from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest, SimulationResult
-from gpu_simulate_test.vidur_simulate.vllm_v1 import ENGINE_QUEUED as V1_ENGINE_QUEUED
-from gpu_simulate_test.vidur_simulate.vllm_v1 import NAME as V1_NAME
+from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS as V1_CACHED_TOKENS
+from gpu_simulate_test.vidur_simulate.v1_types import ENGINE_QUEUED as V1_ENGINE_QUEUED
+from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
 
 """Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
 
@@ -349,6 +351,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
                 v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
                 replay_clock=inputs.replay.clock if inputs.replay is not None else None,
                 serving_steps=inputs.serving_steps,
+                prompt_segments=prompt_segments(inputs.workload.lengths, inputs.prefill),
             )
         )
         if not grows:
@@ -370,8 +373,12 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
     first_s: float | np.ndarray = output_s
     last_s: float | np.ndarray = output_s
     if inputs.frontend_queue is not None and result.schedule is not None and inputs.replay is None:
+        # a prompt's first token comes with its last scheduled chunk: the cached part is not
+        scheduled = inputs.prefill
+        if V1_CACHED_TOKENS in rows.columns:
+            scheduled = inputs.prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
         first_s, last_s = request_delays_s(
-            inputs.frontend_queue, result.schedule, inputs.prefill, inputs.arrival_time_s
+            inputs.frontend_queue, result.schedule, scheduled, inputs.arrival_time_s
         )
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
@@ -386,6 +393,8 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         held,
         arrival - inputs.arrival_time_s + last_s,
     )
+    if V1_CACHED_TOKENS in rows.columns:
+        table[V1_CACHED_TOKENS] = rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
     return Simulated(table, result, arrival, done, built.notes, first_s)
 
 
@@ -439,6 +448,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             event_loop=result.event_loop,
             event_loop_note=result.event_loop_note,
             preemptions=result.preemptions,
+            prefix_cache=prefix_cache_meta(result.prefix_cache),
             oracle=result.oracle,
             serving_load=serving_report(
                 result, inputs.calibration, inputs.serving_steps, r.file(layout.STEP_RESIDUALS_PLOT)

@@ -31,8 +31,21 @@ def print_summary(meta: Mapping[str, Any], path: Path) -> None:
     rows = [
         ["requests", f"{summary['num_requests']}"],
         ["duration (s)", f"{summary['duration_s']:.2f}"],
-        ["mean QPS", f"{summary['mean_qps']:.3f}" if summary["mean_qps"] else "all at once"],
     ]
+    if "session" in meta:  # the request rate is the closed loop's; sessions arrive at a rate
+        session = meta["session"]
+        rate = summary["mean_sessions_per_s"]
+        turns, think = session["turns_per_session"], session["think_time_s"]
+        rows += [
+            ["sessions", f"{session['num_sessions']}"],
+            ["mean sessions/s", f"{rate:.3f}" if rate else "all at once"],
+            ["turns per session", f"{turns['min']:.0f} / {turns['mean']:.1f} / {turns['max']:.0f}"],
+            ["think time (s)", f"{think['min']:.2f} / {think['mean']:.2f} / {think['max']:.2f}"],
+        ]
+    else:
+        rows.append(
+            ["mean QPS", f"{summary['mean_qps']:.3f}" if summary["mean_qps"] else "all at once"]
+        )
     for key, label in (
         ("num_prefill_tokens", "prompt tokens"),
         ("num_decode_tokens", "output tokens"),

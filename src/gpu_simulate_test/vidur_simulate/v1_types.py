@@ -1,0 +1,81 @@
+"""The types vLLM's V1 scheduler in our loop speaks (:mod:`.vllm_v1`): its knobs, a step's
+composition and the clock that times steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+NAME = "vllm_v1"
+ENGINE_QUEUED = "engine_queued_time"
+"""Beside Vidur's columns: when the engine core took the request into its queue. vLLM's core
+reads new requests only between steps, so one that arrives while a step runs is queued when it
+ends (its engine clock starts there, as the real engine stamps it)."""
+CACHED_TOKENS = "cached_tokens"
+"""Beside Vidur's columns, with prefix caching: the prompt tokens served from the cache at the
+request's first admission (vLLM's ``num_cached_tokens``, the usage's
+``prompt_tokens_details.cached_tokens``)."""
+
+
+@dataclass(frozen=True)
+class V1Params:
+    """The knobs vLLM's scheduler reads (the ``vllm`` backend's, one for one)."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    """``--num-gpu-blocks-override``: vLLM keeps one of them as its null block."""
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+
+@dataclass(frozen=True)
+class Composition:
+    """One step as vLLM's log counts it, and the batch shape Vidur's predictor reads."""
+
+    prefill_requests: int
+    prefill_tokens: int
+    decode_requests: int
+    decode_tokens: int
+    chunks: tuple[tuple[int, int], ...]
+    """(query tokens, KV tokens after the step) per scheduled request, in batch order."""
+    start_s: float = 0.0
+    """When it was scheduled (the simulation's clock)."""
+    idle_s: float = 0.0
+    """How long the engine had been idle before it (0: busy)."""
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        return (
+            self.prefill_requests,
+            self.prefill_tokens,
+            self.decode_requests,
+            self.decode_tokens,
+        )
+
+
+class StepClock(Protocol):
+    """When steps happen: per step ``index`` (from 0) and its composition."""
+
+    def gap(self, index: int) -> float:
+        """Seconds from the previous step's outputs to this step's scheduling, with work."""
+
+    def lead(self, index: int) -> float:
+        """Seconds from the arrival that woke an idle engine to this step's scheduling."""
+
+    def body(self, index: int, step: Composition) -> float:
+        """Seconds from scheduling to outputs."""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+Chosen = list[tuple[int, int, bool]]
+"""A step's requests in batch order: (request, new tokens, whether vLLM counts it as context)."""
