@@ -14,7 +14,7 @@ from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.calibration.step_times import step_log_samples
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
-from gpu_simulate_test.vidur_simulate.stage import running_at_send
+from gpu_simulate_test.vidur_simulate.inputs import running_at_send
 
 LOOP_MS = 2.0
 INPUT_MS = 5.0

@@ -62,7 +62,7 @@ from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
 if TYPE_CHECKING:
-    from gpu_simulate_test.vidur_simulate.stage import Inputs
+    from gpu_simulate_test.vidur_simulate.inputs import Inputs
 
 
 def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:

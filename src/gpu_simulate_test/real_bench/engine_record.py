@@ -1,6 +1,7 @@
 """What a real run records of its engine, never dropped in silence: the backend's description
-(``describe_error`` where it fails) and the engine's own step log (a step log that stayed empty
-while the engine served requests fails the run; step lines that could not be read are said)."""
+(``describe_error`` where it fails), the engine's own step log (a step log that stayed empty
+while the engine served requests fails the run; step lines that could not be read are said) and,
+with prefix caching, where its two records of a request's cached tokens differ (said)."""
 
 from __future__ import annotations
 
@@ -56,4 +57,32 @@ def check_step_log(run_dir: Path, engine_log: Mapping[str, Any], served_ok: int)
                 if unreadable
                 else ""
             )
+        )
+
+
+def check_cached_tokens(engine_log: Mapping[str, Any], served_ok: int) -> None:
+    """Say (not fail) where the server's ``cached_tokens`` and its scheduler's admission hit
+    differ for a request (``engine_log.cached_tokens_check``, prefix caching on); and where the
+    server reported none although its cache is on (a server started without
+    ``--enable-prompt-tokens-details``)."""
+    check = engine_log.get("cached_tokens_check")
+    if not check:
+        return
+    if check.get("disagreements"):
+        shown = ", ".join(
+            f"{d['request_id']} ({d['usage']} vs {d['scheduler']})"
+            for d in check["disagreeing"][:5]
+        )
+        console.print(
+            f"[yellow]warning:[/] {check['disagreements']} of {check['requests_compared']} "
+            "request(s) have other cached tokens in the server's usage than its scheduler "
+            f"recorded at admission: {shown} (run_meta.json engine_log.cached_tokens_check)",
+            soft_wrap=True,
+        )
+    if not check.get("usage_reported") and served_ok > 0:
+        console.print(
+            "[yellow]warning:[/] prefix caching is on but the server reported no cached tokens "
+            "(start it with --enable-prompt-tokens-details): request_metrics.csv cached_tokens "
+            "is empty",
+            soft_wrap=True,
         )

@@ -11,7 +11,8 @@ Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
   (the one run summary, :mod:`gpu_simulate_test.core.summary`).
 
 Backends with an engine clock (``hf_cb``, ``vllm_engine``) add the same metrics on the engine's
-own stamps, from when the engine queued the request (:func:`engine_columns`).
+own stamps, from when the engine queued the request (:func:`engine_columns`); ``vllm`` adds each
+request's prefix-cache hit as its usage reported it and as its scheduler recorded it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gpu_simulate_test.core.engines.records import (
 from gpu_simulate_test.core.goodput import GoodputConfig, rate_of
 from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
 from gpu_simulate_test.core.summary import summarize_run
-from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS
+from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, PREFIX_CACHE_COLUMNS
 
 PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles ``summary.json`` keeps, from the one list
@@ -88,6 +89,8 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         or n_out != rec.expected_decode_tokens,
     }
     row.update(engine_columns(rec))
+    row["cached_tokens"] = _or_nan(rec.cached_tokens)
+    row["engine_cached_tokens"] = _or_nan(rec.engine_cached_tokens)
     return row
 
 
@@ -182,6 +185,7 @@ _REQUEST_COLUMNS = [
     "e2e_s",
     "status",
     *(c.name for c in ENGINE_CLOCK_COLUMNS),
+    *(c.name for c in PREFIX_CACHE_COLUMNS),
 ]
 _TOKEN_COLUMNS = ["request_id", "token_index", "time_s", "itl_s", "num_tokens"]
 

@@ -42,7 +42,11 @@ from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
 from gpu_simulate_test.real_bench.checks import ReplayCpu, run_verdict
 from gpu_simulate_test.real_bench.contract import SUMMARY, TELEMETRY, TELEMETRY_CSV
-from gpu_simulate_test.real_bench.engine_record import check_step_log, describe
+from gpu_simulate_test.real_bench.engine_record import (
+    check_cached_tokens,
+    check_step_log,
+    describe,
+)
 from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
 from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
@@ -184,6 +188,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )
         served_ok = r.meta["request_statuses"].get("ok", 0)
         check_step_log(r.path, r.meta.get("engine_log") or {}, served_ok)
+        check_cached_tokens(r.meta.get("engine_log") or {}, served_ok)
     if verdict.disturbed:
         console.print(
             "[bold yellow]disturbed run:[/] " + "; ".join(verdict.reasons) + " (run_meta.json: "

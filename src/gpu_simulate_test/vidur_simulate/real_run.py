@@ -114,7 +114,8 @@ def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarr
     """The arrival times a real run of ``workload`` actually sent its requests at, in the
     workload's request order; a request it did not send keeps its ``scheduled`` time.
 
-    Sends happen one after another, so actual arrivals keep the workload's order."""
+    Sends happen one after another, so actual arrivals keep the workload's order. A multi-turn
+    session's later turns keep no arrival: the simulation sends them in its closed loop."""
     run = load_run(real_run, "real_bench")
     if run.workload_id != workload.workload_id:
         raise ArtifactError(
@@ -132,4 +133,8 @@ def actual_arrivals(real_run: str, workload: LoadedWorkload, scheduled: np.ndarr
     actual = np.array(
         [sent.get(rid, sched) for rid, sched in zip(ids, scheduled.tolist(), strict=True)]
     )
-    return np.maximum.accumulate(np.maximum(actual, 0.0))
+    if workload.sessions is not None:
+        actual[workload.sessions.turn > 0] = np.nan
+    known = ~np.isnan(actual)
+    actual[known] = np.maximum.accumulate(np.maximum(actual[known], 0.0))
+    return actual

@@ -80,6 +80,9 @@ class SimulationRequest:
     serving_steps: pd.DataFrame | None = None
     """vllm_v1 with ``engine_steps``: the bundle's calibration replays under load, whose serving
     terms (:class:`~.predictor_clock.PredictorClock`) apply on top of the predictor."""
+    after: Sequence[tuple[int, float]] | None = None
+    """vllm_v1: a closed loop (multi-turn sessions), :func:`.vllm_v1.run_v1`'s ``after``; the
+    trace's arrivals of the requests sent after another are replaced by the simulated sends."""
     prompt_segments: Sequence[Segments] | None = None
     """vllm_v1 with prefix caching: what each prompt is made of (:mod:`.v1_prefix`; None:
     every prompt its own)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
@@ -55,10 +57,13 @@ class VllmV1Simulator:
         else:
             clock = request.replay_clock
         arrived_at, prefill_tokens, decode_tokens = read_trace(config)
+        if request.after is not None:
+            arrived_at = arrived_at.astype(float)
+            arrived_at[[nxt for nxt, _ in request.after if nxt >= 0]] = np.nan
         built = time.perf_counter()
         loop = run_v1(
             request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
-            segments=request.prompt_segments,
+            segments=request.prompt_segments, after=request.after,
         )  # fmt: skip
         done = time.perf_counter()
         schedule = loop.schedule

@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import overhead
-from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue, request_delays_s
+from gpu_simulate_test.calibration.frontend_queue import request_delays_s
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.core.bundle import load_bundle
 from gpu_simulate_test.core.reporting import console, print_table
-from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
@@ -37,14 +36,20 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
-from gpu_simulate_test.vidur_simulate.prompt_origins import prefix_cache_meta, prompt_segments
+from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send
+from gpu_simulate_test.vidur_simulate.prompt_origins import (
+    known_arrivals,
+    prefix_cache_meta,
+    prompt_segments,
+    session_loop,
+    simulated_sends,
+)
 from gpu_simulate_test.vidur_simulate.real_run import (
     actual_arrivals,
     recorded_config,
     with_run_knobs,
 )
 from gpu_simulate_test.vidur_simulate.replay import (
-    ReplaySource,
     replay_source,
     schedule_with_ids,
     v1_params,
@@ -55,70 +60,6 @@ from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest, Simula
 from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS as V1_CACHED_TOKENS
 from gpu_simulate_test.vidur_simulate.v1_types import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
-
-"""Per calibrated engine step: measured, Vidur's ops, the fitted overhead, the error."""
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """Everything checked before the run starts."""
-
-    workload: LoadedWorkload
-    bundle: Bundle
-    prefill: np.ndarray
-    decode: np.ndarray
-    arrival_time_s: np.ndarray
-    needs: plan.Requirements
-    kv_cache: plan.KvCachePlan
-    bounds: dict[str, int]
-    max_tokens: int
-    engine_steps: pd.DataFrame | None = None
-    """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
-    step_jitter: overhead.StepJitter | None = None
-    """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
-    frontend: overhead.FrontEnd | None = None
-    """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
-    frontend_queue: FrontEndQueue | None = None
-    """The tokens' way back as a queue (``vidur.frontend_queue``; None: ``frontend``'s
-    constant ``output_ms``)."""
-    replay: ReplaySource | None = None
-    """An oracle replay (``step_times_from``): the real run's engine arrivals and step clock."""
-    serving_steps: pd.DataFrame | None = None
-    """The bundle's calibration replays of ``vidur.engine_overhead`` (``vidur.serving_load``;
-    None: no serving terms)."""
-    calibration: CalibrationRecord | None = None
-    """The bundle's calibration of ``vidur.engine_overhead`` (None: none)."""
-
-    def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
-        """When requests reach the simulated scheduler: sent, plus the front end's input for
-        ``running`` requests in flight at each send (None: none), in the workload's order; in an
-        oracle replay, when the real engine queued them."""
-        if self.replay is not None:
-            return self.replay.engine_arrival_s
-        if self.frontend is None:
-            return self.arrival_time_s
-        if running is None:
-            running = np.zeros(len(self.arrival_time_s))
-        reached = self.arrival_time_s + self.frontend.input_delays_s(running)
-        return np.maximum.accumulate(reached)  # the API server hands requests on in order
-
-
-def running_at_send(
-    arrival_s: np.ndarray, scheduler_arrival_s: np.ndarray, raw: pd.DataFrame
-) -> np.ndarray:
-    """How many other requests were in flight (reached the scheduler, not finished) when each
-    request was sent, by a simulation's results (Vidur's rows, any order).
-
-    Counted by binary search over the sorted starts and ends (a request is in flight at ``t``
-    when ``start <= t < end``), so a million requests take a sort, not a million scans."""
-    rows = raw.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
-    start = np.asarray(scheduler_arrival_s, dtype=float)
-    done = start + rows["request_e2e_time"].to_numpy(dtype=float)
-    sent = np.asarray(arrival_s, dtype=float)
-    started = np.searchsorted(np.sort(start), sent, side="right")
-    ended = np.searchsorted(np.sort(done), sent, side="right")
-    itself = (start <= sent) & (sent < done)
-    return started - ended - itself.astype(int)
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
@@ -157,6 +98,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         if record is not None and cfg.vidur.frontend_latency and replay is None
         else None
     )
+    after = session_loop(workload.sessions, knobs.name, frontend, replay is not None)
     queue = None
     if frontend is not None and cfg.vidur.frontend_queue and cfg.vidur.scheduler.name == V1_NAME:
         queue = record.frontend_queue if record is not None and cfg.vidur.step_log else None
@@ -180,6 +122,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         frontend=frontend,
         frontend_queue=queue,
         replay=replay,
+        after=after,
     )
 
 
@@ -335,8 +278,12 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
     (the same workload at many rates) both go through here."""
     arrival = inputs.scheduler_arrival_s()
     grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
+    grows = grows and inputs.after is None  # a closed loop: the front end at its idle delay
+    segments = prompt_segments(
+        inputs.workload.lengths, inputs.prefill, inputs.workload.sessions, inputs.decode
+    )
     for done in range(1, FRONTEND_PASSES + 1):
-        trace_file = write_trace(out_dir / TRACE_FILE, inputs, arrival)
+        trace_file = write_trace(out_dir / TRACE_FILE, inputs, known_arrivals(arrival))
         built = build_simulation_config(cfg, inputs, out_dir, trace_file)
         result = simulate(
             SimulationRequest(
@@ -351,7 +298,8 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
                 v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
                 replay_clock=inputs.replay.clock if inputs.replay is not None else None,
                 serving_steps=inputs.serving_steps,
-                prompt_segments=prompt_segments(inputs.workload.lengths, inputs.prefill),
+                prompt_segments=segments,
+                after=inputs.after,
             )
         )
         if not grows:
@@ -362,6 +310,9 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
             break
         if done < FRONTEND_PASSES:
             arrival = moved
+    sent = inputs.arrival_time_s
+    if inputs.after is not None:  # the closed loop's sends, as simulated
+        arrival, sent = simulated_sends(result.raw_metrics, inputs.frontend, sent)
     rows = vidur_metrics.check_replay(
         result.raw_metrics,
         inputs.prefill,
@@ -377,9 +328,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         scheduled = inputs.prefill
         if V1_CACHED_TOKENS in rows.columns:
             scheduled = inputs.prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
-        first_s, last_s = request_delays_s(
-            inputs.frontend_queue, result.schedule, scheduled, inputs.arrival_time_s
-        )
+        first_s, last_s = request_delays_s(inputs.frontend_queue, result.schedule, scheduled, sent)
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
         # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
@@ -388,10 +337,10 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         rows,
         inputs.prefill,
         inputs.decode,
-        inputs.arrival_time_s,
-        arrival - inputs.arrival_time_s + first_s,
+        sent,
+        arrival - sent + first_s,
         held,
-        arrival - inputs.arrival_time_s + last_s,
+        arrival - sent + last_s,
     )
     if V1_CACHED_TOKENS in rows.columns:
         table[V1_CACHED_TOKENS] = rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)

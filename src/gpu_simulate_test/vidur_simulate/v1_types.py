@@ -11,6 +11,9 @@ ENGINE_QUEUED = "engine_queued_time"
 """Beside Vidur's columns: when the engine core took the request into its queue. vLLM's core
 reads new requests only between steps, so one that arrives while a step runs is queued when it
 ends (its engine clock starts there, as the real engine stamps it)."""
+ARRIVED = "arrived_at"
+"""Beside Vidur's columns, with a closed loop: when each request reached the engine (a later
+turn's, the simulated send)."""
 CACHED_TOKENS = "cached_tokens"
 """Beside Vidur's columns, with prefix caching: the prompt tokens served from the cache at the
 request's first admission (vLLM's ``num_cached_tokens``, the usage's

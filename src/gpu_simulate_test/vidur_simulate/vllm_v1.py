@@ -44,6 +44,7 @@ from gpu_simulate_test.vidur_simulate.request_rows import v1_rows
 from gpu_simulate_test.vidur_simulate.v1_engine import V1Engine
 from gpu_simulate_test.vidur_simulate.v1_prefix import CachingV1Engine, Segments, block_keys
 from gpu_simulate_test.vidur_simulate.v1_types import (
+    ARRIVED,
     CACHED_TOKENS,
     ENGINE_QUEUED,
     StepClock,
@@ -118,6 +119,8 @@ def run_v1(
         engine.restarts,
     )
     requests[ENGINE_QUEUED] = np.asarray(engine.queued_at, dtype=float)
+    if after is not None:
+        requests[ARRIVED] = np.asarray(engine.arr, dtype=float)
     stats = None
     if isinstance(engine, CachingV1Engine):
         requests[CACHED_TOKENS] = np.asarray(engine.cached_tokens, dtype=np.int64)

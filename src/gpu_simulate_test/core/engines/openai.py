@@ -5,6 +5,8 @@ one this backend starts on 127.0.0.1 and stops by pid (``server.kind=transformer
 Every SSE event is stamped when it arrives; output tokens are counted from ``usage`` (asked for
 with ``stream_options.include_usage``), and a mismatch between events and the count is flagged
 in ``request_metrics.csv`` (``token_count_mismatch``): a chunk may carry several tokens, or none.
+The same usage gives the prompt tokens the server's prefix cache held, where it reports them
+(``prompt_tokens_details.cached_tokens``: ``cached_tokens``).
 
 Exact output lengths: ``ignore_eos`` for vLLM/SGLang; ``transformers serve`` rejects it but
 honours ``generation_config='{"max_new_tokens": N, "eos_token_id": -1}'``.
@@ -66,6 +68,15 @@ def event_tokens(choice: dict[str, Any]) -> int:
     if isinstance(ids, list):
         return len(ids)
     return 1 if choice.get("text") else 0
+
+
+def read_usage(usage: Mapping[str, Any]) -> tuple[int, int | None]:
+    """Output tokens (``completion_tokens``) and prompt tokens served from the prefix cache
+    (``prompt_tokens_details.cached_tokens``; None where absent: vLLM sends it only with
+    ``--enable-prompt-tokens-details``) of a usage object (the stream's final usage chunk)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return int(usage.get("completion_tokens") or 0), int(cached) if cached is not None else None
 
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -303,6 +314,7 @@ class OpenAIBackend(Backend):
 
         rid = req.request_id
         usage: int | None = None
+        cached: int | None = None
         try:
             with self._client.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -318,7 +330,7 @@ class OpenAIBackend(Backend):
                     if "error" in payload:
                         raise BackendError(f"server error: {payload['error']}")
                     if payload.get("usage"):
-                        usage = int(payload["usage"].get("completion_tokens", 0))
+                        usage, cached = read_usage(payload["usage"])
                     choices = payload.get("choices") or []
                     if choices and recorder is not None:
                         recorder.tokens(rid, now, event_tokens(choices[0]))
@@ -328,7 +340,7 @@ class OpenAIBackend(Backend):
             recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
         if recorder is not None:
-            recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage)
+            recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage, cached_tokens=cached)
 
     async def _astream(self, req: BenchRequest, recorder: Recorder) -> None:
         """:meth:`_stream` on the event loop: the same request, events and closing."""
@@ -336,6 +348,7 @@ class OpenAIBackend(Backend):
 
         rid = req.request_id
         usage: int | None = None
+        cached: int | None = None
         try:
             async with self._aclient.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -351,14 +364,14 @@ class OpenAIBackend(Backend):
                     if "error" in payload:
                         raise BackendError(f"server error: {payload['error']}")
                     if payload.get("usage"):
-                        usage = int(payload["usage"].get("completion_tokens", 0))
+                        usage, cached = read_usage(payload["usage"])
                     choices = payload.get("choices") or []
                     if choices:
                         recorder.tokens(rid, now, event_tokens(choices[0]))
         except (httpx.HTTPError, BackendError, ValueError) as exc:
             recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
-        recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage)
+        recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage, cached_tokens=cached)
 
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:

@@ -68,6 +68,11 @@ class RequestRecord:
     """The same of the last token (vLLM ``last_token_ts``)."""
     reported_decode_tokens: int | None = None
     """Output tokens as the server counted them (``usage.completion_tokens``)."""
+    cached_tokens: int | None = None
+    """Prompt tokens the server says its prefix cache held (``usage.prompt_tokens_details.
+    cached_tokens``); None where it said nothing."""
+    engine_cached_tokens: int | None = None
+    """The same as the engine's scheduler recorded it (the hit at first admission)."""
     status: str = STATUS_PENDING
     error: str = ""
 
@@ -147,11 +152,15 @@ class Recorder:
         token_times: Sequence[float] = (),
         first_token: float | None = None,
         last_token: float | None = None,
+        cached_tokens: int | None = None,
     ) -> None:
         """The engine's own stamps (raw ``perf_counter`` values; None or 0: not stamped); token
-        times are appended, ``first_token``/``last_token`` are for engines that stamp only those."""
+        times are appended, ``first_token``/``last_token`` are for engines that stamp only those;
+        ``cached_tokens``: its prefix-cache hit at admission (None: not recorded)."""
         with self._lock:
             rec = self.records[request_id]
+            if cached_tokens is not None:
+                rec.engine_cached_tokens = cached_tokens
             if arrival is not None and arrival > 0:
                 rec.engine_arrival_s = self.rel(arrival)
             if scheduled is not None and scheduled > 0:
@@ -179,8 +188,10 @@ class Recorder:
         status: str,
         error: str = "",
         reported_decode_tokens: int | None = None,
+        cached_tokens: int | None = None,
     ) -> bool:
         """Close a request; ``ok`` becomes ``error`` when the token count is not the expected one.
+        ``reported_decode_tokens`` and ``cached_tokens`` are what the server's usage said.
 
         Returns False when the request was already closed (e.g. timed out before the engine
         finished it).
@@ -193,6 +204,8 @@ class Recorder:
                 return False
             if reported_decode_tokens is not None:
                 rec.reported_decode_tokens = reported_decode_tokens
+            if cached_tokens is not None:
+                rec.cached_tokens = cached_tokens
             if status == STATUS_OK and rec.num_decode_tokens != rec.expected_decode_tokens:
                 status = STATUS_ERROR
                 error = (

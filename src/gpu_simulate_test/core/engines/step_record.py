@@ -7,7 +7,8 @@ keeps one run's part of it: its requests are told by the tag our client gives th
 (:func:`.otlp.request_tag`), its steps run from the first step with one of them to the last.
 
 From it come, exactly and on one clock: each request's engine stamps (queued, first scheduled,
-every token, finished: what vLLM's own metrics stamp) and the ``engine_schedule`` table (one row
+every token, finished: what vLLM's own metrics stamp; and its prefix-cache hit at first
+admission, where the record has hits) and the ``engine_schedule`` table (one row
 per step: when it was scheduled and when its outputs were made, its requests with their tokens
 and vLLM's context/generation split, preemptions, the queue). The oracle replay and the
 step-by-step comparison read that table.
@@ -77,6 +78,9 @@ class RequestStamps:
     token_times: list[float] = field(default_factory=list)
     finished: float | None = None
     preemptions: int = 0
+    cached_tokens: int | None = None
+    """The prefix-cache hit at its first admission (None: a record without hits, or not seen
+    admitted)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,10 @@ def _step_row(
         rid = ours(str(engine_id))  # type: ignore[operator]
         if rid is not None:
             requests.setdefault(rid, RequestStamps()).preemptions += 1
+    for engine_id, hit in dict(line.get("h") or {}).items():  # type: ignore[call-overload]
+        rid = ours(str(engine_id))  # type: ignore[operator]
+        if rid is not None:
+            requests.setdefault(rid, RequestStamps()).cached_tokens = int(hit)
     return {
         "step_index": index,
         "start_time_s": start,

@@ -5,7 +5,10 @@ vllm.entrypoints.openai.api_server`` on 127.0.0.1 (a free port, its own process 
 pid on success, failure and Ctrl-C) over a saved snapshot of the model (random weights and the
 real Qwen3 tokenizer unless ``model.local_path`` is given), with the scheduler knobs Vidur is given
 too (``--max-num-batched-tokens``, ``--max-num-seqs``, ``--block-size``,
-``--num-gpu-blocks-override``, chunked prefill) and prefix caching off. ``server.kind=external``
+``--num-gpu-blocks-override``, chunked prefill) and prefix caching off. With
+``backend.enable_prefix_caching`` the server reports each request's cached prompt tokens
+(``--enable-prompt-tokens-details``) and serves ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE``),
+which empties the cache after the warm-up (:mod:`.prefix_cache`). ``server.kind=external``
 replays against a server the user runs at ``backend.base_url``.
 
 Requests are streaming ``/v1/completions`` with token-id prompts, ``ignore_eos`` and
@@ -33,7 +36,7 @@ from typing import Any, ClassVar
 
 from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core.engines import otlp, step_record
+from gpu_simulate_test.core.engines import otlp, prefix_cache, step_record
 from gpu_simulate_test.core.engines.engine_clock import clock_offset_s
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
@@ -80,6 +83,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.server_max_model_len: int | None = None
         self.startup_s: float | None = None
         self.shared_prefix_requests = 0
+        self.prefix_cache_reset: prefix_cache.Reset = "off"
+        """How the prefix cache was emptied before the measured requests (:meth:`warmup`)."""
         self.version: str | None = None
         self.receiver: otlp.SpanReceiver | None = None
         self.spans_path: Path | None = None
@@ -185,6 +190,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         ]
         if b.enforce_eager:
             cmd.append("--enforce-eager")
+        if b.enable_prefix_caching:  # each request's cached tokens in its usage
+            cmd.append("--enable-prompt-tokens-details")
         if self.receiver is not None:
             cmd += ["--otlp-traces-endpoint", self.receiver.endpoint]
         if self.steps_path is not None:
@@ -192,10 +199,13 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         return cmd + [str(a) for a in b.server.extra_args]
 
     def server_env(self) -> dict[str, str]:
-        """The server's environment: unbuffered logs and :meth:`engine_env`."""
+        """The server's environment: unbuffered logs, :meth:`engine_env`, and with prefix
+        caching the dev mode that serves ``/reset_prefix_cache``."""
         spans = otlp.SERVER_ENV if self.receiver is not None else {}
         steps = {step_record.ENV: str(self.steps_path)} if self.steps_path is not None else {}
-        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans, **steps}
+        dev = prefix_cache.DEV_MODE_ENV if self.knobs.enable_prefix_caching else {}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans, **steps}
+        return {**env, **dev}
 
     def _start_server(self) -> None:
         self.start_server()
@@ -244,7 +254,20 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
 
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         super().warmup(requests)
+        self.prefix_cache_reset = self.reset_prefix_cache(sent=bool(requests))
         self.metrics_before = self._metrics()  # the run's counters start after the warm-up
+
+    def reset_prefix_cache(self, sent: bool) -> prefix_cache.Reset:
+        """Empty the server's prefix cache before the measured requests, so a run and its
+        repeat start equal: nothing to do with caching off, or on a server started for this run
+        that was ``sent`` nothing yet; else ``POST /reset_prefix_cache`` (a refusal fails the
+        run, :func:`.prefix_cache.reset`)."""
+        if not self.knobs.enable_prefix_caching:
+            return "off"
+        if self.server is not None and not sent:
+            return "fresh_server"
+        prefix_cache.reset(self._client, self.base_url)
+        return "endpoint"
 
     def _remote_version(self) -> str | None:
         import httpx
@@ -289,6 +312,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                     arrival=st.queued + offset,
                     scheduled=st.scheduled + offset if st.scheduled is not None else None,
                     token_times=[t + offset for t in st.token_times],
+                    cached_tokens=st.cached_tokens,
                 )
                 stamped.add(rid)
             clock = {
@@ -378,15 +402,26 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             run_dir / SERVER_METRICS,
             {"before": self.metrics_before, "after": self.metrics_after, "delta": delta},
         )
-        hits = delta.get("vllm:prefix_cache_hits_total")
+        caching = self._prefix_cache_record(delta) if self.knobs.enable_prefix_caching else {}
         return {
             **step_log,
+            **caching,
             "engine_clock": self.engine_clock,
-            "prefix_cache_hit_tokens": hits,
+            "prefix_cache_hit_tokens": delta.get(prefix_cache.HITS),
             "preemptions": delta.get("vllm:num_preemptions_total"),
             "mean_server_queue_time_ms": delta.get("mean_queue_time_ms"),
             "mean_server_ttft_ms": delta.get("mean_ttft_ms"),
             "mean_server_e2e_ms": delta.get("mean_e2e_ms"),
+        }
+
+    def _prefix_cache_record(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """With caching on: the run's hit rate in tokens (vLLM's counters) and the per-request
+        hits of the usage and the scheduler checked against each other."""
+        records = self.recorder.snapshot() if self.recorder is not None else []
+        return {
+            "prefix_cache_query_tokens": delta.get(prefix_cache.QUERIES),
+            "prefix_cache_hit_rate": prefix_cache.hit_rate(delta),
+            "cached_tokens_check": prefix_cache.agreement(records),
         }
 
     def describe(self) -> dict[str, Any]:
@@ -400,6 +435,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             model_dir=str(self.model_dir) if self.model_dir else None,
             max_model_len=self.server_max_model_len or self.max_model_len,
             shared_prefix_requests=self.shared_prefix_requests,
+            prefix_cache_reset=self.prefix_cache_reset,
             kv_cache_tokens=self.steps.kv_cache_tokens,
         )
         if self.follower is not None:

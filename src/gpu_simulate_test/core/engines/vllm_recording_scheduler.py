@@ -7,10 +7,14 @@ one JSON line per event to the record, in the engine-core process:
 
 - ``{"q": id, "t": t}``: the engine queued a request (``add_request``);
 - ``{"s": t0, "e": t1, "r": [[id, tokens, context, new_tokens, finished], ...], "p": [ids],
-  "w": waiting, "n": running}``: one step: ``t0`` when scheduling began, ``t1`` when its outputs
-  were made (vLLM's first- and last-token stamps), each scheduled request with its tokens,
-  whether vLLM counts it a context (prefill) request, the tokens it emitted and whether it
-  finished, the requests preempted while scheduling it, and the queue and running set after.
+  "w": waiting, "n": running, "h": {id: hit}}``: one step: ``t0`` when scheduling began, ``t1``
+  when its outputs were made (vLLM's first- and last-token stamps), each scheduled request with
+  its tokens, whether vLLM counts it a context (prefill) request, the tokens it emitted and
+  whether it finished, the requests preempted while scheduling it, the queue and running set
+  after, and (``h``, only in a step that admitted one) the prefix-cache hit of each request
+  admitted for the first time: its ``num_computed_tokens`` as it was scheduled, the tokens vLLM
+  reports as the request's ``cached_tokens`` (a request resumed after preemption is left out, as
+  vLLM leaves it out of its own count).
 
 Times are ``time.monotonic()``, the clock vLLM's own request stamps use. The lines are written
 with one ``os.write`` each on an append-only descriptor, so a server stopped at any moment leaves
@@ -71,6 +75,13 @@ class RecordingScheduler(Scheduler):
                 "w": len(self.waiting),
                 "n": len(self.running),
             }
+            hits = {
+                r.req_id: r.num_computed_tokens
+                for r in output.scheduled_new_reqs
+                if self.requests[r.req_id].num_preemptions <= 0  # first admissions only
+            }
+            if hits:
+                self._gst_step["h"] = hits
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:

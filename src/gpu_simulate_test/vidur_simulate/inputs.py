@@ -1,0 +1,84 @@
+"""What a simulation is given, checked before it starts (:func:`.stage.prepare`), and the front
+end's load at each send."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.calibration import overhead
+from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+from gpu_simulate_test.calibration.record import CalibrationRecord
+from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
+from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.replay import ReplaySource
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything checked before the run starts."""
+
+    workload: LoadedWorkload
+    bundle: Bundle
+    prefill: np.ndarray
+    decode: np.ndarray
+    arrival_time_s: np.ndarray
+    needs: plan.Requirements
+    kv_cache: plan.KvCachePlan
+    bounds: dict[str, int]
+    max_tokens: int
+    engine_steps: pd.DataFrame | None = None
+    """The bundle's calibration rows of ``vidur.engine_overhead`` (None: no overhead)."""
+    step_jitter: overhead.StepJitter | None = None
+    """The calibrated spread of single steps (``vidur.step_jitter``; None: off)."""
+    frontend: overhead.FrontEnd | None = None
+    """The front end's latency (``vidur.frontend_latency``; None: not modelled)."""
+    frontend_queue: FrontEndQueue | None = None
+    """The tokens' way back as a queue (``vidur.frontend_queue``; None: ``frontend``'s
+    constant ``output_ms``)."""
+    replay: ReplaySource | None = None
+    """An oracle replay (``step_times_from``): the real run's engine arrivals and step clock."""
+    serving_steps: pd.DataFrame | None = None
+    """The bundle's calibration replays of ``vidur.engine_overhead`` (``vidur.serving_load``;
+    None: no serving terms)."""
+    calibration: CalibrationRecord | None = None
+    """The bundle's calibration of ``vidur.engine_overhead`` (None: none)."""
+    after: list[tuple[int, float]] | None = None
+    """Multi-turn sessions: the closed loop (:func:`.prompt_origins.closed_loop`; None: open)."""
+
+    def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
+        """When requests reach the simulated scheduler: sent, plus the front end's input for
+        ``running`` requests in flight at each send (None: none), in the workload's order; in an
+        oracle replay, when the real engine queued them."""
+        if self.replay is not None:
+            return self.replay.engine_arrival_s
+        if self.frontend is None:
+            return self.arrival_time_s
+        if running is None:
+            running = np.zeros(len(self.arrival_time_s))
+        reached = self.arrival_time_s + self.frontend.input_delays_s(running)
+        known = ~np.isnan(reached)  # a closed-loop turn's send is the simulation's to find
+        reached[known] = np.maximum.accumulate(reached[known])  # handed on in order
+        return reached
+
+
+def running_at_send(
+    arrival_s: np.ndarray, scheduler_arrival_s: np.ndarray, raw: pd.DataFrame
+) -> np.ndarray:
+    """How many other requests were in flight (reached the scheduler, not finished) when each
+    request was sent, by a simulation's results (Vidur's rows, any order).
+
+    Counted by binary search over the sorted starts and ends (a request is in flight at ``t``
+    when ``start <= t < end``), so a million requests take a sort, not a million scans."""
+    rows = raw.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
+    start = np.asarray(scheduler_arrival_s, dtype=float)
+    done = start + rows["request_e2e_time"].to_numpy(dtype=float)
+    sent = np.asarray(arrival_s, dtype=float)
+    started = np.searchsorted(np.sort(start), sent, side="right")
+    ended = np.searchsorted(np.sort(done), sent, side="right")
+    itself = (start <= sent) & (sent < done)
+    return started - ended - itself.astype(int)
