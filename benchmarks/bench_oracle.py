@@ -13,8 +13,13 @@ Runs: the fidelity stage's real phase (its defaults: tiny Qwen3 on CPU against v
 one preempting load: the 50% workload against a server with ``--preempt-blocks`` KV blocks
 (``--preempt-run`` reads one made before).
 
+With prefix caching (a campaign run with ``backend.enable_prefix_caching=true``, e.g. on
+``workload=shared_prefix``; ``--prefix-caching`` for the preempting run) it also prints, per run,
+the share of requests served the same cached tokens and the hit rate of each side (issue 45's
+targets: >= 99% of requests, hit rate within 1 point).
+
 Run: ``python -m benchmarks.bench_oracle [--campaign tmp/fidelity/X] [--preempt-run DIR]
-[--preempt-blocks 10] [--out F.json]``.
+[--preempt-blocks 10] [--prefix-caching] [--out F.json]``.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[s
         if row["metric"] in METRICS and row["stat"] in STATS
     }
     sim_meta = json.loads((sim / "run_meta.json").read_text())
-    return {
+    figures = {
         "run": str(run),
         "requests": meta["num_requests"],
         "same_composition_fraction": steps["same_composition_fraction"],
@@ -82,11 +87,39 @@ def replay(run: Path, profiles: Path, out_root: Path, warmup_s: float) -> dict[s
         "step_times": (sim_meta.get("oracle") or {}).get("step_times"),
         "engine_errors": errors,
         "simulation_s": sim_meta["timings_s"]["simulation"],
+        "prefix_cache": cache_figures(run, sim, meta, sim_meta),
+    }
+    return figures
+
+
+def cache_figures(
+    run: Path, sim: Path, meta: dict[str, Any], sim_meta: dict[str, Any]
+) -> dict[str, Any] | None:
+    """With prefix caching: cached tokens per request identical (share), and the hit rate of
+    each side (vLLM's counters, the simulation's totals)."""
+    simulated = sim_meta.get("prefix_cache")
+    if not simulated:
+        return None
+    import pandas as pd
+
+    real = pd.read_csv(run / "request_metrics.csv").set_index("request_id")
+    mine = pd.read_csv(sim / "request_metrics.csv").set_index("request_id")
+    both = real.join(mine[["cached_tokens"]], rsuffix="_sim", how="inner")
+    column = (
+        "engine_cached_tokens" if both["engine_cached_tokens"].notna().all() else "cached_tokens"
+    )
+    same = float((both[column] == both["cached_tokens_sim"]).mean())
+    return {
+        "requests_same_cached_tokens": same,
+        "real_hit_rate": (meta.get("engine_log") or {}).get("prefix_cache_hit_rate"),
+        "sim_hit_rate": simulated.get("hit_rate"),
+        "real_column": column,
     }
 
 
-def preempting_run(campaign: Path, blocks: int, out: Path) -> Path:
-    """The 50% load's workload against a server with ``blocks`` KV blocks."""
+def preempting_run(campaign: Path, blocks: int, out: Path, caching: bool = False) -> Path:
+    """The 50% load's workload against a server with ``blocks`` KV blocks (and the prefix cache
+    on with ``caching``)."""
     workload = next(
         campaign / "runs" / "workload" / r.real_dir.split("/")[-1]
         for r in load_plan(read_manifest(campaign))
@@ -99,6 +132,7 @@ def preempting_run(campaign: Path, blocks: int, out: Path) -> Path:
         "backend=vllm",
         "backend.max_batch_tokens=256",
         f"backend.num_blocks={blocks}",
+        *(["backend.enable_prefix_caching=true"] if caching else []),
         f"output.root={out}",
         f"output.run_id={run_id}",
         "progress=false",
@@ -124,6 +158,9 @@ def main() -> None:
     parser.add_argument("--preempt-run", type=Path, help="a preempting real_bench run")
     parser.add_argument("--preempt-blocks", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--prefix-caching", action="store_true", help="the preempting run with the cache on"
+    )
     args, overrides = parser.parse_known_args()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     campaign = args.campaign or run_campaign("default", f"oracle-{stamp}", overrides)
@@ -137,7 +174,9 @@ def main() -> None:
             figures = replay(run, profiles, out_root, warmup_s)
             figures["label"] = f"{record.load_fraction:.0%} load, {run.name}"
             results.append(figures)
-    preempt = args.preempt_run or preempting_run(campaign, args.preempt_blocks, out_root)
+    preempt = args.preempt_run or preempting_run(
+        campaign, args.preempt_blocks, out_root, args.prefix_caching
+    )
     figures = replay(preempt, profiles, out_root, warmup_s)
     figures["label"] = f"preempting ({preempt.name})"
     results.append(figures)
@@ -150,6 +189,14 @@ def main() -> None:
     print("\n" + header + "\n|" + " --- |" * (header.count("|") - 1))
     for figures in results:
         print(row(figures["label"], figures))
+    for figures in results:
+        cache = figures["prefix_cache"]
+        if cache:
+            print(
+                f"- {figures['label']}: cached tokens identical on "
+                f"{cache['requests_same_cached_tokens']:.2%} of requests; hit rate real "
+                f"{cache['real_hit_rate']:.4f}, simulated {cache['sim_hit_rate']:.4f}"
+            )
     for figures in results:
         if figures["first_divergence"]:
             print(f"- {figures['label']}: first divergence {figures['first_divergence']}")

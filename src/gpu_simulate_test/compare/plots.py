@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -169,5 +170,30 @@ def plot_steps(
     right.set_ylabel("steps")
     right.set_title("steps per composition")
     right.legend()
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_ttft_by_turn(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
+    """TTFT p50 (solid) and p90 (dashed) by turn bucket, real vs simulated, one panel per clock
+    (the rows of :func:`gpu_simulate_test.compare.groups.ttft_by_group`)."""
+    clocks = list(dict.fromkeys(row["clock"] for row in rows))
+    fig, axes = plt.subplots(1, len(clocks), figsize=(6.5 * len(clocks), 4.4), squeeze=False)
+    for ax, clock in zip(axes[0], clocks, strict=True):
+        mine = [row for row in rows if row["clock"] == clock]
+        x = np.arange(len(mine))
+        for stat, style in (("p50", "-o"), ("p90", "--^")):
+            for label, side, color in (
+                ("real", "real", REAL_COLOR),
+                ("simulated", "sim", SIM_COLOR),
+            ):
+                values = [row[f"{side}_{stat}_s"] * 1e3 for row in mine]
+                ax.plot(x, values, style, color=color, label=f"{stat} {label}")
+        ax.set_xticks(x, [str(row["group"]) for row in mine])
+        ax.set_title(f"TTFT by turn, {clock} clock")
+        ax.set_xlabel("turn")
+        ax.set_ylabel("TTFT (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.suptitle(title)
     return _save(fig, path)

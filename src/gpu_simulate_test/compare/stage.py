@@ -50,9 +50,22 @@ from gpu_simulate_test.compare.contract import (
     STEPS_CSV,
     STEPS_PLOT,
     SUMMARY_MD,
+    TURN_PLOT,
 )
 from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
+from gpu_simulate_test.compare.groups import ttft_clocks
 from gpu_simulate_test.compare.metrics import JoinedRequests
+from gpu_simulate_test.compare.multi_turn import (
+    compare_multi_turn,
+    load_sessions,
+    multi_turn_markdown,
+)
+from gpu_simulate_test.compare.prefix_cache import (
+    compare_prefix_cache,
+    prefix_cache_findings,
+    prefix_cache_line,
+    prefix_cache_markdown,
+)
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
@@ -111,6 +124,12 @@ class Inputs:
     memory: dict[str, Any] | None
     steps: Steps | None
     aligned: Aligned | None
+    prefix_cache: dict[str, Any] | None = None
+    """:func:`.prefix_cache.compare_prefix_cache`: None where neither run has cached tokens."""
+    multi_turn: dict[str, Any] | None = None
+    """:func:`.multi_turn.compare_multi_turn`: None without sessions."""
+    sessions_skipped: str | None = None
+    """Why a workload that may have sessions was not read (it is not there, or another)."""
 
 
 def prepare(cfg: CompareStageConfig) -> Inputs:
@@ -138,7 +157,12 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
     if context["real"]["hardware"] != context["sim"]["hardware"]:
         mismatches["hardware"] = (context["real"]["hardware"], context["sim"]["hardware"])
     used = SimulatedCalibration.from_run_meta(sim.meta)
-    findings = discrepancies(comparison, mismatches) + calibration_findings(used)
+    ttfts = ttft_clocks(real_requests, sim_requests, joined)
+    prefix = compare_prefix_cache(real_requests, sim_requests, joined, ttfts, real.meta, sim.meta)
+    sessions, skipped = load_sessions(real, sim)
+    turns = None if sessions is None else compare_multi_turn(sessions, joined, ttfts)
+    findings = discrepancies(comparison, mismatches) + prefix_cache_findings(prefix)
+    findings += calibration_findings(used)
     memory = host_memory(used, real.meta, None if repeat is None else repeat.meta)
     return Inputs(
         real,
@@ -155,6 +179,9 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         memory,
         load_steps(real, sim, comparison, used),
         load_alignment(real, sim),
+        prefix,
+        turns,
+        skipped,
     )
 
 
@@ -194,6 +221,13 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
         data["host_memory"] = inputs.memory
+        data["prefix_cache"] = inputs.prefix_cache
+        data["multi_turn"] = inputs.multi_turn or (
+            {"skipped": inputs.sessions_skipped} if inputs.sessions_skipped else None
+        )
+        if cfg.compare.plots and inputs.multi_turn is not None:
+            title = f"TTFT by turn: {inputs.context['real'].get('backend')} vs simulation"
+            plots.plot_ttft_by_turn(inputs.multi_turn["ttft_by_turn"], r.file(TURN_PLOT), title)
         write_steps(r, cfg, inputs, data)
         write_json(r.file(COMPARISON_JSON), data)
         text = summary_text(cfg, inputs, drawn, clocks, good)
@@ -232,8 +266,9 @@ def summary_text(
     clocks: list[dict[str, Any]] | None,
     good: dict[str, Any] | None,
 ) -> str:
-    """``summary.md``: the report's sections, then the warm-up, goodput, both clocks, the host's
-    memory, the engine steps and the step-by-step alignment."""
+    """``summary.md``: the report's sections, then the warm-up, goodput, both clocks, the prefix
+    cache, multi-turn sessions, the host's memory, the engine steps and the step-by-step
+    alignment."""
     text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn)
     if inputs.warmup:
         text += (
@@ -243,6 +278,9 @@ def summary_text(
         )
     text += goodput_markdown(good)
     text += clocks_markdown(clocks)
+    text += prefix_cache_markdown(inputs.prefix_cache)
+    turn_plot = TURN_PLOT if cfg.compare.plots else None
+    text += multi_turn_markdown(inputs.multi_turn, turn_plot, inputs.sessions_skipped)
     text += host_memory_markdown(inputs.memory)
     if inputs.steps is not None:
         text += steps_markdown(inputs.steps[2], cfg.compare.plots)
@@ -262,6 +300,8 @@ def print_progress(
     print_headline(inputs.comparison, inputs.context, inputs.findings, path, good)
     if clocks and "noise_vs_engine" in clocks[0]:
         console.print(noise_line(clocks))
+    if (line := prefix_cache_line(inputs.prefix_cache)) is not None:
+        console.print(line)
     if inputs.memory is not None:
         console.print(host_probe.line(inputs.memory["real"]))
     if inputs.steps is not None:

@@ -101,7 +101,7 @@ class PredictorClock:
         value = value * self.scale
         if self.serving is not None:
             self._end = step.start_s + value
-            new = sum(1 for q, kv in step.chunks if q == kv)  # a request's first chunk
+            new = step.first_scheduled  # taken in (a prefix-cache hit's chunk is not q == kv)
             self._recent.append((self._end, new, step.decode_requests))
             self._taken += new
             self._streamed += step.decode_requests

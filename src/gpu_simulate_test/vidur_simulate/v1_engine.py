@@ -105,9 +105,10 @@ class V1Engine:
             chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
             pre = [(r, new) for r, new, ctx in chosen if ctx]
             dec = [(r, new) for r, new, ctx in chosen if not ctx]
+            first = sum(1 for r, _, _ in chosen if scheduled_at[r] != scheduled_at[r])  # NaN
             step = Composition(
                 len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks,
-                start, idle,
+                start, idle, first,
             )  # fmt: skip
             end = start + clock.body(index, step)
             # ---- outputs (vLLM's Scheduler.update_from_output) ----

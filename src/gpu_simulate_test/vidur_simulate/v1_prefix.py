@@ -182,7 +182,12 @@ class CachingV1Engine(V1Engine):
     def _schedule_running(self, budget: int, limit: int, chosen: Chosen) -> tuple[int, int]:
         running, waiting, prompt, outputs = self.running, self.waiting, self.prompt, self.outputs
         computed, restarts, pool = self.computed, self.restarts, self.pool
-        blocks, free_q, bs = pool.blocks, pool.free_q, self.params.block_size
+        blocks, free_q, bs, n_cached = (
+            pool.blocks,
+            pool.free_q,
+            self.params.block_size,
+            pool.n_cached,
+        )
         preempted = 0
         i = 0
         while i < len(running) and budget > 0:
@@ -196,8 +201,9 @@ class CachingV1Engine(V1Engine):
                 i += 1
                 continue
             fits = True
+            upto = computed[r] + new  # never past ``total``
             while True:
-                need = max(0, cdiv(computed[r] + new, bs) - len(blocks[r]))
+                need = -(-upto // bs) - len(blocks[r])
                 if need <= len(free_q):
                     break
                 victim = running.pop()
@@ -211,8 +217,10 @@ class CachingV1Engine(V1Engine):
                     break
             if not fits:
                 break
-            pool.allocate(r, need)
-            pool.cache(r, min(computed[r] + new, total), bs)
+            if need > 0:
+                pool.allocate(r, need)
+            if upto // bs > n_cached[r]:  # a block filled: cache it (most decodes fill none)
+                pool.cache(r, upto, bs)
             chosen.append((r, new, outputs[r] == 0))
             budget -= new
             i += 1

@@ -52,6 +52,8 @@ class Composition:
     """When it was scheduled (the simulation's clock)."""
     idle_s: float = 0.0
     """How long the engine had been idle before it (0: busy)."""
+    first_scheduled: int = 0
+    """Requests scheduled for the first time (not resumed after preemption)."""
 
     @property
     def key(self) -> tuple[int, int, int, int]:
