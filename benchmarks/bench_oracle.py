@@ -19,7 +19,7 @@ the share of requests served the same cached tokens and the hit rate of each sid
 targets: >= 99% of requests, hit rate within 1 point).
 
 Run: ``python -m benchmarks.bench_oracle [--campaign tmp/fidelity/X] [--preempt-run DIR]
-[--preempt-blocks 10] [--prefix-caching] [--out F.json]``.
+[--preempt-blocks 10] [--prefix-caching] [--profiles tmp/profiles] [--out F.json]``.
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--preempt-run", type=Path, help="a preempting real_bench run")
     parser.add_argument("--preempt-blocks", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--profiles", type=Path, help="the bundle root (default: the campaign's)")
     parser.add_argument(
         "--prefix-caching", action="store_true", help="the preempting run with the cache on"
     )
@@ -166,7 +167,7 @@ def main() -> None:
     campaign = args.campaign or run_campaign("default", f"oracle-{stamp}", overrides)
     manifest = read_manifest(campaign)
     warmup_s = float(manifest.get("warmup_s", 0.0))
-    profiles = campaign / "profiles"
+    profiles = args.profiles or campaign / "profiles"  # a campaign with reuse_profile: tmp/profiles
     out_root = campaign / f"oracle-{stamp}"
     results: list[dict[str, Any]] = []
     for record in load_plan(manifest):

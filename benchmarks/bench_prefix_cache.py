@@ -14,7 +14,8 @@ time of each (``time.process_time``) and their ratio; peak memory by ``tracemall
 separate pass (it slows the run). Knobs: ``max_num_batched_tokens`` 2048, ``max_num_seqs`` 128,
 block size 16, a cache of ``--blocks`` blocks (evictions happen).
 
-Run: ``python -m benchmarks.bench_prefix_cache [--requests 100000] [--repeats 3] [--out F.json]``.
+Run: ``python -m benchmarks.bench_prefix_cache [--requests 100000] [--repeats 3] [--only NAME]
+[--out F.json]``.
 """
 
 from __future__ import annotations
@@ -135,9 +136,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--blocks", type=int, default=4096)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--only", choices=("shared_prefix", "multi_turn"), default=None)
     args = parser.parse_args()
     results: dict[str, Any] = {}
     for name, make in (("shared_prefix", shared_prefix), ("multi_turn", multi_turn)):
+        if args.only and name != args.only:
+            continue
         work = make(args.requests, 0)
         times: dict[str, list[float]] = {"off": [], "on": []}
         for _ in range(args.repeats):
@@ -171,7 +175,8 @@ def main() -> None:
             "machine": platform.processor() or platform.machine(),
             "python": platform.python_version(),
             "command": "python -m benchmarks.bench_prefix_cache "
-            f"--requests {args.requests} --repeats {args.repeats} --blocks {args.blocks}",
+            f"--requests {args.requests} --repeats {args.repeats} --blocks {args.blocks}"
+            + (f" --only {args.only}" if args.only else ""),
             "results": results,
         }
         args.out.write_text(json.dumps(record, indent=2) + "\n")
