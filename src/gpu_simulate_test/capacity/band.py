@@ -60,12 +60,14 @@ def in_band(measured_qps: float | None, band: Mapping[str, Any] | None) -> bool 
     return high is not None and measured_qps <= high
 
 
-def _qps(value: float | None) -> str:
-    return "none" if value is None else f"{value:g} req/s"
+def _qps(value: float | None, unit: str) -> str:
+    return "none" if value is None else f"{value:g} {unit}"
 
 
-def band_markdown(band: Mapping[str, Any] | None, measured_in_band: bool | None) -> list[str]:
-    """The report's paragraph on the band."""
+def band_markdown(
+    band: Mapping[str, Any] | None, measured_in_band: bool | None, unit: str = "req/s"
+) -> list[str]:
+    """The report's paragraph on the band (its rates in ``unit``)."""
     if not band:
         return []
     pct = f"{band['fraction']:.0%}"
@@ -76,8 +78,8 @@ def band_markdown(band: Mapping[str, Any] | None, measured_in_band: bool | None)
             parts.append(f"{moved:+.0%} with {label} steps")
     lines = [
         "",
-        f"**If every step took {pct} longer, the answer would be {_qps(low)}; {pct} shorter, "
-        f"{_qps(high)}{' or more' if band['open_above'] else ''}** "
+        f"**If every step took {pct} longer, the answer would be {_qps(low, unit)}; {pct} shorter, "
+        f"{_qps(high, unit)}{' or more' if band['open_above'] else ''}** "
         f"(`capacity.step_band={band['fraction']:g}`"
         + (f": {', '.join(parts)}" if parts else "")
         + ").",
@@ -108,7 +110,7 @@ def step_accuracy_needed(band: Mapping[str, Any], target: float = 0.10) -> float
 
 
 def band_cells(band: Mapping[str, Any] | None) -> str:
-    """The console's cell: ``low–high`` req/s."""
+    """The console's cell: ``low–high`` (the rate's unit is in its row's label)."""
     if not band:
         return "–"
     low, high = band["qps"]

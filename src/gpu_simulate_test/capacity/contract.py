@@ -15,21 +15,32 @@ CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
 RUNS_DIR = "runs"
 POINTS_DIR = "points"
-CAPACITY_SCHEMA_VERSION = "1.2"
-"""1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``)."""
+CAPACITY_SCHEMA_VERSION = "1.3"
+"""1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``); 1.3: its
+``rate_unit`` (``req/s``, or ``sessions/s`` for a multi-turn workload) and ``sessions``, and the
+table's optional per-rate columns of a multi-turn search."""
+RATE_UNITS: tuple[str, ...] = ("req/s", "sessions/s")
+"""``capacity.json`` ``rate_unit``: what ``qps`` counts (sessions/s: each session's turn 0)."""
 
 CAPACITY_TABLE = TableSchema(
     name="capacity",
     version=CAPACITY_SCHEMA_VERSION,
     description=(
-        "One row per simulated request rate of a capacity search: the latency percentiles the "
-        "simulation predicts and whether they meet the goals (`capacity.json` holds the goals "
-        "and the answer)."
+        "One row per simulated rate of a capacity search: the latency percentiles the "
+        "simulation predicts and whether they meet the goals (`capacity.json` holds the goals, "
+        "the answer and the rate's unit, `rate_unit`: req/s, or sessions/s for a multi-turn "
+        "workload, whose search adds the optional columns)."
     ),
     sorted_by="qps",
     columns=(
         Column(
-            "qps", "float", "req/s", "offered rate (the workload's arrivals, scaled)", min_value=0
+            "qps",
+            "float",
+            "req/s or sessions/s",
+            "offered rate (the workload's arrivals, scaled); a multi-turn workload's in "
+            "sessions/s (`rate_unit`: each session's turn 0 scaled, its later turns sent in their "
+            "closed loop)",
+            min_value=0,
         ),
         Column("phase", "str", "", "grid or refine", allowed=("grid", "refine")),
         Column("meets_slo", "bool", "", "every goal met"),
@@ -55,5 +66,31 @@ CAPACITY_TABLE = TableSchema(
             min_value=0,
         ),
         Column("sim_wall_s", "float", "s", "wall time of the simulation", min_value=0),
+    ),
+    optional=(
+        Column(
+            "request_rate_per_s",
+            "float",
+            "req/s",
+            "requests finished per second, first send to last token (a multi-turn search)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "mean_session_s",
+            "float",
+            "s",
+            "mean of each session's turn 0 send to its last turn's last token (multi-turn)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "concurrent_users",
+            "float",
+            "",
+            "sessions open at once on average: qps x mean_session_s, Little's law (multi-turn)",
+            nullable=True,
+            min_value=0,
+        ),
     ),
 )

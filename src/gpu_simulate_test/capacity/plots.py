@@ -1,5 +1,6 @@
-"""The capacity curve: predicted latency percentiles against the request rate, the goals as
-horizontal lines, the answer as a vertical one (matplotlib, Agg backend)."""
+"""The capacity curve: predicted latency percentiles against the rate searched (requests/s, or
+sessions/s for a multi-turn workload), the goals as horizontal lines, the answer as a vertical
+one (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from gpu_simulate_test.capacity.sessions import rate_axis
 from gpu_simulate_test.io.artifacts import atomic_open
 
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
@@ -27,11 +29,13 @@ def plot_capacity(
     measured_qps: float | None = None,
     band_qps: list[float | None] | None = None,
     band_fraction: float = 0.0,
+    rate_unit: str = "req/s",
 ) -> Path:
     """One panel per metric with a goal (or all three without): p50 and the goal's percentile
     against the rate, log x; rates that met every goal drawn filled, the others hollow. With
     ``real`` (a real search's curve), its goal percentile beside, and the measured capacity;
-    with ``band_qps`` (the answers with slower and faster steps), that span shaded."""
+    with ``band_qps`` (the answers with slower and faster steps), that span shaded. Rates are in
+    ``rate_unit``."""
     metrics = list(goals) or list(LABELS)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.0), squeeze=False)
     ok = frame["meets_slo"].astype(bool).to_numpy()
@@ -57,13 +61,15 @@ def plot_capacity(
             ax.axvspan(low, high, color="C2", alpha=0.12,
                        label=f"answers, steps {band_fraction:.0%} slower .. faster")  # fmt: skip
         if answer_qps is not None:
-            ax.axvline(answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} req/s")
+            ax.axvline(
+                answer_qps, color="C2", linestyle="-.", label=f"answer {answer_qps:g} {rate_unit}"
+            )
         if measured_qps is not None:
             ax.axvline(measured_qps, color="k", linestyle=":",
-                       label=f"measured {measured_qps:g} req/s")  # fmt: skip
+                       label=f"measured {measured_qps:g} {rate_unit}")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("request rate (req/s)")
+        ax.set_xlabel(rate_axis(rate_unit))
         ax.set_ylabel(f"{LABELS[metric]} (ms, simulated)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)

@@ -6,6 +6,10 @@ One served engine for the whole search; per rate, the workload's first
 simulated search scales them) replayed by the real bench, re-run while the real bench marks it
 disturbed (up to :data:`RERUNS` times, the truth's rule), and judged by the same goals on the same
 (client) clock; the same grid, then the same bisection (:func:`.search.search`).
+
+A multi-turn workload's rate is sessions/s, and ``capacity.verify_requests`` counts sessions
+(``workload.num_requests`` does); only a backend that runs sessions' closed loop can replay it
+(:func:`check_real_sessions`, before anything starts).
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from gpu_simulate_test.capacity.search import (
     latency_agreement,
     search,
 )
+from gpu_simulate_test.capacity.sessions import rate_unit
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.reporting import console, progress_bar
+from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import with_workload
-from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
 from gpu_simulate_test.orchestrate.steps import make_workload
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 
@@ -37,20 +44,45 @@ LONGEST_RATE_S = 90.0
 this to send."""
 
 
+def check_real_sessions(cfg: CapacityStageConfig) -> None:
+    """``capacity.verify`` replays the workload on the real engine: a multi-turn one needs a
+    backend that runs its sessions' closed loop; ConfigError, one line naming the workload and
+    ``capacity.verify``, before anything runs (a single-turn workload passes)."""
+    inner = cfg.pipeline()
+    try:
+        check_sessions_served(inner)
+    except (ArtifactError, ConfigError):  # a trace that cannot be read says so itself
+        raise
+    except ValueError as exc:  # the backend runs no sessions
+        workload = inner.workload
+        named = (
+            f"workload.trace_file={workload.trace_file}"
+            if workload.source == "trace"
+            else "workload.session.enabled=true"
+        )
+        raise ConfigError(
+            f"capacity.verify={cfg.capacity.verify} replays the multi-turn workload ({named}) on "
+            f"the real engine, but {exc}; capacity.verify=false searches it by simulation alone"
+        ) from exc
+
+
 def real_search(
     cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run
 ) -> tuple[Answer, list[dict[str, Any]], float]:
     """The grid and bisection on the real engine: its answer, each real run, the wall time."""
     from gpu_simulate_test.core.run_inputs import load_run
+    from gpu_simulate_test.core.workloads import load_workload
 
     opts = cfg.capacity
     started = time.perf_counter()
-    count = opts.verify_requests
+    count = opts.verify_requests  # sessions, for a multi-turn workload
     base = with_workload(inner, "search-base", qps=opts.qps_min, num_requests=count)
     runs: list[dict[str, Any]] = []
     if cfg.progress:
         console.rule(f"[bold]the same search on the real engine ({inner.backend.name})")
-    with served(base, r.path, r, make_workload(base), "the real search") as at_server:
+    base_dir = make_workload(base)
+    unit = rate_unit(load_workload(base_dir).sessions)
+    with served(base, r.path, r, base_dir, "the real search") as at_server:
         total = opts.points + opts.refine + opts.extend
         with progress_bar("real rates", total, cfg.progress) as advance:
 
@@ -83,6 +115,7 @@ def real_search(
                 opts.extend,
                 opts.verify_stop_after,
                 affordable=lambda qps: count / qps <= LONGEST_RATE_S,
+                unit=unit,
             )
     return answer, runs, time.perf_counter() - started
 

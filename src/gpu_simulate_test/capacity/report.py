@@ -1,5 +1,6 @@
 """The capacity stage's report: ``report.md`` and the terminal's table, from ``capacity.json``'s
-document (no computation here)."""
+document (no computation here). Rates are in its ``rate_unit``: req/s, or sessions/s for a
+multi-turn workload (then the answer in requests and concurrent users beside it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import band_cells, band_markdown
+from gpu_simulate_test.capacity.sessions import REQUEST_UNIT, answer_in_load, unsteady_lines
 from gpu_simulate_test.core.reporting import console, print_table
 
 YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
@@ -26,46 +28,46 @@ def report_markdown(
 ) -> str:
     """``report.md``; links are relative to ``base``, where it is written."""
     pct = doc["slo"]["percentile"]
+    unit = doc.get("rate_unit", REQUEST_UNIT)
     goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
-    answer = doc["answer_qps"]
+    sessions = doc.get("sessions")
+    per_rate = f"{doc['num_requests']} requests per rate"
+    if sessions:
+        per_rate = (
+            f"{sessions['num_sessions']} sessions ({doc['num_requests']} requests) per rate, "
+            f"the rate in {unit}"
+        )
     lines = [
         f"# Capacity: {run_id}",
         "",
         f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs, "
-        f"{doc['num_requests']} requests per rate; goals: {goals}.",
+        f"{per_rate}; goals: {goals}.",
         "",
-        (
-            f"**Highest rate within the goals: {answer:g} req/s** (the next rate tried, "
-            f"{doc['bracket_qps'][1]:g} req/s, missed: {'; '.join(doc['binding'])})."
-            if answer is not None and doc["bracket_qps"][1] is not None
-            else f"**{answer:g} req/s or more**: every rate tried met the goals."
-            if answer is not None
-            else "**No rate tried meets the goals.**"
-        ),
+        answer_sentence(doc, unit),
     ]
+    if sessions and doc["answer_qps"] is not None:
+        lines += unsteady_lines(sessions["at_answer"])
     if doc["note"]:
         lines += ["", f"Note: {doc['note']}."]
     verified = doc.get("verify")
-    lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"))
+    lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"), unit)
     if verified and verified.get("mode") == "search":
-        lines += search_markdown(verified, pct)
+        lines += search_markdown(verified, pct, unit)
     elif verified:
-        lines += verify_markdown(verified, pct, base)
+        lines += verify_markdown(verified, pct, base, unit)
     lines += [
         "",
         f"## The curve (p{pct}, ms)",
         "",
-        "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | simulated in (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *curve_header(unit, "simulated in (s)", "concurrent_users" in frame.columns),
+        *curve_rows(frame, pct),
     ]
-    lines += curve_rows(frame, pct)
     if real_frame is not None:
         lines += [
             "",
             f"## The real engine's curve (p{pct}, ms; `{contract.CAPACITY_REAL_CSV}`)",
             "",
-            "| req/s | phase | TTFT | TPOT | E2E | meets | goodput (req/s) | measured in (s) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *curve_header(unit, "measured in (s)", False),
             *curve_rows(real_frame, pct),
         ]
     lines += [
@@ -82,14 +84,38 @@ def report_markdown(
     return "\n".join(lines)
 
 
-def verify_markdown(verified: Mapping[str, Any], pct: int, base: Path) -> list[str]:
+def answer_sentence(doc: Mapping[str, Any], unit: str) -> str:
+    """The answer in one sentence; with sessions, what it means in requests and users."""
+    answer, above = doc["answer_qps"], doc["bracket_qps"][1]
+    if answer is None:
+        return "**No rate tried meets the goals.**"
+    load = answer_in_load(answer, (doc.get("sessions") or {}).get("at_answer"))
+    said = f"{answer:g} {unit}" + (f" ({load})" if load else "")
+    if above is None:
+        return f"**{said} or more**: every rate tried met the goals."
+    return (
+        f"**Highest rate within the goals: {said}** (the next rate tried, {above:g} {unit}, "
+        f"missed: {'; '.join(doc['binding'])})."
+    )
+
+
+def curve_header(unit: str, wall: str, loads: bool) -> list[str]:
+    """The curve table's header; ``loads``: with each rate in requests and users (sessions)."""
+    extra = " req/s finished | concurrent users |" if loads else ""
+    cells = f"| {unit} | phase | TTFT | TPOT | E2E | meets | goodput (req/s) |{extra} {wall} |"
+    return [cells, "| --- " * cells.count(" | ") + "| --- |"]
+
+
+def verify_markdown(
+    verified: Mapping[str, Any], pct: int, base: Path, unit: str = REQUEST_UNIT
+) -> list[str]:
     """``report.md``'s check of the answer on the real engine (``capacity.verify=answer``)."""
     verdict = (
         "meets" if verified["meets_slo"] else "misses (" + "; ".join(verified["violated"]) + ")"
     )
     lines = [
         "",
-        f"On the real engine at {verified['qps']:g} req/s the workload {verdict} the goals "
+        f"On the real engine at {verified['qps']:g} {unit} the workload {verdict} the goals "
         f"([run]({os.path.relpath(verified['real_run'], base)})):",
         "",
         "| metric | real (ms) | simulated (ms) |",
@@ -109,14 +135,20 @@ def verify_markdown(verified: Mapping[str, Any], pct: int, base: Path) -> list[s
 
 
 def print_result(doc: Mapping[str, Any], path: Path) -> None:
-    answer = doc["answer_qps"]
-    rows = [
-        ["answer (req/s)", "none" if answer is None else f"{answer:g}"],
-        ["limited by", "; ".join(doc["binding"]) or "–"],
-    ]
+    answer, unit = doc["answer_qps"], doc.get("rate_unit", REQUEST_UNIT)
+    rows = [[f"answer ({unit})", "none" if answer is None else f"{answer:g}"]]
+    if doc.get("sessions"):  # what the answer means in requests and users
+        load = doc["sessions"]["at_answer"] or {}
+        rows += [
+            ["requests/s at the answer", _cell(load.get("request_rate_per_s"))],
+            ["concurrent users at the answer", _cell(load.get("concurrent_users"), ".1f")],
+        ]
+        if load.get("steady") is False:
+            rows[-1][1] += " (not steady: report.md)"
+    rows.append(["limited by", "; ".join(doc["binding"]) or "–"])
     if doc.get("step_band"):
         pct = f"{doc['step_band']['fraction']:.0%}"
-        rows.append([f"answer with steps ±{pct} (req/s)", band_cells(doc["step_band"])])
+        rows.append([f"answer with steps ±{pct} ({unit})", band_cells(doc["step_band"])])
     rows += [
         ["simulations", str(doc["points"])],
         ["simulated requests/s", str(doc["simulated_requests_per_s"])],
@@ -125,7 +157,7 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     if check and check.get("mode") == "search":
         measured, ratio = check["measured_capacity_qps"], check["ratio"]
         rows += [
-            ["measured capacity (req/s)", "none" if measured is None else f"{measured:g}"],
+            [f"measured capacity ({unit})", "none" if measured is None else f"{measured:g}"],
             ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
             ["measured within the band", YES_NO[check.get("measured_in_band")]],
             ["real search (s)", f"{check['wall_time_s']:g}"],
@@ -136,44 +168,55 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")
 
 
+def _cell(value: float | None, digits: str = ".2f") -> str:
+    return "–" if value is None or value != value else f"{value:{digits}}"
+
+
 def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
-    """The curve's table rows: one per rate tried."""
+    """The curve's table rows: one per rate tried (with a multi-turn search's per-rate columns,
+    the rate in requests and users)."""
+    loads = "concurrent_users" in frame.columns
     rows = []
     for rec in frame.to_dict("records"):
-        good = rec["goodput_qps"]
+        extra = (
+            f" {_cell(rec['request_rate_per_s'])} | {_cell(rec['concurrent_users'], '.1f')} |"
+            if loads
+            else ""
+        )
         rows.append(
             f"| {rec['qps']:g} | {rec['phase']} | {rec[f'ttft_p{pct}_ms']:.1f} | "
             f"{rec[f'tpot_p{pct}_ms']:.1f} | {rec[f'e2e_p{pct}_ms']:.1f} | "
-            f"{'yes' if rec['meets_slo'] else 'no'} | "
-            f"{'–' if good is None or good != good else f'{good:.2f}'} | {rec['sim_wall_s']:.1f} |"
+            f"{'yes' if rec['meets_slo'] else 'no'} | {_cell(rec['goodput_qps'])} |{extra} "
+            f"{rec['sim_wall_s']:.1f} |"
         )
     return rows
 
 
-def search_markdown(verified: Mapping[str, Any], pct: int) -> list[str]:
+def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_UNIT) -> list[str]:
     """The real search's paragraph: the measured capacity beside the answer, what binds."""
     measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
     sides = verified["binding"]
+    what = "requests" if unit == REQUEST_UNIT else "sessions"
     lines = [
         "",
-        f"**On the real engine, the same search** ({verified['requests_per_rate']} requests a "
+        f"**On the real engine, the same search** ({verified['requests_per_rate']} {what} a "
         f"rate, {verified['wall_time_s']:g} s): measured capacity "
-        + (f"**{measured:g} req/s**" if measured is not None else "**none** (no rate met them)")
+        + (f"**{measured:g} {unit}**" if measured is not None else "**none** (no rate met them)")
         + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
         "",
         f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
         f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
     ]
-    lines += agreement_lines(verified.get("latency_agreement"))
+    lines += agreement_lines(verified.get("latency_agreement"), unit)
     if verified["note"]:
         lines += ["", f"Real search note: {verified['note']}."]
     if verified["disturbed_rates"]:
         rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
-        lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} req/s."]
+        lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} {unit}."]
     return lines
 
 
-def agreement_lines(agreement: Mapping[str, Any] | None) -> list[str]:
+def agreement_lines(agreement: Mapping[str, Any] | None, unit: str = REQUEST_UNIT) -> list[str]:
     """How far apart the two curves' goal percentiles are where the real engine met the goals:
     the latency error behind the capacity ratio."""
     if not agreement or not agreement["met_rates"]:
@@ -194,6 +237,6 @@ def agreement_lines(agreement: Mapping[str, Any] | None) -> list[str]:
     return [
         "",
         f"Latency behind it: at the rates both searches ran where the real engine met the goals "
-        f"({rates} req/s), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
+        f"({rates} {unit}), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
         "flat, so a few percent of latency move the capacity by much more.",
     ]

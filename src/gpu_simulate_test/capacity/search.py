@@ -80,6 +80,7 @@ def search(
     extend: int = 0,
     stop_after: int = 0,
     affordable: Callable[[float], bool] = lambda qps: True,
+    unit: str = "req/s",
 ) -> Answer:
     """Evaluate the grid, then bisect between the last rate that met the goals and the first
     that did not (``refine`` steps). The goals are assumed to get harder with the rate; where
@@ -90,7 +91,8 @@ def search(
     meets), the grid goes on past that end at its own spacing, up to ``extend`` rates, while
     ``affordable(rate)``; ``stop_after`` > 0 leaves the grid's rates out after that many misses in
     a row (an overloaded real engine: minutes of queue, and the client's CPU taken). The note says
-    what was extended or left out."""
+    what was extended or left out, its rates in ``unit`` (sessions/s for a multi-turn
+    workload)."""
     rates = grid(qps_min, qps_max, points)
     ratio = (qps_max / qps_min) ** (1.0 / (points - 1))
     evaluated: list[Point] = []
@@ -103,27 +105,27 @@ def search(
         point = evaluate(qps, "grid")
         evaluated.append(point)
         misses = 0 if point.meets else misses + 1
-    notes = _extend(evaluate, evaluated, ratio, extend, affordable)
+    notes = _extend(evaluate, evaluated, ratio, extend, affordable, unit)
     if skipped:
         notes.append(
-            f"{', '.join(f'{q:g}' for q in skipped)} req/s not run ({stop_after} misses in a row "
+            f"{', '.join(f'{q:g}' for q in skipped)} {unit} not run ({stop_after} misses in a row "
             "below them)"
         )
     first_miss = next((i for i, p in enumerate(evaluated) if not p.meets), None)
     if first_miss is not None and any(p.meets for p in evaluated[first_miss + 1 :]):
         notes.insert(
             0,
-            f"not monotone: {evaluated[first_miss].qps:g} req/s missed the goals while a higher "
+            f"not monotone: {evaluated[first_miss].qps:g} {unit} missed the goals while a higher "
             "rate met them (a short workload is noisy at its tail); the answer stays below the "
             "first miss",
         )
     note = "; ".join(notes)
     lowest, highest = evaluated[0].qps, evaluated[-1].qps
     if first_miss == 0:
-        why = f"even {lowest:g} req/s misses the goals: lower capacity.qps_min"
+        why = f"even {lowest:g} {unit} misses the goals: lower capacity.qps_min"
         return Answer(None, (0.0, lowest), tuple(evaluated), f"{note}; {why}" if note else why)
     if first_miss is None:
-        why = f"{highest:g} req/s still meets the goals: raise capacity.qps_max"
+        why = f"{highest:g} {unit} still meets the goals: raise capacity.qps_max"
         return Answer(highest, (highest, None), tuple(evaluated), f"{note}; {why}" if note else why)
     low, high = evaluated[first_miss - 1].qps, evaluated[first_miss].qps
     for _ in range(refine):
@@ -146,6 +148,7 @@ def _extend(
     ratio: float,
     extend: int,
     affordable: Callable[[float], bool],
+    unit: str = "req/s",
 ) -> list[str]:
     """Go on past the end of the grid where the capacity lies (below while even the lowest rate
     misses, above while every rate meets), up to ``extend`` rates at the grid's spacing, adding
@@ -155,19 +158,19 @@ def _extend(
     while len(added) < extend and not evaluated[0].meets:
         qps = _rounded(evaluated[0].qps / ratio)
         if not affordable(qps):
-            notes.append(f"{qps:g} req/s not run (too long at this rate)")
+            notes.append(f"{qps:g} {unit} not run (too long at this rate)")
             break
         evaluated.insert(0, evaluate(qps, "grid"))
         added.append(qps)
     if added:
-        notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} req/s")
+        notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} {unit}")
     added = []
     while len(added) < extend and all(p.meets for p in evaluated):
         qps = _rounded(evaluated[-1].qps * ratio)
         evaluated.append(evaluate(qps, "grid"))
         added.append(qps)
     if added:
-        notes.append(f"the grid extended above capacity.qps_max to {added[-1]:g} req/s")
+        notes.append(f"the grid extended above capacity.qps_max to {added[-1]:g} {unit}")
     return notes
 
 

@@ -12,6 +12,10 @@
 4. **The check** (``capacity.verify``): the workload replayed on the real engine at the answer,
    judged against the same goals, next to what the simulation predicted there.
 
+A multi-turn workload's rate is sessions/s (:mod:`.sessions`): only each session's turn 0 has an
+arrival to scale; its later turns follow in the simulation's closed loop, and each rate is also
+given in requests finished per second and concurrent users.
+
 Writes ``capacity.csv``, ``capacity.json``, ``capacity.png`` and ``report.md``
 (:mod:`.contract`) into ``<output.root>/capacity/<run_id>/``.
 """
@@ -28,7 +32,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import band_record, in_band
-from gpu_simulate_test.capacity.real_search import real_search, search_record
+from gpu_simulate_test.capacity.real_search import check_real_sessions, real_search, search_record
 from gpu_simulate_test.capacity.report import print_result, report_markdown
 from gpu_simulate_test.capacity.search import (
     METRICS,
@@ -38,6 +42,14 @@ from gpu_simulate_test.capacity.search import (
     judge,
     judged_point,
     search,
+)
+from gpu_simulate_test.capacity.sessions import (
+    REQUEST_UNIT,
+    SESSION_UNIT,
+    SessionCurve,
+    SessionLoad,
+    rate_unit,
+    session_load,
 )
 from gpu_simulate_test.capacity.split import (
     REFERENCE_QPS,
@@ -54,6 +66,7 @@ from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, progress_bar
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
@@ -72,6 +85,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     # phase=sim: the real phase's run checked before the run directory exists (its bundle's
     # coverage and scheduler once the run has begun)
     source = read_real(Path(opts.real_from).resolve(), cfg) if opts.real_from else None
+    if opts.verify != "false" and source is None:  # sessions on the real engine: refused now
+        check_real_sessions(cfg)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
@@ -105,12 +120,21 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
         )
-        answers = simulated_searches(cfg, sim_cfg, inputs, r)
+        answers, sessions = simulated_searches(cfg, sim_cfg, inputs, r)
         answer = answers[0]
         band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
-        verified, measured = check_answer(cfg, inner, answer, band, source, r)
+        unit = REQUEST_UNIT if sessions is None else SESSION_UNIT
+        verified, measured = check_answer(cfg, inner, answer, band, source, r, unit)
         doc = write_outputs(
-            r, cfg, answer, verified, num_requests, time.perf_counter() - started, measured, band
+            r,
+            cfg,
+            answer,
+            verified,
+            num_requests,
+            time.perf_counter() - started,
+            measured,
+            band,
+            sessions,
         )
     if cfg.progress:
         print_result(doc, r.path)
@@ -136,7 +160,8 @@ def real_phase(
     manifest = write_real(r, cfg, root, workload_dir, decided, found, runs, wall)
     r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
     if cfg.progress:
-        said = "none" if found.qps is None else f"{found.qps:g} req/s"
+        unit = rate_unit(load_workload(workload_dir).sessions)
+        said = "none" if found.qps is None else f"{found.qps:g} {unit}"
         console.print(
             f"[bold]measured capacity:[/] {said}; [bold]manifest:[/] {manifest}; "
             f"simulate with capacity.phase=sim capacity.real_from={r.path}"
@@ -144,14 +169,26 @@ def real_phase(
     return r.path
 
 
+def at_rate(inputs: Inputs, qps: float) -> Inputs:
+    """The one workload at ``qps``: its arrivals scaled by ``REFERENCE_QPS / qps`` (the workload
+    stage's gaps are ``scale × standard draws``). A multi-turn workload's later turns have no
+    arrival (NaN, and NaN they stay): they follow their session's previous answer after its think
+    time (``inputs.after``, the simulation's closed loop), which no rate scales."""
+    return dataclasses.replace(inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps))
+
+
 def simulated_searches(
     cfg: CapacityStageConfig, sim_cfg: VidurSimulateStageConfig, inputs: Inputs, r: Run
-) -> list[Answer]:
-    """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled;
-    with ``capacity.step_band``, again with every step ``1 ± step_band`` as long (the band)."""
+) -> tuple[list[Answer], SessionCurve | None]:
+    """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled
+    (:func:`at_rate`); with ``capacity.step_band``, again with every step ``1 ± step_band`` as
+    long (the band). With sessions, the main search's rates in requests and users too."""
     from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
 
     opts = cfg.capacity
+    sessions = inputs.workload.sessions
+    request_ids = inputs.workload.lengths["request_id"].to_numpy()
+    loads: dict[float, SessionLoad] = {}
     scales = [1.0] + ([1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else [])
     total = (opts.points + opts.refine + opts.extend) * len(scales)
     answers = []
@@ -165,20 +202,31 @@ def simulated_searches(
                 points_dir = points_dir / f"steps-x{scale:g}"
 
             def evaluate(
-                qps: float, phase: str, at: Any = scaled_cfg, where: Path = points_dir
+                qps: float,
+                phase: str,
+                at: Any = scaled_cfg,
+                where: Path = points_dir,
+                main: bool = scale == 1.0,
             ) -> Point:
                 t0 = time.perf_counter()
-                scaled = dataclasses.replace(
-                    inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps)
-                )
-                table = simulate_inputs(at, scaled, where / f"{qps:g}").table
+                table = simulate_inputs(at, at_rate(inputs, qps), where / f"{qps:g}").table
                 advance(1)
+                if sessions is not None and main:  # the band's rates are not reported so
+                    loads[qps] = session_load(qps, table, request_ids, sessions)
                 return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
 
             answers.append(
-                search(evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend)
+                search(
+                    evaluate,
+                    opts.qps_min,
+                    opts.qps_max,
+                    opts.points,
+                    opts.refine,
+                    opts.extend,
+                    unit=rate_unit(sessions),
+                )
             )
-    return answers
+    return answers, None if sessions is None else SessionCurve(sessions.num_sessions, loads)
 
 
 def check_answer(
@@ -188,6 +236,7 @@ def check_answer(
     band: dict[str, Any] | None,
     source: RealSource | None,
     r: Run,
+    unit: str = REQUEST_UNIT,
 ) -> tuple[dict[str, Any] | None, Answer | None]:
     """``capacity.verify``: the answer on the real engine (``answer``), or the real search beside
     the simulated one (``search``: run here, or the real phase's, recorded); the record and the
@@ -195,7 +244,7 @@ def check_answer(
     opts = cfg.capacity
     goals, pct = opts.slo.goals(), opts.slo.percentile
     if opts.verify == "answer":
-        return verify(cfg, inner, answer, goals, pct, r), None
+        return verify(cfg, inner, answer, goals, pct, r, unit), None
     if opts.verify != "search":
         return None, None
     count = opts.verify_requests
@@ -217,6 +266,7 @@ def verify(
     goals: Mapping[str, float],
     pct: int,
     r: Run,
+    unit: str = REQUEST_UNIT,
 ) -> dict[str, Any] | None:
     """The workload at the answer's rate on the real engine (one served engine, recorded in
     ``r``): its percentiles, the goals' verdict and the simulation's prediction there. None
@@ -227,7 +277,7 @@ def verify(
 
     if cfg.progress:
         console.rule(
-            f"[bold]checking {answer.qps:g} req/s on the real engine ({inner.backend.name})"
+            f"[bold]checking {answer.qps:g} {unit} on the real engine ({inner.backend.name})"
         )
     at = with_workload(inner, "verify", qps=answer.qps)
     workload_dir = make_workload(at)
@@ -273,12 +323,16 @@ def write_outputs(
     wall_s: float,
     measured: Answer | None = None,
     band: dict[str, Any] | None = None,
+    sessions: SessionCurve | None = None,
 ) -> dict[str, Any]:
     """capacity.csv, capacity.json, the plot and report.md (and, after a real search, its
-    curve in capacity_real.csv); returns the JSON document."""
+    curve in capacity_real.csv); returns the JSON document. ``sessions``: a multi-turn search's
+    (its rates in sessions/s, each also in requests and users)."""
     from gpu_simulate_test.capacity.plots import plot_capacity
 
     frame = points_frame(answer.points)  # the band's searches are in capacity.json alone
+    if sessions is not None:
+        frame = sessions.columns(frame)
     write_csv(r.file(contract.CAPACITY_CSV), frame, contract.CAPACITY_TABLE)
     real_frame = None
     if measured is not None:
@@ -286,9 +340,11 @@ def write_outputs(
         write_csv(r.file(contract.CAPACITY_REAL_CSV), real_frame, contract.CAPACITY_TABLE)
     sim_s = float(frame["sim_wall_s"].sum())
     slo = cfg.capacity.slo
+    unit = REQUEST_UNIT if sessions is None else SESSION_UNIT
     doc = {
         "schema_version": contract.CAPACITY_SCHEMA_VERSION,
         "answer_qps": answer.qps,
+        "rate_unit": unit,
         "bracket_qps": list(answer.bracket),
         "note": answer.note,
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
@@ -303,6 +359,8 @@ def write_outputs(
         "wall_time_s": round(wall_s, 1),
         "verify": verified,
     }
+    if sessions is not None:
+        doc["sessions"] = sessions.record(answer.qps)
     write_json(r.file(contract.CAPACITY_JSON), doc)
     plot_capacity(
         frame,
@@ -314,6 +372,7 @@ def write_outputs(
         None if measured is None else measured.qps,
         None if band is None else band["qps"],
         0.0 if band is None else band["fraction"],
+        unit,
     )
     with atomic_open(r.file(contract.REPORT_MD)) as handle:
         handle.write(report_markdown(r.run_id, doc, frame, r.path, real_frame))

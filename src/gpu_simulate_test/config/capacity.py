@@ -1,4 +1,5 @@
-"""Typed config of the ``capacity`` stage: the highest request rate that meets latency goals."""
+"""Typed config of the ``capacity`` stage: the highest rate (requests/s; sessions/s for a
+multi-turn workload) that meets latency goals."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ class CapacityOptions:
 
     slo: SloConfig = field(default_factory=lambda: SloConfig(ttft_ms=100.0, tpot_ms=30.0))
     qps_min: float = 1.0
-    """The lowest rate of the grid (requests/s)."""
+    """The lowest rate of the grid (requests/s; a multi-turn workload's sessions/s, each
+    session's turn 0)."""
     qps_max: float = 64.0
     """The highest rate of the grid."""
     points: int = 8
@@ -89,7 +91,8 @@ class CapacityOptions:
     (backend.*) and check the goals; ``search``: run the same search on the real engine and set
     its measured capacity beside the answer; ``false``: neither."""
     verify_requests: int = 128
-    """Requests per rate of ``verify=search`` (the workload's first ones, arrivals scaled)."""
+    """Requests per rate of ``verify=search`` (the workload's first ones, arrivals scaled; a
+    multi-turn workload's first sessions, as ``workload.num_requests`` counts them)."""
     verify_stop_after: int = 2
     """``verify=search``: the grid's higher rates are not run after this many misses in a row
     (an overloaded real engine queues for minutes and takes the client's CPU); 0: run them all."""

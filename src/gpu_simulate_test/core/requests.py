@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
 from gpu_simulate_test.core.workloads import LoadedWorkload
@@ -28,17 +30,23 @@ def _token_ids(value: Any, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[BenchRequest]:
+def load_requests(
+    workload: LoadedWorkload, max_requests: int = 0, sessions: bool = False
+) -> list[BenchRequest]:
     """The workload's requests in arrival order, with prompts checked against the lengths.
 
-    A multi-turn workload is refused: its later turns have no scheduled arrival and their prompt
-    lines hold only the new user message (``workload.sessions``, :mod:`.sessions`)."""
-    if workload.sessions is not None:
+    A multi-turn workload (``workload.sessions``, :mod:`.sessions`) is refused unless the caller
+    runs sessions (``sessions``, the real bench's closed loop,
+    :mod:`gpu_simulate_test.core.engines.closed_loop`): its requests then come session by session,
+    each with its session, turn and think time; a turn >= 1 has no scheduled arrival (NaN) and
+    its ``prompt_token_ids`` are its new user message only (``user_tokens`` long), while its
+    ``num_prefill_tokens`` is the whole conversation the closed loop sends."""
+    if workload.sessions is not None and not sessions:
         raise ArtifactError(
             f"{workload.path}: a multi-turn workload ({workload.sessions.num_sessions} sessions): "
             "a turn >= 1 is sent think_time_s after the previous turn's last token, its prompt "
             "the conversation so far; this replay sends independent requests at scheduled times "
-            "and does not run sessions"
+            "and does not run sessions (the real bench's vllm backend does)"
         )
     prompts_path = workload.path / layout.PROMPTS
     prompts = {int(p["request_id"]): p for p in read_jsonl(prompts_path)}
@@ -59,6 +67,7 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
     requests: list[BenchRequest] = []
     ids_in_order = workload.intervals["request_id"].tolist()
     arrivals = workload.intervals["arrival_time_s"].tolist()
+    turn_of = _session_turns(workload)
     for rid_value, arrival in zip(ids_in_order, arrivals, strict=True):
         rid = int(rid_value)
         if rid not in prompts:
@@ -78,10 +87,11 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
                 f"{prompts_path}: request {rid}: prompt_text must be a string, got "
                 f"{type(text).__name__}"
             )
-        if ids is not None and len(ids) != prefill:
+        session_id, turn, think_s, own = turn_of.get(rid, (None, 0, 0.0, prefill))
+        if ids is not None and len(ids) != own:
+            whose = "trace_lengths says" if own == prefill else "its turn's user_tokens is"
             raise ArtifactError(
-                f"{prompts_path}: request {rid} has {len(ids)} prompt token ids but "
-                f"trace_lengths says {prefill}"
+                f"{prompts_path}: request {rid} has {len(ids)} prompt token ids but {whose} {own}"
             )
         requests.append(
             BenchRequest(
@@ -91,6 +101,9 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
                 scheduled_arrival_s=float(arrival),
                 prompt_token_ids=ids,
                 prompt_text=text,
+                session_id=session_id,
+                turn=turn,
+                think_time_s=think_s,
             )
         )
     if max_requests:
@@ -98,6 +111,28 @@ def load_requests(workload: LoadedWorkload, max_requests: int = 0) -> list[Bench
     if not requests:
         raise ArtifactError(f"{workload.path}: the workload has no requests")
     return requests
+
+
+def _session_turns(workload: LoadedWorkload) -> dict[int, tuple[int | None, int, float, int]]:
+    """Per request of a multi-turn workload: its session, turn, think time and the length of its
+    ``prompt_token_ids`` line (turn 0: the whole prompt; later: the user message); empty
+    without sessions."""
+    sessions = workload.sessions
+    if sessions is None:
+        return {}
+    prefill = workload.lengths["num_prefill_tokens"].to_numpy()
+    own = [int(n) for n in np.where(sessions.turn == 0, prefill, sessions.user_tokens)]
+    return {
+        int(rid): (int(sid), int(turn), float(think), length)
+        for rid, sid, turn, think, length in zip(
+            workload.lengths["request_id"].tolist(),
+            sessions.session_id.tolist(),
+            sessions.turn.tolist(),
+            sessions.think_time_s.tolist(),
+            own,
+            strict=True,
+        )
+    }
 
 
 def check_context(requests: Sequence[BenchRequest], model: ModelConfig) -> None:

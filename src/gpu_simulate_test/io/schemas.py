@@ -237,12 +237,23 @@ REQUEST_METRICS = TableSchema(
     description=(
         "Per-request latency of a real or simulated run (vllm bench serve conventions); a real "
         "run adds the engine's own clock and its prefix-cache hits (optional columns, empty "
-        "where the backend has none)."
+        "where the backend has none). A real run's extra scheduled_arrival_time_s is when each "
+        "send was due: the workload's arrival, or, for a multi-turn session's turn >= 1 (a "
+        "closed loop), the time the loop intended: turn k-1's last output token at the client "
+        "+ think_time_s; arrival_error_s = arrival_time_s - scheduled_arrival_time_s. A turn "
+        "not sent (its session's previous turn failed) has no row."
     ),
     unique="request_id",
     columns=(
         Column("request_id", "int", "", "request index from the workload", min_value=0),
-        Column("arrival_time_s", "float", "s", "actual arrival time from run start", min_value=0),
+        Column(
+            "arrival_time_s",
+            "float",
+            "s",
+            "actual arrival time from run start (a real run: when the client sent it; a "
+            "multi-turn session's later turn: its closed loop's realized send)",
+            min_value=0,
+        ),
         Column("num_prefill_tokens", "int", "tokens", "prompt length", min_value=0),
         Column("num_decode_tokens", "int", "tokens", "output tokens produced", min_value=0),
         Column(

@@ -23,6 +23,26 @@ def starts_server(cfg: PipelineStageConfig) -> bool:
     return isinstance(b, VllmBackendConfig) and b.server.kind == "vllm"
 
 
+def check_sessions_served(cfg: PipelineStageConfig) -> None:
+    """Before any stage runs: ValueError, one line naming ``backend.name``, when ``cfg``'s
+    workload has multi-turn sessions (``workload.session.enabled``, or a trace with session
+    columns) that its backend cannot run (only a vLLM server's client runs the closed loop)."""
+    from gpu_simulate_test.core.engines import check_serves_sessions, get_backend
+
+    backend = get_backend(cfg.backend.name)
+    if backend.serves_sessions:
+        return
+    workload = cfg.workload
+    if workload.session.enabled:
+        check_serves_sessions(backend, workload.num_requests)
+    elif workload.source == "trace":  # sessions come from the trace's columns: read it
+        from gpu_simulate_test.core.workloads import generate
+
+        built, _ = generate(workload, cfg.model)
+        if built.sessions is not None:
+            check_serves_sessions(backend, built.sessions.num_sessions)
+
+
 @contextlib.contextmanager
 def served(
     cfg: PipelineStageConfig,
@@ -48,7 +68,9 @@ def served(
     from gpu_simulate_test.core.workloads import load_workload
 
     backend = VllmBackend(real_bench_config(cfg, workload_dir or "(no workload yet)"))
-    backend.check(load_requests(load_workload(workload_dir)) if workload_dir else [])
+    workload = load_workload(workload_dir) if workload_dir else None
+    runs_sessions = workload is not None and workload.sessions is not None
+    backend.check(load_requests(workload, sessions=runs_sessions) if workload else [])
     backend.log_dir = log_dir
     if cfg.progress:
         console.print(f"starting one vLLM server for {purpose}")

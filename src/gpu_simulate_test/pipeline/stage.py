@@ -21,7 +21,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import at_run
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
-from gpu_simulate_test.orchestrate.serving import served
+from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
 from gpu_simulate_test.orchestrate.steps import (
     Stages,
     make_workload,
@@ -71,6 +71,7 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
 def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Run every stage; returns the compare run directory (with ``summary.md``)."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
+    check_sessions_served(cfg)  # a multi-turn workload needs a backend that runs sessions
     check_outputs_free(cfg, run_id)
     cfg = at_run(cfg, run_id)
     with start_run(cfg.output.root, "pipeline", run_id, resolved_config, cfg.output.overwrite) as p:

@@ -63,11 +63,17 @@ def decode_step_ms(run_dir: Path) -> list[float]:
 def run_verdict(
     run_dir: Path, records: Sequence[RequestRecord], foreign_cores: float | None, why_not: str
 ) -> Verdict:
-    """Every disturbance sign of the run in ``run_dir`` (its step log already written)."""
+    """Every disturbance sign of the run in ``run_dir`` (its step log already written).
+
+    Late sends compare each send with its scheduled time; a multi-turn session's later turn's is
+    the time its closed loop intended (the previous turn's last token + think time), so a turn
+    sent late against it is a late send. Only a turn that could not be sent on time (its think
+    time ended before its previous turn's stream closed: ``RequestRecord.sent_when_due``) is left
+    out: its delay is the stream's, not the client's."""
     sent = [
         (r.arrival_s - r.scheduled_arrival_s, r.scheduled_arrival_s)
         for r in records
-        if r.arrival_s is not None
+        if r.arrival_s is not None and r.sent_when_due
     ]
     errors, scheduled = [e for e, _ in sent], [s for _, s in sent]
     steps = decode_step_ms(run_dir)

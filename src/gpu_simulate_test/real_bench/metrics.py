@@ -18,6 +18,7 @@ request's prefix-cache hit as its usage reported it and as its scheduler recorde
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -211,7 +212,10 @@ def summarize(
     ok = [r for r in arrived if r.status == STATUS_OK and r.event_times_s]
     rows = [request_row(r) for r in ok]
     run = summarize_run(
-        scheduled_arrival_s=[r.scheduled_arrival_s for r in records],
+        # a closed-loop turn never sent was never scheduled (NaN): the origin is the sessions'
+        scheduled_arrival_s=[
+            r.scheduled_arrival_s for r in records if not math.isnan(r.scheduled_arrival_s)
+        ],
         last_token_s=[r.event_times_s[-1] for r in arrived if r.event_times_s],
         ttft_s=[row["ttft_s"] for row in rows],
         tpot_s=[row["tpot_s"] for row in rows],
@@ -236,7 +240,9 @@ def summarize(
         "input_lens": [r.num_prefill_tokens for r in ok],
         "output_lens": [r.num_decode_tokens for r in ok],
         "ttfts": [row["ttft_s"] for row in rows],
-        "errors": [r.error for r in arrived if r.status != STATUS_OK],
+        # then each closed-loop turn not sent, with why (its session's previous turn failed)
+        "errors": [r.error for r in arrived if r.status != STATUS_OK]
+        + [r.error for r in records if r.arrival_s is None and r.error],
     }
     for name, series in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "e2e")):
         dist = run.describe(series, scale=1e3).stats(DISTRIBUTION_STATS)

@@ -22,7 +22,8 @@ import numpy as np
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core import host_probe
 from gpu_simulate_test.core.disturbance import Verdict
-from gpu_simulate_test.core.engines import Backend, get_backend
+from gpu_simulate_test.core.engines import Backend, check_serves_sessions, get_backend
+from gpu_simulate_test.core.engines.closed_loop import describe_sessions, replay_sessions
 from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
     cpu_affinity,
@@ -148,9 +149,13 @@ def _backend_session(backend: Backend, recorder: Recorder) -> Iterator[dict[str,
 def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Replay ``cfg.workload_dir`` against ``cfg.backend``; returns the run directory."""
     workload = load_workload(cfg.workload_dir)
-    requests = load_requests(workload, cfg.max_requests)
+    backend_cls = get_backend(cfg.backend.name)
+    sessions = workload.sessions
+    if sessions is not None:  # a closed loop per session: refused before anything starts
+        check_serves_sessions(backend_cls, sessions.num_sessions)
+    requests = load_requests(workload, cfg.max_requests, sessions=sessions is not None)
     check_context(requests, cfg.model)
-    backend = get_backend(cfg.backend.name)(cfg)
+    backend = backend_cls(cfg)
     backend.check(requests)
     warmup_seed = int(np.random.SeedSequence().entropy % 2**32)  # type: ignore[operator]
     warmups = warmup_requests(requests, cfg.num_warmup_requests, cfg.model.vocab_size, warmup_seed)
@@ -186,6 +191,8 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             summary, verdict = _write_what_was_measured(
                 cfg, r, backend, recorder, telemetry, session, extra
             )
+            if sessions is not None:  # the run was a closed loop: how its sends went
+                r.update_meta(sessions=describe_sessions(requests, recorder.snapshot()))
         served_ok = r.meta["request_statuses"].get("ok", 0)
         check_step_log(r.path, r.meta.get("engine_log") or {}, served_ok)
         check_cached_tokens(r.meta.get("engine_log") or {}, served_ok)
@@ -226,7 +233,8 @@ def _replay(
     session: _Session,
 ) -> None:
     """Start the backend, warm it up, then replay ``requests`` on the clock (the client on its
-    own cores, the GIL switch interval set, no GC); ``session`` says how far it got."""
+    own cores, the GIL switch interval set, no GC), a multi-turn workload's sessions in a closed
+    loop (:mod:`~gpu_simulate_test.core.engines.closed_loop`); ``session`` says how far it got."""
     read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
     with _backend_session(backend, recorder) as info:
         session.info = info
@@ -247,9 +255,9 @@ def _replay(
         ):
             session.cpu = cpu = ReplayCpu(backend).start()
             session.replay_started = time.perf_counter()
-            session.outcome = replay(
-                backend, requests, recorder, cfg.backend.request_timeout_s, bar
-            )
+            closed = any(r.session_id is not None for r in requests)
+            send = replay_sessions if closed else replay
+            session.outcome = send(backend, requests, recorder, cfg.backend.request_timeout_s, bar)
             cpu.stop()  # while a server the backend started still runs
         if read_host:  # and after the last request
             session.probe["after"] = _read_host(cfg, client_cpus)

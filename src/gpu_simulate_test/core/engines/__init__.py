@@ -32,4 +32,19 @@ def get_backend(name: str) -> type[Backend]:
         raise ValueError(f"unknown backend {name!r}; backends are {', '.join(BACKENDS)}") from None
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "get_backend"]
+def check_serves_sessions(backend: type[Backend], num_sessions: int) -> None:
+    """ValueError, one line naming ``backend.name``, when ``backend`` cannot run a multi-turn
+    workload's ``num_sessions`` sessions (:attr:`Backend.serves_sessions`)."""
+    if backend.serves_sessions:
+        return
+    name = backend.name
+    able = " or ".join(f"backend={n}" for n, cls in BACKENDS.items() if cls.serves_sessions)
+    raise ValueError(
+        f"backend.name={name} cannot run a multi-turn workload ({num_sessions} sessions): a turn "
+        ">= 1 is sent think_time_s after the previous turn's last token, its prompt built from "
+        f"the output token ids the server returned; {able} runs sessions (a vLLM server, started "
+        "here or backend.server.kind=external)"
+    )
+
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "check_serves_sessions", "get_backend"]

@@ -27,6 +27,9 @@ class Backend(ABC):
     name: ClassVar[str]
     in_process: ClassVar[bool] = True
     """Runs the model in this process (the harness lowers the GIL switch interval then)."""
+    serves_sessions: ClassVar[bool] = False
+    """Runs a multi-turn workload's sessions (:mod:`.closed_loop`): its streams report the output
+    token ids (``Recorder.finish(output_token_ids=...)``) a later turn's prompt is built from."""
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         self.cfg = cfg

@@ -123,7 +123,8 @@ class ReplayOutcome:
     wall_time_s: float
 
 
-def _raise_if_dead(backend: Backend, recorder: Recorder) -> None:
+def raise_if_dead(backend: Backend, recorder: Recorder) -> None:
+    """BackendError (in-flight requests failed first) when the engine died."""
     why = backend.failure()
     if why is not None:
         for rec in recorder.in_flight():
@@ -131,7 +132,8 @@ def _raise_if_dead(backend: Backend, recorder: Recorder) -> None:
         raise BackendError(f"{backend.name} died mid-run: {why}")
 
 
-def _expire(backend: Backend, recorder: Recorder, timeout_s: float) -> None:
+def expire_overdue(backend: Backend, recorder: Recorder, timeout_s: float) -> None:
+    """Close (``timeout``) and cancel every request in flight longer than ``timeout_s``."""
     now = recorder.rel(time.perf_counter())
     for rec in recorder.in_flight():
         assert rec.arrival_s is not None
@@ -139,6 +141,14 @@ def _expire(backend: Backend, recorder: Recorder, timeout_s: float) -> None:
             rec.request_id, STATUS_TIMEOUT, f"not finished {timeout_s:g} s after arrival"
         ):
             backend.cancel(rec.request_id)
+
+
+def cancel_in_flight(recorder: Recorder, exc: BaseException) -> None:
+    """Close every request in flight as ``cancelled``, saying why the replay stopped (``exc``),
+    so that what was measured can be written."""
+    reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"run stopped: {exc}"
+    for rec in recorder.in_flight():
+        recorder.finish(rec.request_id, STATUS_CANCELLED, reason)
 
 
 def replay(
@@ -165,29 +175,25 @@ def replay(
             target = recorder.origin + req.scheduled_arrival_s
             # far from the next arrival: check health, timeouts, progress while waiting
             while target - time.perf_counter() > 2 * POLL_S:
-                _raise_if_dead(backend, recorder)
-                _expire(backend, recorder, request_timeout_s)
+                raise_if_dead(backend, recorder)
+                expire_overdue(backend, recorder, request_timeout_s)
                 if progress is not None and time.perf_counter() - last_progress > progress_every_s:
                     progress(recorder)
                     last_progress = time.perf_counter()
                 time.sleep(POLL_S)
-            _raise_if_dead(backend, recorder)
+            raise_if_dead(backend, recorder)
             wait_until(target, spin)
             backend.submit(req)
             sent += 1
         while recorder.num_done < sent:
-            _raise_if_dead(backend, recorder)
-            _expire(backend, recorder, request_timeout_s)
+            raise_if_dead(backend, recorder)
+            expire_overdue(backend, recorder, request_timeout_s)
             if progress is not None and time.perf_counter() - last_progress > progress_every_s:
                 progress(recorder)
                 last_progress = time.perf_counter()
             recorder.wait_for_change(POLL_S)
     except BaseException as exc:
-        reason = (
-            "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"run stopped: {exc}"
-        )
-        for rec in recorder.in_flight():
-            recorder.finish(rec.request_id, STATUS_CANCELLED, reason)
+        cancel_in_flight(recorder, exc)
         raise
     finally:
         if progress is not None:

@@ -70,6 +70,22 @@ def event_tokens(choice: dict[str, Any]) -> int:
     return 1 if choice.get("text") else 0
 
 
+class OutputIds:
+    """The output token ids of one stream, chunk by chunk (vLLM's ``return_token_ids``): what a
+    multi-turn session's next prompt continues from (:mod:`.closed_loop`)."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] | None = None
+        """None until a chunk carried ``token_ids`` (a server that returns none)."""
+
+    def add(self, choice: Mapping[str, Any]) -> None:
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            if self.ids is None:
+                self.ids = []
+            self.ids.extend(int(t) for t in ids)
+
+
 def read_usage(usage: Mapping[str, Any]) -> tuple[int, int | None]:
     """Output tokens (``completion_tokens``) and prompt tokens served from the prefix cache
     (``prompt_tokens_details.cached_tokens``; None where absent: vLLM sends it only with
@@ -315,6 +331,7 @@ class OpenAIBackend(Backend):
         rid = req.request_id
         usage: int | None = None
         cached: int | None = None
+        output = OutputIds()
         try:
             with self._client.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -334,13 +351,20 @@ class OpenAIBackend(Backend):
                     choices = payload.get("choices") or []
                     if choices and recorder is not None:
                         recorder.tokens(rid, now, event_tokens(choices[0]))
+                        output.add(choices[0])
         except (httpx.HTTPError, BackendError, ValueError) as exc:
             if recorder is None:
                 raise BackendError(f"warm-up request failed: {exc}") from exc
             recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
         if recorder is not None:
-            recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage, cached_tokens=cached)
+            recorder.finish(
+                rid,
+                STATUS_OK,
+                reported_decode_tokens=usage,
+                cached_tokens=cached,
+                output_token_ids=output.ids,
+            )
 
     async def _astream(self, req: BenchRequest, recorder: Recorder) -> None:
         """:meth:`_stream` on the event loop: the same request, events and closing."""
@@ -349,6 +373,7 @@ class OpenAIBackend(Backend):
         rid = req.request_id
         usage: int | None = None
         cached: int | None = None
+        output = OutputIds()
         try:
             async with self._aclient.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -368,10 +393,17 @@ class OpenAIBackend(Backend):
                     choices = payload.get("choices") or []
                     if choices:
                         recorder.tokens(rid, now, event_tokens(choices[0]))
+                        output.add(choices[0])
         except (httpx.HTTPError, BackendError, ValueError) as exc:
             recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
-        recorder.finish(rid, STATUS_OK, reported_decode_tokens=usage, cached_tokens=cached)
+        recorder.finish(
+            rid,
+            STATUS_OK,
+            reported_decode_tokens=usage,
+            cached_tokens=cached,
+            output_token_ids=output.ids,
+        )
 
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:

@@ -8,8 +8,10 @@ for its own timestamps.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpu_simulate_test.io.schemas import REQUEST_STATUSES
@@ -25,7 +27,12 @@ TERMINAL_STATUSES: tuple[str, ...] = REQUEST_STATUSES
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One workload request to replay."""
+    """One workload request to replay.
+
+    A multi-turn session's turn >= 1 (``turn`` > 0) is sent by the closed loop
+    (:mod:`.closed_loop`): until then its ``scheduled_arrival_s`` is NaN and its
+    ``prompt_token_ids`` only its new user message; ``num_prefill_tokens`` is always the whole
+    prompt that is sent."""
 
     request_id: int
     num_prefill_tokens: int
@@ -33,10 +40,22 @@ class BenchRequest:
     scheduled_arrival_s: float
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_text: str | None = None
+    session_id: int | None = None
+    """The request's session (None: an independent request, sent open loop)."""
+    turn: int = 0
+    """0-based turn within its session."""
+    think_time_s: float = 0.0
+    """A turn >= 1: seconds after the previous turn's last token before it is sent."""
 
     @property
     def total_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def closed_loop(self) -> bool:
+        """Sent by the closed loop once its previous turn ended (no scheduled arrival of its
+        own)."""
+        return self.session_id is not None and self.turn > 0
 
 
 @dataclass
@@ -73,6 +92,10 @@ class RequestRecord:
     cached_tokens``); None where it said nothing."""
     engine_cached_tokens: int | None = None
     """The same as the engine's scheduler recorded it (the hit at first admission)."""
+    sendable_s: float | None = None
+    """A closed-loop turn: when it could first be sent (its previous turn's stream had closed and
+    its prompt was built); its ``scheduled_arrival_s`` (the intended send) may be earlier when the
+    think time is shorter than the stream's close. None: an open-loop request."""
     status: str = STATUS_PENDING
     error: str = ""
 
@@ -102,6 +125,12 @@ class RequestRecord:
     def is_done(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def sent_when_due(self) -> bool:
+        """Whether it could be sent at its scheduled time: every open-loop request; a
+        closed-loop turn whose prompt was ready by its intended send."""
+        return self.sendable_s is None or self.sendable_s <= self.scheduled_arrival_s
+
 
 class Recorder:
     """Thread-safe store of :class:`RequestRecord`; terminal records ignore later updates."""
@@ -122,6 +151,12 @@ class Recorder:
         }
         self.num_done = 0
         self.num_tokens = 0
+        self._closes: queue.SimpleQueue[int] | None = None
+        """Ids closed since :meth:`take_closed` (kept only after :meth:`track_closes`): a queue of
+        its own, so the closed loop waits for a close without taking the records' lock, which
+        the streams hold at every token (a wake-up that waited for it sent late)."""
+        self._keep_output_of: set[int] = set()
+        self._output_ids: dict[int, tuple[int, ...]] = {}
 
     def add(self, requests: Sequence[BenchRequest]) -> None:
         """Record more requests (ids not yet recorded), e.g. a second replay on one engine."""
@@ -143,6 +178,44 @@ class Recorder:
     def arrived(self, request_id: int, at: float) -> None:
         with self._lock:
             self.records[request_id].arrival_s = self.rel(at)
+
+    def schedule(self, request_id: int, scheduled_s: float, sendable_s: float) -> None:
+        """A closed-loop turn's intended send (``scheduled_s``) and when it became sendable,
+        both in seconds from the run origin."""
+        with self._lock:
+            rec = self.records[request_id]
+            rec.scheduled_arrival_s = scheduled_s
+            rec.sendable_s = sendable_s
+
+    def track_closes(self, keep_output_of: Iterable[int]) -> None:
+        """Keep every close for :meth:`take_closed` from now on, and the output token ids of the
+        requests ``keep_output_of`` for :meth:`pop_output_ids` (the closed loop's needs)."""
+        with self._lock:
+            self._closes = queue.SimpleQueue()
+            self._keep_output_of = set(keep_output_of)
+
+    def take_closed(self, timeout: float = 0.0) -> list[int]:
+        """The ids closed since the last call, waiting up to ``timeout`` seconds for one when
+        there are none (only closes wake it, not tokens)."""
+        closes = self._closes
+        if closes is None:
+            raise RuntimeError("take_closed needs track_closes first")
+        taken: list[int] = []
+        with contextlib.suppress(queue.Empty):
+            taken.append(closes.get(timeout=timeout) if timeout > 0 else closes.get_nowait())
+            while True:
+                taken.append(closes.get_nowait())
+        return taken
+
+    def pop_output_ids(self, request_id: int) -> tuple[int, ...] | None:
+        """The output token ids a kept request (:meth:`track_closes`) returned; None if none."""
+        with self._lock:
+            return self._output_ids.pop(request_id, None)
+
+    def record(self, request_id: int) -> RequestRecord:
+        """A copy of one record (:meth:`snapshot`'s, for one request)."""
+        with self._lock:
+            return _copy(self.records[request_id])
 
     def engine_times(
         self,
@@ -189,9 +262,11 @@ class Recorder:
         error: str = "",
         reported_decode_tokens: int | None = None,
         cached_tokens: int | None = None,
+        output_token_ids: Sequence[int] | None = None,
     ) -> bool:
         """Close a request; ``ok`` becomes ``error`` when the token count is not the expected one.
-        ``reported_decode_tokens`` and ``cached_tokens`` are what the server's usage said.
+        ``reported_decode_tokens`` and ``cached_tokens`` are what the server's usage said,
+        ``output_token_ids`` the ids it streamed (kept only where :meth:`track_closes` asked).
 
         Returns False when the request was already closed (e.g. timed out before the engine
         finished it).
@@ -215,6 +290,10 @@ class Recorder:
             rec.status = status
             rec.error = error
             self.num_done += 1
+            if output_token_ids is not None and request_id in self._keep_output_of:
+                self._output_ids[request_id] = tuple(output_token_ids)
+            if self._closes is not None:
+                self._closes.put(request_id)
             self._changed.notify_all()
             return True
 
@@ -226,19 +305,21 @@ class Recorder:
     def snapshot(self) -> list[RequestRecord]:
         """Copies of all records, in request order, safe to read while backends keep writing."""
         with self._lock:
-            return [
-                RequestRecord(
-                    **{
-                        **vars(rec),
-                        "event_times_s": list(rec.event_times_s),
-                        "event_num_tokens": list(rec.event_num_tokens),
-                        "engine_token_times_s": list(rec.engine_token_times_s),
-                    }
-                )
-                for _, rec in sorted(self.records.items())
-            ]
+            return [_copy(rec) for _, rec in sorted(self.records.items())]
 
     def in_flight(self) -> list[RequestRecord]:
         """Records that arrived and are not closed yet (live objects; read under no lock)."""
         with self._lock:
             return [r for r in self.records.values() if r.arrival_s is not None and not r.is_done]
+
+
+def _copy(rec: RequestRecord) -> RequestRecord:
+    """A record with lists of its own (safe to read while backends keep writing the original)."""
+    return RequestRecord(
+        **{
+            **vars(rec),
+            "event_times_s": list(rec.event_times_s),
+            "event_num_tokens": list(rec.event_num_tokens),
+            "engine_token_times_s": list(rec.engine_token_times_s),
+        }
+    )

@@ -12,7 +12,9 @@ which empties the cache after the warm-up (:mod:`.prefix_cache`). ``server.kind=
 replays against a server the user runs at ``backend.base_url``.
 
 Requests are streaming ``/v1/completions`` with token-id prompts, ``ignore_eos`` and
-``return_token_ids``: a chunk may carry several tokens, so tokens are counted from the ids.
+``return_token_ids``: a chunk may carry several tokens, so tokens are counted from the ids, and
+a multi-turn session's next prompt is built from them (the only backend that runs sessions,
+:mod:`.closed_loop`).
 The run directory gets the server's log (``server.log``), its per-step log as a table
 (``engine_step_log.csv``), and ``/metrics`` before and after (``server_metrics.json``). With the
 engine clock on (``backend.engine_clock``), a started server schedules with vLLM's own scheduler
@@ -67,6 +69,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
 
     name: ClassVar[str] = "vllm"
     in_process: ClassVar[bool] = False
+    serves_sessions: ClassVar[bool] = True  # return_token_ids: a later turn's prompt
     _live_logs: ClassVar[dict[Path, StepLog]] = {}
     """Step logs of the servers this process started and still runs, by log file: a backend
     pointed at one of them (``server.kind=external``, its ``log_file``; the pipeline's shared

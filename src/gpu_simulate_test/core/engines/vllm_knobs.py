@@ -55,11 +55,15 @@ def parse_cpu_list(text: str) -> list[int]:
 def prefix_sharing(requests: Sequence[BenchRequest], block_size: int) -> int:
     """How many requests share their first full KV block of prompt with an earlier request.
 
-    Vidur does not model prefix caching; with none shared, a server's cache cannot help.
+    Vidur does not model prefix caching; with none shared, a server's cache cannot help. A
+    multi-turn session's later turn starts with its session's first turn, so it shares it.
     """
     seen: set[tuple[int, ...]] = set()
     shared = 0
     for req in requests:
+        if req.closed_loop:  # its ids here are its new message; its prompt is the conversation
+            shared += req.num_prefill_tokens >= block_size
+            continue
         ids = req.prompt_token_ids
         if ids is None or len(ids) < block_size:
             continue
