@@ -177,3 +177,17 @@ def test_both_sides_give_every_part_of_the_block_and_the_section() -> None:
     assert "| compared requests (300 prompt tokens) | 26.7% | 21.3% | -5.3 points |" in text
     assert "first differing (real vs simulated): 2 (48 vs 32)." in text
     assert "| client | hit | 2 | 250.00 | 250.00 | +0.0% |" in text
+
+
+def test_a_real_run_with_the_cache_off_has_no_cached_tokens_to_compare() -> None:
+    """With caching off the scheduler still records each admission's hit, always 0: the main
+    job (cache off on both sides) gets no prefix-cache section, not a one-sided one."""
+    joined = _joined([0.1, 0.2], [0.1, 0.2])
+    clocks = ttft_clocks(pd.DataFrame({"request_id": [0, 1]}), None, joined)
+    zeros = pd.DataFrame({"request_id": [0, 1], "engine_cached_tokens": [0, 0]})
+    empty = pd.DataFrame({"request_id": [0, 1]})
+    off = {"config": {"backend": {"enable_prefix_caching": False}}}
+    assert compare_prefix_cache(zeros, empty, joined, clocks, off, {}) is None
+    on = {"config": {"backend": {"enable_prefix_caching": True}}}
+    block = compare_prefix_cache(zeros, empty, joined, clocks, on, {})
+    assert block is not None and block["only"] == "real"

@@ -159,6 +159,8 @@ def compare_prefix_cache(
     tokens; where one has, which (``only``) and why nothing is compared (``note``); where both
     have, the per-request agreement, both hit rates and TTFT of hits and misses per clock."""
     real_cached, real_source = side_cached(real, joined.request_id, REAL_COLUMNS)
+    if _cache_off(real_meta):  # the scheduler records a 0 hit for every request: nothing cached
+        real_cached, real_source = None, None
     sim_cached, _ = side_cached(sim, joined.request_id, SIM_COLUMNS)
     if real_cached is None and sim_cached is None:
         return None
@@ -268,3 +270,9 @@ def prefix_cache_line(block: Mapping[str, Any] | None) -> str | None:
         f"({_points(rate['difference_points'])}); {_share(agree['identical_fraction'])} of "
         "requests hit the same tokens"
     )
+
+
+def _cache_off(meta: Mapping[str, Any]) -> bool:
+    """The run's backend had prefix caching off (said so in its config)."""
+    backend = (meta.get("config") or {}).get("backend") or {}
+    return backend.get("enable_prefix_caching") is False
