@@ -75,20 +75,12 @@ def vllm_config(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
 
 
-def vllm_steps(
-    config: Any,
-    params: V1Params,
-    arrivals: np.ndarray,
-    prompts: np.ndarray,
-    outputs: np.ndarray,
-) -> tuple[list[str], int]:
-    """vLLM's own scheduler on the same workload: each step's requests as ``id:tokens``."""
+def vllm_scheduler(config: Any, params: V1Params) -> Any:
+    """vLLM's ``Scheduler`` with ``params``' knobs (prefix caching as ``params`` says), over one
+    full-attention KV-cache group of ``params.num_blocks`` blocks and no model."""
     import torch
-    from vllm import SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
     config.scheduler_config.max_num_seqs = params.max_num_seqs
@@ -96,10 +88,11 @@ def vllm_steps(
     config.scheduler_config.max_num_scheduled_tokens = None
     config.cache_config.block_size = params.block_size
     config.cache_config.num_gpu_blocks = params.num_blocks
+    config.cache_config.enable_prefix_caching = params.enable_prefix_caching
     spec = FullAttentionSpec(
         block_size=params.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
     )
-    scheduler = Scheduler(
+    return Scheduler(
         vllm_config=config,
         kv_cache_config=KVCacheConfig(
             num_blocks=params.num_blocks,
@@ -110,6 +103,21 @@ def vllm_steps(
         block_size=params.block_size,
         log_stats=True,
     )
+
+
+def vllm_steps(
+    config: Any,
+    params: V1Params,
+    arrivals: np.ndarray,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+) -> tuple[list[str], int]:
+    """vLLM's own scheduler on the same workload: each step's requests as ``id:tokens``."""
+    from vllm import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    scheduler = vllm_scheduler(config, params)
     order = np.argsort(arrivals, kind="stable")
     nxt, t, steps = 0, 0.0, []
     requests: list[Any] = []

