@@ -49,6 +49,24 @@ def test_probe_record_of_a_burst_and_of_one_that_completed_nothing() -> None:
         fid.probe_record(requests, "runs/probe", "see its run_meta.json")
 
 
+def test_a_multi_turn_probe_gives_sessions_per_second_over_its_turns() -> None:
+    # 12 requests of 4 sessions completed at 6 req/s: 3 turns per session, 2 sessions/s
+    record = {"probe_requests": 12, "probe_ok": 12, "probe_run": "p", "capacity_qps": 6.0}
+    cap = fid.session_capacity(record, 4)
+    assert cap["capacity_qps"] == pytest.approx(2.0)
+    assert cap["request_capacity_qps"] == 6.0
+    assert cap["turns_per_session"] == 3.0
+    assert fid.rate_unit(cap) == "sessions/s"
+    assert fid.rate_unit(record) == "req/s"
+    # the load levels scale the session rate; the report says the unit and the request rate
+    assert fid.load_levels(cap["capacity_qps"], (0.5,)) == [(0.5, 1.0)]
+    assert report.capacity_cell(record) == "6 req/s"
+    cell = report.capacity_cell(cap)
+    assert cell.startswith("2 sessions/s (6 req/s over 3 turns per session; 4 sessions")
+    with pytest.raises(ValueError, match="without sessions"):
+        fid.session_capacity(record, 0)
+
+
 def test_completion_ratio_flags_a_growing_queue() -> None:
     arrival = np.arange(11, dtype=float)  # 1 req/s for 10 s
     kept_up = np.full(11, 0.5)  # every request takes 0.5 s: completions at 1 req/s

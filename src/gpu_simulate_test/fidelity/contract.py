@@ -47,7 +47,14 @@ FIDELITY_TABLE = TableSchema(
     columns=(
         Column("backend", "str", "", "the real engine (backend.name)"),
         Column("load_fraction", "float", "", "offered load as a fraction of capacity", min_value=0),
-        Column("offered_qps", "float", "req/s", "the load's arrival rate", min_value=0),
+        Column(
+            "offered_qps",
+            "float",
+            "req/s",
+            "the load's arrival rate (sessions/s for a multi-turn workload: fidelity.json's "
+            "capacity rate_unit)",
+            min_value=0,
+        ),
         Column(
             "clock",
             "str",

@@ -14,10 +14,11 @@ from typing import Any
 
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import ArrivalConfig, OutputConfig
+from gpu_simulate_test.config.schema import ArrivalConfig, DurationDistConfig, OutputConfig
 from gpu_simulate_test.core.device import environment
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.run_inputs import load_run
+from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import make_manifest, write_manifest
@@ -46,17 +47,29 @@ def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
 
 
 def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
-    """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`."""
+    """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`.
+
+    With multi-turn sessions the burst is ``probe_requests`` sessions at once, each turn sent as
+    soon as the one before it ended (no think time, so the engine never idles for want of work),
+    and the capacity is in sessions/s: :func:`fid.session_capacity`."""
+    session = cfg.workload.session
+    if session.enabled:
+        session = dataclasses.replace(session, think_time=DurationDistConfig("fixed", value_s=0.0))
     probe = with_workload(
-        cfg, run_id, num_requests=probe_requests, arrival=ArrivalConfig(process="all_at_once")
+        cfg,
+        run_id,
+        num_requests=probe_requests,
+        arrival=ArrivalConfig(process="all_at_once"),
+        session=session,
     )
-    real_dir = run_truth(probe, make_workload(probe))
-    record = fid.probe_record(
-        load_run(real_dir, "real_bench").requests,
-        str(real_dir),
-        "see its run_meta.json for the engine",
-    )
-    return {**record, "probe_requests": probe_requests}
+    workload_dir = make_workload(probe)
+    real_dir = run_truth(probe, workload_dir)
+    requests = load_run(real_dir, "real_bench").requests
+    record = fid.probe_record(requests, str(real_dir), "see its run_meta.json for the engine")
+    sessions = load_workload(workload_dir).sessions
+    if sessions is None:
+        return {**record, "probe_requests": probe_requests}
+    return fid.session_capacity(record, sessions.num_sessions)
 
 
 def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
@@ -111,15 +124,18 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
                 console.rule(f"[bold]{backend}: capacity probe ({n} requests)")
             record["capacity"] = measure_capacity(at_server, f"{backend}-capacity", n)
         capacity = float(record["capacity"]["capacity_qps"])
+        unit = fid.rate_unit(record["capacity"])
         if cfg.progress:
-            console.print(f"capacity {capacity:.4g} req/s")
+            console.print(f"capacity {capacity:.4g} {unit}")
         levels = fid.load_levels(capacity, opts.loads)  # before the first load: a bad capacity
         save(complete=False)
         needs: plan.Requirements | None = None
         fresh = not base.reuse_profile  # the campaign's first load profiles, later ones reuse it
         for index, (fraction, qps) in enumerate(levels):
             if cfg.progress:
-                console.rule(f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} req/s (real)")
+                console.rule(
+                    f"[bold]{backend}: {fraction:.0%} of capacity, {qps:.4g} {unit} (real)"
+                )
             load, needs = real_load(
                 at_server, opts, index, fraction, qps, needs, fresh and index == 0
             )

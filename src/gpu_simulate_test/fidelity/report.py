@@ -12,12 +12,14 @@ import pandas as pd
 
 from gpu_simulate_test.core.window import STEADY_TREND
 from gpu_simulate_test.fidelity.tables import (
+    REQUEST_UNIT,
     SUSTAINED_RATIO,
     clock_of,
     error_spread,
     has_noise,
     headline,
     largest_abs_error,
+    rate_unit,
 )
 
 
@@ -156,14 +158,14 @@ def markdown(
         "",
         "## Capacity",
         "",
-        "| backend | probe requests | capacity (req/s) | output tok/s |",
+        "| backend | probe requests | capacity | output tok/s |",
         "| --- | --- | --- | --- |",
     ]
     for backend, cap in capacity.items():
         tokens = cap.get("output_tokens_per_s")
         probe = cap["probe_requests"] or f"none ({cap.get('derived_from', 'capacity given')})"
         lines.append(
-            f"| {backend} | {probe} | {cap['capacity_qps']:.4g} | "
+            f"| {backend} | {probe} | {capacity_cell(cap)} | "
             f"{'–' if tokens is None else f'{tokens:.1f}'} |"
         )
     imported = setup.get("imported")
@@ -181,6 +183,18 @@ def markdown(
     lines += [f"![{backend} latency vs load]({path})" for backend, path in plots.items()]
     lines.append("")
     return "\n".join(lines)
+
+
+def capacity_cell(cap: Mapping[str, Any]) -> str:
+    """A backend's capacity in its unit; a multi-turn probe's with the request rate behind it."""
+    unit = rate_unit(cap)
+    if unit == REQUEST_UNIT:
+        return f"{cap['capacity_qps']:.4g} {unit}"
+    return (
+        f"{cap['capacity_qps']:.4g} {unit} ({cap['request_capacity_qps']:.4g} req/s over "
+        f"{cap['turns_per_session']:.3g} turns per session; {cap['probe_sessions']} sessions "
+        "at once, no think time)"
+    )
 
 
 def imported_lines(imported: Mapping[str, Any]) -> list[str]:
@@ -224,7 +238,7 @@ def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "measured window's last third over its first third (the engine's TTFT where recorded; "
         f"above {STEADY_TREND} the queue kept growing). Steady: both within bounds.",
         "",
-        "| backend | load | offered (req/s) | requests (warm-up) | completion / arrival "
+        "| backend | load | offered (rate) | requests (warm-up) | completion / arrival "
         "| queue trend | steady |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -235,7 +249,8 @@ def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
             trend = window.get("queue_trend")
             steady = window.get("steady")
             lines.append(
-                f"| {backend} | {level['load_fraction']:.0%} | {level['offered_qps']:.4g} | "
+                f"| {backend} | {level['load_fraction']:.0%} | "
+                f"{level['offered_qps']:.4g} {rate_unit(cap)} | "
                 f"{window.get('requests_measured', '–')} ({window.get('requests_warmup', 0)}) | "
                 f"{level['completion_ratio']:.2f}{flag} | "
                 f"{'–' if trend is None else f'{trend:.2f}'} | "

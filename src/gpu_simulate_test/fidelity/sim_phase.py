@@ -50,7 +50,8 @@ from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import Truth
 
 Levels = list[tuple[str, float, float, pd.DataFrame]]
-"""(backend, load fraction, offered req/s, that load's compare percentiles)."""
+"""(backend, load fraction, offered rate (req/s, sessions/s with sessions), that load's compare
+percentiles)."""
 Noise = dict[tuple[str, float], list[dict[tuple[str, str, str], float]]]
 """(backend, load fraction) → each repeated real run's (clock, metric, stat) percentiles (ms)."""
 
@@ -151,7 +152,7 @@ def simulate_load(
     if cfg.progress:
         console.rule(
             f"[bold]{backend}: {load.load_fraction:.0%} of capacity, "
-            f"{load.offered_qps:.4g} req/s (simulated)"
+            f"{load.offered_qps:.4g} {fid.rate_unit(rec['capacity'])} (simulated)"
         )
     repeats = [
         fid.real_percentiles(load_run(src / d, "real_bench").requests, warmup_s=load.warmup_s)
@@ -334,6 +335,7 @@ def finish_backend(
     out: Path,
 ) -> tuple[dict[str, Any], Levels, str]:
     """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
+    from gpu_simulate_test.capacity.sessions import rate_axis
     from gpu_simulate_test.compare import plots
     from gpu_simulate_test.compare.sweep import SWEEP_STATS, X_LABELS, sweep_table
 
@@ -346,9 +348,9 @@ def finish_backend(
         runs.append((compare_dir, comparison, percentiles[percentiles["clock"] == "client"]))
     cap["loads"] = loads
     plot = contract.plot_name(backend)
-    plots.plot_sweep(
-        sweep_table(runs, "offered_qps"), out / plot, X_LABELS["offered_qps"], SWEEP_STATS
-    )
+    unit = fid.rate_unit(cap)
+    label = X_LABELS["offered_qps"] if unit == fid.REQUEST_UNIT else rate_axis(unit)
+    plots.plot_sweep(sweep_table(runs, "offered_qps"), out / plot, label, SWEEP_STATS)
     return cap, levels, plot
 
 

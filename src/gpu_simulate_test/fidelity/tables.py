@@ -6,6 +6,10 @@ Capacity rule: an all-at-once burst of requests of the fixed length mix is repla
 rate when its queue never runs dry. An offered rate is **sustained** when the queue does not grow
 over the run: the completion rate (over the span of completions) is at least
 :data:`SUSTAINED_RATIO` of the arrival rate (over the span of arrivals).
+
+A multi-turn workload's rate is sessions/s (its turns follow in a closed loop): its probe is a
+burst of sessions without think time, and its capacity the burst's request capacity over the
+turns per session (:func:`session_capacity`).
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpu_simulate_test.capacity.contract import RATE_UNITS
 from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS
 from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core import window
 
+REQUEST_UNIT, SESSION_UNIT = RATE_UNITS
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 """Light, ~50% and ~85% of the measured capacity."""
 GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
@@ -79,6 +85,30 @@ def probe_record(requests: pd.DataFrame, where: str, hint: str = "") -> dict[str
         "probe_run": where,
         "capacity_qps": round(capacity, 4),
         "output_tokens_per_s": round(float(requests.loc[ok, "num_decode_tokens"].sum()) / span, 2),
+    }
+
+
+def rate_unit(capacity: Mapping[str, Any]) -> str:
+    """The unit of a capacity record's ``capacity_qps`` and of its loads' offered rates:
+    req/s, or sessions/s for a multi-turn workload (:func:`session_capacity`)."""
+    return str(capacity.get("rate_unit", REQUEST_UNIT))
+
+
+def session_capacity(record: Mapping[str, Any], num_sessions: int) -> dict[str, Any]:
+    """A multi-turn probe's record in sessions/s: the burst's request capacity over the turns
+    per session it sent. At that session rate the turns offer the engine the request rate it
+    completed with a full queue (steady state: requests/s = sessions/s × turns per session)."""
+    if num_sessions <= 0:
+        raise ValueError("capacity probe: a multi-turn burst without sessions")
+    turns = int(record["probe_requests"]) / num_sessions
+    requests_qps = float(record["capacity_qps"])
+    return {
+        **record,
+        "probe_sessions": num_sessions,
+        "turns_per_session": round(turns, 4),
+        "request_capacity_qps": requests_qps,
+        "capacity_qps": round(requests_qps / turns, 4),
+        "rate_unit": SESSION_UNIT,
     }
 
 
