@@ -91,6 +91,8 @@ def make_real_run(root: Path, sim_dir: Path, run_id: str) -> tuple[Path, pd.Data
 
 def test_prefix_cache_and_turns_are_compared(project: Path) -> None:
     sim_dir = project / "tmp" / "vidur_simulate" / "sim-on"
+    # the front end's way in, over the turns with a scheduled send (none here: no calibration)
+    assert read_json(sim_dir / layout.RUN_META)["mean_frontend_input_ms"] == 0.0
     real_dir, real = make_real_run(project, sim_dir, "real")
     proc = run_cli("compare", f"real_run_dir={real_dir}", f"sim_run_dir={sim_dir}",
                    "output.run_id=c", cwd=project)  # fmt: skip

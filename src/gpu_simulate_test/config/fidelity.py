@@ -32,7 +32,8 @@ class FidelityOptions:
     (one request at a time), else max(64, 3 × the batch cap), so the engine runs at its cap
     for most of the burst."""
     capacity_qps: float = 0.0
-    """A known capacity (requests/s): no probe is run. 0 measures it."""
+    """A known capacity (requests/s; sessions/s for a multi-turn workload): no probe is run.
+    0 measures it."""
     real_repeats: int = 1
     """Real bench runs per load on the same workload; from 2 on, the report carries the real
     side's run-to-run difference (the noise floor) next to the simulator's error."""
