@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core.bundle import IDLE_PREFILL_PHASES
 from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.records import Recorder
 
@@ -76,7 +77,8 @@ def windows(
     steps of exactly its composition, logged in its window (its start to the next one's).
 
     decode: the steps that decoded exactly the batch and nothing else; prefill: the prompt on its
-    own; mixed: the prompt next to the decoders."""
+    own; cached_prefill: the prompt's uncached part on its own (its primer ran before its start);
+    mixed: the prompt next to the decoders."""
     times = steps["time_s"].to_numpy(dtype=float)
     prompt = steps["num_prefill_tokens"].to_numpy()
     decoding = steps["num_decode_requests"].to_numpy()
@@ -85,7 +87,7 @@ def windows(
         inside = (times >= lo) & (times < hi)
         if exp.phase == "decode":
             chosen = (prompt == 0) & (decoding == exp.batch_size)
-        elif exp.phase == "prefill":
+        elif exp.phase in IDLE_PREFILL_PHASES:
             chosen = (prompt == exp.prompt_tokens) & (decoding == 0)
         else:
             chosen = (prompt == exp.prompt_tokens) & (decoding == exp.batch_size)

@@ -50,6 +50,7 @@ from gpu_simulate_test.calibration.common import MIXED_START_FRACTION, random_pr
 from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
 from gpu_simulate_test.calibration.step_times import (
+    check_cache_hits,
     decode_medians_ms,
     idle_prefills_from_stamps,
     step_jitter,
@@ -92,29 +93,59 @@ def bench_config(
 def experiment_requests(
     experiments: Sequence[Experiment], decode_tokens: int, vocab_size: int, seed: int = 0
 ) -> list[list[BenchRequest]]:
-    """Random-token requests per experiment, with ids unique across all of them."""
+    """Random-token requests per experiment, with ids unique across all of them.
+
+    A cached_prefill's group is its primer, then the timed request: the primer's prompt is the
+    cached prefix (C random ids) and one more id, so that its C tokens fill whole KV blocks the
+    prefix cache keeps; the timed request's is the same C ids and T fresh ones. The primer's
+    extra id differs from the timed request's next one, so the two share exactly C ids."""
     rng = np.random.default_rng(seed)
     groups: list[list[BenchRequest]] = []
     next_id = 0
     for exp in experiments:
-        group = []
+        prompts: list[tuple[int, ...]]
         if exp.phase == "mixed":  # the decoders, then the newcomer (last)
             lengths = [exp.decode_prompt_tokens] * exp.batch_size + [exp.prompt_tokens]
+            prompts = [random_prompt(rng, vocab_size, n) for n in lengths]
+        elif exp.phase == "cached_prefill":  # the primer, then the timed request (last)
+            prefix = random_prompt(rng, vocab_size, exp.cached_tokens)
+            timed = prefix + random_prompt(rng, vocab_size, exp.prompt_tokens)
+            after = timed[exp.cached_tokens]  # the primer's extra id is another
+            prompts = [(*prefix, after - 1 if after > 0 else after + 1), timed]
         else:
             lengths = [exp.prompt_tokens] * exp.batch_size
-        for length in lengths:
+            prompts = [random_prompt(rng, vocab_size, n) for n in lengths]
+        group = []
+        for prompt in prompts:
             group.append(
                 BenchRequest(
                     request_id=next_id,
-                    num_prefill_tokens=length,
+                    num_prefill_tokens=len(prompt),
                     num_decode_tokens=decode_tokens,
                     scheduled_arrival_s=0.0,
-                    prompt_token_ids=random_prompt(rng, vocab_size, length),
+                    prompt_token_ids=prompt,
                 )
             )
             next_id += 1
         groups.append(group)
     return groups
+
+
+def prime(
+    backend: Any,
+    recorder: Recorder,
+    exp: Experiment,
+    group: Sequence[BenchRequest],
+    timeout_s: float,
+) -> Sequence[BenchRequest]:
+    """A cached_prefill's primer (``group[0]``) run to its end, so that its prompt's prefix is
+    in the prefix cache; returns the requests the experiment itself runs (the timed one; every
+    request of any other experiment)."""
+    if exp.phase != "cached_prefill":
+        return group
+    backend.submit(group[0])
+    wait(backend, recorder, [group[0].request_id], timeout_s)
+    return group[1:]
 
 
 def run_experiment(
@@ -195,11 +226,13 @@ def drive(
             cpu_affinity(backend.client_cpus()),
             gc_paused(),
         ):
+            timeout_s = cfg.backend.request_timeout_s
             for exp, group in zip(experiments, groups, strict=True):
+                # a cached prefill's primer before its start: its window's first prompt step is
+                # the timed request's, on an idle engine as a prefill's
+                timed = prime(backend, recorder, exp, group, timeout_s)
                 starts.append(recorder.rel(time.perf_counter()))
-                run_experiment(
-                    backend, recorder, exp, group, cfg.decode_tokens, cfg.backend.request_timeout_s
-                )
+                run_experiment(backend, recorder, exp, timed, cfg.decode_tokens, timeout_s)
                 advance(1)
             experiments_end = recorder.rel(time.perf_counter())
             prompts = [e.prompt_tokens for e in experiments if e.phase == "prefill"] or [1]
@@ -301,6 +334,7 @@ def calibrate(
     the replays' recorded steps (None without them). ``lengths``: the served workload's prompt
     and output lengths, for the replays."""
     run = drive(cfg, model, hardware, dtype, experiments, advance, lengths, lengths_from)
+    check_cache_hits(experiments, run.groups, run.recorder)
     reading = read_steps(cfg, experiments, run)
     rows = step_rows(cfg.backend.name, reading.samples, cfg.decode_tokens)
     info = {
@@ -312,7 +346,7 @@ def calibrate(
         "decode_tokens": cfg.decode_tokens,
         "repeats": cfg.repeats,
         "num_experiments": len(experiments),
-        "experiments": sorted({(e.phase, e.batch_size, e.prompt_tokens) for e in experiments}),
+        "experiments": sorted({experiment_key(e) for e in experiments}),
         "wall_time_s": round(time.perf_counter() - run.started_s, 3),
         "engine": run.backend.describe(),
         "step_jitter": step_jitter(reading.samples),
@@ -323,6 +357,13 @@ def calibrate(
         "host_probe": host_probe.calibration_reading(run.probe),
     }
     return rows, info, reading.serving_steps
+
+
+def experiment_key(exp: Experiment) -> tuple[str | int, ...]:
+    """What meta.json's ``experiments`` lists of an experiment: phase, batch size and prompt,
+    and a cached prefill's cached prefix."""
+    key: tuple[str | int, ...] = (exp.phase, exp.batch_size, exp.prompt_tokens)
+    return (*key, exp.cached_tokens) if exp.phase == "cached_prefill" else key
 
 
 def calibration_shapes(
@@ -337,7 +378,7 @@ def calibration_shapes(
     the same way, does not pay); none when the backend's warm-up is off."""
     if not cfg.backend.warmup_shapes:
         return []
-    longest = max(e.prompt_tokens for e in experiments)
+    longest = max(e.cached_tokens + e.prompt_tokens for e in experiments)
     outputs = max(serving_replay.output_range(cfg)[1], cfg.decode_tokens)
     if lengths is not None and len(lengths[0]):
         longest = max(longest, int(np.max(lengths[0])))

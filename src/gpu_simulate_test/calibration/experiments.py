@@ -1,5 +1,5 @@
-"""The engine calibration's experiments: which prefills, decode batches and mixed steps are timed,
-and how often (:func:`plan_experiments`)."""
+"""The engine calibration's experiments: which prefills, decode batches, mixed steps and prefills
+over a cached prefix are timed, and how often (:func:`plan_experiments`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_simulate_test.config.backends import BackendConfig, VllmEngineBackendConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 
 SEQUENTIAL_BACKENDS: tuple[str, ...] = ("hf_generate",)
@@ -19,18 +20,25 @@ DENSE_BATCH_SIZES = 16
 """Decode batches up to this size are all calibrated (beyond it, every 4th)."""
 MIXED_DECODERS = 4
 """The larger decode batch a mixed experiment prefills next to (the other is 1)."""
+CACHED_FRACTIONS: tuple[int, ...] = (4, 2)
+"""cached_prefill: the cached prefixes are these fractions (1/4, 1/2) of the longest prefill,
+each rounded down to whole KV blocks."""
 
 
 @dataclass(frozen=True)
 class Experiment:
     phase: str
-    """prefill, decode or mixed."""
+    """prefill, decode, mixed or cached_prefill."""
     batch_size: int
-    """Decoding requests (decode, mixed); 1 for prefill."""
+    """Decoding requests (decode, mixed); 1 for prefill and cached_prefill."""
     prompt_tokens: int
-    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode)."""
+    """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode); the
+    prompt's uncached part that the step prefills (cached_prefill)."""
     decode_prompt_tokens: int = 0
     """mixed: the decoders' prompt."""
+    cached_tokens: int = 0
+    """cached_prefill: the prompt's prefix already in the prefix cache (whole KV blocks, put there
+    by a primer request just before), which the step attends to but does not compute."""
 
     @property
     def num_requests(self) -> int:
@@ -57,12 +65,24 @@ def auto_batch_sizes(cap: int) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
+def cached_prefixes(backend: BackendConfig, limit: int) -> tuple[int, ...]:
+    """cached_prefill's cached prefixes: :data:`CACHED_FRACTIONS` of ``limit`` rounded down to
+    whole KV blocks (vLLM caches and hits whole blocks only), none under one block; none
+    without vLLM's prefix caching."""
+    if not isinstance(backend, VllmEngineBackendConfig) or not backend.enable_prefix_caching:
+        return ()
+    block = backend.block_size
+    return tuple(sorted({limit // f // block * block for f in CACHED_FRACTIONS} - {0}))
+
+
 def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> list[Experiment]:
-    """The prefill, decode and mixed experiments, each ``times(...)`` times, interleaved in
-    rounds (every experiment once, then every one that still needs a run again, ...).
+    """The prefill, decode and mixed experiments (and, with vLLM's prefix caching, the prefills
+    over a cached prefix), each ``times(...)`` times, interleaved in rounds (every experiment
+    once, then every one that still needs a run again, ...).
 
     Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
-    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers).
+    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers); a cached
+    prefill's whole prompt (cached prefix and the prefilled rest) too.
     """
     backend = cfg.backend
     sequential = backend.name in SEQUENTIAL_BACKENDS
@@ -83,6 +103,16 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             f"engine.batch_sizes {too_big} exceed what {backend.name} runs in one step ({cap})"
         )
     experiments = [Experiment("prefill", 1, p) for p in prompts]
+    if not sequential:
+        # right after the prefills: a cached prefill's primer runs before its experiment starts,
+        # in the window of the experiment before, where only that experiment's first prompt step
+        # is taken (a decode window would take the primer's decode steps)
+        experiments += [
+            Experiment("cached_prefill", 1, t, cached_tokens=c)
+            for c in cached_prefixes(backend, limit)
+            for t in sorted({prompts[0], prompts[-1]})
+            if c + t <= max_prompt_tokens
+        ]
     experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
     if cfg.mixed and not sequential:
         mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})

@@ -53,6 +53,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls  # type: ignore[import-untyped]
 
+from gpu_simulate_test.core.bundle import IDLE_PREFILL_PHASES
+
 MIN_STEPS = 3
 """Calibrated steps needed (at least one decode and two prefill lengths)."""
 
@@ -108,6 +110,8 @@ def step_shape(row: Any) -> tuple[list[int], list[int]]:
     batch, q, kv = int(row.batch_size), int(row.num_q_tokens), int(row.context_tokens)
     if row.phase == "mixed":  # one prompt next to batch - 1 decodes
         return [q] + [1] * (batch - 1), [q] + [kv] * (batch - 1)
+    # a prefill's KV is its prompt; a cached prefill's the cached prefix and the prefilled rest
+    # (context_tokens): the KV after the step, as Vidur's scheduler passes a chunk's
     return [q] * batch, [kv] * batch
 
 
@@ -200,7 +204,8 @@ def fit(
     rows, raw_ops = _predictions(rows, predict_ms, backend)
     measured = rows["step_ms"].to_numpy(dtype=float)
     phase = rows["phase"].to_numpy()
-    decode, prefill, mixed = phase == "decode", phase == "prefill", phase == "mixed"
+    decode, mixed = phase == "decode", phase == "mixed"
+    prefill = np.isin(phase, IDLE_PREFILL_PHASES)  # a prompt alone on an idle engine
     scale = _scale(measured[decode], raw_ops[decode])
     batch = rows["batch_size"].to_numpy(dtype=float)
     tokens = rows["num_q_tokens"].to_numpy(dtype=float)

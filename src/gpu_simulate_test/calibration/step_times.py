@@ -13,7 +13,7 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.common import MIXED_START_FRACTION, windows
 from gpu_simulate_test.calibration.experiments import Experiment
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, IDLE_PREFILL_PHASES
 from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
@@ -51,8 +51,8 @@ def step_samples(
                     f"calibration request {rec.request_id} ended {rec.status}: {rec.error}"
                 )
         times = samples.setdefault(exp, [])
-        if exp.phase == "prefill":
-            rec = records[0]
+        if exp.phase in IDLE_PREFILL_PHASES:
+            rec = records[-1]  # a cached prefill's timed request (after its primer)
             assert rec.arrival_s is not None
             times.append(rec.event_times_s[0] - rec.arrival_s)
         elif exp.phase == "mixed":
@@ -77,14 +77,40 @@ def idle_prefills_from_stamps(
     included (the step record's step starts after it)."""
     stamped: dict[Experiment, list[float]] = {}
     for exp, group in zip(experiments, groups, strict=True):
-        if exp.phase != "prefill":
+        if exp.phase not in IDLE_PREFILL_PHASES:
             continue
-        rec = recorder.records[group[0].request_id]
+        rec = recorder.records[group[-1].request_id]  # a cached prefill's timed request
         first = rec.engine_token_times_s[0] if rec.engine_token_times_s else None
         if rec.engine_arrival_s is None or first is None:
             return samples  # all or nothing: one source per calibration
         stamped.setdefault(exp, []).append(first - rec.engine_arrival_s)
     return {**samples, **stamped}
+
+
+def check_cache_hits(
+    experiments: Sequence[Experiment],
+    groups: Sequence[Sequence[BenchRequest]],
+    recorder: Recorder,
+) -> None:
+    """BackendError unless every cached prefill's timed request hit exactly its cached prefix,
+    where the engine recorded a hit (the scheduler's at admission, the server's usage): vLLM
+    hits whole blocks only and never the prompt's last token, so a prefix of whole blocks ahead
+    of at least one more token is hit in full. Nothing recorded: accepted."""
+    for exp, group in zip(experiments, groups, strict=True):
+        if exp.phase != "cached_prefill":
+            continue
+        rec = recorder.records[group[-1].request_id]
+        for source, hit in (
+            ("the scheduler's admission", rec.engine_cached_tokens),
+            ("the server's usage", rec.cached_tokens),
+        ):
+            if hit is not None and hit != exp.cached_tokens:
+                raise BackendError(
+                    f"engine calibration: a prefill of {exp.prompt_tokens} tokens over a cached "
+                    f"prefix of {exp.cached_tokens} (request {rec.request_id}) hit "
+                    f"{hit} cached tokens by {source}, expected {exp.cached_tokens} (is the "
+                    "engine's prefix caching on, with the calibration's block size?)"
+                )
 
 
 def step_log_samples(
@@ -116,6 +142,8 @@ def step_rows(
     for exp, times in samples.items():
         if exp.phase == "prefill":
             context = exp.prompt_tokens
+        elif exp.phase == "cached_prefill":  # the step's KV: the cached prefix and the rest
+            context = exp.cached_tokens + exp.prompt_tokens
         elif exp.phase == "decode":  # the middle of the timed half
             context = exp.prompt_tokens + (decode_tokens * 3) // 4
         else:  # the decoders' context when the newcomer arrives

@@ -22,6 +22,12 @@ table's optional per-rate columns of a multi-turn search."""
 RATE_UNITS: tuple[str, ...] = ("req/s", "sessions/s")
 """``capacity.json`` ``rate_unit``: what ``qps`` counts (sessions/s: each session's turn 0)."""
 
+
+def rate_axis(unit: str) -> str:
+    """A plot's x label for a rate in ``unit`` (one of :data:`RATE_UNITS`)."""
+    return "session rate (sessions/s)" if unit == RATE_UNITS[1] else f"request rate ({unit})"
+
+
 CAPACITY_TABLE = TableSchema(
     name="capacity",
     version=CAPACITY_SCHEMA_VERSION,

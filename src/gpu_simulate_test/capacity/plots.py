@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from gpu_simulate_test.capacity.sessions import rate_axis
+from gpu_simulate_test.capacity.contract import rate_axis
 from gpu_simulate_test.io.artifacts import atomic_open
 
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}

@@ -39,11 +39,6 @@ def rate_unit(sessions: Sessions | None) -> str:
     return REQUEST_UNIT if sessions is None else SESSION_UNIT
 
 
-def rate_axis(unit: str) -> str:
-    """The plot's x label for a rate in ``unit``."""
-    return "session rate (sessions/s)" if unit == SESSION_UNIT else f"request rate ({unit})"
-
-
 @dataclass(frozen=True)
 class SessionLoad:
     """One rate of a multi-turn search in requests and users (None: no session finished)."""

@@ -89,7 +89,9 @@ ATTENTION_TABLE = TableSchema(
     ),
 )
 
-ENGINE_PHASES: tuple[str, ...] = ("prefill", "decode", "mixed")
+ENGINE_PHASES: tuple[str, ...] = ("prefill", "decode", "mixed", "cached_prefill")
+IDLE_PREFILL_PHASES: tuple[str, ...] = ("prefill", "cached_prefill")
+"""The phases whose row is one prompt's step alone on an idle engine."""
 ENGINE_STEPS_TABLE = TableSchema(
     name="engine_steps",
     version=BUNDLE_SCHEMA_VERSION,
@@ -98,11 +100,13 @@ ENGINE_STEPS_TABLE = TableSchema(
         "row is one request's prompt in one step on an idle engine (time from arrival to its "
         "first token), a decode row is batch_size requests decoding together (median "
         "inter-token time), a mixed row is one prompt of num_q_tokens prefilled next to "
-        "batch_size - 1 decodes with context_tokens each (the decoders' gap around it)."
+        "batch_size - 1 decodes with context_tokens each (the decoders' gap around it), a "
+        "cached_prefill row is a prefill row whose prompt's first context_tokens - num_q_tokens "
+        "tokens were already in the prefix cache (only num_q_tokens computed)."
     ),
     columns=(
         Column("backend", "str", "", "real-bench backend (hf_cb, hf_generate, ...)"),
-        Column("phase", "str", "", "prefill, decode or mixed"),
+        Column("phase", "str", "", "prefill, decode, mixed or cached_prefill"),
         Column("batch_size", "int", "", "requests in the step", min_value=1),
         Column(
             "num_q_tokens",

@@ -335,7 +335,7 @@ def finish_backend(
     out: Path,
 ) -> tuple[dict[str, Any], Levels, str]:
     """The loads' records into ``cap``, the per-load percentiles and the latency-vs-load plot."""
-    from gpu_simulate_test.capacity.sessions import rate_axis
+    from gpu_simulate_test.capacity.contract import rate_axis
     from gpu_simulate_test.compare import plots
     from gpu_simulate_test.compare.sweep import SWEEP_STATS, X_LABELS, sweep_table
 

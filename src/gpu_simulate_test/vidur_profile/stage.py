@@ -61,6 +61,13 @@ QK_NORM_NOTE = (
 )
 
 
+SUMMARY_AXES: dict[str, tuple[str, str]] = {
+    "prefill": ("num_q_tokens", "tokens"),
+    "cached_prefill": ("context_tokens", "context tokens"),
+}
+"""The summary's engine-step rows: which column each prompt phase's steps go by, and its name."""
+
+
 def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
     """The longest prompt and longest prompt + output of a workload run."""
     from gpu_simulate_test.core.workloads import load_workload
@@ -370,8 +377,8 @@ def print_summary(
     if engine_steps is not None:
         for (backend, phase), group in engine_steps.groupby(["backend", "phase"]):
             first, last = group.iloc[0], group.iloc[-1]
-            axis = "tokens" if phase == "prefill" else "requests"
-            size = "num_q_tokens" if phase == "prefill" else "batch_size"
+            # a prompt's steps by its length (a cached prefill's by its context), else by batch
+            size, axis = SUMMARY_AXES.get(str(phase), ("batch_size", "requests"))
             rows.append(
                 [
                     f"engine {backend} {phase} step",
