@@ -188,3 +188,35 @@ def test_a_workload_run_that_is_gone_is_said(project: Path, tmp_path: Path) -> N
     assert data["prefix_cache"]["only"] is None
     summary = (out / "summary.md").read_text()
     assert f"*Multi-turn sessions*: not looked for: the workload run `{WORKLOAD}`" in summary
+
+
+@pytest.fixture(scope="module")
+def dense(project: Path) -> Path:
+    """The vLLM-V1 loop on 64 requests, one every ms (Poisson): the engine stays busy decoding,
+    so most requests arrive while a step runs."""
+    run_cli("workload", "workload.qps=1000", "workload.num_requests=64",
+            "output.run_id=dense", "progress=false", cwd=project)  # fmt: skip
+    run_cli("vidur_simulate", "vidur.predictor.num_training_job_threads=1",
+            "workload_dir=tmp/workload/dense", "vidur.scheduler.name=vllm_v1",
+            "vidur.scheduler.num_blocks=4096", "output.run_id=dense", "progress=false",
+            cwd=project)  # fmt: skip
+    return project / "tmp" / "vidur_simulate" / "dense"
+
+
+def test_a_request_arriving_during_a_step_is_queued_at_its_end(dense: Path) -> None:
+    from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
+
+    sim = read_csv(dense / layout.REQUEST_METRICS, REQUEST_METRICS)
+    steps = read_csv(dense / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    delay = sim["scheduling_delay_s"].to_numpy(dtype=float)
+    engine = sim["engine_scheduling_delay_s"].to_numpy(dtype=float)
+    # no front end here: each request reaches the scheduler when it is sent
+    arrival = sim["arrival_time_s"].to_numpy(dtype=float)
+    starts, ends = steps["start_time_s"].to_numpy(), steps["end_time_s"].to_numpy()
+    k = np.searchsorted(starts, arrival, side="right") - 1
+    during = (k >= 0) & (arrival > starts[np.maximum(k, 0)]) & (arrival < ends[np.maximum(k, 0)])
+    assert during.sum() >= 32 and not during[0]  # the first finds the engine idle
+    # vLLM reads its input queue between steps: the rest of the running step is not queueing
+    assert np.all(engine[during] < delay[during])
+    assert np.all(engine[during] <= delay[during] - (ends[k[during]] - arrival[during]) + 1e-9)
+    np.testing.assert_allclose(engine[~during], delay[~during], atol=1e-12)

@@ -81,3 +81,17 @@ def test_a_real_steps_cost_is_its_cadence_when_back_to_back() -> None:
     no_times = _steps([(0, 0, 1, 10.0)])
     cost, loop = step_cost_ms(no_times)  # Vidur's batches: their own time
     assert loop == 0.0 and cost.tolist() == [10.0]
+
+
+def test_queued_time_is_compared_per_request_as_the_engine_stamps_it() -> None:
+    from gpu_simulate_test.compare.stage import queued_ms
+
+    real = pd.DataFrame({"request_id": [0, 1, 2], "engine_scheduling_delay_s": [0.001, 0.003, 9]})
+    sim = pd.DataFrame({"request_id": [2, 1, 0], "engine_scheduling_delay_s": [9, 0.004, 0.002]})
+    # over the joined requests only (2 is left out), matched by id
+    queue = queued_ms(real, sim, np.array([0, 1]))
+    assert queue is not None
+    assert queue["real"] == pytest.approx(2.0) and queue["sim"] == pytest.approx(3.0)
+    assert queue["source"] == "per request, as the engine queued it"
+    # a run without the column (an older simulation): the server's count instead
+    assert queued_ms(real, sim.drop(columns="engine_scheduling_delay_s"), np.array([0])) is None

@@ -325,11 +325,11 @@ def load_steps(
         return None
     real_steps = read_csv(real_path, ENGINE_STEP_LOG)
     sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
-    delay = comparison.joined.sim.scheduling_delay_s
     engine_log = real.meta.get("engine_log") or {}
-    queue = {
+    queue = queued_ms(real.requests, sim.requests, comparison.joined.request_id) or {
         "real": engine_log.get("mean_server_queue_time_ms"),
-        "sim": float(np.nanmean(delay) * 1000) if np.isfinite(delay).any() else None,
+        "sim": _mean_ms(comparison.joined.sim.scheduling_delay_s),
+        "source": "the server's own count",
     }
     ttft = {
         "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
@@ -339,6 +339,30 @@ def load_steps(
     if (frontend_ms := used.frontend_ttft_ms) is not None:
         ttft["sim_frontend"] = frontend_ms
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
+
+
+def _mean_ms(values: np.ndarray) -> float | None:
+    return float(np.nanmean(values) * 1000) if np.isfinite(values).any() else None
+
+
+def queued_ms(
+    real: pd.DataFrame, sim: pd.DataFrame, ids: np.ndarray
+) -> dict[str, float | str | None] | None:
+    """Mean time queued before the first step over the requests ``ids``, per request on both
+    sides (``request_metrics``), from the engine's queued stamp (``engine_scheduling_delay_s``):
+    vLLM queues a request between steps, so the wait for a running step is not in it, and the
+    simulation's column leaves it out too. None unless both sides have it."""
+    column = "engine_scheduling_delay_s"
+    if column not in real.columns or column not in sim.columns:
+        return None
+    side = [
+        pd.to_numeric(frame.set_index("request_id").reindex(ids)[column], errors="coerce")
+        for frame in (real, sim)
+    ]
+    values = [_mean_ms(s.to_numpy(dtype=float)) for s in side]
+    if values[0] is None or values[1] is None:
+        return None
+    return {"real": values[0], "sim": values[1], "source": "per request, as the engine queued it"}
 
 
 def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:

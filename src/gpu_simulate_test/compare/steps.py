@@ -117,7 +117,7 @@ def _rel(sim: float, real: float) -> float:
 def compare_steps(
     real: pd.DataFrame,
     sim: pd.DataFrame,
-    queue_ms: Mapping[str, float | None] | None = None,
+    queue_ms: Mapping[str, Any] | None = None,
     ttft_ms: Mapping[str, float | None] | None = None,
 ) -> StepComparison:
     """Line up the real engine's steps with Vidur's batches (``engine_step_log`` tables).
@@ -207,9 +207,10 @@ def step_findings(groups: pd.DataFrame, totals: Mapping[str, Any]) -> list[str]:
         )
     queue = totals.get("queue_ms") or {}
     if queue.get("real") is not None and queue.get("sim") is not None:
+        source = queue.get("source", "the server's own count")
         out.append(
             f"time queued before the first step, mean: {queue['sim']:.2f} ms simulated vs "
-            f"{queue['real']:.2f} ms real (the server's own count)"
+            f"{queue['real']:.2f} ms real ({source})"
         )
     ttft = totals.get("ttft_ms") or {}
     if all(ttft.get(k) is not None for k in ("client", "server", "sim")):
