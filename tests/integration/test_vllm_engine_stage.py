@@ -83,3 +83,20 @@ def test_vllm_engine_replays_the_workload_with_the_engines_clock(tmp_path: Path)
     assert (steps.num_prefill_tokens + steps.num_decode_tokens).max() <= 128
     assert meta["engine_log"]["engine_steps"] == len(steps)
     assert "Iteration(" in (run / "engine.log").read_text()
+
+
+def test_vllm_engine_counts_each_requests_cached_tokens(tmp_path: Path) -> None:
+    # 8 requests over one 64-token prefix (2 blocks of 32): the first one computes it, every
+    # later one finds both blocks in the cache (the prefix alone is never a whole prompt)
+    run_cli("workload", "workload=shared_prefix", "output.run_id=w", "workload.num_requests=8",
+            "workload.qps=4", "workload.prefix.num_prefixes=1", "progress=false",
+            cwd=tmp_path)  # fmt: skip
+    run_cli("real_bench", "workload_dir=tmp/workload/w", "backend=vllm_engine",
+            "backend.enable_prefix_caching=true", "output.run_id=e", cwd=tmp_path)  # fmt: skip
+    run = tmp_path / "tmp" / "real_bench" / "e"
+    requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS).sort_values("arrival_time_s")
+    cached = requests["engine_cached_tokens"].to_numpy()
+    assert cached[0] == 0 and (cached[1:] >= 64).all()
+    assert (cached % 32 == 0).all()  # whole blocks only
+    meta = read_json(run / layout.RUN_META)
+    assert meta["engine_log"]["prefix_cache_hit_tokens"] == cached.sum()

@@ -355,6 +355,8 @@ class VllmEngineBackend(VllmKnobs, Backend):
             scheduled=stamps.scheduled,
             first_token=stamps.first_token,
             last_token=stamps.last_token,
+            # the engine's own count of prompt tokens it served from its cache (caching on)
+            cached_tokens=served.num_cached_tokens if self.knobs.enable_prefix_caching else None,
         )
         self.preemptions += served.num_preemptions
         self.cached_tokens += served.num_cached_tokens
