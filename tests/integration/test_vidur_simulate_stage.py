@@ -26,7 +26,7 @@ from gpu_simulate_test.io.artifacts import (
     write_json,
 )
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
-from gpu_simulate_test.vidur_simulate.metrics import EXTRA_COLUMNS
+from gpu_simulate_test.vidur_simulate.metrics import ENGINE_QUEUED_DELAY, EXTRA_COLUMNS
 from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 from tests.conftest import run_cli
 from tests.unit.test_engine_overhead import steps
@@ -78,7 +78,11 @@ def test_replays_every_request_exactly_and_reuses_the_cache(project: Path) -> No
 
     table = metrics_of(a)
     workload = load_workload(project / WORKLOAD)
-    assert list(table.columns) == REQUEST_METRICS.column_names + list(EXTRA_COLUMNS)
+    assert list(table.columns) == [
+        *REQUEST_METRICS.column_names,
+        ENGINE_QUEUED_DELAY,
+        *EXTRA_COLUMNS,
+    ]
     assert table["request_id"].tolist() == list(range(200))
     assert table["num_prefill_tokens"].tolist() == workload.lengths["num_prefill_tokens"].tolist()
     assert table["num_decode_tokens"].tolist() == workload.lengths["num_decode_tokens"].tolist()

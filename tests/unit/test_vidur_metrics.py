@@ -11,6 +11,7 @@ import pytest
 from gpu_simulate_test.io.artifacts import validate_frame
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate.metrics import (
+    ENGINE_QUEUED_DELAY,
     EXTRA_COLUMNS,
     ReplayMismatchError,
     check_replay,
@@ -48,7 +49,11 @@ def test_rows_are_joined_by_request_order_and_normalized() -> None:
     rows = check_replay(vidur_rows(), PREFILL, DECODE, ARRIVALS, "x")
     table = normalize(rows, PREFILL, DECODE, ARRIVALS)
     checked = validate_frame(table, REQUEST_METRICS)
-    assert list(table.columns) == REQUEST_METRICS.column_names + list(EXTRA_COLUMNS)
+    assert list(table.columns) == [
+        *REQUEST_METRICS.column_names,
+        ENGINE_QUEUED_DELAY,
+        *EXTRA_COLUMNS,
+    ]
     assert checked["request_id"].tolist() == [0, 1, 2]
     assert table["ttft_s"].tolist() == [0.02, 0.3, 0.1]
     assert table["e2e_s"].tolist() == [0.2, 0.3, 0.5]

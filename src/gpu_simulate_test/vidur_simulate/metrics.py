@@ -54,9 +54,14 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "vidur_tpot_s",
     "frontend_delay_s",
 )
-"""Written after the REQUEST_METRICS columns, in this order. ``frontend_delay_s`` is the front
-end's share added to TTFT and E2E (0 without a front-end model): the simulated engine's own
-clock is TTFT and E2E minus it."""
+"""Written after the REQUEST_METRICS columns (and :data:`ENGINE_QUEUED_DELAY`), in this order.
+``frontend_delay_s`` is the front end's share added to TTFT and E2E (0 without a front-end
+model): the simulated engine's own clock is TTFT and E2E minus it."""
+ENGINE_QUEUED_DELAY = "engine_scheduling_delay_s"
+"""REQUEST_METRICS' optional column, written right after its required ones:
+``scheduling_delay_s`` from the moment the engine queued the request (the vLLM-V1 loop queues a
+request that arrives during a step at the step's end, as vLLM's engine core does; the real run's
+column of that name)."""
 SUMMARY_PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles of the run summary, from the one list
 (:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
@@ -127,7 +132,8 @@ def normalize(
     held_back_s: float | np.ndarray = 0.0,
     frontend_last_s: float | np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """REQUEST_METRICS columns, then :data:`EXTRA_COLUMNS`, from checked Vidur rows.
+    """REQUEST_METRICS columns, :data:`ENGINE_QUEUED_DELAY`, then :data:`EXTRA_COLUMNS`, from
+    checked Vidur rows.
 
     ``frontend_delay_s`` (per request, or one for all) is the front end's share of a request's
     latency the simulation did not see: its way from the send (``arrival_time_s``) to the
@@ -155,6 +161,12 @@ def normalize(
             "tpot_s": tpot,
             "e2e_s": e2e,
             "status": "ok",
+            # held back while a step ran is not queued time, as vLLM stamps it
+            ENGINE_QUEUED_DELAY: np.maximum(
+                0.0,
+                rows["request_scheduling_delay"].to_numpy(dtype=float)
+                - np.broadcast_to(np.asarray(held_back_s, dtype=float), arrival.shape),
+            ),
             # a simulated request arrives exactly when scheduled
             "scheduled_arrival_time_s": arrival,
             "first_token_time_s": arrival + ttft,

@@ -61,12 +61,6 @@ from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS as V1_CACHED
 from gpu_simulate_test.vidur_simulate.v1_types import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
 
-ENGINE_SCHEDULING_DELAY = "engine_scheduling_delay_s"
-"""The simulated request's first schedule less its engine-queued stamp (the real run's column
-of that name): our vLLM-V1 loop queues a request that arrives during a step at the step's end,
-as vLLM's engine core does (it reads its input queue between steps); Vidur's loops, and an
-oracle replay, at its arrival (the column then equals ``scheduling_delay_s``)."""
-
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     """Read the workload and bundle and run every check; raises before any long work."""
@@ -350,9 +344,6 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
     )
     if V1_CACHED_TOKENS in rows.columns:
         table[V1_CACHED_TOKENS] = rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
-    # queued as vLLM stamps it, between steps: the wait for a running step is not queueing
-    delay = table["scheduling_delay_s"].to_numpy(dtype=float)
-    table[ENGINE_SCHEDULING_DELAY] = np.maximum(0.0, delay - held)
     return Simulated(table, result, arrival, done, built.notes, first_s)
 
 
