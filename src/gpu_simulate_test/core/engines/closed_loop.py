@@ -42,8 +42,8 @@ from gpu_simulate_test.core.engines.harness import (
     START_LEAD_S,
     ProgressFn,
     ReplayOutcome,
+    Watch,
     cancel_in_flight,
-    expire_overdue,
     raise_if_dead,
     wait_until,
 )
@@ -195,7 +195,7 @@ def replay_sessions(
     recorder.track_closes(loop.following)
     started = time.perf_counter()
     recorder.origin = started + START_LEAD_S
-    last_progress = 0.0
+    watch = Watch(backend, recorder, request_timeout_s, progress, progress_every_s)
     sent = 0
     wait_s = 0.0
     try:
@@ -222,11 +222,7 @@ def replay_sessions(
                 wait_s = 0.0
                 continue
             if remaining > 2 * POLL_S:  # far from the next send: health, timeouts, progress
-                raise_if_dead(backend, recorder)
-                expire_overdue(backend, recorder, request_timeout_s)
-                if progress is not None and time.perf_counter() - last_progress > progress_every_s:
-                    progress(recorder)
-                    last_progress = time.perf_counter()
+                watch.check()
             wait_s = min(POLL_S, remaining - FINAL_APPROACH_S)
     except BaseException as exc:
         cancel_in_flight(recorder, exc)

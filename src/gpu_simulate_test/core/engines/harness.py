@@ -151,6 +151,26 @@ def cancel_in_flight(recorder: Recorder, exc: BaseException) -> None:
         recorder.finish(rec.request_id, STATUS_CANCELLED, reason)
 
 
+@dataclass
+class Watch:
+    """What a replay does while it waits, away from a send: the engine's health, requests past
+    their timeout, and the progress callback at most every ``every_s``."""
+
+    backend: Backend
+    recorder: Recorder
+    request_timeout_s: float
+    progress: ProgressFn | None
+    every_s: float
+    last_progress: float = 0.0
+
+    def check(self) -> None:
+        raise_if_dead(self.backend, self.recorder)
+        expire_overdue(self.backend, self.recorder, self.request_timeout_s)
+        if self.progress is not None and time.perf_counter() - self.last_progress > self.every_s:
+            self.progress(self.recorder)
+            self.last_progress = time.perf_counter()
+
+
 def replay(
     backend: Backend,
     requests: Sequence[BenchRequest],
@@ -168,29 +188,21 @@ def replay(
     spin = SPIN_WINDOW_S if backend.in_process else SPIN_WINDOW_OUT_OF_PROCESS_S
     started = time.perf_counter()
     recorder.origin = started + START_LEAD_S
-    last_progress = 0.0
+    watch = Watch(backend, recorder, request_timeout_s, progress, progress_every_s)
     sent = 0
     try:
         for req in requests:
             target = recorder.origin + req.scheduled_arrival_s
             # far from the next arrival: check health, timeouts, progress while waiting
             while target - time.perf_counter() > 2 * POLL_S:
-                raise_if_dead(backend, recorder)
-                expire_overdue(backend, recorder, request_timeout_s)
-                if progress is not None and time.perf_counter() - last_progress > progress_every_s:
-                    progress(recorder)
-                    last_progress = time.perf_counter()
+                watch.check()
                 time.sleep(POLL_S)
             raise_if_dead(backend, recorder)
             wait_until(target, spin)
             backend.submit(req)
             sent += 1
         while recorder.num_done < sent:
-            raise_if_dead(backend, recorder)
-            expire_overdue(backend, recorder, request_timeout_s)
-            if progress is not None and time.perf_counter() - last_progress > progress_every_s:
-                progress(recorder)
-                last_progress = time.perf_counter()
+            watch.check()
             recorder.wait_for_change(POLL_S)
     except BaseException as exc:
         cancel_in_flight(recorder, exc)

@@ -95,6 +95,43 @@ def read_usage(usage: Mapping[str, Any]) -> tuple[int, int | None]:
     return int(usage.get("completion_tokens") or 0), int(cached) if cached is not None else None
 
 
+class StreamReader:
+    """One streamed completion read line by line, the same for the sync and the async client:
+    its events into the recorder (None: a warm-up, nothing recorded), the usage's output and
+    cached tokens, and its output ids; :meth:`finish_ok` closes it."""
+
+    def __init__(self, request_id: int, recorder: Recorder | None) -> None:
+        self.request_id = request_id
+        self.recorder = recorder
+        self.usage: int | None = None
+        self.cached: int | None = None
+        self.output = OutputIds()
+
+    def line(self, line: str, now: float) -> None:
+        """One SSE line, read at ``now``; BackendError on a server error in the stream."""
+        payload = parse_sse_line(line)
+        if payload is None:
+            return
+        if "error" in payload:
+            raise BackendError(f"server error: {payload['error']}")
+        if payload.get("usage"):
+            self.usage, self.cached = read_usage(payload["usage"])
+        choices = payload.get("choices") or []
+        if choices and self.recorder is not None:
+            self.recorder.tokens(self.request_id, now, event_tokens(choices[0]))
+            self.output.add(choices[0])
+
+    def finish_ok(self) -> None:
+        if self.recorder is not None:
+            self.recorder.finish(
+                self.request_id,
+                STATUS_OK,
+                reported_decode_tokens=self.usage,
+                cached_tokens=self.cached,
+                output_token_ids=self.output.ids,
+            )
+
+
 KEEPALIVE_EXPIRY_S = 2.0
 """How long an idle connection is kept for reuse: under the servers' 5 s keep-alive timeout."""
 
@@ -328,10 +365,7 @@ class OpenAIBackend(Backend):
         """Send one request and record its events; closes it in the recorder (if given)."""
         import httpx
 
-        rid = req.request_id
-        usage: int | None = None
-        cached: int | None = None
-        output = OutputIds()
+        reader = StreamReader(req.request_id, recorder)
         try:
             with self._client.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -340,40 +374,19 @@ class OpenAIBackend(Backend):
                     detail = response.read().decode(errors="replace")[:500]
                     raise BackendError(f"HTTP {response.status_code}: {detail}")
                 for line in response.iter_lines():
-                    now = time.perf_counter()
-                    payload = parse_sse_line(line)
-                    if payload is None:
-                        continue
-                    if "error" in payload:
-                        raise BackendError(f"server error: {payload['error']}")
-                    if payload.get("usage"):
-                        usage, cached = read_usage(payload["usage"])
-                    choices = payload.get("choices") or []
-                    if choices and recorder is not None:
-                        recorder.tokens(rid, now, event_tokens(choices[0]))
-                        output.add(choices[0])
+                    reader.line(line, time.perf_counter())
         except (httpx.HTTPError, BackendError, ValueError) as exc:
             if recorder is None:
                 raise BackendError(f"warm-up request failed: {exc}") from exc
-            recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
+            recorder.finish(req.request_id, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
-        if recorder is not None:
-            recorder.finish(
-                rid,
-                STATUS_OK,
-                reported_decode_tokens=usage,
-                cached_tokens=cached,
-                output_token_ids=output.ids,
-            )
+        reader.finish_ok()
 
     async def _astream(self, req: BenchRequest, recorder: Recorder) -> None:
         """:meth:`_stream` on the event loop: the same request, events and closing."""
         import httpx
 
-        rid = req.request_id
-        usage: int | None = None
-        cached: int | None = None
-        output = OutputIds()
+        reader = StreamReader(req.request_id, recorder)
         try:
             async with self._aclient.stream(
                 "POST", f"{self.base_url}/v1/completions", json=self.body(req)
@@ -382,28 +395,11 @@ class OpenAIBackend(Backend):
                     detail = (await response.aread()).decode(errors="replace")[:500]
                     raise BackendError(f"HTTP {response.status_code}: {detail}")
                 async for line in response.aiter_lines():
-                    now = time.perf_counter()
-                    payload = parse_sse_line(line)
-                    if payload is None:
-                        continue
-                    if "error" in payload:
-                        raise BackendError(f"server error: {payload['error']}")
-                    if payload.get("usage"):
-                        usage, cached = read_usage(payload["usage"])
-                    choices = payload.get("choices") or []
-                    if choices:
-                        recorder.tokens(rid, now, event_tokens(choices[0]))
-                        output.add(choices[0])
+                    reader.line(line, time.perf_counter())
         except (httpx.HTTPError, BackendError, ValueError) as exc:
-            recorder.finish(rid, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
+            recorder.finish(req.request_id, STATUS_ERROR, f"{type(exc).__name__}: {exc}")
             return
-        recorder.finish(
-            rid,
-            STATUS_OK,
-            reported_decode_tokens=usage,
-            cached_tokens=cached,
-            output_token_ids=output.ids,
-        )
+        reader.finish_ok()
 
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:
