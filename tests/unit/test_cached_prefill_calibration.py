@@ -50,7 +50,8 @@ def test_cached_prefills_are_planned_only_with_prefix_caching() -> None:
     assert cached(plan_experiments(vllm(), 256)) == []
     assert cached(plan_experiments(vllm(caching=False), 256)) == []
     hf_cb = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=256))
-    assert {e.phase for e in plan_experiments(hf_cb, 256)} == {"prefill", "decode", "mixed"}
+    phases = {e.phase for e in plan_experiments(hf_cb, 256)}
+    assert phases == {"prefill", "decode", "mixed", "burst"}
     # prompts 16, 40, 102, 256 (one step of 256 tokens); C = 1/4 and 1/2 of 256, whole blocks
     # of 32; C + T within the 256 tokens the bundle covers leaves T = 16 only
     on = plan_experiments(vllm(caching=True), 256)
@@ -175,6 +176,7 @@ def test_a_cached_prefills_step_is_its_timed_requests() -> None:
             "context_tokens": 64 + 16,
             "step_ms": pytest.approx(20.0),
             "samples": 1,
+            "num_prompts": 1,
         }
     ]
     assert set(rows["phase"]) <= set(ENGINE_PHASES)

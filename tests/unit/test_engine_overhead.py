@@ -365,21 +365,29 @@ def test_calibration_plan_fits_the_engine() -> None:
     assert auto_batch_sizes(30)[-3:] == (24, 28, 30)
     lengths = auto_prompt_lengths(256)
     assert lengths[0] == 16 and lengths[-1] == 256 and len(lengths) == 4
-    cb = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=128), repeats=2)
-    exps = plan_experiments(cb, max_prompt_tokens=1024)
+    cb = EngineCalibrationConfig(
+        backend=HfCbBackendConfig(max_batch_tokens=128), repeats=2, bursts=False
+    )
+    exps = plan_experiments(cb, max_prompt_tokens=1024)  # bursts: test_burst_calibration.py
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
     mixed = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "mixed"})
     assert mixed == [(1, 16), (1, 128), (4, 16), (4, 128)]  # a prompt joins 1 or 4 decodes
     # prefill and mixed twice; decode batches until 64 steps are timed (8 gaps per request)
     decode_runs = [
-        sum(1 for e in exps if e.phase == "decode" and e.batch_size == b) for b in (1, 2, 3, 4)
+        sum(1 for e in exps if e.phase == "decode" and e.batch_size == b and e.prompt_tokens == 32)
+        for b in (1, 2, 3, 4)
     ]
     assert decode_runs == [8, 4, 3, 2]
-    assert len(exps) == 2 * 4 + (8 + 4 + 3 + 2 * 17) + 2 * 4
+    # and at the middle and longest context (520, 1008), batches 1 and 4 (16 and 32 need more
+    # KV than hf_cb's 512 blocks hold there)
+    longer = sorted({(e.batch_size, e.prompt_tokens) for e in exps if e.phase == "decode"} - {
+        (e.batch_size, 32) for e in exps})  # fmt: skip
+    assert longer == [(1, 520), (1, 1008), (4, 520), (4, 1008)]
+    assert len(exps) == 2 * 4 + (8 + 4 + 3 + 2 * 17) + 2 * 4 + 2 * (8 + 2)
     # interleaved in rounds: every experiment once before any runs twice; only decode batch 1
     # (8 runs) is left for the last rounds
     first_round = exps[: len(set(exps))]
-    assert len(set(first_round)) == len(first_round) == 4 + 20 + 4
+    assert len(set(first_round)) == len(first_round) == 4 + 20 + 4 + 4
     assert exps[-4:] == [e for e in exps if e.phase == "decode" and e.batch_size == 1][-4:]
     sequential = EngineCalibrationConfig(backend=HfGenerateBackendConfig(), repeats=1)
     assert {e.batch_size for e in plan_experiments(sequential, 512)} == {1}

@@ -4,6 +4,7 @@ the wait for a step in progress, a robust line, and the iteration log's reading 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpu_simulate_test.calibration.experiments import Experiment
@@ -130,3 +131,41 @@ def test_an_idle_prefill_costs_the_engine_s_queue_to_first_token() -> None:
     assert out[experiments[2]] == [0.006]  # a mixed step keeps its step time
     rec.records[groups[1][0].request_id].engine_arrival_s = None
     assert idle_prefills_from_stamps(experiments, groups, rec, logged) == logged
+
+
+def replayed(n: int, hop_ms: float, per_running_ms: float) -> tuple[Recorder, pd.DataFrame]:
+    """``n`` replayed requests, each alone (sent after the one before ended) or, every third,
+    sent while the one before still runs; hop = hop_ms + per_running_ms · running."""
+    rec = Recorder([BenchRequest(i, 16, 4, 0.0) for i in range(n)])
+    steps = []
+    t = 1.0
+    for i in range(n):
+        r = rec.records[i]
+        running = 1 if i % 3 == 2 else 0
+        r.arrival_s = t if running == 0 else t - 0.050  # while request i-1 runs
+        r.engine_arrival_s = r.arrival_s + (hop_ms + per_running_ms * running) / 1000.0
+        r.engine_token_times_s = [r.engine_arrival_s + 0.010, r.engine_arrival_s + 0.190]
+        steps.append((r.engine_arrival_s + 0.001, r.engine_arrival_s + 0.009))
+        t += 0.2
+    schedule = pd.DataFrame(steps, columns=["start_time_s", "end_time_s"])
+    return rec, schedule
+
+
+def test_the_replays_give_the_input_line_the_judged_runs_see() -> None:
+    from gpu_simulate_test.calibration.frontend import input_from_replays, with_replay_input
+
+    rec, schedule = replayed(30, 5.0, 2.0)
+    line = input_from_replays(rec, schedule, [(1.0, 0.5, 100.0)])
+    assert line is not None and line["requests"] == 30
+    assert line["input_ms"] == pytest.approx(5.0, abs=0.01)
+    assert line["input_per_running_ms"] == pytest.approx(2.0, abs=0.01)
+    assert line["samples"] == {"0": 20, "1": 10}
+    # a request outside every window is not read; too few requests: no line
+    assert input_from_replays(rec, schedule, [(1.0, 0.5, 2.0)]) is None
+    experiments = {"input_ms": 3.7, "input_per_running_ms": 0.6, "output_ms": 2.4,
+                   "measured_input_ms": {"0": 3.7}, "samples": {"0": 12}}  # fmt: skip
+    front = with_replay_input(experiments, line)
+    assert front["input_ms"] == 5.0 and front["output_ms"] == 2.4
+    assert front["experiments_input"]["input_ms"] == 3.7
+    assert front["input_source"] == "calibration replays under load"
+    assert with_replay_input(experiments, None) is experiments

@@ -78,7 +78,8 @@ def windows(
 
     decode: the steps that decoded exactly the batch and nothing else; prefill: the prompt on its
     own; cached_prefill: the prompt's uncached part on its own (its primer ran before its start);
-    mixed: the prompt next to the decoders."""
+    mixed: the prompt next to the decoders; burst: two or more of its prompts, whole, next to
+    whatever else ran."""
     times = steps["time_s"].to_numpy(dtype=float)
     prompt = steps["num_prefill_tokens"].to_numpy()
     decoding = steps["num_decode_requests"].to_numpy()
@@ -87,6 +88,9 @@ def windows(
         inside = (times >= lo) & (times < hi)
         if exp.phase == "decode":
             chosen = (prompt == 0) & (decoding == exp.batch_size)
+        elif exp.phase == "burst":  # two or more of its prompts, whole, next to anything
+            prompts = steps["num_prefill_requests"].to_numpy()
+            chosen = (prompts >= 2) & (prompt == prompts * exp.prompt_tokens)
         elif exp.phase in IDLE_PREFILL_PHASES:
             chosen = (prompt == exp.prompt_tokens) & (decoding == 0)
         else:

@@ -104,8 +104,10 @@ def experiment_requests(
     next_id = 0
     for exp in experiments:
         prompts: list[tuple[int, ...]]
-        if exp.phase == "mixed":  # the decoders, then the newcomer (last)
-            lengths = [exp.decode_prompt_tokens] * exp.batch_size + [exp.prompt_tokens]
+        if exp.phase in ("mixed", "burst"):  # the decoders, then the newcomers (last)
+            lengths = [exp.decode_prompt_tokens] * exp.batch_size + [
+                exp.prompt_tokens
+            ] * exp.num_prompts
             prompts = [random_prompt(rng, vocab_size, n) for n in lengths]
         elif exp.phase == "cached_prefill":  # the primer, then the timed request (last)
             prefix = random_prompt(rng, vocab_size, exp.cached_tokens)
@@ -156,14 +158,19 @@ def run_experiment(
     decode_tokens: int,
     timeout_s: float,
 ) -> None:
-    """Submit one experiment's requests on an idle engine and wait until all are done."""
-    decoders = list(group[:-1] if exp.phase == "mixed" else group)
+    """Submit one experiment's requests on an idle engine and wait until all are done: a mixed
+    experiment's newcomer, and a burst's newcomers back to back, once its decoders (if any) are
+    under way."""
+    joining = exp.num_prompts if exp.phase in ("mixed", "burst") else 0
+    decoders = list(group[: len(group) - joining])
     for req in decoders:
         backend.submit(req)
-    if exp.phase == "mixed":  # the newcomer, once the decoders are under way
-        ids = [r.request_id for r in decoders]
-        wait(backend, recorder, ids, timeout_s, decode_tokens // MIXED_START_FRACTION)
-        backend.submit(group[-1])
+    if joining:
+        if decoders:
+            ids = [r.request_id for r in decoders]
+            wait(backend, recorder, ids, timeout_s, decode_tokens // MIXED_START_FRACTION)
+        for req in group[len(group) - joining :]:
+            backend.submit(req)
     wait(backend, recorder, [r.request_id for r in group], timeout_s)
 
 
@@ -236,7 +243,7 @@ def drive(
                 advance(1)
             experiments_end = recorder.rel(time.perf_counter())
             prompts = [e.prompt_tokens for e in experiments if e.phase == "prefill"] or [1]
-            samples = step_samples(experiments, groups, recorder)
+            samples = step_samples(experiments, groups, recorder, cfg.decode_tokens)
             windows, serving = serving_replay.replay_under_load(
                 cfg,
                 backend,
@@ -307,7 +314,7 @@ def read_steps(
         if recorded is None
         else (step_log_rows(recorded, timed=True), "engine step record")
     )
-    from_log = step_log_samples(experiments, run.starts, costs)
+    from_log = step_log_samples(experiments, run.starts, costs, cfg.decode_tokens)
     if recorded is not None:
         from_log = idle_prefills_from_stamps(experiments, run.groups, recorder, from_log)
     if not {e.phase for e in from_log} >= {"prefill", "decode"}:
@@ -361,8 +368,10 @@ def calibrate(
 
 def experiment_key(exp: Experiment) -> tuple[str | int, ...]:
     """What meta.json's ``experiments`` lists of an experiment: phase, batch size and prompt,
-    and a cached prefill's cached prefix."""
+    a burst's prompts and a cached prefill's cached prefix."""
     key: tuple[str | int, ...] = (exp.phase, exp.batch_size, exp.prompt_tokens)
+    if exp.phase == "burst":
+        return (*key, exp.num_prompts)
     return (*key, exp.cached_tokens) if exp.phase == "cached_prefill" else key
 
 

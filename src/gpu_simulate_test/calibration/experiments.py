@@ -1,5 +1,6 @@
-"""The engine calibration's experiments: which prefills, decode batches, mixed steps and prefills
-over a cached prefix are timed, and how often (:func:`plan_experiments`)."""
+"""The engine calibration's experiments: which prefills, decode batches (at the workload's short,
+middle and longest contexts), mixed steps, bursts of prompts and prefills over a cached prefix are
+timed, and how often (:func:`plan_experiments`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ DENSE_BATCH_SIZES = 16
 """Decode batches up to this size are all calibrated (beyond it, every 4th)."""
 MIXED_DECODERS = 4
 """The larger decode batch a mixed experiment prefills next to (the other is 1)."""
+BURST_PROMPTS: tuple[int, ...] = (2, 4, 8)
+"""burst: prompts sent at once (each as many as fit one step's batch and token budget)."""
+CONTEXT_BATCH_SIZES: tuple[int, ...] = (1, 4, 16)
+"""Decode batches also timed at the middle and longest context (and the largest batch)."""
 CACHED_FRACTIONS: tuple[int, ...] = (4, 2)
 """cached_prefill: the cached prefixes are these fractions (1/4, 1/2) of the longest prefill,
 each rounded down to whole KV blocks."""
@@ -28,9 +33,11 @@ each rounded down to whole KV blocks."""
 @dataclass(frozen=True)
 class Experiment:
     phase: str
-    """prefill, decode, mixed or cached_prefill."""
+    """prefill, decode, mixed, burst or cached_prefill (a burst is planned and driven, never a
+    row: its steps become prefill and mixed rows by what each step carried)."""
     batch_size: int
-    """Decoding requests (decode, mixed); 1 for prefill and cached_prefill."""
+    """Decoding requests (decode, mixed, burst: 0 or more); prompts of a prefill (1 for an
+    experiment, k for a row read off a burst); 1 for cached_prefill."""
     prompt_tokens: int
     """The prefilled request's prompt (prefill, mixed); the decoders' prompt (decode); the
     prompt's uncached part that the step prefills (cached_prefill)."""
@@ -39,10 +46,14 @@ class Experiment:
     cached_tokens: int = 0
     """cached_prefill: the prompt's prefix already in the prefix cache (whole KV blocks, put there
     by a primer request just before), which the step attends to but does not compute."""
+    num_prompts: int = 1
+    """mixed and burst: prompts prefilled at once next to the decoders (a burst's newcomers)."""
+    context_tokens: int = 0
+    """A row read off a burst: its decoders' context (0: as the phase computes it)."""
 
     @property
     def num_requests(self) -> int:
-        return self.batch_size + (1 if self.phase == "mixed" else 0)
+        return self.batch_size + (self.num_prompts if self.phase in ("mixed", "burst") else 0)
 
 
 def auto_prompt_lengths(max_tokens: int) -> tuple[int, ...]:
@@ -114,6 +125,12 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             if c + t <= max_prompt_tokens
         ]
     experiments += [Experiment("decode", b, cfg.decode_prompt_tokens) for b in batches]
+    experiments += [
+        Experiment("decode", b, c)
+        for c in decode_contexts(cfg.decode_prompt_tokens, max_prompt_tokens, cfg.decode_tokens)
+        for b in sorted({*(s for s in CONTEXT_BATCH_SIZES if s in batches), max(batches)})
+        if (c + cfg.decode_tokens) * b <= backend_kv_tokens(backend, c + cfg.decode_tokens, b)
+    ]
     if cfg.mixed and not sequential:
         mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
         experiments += [
@@ -122,10 +139,35 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
             for p in sorted({prompts[0], prompts[-1]})
             if b + 1 <= cap
         ]
+    if cfg.bursts and not sequential:
+        experiments += [
+            Experiment("burst", d, p, cfg.decode_prompt_tokens, num_prompts=k)
+            for d in sorted({0, max(0, min(MIXED_DECODERS, cap - 2))})
+            for p in sorted({prompts[0], prompts[-1]})
+            for k in BURST_PROMPTS
+            if d + k <= cap and k * p + d <= budget
+        ]
     # interleaved: round r runs every experiment that still needs a run, so each row's samples
     # spread over the whole calibration instead of one burst of a few seconds
     counts = {e: times(e, cfg) for e in experiments}
     return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
+
+
+def decode_contexts(short: int, longest_prompt: int, decode_tokens: int) -> tuple[int, ...]:
+    """The decoders' prompts of the decode experiments beyond ``short`` (the decode rows'
+    usual one): the middle and the longest the profile covers (``longest_prompt`` less the
+    outputs, so that the last decode's context stays within it), each past the one before."""
+    longest = max(short, longest_prompt - decode_tokens)
+    middle = (short + longest) // 2
+    return tuple(c for c in sorted({middle, longest}) if c > short + decode_tokens)
+
+
+def backend_kv_tokens(backend: BackendConfig, context: int, batch: int) -> int:
+    """KV tokens the engine holds for ``batch`` requests of ``context`` tokens (its blocks where
+    it says; otherwise no bound)."""
+    blocks = getattr(backend, "num_blocks", 0) or 0
+    size = getattr(backend, "block_size", 0) or 0
+    return blocks * size if blocks and size else context * batch
 
 
 def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:

@@ -84,7 +84,7 @@ def frontend_latency(
     inputs: dict[int, list[float]] = {}
     totals: list[float] = []
     for i, exp, rows in windows(experiments, starts, steps):
-        if exp.phase == "decode":
+        if exp.phase in ("decode", "burst"):  # a burst's prompts queue behind one another
             continue
         running = exp.batch_size if exp.phase == "mixed" else 0
         rec = recorder.records[groups[i][-1].request_id]  # the prompt (a mixed one's newcomer)
@@ -174,7 +174,7 @@ def frontend_from_engine_clock(
     inputs: list[float] = []
     outputs: list[float] = []
     for exp, group in zip(experiments, groups, strict=True):
-        if exp.phase == "decode":
+        if exp.phase in ("decode", "burst"):  # a burst's prompts queue behind one another
             continue
         rec = recorder.records[group[-1].request_id]
         first = rec.engine_first_token
@@ -276,6 +276,86 @@ def queue_from_replays(
     return {**fitted, "source": "calibration replays under load", "replays": len(runs)}
 
 
+MIN_INPUT_SAMPLES = 3
+"""A running count needs this many replayed requests to enter the input line's readings (and to
+bound how far the simulation follows it: ``running_max``)."""
+MIN_REPLAY_REQUESTS = 20
+"""Fewer replayed requests with stamps than this: the input stays the experiments' reading."""
+
+
+def input_from_replays(
+    recorder: Recorder,
+    schedule: pd.DataFrame,
+    windows: Sequence[tuple[float, float, float]],
+) -> dict[str, Any] | None:
+    """The front end's input hop fitted on the calibration replays under load: every request
+    sent inside a replay's window, its hop (:func:`hop_s`: send to the engine core, the wait for
+    a step in progress left out) against the requests in flight at its send (reached the engine,
+    not finished), a Theil-Sen line as :func:`frontend_from_engine_clock` fits.
+
+    The replays send as the real bench does (an open loop at a rate, the sender waking at each
+    request's time, other requests streaming): on the main job's host the hop of a request sent
+    to an idle engine was 5.0 ms there against 3.7 ms for the experiments' prompts, each sent on
+    a quiet client right after the one before ended (benchmarks/results/ttft_bias_20261127).
+    None with fewer than :data:`MIN_REPLAY_REQUESTS` stamped requests."""
+    spans = schedule[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
+    running: list[int] = []
+    hops: list[float] = []
+    for _, start, end in windows:
+        recs = [
+            r
+            for r in recorder.records.values()
+            if r.arrival_s is not None
+            and start <= r.arrival_s <= end
+            and r.engine_arrival_s is not None
+            and r.engine_last_token is not None
+        ]
+        reached = np.array([r.engine_arrival_s for r in recs], dtype=float)
+        done = np.array([r.engine_last_token for r in recs], dtype=float)
+        for r in recs:
+            assert r.arrival_s is not None and r.engine_arrival_s is not None
+            running.append(int(np.sum((reached < r.arrival_s) & (done > r.arrival_s))))
+            hops.append(1000.0 * hop_s(r.arrival_s, r.engine_arrival_s, spans))
+    if len(hops) < MIN_REPLAY_REQUESTS:
+        return None
+    in_a, in_b = theil_sen(running, hops)
+    by_running: dict[int, list[float]] = {}
+    for n, value in zip(running, hops, strict=True):
+        by_running.setdefault(n, []).append(value)
+    kept = {n: v for n, v in sorted(by_running.items()) if len(v) >= MIN_INPUT_SAMPLES}
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "requests": len(hops),
+        "measured_input_ms": {str(n): round(float(np.median(v)), 4) for n, v in kept.items()},
+        "samples": {str(n): len(v) for n, v in kept.items()},
+    }
+
+
+def with_replay_input(frontend: dict[str, Any], replayed: dict[str, Any] | None) -> dict[str, Any]:
+    """``frontend`` (the experiments' reading) with its input line taken from the replays under
+    load where they give one; the experiments' line is kept beside (``experiments_input``)."""
+    if replayed is None:
+        return frontend
+    kept = {k: frontend.get(k) for k in INPUT_KEYS}
+    return {
+        **frontend,
+        **{k: replayed[k] for k in INPUT_KEYS},
+        "input_source": "calibration replays under load",
+        "input_requests": replayed["requests"],
+        "experiments_input": kept,
+    }
+
+
+INPUT_KEYS: tuple[str, ...] = (
+    "input_ms",
+    "input_per_running_ms",
+    "measured_input_ms",
+    "samples",
+)
+"""What of the front end's reading is its input line."""
+
+
 def measured(
     experiments: Sequence[Experiment],
     groups: Sequence[Sequence[BenchRequest]],
@@ -290,7 +370,8 @@ def measured(
     stamps where there are some (:func:`frontend_from_engine_clock`, the log's reading kept as
     its check; ``recorded``: the experiments' recorded schedule, None without one), with the
     queue fitted on the replays under load (``replays``: the whole recorded schedule and the
-    replays' windows; None without them)."""
+    replays' windows; None without them) and, where the engine stamps requests, the input line
+    too (:func:`input_from_replays`): the replays send as the judged runs do."""
     frontend = frontend_latency(experiments, groups, recorder, starts, logged)
     spans = None
     if recorded is not None:
@@ -300,4 +381,6 @@ def measured(
         frontend = checked(stamped, frontend)
     if frontend is not None and replays is not None:
         frontend["queue"] = queue_from_replays(recorder, *replays)
+        if stamped is not None:  # the replays' requests carry the engine's stamps too
+            frontend = with_replay_input(frontend, input_from_replays(recorder, *replays))
     return frontend

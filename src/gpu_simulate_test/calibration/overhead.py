@@ -105,11 +105,20 @@ class StepOverhead:
         )
 
 
+def prompts_of(row: Any) -> int:
+    """A calibration row's prompts (``num_prompts``; absent: 1, a prefill's batch_size)."""
+    given = getattr(row, "num_prompts", None)
+    if given is None or pd.isna(given):  # absent or empty
+        return int(row.batch_size) if row.phase == "prefill" else 1
+    return int(given)
+
+
 def step_shape(row: Any) -> tuple[list[int], list[int]]:
     """Per-request query and KV tokens of a calibration row (Vidur's Batch arguments)."""
     batch, q, kv = int(row.batch_size), int(row.num_q_tokens), int(row.context_tokens)
-    if row.phase == "mixed":  # one prompt next to batch - 1 decodes
-        return [q] + [1] * (batch - 1), [q] + [kv] * (batch - 1)
+    if row.phase == "mixed":  # k prompts next to batch - k decodes
+        k = prompts_of(row)
+        return [q] * k + [1] * (batch - k), [q] * k + [kv] * (batch - k)
     # a prefill's KV is its prompt; a cached prefill's the cached prefix and the prefilled rest
     # (context_tokens): the KV after the step, as Vidur's scheduler passes a chunk's
     return [q] * batch, [kv] * batch
@@ -146,6 +155,7 @@ def _predictions(
 
 
 def _prefill_terms(
+    prompts: np.ndarray,
     tokens: np.ndarray,
     extra: np.ndarray,
     measured: np.ndarray,
@@ -153,7 +163,9 @@ def _prefill_terms(
     mixed: np.ndarray,
 ) -> tuple[float, float, float]:
     """``(per_prefill_request, per_prefill_token, idle_prefill)``: one non-negative least-squares
-    fit over every step that carries a prompt, of its overhead beyond ``requests(N)`` (``extra``).
+    fit over every step that carries a prompt, of its overhead beyond ``requests(N)`` (``extra``),
+    on its ``prompts`` and their query ``tokens`` (a burst's steps carry several: they tell the
+    per-prompt term from the per-token one).
 
     Idle prefills and mixed steps share the per-request and per-token terms; an idle column (1
     on the idle prefills) takes what waking the engine costs, when mixed steps are there to tell
@@ -163,8 +175,8 @@ def _prefill_terms(
     arbitrary. With fewer than two prompt lengths there is no slope (0).
     """
     carrying = prefill | mixed
-    columns = [np.ones(int(carrying.sum()))]
-    spans_lengths = len(np.unique(tokens[carrying])) >= 2
+    columns = [prompts[carrying]]
+    spans_lengths = len(np.unique(tokens[carrying] / prompts[carrying])) >= 2
     if spans_lengths:
         columns.append(tokens[carrying])
     separate_idle = bool(mixed.any()) and bool(prefill.any())
@@ -208,7 +220,8 @@ def fit(
     prefill = np.isin(phase, IDLE_PREFILL_PHASES)  # a prompt alone on an idle engine
     scale = _scale(measured[decode], raw_ops[decode])
     batch = rows["batch_size"].to_numpy(dtype=float)
-    tokens = rows["num_q_tokens"].to_numpy(dtype=float)
+    prompts = np.array([prompts_of(row) for row in rows.itertuples()], dtype=float)
+    tokens = rows["num_q_tokens"].to_numpy(dtype=float) * prompts
     x = batch[decode]
     decode_residual = measured[decode] - raw_ops[decode] * scale
     base, per_request = _nnls([np.ones_like(x), x], decode_residual, measured[decode])
@@ -235,7 +248,7 @@ def fit(
     predicted = raw_ops * scales
     residual = measured - predicted
     per_prefill, per_token, idle = _prefill_terms(
-        tokens, residual - beside, measured, prefill, mixed
+        np.where(decode, 0.0, prompts), tokens, residual - beside, measured, prefill, mixed
     )
     overhead = dataclasses.replace(
         requests_only,
@@ -246,6 +259,7 @@ def fit(
     )
     fitted = np.array([overhead.ms(step_shape(row)[0]) for row in rows.itertuples()])
     table = rows[["phase", "batch_size", "num_q_tokens", "context_tokens"]].copy()
+    table["num_prompts"] = np.where(decode, 0, prompts).astype(int)
     table["measured_ms"] = measured
     table["vidur_ops_ms"] = raw_ops
     table["ops_scale"] = scales

@@ -28,7 +28,7 @@ from gpu_simulate_test.core.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
-CALIBRATION_VERSION = 10
+CALIBRATION_VERSION = 11
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
@@ -37,7 +37,9 @@ records its steps, step times and the front end from the engine's own clock, the
 kept as a check; 7: calibration replays under load, ``serving_steps.csv``; 8: the front end
 as a queue fitted on those replays, ``frontend.queue``; 9: after a warm-up of every step size,
 :func:`~.engine_steps.calibration_shapes`; 10: with vLLM's prefix caching, prefills over a
-cached prefix, ``cached_prefill``); a bundle calibrated by another version
+cached prefix, ``cached_prefill``; 11: bursts of 2, 4 and 8 prompts read step by step
+(``num_prompts``), decodes at the middle and longest context, and the front end's input line
+fitted on the replays under load); a bundle calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
 
 

@@ -40,6 +40,7 @@ def step_samples(
     experiments: Sequence[Experiment],
     groups: Sequence[Sequence[BenchRequest]],
     recorder: Recorder,
+    decode_tokens: int = 0,
 ) -> dict[Experiment, list[float]]:
     """Every timed step (seconds) per distinct experiment, over its repeats."""
     samples: dict[Experiment, list[float]] = {}
@@ -57,12 +58,84 @@ def step_samples(
             times.append(rec.event_times_s[0] - rec.arrival_s)
         elif exp.phase == "mixed":
             times.extend(mixed_step(records))
+        elif exp.phase == "burst":
+            for row, sample in burst_from_tokens(exp, records, decode_tokens):
+                samples.setdefault(row, []).append(sample)
         else:
             # lockstep decoding: the second half of every request's inter-token gaps
             for rec in records:
                 gaps = np.diff(rec.event_times_s)
                 times.extend(gaps[len(gaps) // 2 :].tolist())
     return {exp: times for exp, times in samples.items() if times}
+
+
+ONE_STEP_S = 0.001
+"""A burst's first tokens within this of one another came from one step (client times)."""
+
+
+def burst_row(exp: Experiment, prompts: int, decoders: int, context: int) -> Experiment:
+    """The row a burst's step makes: ``prompts`` of its prompts prefilled alone (prefill) or
+    next to ``decoders`` decodes of ``context`` tokens each (mixed)."""
+    if decoders == 0:
+        return Experiment("prefill", prompts, exp.prompt_tokens, num_prompts=prompts)
+    return Experiment(
+        "mixed",
+        decoders,
+        exp.prompt_tokens,
+        exp.decode_prompt_tokens,
+        num_prompts=prompts,
+        context_tokens=context,
+    )
+
+
+def burst_context(exp: Experiment, decoders: int, decode_tokens: int) -> int:
+    """The mean context of a burst step's decoders: the experiment's own decoders a third into
+    their outputs (as a mixed experiment's), the rest newcomers that have just made their first
+    token (their prompt and one)."""
+    own = min(decoders, exp.batch_size)
+    total = own * (exp.decode_prompt_tokens + decode_tokens // MIXED_START_FRACTION + 1)
+    total += (decoders - own) * (exp.prompt_tokens + 1)
+    return max(1, round(total / max(decoders, 1)))
+
+
+def burst_from_tokens(
+    exp: Experiment, records: Sequence[Any], decode_tokens: int
+) -> list[tuple[Experiment, float]]:
+    """A burst's multi-prompt step as the client sees it: only where every newcomer's first
+    token came at once (one step carried them all, an in-process engine's queue); on an idle
+    engine the step is arrival to first token (its wake-up included, as an idle prefill's), next
+    to decoders their gap around it. Nothing where the first tokens came apart (the client cannot
+    tell the steps)."""
+    k = exp.num_prompts
+    newcomers = records[-k:]
+    firsts = [r.event_times_s[0] for r in newcomers if r.event_times_s]
+    arrivals = [r.arrival_s for r in newcomers if r.arrival_s is not None]
+    if len(firsts) < k or len(arrivals) < k or max(firsts) - min(firsts) > ONE_STEP_S:
+        return []
+    if exp.batch_size == 0:
+        return [(burst_row(exp, k, 0, 0), max(firsts) - min(arrivals))]
+    gaps = mixed_step([*records[: exp.batch_size], newcomers[-1]])
+    row = burst_row(exp, k, exp.batch_size, burst_context(exp, exp.batch_size, decode_tokens))
+    return [(row, g) for g in gaps]
+
+
+def burst_from_log(
+    exp: Experiment, steps: pd.DataFrame, rows: np.ndarray, cost_ms: np.ndarray, decode_tokens: int
+) -> list[tuple[Experiment, float]]:
+    """Every step of a burst's window that prefilled two or more of its prompts whole, by what
+    it carried (its prompts, its decodes), at its full cost (seconds). A step without decodes is
+    left out: on a server it is the step that woke the engine, whose cost the engine's stamps
+    give, not its log."""
+    prompts = steps["num_prefill_requests"].to_numpy()
+    decoding = steps["num_decode_requests"].to_numpy()
+    out = []
+    for k in rows:
+        if decoding[k] == 0:
+            continue
+        context = burst_context(exp, int(decoding[k]), decode_tokens)
+        row = burst_row(exp, int(prompts[k]), int(decoding[k]), context)
+        out.append((row, float(cost_ms[k]) / 1000.0))
+    return out
 
 
 def idle_prefills_from_stamps(
@@ -117,6 +190,7 @@ def step_log_samples(
     experiments: Sequence[Experiment],
     starts: Sequence[float],
     steps: pd.DataFrame,
+    decode_tokens: int = 0,
 ) -> dict[Experiment, list[float]]:
     """Every step's full cost (seconds) per distinct experiment, from the engine's own log.
 
@@ -128,6 +202,10 @@ def step_log_samples(
     cost = step_cost_ms(steps)[0].to_numpy(dtype=float)
     samples: dict[Experiment, list[float]] = {}
     for _, exp, rows in windows(experiments, starts, steps):
+        if exp.phase == "burst":  # rows by what each step carried
+            for row, sample in burst_from_log(exp, steps, rows, cost, decode_tokens):
+                samples.setdefault(row, []).append(sample)
+            continue
         if exp.phase != "decode":
             rows = rows[:1]  # the prompt's one step (a repeat is another experiment)
         samples.setdefault(exp, []).extend((cost[rows] / 1000.0).tolist())
@@ -146,6 +224,8 @@ def step_rows(
             context = exp.cached_tokens + exp.prompt_tokens
         elif exp.phase == "decode":  # the middle of the timed half
             context = exp.prompt_tokens + (decode_tokens * 3) // 4
+        elif exp.context_tokens:  # read off a burst
+            context = exp.context_tokens
         else:  # the decoders' context when the newcomer arrives
             context = exp.decode_prompt_tokens + decode_tokens // MIXED_START_FRACTION + 1
         rows.append(
@@ -157,9 +237,10 @@ def step_rows(
                 "context_tokens": context,
                 "step_ms": float(np.median(times)) * 1e3,
                 "samples": len(times),
+                "num_prompts": exp.num_prompts if exp.phase in ("prefill", "mixed") else 1,
             }
         )
-    return pd.DataFrame(rows, columns=ENGINE_STEPS_TABLE.column_names)
+    return pd.DataFrame(rows, columns=[*ENGINE_STEPS_TABLE.column_names, "num_prompts"])
 
 
 def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any] | None:
@@ -193,8 +274,9 @@ def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any]
 
 def decode_medians_ms(samples: Mapping[Experiment, Sequence[float]]) -> dict[int, float]:
     """Median decode step per batch size (client token gaps), for the capacity estimate."""
+    shortest = min((e.prompt_tokens for e in samples if e.phase == "decode"), default=0)
     return {
         e.batch_size: float(np.median(t)) * 1e3
         for e, t in samples.items()
-        if e.phase == "decode" and len(t)
+        if e.phase == "decode" and e.prompt_tokens == shortest and len(t)
     }

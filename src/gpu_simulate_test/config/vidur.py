@@ -88,6 +88,10 @@ class EngineCalibrationConfig:
     mixed: bool = True
     """Also time a prefill joining running decodes (not for hf_generate), so a busy engine's
     prefill is not charged the idle engine's wake-up."""
+    bursts: bool = True
+    """Also send 2, 4 and 8 prompts at once, on an idle engine and next to running decodes, and
+    time every step that prefilled several of them (not for hf_generate): a burst's steps carry
+    several prompts, which one-prompt experiments leave to extrapolation."""
     decode_prompt_tokens: int = 32
     """Prompt length of the requests in the decode batches."""
     decode_tokens: int = 16

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
@@ -125,6 +126,18 @@ ENGINE_STEPS_TABLE = TableSchema(
         Column("step_ms", "float", "ms", "median wall time of the step", min_value=0),
         Column("samples", "int", "", "timed steps behind the median", min_value=1),
     ),
+    optional=(
+        Column(
+            "num_prompts",
+            "int",
+            "",
+            "prompts of num_q_tokens each in the step (a burst's: prefill, k prompts alone; "
+            "mixed, k prompts next to batch_size - k decodes); absent or empty: 1, or "
+            "batch_size for a prefill",
+            min_value=1,
+            nullable=True,
+        ),
+    ),
 )
 
 SERVING_STEPS_TABLE = TableSchema(
@@ -225,7 +238,16 @@ class Bundle:
             raise ArtifactError(
                 f"{path}: column 'phase' has {bad}, expected one of {', '.join(ENGINE_PHASES)}"
             )
-        return rows.reset_index(drop=True)
+        rows = rows.reset_index(drop=True)
+        # rows before bursts, or another backend's: one prompt (a prefill row's batch_size)
+        single = np.where(rows["phase"] == "prefill", rows["batch_size"], 1)
+        given = rows["num_prompts"] if "num_prompts" in rows.columns else np.nan
+        rows["num_prompts"] = (
+            pd.Series(given, index=rows.index)
+            .fillna(pd.Series(single, index=rows.index))
+            .astype(int)
+        )
+        return rows
 
     def serving_steps(self, backend: str) -> pd.DataFrame | None:
         """The calibration replays' steps of ``backend`` (None: the bundle has none)."""
