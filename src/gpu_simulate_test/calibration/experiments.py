@@ -143,7 +143,7 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
         experiments += [
             Experiment("burst", d, p, cfg.decode_prompt_tokens, num_prompts=k)
             for d in sorted({0, max(0, min(MIXED_DECODERS, cap - 2))})
-            for p in sorted({prompts[0], prompts[-1]})
+            for p in burst_prompts(prompts, budget - d)
             for k in BURST_PROMPTS
             if d + k <= cap and k * p + d <= budget
         ]
@@ -151,6 +151,13 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
     # spread over the whole calibration instead of one burst of a few seconds
     counts = {e: times(e, cfg) for e in experiments}
     return [e for r in range(max(counts.values())) for e in experiments if r < counts[e]]
+
+
+def burst_prompts(prompts: tuple[int, ...], budget: int) -> tuple[int, ...]:
+    """A burst's prompt lengths: the shortest, and the longest of which two fit one step's
+    ``budget`` of tokens (the longest prompt often fills a step alone)."""
+    pairs = [p for p in prompts if 2 * p <= budget]
+    return tuple(sorted({prompts[0], *pairs[-1:]}))
 
 
 def decode_contexts(short: int, longest_prompt: int, decode_tokens: int) -> tuple[int, ...]:
