@@ -95,3 +95,15 @@ def test_queued_time_is_compared_per_request_as_the_engine_stamps_it() -> None:
     assert queue["source"] == "per request, as the engine queued it"
     # a run without the column (an older simulation): the server's count instead
     assert queued_ms(real, sim.drop(columns="engine_scheduling_delay_s"), np.array([0])) is None
+
+
+def test_the_latency_table_sets_the_engine_queued_delay_against_the_real_stamps() -> None:
+    from gpu_simulate_test.compare.comparison import sim_scheduling_delay_s
+
+    sim = pd.DataFrame(
+        {"scheduling_delay_s": [0.012, 0.0], "engine_scheduling_delay_s": [0.0, 0.0]}
+    )
+    # a request that waited 12 ms for a running step was queued by vLLM only when it ended
+    assert list(sim_scheduling_delay_s(sim)) == [0.0, 0.0]
+    older = sim.drop(columns="engine_scheduling_delay_s")
+    assert list(sim_scheduling_delay_s(older)) == [0.012, 0.0]

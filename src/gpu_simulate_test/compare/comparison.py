@@ -88,6 +88,16 @@ def real_scheduling_delay_s(frame: pd.DataFrame) -> np.ndarray:
     return _column(frame, "engine_scheduled_time_s") - _column(frame, "engine_arrival_time_s")
 
 
+def sim_scheduling_delay_s(frame: pd.DataFrame) -> np.ndarray:
+    """The simulated engine-queued delay where the simulation wrote it
+    (``engine_scheduling_delay_s``: from when vLLM's engine core would have queued the request,
+    the wait for a running step left out, as the real side's stamps leave it), else Vidur's
+    scheduling delay (an older simulation)."""
+    if "engine_scheduling_delay_s" in frame.columns:
+        return _column(frame, "engine_scheduling_delay_s")
+    return _column(frame, "scheduling_delay_s")
+
+
 def join_requests(
     real: pd.DataFrame, sim: pd.DataFrame, where: str = ""
 ) -> tuple[m.JoinedRequests, tuple[Excluded, ...]]:
@@ -149,7 +159,7 @@ def join_requests(
         num_prefill_tokens=rc["num_prefill_tokens"].to_numpy(dtype=np.int64),
         num_decode_tokens=decode,
         real=side(rc, real_scheduling_delay_s(rc)),
-        sim=side(sc, _column(sc, "scheduling_delay_s")),
+        sim=side(sc, sim_scheduling_delay_s(sc)),
     )
     return joined, tuple(sorted(excluded, key=lambda e: e.request_id))
 
