@@ -119,11 +119,19 @@ def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
     assert not (tmp_path / "tmp" / "capacity" / "bad").exists()
 
 
+REAL_SEARCH = ["capacity.verify_seed=probe", "capacity.verify_probe_requests=16",
+               "capacity.verify_seconds=2", "capacity.verify_min_requests=16",
+               "capacity.verify_requests=16"]  # fmt: skip
+"""The real search from a burst probe's capacity (the synthetic bundle's simulated answer is far
+above the real engine's), 16 requests at every rate (2 s of arrivals, floor and cap 16)."""
+
+
 def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
-    """capacity.verify=search: the grid and bisection replayed on the real engine, its curve and
-    its measured capacity beside the answer (hf_cb; a synthetic bundle far faster than it). The
-    goals are a multiple of the engine's own p90s at the lowest rate (GOAL_OVER_PROBE), so the
-    lowest rate meets them and the saturated ones miss on any host: at least three rates."""
+    """capacity.verify=search: the capacity measured on the real engine, from a burst probe's,
+    stepping to a bracket and bisecting it; its curve and measured capacity beside the answer
+    (hf_cb; a synthetic bundle far faster than it). The goals are a multiple of the engine's own
+    p90s at a low rate (GOAL_OVER_PROBE), so it meets them and the saturated ones miss on any
+    host: at least three rates."""
     lowest, per_rate = 4, 16
     probe_ms = p90_ms_at(tmp_path, lowest, per_rate)  # E2E 330-370, TPOT 25 ms on a quiet CPU
     goal_ms = {metric: round(GOAL_OVER_PROBE * ms, 1) for metric, ms in probe_ms.items()}
@@ -141,7 +149,7 @@ def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
         "capacity.points=3",
         "capacity.refine=1",
         "capacity.verify=search",
-        f"capacity.verify_requests={per_rate}",
+        *REAL_SEARCH,
         "num_warmup_requests=1",
         "output.run_id=s",
         cwd=tmp_path,
@@ -149,18 +157,29 @@ def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
     run = tmp_path / "tmp" / "capacity" / "s"
     doc = json.loads((run / contract.CAPACITY_JSON).read_text())
     check = doc["verify"]
-    assert check["mode"] == "search" and check["requests_per_rate"] == per_rate
+    assert check["mode"] == "search" and check["seed"]["from"] == "probe"
+    assert check["seed"]["probe"]["probe_requests"] == 16 and check["stopped"] is None
+    assert check["plan"]["seconds"] == 2 and check["plan"]["budget_s"] == 0
     real = read_csv(run / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
     curve = real[["qps", "phase", "e2e_p90_ms", "tpot_p90_ms", "meets_slo"]].to_string()
     said = f"goals {goal_ms} ms, {GOAL_OVER_PROBE}x the probe's p90 ({probed} ms):\n{curve}"
     assert len(real) == len(check["runs"]) >= 3, said
-    assert set(real["phase"]) <= {"grid", "refine"}
+    assert set(real["phase"]) <= {"seed", "step", "bisect"}
+    assert check["runs"][0]["qps"] == float(f"{check['seed']['qps']:.4g}"), said  # the seed
+    low, high = check["measured_bracket_qps"]
+    if low and high:  # bracketed: bisected until within 10%, or it says why not
+        assert high / low <= 1.1 or "wider than" in check["note"], said
+    # the simulated curve at every rate the real search ran: the latency agreement's rates
+    assert check["latency_agreement"]["rates"] == sorted(real["qps"]), said
     within = (real["e2e_p90_ms"] <= goal_ms["e2e"]) & (real["tpot_p90_ms"] <= goal_ms["tpot"])
     assert list(real["meets_slo"]) == list(within), said  # its verdicts: the goals, judged
     # every real rate replayed the same requests on the real engine, judged by the same goal
     for rec in check["runs"]:
         metrics = pd.read_csv(tmp_path / rec["real_run"] / "request_metrics.csv")
-        assert len(metrics) == per_rate
+        assert len(metrics) == rec["requests"] == per_rate
+        assert rec["wall_s"] > 0 and rec["arrivals_s"] == pytest.approx(
+            per_rate / rec["qps"], abs=1e-3
+        )
         passed = real[real["qps"] == rec["qps"]]["meets_slo"].item()
         assert passed == rec["meets_slo"]
     measured = check["measured_capacity_qps"]
@@ -171,7 +190,8 @@ def test_the_same_search_on_the_real_engine(tmp_path: Path) -> None:
     assert "measured within the band" in proc.stdout
     assert "measured capacity (req/s)" in proc.stdout
     report = (run / contract.REPORT_MD).read_text()
-    assert "On the real engine, the same search" in report and "real engine's curve" in report
+    assert "**On the real engine** (" in report and "real engine's curve" in report
+    assert "(a burst probe)" in report
     assert "goodput (req/s)" in report
     # a mode that does not exist: one line, nothing run
     bad = run_cli("capacity", "capacity.verify=maybe", "output.run_id=bad", cwd=tmp_path,
@@ -200,8 +220,8 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
               "capacity.refine=1", "capacity.step_band=0"]  # fmt: skip
     run_cli(
         "capacity", *synthetic(gpu), *SHAPE, "workload.num_requests=40", *goals, *search,
-        "capacity.phase=real", f"capacity.verify_requests={per_rate}", "num_warmup_requests=1",
-        "output.run_id=real", cwd=gpu,
+        "capacity.phase=real", *REAL_SEARCH, "num_warmup_requests=1", "output.run_id=real",
+        cwd=gpu,
     )  # fmt: skip
     real = gpu / "tmp" / "capacity" / "real"
     assert json.loads((real / "run_meta.json").read_text())["status"] == "complete"
@@ -223,12 +243,8 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     moved = here / "from_gpu"
     shutil.move(real, moved)  # every path in the manifest is relative: it still reads
     shutil.rmtree(gpu)  # the bundle it was profiled into is gone: the run carries its own
-    # the search the real phase ran, or none: another grid is refused
-    other_grid = run_cli(
-        "capacity", "capacity.phase=sim", "capacity.real_from=from_gpu", *goals, *search,
-        "capacity.points=4", "output.run_id=grid", cwd=here, check=False,
-    )  # fmt: skip
-    assert other_grid.returncode == 2 and "the real search ran the grid" in other_grid.stdout
+    assert manifest["manifest_version"] == 2 and manifest["search"]["seed"]["from"] == "probe"
+    assert manifest["search"]["seed"]["probe"]["probe_run"] == "runs/real_bench/search-probe"
     proc = run_cli(
         "capacity", "capacity.phase=sim", "capacity.real_from=from_gpu", *goals, *search,
         "engine_overhead=false", "output.run_id=sim", cwd=here,
@@ -237,8 +253,13 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     doc = json.loads((sim / contract.CAPACITY_JSON).read_text())
     assert doc["backend"] == "hf_cb" and doc["answer_qps"] is not None
     check = doc["verify"]
-    assert check["mode"] == "search" and check["requests_per_rate"] == per_rate
+    seed = manifest["search"]["seed"]
+    assert check["mode"] == "search" and check["seed"]["qps"] == seed["qps"]
+    assert check["seed"]["probe"]["probe_run"] == str(moved.resolve() / seed["probe"]["probe_run"])
+    assert {rec["requests"] for rec in check["runs"]} == {per_rate}
     assert check["measured_capacity_qps"] == manifest["measured"]["qps"]
+    # its own grid, and the real rates simulated too: the agreement at every one of them
+    assert check["latency_agreement"]["rates"] == sorted(curve["qps"])
     for rec in check["runs"]:  # the real runs, read where they now are (real_from resolved)
         assert Path(rec["real_run"]).is_absolute()
         assert (Path(rec["real_run"]) / "request_metrics.csv").is_file()
@@ -248,7 +269,7 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     assert meta["recorded_config"]["backend"]["name"] == "hf_cb"
     again = read_csv(sim / contract.CAPACITY_REAL_CSV, contract.CAPACITY_TABLE)
     pd.testing.assert_frame_equal(again, curve)
-    assert "On the real engine, the same search" in (sim / contract.REPORT_MD).read_text()
+    assert "**On the real engine** (" in (sim / contract.REPORT_MD).read_text()
     assert "measured capacity (req/s)" in proc.stdout
     # other goals than the real search was judged by: one line, no run directory
     other = run_cli(

@@ -24,6 +24,7 @@ from gpu_simulate_test.config.backends import (
     knob_names,
     own_knobs,
 )
+from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.presets import preset_names
@@ -154,14 +155,32 @@ PRESET_STAGE = {
     "fidelity_qwen3_0_6b_vllm": "fidelity",
     "qwen3_0_6b_h100": "pipeline",
     "qwen3_tiny_cpu_sweep": "pipeline",
+    "capacity_cpu_tiny": "capacity",
+    "capacity_qwen3_0_6b_h100": "capacity",
+    "capacity_qwen3_4b_h100": "capacity",
+    "capacity_qwen3_8b_h100": "capacity",
+    "fidelity_qwen3_4b_h100": "fidelity",
+    "fidelity_qwen3_8b_h100": "fidelity",
 }
-"""Each experiment preset and the stage it is written for."""
-SCHEMAS = {"fidelity": FidelityStageConfig, "pipeline": PipelineStageConfig}
+"""Each experiment preset with a served engine (``backend``) and the stage it is written for."""
+PROFILE_PRESETS = {
+    "profile_cpu_tiny",
+    "profile_qwen3_0_6b_h100",
+    "profile_qwen3_4b_h100",
+    "profile_qwen3_8b_h100",
+}
+"""The vidur_profile presets (their engine is the calibration's, ``engine.backend``: checked
+against the real phases' in test_gpu_presets.py)."""
+SCHEMAS = {
+    "fidelity": FidelityStageConfig,
+    "pipeline": PipelineStageConfig,
+    "capacity": CapacityStageConfig,
+}
 H100_HF_CB = {"max_batch_tokens": 512, "max_requests_per_batch": 32, "num_blocks": 4096}
 
 
 def test_every_experiment_preset_is_listed() -> None:
-    assert set(PRESET_STAGE) == set(preset_names("experiment"))
+    assert set(PRESET_STAGE) | PROFILE_PRESETS == set(preset_names("experiment"))
 
 
 @pytest.mark.parametrize(

@@ -180,5 +180,6 @@ def test_a_bundle_without_num_prompts_reads_one_prompt_per_row(tmp_path: object)
     write_csv(path, frame, ENGINE_STEPS_TABLE)
     back = read_csv(path, ENGINE_STEPS_TABLE)
     assert "num_prompts" in back.columns
-    assert pd.isna(back.loc[0, "num_prompts"]) and int(back.loc[1, "num_prompts"]) == 2
+    given = back["num_prompts"].tolist()
+    assert pd.isna(given[0]) and given[1] == 2
     assert [prompts_of(r) for r in back.itertuples()] == [1, 2]

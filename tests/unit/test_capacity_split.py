@@ -39,6 +39,24 @@ def test_the_real_search_survives_the_manifest(tmp_path: Path) -> None:
         answer_from({"qps": 1.0}, stored)
 
 
+def test_a_real_phase_of_the_grid_search_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """A version-1 manifest (the real search replayed the simulated grid, a fixed count a rate)
+    is refused before anything is simulated, naming the file and what to run instead."""
+    from gpu_simulate_test.capacity.split import MANIFEST_FILE, read_real
+
+    (tmp_path / "run_meta.json").write_text(
+        json.dumps({"stage": "capacity", "status": "complete", "phase": "real"})
+    )
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps({"manifest_version": 1, "grid": {}}))
+    cfg = CapacityStageConfig(capacity=CapacityOptions(phase="sim", real_from=str(tmp_path)))
+    with pytest.raises(
+        ArtifactError,
+        match=r"capacity-real\.json: manifest_version 1, expected 2 "
+        r"\(its real search replayed the simulated grid.*run the real phase again",
+    ):
+        read_real(tmp_path, cfg)
+
+
 def test_the_split_implies_the_real_search_and_needs_its_source() -> None:
     assert CapacityOptions(phase="real").verify == "search"
     assert CapacityOptions(phase="sim", real_from="x").verify == "search"

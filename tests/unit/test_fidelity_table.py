@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.core import window
+from gpu_simulate_test.capacity.contract import RATE_UNITS
+from gpu_simulate_test.core import capacity_probe, window
 from gpu_simulate_test.fidelity import report
 from gpu_simulate_test.fidelity import tables as fid
 
@@ -18,9 +19,9 @@ def test_burst_capacity_is_completions_over_the_span() -> None:
     arrival = np.zeros(5)
     e2e = np.array([1.0, 2.0, 3.0, 4.0, np.nan])
     ok = np.array([True, True, True, True, False])
-    assert fid.burst_capacity(arrival, e2e, ok) == pytest.approx(1.0)
+    assert capacity_probe.burst_capacity(arrival, e2e, ok) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="no request completed"):
-        fid.burst_capacity(arrival, e2e, np.zeros(5, dtype=bool))
+        capacity_probe.burst_capacity(arrival, e2e, np.zeros(5, dtype=bool))
 
 
 def test_probe_record_of_a_burst_and_of_one_that_completed_nothing() -> None:
@@ -34,7 +35,7 @@ def test_probe_record_of_a_burst_and_of_one_that_completed_nothing() -> None:
             "num_decode_tokens": [10, 10, 10, 10, 10],
         }
     )
-    record = fid.probe_record(requests, "runs/probe")
+    record = capacity_probe.probe_record(requests, "runs/probe")
     assert record == {
         "probe_requests": 5,
         "probe_ok": 4,
@@ -46,25 +47,26 @@ def test_probe_record_of_a_burst_and_of_one_that_completed_nothing() -> None:
     with pytest.raises(
         ArtifactError, match=r"^runs/probe: capacity probe: no request completed; see"
     ):
-        fid.probe_record(requests, "runs/probe", "see its run_meta.json")
+        capacity_probe.probe_record(requests, "runs/probe", "see its run_meta.json")
 
 
 def test_a_multi_turn_probe_gives_sessions_per_second_over_its_turns() -> None:
     # 12 requests of 4 sessions completed at 6 req/s: 3 turns per session, 2 sessions/s
     record = {"probe_requests": 12, "probe_ok": 12, "probe_run": "p", "capacity_qps": 6.0}
-    cap = fid.session_capacity(record, 4)
+    cap = capacity_probe.session_capacity(record, 4)
     assert cap["capacity_qps"] == pytest.approx(2.0)
     assert cap["request_capacity_qps"] == 6.0
     assert cap["turns_per_session"] == 3.0
     assert fid.rate_unit(cap) == "sessions/s"
     assert fid.rate_unit(record) == "req/s"
+    assert RATE_UNITS[1] == capacity_probe.SESSION_UNIT  # core's copy of the contract's unit
     # the load levels scale the session rate; the report says the unit and the request rate
     assert fid.load_levels(cap["capacity_qps"], (0.5,)) == [(0.5, 1.0)]
     assert report.capacity_cell(record) == "6 req/s"
     cell = report.capacity_cell(cap)
     assert cell.startswith("2 sessions/s (6 req/s over 3 turns per session; 4 sessions")
     with pytest.raises(ValueError, match="without sessions"):
-        fid.session_capacity(record, 0)
+        capacity_probe.session_capacity(record, 0)
 
 
 def test_completion_ratio_flags_a_growing_queue() -> None:

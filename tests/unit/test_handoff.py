@@ -74,4 +74,4 @@ def test_both_stages_hand_off_through_it() -> None:
     """The fidelity and capacity real phases describe their manifests with the one format; their
     file names and versions are those of runs already on disk."""
     assert (manifest.FORMAT.file, manifest.FORMAT.version) == ("fidelity-manifest.json", 2)
-    assert (split.FORMAT.file, split.FORMAT.version) == ("capacity-real.json", 1)
+    assert (split.FORMAT.file, split.FORMAT.version) == ("capacity-real.json", 2)

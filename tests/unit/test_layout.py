@@ -43,11 +43,22 @@ def test_configs_ship_inside_the_package() -> None:
     assert not (REPO / "configs").exists()  # one copy: the one the wheel carries
 
 
+EXPERIMENT_STAGES = {"fidelity_": "fidelity", "capacity_": "capacity", "profile_": "vidur_profile"}
+"""An experiment's stage by its name's prefix; the others are the pipeline's."""
+
+
+def stage_of(experiment: str) -> str:
+    """The stage an experiment config is written for."""
+    prefix = next((p for p in EXPERIMENT_STAGES if experiment.startswith(p)), None)
+    return EXPERIMENT_STAGES[prefix] if prefix else "pipeline"
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_config_composes(compose_stage: Any, experiment: str) -> None:
-    """Each experiment into the stage it is written for (``fidelity_*``: the fidelity stage;
-    the others: the pipeline), validated against that stage's schema."""
-    stage = "fidelity" if experiment.startswith("fidelity_") else "pipeline"
+    """Each experiment into the stage it is written for (:func:`stage_of`: ``fidelity_*``,
+    ``capacity_*``, ``profile_*`` (vidur_profile); the others: the pipeline), validated against
+    that stage's schema."""
+    stage = stage_of(experiment)
     typed: object = to_typed(
         compose_stage(stage, [f"+experiment={experiment}"]), STAGE_SCHEMAS[stage]
     )
@@ -56,6 +67,8 @@ def test_every_experiment_config_composes(compose_stage: Any, experiment: str) -
     assert cfg.model.name and cfg.hardware.name
     if stage == "fidelity":
         assert cfg.fidelity.num_requests >= 2
+    if stage == "vidur_profile":
+        assert cfg.engine.enable  # a preset's bundle carries the engine calibration
 
 
 STAGES = {

@@ -15,10 +15,12 @@ CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
 RUNS_DIR = "runs"
 POINTS_DIR = "points"
-CAPACITY_SCHEMA_VERSION = "1.3"
+CAPACITY_SCHEMA_VERSION = "1.4"
 """1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``); 1.3: its
 ``rate_unit`` (``req/s``, or ``sessions/s`` for a multi-turn workload) and ``sessions``, and the
-table's optional per-rate columns of a multi-turn search."""
+table's optional per-rate columns of a multi-turn search; 1.4: the real search is seeded and sized
+by time (``verify.seed``, ``plan``, ``stopped``, each run's ``requests``, ``arrivals_s`` and
+``wall_s``; no ``requests_per_rate``), its rates' phases ``seed``, ``step``, ``bisect``."""
 RATE_UNITS: tuple[str, ...] = ("req/s", "sessions/s")
 """``capacity.json`` ``rate_unit``: what ``qps`` counts (sessions/s: each session's turn 0)."""
 
@@ -48,7 +50,14 @@ CAPACITY_TABLE = TableSchema(
             "closed loop)",
             min_value=0,
         ),
-        Column("phase", "str", "", "grid or refine", allowed=("grid", "refine")),
+        Column(
+            "phase",
+            "str",
+            "",
+            "grid or refine (the simulated search); seed, step or bisect (the real search's rates, "
+            "`capacity_real.csv`)",
+            allowed=("grid", "refine", "seed", "step", "bisect"),
+        ),
         Column("meets_slo", "bool", "", "every goal met"),
         Column("ttft_p50_ms", "float", "ms", "TTFT p50", nullable=True, min_value=0),
         Column("ttft_p90_ms", "float", "ms", "TTFT p90", nullable=True, min_value=0),

@@ -160,7 +160,7 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
             [f"measured capacity ({unit})", "none" if measured is None else f"{measured:g}"],
             ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
             ["measured within the band", YES_NO[check.get("measured_in_band")]],
-            ["real search (s)", f"{check['wall_time_s']:g}"],
+            ["real search", search_summary(check, unit)],
         ]
     elif check:
         rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
@@ -196,11 +196,9 @@ def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_U
     """The real search's paragraph: the measured capacity beside the answer, what binds."""
     measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
     sides = verified["binding"]
-    what = "requests" if unit == REQUEST_UNIT else "sessions"
     lines = [
         "",
-        f"**On the real engine, the same search** ({verified['requests_per_rate']} {what} a "
-        f"rate, {verified['wall_time_s']:g} s): measured capacity "
+        f"**On the real engine** ({search_summary(verified, unit)}): measured capacity "
         + (f"**{measured:g} {unit}**" if measured is not None else "**none** (no rate met them)")
         + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
         "",
@@ -214,6 +212,29 @@ def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_U
         rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
         lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} {unit}."]
     return lines
+
+
+def search_summary(verified: Mapping[str, Any], unit: str = REQUEST_UNIT) -> str:
+    """How the real search ran, in a clause: its seed, its rates (each sized by time), its wall
+    time, and where its budget stopped it."""
+    what = "requests" if unit == REQUEST_UNIT else "sessions"
+    seed, plan, runs = verified.get("seed") or {}, verified.get("plan") or {}, verified["runs"]
+    counts = [run["requests"] for run in runs]
+    said = f"{len(runs)} rates"
+    if counts:
+        span = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+        said += f" of {plan.get('seconds', 0):g} s of arrivals, {span} {what} each"
+    if seed:
+        source = "the simulated answer" if seed["from"] == "simulated" else "a burst probe"
+        said += f", from {seed['qps']:.4g} {unit} ({source})"
+    said += f", {verified['wall_time_s']:g} s"
+    stopped = verified.get("stopped")
+    if stopped:
+        said += (
+            f"; stopped by its budget of {plan.get('budget_s', 0):g} s before "
+            f"{stopped['next_qps']:g} {unit}"
+        )
+    return said
 
 
 def agreement_lines(agreement: Mapping[str, Any] | None, unit: str = REQUEST_UNIT) -> list[str]:

@@ -1,6 +1,7 @@
-"""The search itself, pure: a geometric grid of rates for the curve, then bisection between the
-last rate that met the goals and the first that did not. Each evaluation is one simulation (or,
-with ``capacity.verify=search``, one real run): :func:`judged_point` judges its request table."""
+"""The simulated search, pure: a geometric grid of rates for the curve, then bisection between
+the last rate that met the goals and the first that did not. Each evaluation is one simulation:
+:func:`judged_point` judges its request table (a real run's too: the real search,
+:mod:`.bracket`, steps from a seed instead of a grid)."""
 
 from __future__ import annotations
 
@@ -78,8 +79,6 @@ def search(
     points: int,
     refine: int,
     extend: int = 0,
-    stop_after: int = 0,
-    affordable: Callable[[float], bool] = lambda qps: True,
     unit: str = "req/s",
 ) -> Answer:
     """Evaluate the grid, then bisect between the last rate that met the goals and the first
@@ -88,29 +87,12 @@ def search(
     the note says so.
 
     Where the capacity lies outside the grid (even ``qps_min`` misses, or ``qps_max`` still
-    meets), the grid goes on past that end at its own spacing, up to ``extend`` rates, while
-    ``affordable(rate)``; ``stop_after`` > 0 leaves the grid's rates out after that many misses in
-    a row (an overloaded real engine: minutes of queue, and the client's CPU taken). The note says
-    what was extended or left out, its rates in ``unit`` (sessions/s for a multi-turn
-    workload)."""
+    meets), the grid goes on past that end at its own spacing, up to ``extend`` rates. The note
+    says what was extended, its rates in ``unit`` (sessions/s for a multi-turn workload)."""
     rates = grid(qps_min, qps_max, points)
     ratio = (qps_max / qps_min) ** (1.0 / (points - 1))
-    evaluated: list[Point] = []
-    skipped: list[float] = []
-    misses = 0
-    for qps in rates:
-        if stop_after and misses >= stop_after:
-            skipped.append(qps)
-            continue
-        point = evaluate(qps, "grid")
-        evaluated.append(point)
-        misses = 0 if point.meets else misses + 1
-    notes = _extend(evaluate, evaluated, ratio, extend, affordable, unit)
-    if skipped:
-        notes.append(
-            f"{', '.join(f'{q:g}' for q in skipped)} {unit} not run ({stop_after} misses in a row "
-            "below them)"
-        )
+    evaluated = [evaluate(qps, "grid") for qps in rates]
+    notes = _extend(evaluate, evaluated, ratio, extend, unit)
     first_miss = next((i for i, p in enumerate(evaluated) if not p.meets), None)
     if first_miss is not None and any(p.meets for p in evaluated[first_miss + 1 :]):
         notes.insert(
@@ -147,19 +129,15 @@ def _extend(
     evaluated: list[Point],
     ratio: float,
     extend: int,
-    affordable: Callable[[float], bool],
     unit: str = "req/s",
 ) -> list[str]:
     """Go on past the end of the grid where the capacity lies (below while even the lowest rate
     misses, above while every rate meets), up to ``extend`` rates at the grid's spacing, adding
-    them to ``evaluated`` in order; the notes saying what was extended or not run."""
+    them to ``evaluated`` in order; the notes saying what was extended."""
     notes = []
     added: list[float] = []
     while len(added) < extend and not evaluated[0].meets:
         qps = _rounded(evaluated[0].qps / ratio)
-        if not affordable(qps):
-            notes.append(f"{qps:g} {unit} not run (too long at this rate)")
-            break
         evaluated.insert(0, evaluate(qps, "grid"))
         added.append(qps)
     if added:

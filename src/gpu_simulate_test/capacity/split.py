@@ -4,10 +4,12 @@ engine is (the GPU machine, which has no Vidur), ``capacity.phase=sim`` simulate
 The real phase writes ``capacity-real.json`` into its run directory: the pipeline config it ran
 (``as_resolved``), the bundle it used (copied into ``runs/profiles``, so that the directory
 travels whole), the workload the search scaled, the scheduler knobs derived from the backend, the
-goals, and the real search itself (every rate's percentiles and verdict, its runs). Every path in
-it is relative to that directory, which may be tarred and moved. The sim phase reads it back,
-re-derives the scheduler from the recorded config and checks it, and refuses goals other than
-the ones the real search was judged by. The manifest is written and read through the one
+goals, and the real search itself (how it was seeded, its knobs, where its budget stopped it,
+every rate's percentiles and verdict, its runs). Every path in it is relative to that directory,
+which may be tarred and moved. The sim phase reads it back, re-derives the scheduler from the
+recorded config and checks it, and refuses goals other than the ones the real search was judged
+by. Its simulated search runs its own grid; the real rates it did not simulate are simulated
+too, for the latency agreement. The manifest is written and read through the one
 hand-off (:mod:`gpu_simulate_test.io.handoff`), as the fidelity stage's.
 """
 
@@ -15,16 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.capacity.real_search import RealSearch
 from gpu_simulate_test.capacity.search import Answer, Point
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json
 from gpu_simulate_test.io.handoff import (
     HandoffFormat,
@@ -37,6 +38,7 @@ from gpu_simulate_test.io.runs import Run, open_upstream_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, recorded_pipeline, with_workload
 from gpu_simulate_test.orchestrate.profiling import (
     ProfilePlan,
+    carry_bundle,
     ensure_bundle,
     profile_plan,
     recorded_plan,
@@ -47,16 +49,22 @@ from gpu_simulate_test.orchestrate.steps import QUIET, make_workload
 REFERENCE_QPS = 1.0
 """The rate the one workload is built at; each rate the search tries scales its arrivals."""
 MANIFEST_FILE = "capacity-real.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""2: the real search is seeded and sized by time (``search``: its seed, knobs and budget stop;
+each run's requests and seconds) instead of replaying the simulated search's grid."""
 MANIFEST_KEYS = (
-    "config", "profiling_root", "workload_dir", "scheduler", "slo", "grid", "requests_per_rate",
-    "wall_time_s", "measured", "runs",
+    "config", "profiling_root", "workload_dir", "scheduler", "slo", "search", "wall_time_s",
+    "measured", "runs",
 )  # fmt: skip
 FORMAT = HandoffFormat(
     file=MANIFEST_FILE,
     version=MANIFEST_VERSION,
     required=MANIFEST_KEYS,
     made_by="a capacity.phase=real run that finished (tmp/capacity/<run_id>)",
+    refused={
+        1: "its real search replayed the simulated grid with a fixed count per rate; run the "
+        "real phase again (capacity.phase=real) for a search seeded and sized by time"
+    },
 )
 """The real phase's hand-off (:mod:`gpu_simulate_test.io.handoff`); every path in it lies inside
 the run directory (the bundle is carried there), so that it travels whole."""
@@ -74,21 +82,8 @@ class RealSource:
     profiling_root: Path
     workload_dir: Path
     scheduler: Mapping[str, Any]
-    measured: Answer
-    runs: list[dict[str, Any]]
-    wall_time_s: float
-    requests_per_rate: int
-
-
-def carry_bundle(cfg: PipelineStageConfig, r: Run) -> Path:
-    """Copy the bundle ``cfg`` uses into the run (``runs/profiles/<hardware>/<model>``); returns
-    the profiling root it now lies under."""
-    source = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
-    root = r.path / PROFILES_DIR
-    target = layout.bundle_dir(str(root), cfg.hardware.name, cfg.model.name)
-    if source.resolve() != target.resolve():
-        shutil.copytree(source, target, dirs_exist_ok=True)
-    return root
+    found: RealSearch
+    """The real search as recorded (its runs read where they now are)."""
 
 
 def answer_record(answer: Answer) -> dict[str, Any]:
@@ -127,28 +122,13 @@ def answer_from(record: Mapping[str, Any], where: Path) -> Answer:
         ) from exc
 
 
-def grid_of(cfg: CapacityStageConfig) -> dict[str, float | int]:
-    """The search's rates: what a sim phase must search the same way to set its curve beside the
-    real one."""
-    opts = cfg.capacity
-    return {
-        "qps_min": opts.qps_min,
-        "qps_max": opts.qps_max,
-        "points": opts.points,
-        "refine": opts.refine,
-        "extend": opts.extend,
-    }
-
-
 def write_real(
     r: Run,
     cfg: CapacityStageConfig,
     profiling_root: Path,
     workload_dir: Path,
     decided: ProfilePlan,
-    measured: Answer,
-    runs: list[dict[str, Any]],
-    wall_time_s: float,
+    found: RealSearch,
 ) -> Path:
     """``capacity-real.json`` of a real phase (``decided``: the plan whose scheduler it ran),
     every path relative to its run directory."""
@@ -159,15 +139,25 @@ def write_real(
         "workload_dir": relative(workload_dir, r.path, inside=True),
         "scheduler": as_stored_json(dataclasses.asdict(decided.scheduler)),
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
-        "grid": grid_of(cfg),
-        "requests_per_rate": cfg.capacity.verify_requests,
-        "wall_time_s": round(wall_time_s, 1),
-        "measured": answer_record(measured),
+        "search": as_stored_json(_probe_run(found.record(), lambda run: relative(run, r.path))),
+        "wall_time_s": round(found.wall_s, 1),
+        "measured": answer_record(found.measured),
         "runs": [
-            {**run, "real_run": relative(run["real_run"], r.path, inside=True)} for run in runs
+            {**run, "real_run": relative(run["real_run"], r.path, inside=True)}
+            for run in found.runs
         ],
     }
     return write_handoff(r.path, FORMAT, manifest)
+
+
+def _probe_run(search: Mapping[str, Any], moved: Callable[[str], str]) -> dict[str, Any]:
+    """The real search's record (``seed``, ``plan``, ``stopped``) with its probe's run directory
+    ``moved`` (made relative to the run directory, or resolved against where it now lies)."""
+    seed = dict(search.get("seed") or {})
+    probe = seed.get("probe")
+    if isinstance(probe, Mapping) and probe.get("probe_run"):
+        seed["probe"] = {**probe, "probe_run": moved(str(probe["probe_run"]))}
+    return {**search, "seed": seed}
 
 
 def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
@@ -197,12 +187,9 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
             f"{where}: the real search was judged by {manifest['slo']}, this run's goals are "
             f"{mine}: set capacity.slo.* as the real phase had them"
         )
-    grid = grid_of(cfg)
-    if as_stored_json(grid) != manifest["grid"]:
-        raise ArtifactError(
-            f"{where}: the real search ran the grid {manifest['grid']}, this run's is {grid}: "
-            "set capacity.qps_min, qps_max, points, refine and extend as the real phase had them"
-        )
+    search = manifest["search"]
+    if not isinstance(search, Mapping):
+        raise ArtifactError(f"{where}: field 'search' is not a mapping (seed, plan, stopped)")
     profiling_root = resolve(manifest["profiling_root"], src)
     workload_dir = resolve(manifest["workload_dir"], src)
     for field, path in (("profiling_root", profiling_root), ("workload_dir", workload_dir)):
@@ -214,10 +201,16 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
         profiling_root=profiling_root,
         workload_dir=workload_dir,
         scheduler=manifest["scheduler"],
-        measured=answer_from(manifest["measured"], where),
-        runs=[{**run, "real_run": str(resolve(run["real_run"], src))} for run in manifest["runs"]],
-        wall_time_s=float(manifest["wall_time_s"]),
-        requests_per_rate=int(manifest["requests_per_rate"]),
+        found=RealSearch(
+            measured=answer_from(manifest["measured"], where),
+            runs=[
+                {**run, "real_run": str(resolve(run["real_run"], src))} for run in manifest["runs"]
+            ],
+            wall_s=float(manifest["wall_time_s"]),
+            seed=_probe_run(search, lambda run: str(resolve(run, src)))["seed"],
+            plan=dict(search.get("plan") or {}),
+            stopped=search.get("stopped"),
+        ),
     )
 
 
@@ -249,7 +242,8 @@ def bundle_and_workload(
         )
         ensure_bundle(profile_cfg, decided, workload_dir, QUIET)
     if real_only:
-        inner = dataclasses.replace(inner, profiling_root=str(carry_bundle(inner, r)))
+        carried = carry_bundle(inner, r.path / PROFILES_DIR)
+        inner = dataclasses.replace(inner, profiling_root=str(carried))
     return inner, decided, workload_dir
 
 

@@ -10,7 +10,9 @@
    ``qps_max`` (the curve), then ``capacity.refine`` bisection steps; each rate is one
    simulation, judged against ``capacity.slo`` at its percentile.
 4. **The check** (``capacity.verify``): the workload replayed on the real engine at the answer,
-   judged against the same goals, next to what the simulation predicted there.
+   judged against the same goals, next to what the simulation predicted there; or
+   (``verify=search``) the capacity measured on the real engine (:mod:`.real_search`), seeded at
+   the simulated answer, with the real rates simulated too where the search had not.
 
 A multi-turn workload's rate is sessions/s (:mod:`.sessions`): only each session's turn 0 has an
 arrival to scale; its later turns follow in the simulation's closed loop, and each rate is also
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,13 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import band_record, in_band
-from gpu_simulate_test.capacity.real_search import check_real_sessions, real_search, search_record
+from gpu_simulate_test.capacity.real_search import (
+    RealSearch,
+    check_real_sessions,
+    rates_to_simulate,
+    real_search,
+    search_record,
+)
 from gpu_simulate_test.capacity.report import print_result, report_markdown
 from gpu_simulate_test.capacity.search import (
     METRICS,
@@ -59,7 +67,7 @@ from gpu_simulate_test.capacity.split import (
     recorded_inputs,
     write_real,
 )
-from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
@@ -124,7 +132,13 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         answer = answers[0]
         band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
         unit = REQUEST_UNIT if sessions is None else SESSION_UNIT
-        verified, measured = check_answer(cfg, inner, answer, band, source, r, unit)
+
+        def simulate_at(qps: float) -> Point:
+            """The simulated search's evaluation at a rate it did not run (a real one)."""
+            where = r.file(contract.POINTS_DIR)
+            return simulated_rate(sim_cfg, inputs, qps, "real-rate", where, opts)[0]
+
+        verified, measured = check_answer(cfg, inner, answer, band, source, r, unit, simulate_at)
         doc = write_outputs(
             r,
             cfg,
@@ -150,18 +164,19 @@ def real_phase(
 ) -> Path:
     """``phase=real`` (the GPU machine's half): the real search, its curve, then the hand-off
     for the sim phase; no Vidur."""
-    found, runs, wall = real_search(cfg, inner, r)
+    found = real_search(cfg, inner, r)
     root = Path(inner.profiling_root)
     write_csv(
         r.file(contract.CAPACITY_REAL_CSV),
-        points_frame(found.points),
+        points_frame(found.measured.points),
         contract.CAPACITY_TABLE,
     )  # the manifest last: the sim phase reads a run that got that far, and finished
-    manifest = write_real(r, cfg, root, workload_dir, decided, found, runs, wall)
-    r.update_meta(measured_capacity_qps=found.qps, workload_dir=str(workload_dir))
+    manifest = write_real(r, cfg, root, workload_dir, decided, found)
+    measured = found.measured.qps
+    r.update_meta(measured_capacity_qps=measured, workload_dir=str(workload_dir))
     if cfg.progress:
         unit = rate_unit(load_workload(workload_dir).sessions)
-        said = "none" if found.qps is None else f"{found.qps:g} {unit}"
+        said = "none" if measured is None else f"{measured:g} {unit}"
         console.print(
             f"[bold]measured capacity:[/] {said}; [bold]manifest:[/] {manifest}; "
             f"simulate with capacity.phase=sim capacity.real_from={r.path}"
@@ -183,8 +198,6 @@ def simulated_searches(
     """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled
     (:func:`at_rate`); with ``capacity.step_band``, again with every step ``1 ± step_band`` as
     long (the band). With sessions, the main search's rates in requests and users too."""
-    from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
-
     opts = cfg.capacity
     sessions = inputs.workload.sessions
     request_ids = inputs.workload.lengths["request_id"].to_numpy()
@@ -208,12 +221,11 @@ def simulated_searches(
                 where: Path = points_dir,
                 main: bool = scale == 1.0,
             ) -> Point:
-                t0 = time.perf_counter()
-                table = simulate_inputs(at, at_rate(inputs, qps), where / f"{qps:g}").table
+                point, table = simulated_rate(at, inputs, qps, phase, where, opts)
                 advance(1)
                 if sessions is not None and main:  # the band's rates are not reported so
                     loads[qps] = session_load(qps, table, request_ids, sessions)
-                return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0)
+                return point
 
             answers.append(
                 search(
@@ -229,6 +241,22 @@ def simulated_searches(
     return answers, None if sessions is None else SessionCurve(sessions.num_sessions, loads)
 
 
+def simulated_rate(
+    sim_cfg: VidurSimulateStageConfig,
+    inputs: Inputs,
+    qps: float,
+    phase: str,
+    points_dir: Path,
+    opts: CapacityOptions,
+) -> tuple[Point, Any]:
+    """One simulated rate (``points/<qps>``), judged by the goals; and its request table."""
+    from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
+
+    t0 = time.perf_counter()
+    table = simulate_inputs(sim_cfg, at_rate(inputs, qps), points_dir / f"{qps:g}").table
+    return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0), table
+
+
 def check_answer(
     cfg: CapacityStageConfig,
     inner: PipelineStageConfig,
@@ -237,26 +265,28 @@ def check_answer(
     source: RealSource | None,
     r: Run,
     unit: str = REQUEST_UNIT,
+    simulate_at: Callable[[float], Point] | None = None,
 ) -> tuple[dict[str, Any] | None, Answer | None]:
     """``capacity.verify``: the answer on the real engine (``answer``), or the real search beside
-    the simulated one (``search``: run here, or the real phase's, recorded); the record and the
-    real search's answer (None when none ran)."""
+    the simulated one (``search``: run here, seeded at the answer, or the real phase's,
+    recorded); the record and the real search's answer (None when none ran). ``simulate_at``
+    simulates the real rates the simulated search did not run, for the latency agreement."""
     opts = cfg.capacity
     goals, pct = opts.slo.goals(), opts.slo.percentile
     if opts.verify == "answer":
         return verify(cfg, inner, answer, goals, pct, r, unit), None
     if opts.verify != "search":
         return None, None
-    count = opts.verify_requests
-    if source is not None:  # the real phase's search, recorded
-        measured, runs, wall = source.measured, source.runs, source.wall_time_s
-        count = source.requests_per_rate
-    else:
-        measured, runs, wall = real_search(cfg, inner, r)
+    found: RealSearch = (
+        source.found if source is not None else real_search(cfg, inner, r, answer.qps)
+    )
+    extra: tuple[Point, ...] = ()
+    if simulate_at is not None:  # the simulated latency at every real rate
+        extra = tuple(simulate_at(qps) for qps in rates_to_simulate(answer, found))
     keys = tuple(f"{metric}_p{pct}" for metric in goals)
-    verified = search_record(answer, measured, runs, wall, count, keys)
-    verified["measured_in_band"] = in_band(measured.qps, band)
-    return verified, measured
+    verified = search_record(answer, found, keys, extra)
+    verified["measured_in_band"] = in_band(found.measured.qps, band)
+    return verified, found.measured
 
 
 def verify(

@@ -62,6 +62,7 @@ class SloConfig:
 
 VERIFY_MODES: tuple[str, ...] = ("false", "answer", "search")
 CAPACITY_PHASES: tuple[str, ...] = ("all", "real", "sim")
+VERIFY_SEEDS: tuple[str, ...] = ("auto", "probe")
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,29 @@ class CapacityOptions:
     """``answer`` (or ``true``): replay the workload at the answer on the real engine
     (backend.*) and check the goals; ``search``: run the same search on the real engine and set
     its measured capacity beside the answer; ``false``: neither."""
-    verify_requests: int = 128
-    """Requests per rate of ``verify=search`` (the workload's first ones, arrivals scaled; a
-    multi-turn workload's first sessions, as ``workload.num_requests`` counts them)."""
-    verify_stop_after: int = 2
-    """``verify=search``: the grid's higher rates are not run after this many misses in a row
-    (an overloaded real engine queues for minutes and takes the client's CPU); 0: run them all."""
+    verify_seconds: float = 30.0
+    """``verify=search``: each rate replays the requests arriving in this many seconds at that
+    rate, ⌈rate × seconds⌉ of them (the workload's first ones, arrivals scaled; a multi-turn
+    workload's first sessions), within ``verify_min_requests`` .. ``verify_requests``."""
+    verify_min_requests: int = 32
+    """At least this many requests (sessions) per rate, so that a p90 or p99 means something."""
+    verify_requests: int = 0
+    """At most this many requests (sessions) per rate; 0: no cap (``verify_seconds`` decides)."""
+    verify_seed: str = "auto"
+    """Where the real search starts: ``auto``, the simulated answer when there is one (``phase=
+    all`` runs the simulated search first), else the capacity a burst probe measures; ``probe``:
+    the probe, always."""
+    verify_probe_requests: int = 0
+    """Requests (sessions) in the probe's burst; 0: 16 for hf_generate, else max(64, 3 × the
+    batch cap), as ``fidelity.probe_requests``."""
+    verify_step: float = 2.0
+    """From the seed the rate is divided (the seed missed the goals) or multiplied (it met them)
+    by this factor until one rate meets them and another misses: the bracket."""
+    verify_bracket: float = 0.1
+    """Then bisection (geometric) until the bracket's high / low ≤ 1 + this, and stop."""
+    verify_budget_s: float = 0.0
+    """Wall seconds the real search (probe included) may take: a rate that would not fit in what
+    is left is not run, and the record and the console say so; 0: no budget."""
     phase: str = "all"
     """``all``: the search here (and ``verify``'s check); ``real``: the bundle and the real
     search only, never importing Vidur (the GPU machine's half: its run directory, with its bundle,
@@ -117,7 +135,6 @@ class CapacityOptions:
         _check(self.points >= 2, "capacity.points must be >= 2")
         _check(self.refine >= 0, "capacity.refine must be >= 0")
         _check(self.extend >= 0, "capacity.extend must be >= 0")
-        _check(self.verify_stop_after >= 0, "capacity.verify_stop_after must be >= 0")
         _check(
             math.isfinite(self.step_band) and 0 <= self.step_band < 1,
             f"capacity.step_band={self.step_band} must be a fraction in [0, 1) (0: no band)",
@@ -129,7 +146,7 @@ class CapacityOptions:
             f"capacity.verify={self.verify!r} must be one of false, answer (true), search",
         )
         object.__setattr__(self, "verify", mode)
-        _check(self.verify_requests >= 8, "capacity.verify_requests must be >= 8")
+        self._check_real_search()
         _check(
             self.phase in CAPACITY_PHASES,
             f"capacity.phase={self.phase!r} must be one of {', '.join(CAPACITY_PHASES)}",
@@ -147,6 +164,46 @@ class CapacityOptions:
             "capacity.phase=real run>, and capacity.real_from goes with phase=sim only "
             f"(phase={self.phase}, real_from={self.real_from})",
         )
+
+    def _check_real_search(self) -> None:
+        """The real search's knobs (``verify=search``): each in range, the count's floor under
+        its cap."""
+        _check(
+            math.isfinite(self.verify_seconds) and self.verify_seconds > 0,
+            f"capacity.verify_seconds={self.verify_seconds} must be > 0 (seconds of arrivals per "
+            "rate)",
+        )
+        _check(self.verify_min_requests >= 8, "capacity.verify_min_requests must be >= 8")
+        _check(
+            self.verify_requests == 0 or self.verify_requests >= self.verify_min_requests,
+            f"capacity.verify_requests={self.verify_requests} caps each rate below "
+            f"capacity.verify_min_requests={self.verify_min_requests}: set it to 0 (no cap, "
+            "capacity.verify_seconds decides) or at least the minimum",
+        )
+        _check(
+            self.verify_seed in VERIFY_SEEDS,
+            f"capacity.verify_seed={self.verify_seed!r} must be one of {', '.join(VERIFY_SEEDS)}",
+        )
+        _check(self.verify_probe_requests >= 0, "capacity.verify_probe_requests must be >= 0")
+        _check(
+            math.isfinite(self.verify_step) and self.verify_step > 1,
+            f"capacity.verify_step={self.verify_step} must be a factor > 1",
+        )
+        _check(
+            math.isfinite(self.verify_bracket) and self.verify_bracket > 0,
+            f"capacity.verify_bracket={self.verify_bracket} must be > 0 (bisect until high / "
+            "low <= 1 + it)",
+        )
+        _check(
+            math.isfinite(self.verify_budget_s) and self.verify_budget_s >= 0,
+            f"capacity.verify_budget_s={self.verify_budget_s} must be >= 0 (0: no budget)",
+        )
+
+    def requests_at(self, qps: float) -> int:
+        """Requests (sessions) the real search replays at ``qps``: ⌈qps × verify_seconds⌉,
+        within ``verify_min_requests`` .. ``verify_requests`` (0: no cap)."""
+        count = max(self.verify_min_requests, math.ceil(qps * self.verify_seconds - 1e-9))
+        return min(count, self.verify_requests) if self.verify_requests else count
 
 
 @dataclass(frozen=True)

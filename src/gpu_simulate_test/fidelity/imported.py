@@ -37,8 +37,8 @@ from gpu_simulate_test.compare.metrics import offered_qps
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core import window
+from gpu_simulate_test.core.capacity_probe import probe_record
 from gpu_simulate_test.core.run_inputs import load_run
-from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 from gpu_simulate_test.io.runs import open_upstream_run
@@ -209,7 +209,7 @@ def capacity_of(
         probe = bursts[0]
         req = probe.requests
         return {
-            **fid.probe_record(req, str(probe.real_dir)),
+            **probe_record(req, str(probe.real_dir)),
             "derived_from": "burst run",
             "source": f"the imported burst {probe.label} ({len(req)} requests sent at once): "
             "completed requests / (last completion − first send), the capacity probe's rule",

@@ -14,19 +14,18 @@ from typing import Any
 
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import ArrivalConfig, DurationDistConfig, OutputConfig
+from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.core.device import environment
 from gpu_simulate_test.core.reporting import console
-from gpu_simulate_test.core.run_inputs import load_run
-from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import make_manifest, write_manifest
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import as_resolved, with_workload
-from gpu_simulate_test.orchestrate.profiling import ensure_bundle, profile_plan
+from gpu_simulate_test.orchestrate.probe import measure_capacity, probe_size
+from gpu_simulate_test.orchestrate.profiling import carry_bundle, ensure_bundle, profile_plan
 from gpu_simulate_test.orchestrate.serving import served
-from gpu_simulate_test.orchestrate.steps import QUIET, make_workload, run_truth
+from gpu_simulate_test.orchestrate.steps import QUIET, make_workload
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.vidur_simulate import plan
 
@@ -34,42 +33,6 @@ from gpu_simulate_test.vidur_simulate import plan
 def command() -> str:
     """The command line this campaign was started with, for its manifest and report."""
     return " ".join(["python -m gpu_simulate_test.cli.fidelity", *sys.argv[1:]])
-
-
-def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
-    """``fidelity.probe_requests``, or by backend when 0: 16 one-at-a-time requests for
-    hf_generate, else max(64, 3 × the batch cap) so the engine runs at its cap for most of it."""
-    if requested:
-        return requested
-    if cfg.backend.name == "hf_generate":
-        return 16
-    return max(64, 3 * cfg.backend.step_limits()[1])
-
-
-def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
-    """Replay an all-at-once burst for real; capacity by :func:`fid.burst_capacity`.
-
-    With multi-turn sessions the burst is ``probe_requests`` sessions at once, each turn sent as
-    soon as the one before it ended (no think time, so the engine never idles for want of work),
-    and the capacity is in sessions/s: :func:`fid.session_capacity`."""
-    session = cfg.workload.session
-    if session.enabled:
-        session = dataclasses.replace(session, think_time=DurationDistConfig("fixed", value_s=0.0))
-    probe = with_workload(
-        cfg,
-        run_id,
-        num_requests=probe_requests,
-        arrival=ArrivalConfig(process="all_at_once"),
-        session=session,
-    )
-    workload_dir = make_workload(probe)
-    real_dir = run_truth(probe, workload_dir)
-    requests = load_run(real_dir, "real_bench").requests
-    record = fid.probe_record(requests, str(real_dir), "see its run_meta.json for the engine")
-    sessions = load_workload(workload_dir).sessions
-    if sessions is None:
-        return {**record, "probe_requests": probe_requests}
-    return fid.session_capacity(record, sessions.num_sessions)
 
 
 def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
@@ -84,6 +47,10 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
     # afresh (reuse_profile=false, the stage's default); otherwise the shared bundles are reused
     own_profiles = opts.phase == "real" or opts.calibrate_each_load or not base.reuse_profile
     profiling_root = r.file(contract.PROFILES_DIR) if own_profiles else Path(base.profiling_root)
+    if opts.phase == "real" and base.reuse_profile and not opts.calibrate_each_load:
+        # the shared bundle travels with the run, and is reused there when it covers the loads
+        # (a GPU session profiles once for every stage: scripts/gpu_validate.sh)
+        carry_bundle(base, profiling_root)
     base = dataclasses.replace(base, profiling_root=str(profiling_root))
     loads: list[dict[str, Any]] = []
     record: dict[str, Any] = {

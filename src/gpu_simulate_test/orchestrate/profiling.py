@@ -10,6 +10,7 @@ is imported only when it runs.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,17 @@ def bundle_misfits(
     if cfg.engine_overhead:
         reasons += calibration_misfits(cfg, bundle)
     return reasons
+
+
+def carry_bundle(cfg: PipelineStageConfig, root: Path) -> Path:
+    """Copy the bundle ``cfg`` uses (``<profiling_root>/<hardware>/<model>``) under ``root``, so
+    that a run directory carries it and travels whole; nothing when there is none (the run then
+    profiles into ``root``). Returns ``root``."""
+    source = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    target = layout.bundle_dir(str(root), cfg.hardware.name, cfg.model.name)
+    if source.is_dir() and source.resolve() != target.resolve():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    return root
 
 
 def widest(a: plan.Requirements | None, b: plan.Requirements) -> plan.Requirements:
