@@ -83,8 +83,10 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert pipeline_meta["stages"]["real_bench"]["path"] == str(Path("tmp") / "real_bench" / "e2e")
     p50 = [row for row in data["clocks"] if row["stat"] == "p50"]
     assert {row["metric"] for row in p50} == {"ttft", "tpot", "e2e"}
-    for row in p50:  # two runs of one workload on one server: within 2x of each other
-        assert -0.5 < row["noise_vs_engine"] < 1.0 and -0.5 < row["noise_vs_client"] < 1.0
+    # two runs of one workload (12 requests) on one server: within 3x of each other. On the
+    # shared 2-core host one repeat's p50 once came out 0.43x its first run's (CI, 2026-11-27)
+    for row in p50:
+        assert -2 / 3 < row["noise_vs_engine"] < 2.0 and -2 / 3 < row["noise_vs_client"] < 2.0
     assert "real vs real (engine)" in (compare_dir / "summary.md").read_text()
     assert "real vs real" in proc.stdout
     # the shape warm-up ran before the clock: one request per step size, 1 up to the longest

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_simulate_test.capacity.search import Answer, Point
+from gpu_simulate_test.capacity.search import Answer, Point, rounded
 
 MAX_STEPS = 6
 """Rates tried past the seed in one direction before the search gives up on a bracket (a factor
@@ -60,11 +60,6 @@ class Stopped:
             "expected_s": round(self.expected_s, 1),
             "left_s": round(self.left_s, 1),
         }
-
-
-def rounded(qps: float) -> float:
-    """A rate to 4 significant digits, as the simulated search's rates are."""
-    return float(f"{qps:.4g}")
 
 
 def bracket_search(

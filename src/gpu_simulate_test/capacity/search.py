@@ -68,7 +68,8 @@ def judge(
     return not missed, tuple(missed)
 
 
-def _rounded(qps: float) -> float:
+def rounded(qps: float) -> float:
+    """A rate to 4 significant digits, as every search's rates are (simulated and real)."""
     return float(f"{qps:.4g}")
 
 
@@ -111,7 +112,7 @@ def search(
         return Answer(highest, (highest, None), tuple(evaluated), f"{note}; {why}" if note else why)
     low, high = evaluated[first_miss - 1].qps, evaluated[first_miss].qps
     for _ in range(refine):
-        middle = _rounded(np.sqrt(low * high))  # geometric: the grid's own spacing
+        middle = rounded(np.sqrt(low * high))  # geometric: the grid's own spacing
         if not low < middle < high:
             break
         point = evaluate(middle, "refine")
@@ -137,14 +138,14 @@ def _extend(
     notes = []
     added: list[float] = []
     while len(added) < extend and not evaluated[0].meets:
-        qps = _rounded(evaluated[0].qps / ratio)
+        qps = rounded(evaluated[0].qps / ratio)
         evaluated.insert(0, evaluate(qps, "grid"))
         added.append(qps)
     if added:
         notes.append(f"the grid extended below capacity.qps_min to {added[-1]:g} {unit}")
     added = []
     while len(added) < extend and all(p.meets for p in evaluated):
-        qps = _rounded(evaluated[-1].qps * ratio)
+        qps = rounded(evaluated[-1].qps * ratio)
         evaluated.append(evaluate(qps, "grid"))
         added.append(qps)
     if added:
