@@ -129,7 +129,7 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
         Experiment("decode", b, c)
         for c in decode_contexts(cfg.decode_prompt_tokens, max_prompt_tokens, cfg.decode_tokens)
         for b in sorted({*(s for s in CONTEXT_BATCH_SIZES if s in batches), max(batches)})
-        if (c + cfg.decode_tokens) * b <= backend_kv_tokens(backend, c + cfg.decode_tokens, b)
+        if kv_holds(backend, c + cfg.decode_tokens, b)
     ]
     if cfg.mixed and not sequential:
         mixed_sizes = sorted({1, max(1, min(MIXED_DECODERS, cap - 1))})
@@ -169,12 +169,12 @@ def decode_contexts(short: int, longest_prompt: int, decode_tokens: int) -> tupl
     return tuple(c for c in sorted({middle, longest}) if c > short + decode_tokens)
 
 
-def backend_kv_tokens(backend: BackendConfig, context: int, batch: int) -> int:
-    """KV tokens the engine holds for ``batch`` requests of ``context`` tokens (its blocks where
-    it says; otherwise no bound)."""
+def kv_holds(backend: BackendConfig, tokens: int, batch: int) -> bool:
+    """Whether the engine's KV blocks hold ``batch`` requests of ``tokens`` tokens each (no bound
+    where the backend names no blocks)."""
     blocks = getattr(backend, "num_blocks", 0) or 0
     size = getattr(backend, "block_size", 0) or 0
-    return blocks * size if blocks and size else context * batch
+    return not (blocks and size) or tokens * batch <= blocks * size
 
 
 def times(exp: Experiment, cfg: EngineCalibrationConfig) -> int:

@@ -190,21 +190,35 @@ def frontend_from_engine_clock(
         outputs.append(1000.0 * (rec.event_times_s[0] - first))
     if len(inputs) < 3 or 0 not in running:
         return None
-    in_a, in_b = theil_sen(running, inputs)
-    by_running: dict[int, list[float]] = {}
-    for n, value in zip(running, inputs, strict=True):
-        by_running.setdefault(n, []).append(value)
+    line = input_line(running, inputs)
     return {
-        "input_ms": round(in_a, 4),
-        "input_per_running_ms": round(in_b, 4),
+        "input_ms": line["input_ms"],
+        "input_per_running_ms": line["input_per_running_ms"],
         "output_ms": round(max(0.0, float(np.median(outputs))), 4),
         "source": "engine stamps",
         "requests": len(inputs),
         "output_spread_ms": [round(float(v), 4) for v in np.percentile(outputs, [10, 90])],
-        "measured_input_ms": {
-            str(n): round(float(np.median(v)), 4) for n, v in sorted(by_running.items())
-        },
-        "samples": {str(n): len(v) for n, v in sorted(by_running.items())},
+        "measured_input_ms": line["measured_input_ms"],
+        "samples": line["samples"],
+    }
+
+
+def input_line(
+    running: Sequence[int], hops_ms: Sequence[float], min_samples: int = 1
+) -> dict[str, Any]:
+    """The input hop's Theil-Sen line over the requests running at each send, and the median
+    hop per running count with at least ``min_samples`` readings (what the line went through,
+    and how far the simulation follows it: ``running_max``)."""
+    in_a, in_b = theil_sen(running, hops_ms)
+    by_running: dict[int, list[float]] = {}
+    for n, value in zip(running, hops_ms, strict=True):
+        by_running.setdefault(n, []).append(value)
+    kept = {n: v for n, v in sorted(by_running.items()) if len(v) >= min_samples}
+    return {
+        "input_ms": round(in_a, 4),
+        "input_per_running_ms": round(in_b, 4),
+        "measured_input_ms": {str(n): round(float(np.median(v)), 4) for n, v in kept.items()},
+        "samples": {str(n): len(v) for n, v in kept.items()},
     }
 
 
@@ -229,6 +243,15 @@ def checked(stamped: dict[str, Any], logged: dict[str, Any] | None) -> dict[str,
     }
 
 
+def sent_within(recorder: Recorder, start: float, end: float) -> list[Any]:
+    """The recorded requests sent from ``start`` to ``end`` (a replay's window)."""
+    return [
+        r
+        for r in recorder.records.values()
+        if r.arrival_s is not None and start <= r.arrival_s <= end
+    ]
+
+
 def queue_from_replays(
     recorder: Recorder,
     schedule: pd.DataFrame,
@@ -244,11 +267,7 @@ def queue_from_replays(
     runs = []
     for _, start, end in windows:
         inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
-        recs = [
-            r
-            for r in recorder.records.values()
-            if r.arrival_s is not None and start <= r.arrival_s <= end and r.engine_token_times_s
-        ]
+        recs = [r for r in sent_within(recorder, start, end) if r.engine_token_times_s]
         if inside.empty or not recs:
             continue
         prompts = {str(r.request_id): r.num_prefill_tokens for r in recs}
@@ -304,11 +323,8 @@ def input_from_replays(
     for _, start, end in windows:
         recs = [
             r
-            for r in recorder.records.values()
-            if r.arrival_s is not None
-            and start <= r.arrival_s <= end
-            and r.engine_arrival_s is not None
-            and r.engine_last_token is not None
+            for r in sent_within(recorder, start, end)
+            if r.engine_arrival_s is not None and r.engine_last_token is not None
         ]
         reached = np.array([r.engine_arrival_s for r in recs], dtype=float)
         done = np.array([r.engine_last_token for r in recs], dtype=float)
@@ -318,18 +334,7 @@ def input_from_replays(
             hops.append(1000.0 * hop_s(r.arrival_s, r.engine_arrival_s, spans))
     if len(hops) < MIN_REPLAY_REQUESTS:
         return None
-    in_a, in_b = theil_sen(running, hops)
-    by_running: dict[int, list[float]] = {}
-    for n, value in zip(running, hops, strict=True):
-        by_running.setdefault(n, []).append(value)
-    kept = {n: v for n, v in sorted(by_running.items()) if len(v) >= MIN_INPUT_SAMPLES}
-    return {
-        "input_ms": round(in_a, 4),
-        "input_per_running_ms": round(in_b, 4),
-        "requests": len(hops),
-        "measured_input_ms": {str(n): round(float(np.median(v)), 4) for n, v in kept.items()},
-        "samples": {str(n): len(v) for n, v in kept.items()},
-    }
+    return {**input_line(running, hops, MIN_INPUT_SAMPLES), "requests": len(hops)}
 
 
 def with_replay_input(frontend: dict[str, Any], replayed: dict[str, Any] | None) -> dict[str, Any]:

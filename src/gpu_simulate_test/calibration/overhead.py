@@ -220,7 +220,10 @@ def fit(
     prefill = np.isin(phase, IDLE_PREFILL_PHASES)  # a prompt alone on an idle engine
     scale = _scale(measured[decode], raw_ops[decode])
     batch = rows["batch_size"].to_numpy(dtype=float)
-    prompts = np.array([prompts_of(row) for row in rows.itertuples()], dtype=float)
+    # a decode step carries no prompt
+    prompts = np.array(
+        [0 if d else prompts_of(r) for d, r in zip(decode, rows.itertuples(), strict=True)]
+    )
     tokens = rows["num_q_tokens"].to_numpy(dtype=float) * prompts
     x = batch[decode]
     decode_residual = measured[decode] - raw_ops[decode] * scale
@@ -248,7 +251,7 @@ def fit(
     predicted = raw_ops * scales
     residual = measured - predicted
     per_prefill, per_token, idle = _prefill_terms(
-        np.where(decode, 0.0, prompts), tokens, residual - beside, measured, prefill, mixed
+        prompts.astype(float), tokens, residual - beside, measured, prefill, mixed
     )
     overhead = dataclasses.replace(
         requests_only,
@@ -259,7 +262,7 @@ def fit(
     )
     fitted = np.array([overhead.ms(step_shape(row)[0]) for row in rows.itertuples()])
     table = rows[["phase", "batch_size", "num_q_tokens", "context_tokens"]].copy()
-    table["num_prompts"] = np.where(decode, 0, prompts).astype(int)
+    table["num_prompts"] = prompts
     table["measured_ms"] = measured
     table["vidur_ops_ms"] = raw_ops
     table["ops_scale"] = scales

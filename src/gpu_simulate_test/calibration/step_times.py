@@ -240,7 +240,9 @@ def step_rows(
                 "num_prompts": exp.num_prompts if exp.phase in ("prefill", "mixed") else 1,
             }
         )
-    return pd.DataFrame(rows, columns=[*ENGINE_STEPS_TABLE.column_names, "num_prompts"])
+    return pd.DataFrame(
+        rows, columns=[*ENGINE_STEPS_TABLE.column_names, *ENGINE_STEPS_TABLE.optional_names]
+    )
 
 
 def step_jitter(samples: Mapping[Experiment, Sequence[float]]) -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
@@ -238,16 +237,7 @@ class Bundle:
             raise ArtifactError(
                 f"{path}: column 'phase' has {bad}, expected one of {', '.join(ENGINE_PHASES)}"
             )
-        rows = rows.reset_index(drop=True)
-        # rows before bursts, or another backend's: one prompt (a prefill row's batch_size)
-        single = np.where(rows["phase"] == "prefill", rows["batch_size"], 1)
-        given = rows["num_prompts"] if "num_prompts" in rows.columns else np.nan
-        rows["num_prompts"] = (
-            pd.Series(given, index=rows.index)
-            .fillna(pd.Series(single, index=rows.index))
-            .astype(int)
-        )
-        return rows
+        return rows.reset_index(drop=True)
 
     def serving_steps(self, backend: str) -> pd.DataFrame | None:
         """The calibration replays' steps of ``backend`` (None: the bundle has none)."""
