@@ -35,6 +35,9 @@ class BracketRule:
     budget_s: float = 0.0
     """Wall seconds the whole search may take (0: no budget)."""
     max_steps: int = MAX_STEPS
+    first_step: float = 0.0
+    """The factor of the first step from the seed (0: ``step``): a seed expected close to the
+    knee (a neighbour's answer) brackets it at once with a step the bracket's own width."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +99,12 @@ def bracket_search(
     first = run(rounded(seed_qps), "seed")
     if first is not None:
         low, high = (first.qps, None) if first.meets else (None, first.qps)
-        for _ in range(rule.max_steps):
+        for k in range(rule.max_steps):
+            factor = rule.first_step if k == 0 and rule.first_step else rule.step
             if high is None and low is not None:  # up from the highest rate that met them
-                qps = rounded(low * rule.step)
+                qps = rounded(low * factor)
             elif low is None and high is not None:  # down from the lowest that missed them
-                qps = rounded(high / rule.step)
+                qps = rounded(high / factor)
             else:  # bracketed
                 break
             point = run(qps, "step")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
@@ -104,9 +105,11 @@ def real_search(
     inner: PipelineStageConfig,
     r: Run,
     simulated_qps: float | None = None,
+    log_dir: Path | None = None,
 ) -> RealSearch:
     """The real search (module docstring), seeded at ``simulated_qps`` when given and
-    ``capacity.verify_seed=auto``, else at a probe's capacity."""
+    ``capacity.verify_seed=auto``, else at a probe's capacity. The server logs into ``log_dir``
+    (default: the run's directory, which then records it)."""
     from gpu_simulate_test.core.run_inputs import load_run
     from gpu_simulate_test.core.workloads import load_workload
 
@@ -123,7 +126,8 @@ def real_search(
         console.rule(f"[bold]the capacity on the real engine ({inner.backend.name})")
     base_dir = make_workload(base)
     unit = rate_unit(load_workload(base_dir).sessions)
-    with served(base, r.path, r, base_dir, "the real search") as at_server:
+    logs, record_in = (r.path, r) if log_dir is None else (log_dir, None)
+    with served(base, logs, record_in, base_dir, "the real search") as at_server:
         seed = seed_of(opts, at_server, simulated_qps)
         # one line per step of the search, with or without progress: a log cut off by a
         # device call's limit still says how far it got

@@ -30,6 +30,7 @@ from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
+from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulateStageConfig
 
 T = TypeVar("T")
@@ -49,6 +50,7 @@ STAGE_SCHEMAS: dict[str, type] = {
     "fidelity": FidelityStageConfig,
     "capacity": CapacityStageConfig,
     "bench_import": BenchImportStageConfig,
+    "tune": TuneStageConfig,
 }
 """Primary config name → the dataclass its composed config must satisfy."""
 

@@ -183,9 +183,18 @@ class VidurSchedulerConfig:
     enable_prefix_caching: bool = False
     """vllm_v1 only: vLLM's automatic prefix caching, block for block (``backend.
     enable_prefix_caching`` of a vLLM backend). Vidur's own schedulers do not model it."""
+    enable_chunked_prefill: bool = True
+    """vllm_v1: vLLM's chunked prefill (``backend.enable_chunked_prefill``); off, a waiting
+    prompt is scheduled only whole, within what is left of the step's token budget. Vidur's
+    sarathi always chunks."""
 
     def __post_init__(self) -> None:
         _check_choice("vidur.scheduler.name", self.name, VIDUR_SCHEDULERS)
+        _check(
+            self.enable_chunked_prefill or self.name == "vllm_v1",
+            "vidur.scheduler.enable_chunked_prefill=false needs vidur.scheduler.name=vllm_v1: "
+            f"Vidur's {self.name} scheduler always chunks",
+        )
         _check(
             not self.enable_prefix_caching or self.name == "vllm_v1",
             "vidur.scheduler.enable_prefix_caching=true needs vidur.scheduler.name=vllm_v1: "

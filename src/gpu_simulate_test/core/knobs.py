@@ -45,6 +45,7 @@ def derive_scheduler(
         values = {vidur: getattr(backend, real) for real, vidur in HF_CB_PAIRS}
         if isinstance(backend, VllmEngineBackendConfig):
             values["enable_prefix_caching"] = backend.enable_prefix_caching
+            values["enable_chunked_prefill"] = backend.enable_chunked_prefill
         return dataclasses.replace(base, name=expected_scheduler(backend.name), **values), True
     if backend.name == "hf_generate":
         chunk = max(base.chunk_size, max_prompt_tokens)
@@ -77,6 +78,11 @@ def knob_mismatches(
             real_on = bool(backend.get("enable_prefix_caching"))
             if real_on != bool(scheduler.get("enable_prefix_caching", False)):
                 out["prefix caching"] = (_on(real_on), _on(not real_on))
+            chunked = backend.get("enable_chunked_prefill")
+            if chunked is not None and bool(chunked) != bool(
+                scheduler.get("enable_chunked_prefill", True)
+            ):
+                out["chunked prefill"] = (_on(bool(chunked)), _on(not chunked))
         for real, vidur in HF_CB_PAIRS:
             sim_value = num_blocks if vidur == "num_blocks" and num_blocks else scheduler.get(vidur)
             if backend.get(real) is not None and backend.get(real) != sim_value:

@@ -18,6 +18,7 @@ STAGES: tuple[str, ...] = (
     "fidelity",
     "capacity",
     "bench_import",
+    "tune",
 )
 
 RUN_META = "run_meta.json"

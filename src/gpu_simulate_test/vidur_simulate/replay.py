@@ -48,6 +48,7 @@ def v1_params(knobs: VidurSchedulerConfig, num_blocks: int) -> V1Params | None:
         block_size=knobs.block_size,
         num_blocks=num_blocks,
         enable_prefix_caching=knobs.enable_prefix_caching,
+        enable_chunked_prefill=knobs.enable_chunked_prefill,
     )
 
 

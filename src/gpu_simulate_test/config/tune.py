@@ -1,0 +1,183 @@
+"""Typed config of the ``tune`` stage: vLLM's engine knobs searched by simulation for the best
+configuration under latency goals, and the best few confirmed on the real engine.
+
+The goals, the rates the simulated search may try and the real search's knobs are the capacity
+stage's (``capacity.*``: ``slo``, ``qps_min``/``qps_max``, ``verify_*``); the space, the objective
+and the confirmation are ``tune.*``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.schema import ConfigError, _check
+
+TUNE_KNOBS: dict[str, str] = {
+    "max_num_seqs": "max_requests_per_batch",
+    "max_num_batched_tokens": "max_batch_tokens",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "num_gpu_blocks": "num_blocks",
+    "enable_prefix_caching": "enable_prefix_caching",
+}
+"""A knob of the space, named as ``vllm serve`` names it (``--max-num-seqs`` ...) → the backend
+field it sets (``backend.*``)."""
+BOOLEAN_KNOBS: tuple[str, ...] = ("enable_chunked_prefill", "enable_prefix_caching")
+OBJECTIVES: tuple[str, ...] = ("capacity", "goodput")
+TUNE_VERIFY: tuple[str, ...] = ("false", "top_k", "grid")
+
+
+def knob_values(name: str, given: Any) -> tuple[Any, ...]:
+    """One knob's values from the config: a list (``[8, 16, 32]``), one value, or a range
+    written ``lo:hi:xF`` (geometric: lo, lo·F, ... up to hi) or ``lo:hi:+S`` (lo, lo+S, ...);
+    ConfigError naming ``tune.space.<name>`` otherwise."""
+    where = f"tune.space.{name}"
+    if name not in TUNE_KNOBS:
+        raise ConfigError(
+            f"{where}: not a knob of vLLM's engine that the tune searches; the knobs are "
+            + ", ".join(TUNE_KNOBS)
+        )
+    if isinstance(given, str) and ":" in given:
+        values: list[Any] = list(_range(where, given))
+    elif isinstance(given, list | tuple):
+        values = list(given)
+    else:
+        values = [given]
+    if not values:
+        raise ConfigError(f"{where}: an empty list; give at least one value (or leave it out)")
+    out = []
+    for value in values:
+        if name in BOOLEAN_KNOBS:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {value!r} is not true or false")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: {value!r} is not a positive whole number")
+        if value not in out:
+            out.append(value)
+    return tuple(out)
+
+
+def _range(where: str, text: str) -> list[int]:
+    parts = text.split(":")
+    try:
+        if len(parts) != 3 or parts[2][:1] not in ("x", "+"):
+            raise ValueError(text)
+        low, high, step = int(parts[0]), int(parts[1]), float(parts[2][1:])
+    except ValueError:
+        raise ConfigError(
+            f"{where}={text!r}: a range is lo:hi:xF (geometric) or lo:hi:+S (arithmetic), "
+            "e.g. 8:64:x2 or 64:512:+64"
+        ) from None
+    growing = step > 1 if parts[2][0] == "x" else step >= 1
+    if low < 1 or high < low or not growing:
+        raise ConfigError(f"{where}={text!r}: needs 1 <= lo <= hi and a step that grows")
+    values, value = [], float(low)
+    while value <= high + 1e-9:
+        values.append(round(value))
+        value = value * step if parts[2][0] == "x" else value + step
+    return values
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """The space, the objective and the confirmation on the real engine."""
+
+    space: dict[str, Any] = field(
+        default_factory=lambda: {
+            "max_num_seqs": [4, 8, 16, 32],
+            "max_num_batched_tokens": [64, 128, 256, 512],
+            "enable_prefix_caching": [False, True],
+        }
+    )
+    """Knob (``vllm serve``'s name: max_num_seqs, max_num_batched_tokens,
+    enable_chunked_prefill, num_gpu_blocks, enable_prefix_caching) → a list of values, or a
+    range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is one configuration; a knob left out
+    keeps the backend's value (``backend.*``)."""
+    objective: str = "capacity"
+    """``capacity``: the highest rate that meets ``capacity.slo`` (requests/s); ``goodput``:
+    the requests per second that meet every goal at ``tune.qps``."""
+    qps: float = 0.0
+    """``objective=goodput``: the rate every configuration is simulated at."""
+    sim_step: float = 1.5
+    """The simulated search of each configuration: from the configured backend's capacity,
+    up or down by this factor until a pass and a miss bracket the knee, ..."""
+    sim_bracket: float = 0.05
+    """... then bisection until high / low <= 1 + this."""
+    verify: str = "top_k"
+    """``top_k``: the best ``top_k`` configurations and the configured one, each on a real
+    server of its own, rates bracketing the simulated capacity (``verify_margin``); ``grid``:
+    the capacity stage's whole real search on every configuration; ``false``: simulation
+    only."""
+    top_k: int = 3
+    verify_margin: float = 0.15
+    """``top_k``: the real search starts at the simulated capacity and steps by 1 + this, then
+    bisects to it: a right prediction costs two rates (meets just below, misses just above)."""
+    verify_budget_s: float = 0.0
+    """Wall seconds each configuration's real search may take (0: the capacity stage's
+    ``capacity.verify_budget_s``)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            isinstance(self.space, Mapping) and len(self.space) > 0,
+            "tune.space is empty: name at least one knob and its values, e.g. "
+            "tune.space.max_num_seqs=[8,16,32]",
+        )
+        for name, given in dict(self.space).items():
+            knob_values(str(name), given)
+        _check(
+            self.objective in OBJECTIVES,
+            f"tune.objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}",
+        )
+        _check(
+            self.objective != "goodput" or (math.isfinite(self.qps) and self.qps > 0),
+            f"tune.objective=goodput needs tune.qps=<the rate to judge goodput at> (got "
+            f"{self.qps})",
+        )
+        mode = {"true": "top_k", "false": "false"}.get(str(self.verify).lower(), self.verify)
+        _check(
+            mode in TUNE_VERIFY,
+            f"tune.verify={self.verify!r} must be one of {', '.join(TUNE_VERIFY)}",
+        )
+        object.__setattr__(self, "verify", mode)
+        _check(
+            self.objective == "capacity" or mode == "false",
+            "tune.verify confirms capacities: with tune.objective=goodput set tune.verify=false",
+        )
+        _check(self.top_k >= 1, f"tune.top_k={self.top_k} must be >= 1")
+        for name in ("sim_step",):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and value > 1, f"tune.{name}={value} must be > 1")
+        for name in ("sim_bracket", "verify_margin"):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and 0 < value < 1, f"tune.{name}={value} must be in (0, 1)")
+        _check(
+            math.isfinite(self.verify_budget_s) and self.verify_budget_s >= 0,
+            f"tune.verify_budget_s={self.verify_budget_s} must be >= 0 (0: capacity's budget)",
+        )
+
+    def knobs(self) -> dict[str, tuple[Any, ...]]:
+        """Each knob of the space and its values, in the order given."""
+        return {str(name): knob_values(str(name), given) for name, given in self.space.items()}
+
+
+@dataclass(frozen=True)
+class TuneStageConfig(CapacityStageConfig):
+    """``tune``: the capacity stage's fields (the engine, the workload's shape, the goals in
+    ``capacity.slo``, the rates and the real search's knobs) and the space (``tune.*``)."""
+
+    tune: TuneOptions = field(default_factory=TuneOptions)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(
+            self.backend.name in ("vllm", "vllm_engine"),
+            f"backend={self.backend.name}: the tune searches vLLM's knobs; use backend=vllm "
+            "(a vLLM server) or backend=vllm_engine",
+        )
+        _check(
+            self.capacity.phase == "all" and self.capacity.verify == "false",
+            "the tune confirms on the real engine with tune.verify (top_k, grid); leave "
+            "capacity.verify and capacity.phase at their defaults",
+        )

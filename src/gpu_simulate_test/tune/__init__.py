@@ -1,0 +1,1 @@
+"""The ``tune`` stage: vLLM's engine knobs searched by simulation under latency goals."""

@@ -1,0 +1,152 @@
+"""The tune's report: the ranked table on the terminal and in ``report.md``, the recommended
+``vllm serve`` flags, and the real check beside the simulation (from ``tune.json``'s document
+and ``tune.csv``'s table; no computation here)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_simulate_test.core.reporting import console, markdown_table, print_table
+
+SHOWN_ROWS = 12
+"""Rows of the ranked table on the terminal (the report lists every configuration)."""
+
+
+def _num(value: Any, digits: str = "g") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{float(value):{digits}}"
+
+
+def ranked_cells(frame: pd.DataFrame, objective: str, limit: int | None = None) -> tuple[
+    list[str], list[list[str]]
+]:  # fmt: skip
+    """The ranked table's header and rows (every configuration, or the first ``limit``)."""
+    value = "capacity (req/s)" if objective == "capacity" else "goodput (req/s)"
+    header = ["#", "configuration", "seqs", "tokens", "chunked", "blocks", "prefix cache", value,
+              "TTFT", "TPOT", "E2E", "limited by", "measured (req/s)"]  # fmt: skip
+    rows = []
+    for _, row in (frame if limit is None else frame.head(limit)).iterrows():
+        score = row["capacity_qps"] if objective == "capacity" else row["goodput_qps"]
+        name = str(row["config_id"]) + (" (configured)" if bool(row["configured"]) else "")
+        rows.append([
+            str(row["rank"]), name, str(row["max_num_seqs"]), str(row["max_num_batched_tokens"]),
+            "on" if row["enable_chunked_prefill"] else "off", str(row["num_gpu_blocks"]),
+            "on" if row["enable_prefix_caching"] else "off",
+            (row["invalid"] and f"refused: {row['invalid']}") or _num(score),
+            _num(row["ttft_ms"], ".1f"), _num(row["tpot_ms"], ".1f"), _num(row["e2e_ms"], ".1f"),
+            str(row["binding"] or ""), _num(row["measured_qps"]),
+        ])  # fmt: skip
+    return header, rows
+
+
+def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> None:
+    pct, objective = doc["slo"]["percentile"], doc["objective"]
+    header, rows = ranked_cells(frame, objective, SHOWN_ROWS)
+    at = doc.get("shared_rate_qps")
+    title = f"tune: {doc['configurations']} configurations, latency p{pct} (ms)"
+    if at is not None:
+        title += f" at {at:g} req/s"
+    print_table(title, header, rows)
+    best = doc.get("best")
+    if best:
+        console.print(f"[bold]recommended:[/] vllm serve {doc['model']} {' '.join(best['flags'])}")
+    else:
+        console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
+    verified = doc.get("verify")
+    if verified:
+        console.print(verify_sentence(verified))
+    console.print(f"report: {where / 'report.md'}")
+
+
+def verify_sentence(verified: Mapping[str, Any]) -> str:
+    inside = verified.get("measured_best_in_sim_top2")
+    said = {True: "is among", False: "is NOT among", None: "cannot be compared with"}[inside]
+    return (
+        f"on the real engine ({verified['mode']}, {len(verified['configs'])} configurations, "
+        f"{verified['wall_time_s']:g} s): the measured best, {verified['measured_best']}, "
+        f"{said} the simulated top 2"
+    )
+
+
+def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) -> str:
+    pct, objective = doc["slo"]["percentile"], doc["objective"]
+    goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
+    lines = [
+        f"# Tune: {run_id}",
+        "",
+        f"{doc['model']} on {doc['hardware']}, vLLM ({doc['backend']}), "
+        f"{doc['num_requests']} requests of the workload per simulated rate; goals: {goals}; "
+        f"objective: {objective}"
+        + (f" at {doc['shared_rate_qps']:g} req/s" if objective == "goodput" else "")
+        + ".",
+        "",
+        f"{doc['configurations']} configurations ({doc['refused']} refused), "
+        f"{doc['simulations']} simulations in {doc['simulated_wall_s']:g} s; "
+        f"{doc['wall_time_s']:g} s in all.",
+        "",
+    ]
+    best = doc.get("best")
+    if best:
+        lines += [
+            f"**Recommended** ({best['config_id']}, simulated {objective} "
+            f"{_num(best['score'])} req/s, against {_num(doc['configured_score'])} configured):",
+            "",
+            "```",
+            f"vllm serve {doc['model']} " + " ".join(best["flags"]),
+            "```",
+            "",
+        ]
+    else:
+        lines += [f"**No configuration meets the goals**: {doc['note']}", ""]
+    cal = doc["calibrated_with"]
+    lines += [
+        "Every configuration was simulated from one profile and one engine calibration, made "
+        f"with max_num_seqs={cal['max_num_seqs']}, max_num_batched_tokens="
+        f"{cal['max_num_batched_tokens']}, num_gpu_blocks={cal['num_gpu_blocks']}, prefix "
+        f"caching {'on' if cal['enable_prefix_caching'] else 'off'} (the space's largest, so "
+        "that its experiments cover every configuration's steps).",
+        "",
+    ]
+    if doc.get("shared_rate_qps") is not None and objective == "capacity":
+        lines += [
+            f"Latency columns: p{pct} at {doc['shared_rate_qps']:g} req/s, the configured "
+            "backend's simulated capacity (the same load for every configuration).",
+            "",
+        ]
+    header, rows = ranked_cells(frame, objective)
+    lines += ["## Ranked", "", markdown_table(header, rows), "", "![pareto](tune.png)", ""]
+    verified = doc.get("verify")
+    if verified:
+        lines += verify_markdown(verified)
+    return "\n".join(lines) + "\n"
+
+
+def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
+    header = ["configuration", "simulated (req/s)", "measured (req/s)", "measured bracket",
+              "sim / measured", "rates run", "disturbed", "wall (s)"]  # fmt: skip
+    rows = []
+    for row in verified["configs"]:
+        low, high = row["measured_bracket_qps"]
+        rows.append([
+            row["config_id"], _num(row["simulated_qps"]), _num(row["measured_qps"]),
+            f"{_num(low)} .. {_num(high)}", _num(row["ratio"], ".3f"), str(len(row["rates"])),
+            ", ".join(f"{q:g}" for q in row["disturbed_rates"]) or "none",
+            _num(row["wall_time_s"]),
+        ])  # fmt: skip
+    lines = [
+        f"## On the real engine (tune.verify={verified['mode']})",
+        "",
+        verify_sentence(verified) + ".",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
+    if verified.get("spearman") is not None:
+        lines += [f"Spearman rank correlation, simulated vs measured: {verified['spearman']:.2f}."]
+    return lines

@@ -1,0 +1,180 @@
+"""Every configuration of the space by simulation, from one workload, one profile and one
+calibration: the configured backend's capacity by the capacity stage's grid search, then each
+other configuration's by a bracket search from there (a configuration near the configured one
+needs few rates: its seed, a step, a few bisections)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
+from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
+from gpu_simulate_test.capacity.stage import simulated_rate
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.tune import TuneStageConfig
+from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.orchestrate.configs import simulate_config
+from gpu_simulate_test.tune.space import Candidate
+
+SIM_MAX_STEPS = 12
+"""Steps of ``tune.sim_step`` from the seed before a configuration's search gives up on a
+bracket (1.5¹² ≈ 130×)."""
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """One configuration's simulated result."""
+
+    candidate: Candidate
+    answer: Answer | None = None
+    """The capacity search's answer (``objective=capacity``)."""
+    at_rate: Point | None = None
+    """Its latency at the shared rate: the reference rate (the configured backend's capacity)
+    for ``capacity``, ``tune.qps`` for ``goodput``."""
+    error: str = ""
+    """Why it was not simulated (vLLM refuses it, or the bundle cannot simulate it)."""
+    wall_s: float = 0.0
+    simulations: int = 0
+
+    @property
+    def capacity(self) -> float | None:
+        return None if self.answer is None else self.answer.qps
+
+    @property
+    def goodput(self) -> float | None:
+        return None if self.at_rate is None else self.at_rate.goodput_qps
+
+    def binding(self) -> list[str]:
+        return [] if self.answer is None else binding(self.answer)
+
+
+def scheduler_inputs(
+    cfg: TuneStageConfig, inner: PipelineStageConfig, candidate: Candidate, workload_dir: Path
+) -> tuple[Any, Any]:
+    """The simulation config and checked inputs of one configuration (its Vidur scheduler
+    derived from its knobs); ConfigError or ArtifactError when it cannot be simulated."""
+    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.vidur_simulate.stage import prepare
+
+    longest = int(load_workload(workload_dir).lengths["num_prefill_tokens"].max())
+    scheduler, _ = derive_scheduler(candidate.backend, cfg.vidur.scheduler, longest)
+    at = dataclasses.replace(inner, backend=candidate.backend)
+    sim_cfg = simulate_config(at, scheduler, workload_dir)
+    sim_cfg = dataclasses.replace(sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False))
+    return sim_cfg, prepare(sim_cfg)
+
+
+def simulate_space(
+    cfg: TuneStageConfig,
+    inner: PipelineStageConfig,
+    found: list[Candidate],
+    workload_dir: Path,
+    points_dir: Path,
+    advance: Callable[[int], None] = lambda n: None,
+) -> tuple[list[Simulated], float | None]:
+    """Every configuration simulated (:class:`Simulated`, the order of ``found``), and the
+    shared rate their latencies are read at. The first (the configured backend) by the grid
+    search; each next one is the configuration nearest to those already done (fewest knobs
+    apart), seeded at that neighbour's answer."""
+    opts = cfg.tune
+    first = next((c for c in found if c.configured and not c.invalid), None)
+    first = first or next(c for c in found if not c.invalid)
+    results: dict[str, Simulated] = {}
+    shared: float | None = opts.qps if opts.objective == "goodput" else None
+    todo = [c for c in found if c is not first]
+    candidate, seed = first, None
+    while True:
+        result = one_configuration(
+            cfg, inner, candidate, workload_dir, points_dir / candidate.config_id, shared, seed,
+            candidate is first,
+        )  # fmt: skip
+        results[candidate.config_id] = result
+        advance(1)
+        if candidate is first and shared is None:  # the reference: the latencies are read there
+            answer = result.answer
+            shared = rounded(answer.qps if answer and answer.qps else cfg.capacity.qps_min)
+        if not todo:
+            break
+        candidate, seed = nearest(todo, results, shared)
+        todo.remove(candidate)
+    return [results[c.config_id] for c in found], shared
+
+
+def nearest(
+    todo: list[Candidate], done: dict[str, Simulated], fallback: float | None
+) -> tuple[Candidate, float | None]:
+    """The next configuration to simulate, the one fewest knobs from one already simulated with
+    an answer, and that answer (the seed of its search; ``fallback`` when none has one)."""
+    answered = [s for s in done.values() if s.capacity]
+    best: tuple[int, int, Candidate, float | None] | None = None
+    for k, candidate in enumerate(todo):
+        for sim in answered:
+            apart = sum(candidate.knobs[n] != sim.candidate.knobs[n] for n in candidate.knobs)
+            if best is None or (apart, k) < best[:2]:
+                best = (apart, k, candidate, sim.capacity)
+    if best is None:
+        return todo[0], fallback
+    return best[2], best[3]
+
+
+def one_configuration(
+    cfg: TuneStageConfig,
+    inner: PipelineStageConfig,
+    candidate: Candidate,
+    workload_dir: Path,
+    where: Path,
+    shared: float | None,
+    seed: float | None,
+    grid: bool,
+) -> Simulated:
+    """One configuration: the goodput at ``tune.qps``, or its capacity (the grid search when
+    ``grid`` or without a seed, else a bracket search from ``seed``) and its latency at the
+    shared rate (simulated there when the search did not reach it)."""
+    if candidate.invalid:
+        return Simulated(candidate, error=candidate.invalid)
+    t0 = time.perf_counter()
+    try:
+        sim_cfg, inputs = scheduler_inputs(cfg, inner, candidate, workload_dir)
+    except (ConfigError, ArtifactError) as exc:
+        return Simulated(candidate, error=str(exc))
+    opts, capacity = cfg.tune, cfg.capacity
+    count = 0
+
+    def evaluate(qps: float, phase: str) -> Point:
+        nonlocal count
+        count += 1
+        return simulated_rate(sim_cfg, inputs, qps, phase, where, capacity)[0]
+
+    if opts.objective == "goodput":
+        assert shared is not None
+        point = evaluate(shared, "goodput")
+        return Simulated(candidate, None, point, wall_s=time.perf_counter() - t0, simulations=1)
+    if grid or seed is None:
+        answer = search(
+            evaluate,
+            capacity.qps_min,
+            capacity.qps_max,
+            capacity.points,
+            capacity.refine,
+            capacity.extend,
+        )
+    else:
+        rule = BracketRule(
+            opts.sim_step, opts.sim_bracket, max_steps=SIM_MAX_STEPS,
+            first_step=1.0 + 0.98 * opts.sim_bracket,  # within the bracket once rounded
+        )  # fmt: skip
+        answer, _ = bracket_search(evaluate, seed, rule)
+    at = None
+    if shared is not None:
+        at = next((p for p in answer.points if p.qps == rounded(shared)), None)
+        at = at or evaluate(rounded(shared), "shared")
+    elif answer.qps is not None:
+        at = next((p for p in answer.points if p.qps == answer.qps), None)
+    return Simulated(candidate, answer, at, wall_s=time.perf_counter() - t0, simulations=count)

@@ -1,0 +1,140 @@
+"""``tune.verify``: the simulated capacities checked on the real engine, each configuration on a
+vLLM server of its own (restarted per configuration, as vLLM's ``auto_tune`` does).
+
+``top_k``: the best ``tune.top_k`` configurations by simulation and the configured backend; each
+real search starts at its simulated capacity and steps by ``1 + tune.verify_margin``, then
+bisects to that width: a right prediction costs two rates (one meets the goals just below the
+capacity, one misses just above). ``grid``: every valid configuration, by the capacity stage's
+own real search (``capacity.verify_*``: steps of 2, a 10% bracket), for the side-by-side."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.capacity.real_search import RealSearch, real_search
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.tune import TuneStageConfig
+from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.tune.simulate import Simulated
+
+RUNS_DIR = "runs"
+"""Each checked configuration's real runs: ``runs/<config_id>/``, its server's logs in
+``runs/<config_id>/server``."""
+
+
+def chosen(ranked: list[Simulated], cfg: TuneStageConfig) -> list[Simulated]:
+    """The configurations ``tune.verify`` runs: the best ``top_k`` and the configured one
+    (``top_k``), or every one that was simulated (``grid``)."""
+    valid = [s for s in ranked if s.capacity is not None]
+    if cfg.tune.verify == "grid":
+        return valid
+    picked = valid[: cfg.tune.top_k]
+    configured = next((s for s in valid if s.candidate.configured), None)
+    if configured is not None and configured not in picked:
+        picked.append(configured)
+    return picked
+
+
+def search_options(cfg: TuneStageConfig) -> TuneStageConfig:
+    """The capacity options each configuration's real search runs with."""
+    opts, capacity = cfg.tune, cfg.capacity
+    budget = opts.verify_budget_s or capacity.verify_budget_s
+    if opts.verify == "top_k":
+        capacity = dataclasses.replace(
+            capacity,
+            verify_seed="auto",
+            verify_step=1.0 + opts.verify_margin,
+            verify_bracket=opts.verify_margin,
+            verify_budget_s=budget,
+        )
+    else:
+        capacity = dataclasses.replace(capacity, verify_budget_s=budget)
+    return dataclasses.replace(cfg, capacity=capacity)
+
+
+def confirm(
+    cfg: TuneStageConfig, inner: PipelineStageConfig, picked: list[Simulated], r: Run
+) -> dict[str, Any]:
+    """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
+    simulated and the measured capacity, and whether the measured best is in the simulated
+    top 2."""
+    searched = search_options(cfg)
+    started = time.perf_counter()
+    rows = []
+    for k, sim in enumerate(picked, 1):
+        c = sim.candidate
+        if cfg.progress:
+            console.rule(f"[bold]{k}/{len(picked)}: {c.config_id} on the real engine")
+        root = r.file(RUNS_DIR) / c.config_id
+        (root / "server").mkdir(parents=True, exist_ok=True)
+        at = dataclasses.replace(
+            inner,
+            backend=c.backend,
+            output=OutputConfig(root=str(root), overwrite=True),
+            progress=False,
+        )
+        found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
+        rows.append(row(sim, found))
+    return summary(rows, cfg, time.perf_counter() - started)
+
+
+def row(sim: Simulated, found: RealSearch) -> dict[str, Any]:
+    measured = found.measured
+    predicted = sim.capacity
+    ratio = predicted / measured.qps if predicted and measured.qps else None
+    low, high = measured.bracket
+    return {
+        "config_id": sim.candidate.config_id,
+        "configured": sim.candidate.configured,
+        "simulated_qps": predicted,
+        "measured_qps": measured.qps,
+        "measured_bracket_qps": [low, high],
+        "ratio": None if ratio is None else round(ratio, 4),
+        "simulated_in_bracket": (
+            predicted is not None and low <= predicted and (high is None or predicted < high)
+        ),
+        "binding": {"simulated": sim.binding(), "real": binding_of(found)},
+        "note": measured.note,
+        "rates": [
+            {"qps": p.qps, "meets_slo": p.meets, "violated": list(p.violated)}
+            for p in measured.points
+        ],
+        "disturbed_rates": [run["qps"] for run in found.runs if run["disturbed"]],
+        "stopped": found.stopped,
+        "wall_time_s": round(found.wall_s, 1),
+    }
+
+
+def binding_of(found: RealSearch) -> list[str]:
+    from gpu_simulate_test.capacity.search import binding
+
+    return binding(found.measured)
+
+
+def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> dict[str, Any]:
+    """The verify record: rows in the simulated order, the measured best and whether it is among
+    the simulated top 2 (of the rows checked), the measured ranking."""
+    measured = [r for r in rows if r["measured_qps"] is not None]
+    best = max(measured, key=lambda r: r["measured_qps"], default=None)
+    top2 = [r["config_id"] for r in rows[:2]]
+    return {
+        "mode": cfg.tune.verify,
+        "margin": cfg.tune.verify_margin if cfg.tune.verify == "top_k" else None,
+        "configs": rows,
+        "simulated_best": rows[0]["config_id"] if rows else None,
+        "measured_best": None if best is None else best["config_id"],
+        "measured_best_in_sim_top2": None if best is None else best["config_id"] in top2,
+        "measured_order": [
+            r["config_id"] for r in sorted(measured, key=lambda r: -float(r["measured_qps"]))
+        ],
+        "wall_time_s": round(wall_s, 1),
+    }
+
+
+def runs_dir(r: Run) -> Path:
+    return r.file(RUNS_DIR)
