@@ -84,17 +84,13 @@ def _range(where: str, text: str) -> list[int]:
 class TuneOptions:
     """The space, the objective and the confirmation on the real engine."""
 
-    space: dict[str, Any] = field(
-        default_factory=lambda: {
-            "max_num_seqs": [4, 8, 16, 32],
-            "max_num_batched_tokens": [64, 128, 256, 512],
-            "enable_prefix_caching": [False, True],
-        }
-    )
+    space: dict[str, Any] = field(default_factory=dict)
     """Knob (``vllm serve``'s name: max_num_seqs, max_num_batched_tokens,
     enable_chunked_prefill, num_gpu_blocks, enable_prefix_caching) → a list of values, or a
     range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is one configuration; a knob left out
-    keeps the backend's value (``backend.*``)."""
+    keeps the backend's value (``backend.*``). Empty here: ``tune.yaml`` gives the default space
+    (a key it names can be dropped with ``~tune.space.<knob>``), and the stage refuses an empty
+    one before it starts."""
     objective: str = "capacity"
     """``capacity``: the highest rate that meets ``capacity.slo`` (requests/s); ``goodput``:
     the requests per second that meet every goal at ``tune.qps``."""
@@ -119,11 +115,7 @@ class TuneOptions:
     ``capacity.verify_budget_s``)."""
 
     def __post_init__(self) -> None:
-        _check(
-            isinstance(self.space, Mapping) and len(self.space) > 0,
-            "tune.space is empty: name at least one knob and its values, e.g. "
-            "tune.space.max_num_seqs=[8,16,32]",
-        )
+        _check(isinstance(self.space, Mapping), "tune.space must be a mapping of knob: values")
         for name, given in dict(self.space).items():
             knob_values(str(name), given)
         _check(
@@ -158,7 +150,12 @@ class TuneOptions:
         )
 
     def knobs(self) -> dict[str, tuple[Any, ...]]:
-        """Each knob of the space and its values, in the order given."""
+        """Each knob of the space and its values, in the order given; ConfigError when empty."""
+        _check(
+            len(self.space) > 0,
+            "tune.space is empty: name at least one knob and its values, e.g. "
+            "tune.space.max_num_seqs=[8,16,32]",
+        )
         return {str(name): knob_values(str(name), given) for name, given in self.space.items()}
 
 

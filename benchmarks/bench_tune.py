@@ -1,0 +1,156 @@
+"""The tune's answer against the real engine's, and what its confirmation costs.
+
+On one space of 9 configurations chosen to differ (``max_num_seqs`` 2/8/32 ×
+``max_num_batched_tokens`` 32/128/512 for the tiny model, the configured backend s8-t128 among
+them), runs the tune stage
+
+- with ``tune.verify=grid`` ``--repeats`` times: every configuration's capacity measured by the
+  capacity stage's real search on a vLLM server of its own (the truth, and its spread);
+- with ``tune.verify=top_k`` once: the tune as a user runs it (the simulated search, then the best
+  3 and the configured backend on real servers).
+
+and prints per configuration the simulated capacity beside the measured ones; the Spearman rank
+correlation of simulated and measured (the mean over the repeats); whether the measured best is
+in the simulated top 2 in every repeat; each configuration's simulated / measured within ±15% or
+within the measured spread; and the top_k tune's wall time over the grid's real searches'.
+Issue 47's targets: best in the top 2, Spearman ≥ 0.8, each within ±15% (or the spread), top_k
+≤ 1/4 of the grid's time.
+
+Run: ``python -m benchmarks.bench_tune [--repeats 2] [--seconds 10] [--out F.json] [overrides]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.tune.rank import spearman
+
+SPACE = [
+    "tune.space.max_num_seqs=[2,8,32]",
+    "tune.space.max_num_batched_tokens=[32,128,512]",
+    "~tune.space.enable_prefix_caching",
+    "backend.max_requests_per_batch=8",  # the configured backend is in the space: s8-t128
+    "backend.max_batch_tokens=128",
+]
+WITHIN = 0.15
+
+
+def tune(run_id: str, verify: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "gpu_simulate_test.cli.tune", f"tune.verify={verify}", *SPACE,
+        f"capacity.verify_seconds={seconds:g}", f"output.run_id={run_id}", "progress=false",
+        *overrides,
+    ]  # fmt: skip
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    doc = json.loads((Path("tmp") / "tune" / run_id / "tune.json").read_text())
+    doc["stage_s"] = round(time.perf_counter() - started, 1)
+    return doc
+
+
+def table(grids: list[dict[str, Any]], top_k: dict[str, Any]) -> dict[str, Any]:
+    """Per configuration: simulated, measured per repeat, their mean and spread, the verdict."""
+    sim_order = grids[0]["ranking"]
+    rows = {}
+    for doc in grids:
+        for row in doc["verify"]["configs"]:
+            entry = rows.setdefault(
+                row["config_id"], {"simulated": row["simulated_qps"], "measured": []}
+            )
+            entry["measured"].append(row["measured_qps"])
+    for entry in rows.values():
+        measured = [m for m in entry["measured"] if m is not None]
+        entry["mean"] = sum(measured) / len(measured) if measured else None
+        entry["spread"] = (max(measured) / min(measured) - 1) if len(measured) > 1 else 0.0
+        error = entry["simulated"] / entry["mean"] - 1 if entry["mean"] else None
+        entry["error"] = error
+        entry["ok"] = error is not None and abs(error) <= max(WITHIN, entry["spread"])
+    pairs = [(rows[c]["simulated"], rows[c]["mean"]) for c in sim_order if c in rows]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    grid_s = [doc["verify"]["wall_time_s"] for doc in grids]
+    return {
+        "configs": {c: rows[c] for c in sim_order if c in rows},
+        "spearman": spearman([a for a, _ in pairs], [b for _, b in pairs]),
+        "best_in_top2": [doc["verify"]["measured_best_in_sim_top2"] for doc in grids],
+        "measured_best": [doc["verify"]["measured_best"] for doc in grids],
+        "simulated_top2": sim_order[:2],
+        "all_within": all(e["ok"] for e in rows.values()),
+        "grid_real_s": grid_s,
+        "top_k_stage_s": top_k["wall_time_s"],
+        "top_k_real_s": top_k["verify"]["wall_time_s"],
+        "time_ratio": [round(top_k["wall_time_s"] / s, 3) for s in grid_s],
+        "top_k": top_k["verify"],
+        "simulated_wall_s": top_k["simulated_wall_s"],
+    }
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("vllm", "torch", "vidur", "transformers"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args, overrides = parser.parse_known_args()
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    top_k = tune(f"bench-{stamp}-topk", "top_k", args.seconds, overrides)
+    grids = [
+        tune(f"bench-{stamp}-grid{i}", "grid", args.seconds, overrides) for i in range(args.repeats)
+    ]
+    result = table(grids, top_k)
+    print("\n| configuration | simulated (req/s) | measured (req/s), each repeat | sim / mean "
+          "measured − 1 | measured spread | within |")  # fmt: skip
+    print("|" + " --- |" * 6)
+    for name, e in result["configs"].items():
+        measured = ", ".join("–" if m is None else f"{m:g}" for m in e["measured"])
+        error = "–" if e["error"] is None else f"{e['error']:+.1%}"
+        print(f"| {name} | {e['simulated']:g} | {measured} | {error} | {e['spread']:.1%} | "
+              f"{'yes' if e['ok'] else 'no'} |")  # fmt: skip
+    print(
+        f"\nSpearman (simulated vs mean measured): {result['spearman']}; measured best "
+        f"{result['measured_best']} in the simulated top 2 {result['simulated_top2']}: "
+        f"{result['best_in_top2']}; every configuration within ±15% or its spread: "
+        f"{result['all_within']}"
+    )
+    print(
+        f"time: the top_k tune {result['top_k_stage_s']} s (its real checks "
+        f"{result['top_k_real_s']} s, simulation {result['simulated_wall_s']} s) against the "
+        f"grid's real searches {result['grid_real_s']} s: ratio {result['time_ratio']}"
+    )
+    if args.out:
+        record = {
+            "date": stamp,
+            "device": "cpu",
+            "host": platform.platform(),
+            "python": platform.python_version(),
+            "versions": versions(),
+            "command": "python -m benchmarks.bench_tune " + " ".join(sys.argv[1:]),
+            "result": result,
+            "runs": {"top_k": top_k, "grid": grids},
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        print(f"written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
