@@ -87,6 +87,22 @@ load ran), `backends` (per backend: `config`, the pipeline config the loads were
 `profiling_root`; `capacity`; `loads` with `run_id`, `num_requests`, `warmup_s`, `workload_dir`,
 `real_dir`, `repeat_dirs`, `scheduler`, `truth` and, for a load with its own bundle,
 `profiling_root`; every path relative to the run directory).
+
+### `tune.json` (tune stage, schema {{tune_version}})
+
+`schema_version`, `objective` (`capacity` or `goodput`), `slo` (`percentile`, `goals_ms`),
+`model`, `hardware`, `backend`, `space` (knob → its values), `configurations`, `refused`,
+`simulations`, `shared_rate_qps` (where every configuration's latency is read: the configured
+backend's simulated capacity, or `tune.qps`), `calibrated_with` (the knobs the one calibration
+was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve` flags) or null,
+`configured_score`, `ranking` (config ids, best first), `pareto` (the ids on the frontier),
+`note` (why no configuration meets the goals; empty otherwise), `num_requests`,
+`simulated_wall_s`, `wall_time_s`, and `verify` (null, or `mode` (`top_k`, `grid`), `margin`,
+`configs` (per configuration `config_id`, `configured`, `simulated_qps`, `measured_qps`,
+`measured_bracket_qps`, `ratio`, `simulated_in_bracket`, `binding` (`simulated`, `real`), `note`,
+`rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`),
+`simulated_best`, `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
+`wall_time_s`).
 """
 
 
@@ -97,6 +113,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
     from gpu_simulate_test.deep_profile import contract as deep_profile_tables
     from gpu_simulate_test.fidelity.contract import FIDELITY_TABLE, FIDELITY_TABLE_WITH_REPORT
     from gpu_simulate_test.real_bench.contract import TELEMETRY
+    from gpu_simulate_test.tune.contract import TUNE_TABLE
     from gpu_simulate_test.vidur_profile.contract import (
         ATTENTION_TABLE,
         ENGINE_STEPS_TABLE,
@@ -122,6 +139,7 @@ def declared_tables() -> tuple[TableSchema, ...]:
         FIDELITY_TABLE,
         FIDELITY_TABLE_WITH_REPORT,
         CAPACITY_TABLE,
+        TUNE_TABLE,
     )
 
 
@@ -154,10 +172,13 @@ def render() -> str:
             )
     from gpu_simulate_test.fidelity.contract import FIDELITY_SCHEMA_VERSION
     from gpu_simulate_test.fidelity.manifest import MANIFEST_VERSION
+    from gpu_simulate_test.tune.contract import TUNE_SCHEMA_VERSION
 
     parts.append(
         JSON_ARTIFACTS.format(
-            fidelity_version=FIDELITY_SCHEMA_VERSION, manifest_version=MANIFEST_VERSION
+            fidelity_version=FIDELITY_SCHEMA_VERSION,
+            manifest_version=MANIFEST_VERSION,
+            tune_version=TUNE_SCHEMA_VERSION,
         )
     )
     return "".join(parts)

@@ -90,7 +90,13 @@ TUNE_TABLE = TableSchema(
             nullable=True,
             min_value=0,
         ),
-        Column("binding", "str", "", "the goals the first rate above the capacity missed"),
+        Column(
+            "binding",
+            "str",
+            "",
+            "the goals the first rate above the capacity missed",
+            nullable=True,
+        ),
         Column("simulations", "int", "", "rates simulated", min_value=0),
         Column(
             "measured_qps",
@@ -108,6 +114,12 @@ TUNE_TABLE = TableSchema(
             nullable=True,
             min_value=0,
         ),
-        Column("invalid", "str", "", "why vLLM (or the bundle) refuses it; empty: it runs"),
+        Column(
+            "invalid",
+            "str",
+            "",
+            "why vLLM (or the bundle) refuses it; empty: it runs",
+            nullable=True,
+        ),
     ),
 )

@@ -30,7 +30,7 @@ def plot_tune(
     capacity (goodput for ``objective=goodput``); the frontier joined, the best ringed, the
     configured backend a square; measured capacities as black crosses joined to their point."""
     y_col = "capacity_qps" if objective == "capacity" else "goodput_qps"
-    shown = frame[(frame["invalid"] == "") & frame[y_col].notna()].copy()
+    shown = frame[(frame["invalid"].fillna("") == "") & frame[y_col].notna()].copy()
     shown = shown[shown[f"{metric}_ms"].notna()]
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     front = shown[shown["config_id"].isin(frontier)].sort_values(f"{metric}_ms")
@@ -62,7 +62,8 @@ def plot_tune(
     ax.set_ylabel(
         "capacity within the goals (req/s)" if objective == "capacity" else "goodput (req/s)"
     )
-    ax.grid(True, alpha=0.3)
+    ax.set_xscale("log")  # an overloaded configuration's latency is seconds, a good one's ms
+    ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("tune: throughput against latency, one point per configuration")
     fig.tight_layout()

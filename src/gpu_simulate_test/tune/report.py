@@ -34,13 +34,15 @@ def ranked_cells(frame: pd.DataFrame, objective: str, limit: int | None = None) 
     for _, row in (frame if limit is None else frame.head(limit)).iterrows():
         score = row["capacity_qps"] if objective == "capacity" else row["goodput_qps"]
         name = str(row["config_id"]) + (" (configured)" if bool(row["configured"]) else "")
+        refused = row["invalid"] if isinstance(row["invalid"], str) else ""
+        binds = row["binding"] if isinstance(row["binding"], str) else ""
         rows.append([
             str(row["rank"]), name, str(row["max_num_seqs"]), str(row["max_num_batched_tokens"]),
             "on" if row["enable_chunked_prefill"] else "off", str(row["num_gpu_blocks"]),
             "on" if row["enable_prefix_caching"] else "off",
-            (row["invalid"] and f"refused: {row['invalid']}") or _num(score),
+            f"refused: {refused}" if refused else _num(score),
             _num(row["ttft_ms"], ".1f"), _num(row["tpot_ms"], ".1f"), _num(row["e2e_ms"], ".1f"),
-            str(row["binding"] or ""), _num(row["measured_qps"]),
+            binds, _num(row["measured_qps"]),
         ])  # fmt: skip
     return header, rows
 
@@ -127,15 +129,29 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
     return "\n".join(lines) + "\n"
 
 
+def agreement_cell(row: Mapping[str, Any]) -> str:
+    """Each goal percentile's mean signed error over the real rates that met the goals."""
+    below = (row.get("latency_agreement") or {}).get("where_real_met") or {}
+    cells = []
+    for key, summary in below.items():
+        error = summary.get("mean_signed_error")
+        if error is not None:
+            metric, _, q = key.partition("_p")
+            cells.append(f"{metric.upper()} p{q} {error:+.1%}")
+    return ", ".join(cells) or "–"
+
+
 def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
     header = ["configuration", "simulated (req/s)", "measured (req/s)", "measured bracket",
-              "sim / measured", "rates run", "disturbed", "wall (s)"]  # fmt: skip
+              "sim / measured", "latency, sim / real − 1 where real met", "rates run",
+              "disturbed", "wall (s)"]  # fmt: skip
     rows = []
     for row in verified["configs"]:
         low, high = row["measured_bracket_qps"]
         rows.append([
             row["config_id"], _num(row["simulated_qps"]), _num(row["measured_qps"]),
-            f"{_num(low)} .. {_num(high)}", _num(row["ratio"], ".3f"), str(len(row["rates"])),
+            f"{_num(low)} .. {_num(high)}", _num(row["ratio"], ".3f"), agreement_cell(row),
+            str(len(row["rates"])),
             ", ".join(f"{q:g}" for q in row["disturbed_rates"]) or "none",
             _num(row["wall_time_s"]),
         ])  # fmt: skip

@@ -178,3 +178,23 @@ def one_configuration(
     elif answer.qps is not None:
         at = next((p for p in answer.points if p.qps == answer.qps), None)
     return Simulated(candidate, answer, at, wall_s=time.perf_counter() - t0, simulations=count)
+
+
+def simulator_at(
+    cfg: TuneStageConfig, inner: PipelineStageConfig, workload_dir: Path, points_dir: Path
+) -> Callable[[Simulated, list[float]], tuple[Point, ...]]:
+    """For ``tune.verify``: a configuration simulated at the given rates (the real search's that
+    its simulated search did not run)."""
+
+    def at(sim: Simulated, rates: list[float]) -> tuple[Point, ...]:
+        if not rates:
+            return ()
+        candidate = sim.candidate
+        sim_cfg, inputs = scheduler_inputs(cfg, inner, candidate, workload_dir)
+        where = points_dir / candidate.config_id
+        return tuple(
+            simulated_rate(sim_cfg, inputs, qps, "real-rate", where, cfg.capacity)[0]
+            for qps in rates
+        )
+
+    return at

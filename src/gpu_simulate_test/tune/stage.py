@@ -32,10 +32,9 @@ from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
-from gpu_simulate_test.orchestrate.configs import with_workload
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.rank import pareto, ranked, score, spearman, table
-from gpu_simulate_test.tune.simulate import Simulated, simulate_space
+from gpu_simulate_test.tune.simulate import Simulated, simulate_space, simulator_at
 from gpu_simulate_test.tune.space import (
     Candidate,
     calibration_backend,
@@ -80,7 +79,8 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             note = ""
         verified = None
         if cfg.tune.verify != "false" and not note:
-            verified = confirm(cfg, inner, chosen(order, cfg), r)
+            at = simulator_at(cfg, inner, workload_dir, r.file(contract.POINTS_DIR))
+            verified = confirm(cfg, inner, chosen(order, cfg), r, at)
         measured = {row["config_id"]: row for row in (verified or {}).get("configs", [])}
         frame = table(order, pct, shared, measured)
         if verified is not None:
@@ -214,6 +214,3 @@ def write_outputs(
     r.update_meta(best=best.get("config_id"), verified=(doc.get("verify") or {}).get("mode"))
     if cfg.progress and doc.get("note"):
         console.print(f"[yellow]{doc['note']}")
-
-
-__all__ = ["run", "with_workload"]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from gpu_simulate_test.capacity.real_search import RealSearch, real_search
+from gpu_simulate_test.capacity.search import Point, binding, latency_agreement
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -58,11 +59,17 @@ def search_options(cfg: TuneStageConfig) -> TuneStageConfig:
 
 
 def confirm(
-    cfg: TuneStageConfig, inner: PipelineStageConfig, picked: list[Simulated], r: Run
+    cfg: TuneStageConfig,
+    inner: PipelineStageConfig,
+    picked: list[Simulated],
+    r: Run,
+    simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]] | None = None,
 ) -> dict[str, Any]:
     """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
     simulated and the measured capacity, and whether the measured best is in the simulated
-    top 2."""
+    top 2. ``simulate_at`` simulates a configuration at the real rates its search did not
+    reach, so that each row also sets the goal percentiles side by side where both ran
+    (``latency_agreement``, as the capacity stage's)."""
     searched = search_options(cfg)
     started = time.perf_counter()
     rows = []
@@ -79,7 +86,15 @@ def confirm(
             progress=False,
         )
         found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
-        rows.append(row(sim, found))
+        record = row(sim, found)
+        if simulate_at is not None and sim.answer is not None:
+            done = {p.qps for p in sim.answer.points}
+            extra = simulate_at(sim, sorted({p.qps for p in found.measured.points} - done))
+            beside = dataclasses.replace(sim.answer, points=sim.answer.points + extra)
+            pct = cfg.capacity.slo.percentile
+            keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
+            record["latency_agreement"] = latency_agreement(beside, found.measured, keys)
+        rows.append(record)
     return summary(rows, cfg, time.perf_counter() - started)
 
 
@@ -111,8 +126,6 @@ def row(sim: Simulated, found: RealSearch) -> dict[str, Any]:
 
 
 def binding_of(found: RealSearch) -> list[str]:
-    from gpu_simulate_test.capacity.search import binding
-
     return binding(found.measured)
 
 
@@ -134,7 +147,3 @@ def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> 
         ],
         "wall_time_s": round(wall_s, 1),
     }
-
-
-def runs_dir(r: Run) -> Path:
-    return r.file(RUNS_DIR)

@@ -1,0 +1,138 @@
+"""The tune stage through its CLI on a synthetic bundle (simulation only, vLLM's scheduler): the
+ranked table, the recommendation, the Pareto plot, and the refusals; and, in the slow tier, the
+top_k confirmation on real vLLM servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_simulate_test.io.artifacts import read_csv
+from gpu_simulate_test.tune import contract
+from tests.conftest import run_cli
+from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
+
+pytestmark = pytest.mark.integration
+
+SIMULATED = (
+    "backend=vllm", "engine_overhead=false", "profiling_root=profiles",
+    "capacity.slo.ttft_ms=3", "capacity.slo.tpot_ms=0", "capacity.qps_min=1",
+    "capacity.qps_max=10000", "capacity.points=9", "capacity.refine=4",
+    "workload.num_requests=120", "vidur.predictor.num_training_job_threads=1",
+    "tune.verify=false",
+    "tune.space.max_num_seqs=[1,4,32]", "tune.space.max_num_batched_tokens=[16,64]",
+    "~tune.space.enable_prefix_caching",
+)  # fmt: skip
+"""The synthetic bundle's steps take well under a millisecond: a 3 ms TTFT goal puts every
+configuration's knee inside the grid."""
+
+
+def _doc(run: Path) -> dict[str, Any]:
+    return json.loads((run / contract.TUNE_JSON).read_text())
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tune")
+    write_synthetic_bundle(root / "profiles", ranges=SyntheticRanges(block_size=32))
+    run_cli("tune", *SIMULATED, "output.run_id=t", cwd=root)
+    return root
+
+
+def test_the_space_ranked_with_its_recommendation(project: Path) -> None:
+    run = project / "tmp" / "tune" / "t"
+    doc = _doc(run)
+    frame = read_csv(run / contract.TUNE_CSV, contract.TUNE_TABLE)
+    # 6 combinations and the configured backend (s32-t256), refused s16-t16 last
+    assert doc["configurations"] == 7 and len(frame) == 7
+    assert frame["config_id"].tolist()[-1] == "s32-t16"
+    assert "must be >= max_num_seqs (32)" in frame["invalid"].tolist()[-1]
+    valid = frame[frame["invalid"].isna()]
+    capacities = valid["capacity_qps"].to_numpy()
+    assert (capacities[:-1] >= capacities[1:]).all()  # ranked by capacity
+    # one request at a time queues: the batch cap of 1 is the worst, far below the best
+    worst = valid[valid["max_num_seqs"] == 1]["capacity_qps"].max()
+    assert worst < 0.5 * capacities[0]
+    # the latencies are read at one rate for all: the configured backend's capacity
+    assert set(valid["rate_qps"]) == {doc["shared_rate_qps"]}
+    configured = frame[frame["configured"]]
+    assert configured["config_id"].tolist() == ["configured"]
+    assert configured["capacity_qps"].iloc[0] == pytest.approx(doc["shared_rate_qps"])
+    best = doc["best"]
+    assert best["config_id"] == frame["config_id"].iloc[0] == doc["ranking"][0]
+    assert f"--max-num-seqs {best['knobs']['max_num_seqs']}" in best["flags"]
+    assert best["config_id"] in doc["pareto"]
+    assert doc["calibrated_with"]["max_num_seqs"] == 32  # the configured backend's is largest
+    assert doc["simulations"] == frame["simulations"].sum() > 7
+    assert (run / contract.TUNE_PLOT).stat().st_size > 10_000
+    report = (run / contract.REPORT_MD).read_text()
+    assert "vllm serve qwen3_tiny --max-num-seqs" in report and "![pareto](tune.png)" in report
+
+
+def test_goodput_at_a_rate(project: Path) -> None:
+    run_cli("tune", *SIMULATED, "tune.objective=goodput", "tune.qps=200",
+            "output.run_id=g", "progress=false", cwd=project)  # fmt: skip
+    doc = _doc(project / "tmp" / "tune" / "g")
+    assert doc["objective"] == "goodput" and doc["shared_rate_qps"] == 200
+    frame = read_csv(project / "tmp" / "tune" / "g" / contract.TUNE_CSV, contract.TUNE_TABLE)
+    valid = frame[frame["invalid"].isna()]
+    assert valid["goodput_qps"].notna().all() and (valid["simulations"] == 1).all()
+    goodput = valid["goodput_qps"].to_numpy()
+    assert (goodput[:-1] >= goodput[1:]).all()
+
+
+def test_goals_no_configuration_meets_say_what_binds(project: Path) -> None:
+    proc = run_cli("tune", *SIMULATED, "capacity.slo.ttft_ms=0.001", "capacity.extend=0",
+                   "output.run_id=none", "progress=false", cwd=project, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    said = proc.stdout + proc.stderr
+    assert "no configuration meets the goals" in said and "ttft_p90" in said and "> 0.001" in said
+    doc = _doc(project / "tmp" / "tune" / "none")  # the table is kept, the run says why
+    assert doc["best"] is None and doc["note"]
+
+
+def test_bad_spaces_fail_before_anything_runs(project: Path) -> None:
+    for override, said in (
+        ("+tune.space.max_seqs=[4]", "tune.space.max_seqs: not a knob"),
+        ("tune.space.max_num_seqs=[0]", "not a positive whole number"),
+        ("tune.space.max_num_seqs=8:2:x2", "1 <= lo <= hi"),
+    ):
+        proc = run_cli("tune", *SIMULATED, override, "output.run_id=bad", cwd=project,
+                       check=False)  # fmt: skip
+        assert proc.returncode == 2, override
+        assert said in proc.stdout + proc.stderr, override
+    proc = run_cli("tune", *SIMULATED, "~tune.space.max_num_seqs",
+                   "~tune.space.max_num_batched_tokens", "output.run_id=bad", cwd=project,
+                   check=False)  # fmt: skip
+    assert proc.returncode == 2 and "tune.space is empty" in proc.stdout + proc.stderr
+    assert not (project / "tmp" / "tune" / "bad").exists()
+
+
+@pytest.mark.slow
+def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
+    """Two configurations far apart (a batch cap of 2 and of 32) on real vLLM servers, one each:
+    the real search brackets each simulated capacity; the larger cap serves more, measured as
+    simulated."""
+    proc = run_cli(
+        "tune", "tune.space.max_num_seqs=[2,32]", "~tune.space.max_num_batched_tokens",
+        "~tune.space.enable_prefix_caching", "backend.max_requests_per_batch=2",
+        "tune.top_k=1", "capacity.verify_seconds=5", "workload.num_requests=200",
+        "output.run_id=real", cwd=tmp_path,
+    )  # fmt: skip
+    doc = _doc(tmp_path / "tmp" / "tune" / "real")
+    verified = doc["verify"]
+    assert verified["mode"] == "top_k"
+    rows = {row["config_id"]: row for row in verified["configs"]}
+    assert set(rows) == {"s2", "s32"} and rows["s2"]["configured"]
+    for row in rows.values():
+        assert row["measured_qps"] is not None, row
+        assert len(row["rates"]) >= 2  # a bracket: one rate met the goals, one missed
+        assert (tmp_path / "tmp" / "tune" / "real" / "runs" / row["config_id"] / "server").is_dir()
+    assert rows["s32"]["measured_qps"] > rows["s2"]["measured_qps"]
+    assert verified["measured_best"] == "s32" and verified["measured_best_in_sim_top2"]
+    frame = read_csv(tmp_path / "tmp" / "tune" / "real" / contract.TUNE_CSV, contract.TUNE_TABLE)
+    assert frame["measured_qps"].notna().sum() == 2
+    assert "on the real engine (top_k" in proc.stdout
