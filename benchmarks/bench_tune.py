@@ -67,7 +67,7 @@ def tune(run_id: str, verify: str, seconds: float, overrides: list[str]) -> dict
 def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str, Any]:
     """Per configuration: simulated, measured per repeat, their mean and spread, the verdict."""
     sim_order = grids[0]["ranking"]
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for doc in grids:
         for row in doc["verify"]["configs"]:
             entry = rows.setdefault(
