@@ -6,7 +6,6 @@ needs few rates: its seed, a step, a few bisections)."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,6 @@ class Simulated:
     for ``capacity``, ``tune.qps`` for ``goodput``."""
     error: str = ""
     """Why it was not simulated (vLLM refuses it, or the bundle cannot simulate it)."""
-    wall_s: float = 0.0
     simulations: int = 0
 
     @property
@@ -55,16 +53,25 @@ class Simulated:
         return [] if self.answer is None else binding(self.answer)
 
 
-def scheduler_inputs(
-    cfg: TuneStageConfig, inner: PipelineStageConfig, candidate: Candidate, workload_dir: Path
-) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class TuneInputs:
+    """What every configuration's simulation shares: the stage's config, the pipeline config of
+    its runs, the one workload (and its longest prompt) and where the rates' Vidur output goes."""
+
+    cfg: TuneStageConfig
+    inner: PipelineStageConfig
+    workload_dir: Path
+    longest_prompt: int
+    points_dir: Path
+
+
+def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]:
     """The simulation config and checked inputs of one configuration (its Vidur scheduler
     derived from its knobs); ConfigError or ArtifactError when it cannot be simulated."""
-    from gpu_simulate_test.core.workloads import load_workload
     from gpu_simulate_test.vidur_simulate.stage import prepare
 
-    longest = int(load_workload(workload_dir).lengths["num_prefill_tokens"].max())
-    scheduler, _ = derive_scheduler(candidate.backend, cfg.vidur.scheduler, longest)
+    cfg, inner, workload_dir = tuned.cfg, tuned.inner, tuned.workload_dir
+    scheduler, _ = derive_scheduler(candidate.backend, cfg.vidur.scheduler, tuned.longest_prompt)
     at = dataclasses.replace(inner, backend=candidate.backend)
     sim_cfg = simulate_config(at, scheduler, workload_dir)
     sim_cfg = dataclasses.replace(sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False))
@@ -72,18 +79,13 @@ def scheduler_inputs(
 
 
 def simulate_space(
-    cfg: TuneStageConfig,
-    inner: PipelineStageConfig,
-    found: list[Candidate],
-    workload_dir: Path,
-    points_dir: Path,
-    advance: Callable[[int], None] = lambda n: None,
+    tuned: TuneInputs, found: list[Candidate], advance: Callable[[int], None] = lambda n: None
 ) -> tuple[list[Simulated], float | None]:
     """Every configuration simulated (:class:`Simulated`, the order of ``found``), and the
     shared rate their latencies are read at. The first (the configured backend) by the grid
     search; each next one is the configuration nearest to those already done (fewest knobs
     apart), seeded at that neighbour's answer."""
-    opts = cfg.tune
+    cfg, opts = tuned.cfg, tuned.cfg.tune
     first = next((c for c in found if c.configured and not c.invalid), None)
     first = first or next(c for c in found if not c.invalid)
     results: dict[str, Simulated] = {}
@@ -91,10 +93,7 @@ def simulate_space(
     todo = [c for c in found if c is not first]
     candidate, seed = first, None
     while True:
-        result = one_configuration(
-            cfg, inner, candidate, workload_dir, points_dir / candidate.config_id, shared, seed,
-            candidate is first,
-        )  # fmt: skip
+        result = one_configuration(tuned, candidate, shared, seed, candidate is first)
         results[candidate.config_id] = result
         advance(1)
         if candidate is first and shared is None:  # the reference: the latencies are read there
@@ -125,11 +124,8 @@ def nearest(
 
 
 def one_configuration(
-    cfg: TuneStageConfig,
-    inner: PipelineStageConfig,
+    tuned: TuneInputs,
     candidate: Candidate,
-    workload_dir: Path,
-    where: Path,
     shared: float | None,
     seed: float | None,
     grid: bool,
@@ -139,12 +135,12 @@ def one_configuration(
     shared rate (simulated there when the search did not reach it)."""
     if candidate.invalid:
         return Simulated(candidate, error=candidate.invalid)
-    t0 = time.perf_counter()
     try:
-        sim_cfg, inputs = scheduler_inputs(cfg, inner, candidate, workload_dir)
+        sim_cfg, inputs = scheduler_inputs(tuned, candidate)
     except (ConfigError, ArtifactError) as exc:
         return Simulated(candidate, error=str(exc))
-    opts, capacity = cfg.tune, cfg.capacity
+    opts, capacity = tuned.cfg.tune, tuned.cfg.capacity
+    where = tuned.points_dir / candidate.config_id
     count = 0
 
     def evaluate(qps: float, phase: str) -> Point:
@@ -155,7 +151,7 @@ def one_configuration(
     if opts.objective == "goodput":
         assert shared is not None
         point = evaluate(shared, "goodput")
-        return Simulated(candidate, None, point, wall_s=time.perf_counter() - t0, simulations=1)
+        return Simulated(candidate, None, point, simulations=1)
     if grid or seed is None:
         answer = search(
             evaluate,
@@ -177,12 +173,10 @@ def one_configuration(
         at = at or evaluate(rounded(shared), "shared")
     elif answer.qps is not None:
         at = next((p for p in answer.points if p.qps == answer.qps), None)
-    return Simulated(candidate, answer, at, wall_s=time.perf_counter() - t0, simulations=count)
+    return Simulated(candidate, answer, at, simulations=count)
 
 
-def simulator_at(
-    cfg: TuneStageConfig, inner: PipelineStageConfig, workload_dir: Path, points_dir: Path
-) -> Callable[[Simulated, list[float]], tuple[Point, ...]]:
+def simulator_at(tuned: TuneInputs) -> Callable[[Simulated, list[float]], tuple[Point, ...]]:
     """For ``tune.verify``: a configuration simulated at the given rates (the real search's that
     its simulated search did not run)."""
 
@@ -190,10 +184,10 @@ def simulator_at(
         if not rates:
             return ()
         candidate = sim.candidate
-        sim_cfg, inputs = scheduler_inputs(cfg, inner, candidate, workload_dir)
-        where = points_dir / candidate.config_id
+        sim_cfg, inputs = scheduler_inputs(tuned, candidate)
+        where = tuned.points_dir / candidate.config_id
         return tuple(
-            simulated_rate(sim_cfg, inputs, qps, "real-rate", where, cfg.capacity)[0]
+            simulated_rate(sim_cfg, inputs, qps, "real-rate", where, tuned.cfg.capacity)[0]
             for qps in rates
         )
 

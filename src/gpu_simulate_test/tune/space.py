@@ -131,11 +131,7 @@ def calibration_backend(found: list[Candidate]) -> Any:
     every configuration's steps), prefix caching on if any configuration has it (its cached
     prefills then calibrated too), chunked prefill on if any has it."""
     valid = [c for c in found if not c.invalid]
-    first = (
-        next(c.backend for c in valid if c.configured)
-        if any(c.configured for c in valid)
-        else valid[0].backend
-    )
+    first = next((c.backend for c in valid if c.configured), valid[0].backend)
     return dataclasses.replace(
         first,
         max_batch_tokens=max(c.backend.max_batch_tokens for c in valid),

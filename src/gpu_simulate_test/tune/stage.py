@@ -20,6 +20,7 @@ Writes ``tune.csv``, ``tune.json``, ``tune.png`` and ``report.md`` (:mod:`.contr
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,8 +34,8 @@ from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import contract
-from gpu_simulate_test.tune.rank import pareto, ranked, score, spearman, table
-from gpu_simulate_test.tune.simulate import Simulated, simulate_space, simulator_at
+from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
+from gpu_simulate_test.tune.simulate import Simulated, TuneInputs, simulate_space, simulator_at
 from gpu_simulate_test.tune.space import (
     Candidate,
     calibration_backend,
@@ -58,7 +59,13 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         inner_cal = dataclasses.replace(inner, backend=calibrated)
         inner_cal, _, workload_dir = bundle_and_workload(at_calibration, inner_cal, r)
         inner = dataclasses.replace(inner_cal, backend=cfg.backend)
-        found = candidates(cfg.tune, cfg.backend, cfg.model, longest_request(workload_dir))
+        lengths = load_workload(workload_dir).lengths
+        longest = int((lengths["num_prefill_tokens"] + lengths["num_decode_tokens"]).max())
+        found = candidates(cfg.tune, cfg.backend, cfg.model, longest)
+        tuned = TuneInputs(
+            cfg, inner, workload_dir, int(lengths["num_prefill_tokens"].max()),
+            r.file(contract.POINTS_DIR),
+        )  # fmt: skip
         r.update_meta(
             workload_dir=str(workload_dir),
             configurations=len(found),
@@ -66,9 +73,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         t0 = time.perf_counter()
         with progress_bar("simulating configurations", len(found), cfg.progress) as advance:
-            results, shared = simulate_space(
-                cfg, inner, found, workload_dir, r.file(contract.POINTS_DIR), advance
-            )
+            results, shared = simulate_space(tuned, found, advance)
         simulated_s = time.perf_counter() - t0
         pct = cfg.capacity.slo.percentile
         metric = next(iter(cfg.capacity.slo.goals()))
@@ -79,15 +84,14 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             note = ""
         verified = None
         if cfg.tune.verify != "false" and not note:
-            at = simulator_at(cfg, inner, workload_dir, r.file(contract.POINTS_DIR))
-            verified = confirm(cfg, inner, chosen(order, cfg), r, at)
+            verified = confirm(cfg, inner, chosen(order, cfg), r, simulator_at(tuned))
         measured = {row["config_id"]: row for row in (verified or {}).get("configs", [])}
         frame = table(order, pct, shared, measured)
         if verified is not None:
             verified["spearman"] = rank_agreement(verified)
-        doc = document(cfg, order, frame, shared, verified, note, calibrated)
+        doc = document(cfg, order, shared, verified, note, calibrated)
         doc.update(
-            num_requests=len(load_workload(workload_dir).lengths),
+            num_requests=len(lengths),
             simulated_wall_s=round(simulated_s, 1),
             wall_time_s=round(time.perf_counter() - started, 1),
         )
@@ -99,11 +103,6 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if note:
         raise ConfigError(f"{note} (the table: {r.file(contract.TUNE_CSV)})")
     return r.path
-
-
-def longest_request(workload_dir: Path) -> int:
-    lengths = load_workload(workload_dir).lengths
-    return int((lengths["num_prefill_tokens"] + lengths["num_decode_tokens"]).max())
 
 
 def no_configuration_note(order: list[Simulated], cfg: TuneStageConfig) -> str:
@@ -141,7 +140,6 @@ def rank_agreement(verified: Mapping[str, Any]) -> float | None:
 def document(
     cfg: TuneStageConfig,
     order: list[Simulated],
-    frame: Any,
     shared: float | None,
     verified: dict[str, Any] | None,
     note: str,
@@ -153,9 +151,9 @@ def document(
     metric = next(iter(cfg.capacity.slo.goals()))
     valid = [s for s in order if not s.error and score(s, objective) > 0]
     points = [
-        (s.candidate.config_id, score(s, objective), float(row[f"{metric}_ms"]))
-        for s, (_, row) in zip(order, frame.iterrows(), strict=True)
-        if s in valid and row[f"{metric}_ms"] is not None
+        (s.candidate.config_id, score(s, objective), latency_at(s, metric, pct))
+        for s in valid
+        if math.isfinite(latency_at(s, metric, pct))
     ]
     best = valid[0] if valid and not note else None
     configured = next((s for s in order if s.candidate.configured), None)

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu_simulate_test.capacity.real_search import RealSearch, real_search
-from gpu_simulate_test.capacity.search import Point, binding, latency_agreement
+from gpu_simulate_test.capacity.real_search import (
+    RealSearch,
+    rates_to_simulate,
+    real_search,
+    search_record,
+)
+from gpu_simulate_test.capacity.search import Point
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -63,7 +68,7 @@ def confirm(
     inner: PipelineStageConfig,
     picked: list[Simulated],
     r: Run,
-    simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]] | None = None,
+    simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]],
 ) -> dict[str, Any]:
     """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
     simulated and the measured capacity, and whether the measured best is in the simulated
@@ -71,6 +76,8 @@ def confirm(
     reach, so that each row also sets the goal percentiles side by side where both ran
     (``latency_agreement``, as the capacity stage's)."""
     searched = search_options(cfg)
+    pct = cfg.capacity.slo.percentile
+    keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
     started = time.perf_counter()
     rows = []
     for k, sim in enumerate(picked, 1):
@@ -86,47 +93,38 @@ def confirm(
             progress=False,
         )
         found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
-        record = row(sim, found)
-        if simulate_at is not None and sim.answer is not None:
-            done = {p.qps for p in sim.answer.points}
-            extra = simulate_at(sim, sorted({p.qps for p in found.measured.points} - done))
-            beside = dataclasses.replace(sim.answer, points=sim.answer.points + extra)
-            pct = cfg.capacity.slo.percentile
-            keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
-            record["latency_agreement"] = latency_agreement(beside, found.measured, keys)
-        rows.append(record)
+        assert sim.answer is not None  # chosen() picks configurations with a capacity
+        extra = simulate_at(sim, rates_to_simulate(sim.answer, found))
+        rows.append(row(sim, search_record(sim.answer, found, keys, extra), found))
     return summary(rows, cfg, time.perf_counter() - started)
 
 
-def row(sim: Simulated, found: RealSearch) -> dict[str, Any]:
-    measured = found.measured
-    predicted = sim.capacity
-    ratio = predicted / measured.qps if predicted and measured.qps else None
-    low, high = measured.bracket
+def row(sim: Simulated, record: Mapping[str, Any], found: RealSearch) -> dict[str, Any]:
+    """One checked configuration, from the capacity stage's record of its real search beside
+    the simulated one (:func:`~..capacity.real_search.search_record`)."""
+    predicted, ratio = record["answer_qps"], record["ratio"]
+    low, high = record["measured_bracket_qps"]
     return {
         "config_id": sim.candidate.config_id,
         "configured": sim.candidate.configured,
         "simulated_qps": predicted,
-        "measured_qps": measured.qps,
+        "measured_qps": record["measured_capacity_qps"],
         "measured_bracket_qps": [low, high],
         "ratio": None if ratio is None else round(ratio, 4),
         "simulated_in_bracket": (
             predicted is not None and low <= predicted and (high is None or predicted < high)
         ),
-        "binding": {"simulated": sim.binding(), "real": binding_of(found)},
-        "note": measured.note,
+        "binding": record["binding"],
+        "note": record["note"],
         "rates": [
             {"qps": p.qps, "meets_slo": p.meets, "violated": list(p.violated)}
-            for p in measured.points
+            for p in found.measured.points
         ],
-        "disturbed_rates": [run["qps"] for run in found.runs if run["disturbed"]],
-        "stopped": found.stopped,
-        "wall_time_s": round(found.wall_s, 1),
+        "disturbed_rates": record["disturbed_rates"],
+        "stopped": record["stopped"],
+        "wall_time_s": record["wall_time_s"],
+        "latency_agreement": record["latency_agreement"],
     }
-
-
-def binding_of(found: RealSearch) -> list[str]:
-    return binding(found.measured)
 
 
 def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> dict[str, Any]:

@@ -33,8 +33,9 @@ took about half of each 400-request simulation."""
 
 def setup_key(request: SimulationRequest) -> str | None:
     """What the predictor and its fits depend on: the cluster and predictor configs (the bundle,
-    the model, the scheduler's bounds), the overhead's backend and seed, the serving terms;
-    None (never reused) with step jitter, whose draws the predictor carries from run to run."""
+    the model, the scheduler's bounds), the overhead's backend and seed (the engine's and the
+    serving steps are compared by identity beside it); None (never reused) with step jitter,
+    whose draws the predictor carries from run to run."""
     if request.step_jitter is not None:
         return None
     config = request.simulation_config
@@ -44,8 +45,6 @@ def setup_key(request: SimulationRequest) -> str | None:
             config.execution_time_predictor_config,
             request.backend,
             request.seed,
-            id(request.serving_steps),
-            id(request.engine_steps),
         )
     )
 
