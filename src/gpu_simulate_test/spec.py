@@ -100,8 +100,10 @@ was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve`
 `simulated_wall_s`, `wall_time_s`, and `verify` (null, or `mode` (`top_k`, `grid`), `margin`,
 `configs` (per configuration `config_id`, `configured`, `simulated_qps`, `measured_qps`,
 `measured_bracket_qps`, `ratio`, `simulated_in_bracket`, `binding` (`simulated`, `real`), `note`,
-`rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`),
-`simulated_best`, `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
+`rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`,
+`latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
+model: `ratio`, `steps`, `per_run`; null without one), `simulated_at_server_level_qps` (the
+simulated capacity again with every step `ratio` times as long)), `simulated_best`, `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
 `wall_time_s`).
 """
 

@@ -115,7 +115,8 @@ def test_bad_spaces_fail_before_anything_runs(project: Path) -> None:
 def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     """Two configurations far apart (a batch cap of 2 and of 32) on real vLLM servers, one each:
     the real search brackets each simulated capacity; the larger cap serves more, measured as
-    simulated."""
+    simulated; each server's step level read against the step model, and the capacity
+    simulated again at it."""
     proc = run_cli(
         "tune", "tune.space.max_num_seqs=[2,32]", "~tune.space.max_num_batched_tokens",
         "~tune.space.enable_prefix_caching", "backend.max_requests_per_batch=2",
@@ -131,6 +132,10 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         assert row["measured_qps"] is not None, row
         assert len(row["rates"]) >= 2  # a bracket: one rate met the goals, one missed
         assert (tmp_path / "tmp" / "tune" / "real" / "runs" / row["config_id"] / "server").is_dir()
+        level = row["server_step_level"]  # the server's steps against the step model
+        assert level is not None and 0.5 < level["ratio"] < 2.0, row
+        assert len(level["per_run"]) == len(row["rates"]) and level["steps"] >= 20
+        assert row["simulated_at_server_level_qps"] is not None
     assert rows["s32"]["measured_qps"] > rows["s2"]["measured_qps"]
     assert verified["measured_best"] == "s32" and verified["measured_best_in_sim_top2"]
     frame = read_csv(tmp_path / "tmp" / "tune" / "real" / contract.TUNE_CSV, contract.TUNE_TABLE)

@@ -143,15 +143,18 @@ def agreement_cell(row: Mapping[str, Any]) -> str:
 
 def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
     header = ["configuration", "simulated (req/s)", "measured (req/s)", "measured bracket",
-              "sim / measured", "latency, sim / real − 1 where real met", "rates run",
-              "disturbed", "wall (s)"]  # fmt: skip
+              "sim / measured", "latency, sim / real − 1 where real met",
+              "server's steps / model's", "simulated at that level (req/s)",
+              "rates run", "disturbed",
+              "wall (s)"]  # fmt: skip
     rows = []
     for row in verified["configs"]:
         low, high = row["measured_bracket_qps"]
         rows.append([
             row["config_id"], _num(row["simulated_qps"]), _num(row["measured_qps"]),
             f"{_num(low)} .. {_num(high)}", _num(row["ratio"], ".3f"), agreement_cell(row),
-            str(len(row["rates"])),
+            level_cell(row.get("server_step_level")),
+            _num(row.get("simulated_at_server_level_qps")), str(len(row["rates"])),
             ", ".join(f"{q:g}" for q in row["disturbed_rates"]) or "none",
             _num(row["wall_time_s"]),
         ])  # fmt: skip
@@ -164,5 +167,30 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
         "",
     ]
     if verified.get("spearman") is not None:
-        lines += [f"Spearman rank correlation, simulated vs measured: {verified['spearman']:.2f}."]
+        lines += [
+            f"Spearman rank correlation, simulated vs measured: {verified['spearman']:.2f}.",
+            "",
+        ]
+    lines += [
+        "*Server's steps / model's*: how long each server's busy steps took, in all, against "
+        "the simulation's step model timing the same steps (their composition, and the load "
+        "around each for the serving terms); the lowest and highest of its rates in brackets. "
+        "The simulation runs at its calibration's speed; near a latency goal a few percent of step "
+        "time move the capacity several times as much (the capacity stage's `step_band`), so a "
+        "server that ran slower or faster than its calibration explains a capacity missed in "
+        "that direction; one that ran at the calibration's speed (about 1.00) leaves the "
+        "difference to the model. *Simulated at that level*: the configuration's simulated "
+        "search again with every step that much longer (`vidur.step_time_scale`): against the "
+        "measured capacity it shows what the model misses once the server's speed is known "
+        "(a diagnosis, not the answer: it reads the judged runs)."
+    ]
     return lines
+
+
+def level_cell(level: Mapping[str, Any] | None) -> str:
+    """``server_step_level`` as ``1.09× (runs 1.00–1.18)``, or – without one."""
+    if not level:
+        return "–"
+    runs = [r for r in level.get("per_run", []) if r is not None]
+    spread = f" (runs {min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
+    return f"{level['ratio']:.2f}×{spread}"

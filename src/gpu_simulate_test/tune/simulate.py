@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
 from gpu_simulate_test.capacity.stage import simulated_rate
@@ -22,6 +23,8 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.orchestrate.configs import simulate_config
 from gpu_simulate_test.tune.space import Candidate
 
+AT_LEVEL = "at-level"
+"""Under the points: each verified configuration simulated again at its server's step level."""
 SIM_MAX_STEPS = 12
 """Steps of ``tune.sim_step`` from the seed before a configuration's search gives up on a
 bracket (1.5¹² ≈ 130×)."""
@@ -192,3 +195,43 @@ def simulator_at(tuned: TuneInputs) -> Callable[[Simulated, list[float]], tuple[
         )
 
     return at
+
+
+def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] | None]:
+    """For ``tune.verify``: a configuration's step model as its simulation times steps (the
+    predictor with the engine overhead, and the serving terms), for its server's step level
+    (:func:`~..calibration.level.step_level`); simulated once at ``capacity.qps_min`` to build
+    it (the simulator keeps the last configuration's); None where the simulation has none
+    (a simulator not timed by the predictor)."""
+    from gpu_simulate_test.vidur_simulate.predictor_clock import predicted_s
+    from gpu_simulate_test.vidur_simulate.simulator_v1 import held_step_model
+
+    def model(sim: Simulated) -> tuple[Predict, Any] | None:
+        sim_cfg, inputs = scheduler_inputs(tuned, sim.candidate)
+        where = tuned.points_dir / AT_LEVEL / sim.candidate.config_id
+        qps = rounded(tuned.cfg.capacity.qps_min)
+        simulated_rate(sim_cfg, inputs, qps, "step-model", where, tuned.cfg.capacity)
+        held = held_step_model()
+        if held is None:
+            return None
+        timer, load = held
+        return (lambda chunks: predicted_s(timer, chunks)), load
+
+    return model
+
+
+def at_step_level(tuned: TuneInputs) -> Callable[[Simulated, float], Simulated]:
+    """For ``tune.verify``: a configuration's capacity simulated again with every step ``scale``
+    times as long (``vidur.step_time_scale``: its server's measured step level), by a bracket
+    search seeded at its simulated capacity; its points under ``points/at-level/<config_id>``."""
+
+    def again(sim: Simulated, scale: float) -> Simulated:
+        vidur = dataclasses.replace(tuned.inner.vidur, step_time_scale=scale)
+        scaled = dataclasses.replace(
+            tuned,
+            inner=dataclasses.replace(tuned.inner, vidur=vidur),
+            points_dir=tuned.points_dir / AT_LEVEL,
+        )
+        return one_configuration(scaled, sim.candidate, None, sim.capacity, False)
+
+    return again

@@ -35,7 +35,14 @@ from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
-from gpu_simulate_test.tune.simulate import Simulated, TuneInputs, simulate_space, simulator_at
+from gpu_simulate_test.tune.simulate import (
+    Simulated,
+    TuneInputs,
+    at_step_level,
+    simulate_space,
+    simulator_at,
+    step_model,
+)
 from gpu_simulate_test.tune.space import (
     Candidate,
     calibration_backend,
@@ -84,7 +91,10 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             note = ""
         verified = None
         if cfg.tune.verify != "false" and not note:
-            verified = confirm(cfg, inner, chosen(order, cfg), r, simulator_at(tuned))
+            verified = confirm(
+                cfg, inner, chosen(order, cfg), r, simulator_at(tuned),
+                step_model(tuned), at_step_level(tuned),
+            )  # fmt: skip
         measured = {row["config_id"]: row for row in (verified or {}).get("configs", [])}
         frame = table(order, pct, shared, measured)
         if verified is not None:

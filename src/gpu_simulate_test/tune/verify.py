@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.calibration.level import Predict, step_level
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
     rates_to_simulate,
@@ -25,7 +27,10 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.tune.simulate import Simulated
 
 RUNS_DIR = "runs"
@@ -69,12 +74,19 @@ def confirm(
     picked: list[Simulated],
     r: Run,
     simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]],
+    step_model: Callable[[Simulated], tuple[Predict, Any] | None] | None = None,
+    at_level: Callable[[Simulated, float], Simulated] | None = None,
 ) -> dict[str, Any]:
     """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
     simulated and the measured capacity, and whether the measured best is in the simulated
     top 2. ``simulate_at`` simulates a configuration at the real rates its search did not
     reach, so that each row also sets the goal percentiles side by side where both ran
-    (``latency_agreement``, as the capacity stage's)."""
+    (``latency_agreement``, as the capacity stage's). With ``step_model`` (a configuration's
+    step model, as its simulation times steps), each row says how fast its server's steps ran
+    against it (``server_step_level``, :func:`server_level`) and, with ``at_level``, the
+    capacity simulated again at that level (``simulated_at_server_level_qps``): what the
+    simulation says for a server as fast as this one, so that what the server's speed explains
+    is told apart from what the model misses."""
     searched = search_options(cfg)
     pct = cfg.capacity.slo.percentile
     keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
@@ -95,13 +107,38 @@ def confirm(
         found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
         assert sim.answer is not None  # chosen() picks configurations with a capacity
         extra = simulate_at(sim, rates_to_simulate(sim.answer, found))
-        rows.append(row(sim, search_record(sim.answer, found, keys, extra), found))
+        model = step_model(sim) if step_model is not None else None
+        level = server_level(model, found)
+        entry = row(sim, search_record(sim.answer, found, keys, extra), found, level)
+        if level is not None and at_level is not None:
+            entry["simulated_at_server_level_qps"] = at_level(sim, float(level["ratio"])).capacity
+        rows.append(entry)
     return summary(rows, cfg, time.perf_counter() - started)
 
 
-def row(sim: Simulated, record: Mapping[str, Any], found: RealSearch) -> dict[str, Any]:
+def server_level(model: tuple[Predict, Any] | None, found: RealSearch) -> dict[str, Any] | None:
+    """The configuration's server's steps against its step model, over every rate its real
+    search ran (:func:`~..calibration.level.step_level`); None without a model or the engine's
+    step record."""
+    if model is None:
+        return None
+    runs = []
+    for run in found.runs:
+        path = Path(str(run.get("real_run", ""))) / layout.ENGINE_SCHEDULE
+        if path.is_file():
+            runs.append(read_csv(path, ENGINE_SCHEDULE))
+    return step_level(runs, *model)
+
+
+def row(
+    sim: Simulated,
+    record: Mapping[str, Any],
+    found: RealSearch,
+    level: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """One checked configuration, from the capacity stage's record of its real search beside
-    the simulated one (:func:`~..capacity.real_search.search_record`)."""
+    the simulated one (:func:`~..capacity.real_search.search_record`), and its server's step
+    level (:func:`server_level`)."""
     predicted, ratio = record["answer_qps"], record["ratio"]
     low, high = record["measured_bracket_qps"]
     return {
@@ -124,6 +161,8 @@ def row(sim: Simulated, record: Mapping[str, Any], found: RealSearch) -> dict[st
         "stopped": record["stopped"],
         "wall_time_s": record["wall_time_s"],
         "latency_agreement": record["latency_agreement"],
+        "server_step_level": None if level is None else dict(level),
+        "simulated_at_server_level_qps": None,
     }
 
 

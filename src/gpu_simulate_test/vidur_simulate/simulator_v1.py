@@ -31,6 +31,15 @@ _SETUPS: dict[str, tuple[Any, ...]] = {}
 took about half of each 400-request simulation."""
 
 
+def held_step_model() -> tuple[Any, Any] | None:
+    """The last simulation's step model: its :class:`~.loop_setup.BatchTimer` and serving terms
+    (:class:`~..calibration.serving_load.ServingLoad`, None without them); None when no
+    predictor-timed simulation is held."""
+    for held in _SETUPS.values():
+        return held[5], held[6]
+    return None
+
+
 def setup_key(request: SimulationRequest) -> str | None:
     """What the predictor and its fits depend on: the cluster and predictor configs (the bundle,
     the model, the scheduler's bounds), the overhead's backend and seed (the engine's and the
