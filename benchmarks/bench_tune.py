@@ -13,13 +13,17 @@ them), runs the tune stage
 and prints per configuration the simulated capacity beside the measured ones; the Spearman rank
 correlation of simulated and measured (the mean over the repeats); whether the measured best is
 in the simulated top 2 in every repeat; each configuration's simulated / measured within ±15% or
-within the measured spread; and the top_k tune's wall time over the grid's real searches'.
+within the measured spread; and the top_k tune's wall time over the grid's real searches'. Beside
+them, the diagnosis: each grid server's step level against the simulation's step model and the
+capacity simulated again at that level (``server_step_level``,
+``simulated_at_server_level_qps``), its error against that repeat's measured capacity.
 Issue 47's targets: best in the top 2, Spearman ≥ 0.8, each within ±15% (or the spread), top_k
 ≤ 1/4 of the grid's time.
 
-Run: ``python -m benchmarks.bench_tune [--repeats 2] [--top-k-runs 1] [--seconds 10] [--out F.json]
-[--stamp S] [overrides]``; ``--stamp`` resumes a benchmark, reusing the runs of that stamp that
-finished.
+Run: ``python -m benchmarks.bench_tune [--repeats 2] [--top-k-runs 1] [--probe-grids 0]
+[--seconds 10] [--out F.json] [--stamp S] [overrides]``; ``--probe-grids`` adds grids seeded by a
+burst probe (no simulator: the time a user without one spends); ``--stamp`` resumes a
+benchmark, reusing the runs of that stamp that finished.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ SPACE = [
     "backend.max_batch_tokens=128",
 ]
 WITHIN = 0.15
+PROBE = "capacity.verify_seed=probe"
+"""A grid that knows nothing of the simulation: each real search starts from a burst probe."""
 
 
 def tune(run_id: str, verify: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
@@ -71,9 +77,13 @@ def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str
     for doc in grids:
         for row in doc["verify"]["configs"]:
             entry = rows.setdefault(
-                row["config_id"], {"simulated": row["simulated_qps"], "measured": []}
+                row["config_id"],
+                {"simulated": row["simulated_qps"], "measured": [], "level": [], "at_level": []},
             )
             entry["measured"].append(row["measured_qps"])
+            level = row.get("server_step_level") or {}
+            entry["level"].append(level.get("ratio"))
+            entry["at_level"].append(row.get("simulated_at_server_level_qps"))
     for entry in rows.values():
         measured = [m for m in entry["measured"] if m is not None]
         entry["mean"] = sum(measured) / len(measured) if measured else None
@@ -81,6 +91,10 @@ def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str
         error = entry["simulated"] / entry["mean"] - 1 if entry["mean"] else None
         entry["error"] = error
         entry["ok"] = error is not None and abs(error) <= max(WITHIN, entry["spread"])
+        # the diagnosis: each repeat's capacity simulated at its own server's step level
+        both = zip(entry["at_level"], entry["measured"], strict=True)
+        pairs = [(a, m) for a, m in both if a and m]
+        entry["at_level_error"] = sum(a / m - 1 for a, m in pairs) / len(pairs) if pairs else None
     pairs = [(rows[c]["simulated"], rows[c]["mean"]) for c in sim_order if c in rows]
     pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
     grid_s = [doc["verify"]["wall_time_s"] for doc in grids]
@@ -93,6 +107,11 @@ def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str
         "measured_best": [doc["verify"]["measured_best"] for doc in grids],
         "simulated_top2": sim_order[:2],
         "all_within": all(e["ok"] for e in rows.values()),
+        "within_at_level": sum(
+            1
+            for e in rows.values()
+            if e["at_level_error"] is not None and abs(e["at_level_error"]) <= WITHIN
+        ),
         "grid_real_s": grid_s,
         "top_k_stage_s": top_k_s,
         "top_k_real_s": [doc["verify"]["wall_time_s"] for doc in top_ks],
@@ -123,6 +142,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--top-k-runs", type=int, default=1)
+    parser.add_argument(
+        "--probe-grids", type=int, default=0,
+        help="grids whose real searches start from a burst probe, as a user without a "
+        "simulator searches (capacity.verify_seed=probe): the time baseline",
+    )  # fmt: skip
     parser.add_argument("--stamp", default=None, help="resume: the runs of this stamp are reused")
     parser.add_argument("--out", type=Path, default=None)
     args, overrides = parser.parse_known_args()
@@ -136,20 +160,46 @@ def main() -> None:
         tune(f"bench-{stamp}-topk{i}", "top_k", args.seconds, overrides)
         for i in range(1, args.top_k_runs)
     ]
+    probes = [
+        tune(f"bench-{stamp}-probe{i}", "grid", args.seconds, [*overrides, PROBE])
+        for i in range(args.probe_grids)
+    ]
     result = table(grids, top_ks)
+    if probes:
+        probe_s = [doc["verify"]["wall_time_s"] for doc in probes]
+        mean_probe = sum(probe_s) / len(probe_s)
+        result["probe_grid_real_s"] = probe_s
+        result["probe_grid_measured"] = {
+            row["config_id"]: [
+                next(r["measured_qps"] for r in doc["verify"]["configs"]
+                     if r["config_id"] == row["config_id"])
+                for doc in probes
+            ]
+            for row in probes[0]["verify"]["configs"]
+        }  # fmt: skip
+        result["time_ratio_vs_probe_grid"] = [
+            round(s / mean_probe, 3) for s in result["top_k_stage_s"]
+        ]
     print("\n| configuration | simulated (req/s) | measured (req/s), each repeat | sim / mean "
-          "measured − 1 | measured spread | within |")  # fmt: skip
-    print("|" + " --- |" * 6)
+          "measured − 1 | measured spread | within | server step level, each repeat | "
+          "simulated at that level, each repeat | at level / measured − 1 (mean) |")  # fmt: skip
+    print("|" + " --- |" * 9)
+
+    def cells(values: list[Any], fmt: str = "g") -> str:
+        return ", ".join("–" if v is None else format(v, fmt) for v in values)
+
     for name, e in result["configs"].items():
-        measured = ", ".join("–" if m is None else f"{m:g}" for m in e["measured"])
         error = "–" if e["error"] is None else f"{e['error']:+.1%}"
-        print(f"| {name} | {e['simulated']:g} | {measured} | {error} | {e['spread']:.1%} | "
-              f"{'yes' if e['ok'] else 'no'} |")  # fmt: skip
+        at_error = "–" if e["at_level_error"] is None else f"{e['at_level_error']:+.1%}"
+        print(f"| {name} | {e['simulated']:g} | {cells(e['measured'])} | {error} | "
+              f"{e['spread']:.1%} | {'yes' if e['ok'] else 'no'} | {cells(e['level'], '.3f')} | "
+              f"{cells(e['at_level'])} | {at_error} |")  # fmt: skip
     print(
         f"\nSpearman (simulated vs mean measured): {result['spearman']}; measured best "
         f"{result['measured_best']} in the simulated top 2 {result['simulated_top2']}: "
         f"{result['best_in_top2']}; every configuration within ±15% or its spread: "
-        f"{result['all_within']}"
+        f"{result['all_within']}; simulated at each server's step level, within ±15%: "
+        f"{result['within_at_level']} of {len(result['configs'])}"
     )
     print(
         f"time: the top_k tunes {result['top_k_stage_s']} s (profiled and calibrated first: "
@@ -157,6 +207,11 @@ def main() -> None:
         f"{result['simulated_wall_s']} s) against the grid's real searches "
         f"{result['grid_real_s']} s: ratio to their mean {result['time_ratio']}"
     )
+    if probes:
+        print(
+            f"against the grid seeded by a burst probe (no simulator) {result['probe_grid_real_s']}"
+            f" s: ratio {result['time_ratio_vs_probe_grid']}"
+        )
     if args.out:
         record = {
             "date": stamp,
@@ -166,7 +221,7 @@ def main() -> None:
             "versions": versions(),
             "command": "python -m benchmarks.bench_tune " + " ".join(sys.argv[1:]),
             "result": result,
-            "runs": {"top_k": top_ks, "grid": grids},
+            "runs": {"top_k": top_ks, "grid": grids, "probe_grid": probes},
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2, default=str) + "\n")

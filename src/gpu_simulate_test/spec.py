@@ -103,8 +103,8 @@ was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve`
 `rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`,
 `latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
 model: `ratio`, `steps`, `per_run`; null without one), `simulated_at_server_level_qps` (the
-simulated capacity again with every step `ratio` times as long)), `simulated_best`, `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
-`wall_time_s`).
+simulated capacity again with every step `ratio` times as long)), `simulated_best`,
+`measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`, `wall_time_s`).
 """
 
 

@@ -204,10 +204,11 @@ def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] |
     it (the simulator keeps the last configuration's); None where the simulation has none
     (a simulator not timed by the predictor)."""
     from gpu_simulate_test.vidur_simulate.predictor_clock import predicted_s
-    from gpu_simulate_test.vidur_simulate.simulator_v1 import held_step_model
+    from gpu_simulate_test.vidur_simulate.simulator_v1 import forget_setups, held_step_model
 
     def model(sim: Simulated) -> tuple[Predict, Any] | None:
         sim_cfg, inputs = scheduler_inputs(tuned, sim.candidate)
+        forget_setups()  # what is held after the simulation is this configuration's, or none
         where = tuned.points_dir / AT_LEVEL / sim.candidate.config_id
         qps = rounded(tuned.cfg.capacity.qps_min)
         simulated_rate(sim_cfg, inputs, qps, "step-model", where, tuned.cfg.capacity)

@@ -31,6 +31,11 @@ _SETUPS: dict[str, tuple[Any, ...]] = {}
 took about half of each 400-request simulation."""
 
 
+def forget_setups() -> None:
+    """Drop the held setup (the next simulation builds its own)."""
+    _SETUPS.clear()
+
+
 def held_step_model() -> tuple[Any, Any] | None:
     """The last simulation's step model: its :class:`~.loop_setup.BatchTimer` and serving terms
     (:class:`~..calibration.serving_load.ServingLoad`, None without them); None when no
