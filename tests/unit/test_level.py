@@ -4,6 +4,7 @@ read 1.2 times that, the serving terms divide the level, and too few steps give 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.calibration import serving_load
-from gpu_simulate_test.calibration.level import MIN_STEPS, step_level
+from gpu_simulate_test.calibration.level import MIN_STEPS, Predict, step_level
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.tune.report import level_cell
 
@@ -22,14 +23,14 @@ def schedule() -> pd.DataFrame:
     return pd.read_csv(DATA / "engine_schedule.csv")
 
 
-def fitted_model(steps: pd.DataFrame):  # type: ignore[no-untyped-def]
+def fitted_model(steps: pd.DataFrame) -> Predict:
     """A step's time as a line in its query tokens and requests, fitted to ``steps`` itself."""
     f = serving_load.step_features(steps)
     q = np.array([sum(c[0] for c in chunks) for chunks in f["chunks"]], dtype=float)
     n = np.array([len(chunks) for chunks in f["chunks"]], dtype=float)
     coef, *_ = np.linalg.lstsq(np.column_stack([np.ones_like(q), q, n]), f["body_s"], rcond=None)
 
-    def predict(chunks):  # type: ignore[no-untyped-def]
+    def predict(chunks: Sequence[tuple[int, int]]) -> float:
         return float(coef @ [1.0, sum(c[0] for c in chunks), len(chunks)])
 
     return predict
