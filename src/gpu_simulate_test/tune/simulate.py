@@ -209,7 +209,7 @@ def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] |
     def model(sim: Simulated) -> tuple[Predict, Any] | None:
         sim_cfg, inputs = scheduler_inputs(tuned, sim.candidate)
         forget_setups()  # what is held after the simulation is this configuration's, or none
-        where = tuned.points_dir / AT_LEVEL / sim.candidate.config_id
+        where = tuned.points_dir / sim.candidate.config_id  # its own steps, not at a level
         qps = rounded(tuned.cfg.capacity.qps_min)
         simulated_rate(sim_cfg, inputs, qps, "step-model", where, tuned.cfg.capacity)
         held = held_step_model()

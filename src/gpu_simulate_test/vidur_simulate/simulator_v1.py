@@ -40,9 +40,8 @@ def held_step_model() -> tuple[Any, Any] | None:
     """The last simulation's step model: its :class:`~.loop_setup.BatchTimer` and serving terms
     (:class:`~..calibration.serving_load.ServingLoad`, None without them); None when no
     predictor-timed simulation is held."""
-    for held in _SETUPS.values():
-        return held[5], held[6]
-    return None
+    held = next(iter(_SETUPS.values()), None)
+    return None if held is None else (held[5], held[6])
 
 
 def setup_key(request: SimulationRequest) -> str | None:
