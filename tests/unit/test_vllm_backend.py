@@ -395,10 +395,51 @@ def test_the_client_pins_every_thread_of_its_process_and_gives_them_back() -> No
     started.wait(5)
     try:
         with cpu_affinity({cpus[0]}):
-            assert os.sched_getaffinity(native[0]) == {cpus[0]}  # not only the caller
+            held = os.sched_getaffinity(native[0])
+            threads = os.listdir("/proc/self/task")
+            assert held == {cpus[0]}, f"sender {native[0]} on {held}; threads {threads}"
             assert os.sched_getaffinity(0) == {cpus[0]}
         assert os.sched_getaffinity(native[0]) == set(cpus)
         assert os.sched_getaffinity(0) == set(cpus)
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_a_thread_listing_that_fails_once_still_pins_every_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from gpu_simulate_test.core.engines import harness
+
+    cpus = sorted(os.sched_getaffinity(0))
+    started, stop = threading.Event(), threading.Event()
+    native: list[int] = []
+
+    def sender() -> None:
+        native.append(threading.get_native_id())
+        started.set()
+        stop.wait(10)
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    started.wait(5)
+    real_listdir = os.listdir
+    failed: list[str] = []
+
+    def listdir_once_out_of_descriptors(path: str) -> list[str]:
+        if path == "/proc/self/task" and not failed:
+            failed.append(path)
+            raise OSError(24, "Too many open files")
+        return real_listdir(path)
+
+    monkeypatch.setattr(harness.os, "listdir", listdir_once_out_of_descriptors)
+    try:
+        with harness.cpu_affinity({cpus[0]}):
+            assert failed
+            assert os.sched_getaffinity(native[0]) == {cpus[0]}
+        assert os.sched_getaffinity(native[0]) == set(cpus)
     finally:
         stop.set()
         thread.join(5)

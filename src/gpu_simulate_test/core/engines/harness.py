@@ -86,11 +86,33 @@ def gc_paused() -> Iterator[None]:
 
 
 def _threads() -> list[int]:
-    """This process's thread ids (``/proc/self/task``), or 0 (the calling thread) without it."""
-    try:
-        return [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
+    """This process's thread ids (``/proc/self/task``), or 0 (the calling thread) without it.
+    The listing is tried three times: it opens a directory, which a moment short of file
+    descriptors fails."""
+    for _ in range(3):
+        try:
+            return [int(tid) for tid in os.listdir("/proc/self/task")]
+        except OSError:
+            time.sleep(0.01)
+    return [0]
+
+
+_PIN_PASSES = 3
+
+
+def _pin(cpus: set[int], previous: dict[int, set[int]]) -> bool:
+    """One pass: every listed thread not yet held on ``cpus`` is pinned (its earlier mask kept
+    once in ``previous``); True when the pass found nothing left to do."""
+    settled = True
+    for tid in _threads():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            now = os.sched_getaffinity(tid)
+            if now == cpus:
+                continue
+            previous.setdefault(tid, now)
+            os.sched_setaffinity(tid, cpus)
+            settled = False
+    return settled
 
 
 @contextlib.contextmanager
@@ -98,15 +120,16 @@ def cpu_affinity(cpus: set[int] | None) -> Iterator[None]:
     """Keep this process, every thread of it, on ``cpus`` for the block (threads started in it
     inherit it); None leaves it alone. ``sched_setaffinity(0)`` alone pins the calling thread
     only: the sender threads started ahead of time and the log reader floated, and were seen
-    queued behind vLLM's worker on the other core while the client's core sat idle."""
+    queued behind vLLM's worker on the other core while the client's core sat idle. Passes
+    repeat (at most three) until one finds every thread held: a thread started by one not yet
+    pinned, or a mask reset under us, is caught by the next."""
     if not cpus:
         yield
         return
     previous: dict[int, set[int]] = {}
-    for tid in _threads():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            previous[tid] = os.sched_getaffinity(tid)
-            os.sched_setaffinity(tid, cpus)
+    for _ in range(_PIN_PASSES):
+        if _pin(cpus, previous):
+            break
     try:
         yield
     finally:
