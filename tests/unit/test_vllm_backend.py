@@ -207,6 +207,25 @@ def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Pa
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
 
 
+def test_runs_nested_in_a_stage_share_the_outer_snapshot_and_vllm_cache(
+    compose_stage, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from gpu_simulate_test.config.schema import OutputConfig, nested_output, shared_root
+
+    cfg = _cfg(compose_stage, f"output.root={tmp_path}")
+    alone = VllmBackend(cfg).server_env()
+    assert alone["VLLM_CACHE_ROOT"] == str((tmp_path / "cache" / "vllm").resolve())
+    outer = OutputConfig(root=str(tmp_path))
+    one = nested_output(outer, tmp_path / "tune" / "t" / "runs" / "s8-t128")
+    two = nested_output(nested_output(outer, tmp_path / "capacity" / "c" / "runs"), "deeper")
+    assert shared_root(one) == shared_root(two) == tmp_path  # nested twice: still the outer
+    assert one.overwrite and one.root.endswith("s8-t128")
+    nested = VllmBackend(dataclasses.replace(cfg, output=one)).server_env()
+    assert nested["VLLM_CACHE_ROOT"] == alone["VLLM_CACHE_ROOT"]  # not under runs/s8-t128
+
+
 def test_bad_input_is_refused_before_anything_starts(compose_stage, tmp_path: Path) -> None:
     ok = [_req(0, tuple(range(40)))]
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -69,7 +69,7 @@ from gpu_simulate_test.capacity.split import (
 )
 from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
@@ -99,7 +99,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
         r.update_meta(phase=opts.phase)
-        output = OutputConfig(root=str(r.file(contract.RUNS_DIR)), overwrite=True)
+        output = nested_output(cfg.output, r.file(contract.RUNS_DIR))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         if source is not None:
             inner, decided, workload_dir = recorded_inputs(cfg, inner, source)

@@ -129,4 +129,10 @@ def multirun_output(config: DictConfig) -> OutputConfig:
     """The multirun's ``output`` node, typed (its run id names the report)."""
     out = config.output
     run_id = None if out.run_id is None else str(out.run_id)
-    return OutputConfig(root=str(out.root), run_id=run_id, overwrite=bool(out.overwrite))
+    shared = out.get("shared_root")
+    return OutputConfig(
+        root=str(out.root),
+        run_id=run_id,
+        overwrite=bool(out.overwrite),
+        shared_root=None if shared is None else str(shared),
+    )

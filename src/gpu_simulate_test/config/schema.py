@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omegaconf import MISSING
 
@@ -433,6 +434,23 @@ class OutputConfig:
     """Name of the run; None makes one from the time, the config's stable id and a random part."""
     overwrite: bool = False
     """Allow replacing an existing run with the same id (never done silently)."""
+    shared_root: str | None = None
+    """Where engines keep what every run may share: the model snapshot saved from the config
+    (``models/``) and vLLM's caches (``cache/``: its model-class inspection, compiled graphs);
+    None: ``root``. A stage that runs engines under its own run directory (a capacity search's
+    or a tune's configurations) points this at the outer root, so each server started there
+    skips the inspection subprocess and the snapshot (about 15 s of a 60 s start on 2 cores)."""
+
+
+def shared_root(output: OutputConfig) -> Path:
+    """``output.shared_root``, or its ``root``."""
+    return Path(output.shared_root or output.root)
+
+
+def nested_output(output: OutputConfig, root: Path | str) -> OutputConfig:
+    """The output of runs a stage makes under ``root`` (inside its own run directory), sharing
+    the outer engines' snapshots and caches (:attr:`OutputConfig.shared_root`)."""
+    return OutputConfig(root=str(root), overwrite=True, shared_root=str(shared_root(output)))
 
 
 @dataclass(frozen=True)

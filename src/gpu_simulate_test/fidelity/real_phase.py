@@ -14,7 +14,7 @@ from typing import Any
 
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.schema import OutputConfig, shared_root
 from gpu_simulate_test.core.device import environment
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
@@ -41,7 +41,10 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
     opts = cfg.fidelity
     env = environment()
     base = cfg.pipeline()
-    base = dataclasses.replace(base, output=OutputConfig(root=str(r.file(contract.RUNS_DIR))))
+    runs = OutputConfig(
+        root=str(r.file(contract.RUNS_DIR)), shared_root=str(shared_root(cfg.output))
+    )
+    base = dataclasses.replace(base, output=runs)
     backend = base.backend.name
     # phase=real brings its bundle back with the run, and so does a campaign that calibrates
     # afresh (reuse_profile=false, the stage's default); otherwise the shared bundles are reused

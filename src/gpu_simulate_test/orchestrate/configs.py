@@ -74,7 +74,9 @@ def with_workload(cfg: PipelineStageConfig, run_id: str, **workload: Any) -> Pip
 def stage_output(cfg: PipelineStageConfig) -> OutputConfig:
     """Where each stage run of ``cfg`` lands."""
     out = cfg.output
-    return OutputConfig(root=out.root, run_id=out.run_id, overwrite=out.overwrite)
+    return OutputConfig(
+        root=out.root, run_id=out.run_id, overwrite=out.overwrite, shared_root=out.shared_root
+    )
 
 
 def workload_config(cfg: PipelineStageConfig) -> WorkloadStageConfig:

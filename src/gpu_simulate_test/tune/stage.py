@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.capacity.split import bundle_and_workload
-from gpu_simulate_test.config.schema import ConfigError, OutputConfig
+from gpu_simulate_test.config.schema import ConfigError, nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.core.workloads import load_workload
@@ -59,7 +59,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     space_checked = candidates(cfg.tune, cfg.backend, cfg.model, 1)  # the space, before any run
     with start_run(cfg.output.root, "tune", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
-        output = OutputConfig(root=str(r.file("runs")), overwrite=True)
+        output = nested_output(cfg.output, r.file("runs"))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         calibrated = calibration_backend(space_checked)
         at_calibration = dataclasses.replace(cfg, backend=calibrated)

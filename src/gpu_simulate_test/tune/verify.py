@@ -24,7 +24,7 @@ from gpu_simulate_test.capacity.real_search import (
 )
 from gpu_simulate_test.capacity.search import Point
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
@@ -101,7 +101,7 @@ def confirm(
         at = dataclasses.replace(
             inner,
             backend=c.backend,
-            output=OutputConfig(root=str(root), overwrite=True),
+            output=nested_output(inner.output, root),
             progress=False,
         )
         found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")

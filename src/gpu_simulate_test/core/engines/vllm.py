@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import shared_root
 from gpu_simulate_test.core.engines import otlp, prefix_cache, step_record
 from gpu_simulate_test.core.engines.engine_clock import clock_offset_s
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
@@ -219,7 +220,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         from gpu_simulate_test.core.modeling import ensure_snapshot
 
         model_dir = ensure_snapshot(
-            self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
+            self.cfg.model, shared_root(self.cfg.output) / SNAPSHOTS, self.dtype
         )
         self.model_dir = model_dir
         if self.knobs.engine_clock:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import shared_root
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.engine_clock import (
     ClockError,
@@ -182,7 +183,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         except ClockError as exc:
             raise BackendError(str(exc)) from None
         self.model_dir = ensure_snapshot(
-            self.cfg.model, Path(self.cfg.output.root) / SNAPSHOTS, self.dtype
+            self.cfg.model, shared_root(self.cfg.output) / SNAPSHOTS, self.dtype
         )
         self._set_env(self.engine_env())
         self.version = vllm_version()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpu_simulate_test.config.backends import VllmEngineBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.schema import shared_root
 from gpu_simulate_test.core.engines.records import BenchRequest
 
 CPU_BLOCK_MULTIPLE = 32
@@ -121,7 +122,7 @@ class VllmKnobs:
     def engine_env(self) -> dict[str, str]:
         """What the engine's processes need in their environment: nothing fetched, caches under
         output.root, and on CPU the KV-cache space and the cores its threads are bound to."""
-        cache = Path(self.cfg.output.root).resolve() / "cache"
+        cache = shared_root(self.cfg.output).resolve() / "cache"
         env = {
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
