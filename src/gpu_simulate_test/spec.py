@@ -104,7 +104,10 @@ was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve`
 `latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
 model: `ratio`, `steps`, `per_run`; null without one), `simulated_at_server_level_qps` (the
 simulated capacity again with every step `ratio` times as long)), `simulated_best`,
-`measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`, `wall_time_s`).
+`measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
+`calibration_speed` (the checked servers' levels together: `pooled_level`, weighted by busy
+steps, `servers`, `range`, `one_sided`, and `note`, what to do when every server ran more than
+8% off the calibration on the same side; null without a level), `wall_time_s`).
 """
 
 

@@ -138,6 +138,12 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         assert row["simulated_at_server_level_qps"] is not None
     assert rows["s32"]["measured_qps"] > rows["s2"]["measured_qps"]
     assert verified["measured_best"] == "s32" and verified["measured_best_in_sim_top2"]
+    speed = verified["calibration_speed"]  # both servers' levels together
+    assert speed["servers"] == 2 and 0.5 < speed["pooled_level"] < 2.0
+    assert bool(speed["note"]) == (speed["one_sided"] and abs(speed["pooled_level"] - 1) > 0.08)
+    # the servers share the run's model snapshot and vLLM cache, none under a configuration
+    assert (tmp_path / "tmp" / "models").is_dir() and (tmp_path / "tmp" / "cache" / "vllm").is_dir()
+    assert not (tmp_path / "tmp" / "tune" / "real" / "runs" / "s2" / "models").exists()
     frame = read_csv(tmp_path / "tmp" / "tune" / "real" / contract.TUNE_CSV, contract.TUNE_TABLE)
     assert frame["measured_qps"].notna().sum() == 2
     assert "on the real engine (top_k" in proc.stdout

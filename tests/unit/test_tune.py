@@ -176,3 +176,50 @@ def _hf_cb() -> Any:
     from gpu_simulate_test.config.backends import HfCbBackendConfig
 
     return HfCbBackendConfig()
+
+
+def _checked(*levels: tuple[float, int] | None) -> list[dict[str, Any]]:
+    return [
+        {"server_step_level": None if lv is None else {"ratio": lv[0], "steps": lv[1]}}
+        for lv in levels
+    ]
+
+
+def test_servers_all_faster_than_the_calibration_say_it_and_what_to_do() -> None:
+    from gpu_simulate_test.tune.verify import calibration_speed
+
+    # the top_k servers of benchmarks/results/tune_20261128b
+    speed = calibration_speed(
+        _checked((0.914, 1482), (0.8455, 2144), (0.9485, 1956), (0.8609, 2677))
+    )
+    assert speed is not None and speed["servers"] == 4 and speed["one_sided"]
+    assert speed["pooled_level"] == pytest.approx(0.887, abs=0.001)
+    assert "ran faster" in speed["note"] and "likely low" in speed["note"]
+    assert "re-calibrate" in speed["note"]
+    slower = calibration_speed(_checked((1.12, 100), (1.09, 300)))
+    assert slower is not None and "ran slower" in slower["note"] and "likely high" in slower["note"]
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [
+        ((0.9, 500), (1.05, 500)),  # two-signed: the servers' own spread
+        ((0.95, 500), (0.97, 500)),  # one-signed, but within 8%
+        ((0.8, 500),),  # one server is one server
+        ((0.85, 500), None),  # a server without a level counts for nothing
+    ],
+)
+def test_a_calibration_speed_note_only_when_every_server_is_well_off_on_one_side(
+    levels: tuple[tuple[float, int] | None, ...],
+) -> None:
+    from gpu_simulate_test.tune.verify import calibration_speed
+
+    speed = calibration_speed(_checked(*levels))
+    assert speed is not None and speed["note"] == ""
+
+
+def test_no_level_no_calibration_speed() -> None:
+    from gpu_simulate_test.tune.verify import calibration_speed
+
+    assert calibration_speed(_checked(None, None)) is None
+    assert calibration_speed([]) is None

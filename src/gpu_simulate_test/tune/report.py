@@ -63,6 +63,9 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     verified = doc.get("verify")
     if verified:
         console.print(verify_sentence(verified))
+        speed = verified.get("calibration_speed") or {}
+        if speed.get("note"):
+            console.print(f"[bold yellow]calibration:[/] {speed['note']}")
     console.print(f"report: {where / 'report.md'}")
 
 
@@ -166,6 +169,9 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
         markdown_table(header, rows),
         "",
     ]
+    speed = verified.get("calibration_speed") or {}
+    if speed.get("note"):
+        lines += [f"**Calibration:** {speed['note']}.", ""]
     if verified.get("spearman") is not None:
         lines += [
             f"Spearman rank correlation, simulated vs measured: {verified['spearman']:.2f}.",

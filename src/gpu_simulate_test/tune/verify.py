@@ -166,6 +166,48 @@ def row(
     }
 
 
+SPEED_OFF = 0.08
+"""A pooled step level this far from 1, with every checked server on the same side of 1, says
+the calibration ran at another speed of the host than the servers checked after it. Fresh servers
+differ by about 15% (CV) on the project's CPU host, two-signed; all of them one-signed is the
+calibration's moment (2026-11-28: 22 servers at 0.80–0.95, a fresh calibration ten minutes
+later timed the same 1-decode steps 20% faster than that one had)."""
+
+
+def calibration_speed(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The checked servers' step levels together: ``pooled_level`` (mean of the levels, each
+    weighted by its busy steps), ``servers``, ``range``, ``one_sided`` (every level on the same
+    side of 1) and ``note``: what to do when the calibration looks off (:data:`SPEED_OFF`), else
+    empty; None without a level."""
+    levels = [
+        (float(r["server_step_level"]["ratio"]), int(r["server_step_level"]["steps"]))
+        for r in rows
+        if r.get("server_step_level")
+    ]
+    if not levels:
+        return None
+    pooled = sum(x * n for x, n in levels) / sum(n for _, n in levels)
+    low, high = min(x for x, _ in levels), max(x for x, _ in levels)
+    one_sided = high < 1.0 or low > 1.0
+    note = ""
+    if len(levels) >= 2 and one_sided and abs(pooled - 1.0) > SPEED_OFF:
+        ran, capacities = ("faster", "low") if pooled < 1.0 else ("slower", "high")
+        note = (
+            f"every server checked ({len(levels)}) ran {ran} than the calibration's step model "
+            f"(levels {low:.2f}-{high:.2f}, pooled {pooled:.3f}): the calibration sampled "
+            f"another speed of the host, and the simulated capacities are likely {capacities}; "
+            "re-calibrate (vidur_profile ... output.overwrite=true) and tune again, or read "
+            "each checked configuration's capacity at its server's level"
+        )
+    return {
+        "pooled_level": round(pooled, 4),
+        "servers": len(levels),
+        "range": [low, high],
+        "one_sided": one_sided,
+        "note": note,
+    }
+
+
 def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> dict[str, Any]:
     """The verify record: rows in the simulated order, the measured best and whether it is among
     the simulated top 2 (of the rows checked), the measured ranking."""
@@ -182,5 +224,6 @@ def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> 
         "measured_order": [
             r["config_id"] for r in sorted(measured, key=lambda r: -float(r["measured_qps"]))
         ],
+        "calibration_speed": calibration_speed(rows),
         "wall_time_s": round(wall_s, 1),
     }
