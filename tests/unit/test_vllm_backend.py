@@ -3,12 +3,14 @@ knobs, up-front checks, and the server process manager on real processes."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -395,44 +397,11 @@ def test_sender_pool_runs_any_number_of_requests_at_once() -> None:
     assert sorted(done) == list(range(20))
 
 
-def test_the_client_pins_every_thread_of_its_process_and_gives_them_back() -> None:
+@contextlib.contextmanager
+def _a_sender_thread() -> Iterator[int]:
+    """A thread started before the block, as the spare senders are: its native id."""
     import threading
 
-    from gpu_simulate_test.core.engines.harness import cpu_affinity
-
-    cpus = sorted(os.sched_getaffinity(0))
-    started, stop = threading.Event(), threading.Event()
-    native: list[int] = []
-
-    def sender() -> None:  # a thread started before the block, as the spare senders are
-        native.append(threading.get_native_id())
-        started.set()
-        stop.wait(10)
-
-    thread = threading.Thread(target=sender, daemon=True)
-    thread.start()
-    started.wait(5)
-    try:
-        with cpu_affinity({cpus[0]}):
-            held = os.sched_getaffinity(native[0])
-            threads = os.listdir("/proc/self/task")
-            assert held == {cpus[0]}, f"sender {native[0]} on {held}; threads {threads}"
-            assert os.sched_getaffinity(0) == {cpus[0]}
-        assert os.sched_getaffinity(native[0]) == set(cpus)
-        assert os.sched_getaffinity(0) == set(cpus)
-    finally:
-        stop.set()
-        thread.join(5)
-
-
-def test_a_thread_listing_that_fails_once_still_pins_every_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import threading
-
-    from gpu_simulate_test.core.engines import harness
-
-    cpus = sorted(os.sched_getaffinity(0))
     started, stop = threading.Event(), threading.Event()
     native: list[int] = []
 
@@ -444,6 +413,33 @@ def test_a_thread_listing_that_fails_once_still_pins_every_thread(
     thread = threading.Thread(target=sender, daemon=True)
     thread.start()
     started.wait(5)
+    try:
+        yield native[0]
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_the_client_pins_every_thread_of_its_process_and_gives_them_back() -> None:
+    from gpu_simulate_test.core.engines.harness import cpu_affinity
+
+    cpus = sorted(os.sched_getaffinity(0))
+    with _a_sender_thread() as sender:
+        with cpu_affinity({cpus[0]}):
+            held = os.sched_getaffinity(sender)
+            threads = os.listdir("/proc/self/task")
+            assert held == {cpus[0]}, f"sender {sender} on {held}; threads {threads}"
+            assert os.sched_getaffinity(0) == {cpus[0]}
+        assert os.sched_getaffinity(sender) == set(cpus)
+        assert os.sched_getaffinity(0) == set(cpus)
+
+
+def test_a_thread_listing_that_fails_once_still_pins_every_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_simulate_test.core.engines import harness
+
+    cpus = sorted(os.sched_getaffinity(0))
     real_listdir = os.listdir
     failed: list[str] = []
 
@@ -453,12 +449,9 @@ def test_a_thread_listing_that_fails_once_still_pins_every_thread(
             raise OSError(24, "Too many open files")
         return real_listdir(path)
 
-    monkeypatch.setattr(harness.os, "listdir", listdir_once_out_of_descriptors)
-    try:
+    with _a_sender_thread() as sender:
+        monkeypatch.setattr(harness.os, "listdir", listdir_once_out_of_descriptors)
         with harness.cpu_affinity({cpus[0]}):
             assert failed
-            assert os.sched_getaffinity(native[0]) == {cpus[0]}
-        assert os.sched_getaffinity(native[0]) == set(cpus)
-    finally:
-        stop.set()
-        thread.join(5)
+            assert os.sched_getaffinity(sender) == {cpus[0]}
+        assert os.sched_getaffinity(sender) == set(cpus)
