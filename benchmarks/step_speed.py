@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.serving_load import step_features
@@ -82,5 +81,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import OutputConfig, shared_root
+from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.core.device import environment
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
@@ -41,9 +41,7 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
     opts = cfg.fidelity
     env = environment()
     base = cfg.pipeline()
-    runs = OutputConfig(
-        root=str(r.file(contract.RUNS_DIR)), shared_root=str(shared_root(cfg.output))
-    )
+    runs = nested_output(cfg.output, r.file(contract.RUNS_DIR), overwrite=False)
     base = dataclasses.replace(base, output=runs)
     backend = base.backend.name
     # phase=real brings its bundle back with the run, and so does a campaign that calibrates

@@ -72,11 +72,8 @@ def with_workload(cfg: PipelineStageConfig, run_id: str, **workload: Any) -> Pip
 
 
 def stage_output(cfg: PipelineStageConfig) -> OutputConfig:
-    """Where each stage run of ``cfg`` lands."""
-    out = cfg.output
-    return OutputConfig(
-        root=out.root, run_id=out.run_id, overwrite=out.overwrite, shared_root=out.shared_root
-    )
+    """Where each stage run of ``cfg`` lands: a copy of its ``output``, every field kept."""
+    return dataclasses.replace(cfg.output)
 
 
 def workload_config(cfg: PipelineStageConfig) -> WorkloadStageConfig:

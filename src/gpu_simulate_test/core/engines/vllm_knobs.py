@@ -121,7 +121,8 @@ class VllmKnobs:
 
     def engine_env(self) -> dict[str, str]:
         """What the engine's processes need in their environment: nothing fetched, caches under
-        output.root, and on CPU the KV-cache space and the cores its threads are bound to."""
+        the shared root (``output.shared_root``, else ``output.root``), and on CPU the KV-cache
+        space and the cores its threads are bound to."""
         cache = shared_root(self.cfg.output).resolve() / "cache"
         env = {
             "HF_HUB_OFFLINE": "1",
