@@ -103,11 +103,19 @@ was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve`
 `rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`,
 `latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
 model: `ratio`, `steps`, `per_run`; null without one), `simulated_at_server_level_qps` (the
-simulated capacity again with every step `ratio` times as long)), `simulated_best`,
+simulated capacity again with every step `ratio` times as long); with an adopted second
+calibration also `first_calibration_qps` and `first_calibration_step_level`, the first's),
+`simulated_best`,
 `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
 `calibration_speed` (the checked servers' levels together: `pooled_level`, weighted by busy
 steps, `servers`, `range`, `one_sided`, and `note`, what to do when every server ran more than
-8% off the calibration on the same side; null without a level), `wall_time_s`).
+8% off the calibration on the same side; null without a level), `wall_time_s`), and
+`recalibration` (null, or the second calibration `tune.recalibrate` made: `reason`, `bundle`
+(its profiling root), `first` and `second` (the checked servers' `calibration_speed` against
+each), `adopted` (the servers' pooled level nearer 1 with the second: the ranking, `best`, the
+table and the verify rows are then simulated with it), `levels` (per checked configuration, its
+server against the second), `first_capacities_qps` and `capacities_qps` (every configuration
+simulated with each), `wall_time_s`).
 """
 
 

@@ -116,26 +116,47 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     """Two configurations far apart (a batch cap of 2 and of 32) on real vLLM servers, one each:
     the real search brackets each simulated capacity; the larger cap serves more, measured as
     simulated; each server's step level read against the step model, and the capacity
-    simulated again at it."""
+    simulated again at it. Then a second calibration (``tune.recalibrate=always``) on a server
+    of its own: the checked servers' recorded steps read against it, adopted when closer."""
     proc = run_cli(
         "tune", "tune.space.max_num_seqs=[2,32]", "~tune.space.max_num_batched_tokens",
         "~tune.space.enable_prefix_caching", "backend.max_requests_per_batch=2",
         "tune.top_k=1", "capacity.verify_seconds=5", "workload.num_requests=200",
-        "output.run_id=real", cwd=tmp_path,
+        "tune.recalibrate=always", "output.run_id=real", cwd=tmp_path,
     )  # fmt: skip
-    doc = _doc(tmp_path / "tmp" / "tune" / "real")
+    run = tmp_path / "tmp" / "tune" / "real"
+    doc = _doc(run)
     verified = doc["verify"]
     assert verified["mode"] == "top_k"
     rows = {row["config_id"]: row for row in verified["configs"]}
     assert set(rows) == {"s2", "s32"} and rows["s2"]["configured"]
+    recal = doc["recalibration"]
+    adopted = recal["adopted"]
     for row in rows.values():
         assert row["measured_qps"] is not None, row
         assert len(row["rates"]) >= 2  # a bracket: one rate met the goals, one missed
-        assert (tmp_path / "tmp" / "tune" / "real" / "runs" / row["config_id"] / "server").is_dir()
-        level = row["server_step_level"]  # the server's steps against the step model
+        assert (run / "runs" / row["config_id"] / "server").is_dir()
+        # the server's steps against the first calibration's step model
+        level = row["first_calibration_step_level" if adopted else "server_step_level"]
         assert level is not None and 0.5 < level["ratio"] < 2.0, row
         assert len(level["per_run"]) == len(row["rates"]) and level["steps"] >= 20
         assert row["simulated_at_server_level_qps"] is not None
+        # and against the second's, read again from the same recorded steps
+        again = recal["levels"][row["config_id"]]
+        assert again is not None and len(again["per_run"]) == len(level["per_run"]), again
+        if adopted:
+            assert row["server_step_level"] == again
+            assert row["simulated_qps"] == recal["capacities_qps"][row["config_id"]]
+            assert row["first_calibration_qps"] == recal["first_capacities_qps"][row["config_id"]]
+    # the second calibration: a bundle of its own, its server's log beside it, the first's kept
+    assert recal["reason"] == "tune.recalibrate=always" or "ran" in recal["reason"]
+    assert list((tmp_path / recal["bundle"]).glob("*/qwen3_tiny/meta.json"))
+    assert list((tmp_path / "tmp" / "profiles").glob("*/qwen3_tiny/meta.json"))
+    assert (run / "recalibration" / "server.log").is_file() and (run / "server.log").is_file()
+    first, second = recal["first"], recal["second"]
+    assert adopted == (abs(second["pooled_level"] - 1) < abs(first["pooled_level"] - 1))
+    assert set(recal["capacities_qps"]) == {"s2", "s32"} and recal["wall_time_s"] > 0
+    assert "calibrated again" in proc.stdout
     assert rows["s32"]["measured_qps"] > rows["s2"]["measured_qps"]
     assert verified["measured_best"] == "s32" and verified["measured_best_in_sim_top2"]
     speed = verified["calibration_speed"]  # both servers' levels together
@@ -143,7 +164,7 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     assert bool(speed["note"]) == (speed["one_sided"] and abs(speed["pooled_level"] - 1) > 0.08)
     # the servers share the run's model snapshot and vLLM cache, none under a configuration
     assert (tmp_path / "tmp" / "models").is_dir() and (tmp_path / "tmp" / "cache" / "vllm").is_dir()
-    assert not (tmp_path / "tmp" / "tune" / "real" / "runs" / "s2" / "models").exists()
-    frame = read_csv(tmp_path / "tmp" / "tune" / "real" / contract.TUNE_CSV, contract.TUNE_TABLE)
+    assert not (run / "runs" / "s2" / "models").exists()
+    frame = read_csv(run / contract.TUNE_CSV, contract.TUNE_TABLE)
     assert frame["measured_qps"].notna().sum() == 2
     assert "on the real engine (top_k" in proc.stdout

@@ -215,10 +215,12 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
 
 
 def bundle_and_workload(
-    cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run
+    cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run, log_dir: Path | None = None
 ) -> tuple[PipelineStageConfig, ProfilePlan, Path]:
     """The one workload (at :data:`REFERENCE_QPS`) and the bundle that covers it, profiled
-    when none does; ``phase=real`` copies the bundle into the run, so that it travels with it."""
+    when none does; ``phase=real`` copies the bundle into the run, so that it travels with it.
+    The calibration's server logs into ``log_dir`` when given (a second calibration of the same
+    run: its own log, not recorded in ``run_meta.json``), else into the run's directory."""
     base = with_workload(inner, "base", qps=REFERENCE_QPS)
     workload_dir = make_workload(base)
     decided = profile_plan(base, workload_dir)
@@ -227,7 +229,7 @@ def bundle_and_workload(
     # server's CPU as its own, and its validation replay runs there); a reused bundle needs
     # no engine
     serving = (
-        served(base, r.path, r, workload_dir, "the calibration")
+        served(base, log_dir or r.path, None if log_dir else r, workload_dir, "the calibration")
         if decided.misfits
         else contextlib.nullcontext(base)
     )

@@ -27,6 +27,7 @@ field it sets (``backend.*``)."""
 BOOLEAN_KNOBS: tuple[str, ...] = ("enable_chunked_prefill", "enable_prefix_caching")
 OBJECTIVES: tuple[str, ...] = ("capacity", "goodput")
 TUNE_VERIFY: tuple[str, ...] = ("false", "top_k", "grid")
+TUNE_RECALIBRATE: tuple[str, ...] = ("auto", "always", "off")
 
 
 def knob_values(name: str, given: Any) -> tuple[Any, ...]:
@@ -113,6 +114,13 @@ class TuneOptions:
     verify_budget_s: float = 0.0
     """Wall seconds each configuration's real search may take (0: the capacity stage's
     ``capacity.verify_budget_s``)."""
+    recalibrate: str = "auto"
+    """``auto``: when every checked server ran more than 8% off the calibration on the same side
+    (``verify.calibration_speed``), calibrate once more on a fresh server (into the run's
+    ``recalibration/``), time the checked servers' recorded steps against it, and when they are
+    closer to it, simulate the space again with it and answer with that (``tune.json``
+    ``recalibration``); ``always``: the same after every check (a bundle suspected stale);
+    ``off`` (or false): never."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.space, Mapping), "tune.space must be a mapping of knob: values")
@@ -133,6 +141,13 @@ class TuneOptions:
             f"tune.verify={self.verify!r} must be one of {', '.join(TUNE_VERIFY)}",
         )
         object.__setattr__(self, "verify", mode)
+        again = {"true": "auto", "false": "off"}.get(str(self.recalibrate).lower())
+        again = again or str(self.recalibrate)
+        _check(
+            again in TUNE_RECALIBRATE,
+            f"tune.recalibrate={self.recalibrate!r} must be one of {', '.join(TUNE_RECALIBRATE)}",
+        )
+        object.__setattr__(self, "recalibrate", again)
         _check(
             self.objective == "capacity" or mode == "false",
             "tune.verify confirms capacities: with tune.objective=goodput set tune.verify=false",

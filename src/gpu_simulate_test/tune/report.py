@@ -63,6 +63,10 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     verified = doc.get("verify")
     if verified:
         console.print(verify_sentence(verified))
+        if doc.get("recalibration"):
+            console.print(
+                f"[bold yellow]calibration:[/] {recalibration_sentence(doc['recalibration'])}"
+            )
         speed = verified.get("calibration_speed") or {}
         if speed.get("note"):
             console.print(f"[bold yellow]calibration:[/] {speed['note']}")
@@ -126,6 +130,8 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
         ]
     header, rows = ranked_cells(frame, objective)
     lines += ["## Ranked", "", markdown_table(header, rows), "", "![pareto](tune.png)", ""]
+    if doc.get("recalibration"):
+        lines += [f"**Calibrated again:** {recalibration_sentence(doc['recalibration'])}.", ""]
     verified = doc.get("verify")
     if verified:
         lines += verify_markdown(verified)
@@ -145,11 +151,14 @@ def agreement_cell(row: Mapping[str, Any]) -> str:
 
 
 def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
+    first = any("first_calibration_qps" in row for row in verified["configs"])
     header = ["configuration", "simulated (req/s)", "measured (req/s)", "measured bracket",
               "sim / measured", "latency, sim / real − 1 where real met",
               "server's steps / model's", "simulated at that level (req/s)",
               "rates run", "disturbed",
               "wall (s)"]  # fmt: skip
+    if first:
+        header.insert(2, "first calibration (req/s)")
     rows = []
     for row in verified["configs"]:
         low, high = row["measured_bracket_qps"]
@@ -161,6 +170,8 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
             ", ".join(f"{q:g}" for q in row["disturbed_rates"]) or "none",
             _num(row["wall_time_s"]),
         ])  # fmt: skip
+        if first:
+            rows[-1].insert(2, _num(row.get("first_calibration_qps")))
     lines = [
         f"## On the real engine (tune.verify={verified['mode']})",
         "",
@@ -200,3 +211,20 @@ def level_cell(level: Mapping[str, Any] | None) -> str:
     runs = [r for r in level.get("per_run", []) if r is not None]
     spread = f" (runs {min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
     return f"{level['ratio']:.2f}×{spread}"
+
+
+def recalibration_sentence(record: dict[str, Any]) -> str:
+    """``tune.json`` ``recalibration`` in one line, for the terminal and the report."""
+    first, second = record["first"] or {}, record["second"] or {}
+    before = f"{float(first['pooled_level']):.3f}" if first else "none"
+    after = f"{float(second['pooled_level']):.3f}" if second else "none"
+    verdict = (
+        "adopted: the ranking, the best and the table below are simulated with it"
+        if record["adopted"]
+        else "kept the first: the servers were no closer to the second"
+    )
+    return (
+        f"calibrated again ({record['wall_time_s']:g} s, bundle {record['bundle']}): the checked "
+        f"servers' pooled step level {before} against the first calibration, {after} against "
+        f"the second; {verdict}"
+    )

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.capacity.real_search import RealSearch
 from gpu_simulate_test.capacity.split import bundle_and_workload
 from gpu_simulate_test.config.schema import ConfigError, nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -35,6 +36,7 @@ from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
+from gpu_simulate_test.tune.recalibrate import adopt_rows, adopted_models, recalibrate, wanted
 from gpu_simulate_test.tune.simulate import (
     Simulated,
     TuneInputs,
@@ -50,7 +52,7 @@ from gpu_simulate_test.tune.space import (
     knobs_of,
     serve_flags,
 )
-from gpu_simulate_test.tune.verify import chosen, confirm
+from gpu_simulate_test.tune.verify import chosen, confirm, summary
 
 
 def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -89,17 +91,29 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             note = no_configuration_note(order, cfg)
         else:
             note = ""
-        verified = None
+        verified, recal = None, None
+        searches: dict[str, RealSearch] = {}
         if cfg.tune.verify != "false" and not note:
             verified = confirm(
                 cfg, inner, chosen(order, cfg), r, simulator_at(tuned),
-                step_model(tuned), at_step_level(tuned),
+                step_model(tuned), at_step_level(tuned), searches,
             )  # fmt: skip
+            why = wanted(cfg, verified)
+            if why:
+                recal = recalibrate(
+                    cfg, r, inner_cal, tuned, found, results, verified, searches, why
+                )  # fmt: skip
+                if recal.results is not None:
+                    adopt_rows(cfg, verified, recal, searches, *adopted_models(recal))
+                    verified.update(summary(verified["configs"], cfg, verified["wall_time_s"]))
+                    order = ranked(recal.results, cfg.tune.objective, metric, pct)
+                    shared = recal.shared
         measured = {row["config_id"]: row for row in (verified or {}).get("configs", [])}
         frame = table(order, pct, shared, measured)
         if verified is not None:
             verified["spearman"] = rank_agreement(verified)
         doc = document(cfg, order, shared, verified, note, calibrated)
+        doc["recalibration"] = None if recal is None else recal.record
         doc.update(
             num_requests=len(lengths),
             simulated_wall_s=round(simulated_s, 1),

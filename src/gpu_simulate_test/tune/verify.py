@@ -76,6 +76,7 @@ def confirm(
     simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]],
     step_model: Callable[[Simulated], tuple[Predict, Any] | None] | None = None,
     at_level: Callable[[Simulated, float], Simulated] | None = None,
+    searches: dict[str, RealSearch] | None = None,
 ) -> dict[str, Any]:
     """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
     simulated and the measured capacity, and whether the measured best is in the simulated
@@ -86,10 +87,9 @@ def confirm(
     against it (``server_step_level``, :func:`server_level`) and, with ``at_level``, the
     capacity simulated again at that level (``simulated_at_server_level_qps``): what the
     simulation says for a server as fast as this one, so that what the server's speed explains
-    is told apart from what the model misses."""
+    is told apart from what the model misses. ``searches`` (when given) keeps each
+    configuration's real search, for a second calibration to read again."""
     searched = search_options(cfg)
-    pct = cfg.capacity.slo.percentile
-    keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
     started = time.perf_counter()
     rows = []
     for k, sim in enumerate(picked, 1):
@@ -105,15 +105,33 @@ def confirm(
             progress=False,
         )
         found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
-        assert sim.answer is not None  # chosen() picks configurations with a capacity
-        extra = simulate_at(sim, rates_to_simulate(sim.answer, found))
-        model = step_model(sim) if step_model is not None else None
-        level = server_level(model, found)
-        entry = row(sim, search_record(sim.answer, found, keys, extra), found, level)
-        if level is not None and at_level is not None:
-            entry["simulated_at_server_level_qps"] = at_level(sim, float(level["ratio"])).capacity
-        rows.append(entry)
+        if searches is not None:
+            searches[c.config_id] = found
+        rows.append(checked_row(cfg, sim, found, simulate_at, step_model, at_level))
     return summary(rows, cfg, time.perf_counter() - started)
+
+
+def checked_row(
+    cfg: TuneStageConfig,
+    sim: Simulated,
+    found: RealSearch,
+    simulate_at: Callable[[Simulated, list[float]], tuple[Point, ...]],
+    step_model: Callable[[Simulated], tuple[Predict, Any] | None] | None = None,
+    at_level: Callable[[Simulated, float], Simulated] | None = None,
+) -> dict[str, Any]:
+    """One checked configuration's row: its simulated search (``sim``) beside its real one
+    (``found``), the simulation at the real rates it did not run, the server's step level and
+    the capacity simulated at it (see :func:`confirm`)."""
+    pct = cfg.capacity.slo.percentile
+    keys = tuple(f"{metric}_p{pct}" for metric in cfg.capacity.slo.goals())
+    assert sim.answer is not None  # chosen() picks configurations with a capacity
+    extra = simulate_at(sim, rates_to_simulate(sim.answer, found))
+    model = step_model(sim) if step_model is not None else None
+    level = server_level(model, found)
+    entry = row(sim, search_record(sim.answer, found, keys, extra), found, level)
+    if level is not None and at_level is not None:
+        entry["simulated_at_server_level_qps"] = at_level(sim, float(level["ratio"])).capacity
+    return entry
 
 
 def server_level(model: tuple[Predict, Any] | None, found: RealSearch) -> dict[str, Any] | None:
