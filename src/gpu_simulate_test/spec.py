@@ -115,7 +115,8 @@ steps, `servers`, `range`, `one_sided`, and `note`, what to do when every server
 each), `adopted` (the servers' pooled level nearer 1 with the second: the ranking, `best`, the
 table and the verify rows are then simulated with it), `levels` (per checked configuration, its
 server against the second), `first_capacities_qps` and `capacities_qps` (every configuration
-simulated with each), `wall_time_s`).
+simulated with each), `wall_time_s`; when the second calibration failed, `error` and the first
+kept).
 """
 
 

@@ -167,3 +167,28 @@ def test_the_sentence_says_both_levels_and_what_was_kept() -> None:
     assert "adopted" in said and "231.4 s" in said
     kept = recalibration_sentence({**record, "second": None, "adopted": False})
     assert "none against the second" in kept and "kept the first" in kept
+
+
+def test_a_second_calibration_that_fails_keeps_the_first_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_simulate_test.tune import recalibrate as module
+
+    def fails(*args: Any) -> Recalibrated:
+        raise RuntimeError("the vLLM server exited before it was ready (exit code 1)")
+
+    monkeypatch.setattr(module, "recalibrate", fails)
+    cfg = TuneStageConfig(progress=False)
+    verified = {"configs": [], "calibration_speed": {"pooled_level": 1.111, "note": "ran"}}
+    unused: Any = None  # what the failing second calibration never reads
+    kept = module.recalibrate_or_keep(cfg, unused, unused, unused, [], [], verified, {}, "ran")
+    assert kept.results is None and kept.tuned is None  # the first calibration's answer stands
+    record = kept.record
+    assert not record["adopted"] and record["first"]["pooled_level"] == 1.111
+    assert (
+        record["error"] == "RuntimeError: the vLLM server exited before it was ready (exit code 1)"
+    )
+    said = recalibration_sentence(record)
+    assert (
+        said.startswith("calibrating again failed") and "first calibration's answer is kept" in said
+    )

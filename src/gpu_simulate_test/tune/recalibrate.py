@@ -140,6 +140,38 @@ def recalibrate(
     return Recalibrated(record, again, results, shared)
 
 
+def recalibrate_or_keep(
+    cfg: TuneStageConfig,
+    r: Run,
+    inner_cal: PipelineStageConfig,
+    tuned: TuneInputs,
+    found: list[Candidate],
+    first_results: list[Simulated],
+    verified: dict[str, Any],
+    searches: dict[str, RealSearch],
+    why: str,
+) -> Recalibrated:
+    """:func:`recalibrate`, or, when the second calibration fails (a server that does not
+    start, a profile still disturbed after its re-timing), the first kept and the failure in
+    the record: the checks already run are not lost to it."""
+    started = time.perf_counter()
+    try:
+        return recalibrate(cfg, r, inner_cal, tuned, found, first_results, verified, searches, why)
+    except Exception as exc:  # any failure of the second try keeps the first
+        record = {
+            "reason": why,
+            "bundle": None,
+            "first": verified.get("calibration_speed") or {},
+            "second": None,
+            "adopted": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "wall_time_s": round(time.perf_counter() - started, 1),
+        }
+        if cfg.progress:
+            console.print(f"[yellow]{recalibration_sentence(record)}")
+        return Recalibrated(record)
+
+
 def closer(first: dict[str, Any], second: dict[str, Any] | None) -> bool:
     """Whether the checked servers' pooled level is nearer 1 with the second calibration."""
     if not second or not first:

@@ -218,6 +218,11 @@ def recalibration_sentence(record: dict[str, Any]) -> str:
     first, second = record["first"] or {}, record["second"] or {}
     before = f"{float(first['pooled_level']):.3f}" if first else "none"
     after = f"{float(second['pooled_level']):.3f}" if second else "none"
+    if record.get("error"):
+        return (
+            f"calibrating again failed after {record['wall_time_s']:g} s ({record['error']}); "
+            "the first calibration's answer is kept"
+        )
     verdict = (
         "adopted: the ranking, the best and the table below are simulated with it"
         if record["adopted"]

@@ -36,7 +36,12 @@ from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
-from gpu_simulate_test.tune.recalibrate import adopt_rows, adopted_models, recalibrate, wanted
+from gpu_simulate_test.tune.recalibrate import (
+    adopt_rows,
+    adopted_models,
+    recalibrate_or_keep,
+    wanted,
+)
 from gpu_simulate_test.tune.simulate import (
     Simulated,
     TuneInputs,
@@ -100,7 +105,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )  # fmt: skip
             why = wanted(cfg, verified)
             if why:
-                recal = recalibrate(
+                recal = recalibrate_or_keep(
                     cfg, r, inner_cal, tuned, found, results, verified, searches, why
                 )  # fmt: skip
                 if recal.results is not None:
