@@ -174,14 +174,14 @@ def test_a_second_calibration_that_fails_keeps_the_first_and_says_why(
 ) -> None:
     from gpu_simulate_test.tune import recalibrate as module
 
-    def fails(*args: Any) -> Recalibrated:
+    def fails(*args: Any) -> Any:
         raise RuntimeError("the vLLM server exited before it was ready (exit code 1)")
 
-    monkeypatch.setattr(module, "recalibrate", fails)
+    monkeypatch.setattr(module, "second_calibration", fails)
     cfg = TuneStageConfig(progress=False)
     verified = {"configs": [], "calibration_speed": {"pooled_level": 1.111, "note": "ran"}}
     unused: Any = None  # what the failing second calibration never reads
-    kept = module.recalibrate_or_keep(cfg, unused, unused, unused, [], [], verified, {}, "ran")
+    kept = module.recalibrate(cfg, unused, unused, unused, [], [], verified, {}, "ran")
     assert kept.results is None and kept.tuned is None  # the first calibration's answer stands
     record = kept.record
     assert not record["adopted"] and record["first"]["pooled_level"] == 1.111

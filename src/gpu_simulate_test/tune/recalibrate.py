@@ -22,7 +22,6 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.calibration.level import Predict
@@ -64,15 +63,19 @@ class Recalibrated:
     shared: float | None = None
 
 
+ALWAYS = "tune.recalibrate=always"
+"""The reason recorded when the tune calibrates again because it was told to."""
+
+
 def wanted(cfg: TuneStageConfig, verified: dict[str, Any] | None) -> str:
-    """Why the tune calibrates again (the calibration-speed note, or ``tune.recalibrate=always``),
-    or empty when it does not (``off``, nothing checked, or ``auto`` without a note)."""
+    """Why the tune calibrates again (the calibration-speed note, or :data:`ALWAYS`), or empty
+    when it does not (``off``, nothing checked, or ``auto`` without a note)."""
     if cfg.tune.recalibrate == "off" or not verified:
         return ""
     speed = verified.get("calibration_speed") or {}
     if speed.get("note"):
         return str(speed["note"])
-    return "tune.recalibrate=always" if cfg.tune.recalibrate == "always" else ""
+    return ALWAYS if cfg.tune.recalibrate == "always" else ""
 
 
 def recalibrate(
@@ -88,11 +91,65 @@ def recalibrate(
 ) -> Recalibrated:
     """The second calibration (``inner_cal``: the pipeline config the first was made with),
     the checked servers' levels against it, and, adopted, the space simulated with it
-    (``first_results``: the space simulated with the first, kept in the record)."""
+    (``first_results``: the space simulated with the first, kept in the record). When the
+    second calibration fails (a server that does not start, a profile still disturbed after its
+    re-timing), the first is kept and the failure recorded: the checks already run are not lost
+    to it."""
     started = time.perf_counter()
     if cfg.progress:
-        because = "the checked servers ran off the calibration" if "ran" in why else why
+        because = why if why == ALWAYS else "the checked servers ran off the calibration"
         console.rule(f"[bold]calibrating again: {because}")
+    first = verified.get("calibration_speed") or {}
+    try:
+        again, results, shared, levels = second_calibration(
+            cfg, r, inner_cal, tuned, found, searches
+        )
+    except Exception as exc:  # any failure of the second try keeps the first
+        failed = {
+            "reason": why,
+            "bundle": None,
+            "first": first,
+            "second": None,
+            "adopted": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "wall_time_s": round(time.perf_counter() - started, 1),
+        }
+        if cfg.progress:
+            console.print(f"[yellow]{recalibration_sentence(failed)}")
+        return Recalibrated(failed)
+    second = calibration_speed(
+        [{"server_step_level": level} for level in levels.values() if level is not None]
+    )
+    adopted = closer(first, second)
+    record = {
+        "reason": why,
+        "bundle": again.inner.profiling_root,
+        "first": first,
+        "second": second,
+        "adopted": adopted,
+        "levels": levels,
+        "first_capacities_qps": {s.candidate.config_id: s.capacity for s in first_results},
+        "capacities_qps": {s.candidate.config_id: s.capacity for s in results},
+        "wall_time_s": round(time.perf_counter() - started, 1),
+    }
+    if cfg.progress:
+        console.print(recalibration_sentence(record))
+    if not adopted:
+        return Recalibrated(record)
+    return Recalibrated(record, again, results, shared)
+
+
+def second_calibration(
+    cfg: TuneStageConfig,
+    r: Run,
+    inner_cal: PipelineStageConfig,
+    tuned: TuneInputs,
+    found: list[Candidate],
+    searches: dict[str, RealSearch],
+) -> tuple[TuneInputs, list[Simulated], float | None, dict[str, dict[str, Any] | None]]:
+    """The profile and calibration again into ``recalibration/`` of the run, the space simulated
+    with it (its inputs, results and shared rate), and each checked server's level against it
+    over the same judged runs the first level read."""
     root = r.file(RECAL_DIR)
     root.mkdir(parents=True, exist_ok=True)
     at = dataclasses.replace(
@@ -113,63 +170,11 @@ def recalibrate(
     by_id = {s.candidate.config_id: s for s in results}
     model_of = step_model(again)
     levels = {}
-    for config_id, search in searches.items():  # the same judged runs the first level read
+    for config_id, search in searches.items():
         sim = by_id.get(config_id)
         if sim is not None and sim.capacity is not None:
             levels[config_id] = server_level(model_of(sim), search)
-    second = calibration_speed(
-        [{"server_step_level": level} for level in levels.values() if level is not None]
-    )
-    first = verified.get("calibration_speed") or {}
-    adopted = closer(first, second)
-    record = {
-        "reason": why,
-        "bundle": str(Path(at.profiling_root)),
-        "first": first,
-        "second": second,
-        "adopted": adopted,
-        "levels": levels,
-        "first_capacities_qps": {s.candidate.config_id: s.capacity for s in first_results},
-        "capacities_qps": {s.candidate.config_id: s.capacity for s in results},
-        "wall_time_s": round(time.perf_counter() - started, 1),
-    }
-    if cfg.progress:
-        console.print(recalibration_sentence(record))
-    if not adopted:
-        return Recalibrated(record)
-    return Recalibrated(record, again, results, shared)
-
-
-def recalibrate_or_keep(
-    cfg: TuneStageConfig,
-    r: Run,
-    inner_cal: PipelineStageConfig,
-    tuned: TuneInputs,
-    found: list[Candidate],
-    first_results: list[Simulated],
-    verified: dict[str, Any],
-    searches: dict[str, RealSearch],
-    why: str,
-) -> Recalibrated:
-    """:func:`recalibrate`, or, when the second calibration fails (a server that does not
-    start, a profile still disturbed after its re-timing), the first kept and the failure in
-    the record: the checks already run are not lost to it."""
-    started = time.perf_counter()
-    try:
-        return recalibrate(cfg, r, inner_cal, tuned, found, first_results, verified, searches, why)
-    except Exception as exc:  # any failure of the second try keeps the first
-        record = {
-            "reason": why,
-            "bundle": None,
-            "first": verified.get("calibration_speed") or {},
-            "second": None,
-            "adopted": False,
-            "error": f"{type(exc).__name__}: {exc}",
-            "wall_time_s": round(time.perf_counter() - started, 1),
-        }
-        if cfg.progress:
-            console.print(f"[yellow]{recalibration_sentence(record)}")
-        return Recalibrated(record)
+    return again, results, shared, levels
 
 
 def closer(first: dict[str, Any], second: dict[str, Any] | None) -> bool:

@@ -215,14 +215,14 @@ def level_cell(level: Mapping[str, Any] | None) -> str:
 
 def recalibration_sentence(record: dict[str, Any]) -> str:
     """``tune.json`` ``recalibration`` in one line, for the terminal and the report."""
-    first, second = record["first"] or {}, record["second"] or {}
-    before = f"{float(first['pooled_level']):.3f}" if first else "none"
-    after = f"{float(second['pooled_level']):.3f}" if second else "none"
     if record.get("error"):
         return (
             f"calibrating again failed after {record['wall_time_s']:g} s ({record['error']}); "
             "the first calibration's answer is kept"
         )
+    first, second = record["first"] or {}, record["second"] or {}
+    before = f"{float(first['pooled_level']):.3f}" if first else "none"
+    after = f"{float(second['pooled_level']):.3f}" if second else "none"
     verdict = (
         "adopted: the ranking, the best and the table below are simulated with it"
         if record["adopted"]

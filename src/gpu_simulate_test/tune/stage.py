@@ -39,7 +39,7 @@ from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spear
 from gpu_simulate_test.tune.recalibrate import (
     adopt_rows,
     adopted_models,
-    recalibrate_or_keep,
+    recalibrate,
     wanted,
 )
 from gpu_simulate_test.tune.simulate import (
@@ -105,7 +105,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )  # fmt: skip
             why = wanted(cfg, verified)
             if why:
-                recal = recalibrate_or_keep(
+                recal = recalibrate(
                     cfg, r, inner_cal, tuned, found, results, verified, searches, why
                 )  # fmt: skip
                 if recal.results is not None:
