@@ -130,6 +130,14 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     assert verified["mode"] == "top_k"
     rows = {row["config_id"]: row for row in verified["configs"]}
     assert set(rows) == {"s2", "s32"} and rows["s2"]["configured"]
+    # the configured backend's server started while the space was simulated, checked first;
+    # the rows keep the simulated order
+    assert verified["early_start"]["config_id"] == "s2" and verified["early_start"]["ready_s"] > 0
+    assert [row["config_id"] for row in verified["configs"]] == doc["ranking"][:2]
+    runs = run / "runs"
+    assert (runs / "s2" / "server" / "server.log").stat().st_mtime < (
+        runs / "s32" / "server" / "server.log"
+    ).stat().st_mtime
     recal = doc["recalibration"]
     adopted = recal["adopted"]
     for row in rows.values():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,31 @@ def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
     assert "server did not start" in proc.stdout and "--no-such-flag" in proc.stdout
     meta = read_json(tmp_path / "tmp" / "real_bench" / "bad" / layout.RUN_META)
     assert meta["status"] == "failed"
+
+
+def test_a_server_started_early_that_cannot_start_says_why_when_joined(
+    tmp_path: Path, compose_stage: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tune's early server (the configured backend's, started while the space simulates):
+    a start that fails is raised where the check adopts it, with the log's cause, and stopping
+    it after is harmless."""
+    from gpu_simulate_test.config.pipeline import PipelineStageConfig
+    from gpu_simulate_test.config.registry import to_typed
+    from gpu_simulate_test.core.engines.base import BackendError
+    from gpu_simulate_test.orchestrate.serving import EarlyServer
+
+    monkeypatch.chdir(tmp_path)
+    run_cli(
+        "workload", "output.run_id=w", "workload.num_requests=2", "progress=false", cwd=tmp_path
+    )
+    overrides = ["backend=vllm", "backend.server.extra_args=[--no-such-flag]"]
+    cfg = to_typed(compose_stage("pipeline", overrides), PipelineStageConfig)
+    early = EarlyServer(cfg, tmp_path / "logs", tmp_path / "tmp" / "workload" / "w")
+    with pytest.raises(BackendError, match="--no-such-flag"):
+        early.join()
+    assert early.ready_s is None and (tmp_path / "logs" / "server.log").is_file()
+    early.stop()
+    early.stop()
 
 
 def test_a_server_that_dies_mid_run_fails_the_run_and_keeps_what_was_measured(

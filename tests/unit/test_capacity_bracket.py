@@ -65,6 +65,22 @@ def test_a_seed_that_meets_steps_up() -> None:
     assert low <= 10.05 < high and high / low <= 1.25  # type: ignore[operator]
 
 
+def test_one_step_of_the_brackets_own_width_is_narrow_enough_despite_rounding() -> None:
+    # tune.verify steps by 1 + margin and bisects to that width: 35.33 * 1.15 rounds to 40.63, a
+    # ratio of 1.15001, which must not cost a bisection (three of four checks ran one on
+    # 2026-11-28); a bracket wider by more than the rounding still bisects
+    evaluate = _curve(knee=38.0)
+    answer, _ = bracket_search(evaluate, 35.33, BracketRule(step=1.15, bracket=0.15))
+    assert [q for q, _ in evaluate.calls] == [35.33, 40.63]
+    assert answer.bracket == (35.33, 40.63) and answer.note == ""
+    down = _curve(knee=48.0)
+    bracket_search(down, 51.52, BracketRule(step=1.15, bracket=0.15))
+    assert [q for q, _ in down.calls] == [51.52, 44.8]  # 51.52 / 44.8 = 1.1500000000000001
+    wide = _curve(knee=38.0)
+    bracket_search(wide, 35.33, BracketRule(step=1.152, bracket=0.15))
+    assert [phase for _, phase in wide.calls] == ["seed", "step", "bisect"]
+
+
 def test_no_bracket_within_the_steps_says_which_end() -> None:
     none = _curve(knee=0.01)
     answer, _ = bracket_search(none, 8.0, BracketRule(step=2.0, max_steps=3))

@@ -22,6 +22,11 @@ MAX_STEPS = 6
 of ``step ** MAX_STEPS`` from it: 64x with the default step of 2)."""
 PHASES: tuple[str, ...] = ("seed", "step", "bisect")
 """The ``phase`` of each real rate: the seed, the steps to a bracket, the bisection."""
+ROUNDING = 1e-3
+"""How far a bracket's width may exceed ``1 + bracket`` and still count as narrow: its rates are
+rounded to 4 significant digits (:func:`~.search.rounded`), each end by up to 5e-4 of itself, so a
+step of exactly ``1 + bracket`` (``tune.verify``: 35.33 → 40.63, a ratio of 1.15001) is as narrow
+as asked, not one bisection short of it."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,11 @@ class BracketRule:
     first_step: float = 0.0
     """The factor of the first step from the seed (0: ``step``): a seed expected close to the
     knee (a neighbour's answer) brackets it at once with a step the bracket's own width."""
+
+    def narrow(self, low: float, high: float) -> bool:
+        """Whether ``low``..``high`` is as narrow as asked (high / low ≤ 1 + ``bracket``, within
+        the rates' rounding: :data:`ROUNDING`)."""
+        return high / low <= (1 + self.bracket) * (1 + ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -114,9 +124,7 @@ def bracket_search(
                 low = point.qps
             else:
                 high = point.qps
-    while (
-        stopped is None and low is not None and high is not None and high / low > 1 + rule.bracket
-    ):
+    while stopped is None and low is not None and high is not None and not rule.narrow(low, high):
         middle = rounded(math.sqrt(low * high))
         if not low < middle < high:
             break
@@ -150,7 +158,7 @@ def _notes(
         return [f"even {high:g} {unit} missed the goals (the lowest rate tried)"]
     if high is None:
         return [f"{low:g} {unit} still met the goals (the highest rate tried)"]
-    if high / low > 1 + rule.bracket:
+    if not rule.narrow(low, high):
         return [
             f"the bracket {low:g}..{high:g} {unit} is wider than capacity.verify_bracket="
             f"{rule.bracket:g} asks"

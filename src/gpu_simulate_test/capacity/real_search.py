@@ -37,7 +37,12 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import with_workload
 from gpu_simulate_test.orchestrate.probe import measure_capacity, probe_size
-from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
+from gpu_simulate_test.orchestrate.serving import (
+    EarlyServer,
+    check_sessions_served,
+    served,
+    starts_server,
+)
 from gpu_simulate_test.orchestrate.steps import make_workload
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 
@@ -100,16 +105,36 @@ def plan_record(opts: CapacityOptions) -> dict[str, Any]:
     }
 
 
+def search_base(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig
+) -> tuple[PipelineStageConfig, Path]:
+    """The configuration a real search serves (``search-base``) and its workload's folder."""
+    base = with_workload(inner, "search-base", num_requests=cfg.capacity.verify_min_requests)
+    return base, make_workload(base)
+
+
+def early_server(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig, log_dir: Path
+) -> EarlyServer | None:
+    """The server of a real search to come, started now in a thread of its own
+    (:class:`~..orchestrate.serving.EarlyServer`; pass it to :func:`real_search` as ``early``);
+    None where the search would start none."""
+    base, base_dir = search_base(cfg, inner)
+    return EarlyServer(base, log_dir, base_dir) if starts_server(base) else None
+
+
 def real_search(
     cfg: CapacityStageConfig,
     inner: PipelineStageConfig,
     r: Run,
     simulated_qps: float | None = None,
     log_dir: Path | None = None,
+    early: EarlyServer | None = None,
 ) -> RealSearch:
     """The real search (module docstring), seeded at ``simulated_qps`` when given and
     ``capacity.verify_seed=auto``, else at a probe's capacity. The server logs into ``log_dir``
-    (default: the run's directory, which then records it)."""
+    (default: the run's directory, which then records it); ``early``: one :func:`early_server`
+    started for this search, adopted instead of a new one."""
     from gpu_simulate_test.core.run_inputs import load_run
     from gpu_simulate_test.core.workloads import load_workload
 
@@ -120,14 +145,13 @@ def real_search(
         return time.perf_counter() - started
 
     rule = BracketRule(opts.verify_step, opts.verify_bracket, opts.verify_budget_s)
-    base = with_workload(inner, "search-base", num_requests=opts.verify_min_requests)
     runs: list[dict[str, Any]] = []
     if cfg.progress:
         console.rule(f"[bold]the capacity on the real engine ({inner.backend.name})")
-    base_dir = make_workload(base)
+    base, base_dir = search_base(cfg, inner) if early is None else (early.cfg, early.workload_dir)
     unit = rate_unit(load_workload(base_dir).sessions)
     logs, record_in = (r.path, r) if log_dir is None else (log_dir, None)
-    with served(base, logs, record_in, base_dir, "the real search") as at_server:
+    with served(base, logs, record_in, base_dir, "the real search", early) as at_server:
         seed = seed_of(opts, at_server, simulated_qps)
         # one line per step of the search, with or without progress: a log cut off by a
         # device call's limit still says how far it got

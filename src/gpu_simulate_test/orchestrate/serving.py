@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_simulate_test.config.backends import VllmBackendConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import real_bench_config
+
+if TYPE_CHECKING:
+    from gpu_simulate_test.core.engines.vllm import VllmBackend
 
 
 def starts_server(cfg: PipelineStageConfig) -> bool:
@@ -43,26 +49,9 @@ def check_sessions_served(cfg: PipelineStageConfig) -> None:
             check_serves_sessions(backend, built.sessions.num_sessions)
 
 
-@contextlib.contextmanager
-def served(
-    cfg: PipelineStageConfig,
-    log_dir: Path,
-    record_in: Run | None = None,
-    workload_dir: Path | str | None = None,
-    purpose: str = "the calibration and the real runs",
-) -> Iterator[PipelineStageConfig]:
-    """For a vLLM server the orchestrator starts: check the backend (on the workload's requests
-    when ``workload_dir`` is given), start one server logging into ``log_dir``, record it in
-    ``record_in``'s ``run_meta.json`` (``server``), and yield ``cfg`` pointed at it
-    (``server.kind=external``, its ``base_url``; ``log_file``, whose step lines every stage
-    reads off the live pipe; ``spans_file``, its per-request spans: the engine's clock). The
-    server is stopped by pid on the way out, whatever happened. Other backends: ``cfg`` as it
-    is (each stage runs its own engine)."""
-    if not starts_server(cfg):
-        yield cfg
-        return
-    assert isinstance(cfg.backend, VllmBackendConfig)  # what starts_server checked
-    knobs = cfg.backend
+def checked_backend(cfg: PipelineStageConfig, workload_dir: Path | str | None) -> VllmBackend:
+    """``cfg``'s vLLM server backend, checked (on the workload's requests when ``workload_dir``
+    is given) before anything starts."""
     from gpu_simulate_test.core.engines.vllm import VllmBackend
     from gpu_simulate_test.core.requests import load_requests
     from gpu_simulate_test.core.workloads import load_workload
@@ -71,11 +60,87 @@ def served(
     workload = load_workload(workload_dir) if workload_dir else None
     runs_sessions = workload is not None and workload.sessions is not None
     backend.check(load_requests(workload, sessions=runs_sessions) if workload else [])
-    backend.log_dir = log_dir
-    if cfg.progress:
-        console.print(f"starting one vLLM server for {purpose}")
+    return backend
+
+
+class EarlyServer:
+    """A vLLM server started ahead of its turn, in a thread of its own, so that its start (about
+    half a minute on 2 CPU cores, three Python processes importing vLLM) overlaps other work:
+    the tune starts the configured backend's while it simulates the space, where no measurement
+    runs. :func:`served` adopts it (``early=``) instead of starting one; :meth:`stop` stops it
+    whatever state it is in."""
+
+    def __init__(self, cfg: PipelineStageConfig, log_dir: Path, workload_dir: Path) -> None:
+        self.cfg = cfg
+        self.workload_dir = workload_dir
+        self.backend = checked_backend(cfg, workload_dir)
+        self.backend.log_dir = log_dir
+        self.error: BaseException | None = None
+        self.started = time.perf_counter()
+        self.ready_s: float | None = None
+        """Seconds from the start to ``/health``; None until then (or on a failed start)."""
+        self._thread = threading.Thread(target=self._start, name="early-server", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self.backend.start_server()
+            self.ready_s = time.perf_counter() - self.started
+        except BaseException as exc:  # raised in the caller's thread by join()
+            self.error = exc
+
+    def join(self) -> VllmBackend:
+        """The server once it answers ``/health``; its start's error, raised here."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.backend
+
+    def stop(self) -> None:
+        """Stop the server, up or still starting (its start then fails on its own)."""
+        self.backend.stop_server()
+        self._thread.join(timeout=STOP_JOIN_S)
+        self.backend.stop_server()  # one the thread launched after the first stop
+
+
+STOP_JOIN_S = 30.0
+"""How long :meth:`EarlyServer.stop` waits for a start in flight to notice its server stopped."""
+
+
+@contextlib.contextmanager
+def served(
+    cfg: PipelineStageConfig,
+    log_dir: Path,
+    record_in: Run | None = None,
+    workload_dir: Path | str | None = None,
+    purpose: str = "the calibration and the real runs",
+    early: EarlyServer | None = None,
+) -> Iterator[PipelineStageConfig]:
+    """For a vLLM server the orchestrator starts: check the backend (on the workload's requests
+    when ``workload_dir`` is given), start one server logging into ``log_dir``, record it in
+    ``record_in``'s ``run_meta.json`` (``server``), and yield ``cfg`` pointed at it
+    (``server.kind=external``, its ``base_url``; ``log_file``, whose step lines every stage
+    reads off the live pipe; ``spans_file``, its per-request spans: the engine's clock). The
+    server is stopped by pid on the way out, whatever happened. ``early``: a server started
+    ahead for this same ``cfg`` (:class:`EarlyServer`), adopted instead of a new one. Other
+    backends: ``cfg`` as it is (each stage runs its own engine)."""
+    if not starts_server(cfg):
+        yield cfg
+        return
+    assert isinstance(cfg.backend, VllmBackendConfig)  # what starts_server checked
+    knobs = cfg.backend
+    if early is None:
+        backend = checked_backend(cfg, workload_dir)
+        backend.log_dir = log_dir
+    else:
+        backend = early.backend
     try:
-        backend.start_server()
+        if early is None:
+            if cfg.progress:
+                console.print(f"starting one vLLM server for {purpose}")
+            backend.start_server()
+        else:
+            backend = early.join()
         if record_in is not None:
             record_in.update_meta(server=backend.describe())
         yield dataclasses.replace(

@@ -57,7 +57,7 @@ from gpu_simulate_test.tune.space import (
     knobs_of,
     serve_flags,
 )
-from gpu_simulate_test.tune.verify import chosen, confirm, summary
+from gpu_simulate_test.tune.verify import chosen, confirm, start_configured, summary
 
 
 def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -85,24 +85,22 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             configurations=len(found),
             calibrated_with=knobs_of(calibrated),
         )
-        t0 = time.perf_counter()
-        with progress_bar("simulating configurations", len(found), cfg.progress) as advance:
-            results, shared = simulate_space(tuned, found, advance)
-        simulated_s = time.perf_counter() - t0
         pct = cfg.capacity.slo.percentile
         metric = next(iter(cfg.capacity.slo.goals()))
-        order = ranked(results, cfg.tune.objective, metric, pct)
-        if not any(score(s, cfg.tune.objective) > 0 for s in order if not s.error):
-            note = no_configuration_note(order, cfg)
-        else:
-            note = ""
-        verified, recal = None, None
-        searches: dict[str, RealSearch] = {}
-        if cfg.tune.verify != "false" and not note:
-            verified = confirm(
-                cfg, inner, chosen(order, cfg), r, simulator_at(tuned),
-                step_model(tuned), at_step_level(tuned), searches,
-            )  # fmt: skip
+        early = start_configured(cfg, inner, found, r)  # its start overlaps the simulation
+        try:
+            results, shared, order, simulated_s, note = simulated(cfg, tuned, found)
+            verified, recal = None, None
+            searches: dict[str, RealSearch] = {}
+            if cfg.tune.verify != "false" and not note:
+                verified = confirm(
+                    cfg, inner, chosen(order, cfg), r, simulator_at(tuned),
+                    step_model(tuned), at_step_level(tuned), searches, early,
+                )  # fmt: skip
+        finally:
+            if early is not None:
+                early.stop()
+        if verified is not None:
             why = wanted(cfg, verified)
             if why:
                 recal = recalibrate(
@@ -132,6 +130,23 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if note:
         raise ConfigError(f"{note} (the table: {r.file(contract.TUNE_CSV)})")
     return r.path
+
+
+def simulated(
+    cfg: TuneStageConfig, tuned: TuneInputs, found: list[Candidate]
+) -> tuple[list[Simulated], float | None, list[Simulated], float, str]:
+    """Every configuration simulated: the results, the shared rate, the ranking, the seconds it
+    took, and the note when no configuration meets the goals (else empty)."""
+    t0 = time.perf_counter()
+    with progress_bar("simulating configurations", len(found), cfg.progress) as advance:
+        results, shared = simulate_space(tuned, found, advance)
+    simulated_s = time.perf_counter() - t0
+    pct = cfg.capacity.slo.percentile
+    metric = next(iter(cfg.capacity.slo.goals()))
+    order = ranked(results, cfg.tune.objective, metric, pct)
+    if not any(score(s, cfg.tune.objective) > 0 for s in order if not s.error):
+        return results, shared, order, simulated_s, no_configuration_note(order, cfg)
+    return results, shared, order, simulated_s, ""
 
 
 def no_configuration_note(order: list[Simulated], cfg: TuneStageConfig) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from gpu_simulate_test.calibration.level import Predict, step_level
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
+    early_server,
     rates_to_simulate,
     real_search,
     search_record,
@@ -31,7 +32,9 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
+from gpu_simulate_test.orchestrate.serving import EarlyServer
 from gpu_simulate_test.tune.simulate import Simulated
+from gpu_simulate_test.tune.space import Candidate
 
 RUNS_DIR = "runs"
 """Each checked configuration's real runs: ``runs/<config_id>/``, its server's logs in
@@ -68,6 +71,38 @@ def search_options(cfg: TuneStageConfig) -> TuneStageConfig:
     return dataclasses.replace(cfg, capacity=capacity)
 
 
+def checked_at(
+    inner: PipelineStageConfig, candidate: Candidate, r: Run
+) -> tuple[PipelineStageConfig, Path]:
+    """Where ``candidate``'s real search runs: ``inner`` with its backend, its runs and its
+    server's logs under ``runs/<config_id>/``."""
+    root = r.file(RUNS_DIR) / candidate.config_id
+    (root / "server").mkdir(parents=True, exist_ok=True)
+    at = dataclasses.replace(
+        inner,
+        backend=candidate.backend,
+        output=nested_output(inner.output, root),
+        progress=False,
+    )
+    return at, root / "server"
+
+
+def start_configured(
+    cfg: TuneStageConfig, inner: PipelineStageConfig, found: list[Candidate], r: Run
+) -> EarlyServer | None:
+    """``tune.verify=top_k`` always checks the configured backend: its server, started now so
+    that its start overlaps the simulation of the space (no measurement runs then), and
+    adopted by :func:`confirm`; None for the other modes or objectives, or a configured
+    backend vLLM would refuse."""
+    if cfg.tune.verify != "top_k" or cfg.tune.objective != "capacity":
+        return None
+    configured = next((c for c in found if c.configured and not c.invalid), None)
+    if configured is None:
+        return None
+    at, logs = checked_at(inner, configured, r)
+    return early_server(search_options(cfg), at, logs)
+
+
 def confirm(
     cfg: TuneStageConfig,
     inner: PipelineStageConfig,
@@ -77,6 +112,7 @@ def confirm(
     step_model: Callable[[Simulated], tuple[Predict, Any] | None] | None = None,
     at_level: Callable[[Simulated, float], Simulated] | None = None,
     searches: dict[str, RealSearch] | None = None,
+    early: EarlyServer | None = None,
 ) -> dict[str, Any]:
     """Each picked configuration's real search; ``tune.json`` ``verify``: per configuration the
     simulated and the measured capacity, and whether the measured best is in the simulated
@@ -88,27 +124,32 @@ def confirm(
     capacity simulated again at that level (``simulated_at_server_level_qps``): what the
     simulation says for a server as fast as this one, so that what the server's speed explains
     is told apart from what the model misses. ``searches`` (when given) keeps each
-    configuration's real search, for a second calibration to read again."""
+    configuration's real search, for a second calibration to read again. ``early``: the
+    configured backend's server, started ahead (:func:`start_configured`): that configuration
+    is checked first, on it (``early_start``: which, and the seconds its start took, overlapped
+    with the simulation); the rows keep the simulated order."""
     searched = search_options(cfg)
     started = time.perf_counter()
-    rows = []
-    for k, sim in enumerate(picked, 1):
+    rows: dict[str, dict[str, Any]] = {}
+    ahead = [s for s in picked if early is not None and s.candidate.configured]
+    for k, sim in enumerate(ahead + [s for s in picked if s not in ahead], 1):
         c = sim.candidate
         if cfg.progress:
             console.rule(f"[bold]{k}/{len(picked)}: {c.config_id} on the real engine")
-        root = r.file(RUNS_DIR) / c.config_id
-        (root / "server").mkdir(parents=True, exist_ok=True)
-        at = dataclasses.replace(
-            inner,
-            backend=c.backend,
-            output=nested_output(inner.output, root),
-            progress=False,
-        )
-        found = real_search(searched, at, r, sim.capacity, log_dir=root / "server")
+        at, logs = checked_at(inner, c, r)
+        adopted = early if sim in ahead else None
+        found = real_search(searched, at, r, sim.capacity, log_dir=logs, early=adopted)
         if searches is not None:
             searches[c.config_id] = found
-        rows.append(checked_row(cfg, sim, found, simulate_at, step_model, at_level))
-    return summary(rows, cfg, time.perf_counter() - started)
+        rows[c.config_id] = checked_row(cfg, sim, found, simulate_at, step_model, at_level)
+    ordered = [rows[s.candidate.config_id] for s in picked]
+    record = summary(ordered, cfg, time.perf_counter() - started)
+    record["early_start"] = (
+        {"config_id": ahead[0].candidate.config_id, "ready_s": early.ready_s}
+        if ahead and early is not None
+        else None
+    )
+    return record
 
 
 def checked_row(
