@@ -130,9 +130,12 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     assert verified["mode"] == "top_k"
     rows = {row["config_id"]: row for row in verified["configs"]}
     assert set(rows) == {"s2", "s32"} and rows["s2"]["configured"]
-    # the configured backend's server started while the space was simulated, checked first;
-    # the rows keep the simulated order
-    assert verified["early_start"]["config_id"] == "s2" and verified["early_start"]["ready_s"] > 0
+    # the configured backend's server started while the space was simulated, the other's with
+    # it before either was measured; the configured checked first, the rows in simulated order
+    starts = verified["server_starts"]
+    assert starts["servers_at_once"] == 4 and starts["during_simulation"] == "s2"
+    assert set(starts["ready_s"]) == {"s2", "s32"} and min(starts["ready_s"].values()) > 0
+    assert "servers of s2, s32 up together (1 started" in proc.stdout  # s32 paused, then thawed
     assert [row["config_id"] for row in verified["configs"]] == doc["ranking"][:2]
     runs = run / "runs"
     assert (runs / "s2" / "server" / "server.log").stat().st_mtime < (

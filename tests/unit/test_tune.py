@@ -170,6 +170,8 @@ def test_the_config_refuses_what_the_tune_cannot_do() -> None:
     with pytest.raises(ConfigError, match="empty"):
         TuneOptions().knobs()
     assert TuneOptions(verify="true").verify == "top_k"
+    with pytest.raises(ConfigError, match=r"tune\.servers_at_once=0 must be a whole number >= 1"):
+        TuneOptions(servers_at_once=0)
 
 
 def _hf_cb() -> Any:

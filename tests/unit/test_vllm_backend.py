@@ -455,3 +455,34 @@ def test_a_thread_listing_that_fails_once_still_pins_every_thread(
             assert failed
             assert os.sched_getaffinity(sender) == {cpus[0]}
         assert os.sched_getaffinity(sender) == set(cpus)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in ``/proc/<pid>/stat`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_paused_server_is_stopped_until_resumed_and_a_paused_one_still_stops(
+    tmp_path: Path,
+) -> None:
+    # the tune's batched starts freeze the servers waiting their turn (SIGSTOP on the group)
+    script = "import time\nwhile True: time.sleep(0.05)"
+    server = ManagedServer([sys.executable, "-c", script], tmp_path / "s.log")
+    server.start()
+    assert server.process is not None
+    pid = server.process.pid
+    try:
+        server.pause()
+        deadline = time.monotonic() + 10
+        while _state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(pid) == "T"
+        server.resume()
+        deadline = time.monotonic() + 10
+        while _state(pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(pid) in {"S", "R"}
+        server.pause()
+    finally:
+        server.stop()  # SIGTERM reaches a paused group too (SIGCONT after it)
+    assert server.process.poll() is not None and server.process.returncode == -15

@@ -114,6 +114,13 @@ class TuneOptions:
     verify_budget_s: float = 0.0
     """Wall seconds each configuration's real search may take (0: the capacity stage's
     ``capacity.verify_budget_s``)."""
+    servers_at_once: int = 4
+    """``top_k``: the checked configurations' servers start this many together, and only while
+    nothing is measured (a start is mostly one core importing vLLM into three processes, about
+    35 s on 2 CPU cores): then each is measured alone, the others paused (SIGSTOP), and its
+    server stopped after its check; the configured backend's starts while the space is
+    simulated. A paused server holds its memory (about 3.5 GB for the tiny model on CPU) and no
+    core. 1: one at a time, as vLLM's ``auto_tune`` and ``tune.verify=grid`` do."""
     recalibrate: str = "auto"
     """``auto``: when every checked server ran more than 8% off the calibration on the same side
     (``verify.calibration_speed``), calibrate once more on a fresh server (into the run's
@@ -141,6 +148,10 @@ class TuneOptions:
             f"tune.verify={self.verify!r} must be one of {', '.join(TUNE_VERIFY)}",
         )
         object.__setattr__(self, "verify", mode)
+        _check(
+            isinstance(self.servers_at_once, int) and self.servers_at_once >= 1,
+            f"tune.servers_at_once={self.servers_at_once!r} must be a whole number >= 1",
+        )
         again = {"true": "auto", "false": "off"}.get(str(self.recalibrate).lower())
         again = again or str(self.recalibrate)
         _check(

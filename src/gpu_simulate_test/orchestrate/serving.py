@@ -79,6 +79,7 @@ class EarlyServer:
         self.started = time.perf_counter()
         self.ready_s: float | None = None
         """Seconds from the start to ``/health``; None until then (or on a failed start)."""
+        self.paused = False
         self._thread = threading.Thread(target=self._start, name="early-server", daemon=True)
         self._thread.start()
 
@@ -89,12 +90,34 @@ class EarlyServer:
         except BaseException as exc:  # raised in the caller's thread by join()
             self.error = exc
 
+    def wait(self) -> None:
+        """Until the server answers ``/health`` or its start failed (:meth:`join` raises it)."""
+        self._thread.join()
+
     def join(self) -> VllmBackend:
-        """The server once it answers ``/health``; its start's error, raised here."""
+        """The server once it answers ``/health`` (thawed, if it was paused); its start's error,
+        raised here."""
         self._thread.join()
         if self.error is not None:
             raise self.error
+        self.resume()
         return self.backend
+
+    def pause(self) -> None:
+        """Freeze the server while another is measured (SIGSTOP: no CPU at all until
+        :meth:`resume`); only one that is up."""
+        if self.ready_s is not None and self.backend.server is not None:
+            self.backend.server.pause()
+            self.paused = True
+
+    def resume(self) -> None:
+        """Thaw a paused server and wait until it answers ``/health`` again."""
+        if self.paused and self.backend.server is not None:
+            self.backend.server.resume()
+            self.paused = False
+            self.backend.server.wait_healthy(
+                f"{self.backend.base_url}/health", self.backend.knobs.server.startup_timeout_s
+            )
 
     def stop(self) -> None:
         """Stop the server, up or still starting (its start then fails on its own)."""

@@ -194,13 +194,26 @@ class ManagedServer:
         if self._reader is not None:
             self._reader.join(timeout_s)
 
+    def pause(self) -> None:
+        """SIGSTOP the process group: a server up and waiting its turn takes no CPU at all (an
+        idle vLLM server on CPU takes about 1.6% of a core; ``benchmarks/idle_server.py``)."""
+        if self.process is not None and self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the process group (after :meth:`pause`; harmless otherwise)."""
+        if self.process is not None:
+            _signal_group(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it after :data:`STOP_GRACE_S`; idempotent."""
+        """SIGTERM the process group (and SIGCONT it, in case it was paused), SIGKILL it after
+        :data:`STOP_GRACE_S`; idempotent."""
         proc = self.process
         if proc is None:
             return
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGCONT)
             try:
                 proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
