@@ -7,7 +7,9 @@ server (the ``vllm`` backend's knobs, tiny Qwen3), lets it settle, and reads the
 whole process tree (API server, engine core, worker) spends over a window, per process, as a
 share of one core. vLLM's worker waits on its shared-memory queue by polling a socket once it
 has been idle for a moment, its engine core blocks on its input queue, and the API server's
-event loop sleeps: a few tenths of a percent of a core is what an idle server should cost.
+event loop sleeps; still, on 2026-11-28 an idle server took 1.6% of a core, its worker most of
+it (``results/tune_20261128d/idle_server.json``), which is why the tune pauses the servers that
+wait their turn (SIGSTOP) rather than leaving them idle.
 
 Run: ``python -m benchmarks.idle_server [--settle 20] [--window 30] [--out F.json]``
 """

@@ -155,15 +155,15 @@ def served(
     if early is None:
         backend = checked_backend(cfg, workload_dir)
         backend.log_dir = log_dir
+        if cfg.progress:
+            console.print(f"starting one vLLM server for {purpose}")
     else:
         backend = early.backend
     try:
         if early is None:
-            if cfg.progress:
-                console.print(f"starting one vLLM server for {purpose}")
             backend.start_server()
         else:
-            backend = early.join()
+            early.join()
         if record_in is not None:
             record_in.update_meta(server=backend.describe())
         yield dataclasses.replace(

@@ -89,7 +89,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         metric = next(iter(cfg.capacity.slo.goals()))
         early = start_configured(cfg, inner, found, r)  # its start overlaps the simulation
         try:
-            results, shared, order, simulated_s, note = simulated(cfg, tuned, found)
+            results, shared, order, simulated_s, note = simulated(cfg, tuned, found, metric, pct)
             verified, recal = None, None
             searches: dict[str, RealSearch] = {}
             if cfg.tune.verify != "false" and not note:
@@ -133,16 +133,15 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
 
 
 def simulated(
-    cfg: TuneStageConfig, tuned: TuneInputs, found: list[Candidate]
+    cfg: TuneStageConfig, tuned: TuneInputs, found: list[Candidate], metric: str, pct: int
 ) -> tuple[list[Simulated], float | None, list[Simulated], float, str]:
-    """Every configuration simulated: the results, the shared rate, the ranking, the seconds it
-    took, and the note when no configuration meets the goals (else empty)."""
+    """Every configuration simulated: the results, the shared rate, the ranking (by ``metric``
+    at percentile ``pct`` where capacities tie), the seconds it took, and the note when no
+    configuration meets the goals (else empty)."""
     t0 = time.perf_counter()
     with progress_bar("simulating configurations", len(found), cfg.progress) as advance:
         results, shared = simulate_space(tuned, found, advance)
     simulated_s = time.perf_counter() - t0
-    pct = cfg.capacity.slo.percentile
-    metric = next(iter(cfg.capacity.slo.goals()))
     order = ranked(results, cfg.tune.objective, metric, pct)
     if not any(score(s, cfg.tune.objective) > 0 for s in order if not s.error):
         return results, shared, order, simulated_s, no_configuration_note(order, cfg)
