@@ -111,6 +111,39 @@ def test_bad_spaces_fail_before_anything_runs(project: Path) -> None:
     assert not (project / "tmp" / "tune" / "bad").exists()
 
 
+def test_three_calibrations_answer_with_the_median_one(project: Path) -> None:
+    """``tune.calibrations=3`` on the first bundle and two beside it, one faster and one slower
+    (a roofline half and twice as fast): the space simulated with each, the tune answers with
+    the middle one (the first), and the others' capacities and the spread are recorded."""
+    from gpu_simulate_test.tune.calibrations import bundle_root
+    from tests.vidur_bundle_factory import Roofline
+
+    ranges = SyntheticRanges(block_size=32)
+    base = Roofline()
+    slow = Roofline(base.flops / 2, base.bandwidth / 2, base.launch_ms * 2)
+    fast = Roofline(base.flops * 2, base.bandwidth * 2, base.launch_ms / 2)
+    for index, roof in ((2, slow), (3, fast)):
+        root = project / bundle_root("profiles", index)
+        write_synthetic_bundle(root, ranges=ranges, roofline=roof)
+    proc = run_cli("tune", *SIMULATED, "tune.calibrations=3", "output.run_id=ens", cwd=project)
+    run = project / "tmp" / "tune" / "ens"
+    doc, first = _doc(run), _doc(project / "tmp" / "tune" / "t")
+    ens = doc["calibrations"]
+    assert ens["count"] == 3 and ens["chosen"] == 1  # the middle one is the first bundle
+    assert ens["bundles"][1].endswith("calibrations/2") and ens["bundles"][2].endswith("3")
+    slow_level, fast_level = ens["levels"][1], ens["levels"][2]
+    assert slow_level < 1.0 < fast_level and ens["levels"][0] == 1.0
+    # the answer is the first calibration's, as the single-calibration run gave it
+    assert doc["ranking"] == first["ranking"] and doc["best"] == first["best"]
+    best = doc["best"]["config_id"]
+    mid, low, high = ens["scores"][best]  # the first, the slow and the fast bundle's
+    assert low < mid < high and mid == pytest.approx(doc["best"]["score"])
+    assert ens["spread"][best] == pytest.approx(high / low - 1, abs=1e-3)
+    assert (run / contract.POINTS_DIR / "calibrations" / "2").is_dir()
+    assert "3 calibrations, each on a fresh server" in proc.stdout
+    assert "**Calibrations:** 3 calibrations" in (run / contract.REPORT_MD).read_text()
+
+
 @pytest.mark.slow
 def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     """Two configurations far apart (a batch cap of 2 and of 32) on real vLLM servers, one each:

@@ -486,3 +486,34 @@ def test_a_paused_server_is_stopped_until_resumed_and_a_paused_one_still_stops(
     finally:
         server.stop()  # SIGTERM reaches a paused group too (SIGCONT after it)
     assert server.process.poll() is not None and server.process.returncode == -15
+
+
+def test_a_paused_server_that_does_not_answer_again_fails_as_a_start_does(
+    tmp_path: Path,
+) -> None:
+    # the tune reads a BackendError as that configuration's failed check, and goes on
+    from types import SimpleNamespace
+
+    from gpu_simulate_test.core.engines.base import BackendError
+    from gpu_simulate_test.orchestrate.serving import EarlyServer
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = "import time; time.sleep(60)"
+    server = ManagedServer([sys.executable, "-c", script], tmp_path / "s.log")
+    server.start()
+    early = EarlyServer.__new__(EarlyServer)
+    early.paused = True
+    early.backend = SimpleNamespace(  # type: ignore[assignment]
+        server=server,
+        base_url=f"http://127.0.0.1:{port}",
+        knobs=SimpleNamespace(server=SimpleNamespace(startup_timeout_s=1.0)),
+    )
+    try:
+        server.pause()
+        with pytest.raises(BackendError, match="the paused server did not answer again"):
+            early.resume()
+        assert not early.paused
+    finally:
+        server.stop()

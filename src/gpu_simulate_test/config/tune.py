@@ -121,6 +121,13 @@ class TuneOptions:
     server stopped after its check; the configured backend's starts while the space is
     simulated. A paused server holds its memory (about 3.5 GB for the tiny model on CPU) and no
     core. 1: one at a time, as vLLM's ``auto_tune`` and ``tune.verify=grid`` do."""
+    calibrations: int = 1
+    """How many calibrations, each on a fresh server, the space is simulated with; the tune
+    answers with the median one (:mod:`gpu_simulate_test.tune.calibrations`). The first bundle
+    is ``profiling_root``'s, the others ``<profiling_root>/calibrations/<i>``, each made once
+    and reused. One calibration samples the host's speed once: on a noisy host 3 narrow the
+    answer's spread, for the minutes of two more calibrations (once) and two more simulations
+    of the space (every tune)."""
     recalibrate: str = "auto"
     """``auto``: when every checked server ran more than 8% off the calibration on the same side
     (``verify.calibration_speed``), calibrate once more on a fresh server (into the run's
@@ -151,6 +158,10 @@ class TuneOptions:
         _check(
             isinstance(self.servers_at_once, int) and self.servers_at_once >= 1,
             f"tune.servers_at_once={self.servers_at_once!r} must be a whole number >= 1",
+        )
+        _check(
+            isinstance(self.calibrations, int) and 1 <= self.calibrations <= 9,
+            f"tune.calibrations={self.calibrations!r} must be a whole number from 1 to 9",
         )
         again = {"true": "auto", "false": "off"}.get(str(self.recalibrate).lower())
         again = again or str(self.recalibrate)

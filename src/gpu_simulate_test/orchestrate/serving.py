@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from gpu_simulate_test.config.backends import VllmBackendConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.core.engines.base import BackendError
+from gpu_simulate_test.core.engines.server import ServerError
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import real_bench_config
@@ -111,13 +113,17 @@ class EarlyServer:
             self.paused = True
 
     def resume(self) -> None:
-        """Thaw a paused server and wait until it answers ``/health`` again."""
+        """Thaw a paused server and wait until it answers ``/health`` again;
+        :class:`BackendError` when it does not (as a start that fails raises it)."""
         if self.paused and self.backend.server is not None:
             self.backend.server.resume()
             self.paused = False
-            self.backend.server.wait_healthy(
-                f"{self.backend.base_url}/health", self.backend.knobs.server.startup_timeout_s
-            )
+            try:
+                self.backend.server.wait_healthy(
+                    f"{self.backend.base_url}/health", self.backend.knobs.server.startup_timeout_s
+                )
+            except ServerError as exc:
+                raise BackendError(f"the paused server did not answer again: {exc}") from None
 
     def stop(self) -> None:
         """Stop the server, up or still starting (its start then fails on its own)."""

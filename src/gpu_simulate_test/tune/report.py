@@ -5,6 +5,7 @@ and ``tune.csv``'s table; no computation here)."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
         console.print(f"[bold]recommended:[/] vllm serve {doc['model']} {' '.join(best['flags'])}")
     else:
         console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
+    if doc.get("calibrations"):
+        console.print(f"[bold]calibrations:[/] {calibrations_sentence(doc['calibrations'])}")
     verified = doc.get("verify")
     if verified:
         console.print(verify_sentence(verified))
@@ -130,6 +133,8 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
         ]
     header, rows = ranked_cells(frame, objective)
     lines += ["## Ranked", "", markdown_table(header, rows), "", "![pareto](tune.png)", ""]
+    if doc.get("calibrations"):
+        lines += [f"**Calibrations:** {calibrations_sentence(doc['calibrations'])}.", ""]
     if doc.get("recalibration"):
         lines += [f"**Calibrated again:** {recalibration_sentence(doc['recalibration'])}.", ""]
     verified = doc.get("verify")
@@ -232,4 +237,24 @@ def recalibration_sentence(record: dict[str, Any]) -> str:
         f"calibrated again ({record['wall_time_s']:g} s, bundle {record['bundle']}): the checked "
         f"servers' pooled step level {before} against the first calibration, {after} against "
         f"the second; {verdict}"
+    )
+
+
+def calibrations_sentence(record: dict[str, Any]) -> str:
+    """``tune.json`` ``calibrations`` in one line, for the terminal and the report."""
+    count, chosen = record["count"], record["chosen"]
+    levels = record.get("levels")
+    if not levels:
+        return (
+            f"{count} calibrations; no configuration meets the goals with every one of them: "
+            f"calibration {chosen} (the first) answers"
+        )
+    spreads = [v for v in record["spread"].values() if v is not None]
+    worst = max(record["spread"].items(), key=lambda kv: -1.0 if kv[1] is None else kv[1])
+    said = ", ".join(f"{v:.2f}" for v in levels)
+    return (
+        f"{count} calibrations, each on a fresh server: their levels {said} of the median one, "
+        f"calibration {chosen}, which answers; a configuration's {record['objective']} over "
+        f"them spreads {100 * statistics.median(spreads):.0f}% (median, max / min − 1), "
+        f"{100 * (worst[1] or 0.0):.0f}% at most ({worst[0]})"
     )

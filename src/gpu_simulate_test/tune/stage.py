@@ -34,7 +34,7 @@ from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.core.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
-from gpu_simulate_test.tune import contract
+from gpu_simulate_test.tune import calibrations, contract
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
 from gpu_simulate_test.tune.recalibrate import (
     adopt_rows,
@@ -87,9 +87,19 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         pct = cfg.capacity.slo.percentile
         metric = next(iter(cfg.capacity.slo.goals()))
+        rest = calibrations.others(cfg, r, inner_cal, tuned)  # before any server starts
         early = start_configured(cfg, inner, found, r)  # its start overlaps the simulation
+        ensemble = None
         try:
             results, shared, order, simulated_s, note = simulated(cfg, tuned, found, metric, pct)
+            if rest and not note:
+                first = calibrations.Calibration(1, inner_cal, tuned)
+                ensemble = calibrations.choose(cfg, first, results, shared, rest, found)
+                inner_cal, tuned = ensemble.calibration.inner_cal, ensemble.calibration.tuned
+                inner = tuned.inner
+                results, shared = ensemble.results, ensemble.shared
+                order = ranked(results, cfg.tune.objective, metric, pct)
+                simulated_s += ensemble.simulated_s
             verified, recal = None, None
             searches: dict[str, RealSearch] = {}
             if cfg.tune.verify != "false" and not note:
@@ -117,6 +127,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             verified["spearman"] = rank_agreement(verified)
         doc = document(cfg, order, shared, verified, note, calibrated)
         doc["recalibration"] = None if recal is None else recal.record
+        doc["calibrations"] = None if ensemble is None else ensemble.record
         doc.update(
             num_requests=len(lengths),
             simulated_wall_s=round(simulated_s, 1),
