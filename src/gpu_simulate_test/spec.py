@@ -116,7 +116,11 @@ each), `adopted` (the servers' pooled level nearer 1 with the second: the rankin
 table and the verify rows are then simulated with it), `levels` (per checked configuration, its
 server against the second), `first_capacities_qps` and `capacities_qps` (every configuration
 simulated with each), `wall_time_s`; when the second calibration failed, `error` and the first
-kept).
+kept), and `calibrations` (null with `tune.calibrations=1`; else `count`, `chosen` (which answers,
+1 for the first bundle), `objective`, `bundles` (each one's profiling root), `levels` (each one's
+geometric mean score over `judged_on` against the chosen one's; null when no configuration is
+answered by all), `judged_on`, `scores` (per configuration one score per calibration, null where
+it met no rate) and `spread` (per configuration max / min − 1 over them)).
 """
 
 
