@@ -22,7 +22,6 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,34 @@ def bundle_root(profiling_root: str, index: int) -> str:
     return str(Path(profiling_root) / ENSEMBLE_DIR / str(index))
 
 
+def calibrated_at(
+    cfg: TuneStageConfig,
+    r: Run,
+    inner_cal: PipelineStageConfig,
+    tuned: TuneInputs,
+    logs: Path,
+    profiling_root: str,
+    points_dir: Path,
+) -> tuple[PipelineStageConfig, TuneInputs]:
+    """A bundle at ``profiling_root`` (profiled and calibrated on a server of its own, its runs
+    and server log in ``logs``, where it is missing; reused where it is there), the pipeline
+    config it was made with, and the tune's inputs that simulate with it (their points in
+    ``points_dir``): each extra calibration's, and ``tune.recalibrate``'s second one."""
+    logs.mkdir(parents=True, exist_ok=True)
+    at = dataclasses.replace(
+        inner_cal, output=nested_output(inner_cal.output, logs), profiling_root=profiling_root
+    )
+    at, _, _ = bundle_and_workload(
+        dataclasses.replace(cfg, backend=inner_cal.backend), at, r, log_dir=logs
+    )
+    uses = dataclasses.replace(
+        tuned,
+        inner=dataclasses.replace(tuned.inner, profiling_root=at.profiling_root),
+        points_dir=points_dir,
+    )
+    return at, uses
+
+
 def others(
     cfg: TuneStageConfig, r: Run, inner_cal: PipelineStageConfig, tuned: TuneInputs
 ) -> list[Calibration]:
@@ -82,22 +109,16 @@ def others(
     the host, and nothing else may share it then."""
     made = []
     for index in range(2, cfg.tune.calibrations + 1):
-        logs = r.file(ENSEMBLE_DIR) / str(index)
-        logs.mkdir(parents=True, exist_ok=True)
         if cfg.progress:
             console.rule(f"[bold]calibration {index} of {cfg.tune.calibrations}")
-        at = dataclasses.replace(
+        at, uses = calibrated_at(
+            cfg,
+            r,
             inner_cal,
-            output=nested_output(inner_cal.output, logs),
-            profiling_root=bundle_root(inner_cal.profiling_root, index),
-        )
-        at, _, _ = bundle_and_workload(
-            dataclasses.replace(cfg, backend=inner_cal.backend), at, r, log_dir=logs
-        )
-        uses = dataclasses.replace(
             tuned,
-            inner=dataclasses.replace(tuned.inner, profiling_root=at.profiling_root),
-            points_dir=tuned.points_dir / ENSEMBLE_DIR / str(index),
+            r.file(ENSEMBLE_DIR) / str(index),
+            bundle_root(inner_cal.profiling_root, index),
+            tuned.points_dir / ENSEMBLE_DIR / str(index),
         )
         made.append(Calibration(index, at, uses))
     return made
@@ -122,10 +143,6 @@ def choose(
     first_shared: float | None,
     rest: list[Calibration],
     found: list[Candidate],
-    simulate: Callable[
-        [TuneInputs, list[Candidate], Callable[[int], None]],
-        tuple[list[Simulated], float | None],
-    ] = simulate_space,
 ) -> Chosen:
     """The space simulated with each of ``rest`` (``first`` already was), and the median
     calibration among all (:func:`level` over the configurations each one answers). When no
@@ -139,17 +156,11 @@ def choose(
         f"simulating with the other {len(rest)} calibrations", len(rest) * len(found), cfg.progress
     ) as advance:
         for calibration in rest:
-            results, shared = simulate(calibration.tuned, found, advance)
+            results, shared = simulate_space(calibration.tuned, found, advance)
             runs.append((calibration, results, shared))
     spent = time.perf_counter() - started
-    common = [
-        c.config_id
-        for c in found
-        if all(
-            score(next(s for s in res if s.candidate.config_id == c.config_id), objective) > 0
-            for _, res, _ in runs
-        )
-    ]
+    by_run = [{s.candidate.config_id: score(s, objective) for s in res} for _, res, _ in runs]
+    common = [c.config_id for c in found if all(scores[c.config_id] > 0 for scores in by_run)]
     levels = [level(res, objective, common) for _, res, _ in runs] if common else []
     at = median_index(levels) if levels else 0
     calibration, results, shared = runs[at]

@@ -18,7 +18,6 @@ them (a benchmark judges on other servers: ``benchmarks/bench_tune.py``'s grid).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +26,11 @@ from typing import Any
 from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.real_search import RealSearch
 from gpu_simulate_test.capacity.search import Point
-from gpu_simulate_test.capacity.split import bundle_and_workload
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.io.runs import Run
+from gpu_simulate_test.tune.calibrations import calibrated_at
 from gpu_simulate_test.tune.report import recalibration_sentence
 from gpu_simulate_test.tune.simulate import (
     Simulated,
@@ -151,19 +149,8 @@ def second_calibration(
     with it (its inputs, results and shared rate), and each checked server's level against it
     over the same judged runs the first level read."""
     root = r.file(RECAL_DIR)
-    root.mkdir(parents=True, exist_ok=True)
-    at = dataclasses.replace(
-        inner_cal,
-        output=nested_output(inner_cal.output, root),
-        profiling_root=str(root / "profiles"),
-    )
-    at, _, _ = bundle_and_workload(
-        dataclasses.replace(cfg, backend=inner_cal.backend), at, r, log_dir=root
-    )
-    again = dataclasses.replace(
-        tuned,
-        inner=dataclasses.replace(tuned.inner, profiling_root=at.profiling_root),
-        points_dir=tuned.points_dir / RECAL_POINTS,
+    _, again = calibrated_at(
+        cfg, r, inner_cal, tuned, root, str(root / "profiles"), tuned.points_dir / RECAL_POINTS
     )
     with progress_bar("simulating again with it", len(found), cfg.progress) as advance:
         results, shared = simulate_space(again, found, advance)
