@@ -70,6 +70,15 @@ def tune(run_id: str, verify: str, seconds: float, overrides: list[str]) -> dict
     return doc
 
 
+def verdict(
+    simulated: float | None, mean: float | None, spread: float
+) -> tuple[float | None, bool]:
+    """The simulated capacity's error against the measured mean (None without both), and
+    whether it is within ±:data:`WITHIN` or within the measured spread where that is wider."""
+    error = simulated / mean - 1 if simulated and mean else None
+    return error, error is not None and abs(error) <= max(WITHIN, spread)
+
+
 def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str, Any]:
     """Per configuration: simulated, measured per repeat, their mean and spread, the verdict."""
     sim_order = grids[0]["ranking"]
@@ -88,9 +97,7 @@ def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str
         measured = [m for m in entry["measured"] if m is not None]
         entry["mean"] = sum(measured) / len(measured) if measured else None
         entry["spread"] = (max(measured) / min(measured) - 1) if len(measured) > 1 else 0.0
-        error = entry["simulated"] / entry["mean"] - 1 if entry["mean"] else None
-        entry["error"] = error
-        entry["ok"] = error is not None and abs(error) <= max(WITHIN, entry["spread"])
+        entry["error"], entry["ok"] = verdict(entry["simulated"], entry["mean"], entry["spread"])
         # the diagnosis: each repeat's capacity simulated at its own server's step level
         both = zip(entry["at_level"], entry["measured"], strict=True)
         pairs = [(a, m) for a, m in both if a and m]
@@ -150,8 +157,7 @@ def first_calibration(
     out: dict[str, Any] = {}
     for name, entry in rows.items():
         first = recal["first_capacities_qps"].get(name)
-        error = first / entry["mean"] - 1 if first and entry["mean"] else None
-        ok = error is not None and abs(error) <= max(WITHIN, entry["spread"])
+        error, ok = verdict(first, entry["mean"], entry["spread"])
         out[name] = {"simulated": first, "error": error, "ok": ok}
     return {"configs": out, "within": sum(1 for e in out.values() if e["ok"])}
 

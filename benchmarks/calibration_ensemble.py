@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.bench_tune import WITHIN
+from benchmarks.bench_tune import verdict
 from gpu_simulate_test.io.artifacts import write_json
 from gpu_simulate_test.tune.calibrations import median_index
 from gpu_simulate_test.tune.rank import spearman
@@ -65,8 +65,7 @@ def judge(answer: dict[str, float], truth: dict[str, list[float]]) -> dict[str, 
         mean = statistics.fmean(values)
         spread = max(values) / min(values) - 1 if len(values) > 1 else 0.0
         sim = answer.get(config)
-        error = sim / mean - 1 if sim else None
-        ok = error is not None and abs(error) <= max(WITHIN, spread)
+        error, ok = verdict(sim, mean, spread)
         rows[config] = {"simulated": sim, "error": error, "ok": ok}
     common = [c for c in truth if answer.get(c)]
     rho = spearman([answer[c] for c in common], [statistics.fmean(truth[c]) for c in common])
