@@ -96,7 +96,9 @@ load ran), `backends` (per backend: `config`, the pipeline config the loads were
 backend's simulated capacity, or `tune.qps`), `calibrated_with` (the knobs the one calibration
 was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve` flags) or null,
 `configured_score`, `ranking` (config ids, best first), `pareto` (the ids on the frontier),
-`note` (why no configuration meets the goals; empty otherwise), `num_requests`,
+`note` (why no configuration meets the goals; empty otherwise), `num_requests`, `sim_window`
+(null: every simulated rate judged the whole workload; with `capacity.sim_window`: `seconds`,
+`min_requests`, `max_requests`, each rate judged the workload's first requests_at(rate)),
 `simulated_wall_s`, `wall_time_s`, and `verify` (null, or `mode` (`top_k`, `grid`), `margin`,
 `configs` (per configuration `config_id`, `configured`, `simulated_qps`, `measured_qps`,
 `measured_bracket_qps`, `ratio`, `simulated_in_bracket`, `binding` (`simulated`, `real`), `note`,

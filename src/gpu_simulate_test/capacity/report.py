@@ -19,6 +19,20 @@ from gpu_simulate_test.core.reporting import console, print_table
 YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
 
 
+def requests_judged(doc: Mapping[str, Any]) -> str:
+    """Which requests each simulated rate judged: the whole workload, or with
+    ``capacity.sim_window`` the real search's (the workload's first ⌈rate × seconds⌉)."""
+    window = doc.get("sim_window")
+    if not window:
+        return f"{doc['num_requests']} requests"
+    least = f", at least {window['min_requests']}" if window.get("min_requests") else ""
+    most = f", at most {window['max_requests']}" if window.get("max_requests") else ""
+    return (
+        f"the first ⌈rate × {window['seconds']:g} s⌉ of {doc['num_requests']} requests{least}"
+        f"{most} (the real search's)"
+    )
+
+
 def report_markdown(
     run_id: str,
     doc: Mapping[str, Any],
@@ -31,7 +45,7 @@ def report_markdown(
     unit = doc.get("rate_unit", REQUEST_UNIT)
     goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
     sessions = doc.get("sessions")
-    per_rate = f"{doc['num_requests']} requests per rate"
+    per_rate = f"{requests_judged(doc)} per rate"
     if sessions:
         per_rate = (
             f"{sessions['num_sessions']} sessions ({doc['num_requests']} requests) per rate, "

@@ -249,10 +249,14 @@ def simulated_rate(
     points_dir: Path,
     opts: CapacityOptions,
 ) -> tuple[Point, Any]:
-    """One simulated rate (``points/<qps>``), judged by the goals; and its request table."""
+    """One simulated rate (``points/<qps>``), judged by the goals; and its request table. With
+    ``capacity.sim_window`` only the requests the real search replays at ``qps``."""
+    from gpu_simulate_test.vidur_simulate.inputs import first_requests
     from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
 
     t0 = time.perf_counter()
+    if opts.sim_window:
+        inputs = first_requests(inputs, opts.requests_at(qps))
     table = simulate_inputs(sim_cfg, at_rate(inputs, qps), points_dir / f"{qps:g}").table
     return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0), table
 
@@ -381,6 +385,7 @@ def write_outputs(
         "binding": binding(answer),
         "step_band": band,
         "num_requests": num_requests,
+        "sim_window": cfg.capacity.window_record(),
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
         "backend": cfg.backend.name,

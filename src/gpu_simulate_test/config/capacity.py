@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import GoodputConfig, _check
@@ -99,6 +100,13 @@ class CapacityOptions:
     """At least this many requests (sessions) per rate, so that a p90 or p99 means something."""
     verify_requests: int = 0
     """At most this many requests (sessions) per rate; 0: no cap (``verify_seconds`` decides)."""
+    sim_window: bool = False
+    """Judge each simulated rate on the requests the real search replays at that rate (the
+    workload's first :meth:`requests_at`, arrivals scaled) instead of the whole workload: the
+    simulation and the real engine then answer on the same requests, as a check compares them.
+    Near a goal, a p90 over the first 100 requests and one over 400 differ by tens of percent
+    (Poisson arrivals bunch differently), one-signed for a given seed. A workload without
+    enough requests for a rate's window is simulated whole; multi-turn workloads always are."""
     verify_seed: str = "auto"
     """Where the real search starts: ``auto``, the simulated answer when there is one (``phase=
     all`` runs the simulated search first), else the capacity a burst probe measures; ``probe``:
@@ -198,6 +206,17 @@ class CapacityOptions:
             math.isfinite(self.verify_budget_s) and self.verify_budget_s >= 0,
             f"capacity.verify_budget_s={self.verify_budget_s} must be >= 0 (0: no budget)",
         )
+
+    def window_record(self) -> dict[str, Any] | None:
+        """``sim_window``'s record in ``capacity.json`` / ``tune.json``: the requests each
+        simulated rate judged (None: the whole workload at every rate)."""
+        if not self.sim_window:
+            return None
+        return {
+            "seconds": self.verify_seconds,
+            "min_requests": self.verify_min_requests,
+            "max_requests": self.verify_requests or None,
+        }
 
     def requests_at(self, qps: float) -> int:
         """Requests (sessions) the real search replays at ``qps``: ⌈qps × verify_seconds⌉,

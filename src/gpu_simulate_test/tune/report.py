@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpu_simulate_test.capacity.report import requests_judged
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 
 SHOWN_ROWS = 12
@@ -93,7 +94,7 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
         f"# Tune: {run_id}",
         "",
         f"{doc['model']} on {doc['hardware']}, vLLM ({doc['backend']}), "
-        f"{doc['num_requests']} requests of the workload per simulated rate; goals: {goals}; "
+        f"{requests_judged(doc)} of the workload per simulated rate; goals: {goals}; "
         f"objective: {objective}"
         + (f" at {doc['shared_rate_qps']:g} req/s" if objective == "goodput" else "")
         + ".",

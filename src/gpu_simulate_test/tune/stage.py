@@ -130,6 +130,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         doc["calibrations"] = None if ensemble is None else ensemble.record
         doc.update(
             num_requests=len(lengths),
+            sim_window=cfg.capacity.window_record(),
             simulated_wall_s=round(simulated_s, 1),
             wall_time_s=round(time.perf_counter() - started, 1),
         )

@@ -3,6 +3,7 @@ end's load at each send."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,30 @@ class Inputs:
         known = ~np.isnan(reached)  # a closed-loop turn's send is the simulation's to find
         reached[known] = np.maximum.accumulate(reached[known])  # handed on in order
         return reached
+
+
+def first_requests(inputs: Inputs, count: int) -> Inputs:
+    """``inputs`` with only the workload's first ``count`` requests (what a real run of the same
+    workload regenerated with ``count`` requests replays: the workload stage draws requests in
+    order); unchanged for ``count`` at or above the workload's size, for a multi-turn workload
+    (a session's turns follow one another) and for an oracle replay (the run's own requests)."""
+    n = len(inputs.arrival_time_s)
+    if count >= n or inputs.workload.sessions is not None or inputs.replay is not None:
+        return inputs
+    if count < 1:
+        raise ValueError(f"first_requests: count must be >= 1, got {count}")
+    workload = dataclasses.replace(
+        inputs.workload,
+        lengths=inputs.workload.lengths.iloc[:count].reset_index(drop=True),
+        intervals=inputs.workload.intervals.iloc[:count].reset_index(drop=True),
+    )
+    return dataclasses.replace(
+        inputs,
+        workload=workload,
+        prefill=inputs.prefill[:count],
+        decode=inputs.decode[:count],
+        arrival_time_s=inputs.arrival_time_s[:count],
+    )
 
 
 def running_at_send(
