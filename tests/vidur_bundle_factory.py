@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,9 @@ from gpu_simulate_test.core.bundle import (
 )
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
+
+if TYPE_CHECKING:
+    from gpu_simulate_test.vidur_simulate.inputs import Inputs
 
 QWEN3_TINY = model_preset("qwen3_tiny")
 QWEN3_0_6B = model_preset("qwen3_0_6b")
@@ -207,3 +210,21 @@ def write_workload_run(
     with start_run(root, "workload", run_id, {"test": run_id}) as run:
         write_workload(run, workload, cfg, model, {}, show_progress=False)
     return run.path
+
+
+def synthetic_inputs(
+    compose_stage: Any, workload_dir: Path, profiles: Path, block_size: int
+) -> Inputs:
+    """A workload's checked simulation inputs (``vidur_simulate``'s ``prepare``) over a synthetic
+    bundle at ``profiles``, simulated with ``vllm_v1`` at ``block_size``: for tests that look at
+    what a simulation is given without running one."""
+    from gpu_simulate_test.config.registry import to_typed
+    from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+    from gpu_simulate_test.vidur_simulate.stage import prepare
+
+    cfg = compose_stage(
+        "vidur_simulate",
+        [f"workload_dir={workload_dir}", f"profiling_root={profiles}",
+         "vidur.scheduler.name=vllm_v1", f"vidur.scheduler.block_size={block_size}"],
+    )  # fmt: skip
+    return prepare(to_typed(cfg, VidurSimulateStageConfig))

@@ -17,13 +17,14 @@ import pytest
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.sessions import STEADY_SESSIONS
 from gpu_simulate_test.capacity.stage import at_rate
-from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
-from gpu_simulate_test.vidur_simulate.stage import prepare
 from tests.conftest import run_cli
-from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
+from tests.vidur_bundle_factory import (
+    SyntheticRanges,
+    synthetic_inputs,
+    write_synthetic_bundle,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -139,12 +140,7 @@ def test_a_rate_scales_turn_0_alone_and_keeps_the_think_times(
         gaps = sent[1:] - ended[:-1]  # a later turn: after the previous row, its session's
         assert gaps[turn[1:] > 0] == pytest.approx(think[1:][turn[1:] > 0], abs=1e-9), qps
     # in memory: the scaled arrivals keep their NaN, the closed loop its think times
-    cfg = compose_stage(
-        "vidur_simulate",
-        [f"workload_dir={base}", f"profiling_root={root / 'profiles'}",
-         "vidur.scheduler.name=vllm_v1", f"vidur.scheduler.block_size={BLOCK}"],
-    )  # fmt: skip
-    inputs = prepare(to_typed(cfg, VidurSimulateStageConfig))
+    inputs = synthetic_inputs(compose_stage, base, root / "profiles", BLOCK)
     scaled = at_rate(inputs, 8.0)
     assert np.array_equal(np.isnan(scaled.arrival_time_s), turn > 0)
     assert scaled.arrival_time_s[turn == 0] == pytest.approx(arrivals[turn == 0] / 8.0)

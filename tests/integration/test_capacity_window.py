@@ -15,14 +15,15 @@ import pytest
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.config.capacity import CapacityOptions
-from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.vidur_simulate.inputs import first_requests
-from gpu_simulate_test.vidur_simulate.stage import prepare
 from tests.conftest import run_cli
-from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
+from tests.vidur_bundle_factory import (
+    SyntheticRanges,
+    synthetic_inputs,
+    write_synthetic_bundle,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -92,12 +93,7 @@ def test_without_the_window_every_rate_judges_the_whole_workload(root: Path) -> 
 
 def test_first_requests_slices_every_per_request_field(root: Path, compose_stage: Any) -> None:
     base = root / "tmp" / "capacity" / "window" / "runs" / "workload" / "base"
-    cfg = compose_stage(
-        "vidur_simulate",
-        [f"workload_dir={base}", f"profiling_root={root / 'profiles'}",
-         "vidur.scheduler.name=vllm_v1", f"vidur.scheduler.block_size={BLOCK}"],
-    )  # fmt: skip
-    inputs = prepare(to_typed(cfg, VidurSimulateStageConfig))
+    inputs = synthetic_inputs(compose_stage, base, root / "profiles", BLOCK)
     head = first_requests(inputs, 10)
     assert len(head.workload.lengths) == len(head.workload.intervals) == 10
     assert np.array_equal(head.prefill, inputs.prefill[:10])

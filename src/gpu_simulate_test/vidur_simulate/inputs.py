@@ -72,11 +72,11 @@ def first_requests(inputs: Inputs, count: int) -> Inputs:
     workload regenerated with ``count`` requests replays: the workload stage draws requests in
     order); unchanged for ``count`` at or above the workload's size, for a multi-turn workload
     (a session's turns follow one another) and for an oracle replay (the run's own requests)."""
-    n = len(inputs.arrival_time_s)
-    if count >= n or inputs.workload.sessions is not None or inputs.replay is not None:
-        return inputs
     if count < 1:
         raise ValueError(f"first_requests: count must be >= 1, got {count}")
+    whole = count >= len(inputs.arrival_time_s)
+    if whole or inputs.workload.sessions is not None or inputs.replay is not None:
+        return inputs
     workload = dataclasses.replace(
         inputs.workload,
         lengths=inputs.workload.lengths.iloc[:count].reset_index(drop=True),
