@@ -23,6 +23,7 @@ from gpu_simulate_test.tune.space import (
     candidates,
     serve_flags,
 )
+from gpu_simulate_test.tune.verify import launch_delay
 from tests.vidur_bundle_factory import QWEN3_TINY
 
 BACKEND = VllmBackendConfig(max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256)
@@ -172,6 +173,18 @@ def test_the_config_refuses_what_the_tune_cannot_do() -> None:
     assert TuneOptions(verify="true").verify == "top_k"
     with pytest.raises(ConfigError, match=r"tune\.servers_at_once=0 must be a whole number >= 1"):
         TuneOptions(servers_at_once=0)
+    with pytest.raises(ConfigError, match=r"tune\.server_stagger_s=-1\.0 must be seconds"):
+        TuneOptions(server_stagger_s=-1.0)
+
+
+def test_a_server_launches_a_stagger_after_the_last_one_still_starting() -> None:
+    # none starting, or no stagger: at once
+    assert launch_delay([], 100.0, 10.0) == 0.0
+    assert launch_delay([99.0], 100.0, 0.0) == 0.0
+    # 10 s after the latest launch of those still starting, counted from its launch
+    assert launch_delay([95.0, 98.0], 100.0, 10.0) == pytest.approx(8.0)
+    # that moment passed: at once
+    assert launch_delay([80.0], 100.0, 10.0) == 0.0
 
 
 def _hf_cb() -> Any:

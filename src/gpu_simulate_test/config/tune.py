@@ -121,6 +121,12 @@ class TuneOptions:
     server stopped after its check; the configured backend's starts while the space is
     simulated. A paused server holds its memory (about 3.5 GB for the tiny model on CPU) and no
     core. 1: one at a time, as vLLM's ``auto_tune`` and ``tune.verify=grid`` do."""
+    server_stagger_s: float = 10.0
+    """``top_k``: seconds between two launches of the servers started together: vLLM on CPU
+    pins each server's worker to the engine's core while it imports (``GOMP_CPU_AFFINITY``),
+    so workers launched at once import one after another on that core while the other idles;
+    launched this far apart, one server's worker imports while the next imports its front end
+    and engine core. 0: all at once."""
     calibrations: int = 1
     """How many calibrations, each on a fresh server, the space is simulated with; the tune
     answers with the median one (:mod:`gpu_simulate_test.tune.calibrations`). The first bundle
@@ -158,6 +164,10 @@ class TuneOptions:
         _check(
             isinstance(self.servers_at_once, int) and self.servers_at_once >= 1,
             f"tune.servers_at_once={self.servers_at_once!r} must be a whole number >= 1",
+        )
+        _check(
+            math.isfinite(self.server_stagger_s) and 0 <= self.server_stagger_s <= 120,
+            f"tune.server_stagger_s={self.server_stagger_s} must be seconds from 0 to 120",
         )
         _check(
             isinstance(self.calibrations, int) and 1 <= self.calibrations <= 9,
