@@ -238,3 +238,15 @@ def test_no_level_no_calibration_speed() -> None:
 
     assert calibration_speed(_checked(None, None)) is None
     assert calibration_speed([]) is None
+
+
+def test_names_of_configurations_at_one_place_stack_on_the_plot() -> None:
+    from gpu_simulate_test.tune.plots import label_rows
+
+    # s32-t512 and s32-t128 simulate alike, s8-t512 and s8-t128 too; s2 apart from both
+    xs = [38.0, 38.5, 92.0, 93.0, 12000.0]
+    ys = [67.79, 67.61, 47.55, 47.55, 9.66]
+    assert label_rows(xs, ys) == [0, 1, 0, 1, 0]
+    # a third at the same place goes above the second
+    assert label_rows([10.0, 10.0, 10.0], [5.0, 5.0, 5.0]) == [0, 1, 2]
+    assert label_rows([], []) == []

@@ -16,6 +16,30 @@ import pandas as pd
 from gpu_simulate_test.io.artifacts import atomic_open
 
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+LABEL_STEP = 7
+"""Points between labels drawn at one place (configurations that simulate alike)."""
+NEAR = (0.15, 0.025)
+"""Two points are at one place within this much of a decade of latency and of the highest
+capacity."""
+
+
+def label_rows(xs: list[float], ys: list[float]) -> list[int]:
+    """Each point's label row: 0, or one more than the last earlier point drawn at the same
+    place (:data:`NEAR`: log latency, capacity over the highest), so that configurations that
+    simulate alike (``s32-t128`` beside ``s32-t512``) stack their names instead of printing
+    them over each other."""
+    top = max((abs(y) for y in ys), default=1.0) or 1.0
+    rows: list[int] = []
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        row = 0
+        for j in range(i):
+            if (
+                abs(math.log10(max(x, 1e-9)) - math.log10(max(xs[j], 1e-9))) <= NEAR[0]
+                and abs(y - ys[j]) / top <= NEAR[1]
+            ):
+                row = max(row, rows[j] + 1)
+        rows.append(row)
+    return rows
 
 
 def plot_tune(
@@ -38,9 +62,10 @@ def plot_tune(
     if len(front):
         ax.plot(front[f"{metric}_ms"], front[y_col], "-", color="C1", marker="o",
                 markersize=5, label="Pareto frontier")  # fmt: skip
-    for _, row in shown.iterrows():
+    stack = label_rows(shown[f"{metric}_ms"].tolist(), shown[y_col].tolist())
+    for k, (_, row) in zip(stack, shown.iterrows(), strict=True):
         ax.annotate(str(row["config_id"]), (row[f"{metric}_ms"], row[y_col]), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")  # fmt: skip
+                    xytext=(3, 3 + LABEL_STEP * k), textcoords="offset points")  # fmt: skip
     configured = shown[shown["configured"].astype(bool)]
     if len(configured):
         ax.scatter(configured[f"{metric}_ms"], configured[y_col], marker="s", s=70,
