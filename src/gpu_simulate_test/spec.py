@@ -104,8 +104,9 @@ was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve`
 `measured_bracket_qps`, `ratio`, `simulated_in_bracket`, `binding` (`simulated`, `real`), `note`,
 `rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`,
 `latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
-model: `ratio`, `steps`, `per_run`; null without one), `simulated_at_server_level_qps` (the
-simulated capacity again with every step `ratio` times as long); with an adopted second
+model: `ratio`, `steps`, `per_run`, and `judged`: `ratio`, `steps` and `rates` over the runs at
+the measured bracket's rates; null without one), `simulated_at_server_level_qps` (the simulated
+capacity again with every step the judged `ratio` times as long); with an adopted second
 calibration also `first_calibration_qps` and `first_calibration_step_level`, the first's),
 `simulated_best`,
 `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,

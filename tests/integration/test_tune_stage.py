@@ -184,6 +184,10 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         level = row["first_calibration_step_level" if adopted else "server_step_level"]
         assert level is not None and 0.5 < level["ratio"] < 2.0, row
         assert len(level["per_run"]) == len(row["rates"]) and level["steps"] >= 20
+        # and at the two rates that decided the measured capacity, where the capacity is
+        # simulated again
+        judged = level["judged"]
+        assert judged is not None and judged["rates"] == sorted(row["measured_bracket_qps"])
         assert row["simulated_at_server_level_qps"] is not None
         # and against the second's, read again from the same recorded steps
         again = recal["levels"][row["config_id"]]

@@ -81,3 +81,9 @@ def test_the_report_cell() -> None:
     assert level_cell({"ratio": 1.0935, "steps": 2797, "per_run": [0.9973, 1.1763]}) == (
         "1.09× (runs 1.00–1.18)"
     )
+    judged = {"ratio": 1.2513, "steps": 900, "rates": [21.14, 23.05]}
+    three = {"ratio": 1.175, "steps": 3577, "per_run": [1.06, 1.28, 1.23], "judged": judged}
+    assert level_cell(three) == "1.18× (runs 1.06–1.28; judged 1.25×)"
+    # judged over every run: nothing more to say
+    two = {"ratio": 1.0935, "steps": 2797, "per_run": [0.9973, 1.1763], "judged": judged}
+    assert level_cell(two) == "1.09× (runs 1.00–1.18)"

@@ -18,7 +18,7 @@ from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, TuneStageConfig
 from gpu_simulate_test.tune.recalibrate import Recalibrated, adopt_rows, closer
 from gpu_simulate_test.tune.report import recalibration_sentence, verify_markdown
-from gpu_simulate_test.tune.verify import summary
+from gpu_simulate_test.tune.verify import judged_level, server_level, summary
 from tests.unit.test_level import DATA, fitted_model, slower
 from tests.unit.test_tune import sim
 
@@ -192,3 +192,23 @@ def test_a_second_calibration_that_fails_keeps_the_first_and_says_why(
     assert (
         said.startswith("calibrating again failed") and "first calibration's answer is kept" in said
     )
+
+
+def test_the_capacity_is_simulated_again_at_the_level_of_the_rates_that_decided_it(
+    tmp_path: Path,
+) -> None:
+    steps = pd.read_csv(DATA / "engine_schedule.csv")
+    predict = fitted_model(steps)
+    found = _search(tmp_path, "s8-t32", {16.3: True, 21.14: True, 23.05: False}, 1.0)
+    for qps in (21.14, 23.05):  # the server slowed down where it was judged
+        where = tmp_path / "s8-t32" / "real_bench" / f"search-{qps:g}" / "engine_schedule.csv"
+        slower(steps, 1.25).to_csv(where, index=False)
+    level = server_level((predict, None), found)
+    assert level is not None
+    first, *bracket = level["per_run"]
+    assert bracket[0] == pytest.approx(1.25 * first, rel=0.01) and bracket[0] == bracket[1]
+    judged = level["judged"]
+    assert judged["rates"] == [21.14, 23.05] and judged["ratio"] == pytest.approx(bracket[0])
+    assert first < level["ratio"] < judged["ratio"]  # the whole search's sits between
+    assert judged_level(level) == judged["ratio"]
+    assert judged_level({"ratio": 1.1, "judged": None}) == 1.1

@@ -197,13 +197,15 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
     lines += [
         "*Server's steps / model's*: how long each server's busy steps took, in all, against "
         "the simulation's step model timing the same steps (their composition, and the load "
-        "around each for the serving terms); the lowest and highest of its rates in brackets. "
+        "around each for the serving terms); the lowest and highest of its rates in brackets, "
+        "and the level at the two rates that decided the measured capacity (*judged*). "
         "The simulation runs at its calibration's speed; near a latency goal a few percent of step "
         "time move the capacity several times as much (the capacity stage's `step_band`), so a "
         "server that ran slower or faster than its calibration explains a capacity missed in "
         "that direction; one that ran at the calibration's speed (about 1.00) leaves the "
         "difference to the model. *Simulated at that level*: the configuration's simulated "
-        "search again with every step that much longer (`vidur.step_time_scale`): against the "
+        "search again with every step as much longer as at the judged rates "
+        "(`vidur.step_time_scale`): against the "
         "measured capacity it shows what the model misses once the server's speed is known "
         "(a diagnosis, not the answer: it reads the judged runs)."
     ]
@@ -211,12 +213,16 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
 
 
 def level_cell(level: Mapping[str, Any] | None) -> str:
-    """``server_step_level`` as ``1.09× (runs 1.00–1.18)``, or – without one."""
+    """``server_step_level`` as ``1.09× (runs 1.00–1.18; judged 1.15×)``, or – without one;
+    the judged rates' level where the search ran other rates too."""
     if not level:
         return "–"
     runs = [r for r in level.get("per_run", []) if r is not None]
-    spread = f" (runs {min(runs):.2f}–{max(runs):.2f})" if len(runs) > 1 else ""
-    return f"{level['ratio']:.2f}×{spread}"
+    judged = level.get("judged")
+    parts = [f"runs {min(runs):.2f}–{max(runs):.2f}"] if len(runs) > 1 else []
+    if judged and len(judged.get("rates", [])) < len(runs):
+        parts.append(f"judged {float(judged['ratio']):.2f}×")
+    return f"{level['ratio']:.2f}×" + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def recalibration_sentence(record: dict[str, Any]) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from gpu_simulate_test.calibration.level import Predict, step_level
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
@@ -234,22 +236,43 @@ def checked_row(
     level = server_level(model, found)
     entry = row(sim, search_record(sim.answer, found, keys, extra), found, level)
     if level is not None and at_level is not None:
-        entry["simulated_at_server_level_qps"] = at_level(sim, float(level["ratio"])).capacity
+        entry["simulated_at_server_level_qps"] = at_level(sim, judged_level(level)).capacity
     return entry
 
 
 def server_level(model: tuple[Predict, Any] | None, found: RealSearch) -> dict[str, Any] | None:
     """The configuration's server's steps against its step model, over every rate its real
-    search ran (:func:`~..calibration.level.step_level`); None without a model or the engine's
-    step record."""
+    search ran (:func:`~..calibration.level.step_level`), and ``judged``: the same over the
+    runs at the rates that decided the measured capacity (the bracket's: the highest rate that
+    met the goals and the lowest that missed them), with those ``rates``; None without a model
+    or the engine's step record. A server's speed moves within its search (one ran 1.06-1.11x
+    the model at its low rates and 1.23-1.28x at its bracket's, 2026-11-29): the capacity is
+    decided where it was judged."""
     if model is None:
         return None
-    runs = []
+    runs: list[tuple[float, pd.DataFrame]] = []
     for run in found.runs:
         path = Path(str(run.get("real_run", ""))) / layout.ENGINE_SCHEDULE
         if path.is_file():
-            runs.append(read_csv(path, ENGINE_SCHEDULE))
-    return step_level(runs, *model)
+            runs.append((float(run["qps"]), read_csv(path, ENGINE_SCHEDULE)))
+    level = step_level([schedule for _, schedule in runs], *model)
+    if level is None:
+        return None
+    rates = {q for q in found.measured.bracket if q is not None}
+    judged = step_level([schedule for q, schedule in runs if q in rates], *model)
+    level["judged"] = None if judged is None else {
+        "ratio": judged["ratio"],
+        "steps": judged["steps"],
+        "rates": sorted(rates),
+    }  # fmt: skip
+    return level
+
+
+def judged_level(level: Mapping[str, Any]) -> float:
+    """The level the capacity is simulated again at: the judged rates' (``judged``), else the
+    whole search's."""
+    judged = level.get("judged")
+    return float(judged["ratio"] if judged else level["ratio"])
 
 
 def row(
