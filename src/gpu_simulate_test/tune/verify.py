@@ -211,7 +211,8 @@ def launch_delay(starting: list[float], now: float, stagger_s: float) -> float:
     server is starting or that moment has passed. vLLM on CPU pins a server's worker to the
     engine's core while it imports, so workers launched together import one after another on
     that core, the other idle: 4 servers launched at once were up in 115 s, launched 6-12 s
-    apart in 98.6-98.8 s (2026-11-28, 2 cores)."""
+    apart in 98.6-98.8 s (2026-11-28, 2 cores); in the tune benchmark, 3 launched 10 s apart
+    were up 76 s after the first launch, 97 s launched at once the day before."""
     if not starting or stagger_s <= 0:
         return 0.0
     return max(0.0, max(starting) + stagger_s - now)
