@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
-from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration.level import Predict, busy_steps
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -33,7 +34,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.tune.simulate import Simulated, TuneInputs, step_model
-from gpu_simulate_test.tune.space import candidates
+from gpu_simulate_test.tune.space import Candidate, candidates
 
 
 def step_class(chunks: tuple[tuple[int, int], ...]) -> str:
@@ -50,17 +51,10 @@ def step_class(chunks: tuple[tuple[int, int], ...]) -> str:
 
 def classes(schedules: list[pd.DataFrame], model: tuple[Any, Any]) -> pd.DataFrame:
     """Per step class over the runs: steps, measured and modelled busy seconds, their ratio."""
-    predict_s, load = model
-    rows = []
+    rows: list[tuple[str, float, float]] = []
     for schedule in schedules:
-        features = serving_load.step_features(schedule.reset_index(drop=True))
-        predicted = serving_load.predictions(features, predict_s)
-        modelled = predicted if load is None else serving_load.modelled_s(load, features, predicted)
-        body = features["body_s"].to_numpy(dtype=float)
-        busy = features["busy"].to_numpy(dtype=bool) & np.isfinite(modelled) & (modelled > 0)
-        busy &= np.isfinite(body)
-        for k in np.flatnonzero(busy):
-            rows.append((step_class(features["chunks"].iloc[k]), body[k], modelled[k]))
+        features, body, modelled = busy_steps(schedule, *model)
+        rows += zip(features["chunks"].map(step_class), body, modelled, strict=True)
     frame = pd.DataFrame(rows, columns=["class", "measured_s", "modelled_s"])
     out = frame.groupby("class").agg(
         steps=("measured_s", "size"),
@@ -82,11 +76,20 @@ def main(run_dir: Path, overrides: list[str]) -> None:
     lengths = load_workload(workload_dir).lengths
     longest = int((lengths["num_prefill_tokens"] + lengths["num_decode_tokens"]).max())
     found = {c.config_id: c for c in candidates(cfg.tune, cfg.backend, cfg.model, longest)}
-    tuned = TuneInputs(
-        cfg, cfg.pipeline(), workload_dir, int(lengths["num_prefill_tokens"].max()),
-        Path("/tmp/step_classes_points"),
-    )  # fmt: skip
-    models = step_model(tuned)
+    with tempfile.TemporaryDirectory() as points:  # the step models' simulated points
+        tuned = TuneInputs(
+            cfg, cfg.pipeline(), workload_dir, int(lengths["num_prefill_tokens"].max()),
+            Path(points),
+        )  # fmt: skip
+        print_classes(run_dir, found, step_model(tuned))
+
+
+def print_classes(
+    run_dir: Path,
+    found: dict[str, Candidate],
+    models: Callable[[Simulated], tuple[Predict, Any] | None],
+) -> None:
+    """Each checked configuration's table (:func:`classes`), under its name."""
     for checked in sorted((run_dir / "runs").iterdir()):
         candidate = found.get(checked.name)
         if candidate is None:

@@ -31,18 +31,28 @@ Predict = Callable[[Sequence[tuple[int, int]]], float]
 """A step's predicted seconds from its chunks (query tokens, KV tokens after the step)."""
 
 
-def run_sums(
+def busy_steps(
     schedule: pd.DataFrame, predict_s: Predict, load: ServingLoad | None
-) -> tuple[float, float, int]:
-    """One run's busy steps: their measured seconds, their modelled seconds and their count (a
-    step the predictor cannot time is left out)."""
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """One run's busy steps the model times: their features
+    (:func:`~.serving_load.step_features`), measured seconds and modelled seconds (a step the
+    predictor cannot time is left out)."""
     features = serving_load.step_features(schedule.reset_index(drop=True))
     predicted = serving_load.predictions(features, predict_s)
     modelled = predicted if load is None else serving_load.modelled_s(load, features, predicted)
     busy = features["busy"].to_numpy(dtype=bool) & np.isfinite(modelled) & (modelled > 0)
     body = features["body_s"].to_numpy(dtype=float)
     busy &= np.isfinite(body)
-    return float(body[busy].sum()), float(modelled[busy].sum()), int(busy.sum())
+    return features[busy].reset_index(drop=True), body[busy], modelled[busy]
+
+
+def run_sums(
+    schedule: pd.DataFrame, predict_s: Predict, load: ServingLoad | None
+) -> tuple[float, float, int]:
+    """One run's busy steps: their measured seconds, their modelled seconds and their count
+    (:func:`busy_steps`)."""
+    _, body, modelled = busy_steps(schedule, predict_s, load)
+    return float(body.sum()), float(modelled.sum()), len(body)
 
 
 def step_level(
@@ -52,7 +62,12 @@ def step_level(
     ``ratio`` (total measured over total modelled busy-step time), ``steps``, and each run's own
     ratio (``per_run``: how much it moved from run to run); None with fewer than
     :data:`MIN_STEPS` busy steps."""
-    sums = [run_sums(schedule, predict_s, load) for schedule in runs]
+    return level_of([run_sums(schedule, predict_s, load) for schedule in runs])
+
+
+def level_of(sums: Sequence[tuple[float, float, int]]) -> dict[str, Any] | None:
+    """:func:`step_level` from each run's :func:`run_sums` (so that a subset of the runs reads
+    its level without timing its steps again)."""
     steps = sum(n for _, _, n in sums)
     measured = sum(b for b, _, _ in sums)
     modelled = sum(m for _, m, _ in sums)

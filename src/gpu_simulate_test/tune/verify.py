@@ -15,9 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from gpu_simulate_test.calibration.level import Predict, step_level
+from gpu_simulate_test.calibration.level import Predict, level_of, run_sums
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
     early_server,
@@ -251,16 +249,16 @@ def server_level(model: tuple[Predict, Any] | None, found: RealSearch) -> dict[s
     decided where it was judged."""
     if model is None:
         return None
-    runs: list[tuple[float, pd.DataFrame]] = []
+    sums: list[tuple[float, tuple[float, float, int]]] = []  # per run: its rate, its sums
     for run in found.runs:
         path = Path(str(run.get("real_run", ""))) / layout.ENGINE_SCHEDULE
         if path.is_file():
-            runs.append((float(run["qps"]), read_csv(path, ENGINE_SCHEDULE)))
-    level = step_level([schedule for _, schedule in runs], *model)
+            sums.append((float(run["qps"]), run_sums(read_csv(path, ENGINE_SCHEDULE), *model)))
+    level = level_of([s for _, s in sums])
     if level is None:
         return None
     rates = {q for q in found.measured.bracket if q is not None}
-    judged = step_level([schedule for q, schedule in runs if q in rates], *model)
+    judged = level_of([s for q, s in sums if q in rates])
     level["judged"] = None if judged is None else {
         "ratio": judged["ratio"],
         "steps": judged["steps"],
