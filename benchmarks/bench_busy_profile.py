@@ -14,15 +14,9 @@ directory). Run: ``python -m benchmarks.bench_busy_profile [--busy-s 90] [--out 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +26,7 @@ from hydra import compose, initialize_config_dir
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.core.busy import competitor
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
@@ -43,26 +38,6 @@ from gpu_simulate_test.orchestrate.steps import make_workload
 TARGET = 0.10
 METRICS = ("ttft", "tpot", "e2e")
 STATS = ("p50", "p90")
-
-
-@contextlib.contextmanager
-def competitor(seconds: float) -> Iterator[int]:
-    """A CPU-bound process that is not this one's child (the shell that starts it exits), bounded
-    by ``timeout`` and stopped on the way out. The pid is ``timeout``'s: SIGTERM to it reaches
-    the spinning child too (SIGKILL would leave the child spinning, orphaned)."""
-    spin = f"timeout {max(1, int(seconds))} '{sys.executable}' -c 'while True: pass'"
-    out = subprocess.run(
-        ["sh", "-c", f"{spin} >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(out.stdout.strip())
-    try:
-        yield pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
 
 
 def profile(cfg: Any, workload_dir: Path, root: Path, run_id: str) -> tuple[Path, float]:

@@ -14,12 +14,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.vidur_bundle_factory import QWEN3_TINY, SyntheticRanges, write_synthetic_bundle
-
 from gpu_simulate_test.capacity.stage import run
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.vidur_profile.synthetic import (
+    QWEN3_TINY,
+    SyntheticRanges,
+    write_synthetic_bundle,
+)
 
 TARGET_S = 120.0
 

@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle
-
 from benchmarks.bench_vidur_simulate import CPU, make_workload, time_bare
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import (
@@ -41,6 +39,7 @@ from gpu_simulate_test.config.vidur import (
 )
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
+from gpu_simulate_test.vidur_profile.synthetic import QWEN3_TINY, write_synthetic_bundle
 from gpu_simulate_test.vidur_simulate import stage
 
 TARGET_RATIO = 10.0

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-METRICS = ("ttft", "tpot", "e2e")
+from gpu_simulate_test.fidelity.bounds import LIMIT, METRICS, passes
 
 
 def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
@@ -162,31 +162,6 @@ def main() -> None:
                 indent=1,
             )
         )
-
-
-LIMIT = 0.10
-"""Issue 28's bound on every p50 of every fresh profile."""
-
-
-def passes(results: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """Runs whose six p50 errors (3 metrics, 2 clocks) are all within :data:`LIMIT`: the
-    simulation's against the real run, and the truth's repeat against the real run (the same
-    bound asked of the truth itself), with the number of runs that had a repeat."""
-
-    def within(errors: list[float | None]) -> bool:
-        return all(e is not None and abs(e) <= LIMIT for e in errors)
-
-    sim = sum(
-        within([r[f"{c}_p50"].get(f"{m}_p50") for c in ("client", "engine") for m in METRICS])
-        for r in results
-    )
-    noises = [r.get("real_vs_real_p50") or {} for r in results]
-    repeated = [n for n in noises if n]
-    truth = sum(
-        within([n.get(f"{m}_p50", {}).get(c) for c in ("client", "engine") for m in METRICS])
-        for n in repeated
-    )
-    return sim, truth, len(repeated)
 
 
 def fmt(value: float | None) -> str:

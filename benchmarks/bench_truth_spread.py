@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import json
 import subprocess
 import sys
@@ -36,120 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from omegaconf import OmegaConf
 
-from gpu_simulate_test.config.registry import CONFIG_DIR
-
-CLOCKS = {  # summary.json's p50s, per clock
-    "engine": ("engine_ttft_ms", "engine_tpot_ms", "engine_e2e_ms"),
-    "client": ("p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"),
-}
-
-
-def pipeline_workload() -> list[str]:
-    """``make run``'s own workload (``configs/pipeline.yaml``'s ``workload`` block) as overrides
-    of the workload stage, so that the two cannot drift apart."""
-    pipeline = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "pipeline.yaml"))
-    assert isinstance(pipeline, dict)
-
-    def flat(prefix: str, value: Any) -> list[str]:
-        if isinstance(value, dict):
-            return [o for k, v in value.items() for o in flat(f"{prefix}.{k}", v)]
-        return [f"{prefix}={value}"]
-
-    return flat("workload", pipeline["workload"])
-
-
-def p50s(run_dir: Path) -> dict[str, list[float]]:
-    """The run's TTFT, TPOT and E2E p50 (ms) per clock, from its ``summary.json``."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    out: dict[str, list[float]] = {}
-    for clock, keys in CLOCKS.items():
-        values = [summary.get(k) for k in keys]
-        values = [v["p50"] if isinstance(v, dict) else v for v in values]
-        if all(isinstance(v, (int, float)) for v in values):
-            out[clock] = [float(v) for v in values]
-    return out
-
-
-def pairs_within(values: np.ndarray, limit: float) -> tuple[int, int]:
-    """Ordered pairs (i, j), i ≠ j, whose every column has ``|v_i / v_j - 1| ≤ limit``, and the
-    number of pairs. ``values``: runs × metrics."""
-    n = len(values)
-    hits = sum(
-        bool(np.all(np.abs(values[i] / values[j] - 1.0) <= limit + 1e-12))
-        for i, j in itertools.permutations(range(n), 2)
-    )
-    return hits, n * (n - 1)
-
-
-def best_prediction(values: np.ndarray, limit: float) -> tuple[int, list[float]]:
-    """The most runs one fixed prediction puts within ``limit`` on every column at once, and that
-    prediction. Run j is met on column k by any ``p`` in ``[v_jk (1 - limit), v_jk (1 + limit)]``
-    (relative to the run), so the best ``p`` of each column is one of those ends."""
-    lows, highs = values * (1.0 - limit), values * (1.0 + limit)
-    columns = range(values.shape[1])
-    candidates = [np.unique(np.concatenate([lows[:, k], highs[:, k]])) for k in columns]
-    best, where = 0, [float(np.median(values[:, k])) for k in columns]
-    for point in itertools.product(*candidates):
-        p = np.asarray(point)
-        met = int(np.sum(np.all(np.abs(p / values - 1.0) <= limit + 1e-12, axis=1)))
-        if met > best:
-            best, where = met, [float(x) for x in p]
-    return best, where
-
-
-def spread(values: np.ndarray, limit: float) -> dict[str, Any]:
-    """Every figure this benchmark prints for one clock's runs × (TTFT, TPOT, E2E) p50s."""
-    hits, pairs = pairs_within(values, limit)
-    met, prediction = best_prediction(values, limit)
-    fraction = hits / pairs if pairs else float("nan")
-    return {
-        "runs": len(values),
-        "cv": [round(float(c), 4) for c in values.std(axis=0, ddof=1) / values.mean(axis=0)],
-        "max_over_min": [round(float(r), 3) for r in values.max(axis=0) / values.min(axis=0)],
-        "pairs_within": hits,
-        "pairs": pairs,
-        "pair_fraction": round(fraction, 4),
-        "five_in_a_row": round(fraction**5, 4),
-        "best_prediction_meets": met,
-        "best_prediction_ms": [round(v, 3) for v in prediction],
-    }
-
-
-def fidelity_table(path: Path) -> pd.DataFrame:
-    """A fidelity table with the columns :func:`campaign_bias` reads, or a one-line exit."""
-    table = pd.read_csv(path)
-    missing = {"clock", "rel_error", "noise"} - set(table.columns)
-    if missing:
-        raise SystemExit(
-            f"{path}: not a fidelity table of the stage's current layout (missing columns "
-            f"{', '.join(sorted(missing))})"
-        )
-    return table
-
-
-def campaign_bias(table: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
-    """Per backend and clock of a fidelity table (``fidelity.csv``; ``<backend>/<clock>``): the
-    mean signed error, in %, of the simulation and of the truth's own repeat (the ``noise``
-    column), both over the rows that had a repeat, and how many rows that was. Without a repeat,
-    the simulation's over every row and the repeat's None."""
-    out: dict[str, dict[str, float | int | None]] = {}
-    keys = ["backend", "clock"] if "backend" in table.columns else ["clock"]
-    for key, rows in table.groupby(keys):
-        name = "/".join(str(k) for k in key)
-        repeated = rows[rows["noise"].notna()]
-        judged = repeated if len(repeated) else rows
-        out[name] = {
-            "rows": len(judged),
-            "sim_mean_signed_pct": round(float(judged["rel_error"].mean()) * 100, 2),
-            "repeat_rows": len(repeated),
-            "repeat_mean_signed_pct": (
-                round(float(repeated["noise"].mean()) * 100, 2) if len(repeated) else None
-            ),
-        }
-    return out
+from gpu_simulate_test.config.presets import pipeline_workload
+from gpu_simulate_test.fidelity.bounds import campaign_bias, fidelity_table
+from gpu_simulate_test.real_bench.spread import CLOCKS, p50s, spread
 
 
 def print_bias(tables: dict[str, dict[str, dict[str, float | int | None]]], limit: float) -> None:

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.tune.judge import WITHIN, verdict
 from gpu_simulate_test.tune.rank import spearman
 
 SPACE = [
@@ -47,7 +48,6 @@ SPACE = [
     "backend.max_requests_per_batch=8",  # the configured backend is in the space: s8-t128
     "backend.max_batch_tokens=128",
 ]
-WITHIN = 0.15
 PROBE = "capacity.verify_seed=probe"
 """A grid that knows nothing of the simulation: each real search starts from a burst probe."""
 
@@ -68,15 +68,6 @@ def tune(run_id: str, verify: str, seconds: float, overrides: list[str]) -> dict
     doc = json.loads((Path("tmp") / "tune" / run_id / "tune.json").read_text())
     doc["stage_s"] = round(time.perf_counter() - started, 1)
     return doc
-
-
-def verdict(
-    simulated: float | None, mean: float | None, spread: float
-) -> tuple[float | None, bool]:
-    """The simulated capacity's error against the measured mean (None without both), and
-    whether it is within ±:data:`WITHIN` or within the measured spread where that is wider."""
-    error = simulated / mean - 1 if simulated and mean else None
-    return error, error is not None and abs(error) <= max(WITHIN, spread)
 
 
 def table(grids: list[dict[str, Any]], top_ks: list[dict[str, Any]]) -> dict[str, Any]:

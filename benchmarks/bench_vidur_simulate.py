@@ -19,8 +19,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.vidur_bundle_factory import CPU, QWEN3_TINY, write_synthetic_bundle
-
 from gpu_simulate_test.config.schema import (
     LengthDistConfig,
     OutputConfig,
@@ -35,6 +33,7 @@ from gpu_simulate_test.core.workloads import generate, write_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import start_run
+from gpu_simulate_test.vidur_profile.synthetic import CPU, QWEN3_TINY, write_synthetic_bundle
 from gpu_simulate_test.vidur_simulate import stage
 
 TARGET_OVERHEAD = 0.05

@@ -7,7 +7,8 @@ has some steps timed worse than others. This splits the same steps by what they 
 only, a whole prompt (its first chunk, nothing computed before), a prompt's later chunk (a
 prefill over KV it computed in an earlier step: a token budget of 32 cuts 16..64-token prompts
 into two or three), each with or without decodes beside it; per class, the measured seconds
-over the modelled ones, and the steps' share of the busy time.
+over the modelled ones, and the steps' share of the busy time
+(:mod:`gpu_simulate_test.calibration.step_classes`).
 
 Run from the folder the tune ran in, with the tune's own overrides (the same bundle):
 ``python -m benchmarks.step_classes tmp/tune/<run_id> [overrides]``
@@ -22,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from hydra import compose, initialize_config_dir
 
-from gpu_simulate_test.calibration.level import Predict, busy_steps
+from gpu_simulate_test.calibration.level import Predict
+from gpu_simulate_test.calibration.step_classes import classes
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -35,35 +36,6 @@ from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.tune.simulate import Simulated, TuneInputs, step_model
 from gpu_simulate_test.tune.space import Candidate, candidates
-
-
-def step_class(chunks: tuple[tuple[int, int], ...]) -> str:
-    """What a step holds: ``decode`` only, a ``first chunk`` (a prompt with nothing computed
-    before) or a ``later chunk`` (a prefill over KV of its own from an earlier step), each
-    ``+ decodes`` when decodes ran beside it."""
-    prefills = [(q, kv) for q, kv in chunks if q > 1]
-    decodes = len(chunks) - len(prefills)
-    if not prefills:
-        return "decode"
-    kind = "later chunk" if any(kv > q for q, kv in prefills) else "first chunk"
-    return kind + (" + decodes" if decodes else "")
-
-
-def classes(schedules: list[pd.DataFrame], model: tuple[Any, Any]) -> pd.DataFrame:
-    """Per step class over the runs: steps, measured and modelled busy seconds, their ratio."""
-    rows: list[tuple[str, float, float]] = []
-    for schedule in schedules:
-        features, body, modelled = busy_steps(schedule, *model)
-        rows += zip(features["chunks"].map(step_class), body, modelled, strict=True)
-    frame = pd.DataFrame(rows, columns=["class", "measured_s", "modelled_s"])
-    out = frame.groupby("class").agg(
-        steps=("measured_s", "size"),
-        measured_s=("measured_s", "sum"),
-        modelled_s=("modelled_s", "sum"),
-    )
-    out["ratio"] = out["measured_s"] / out["modelled_s"]
-    out["share"] = out["measured_s"] / out["measured_s"].sum()
-    return out
 
 
 def main(run_dir: Path, overrides: list[str]) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmarks.bench_truth_spread import best_prediction, p50s, pairs_within, spread
+
+from gpu_simulate_test.real_bench.spread import best_prediction, p50s, pairs_within, spread
 
 
 def test_pairs_count_every_metric_at_once_in_both_directions() -> None:
@@ -54,7 +55,7 @@ def test_p50s_read_both_clocks_and_skip_a_missing_engine_clock(tmp_path: Path) -
 
 
 def test_fresh_profiles_count_the_truths_own_repeat_by_the_same_bound() -> None:
-    from benchmarks.bench_fresh_profiles import passes
+    from gpu_simulate_test.fidelity.bounds import passes
 
     def run(sim: float, noise: float | None) -> dict[str, object]:
         errors = {f"{m}_p50": sim for m in ("ttft", "tpot", "e2e")}
@@ -68,7 +69,8 @@ def test_fresh_profiles_count_the_truths_own_repeat_by_the_same_bound() -> None:
 
 def test_campaign_bias_sets_the_repeat_beside_the_simulation(tmp_path: Path) -> None:
     import pandas as pd
-    from benchmarks.bench_truth_spread import campaign_bias, fidelity_table
+
+    from gpu_simulate_test.fidelity.bounds import campaign_bias, fidelity_table
 
     table = pd.DataFrame(
         {
@@ -96,7 +98,7 @@ def test_campaign_bias_sets_the_repeat_beside_the_simulation(tmp_path: Path) -> 
 
 
 def test_the_replayed_workload_is_the_pipelines_own() -> None:
-    from benchmarks.bench_truth_spread import pipeline_workload
+    from gpu_simulate_test.config.presets import pipeline_workload
 
     overrides = pipeline_workload()
     assert "workload.num_requests=40" in overrides and "workload.qps=4.0" in overrides

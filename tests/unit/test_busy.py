@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-from benchmarks.bench_busy_profile import competitor as spinning
 
 from gpu_simulate_test.core.busy import (
     FOREIGN_CORES_LIMIT,
@@ -17,6 +16,7 @@ from gpu_simulate_test.core.busy import (
     _own_pids,
     busy_warning,
 )
+from gpu_simulate_test.core.busy import competitor as spinning
 
 # other processes' CPU use is measured, and a parallel worker is one: run alone
 pytestmark = pytest.mark.timing

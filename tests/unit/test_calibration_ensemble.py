@@ -1,5 +1,5 @@
-"""benchmarks/calibration_ensemble.py: each calibration, the median one and the median per
-configuration judged against the grids."""
+"""``tune.judge``: each calibration, the median one and the median per configuration judged
+against the grids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmarks.calibration_ensemble import analyse, render
+
+from gpu_simulate_test.tune.judge import analyse, render
 
 
 def _cal(root: Path, name: str, capacities: dict[str, float]) -> Path:

@@ -1,13 +1,13 @@
-"""``benchmarks/step_classes.py``: a step's class from what it holds, and each class's measured
+"""``calibration.step_classes``: a step's class from what it holds, and each class's measured
 time over the model's on a real vLLM step record (tests/data)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-from benchmarks.step_classes import classes, step_class
 
 from gpu_simulate_test.calibration.level import step_level
+from gpu_simulate_test.calibration.step_classes import classes, step_class
 from tests.unit.test_level import DATA, fitted_model, slower
 
 

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmarks.tune_errors import analyse, render
+
+from gpu_simulate_test.tune.grid_errors import analyse, render
 
 
 def _folder(root: Path, name: str, rows: dict[str, tuple[float, list[float]]]) -> Path:

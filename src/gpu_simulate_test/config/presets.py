@@ -8,7 +8,7 @@ architecture numbers live; benchmarks, tests and the Vidur model registration re
 from __future__ import annotations
 
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -44,3 +44,18 @@ def model_preset(name: str) -> ModelConfig:
 @cache
 def hardware_preset(name: str) -> HardwareConfig:
     return load_preset("hardware", name, HardwareConfig)
+
+
+def pipeline_workload() -> list[str]:
+    """``make run``'s own workload (``configs/pipeline.yaml``'s ``workload`` block) as overrides
+    of the workload stage (nested blocks as dotted keys), so that a benchmark replaying it cannot
+    drift from it."""
+    pipeline = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "pipeline.yaml"))
+    assert isinstance(pipeline, dict)
+
+    def flat(prefix: str, value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [o for k, v in value.items() for o in flat(f"{prefix}.{k}", v)]
+        return [f"{prefix}={value}"]
+
+    return flat("workload", pipeline["workload"])

@@ -11,13 +11,20 @@ The hypervisor's steal time (another tenant of the host) is measured too (``stea
 recorded, but it does not decide: on a shared cloud VM it never stops (this project's CI machine
 read 0.58 cores of steal with nothing else running), so waiting for it to end, or refusing what
 was timed beside it, would refuse every run there.
+
+:func:`competitor` starts such a stranger on purpose (one spinning core), for the checks that a
+busy timing is seen.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -189,3 +196,23 @@ class OwnLoad:
             used = cpu - self._before.get(pid, (label, 0.0))[1]
             out[label if label == "client" else f"{label}[{pid}]"] = round(used / elapsed, 3)
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+@contextlib.contextmanager
+def competitor(seconds: float) -> Iterator[int]:
+    """A CPU-bound process that is not this one's child (the shell that starts it exits), bounded
+    by ``timeout`` and stopped on the way out. The pid is ``timeout``'s: SIGTERM to it reaches
+    the spinning child too (SIGKILL would leave the child spinning, orphaned)."""
+    spin = f"timeout {max(1, int(seconds))} '{sys.executable}' -c 'while True: pass'"
+    out = subprocess.run(
+        ["sh", "-c", f"{spin} >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(out.stdout.strip())
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
