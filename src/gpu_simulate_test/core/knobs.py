@@ -4,7 +4,7 @@
 batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = num_blocks.
 ``vllm`` (V1 engine: chunked prefill, FCFS, running requests first, then waiting ones filling
 the token budget, preemption by recompute) ↔ ``vllm_v1``, vLLM's own scheduler in our event loop
-(:mod:`gpu_simulate_test.vidur_simulate.vllm_v1`): chunk_size = ``--max-num-batched-tokens``,
+(:mod:`gpu_simulate_test.simulator.run`): chunk_size = ``--max-num-batched-tokens``,
 batch_size_cap = ``--max-num-seqs``, block_size = ``--block-size``, num_blocks =
 ``--num-gpu-blocks-override``.
 ``vllm_engine`` is the same engine driven in-process, with the same knobs. ``hf_generate`` (one

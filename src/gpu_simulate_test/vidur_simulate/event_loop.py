@@ -48,13 +48,13 @@ from itertools import accumulate, repeat
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.simulator.request_rows import aggregate_loop_rows
 from gpu_simulate_test.vidur_simulate.batch_forming import FORMERS
 from gpu_simulate_test.vidur_simulate.loop_setup import (
     BatchTimer,
     KvCacheExhausted,
     LoopParams,
 )
-from gpu_simulate_test.vidur_simulate.request_rows import aggregate_loop_rows
 
 COMPACT_AT = 1 << 20
 """Decode batches kept before those no running request was in are dropped."""

@@ -26,9 +26,9 @@ from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, rate_of
 from gpu_simulate_test.core.latency import tpot_s
 from gpu_simulate_test.core.summary import summarize_run
 from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.simulator.request_rows import VIDUR_ID
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
-VIDUR_ID = "Request Id"
 VIDUR_COLUMNS: tuple[str, ...] = (
     VIDUR_ID,
     "request_e2e_time",

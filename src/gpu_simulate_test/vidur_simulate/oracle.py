@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import COMPOSITION, FOREIGN, parse_requests
-from gpu_simulate_test.vidur_simulate.v1_types import Composition
+from gpu_simulate_test.simulator.types import Composition
 
 KEY = COMPOSITION
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.calibration.serving_load import ServingLoad
+from gpu_simulate_test.simulator.types import Composition
 from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer
-from gpu_simulate_test.vidur_simulate.v1_types import Composition
 
 
 def predicted_s(timer: BatchTimer, chunks: Sequence[tuple[int, int]]) -> float:

@@ -13,10 +13,10 @@ import pandas as pd
 from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.sessions import Sessions
+from gpu_simulate_test.simulator.kv_cache import Segments
+from gpu_simulate_test.simulator.types import ARRIVED
+from gpu_simulate_test.simulator.types import NAME as V1_NAME
 from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
-from gpu_simulate_test.vidur_simulate.v1_prefix import Segments
-from gpu_simulate_test.vidur_simulate.v1_types import ARRIVED
-from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
 
 
 def prompt_segments(

@@ -41,7 +41,7 @@ from gpu_simulate_test.core.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import open_upstream_run
-from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
+from gpu_simulate_test.simulator.types import NAME as V1_NAME
 
 DEFAULTS = VidurSchedulerConfig()
 """The schema's defaults: a knob at its default counts as not given."""

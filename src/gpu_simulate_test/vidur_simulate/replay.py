@@ -21,8 +21,8 @@ from gpu_simulate_test.core.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
+from gpu_simulate_test.simulator.types import NAME, V1Params
 from gpu_simulate_test.vidur_simulate import oracle
-from gpu_simulate_test.vidur_simulate.v1_types import NAME, V1Params
 
 
 @dataclass(frozen=True)

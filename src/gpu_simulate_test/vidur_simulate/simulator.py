@@ -26,9 +26,9 @@ from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import DEFAULT_EVENT_LOOP
 from gpu_simulate_test.io.artifacts import atomic_open
+from gpu_simulate_test.simulator.kv_cache import Segments
+from gpu_simulate_test.simulator.types import StepClock, V1Params
 from gpu_simulate_test.vidur_simulate.contract import VIDUR_REQUEST_METRICS
-from gpu_simulate_test.vidur_simulate.v1_prefix import Segments
-from gpu_simulate_test.vidur_simulate.v1_types import StepClock, V1Params
 
 if TYPE_CHECKING:
     from vidur.config import SimulationConfig

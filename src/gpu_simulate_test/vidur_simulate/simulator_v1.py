@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.simulator.types import StepClock
 from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
     SimulationResult,
@@ -22,7 +23,6 @@ from gpu_simulate_test.vidur_simulate.simulator import (
     read_trace,
     write_raw,
 )
-from gpu_simulate_test.vidur_simulate.v1_types import StepClock
 
 _SETUPS: dict[str, tuple[Any, ...]] = {}
 """The last simulation's predictor, with its fitted overhead and serving terms, by
@@ -67,9 +67,9 @@ class VllmV1Simulator:
 
     def run(self, request: SimulationRequest) -> SimulationResult:
         from gpu_simulate_test.core.engines.step_record import step_log_rows
+        from gpu_simulate_test.simulator.run import run_v1
         from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
         from gpu_simulate_test.vidur_simulate.predictor_clock import PredictorClock, fit_serving
-        from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
 
         if request.v1 is None:
             raise ValueError("VllmV1Simulator needs the request's v1 (vLLM's scheduler knobs)")

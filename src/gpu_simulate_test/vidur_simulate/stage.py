@@ -28,6 +28,9 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.simulator.types import CACHED_TOKENS as V1_CACHED_TOKENS
+from gpu_simulate_test.simulator.types import ENGINE_QUEUED as V1_ENGINE_QUEUED
+from gpu_simulate_test.simulator.types import NAME as V1_NAME
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.contract import (
@@ -57,9 +60,6 @@ from gpu_simulate_test.vidur_simulate.replay import (
 from gpu_simulate_test.vidur_simulate.serving_report import serving_report
 from gpu_simulate_test.vidur_simulate.simulation import simulate
 from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest, SimulationResult
-from gpu_simulate_test.vidur_simulate.v1_types import CACHED_TOKENS as V1_CACHED_TOKENS
-from gpu_simulate_test.vidur_simulate.v1_types import ENGINE_QUEUED as V1_ENGINE_QUEUED
-from gpu_simulate_test.vidur_simulate.v1_types import NAME as V1_NAME
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:

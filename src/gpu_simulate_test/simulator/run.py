@@ -1,38 +1,12 @@
-"""vLLM's V1 scheduler, step by step, in our event loop (``vidur.scheduler.name=vllm_v1``).
-
-Vidur has no scheduler for vLLM's V1 engine. This one follows vLLM 0.32's
-``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule`` and ``update_from_output``) for what
-a served request meets there with prefix caching, speculative decoding, LoRA, encoders and KV
-connectors off and synchronous scheduling (what vLLM runs on CPU):
-
-- **one token budget** (``--max-num-batched-tokens``), spent first on the running requests in
-  their order, each taking what it still lacks (a decode: one token; a prefill: the rest of its
-  prompt, or of prompt and output after a preemption), capped by the budget and the long-prefill
-  threshold (``long_prefill_token_threshold``, 0: off, and only with more than one request);
-- **KV blocks** of ``--block-size`` tokens from ``--num-gpu-blocks-override`` blocks less vLLM's
-  null block; a running request allocates what its new tokens need; when none are free the
-  **last running request is preempted** (its blocks freed, its computed tokens reset: it will
-  recompute prompt and output) and put at the head of the queue, until the request fits or is
-  itself the one preempted, which ends the running pass;
-- **waiting requests** only in a step that preempted nobody, in queue order, while the budget
-  lasts and fewer than ``--max-num-seqs`` run; admitted only if the blocks for all their tokens so
-  far are free (``scheduler_reserve_full_isl``); chunked prefill takes what the budget leaves;
-- **after the step**, every request whose computed tokens reached its tokens emits one; one that
-  has emitted its ``max_tokens`` finishes and frees its blocks.
-
-Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request the
-engine queued by ``S`` is in the queue. The next step is scheduled ``gap`` after ``E`` when there
-is work, else ``lead`` after the next arrival. :class:`StepClock` gives those three per step:
-from Vidur's predictor (:mod:`.predictor_clock`: the predicted step with the fitted engine overhead,
-and the serving terms where calibrated) or from a real run's own steps (:mod:`.oracle`).
-
-The result is Vidur's per-request rows (:func:`.request_rows.v1_rows`) plus the schedule, one
-row per step with vLLM's own split of context and generation requests (as its log counts them: a
-request resumed after preemption recomputes as generation).
+"""One :class:`~.engine.VllmV1Engine` over a whole workload (:func:`run_v1`): requests in as
+arrays, Vidur's per-request rows (:func:`.request_rows.v1_rows`) and the schedule out, one row per
+step with vLLM's own split of context and generation requests (as its log counts them: a request
+resumed after preemption recomputes as generation).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,10 +14,16 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
-from gpu_simulate_test.vidur_simulate.request_rows import v1_rows
-from gpu_simulate_test.vidur_simulate.v1_engine import V1Engine
-from gpu_simulate_test.vidur_simulate.v1_prefix import CachingV1Engine, Segments, block_keys
-from gpu_simulate_test.vidur_simulate.v1_types import (
+from gpu_simulate_test.simulator.engine import RequestBook, VllmV1Engine
+from gpu_simulate_test.simulator.kv_cache import (
+    CountingKVCache,
+    KVCacheManager,
+    PrefixKVCache,
+    Segments,
+    block_keys,
+)
+from gpu_simulate_test.simulator.request_rows import v1_rows
+from gpu_simulate_test.simulator.types import (
     ARRIVED,
     CACHED_TOKENS,
     ENGINE_QUEUED,
@@ -96,34 +76,38 @@ def run_v1(
             f"of {params.num_blocks}): vLLM would never finish it"
         )
     _check_closed_loop(arrivals, after)
-    engine: V1Engine
+    kv: KVCacheManager
     if params.enable_prefix_caching:
         if segments is None:
             segments = [[(("U", r), p)] for r, p in enumerate(prompt)]
         _check_segments(segments, prompt)
-        keys = block_keys(segments, max_out, bs)
-        engine = CachingV1Engine(params, arrivals.tolist(), prompt, max_out, keys)
+        kv = PrefixKVCache(params.num_blocks, bs, block_keys(segments, max_out, bs))
     else:
-        engine = V1Engine(params, arrivals.tolist(), prompt, max_out)
-    if after is not None:
-        engine.after = [(int(a), float(t)) for a, t in after]
-    engine.run(clock, order)
+        kv = CountingKVCache(params.usable_blocks, bs, len(prompt))
+    book = RequestBook(arrivals.tolist(), prompt, max_out)
+    follows = None if after is None else [(int(a), float(t)) for a, t in after]
+    engine = VllmV1Engine(params, book, kv, clock, after=follows)
+    for r in order:
+        if not math.isnan(book.arr[r]):
+            engine.add(r, book.arr[r])
+    while engine.next_start() < math.inf:
+        engine.step()
     requests = v1_rows(
-        engine.arr,
+        book.arr,
         prompt,
         max_out,
-        engine.scheduled_at,
-        engine.first_token,
-        engine.done,
-        engine.busy_s,
-        engine.restarts,
+        book.scheduled_at,
+        book.first_token,
+        book.done,
+        book.busy_s,
+        book.restarts,
     )
-    requests[ENGINE_QUEUED] = np.asarray(engine.queued_at, dtype=float)
+    requests[ENGINE_QUEUED] = np.asarray(book.queued_at, dtype=float)
     if after is not None:
-        requests[ARRIVED] = np.asarray(engine.arr, dtype=float)
+        requests[ARRIVED] = np.asarray(book.arr, dtype=float)
     stats = None
-    if isinstance(engine, CachingV1Engine):
-        requests[CACHED_TOKENS] = np.asarray(engine.cached_tokens, dtype=np.int64)
+    if params.enable_prefix_caching:
+        requests[CACHED_TOKENS] = np.asarray(book.cached_tokens, dtype=np.int64)
         stats = dict(engine.stats)
     return V1Result(
         requests=requests,

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.vidur_simulate.metrics import VIDUR_ID
+VIDUR_ID = "Request Id"
+"""Vidur's request id column."""
 
 
 def aggregate_loop_rows(

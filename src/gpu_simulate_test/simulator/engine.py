@@ -1,0 +1,293 @@
+"""vLLM's V1 scheduler as an engine a caller steps (:class:`VllmV1Engine`), its policy written
+once over the KV-cache seam (:mod:`.kv_cache`).
+
+It follows vLLM 0.32's ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule`` and
+``update_from_output``) for what a served request meets there with speculative decoding, LoRA,
+encoders and KV connectors off and synchronous scheduling (what vLLM runs on CPU):
+
+- **one token budget** (``--max-num-batched-tokens``), spent first on the running requests in
+  their order, each taking what it still lacks (a decode: one token; a prefill: the rest of its
+  prompt, or of prompt and output after a preemption), capped by the budget and the long-prefill
+  threshold (``long_prefill_token_threshold``, 0: off, and only with more than one request);
+- **KV blocks** from the cache (:class:`~.kv_cache.KVCacheManager`); a running request allocates
+  what its new tokens need; when none are free the **last running request is preempted** (its
+  blocks freed, its computed tokens reset: it will recompute prompt and output) and put at the
+  head of the queue, until the request fits or is itself the one preempted, which ends the
+  running pass;
+- **waiting requests** only in a step that preempted nobody, in queue order, while the budget
+  lasts and fewer than ``--max-num-seqs`` run; each starts from its cached prefix (none without
+  prefix caching) and is admitted only if the blocks for all its tokens so far are free
+  (``scheduler_reserve_full_isl``); chunked prefill takes what the budget leaves;
+- **after the step**, every request whose computed tokens reached its tokens emits one; one that
+  has emitted its ``max_tokens`` finishes and frees its blocks.
+
+Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request the
+engine queued by ``S`` is in the queue (vLLM's core reads new requests only between steps). The
+next step is scheduled ``gap`` after ``E`` when there is work, else ``lead`` after the next
+arrival; the :class:`~.types.StepClock` gives those three per step.
+
+Per-request state lives in a :class:`RequestBook` shared by every engine of a fleet (a request
+runs on one engine); each engine keeps its own queue, running list, cache and steps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+
+from gpu_simulate_test.simulator.kv_cache import KVCacheManager
+from gpu_simulate_test.simulator.types import Chosen, Composition, StepClock, V1Params
+
+
+class RequestBook:
+    """Every request's tokens and times, by request id: what the engines write and the result
+    is read from (one per simulation, however many engines)."""
+
+    __slots__ = (
+        "arr", "busy_s", "cached_tokens", "computed", "done", "first_token", "max_out", "outputs",
+        "prompt", "queued_at", "restarts", "scheduled_at",
+    )  # fmt: skip
+
+    def __init__(self, arr: list[float], prompt: list[int], max_out: list[int]) -> None:
+        n = len(arr)
+        self.arr, self.prompt, self.max_out = arr, prompt, max_out
+        self.computed = [0] * n
+        self.outputs = [0] * n
+        self.scheduled_at = [math.nan] * n
+        self.queued_at = [math.nan] * n
+        self.first_token = [math.nan] * n
+        self.done = [math.nan] * n
+        self.busy_s = [0.0] * n
+        self.restarts = [0] * n
+        self.cached_tokens = [-1] * n
+        """Tokens served from the cache at the request's first admission (vLLM's
+        ``num_cached_tokens``; -1: never admitted)."""
+
+
+Follow = Callable[[int, float], None]
+"""Called with (request, when it is sent) when a request with a follower finishes."""
+
+
+class VllmV1Engine:
+    """One vLLM engine: its waiting queue and running list, its KV cache, its clock and its
+    steps. A caller :meth:`add`\\ s requests, reads :meth:`next_start` and calls :meth:`step`;
+    a router reads :attr:`num_waiting`, :attr:`num_running` and :meth:`kv_usage`."""
+
+    __slots__ = (
+        "_idle", "_start", "after", "book", "clock", "finished", "follow", "index", "kv",
+        "params", "pending", "preemptions", "ready", "rows", "running", "stats", "waiting",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        params: V1Params,
+        book: RequestBook,
+        kv: KVCacheManager,
+        clock: StepClock,
+        after: list[tuple[int, float]] | None = None,
+        follow: Follow | None = None,
+    ) -> None:
+        self.params, self.book, self.kv, self.clock = params, book, kv, clock
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.pending: list[tuple[float, int]] = []
+        """Arrivals not yet queued, earliest first (ties by request id)."""
+        self.rows: list[tuple[object, ...]] = []
+        self.preemptions = 0
+        self.finished = 0
+        self.index = 0
+        self.ready = 0.0
+        """When the engine could schedule again (the last step's outputs)."""
+        self.after = after
+        """Closed loop (multi-turn sessions): per request, the request sent when it finishes
+        (-1: none) and the seconds from its last token to that send."""
+        self.follow: Follow = follow or self.add
+        """Where a follower goes when it is sent (default: this engine; a fleet: its router)."""
+        self.stats = {"queries": 0, "hits": 0, "preempted_queries": 0, "preempted_hits": 0}
+        """vLLM's ``PrefixCacheStats`` totals, in tokens."""
+        self._start: float | None = None
+        self._idle = 0.0
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests the engine has queued or been sent (vLLM's ``num_waiting_reqs``)."""
+        return len(self.waiting) + len(self.pending)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def kv_usage(self) -> float:
+        return self.kv.usage()
+
+    def add(self, r: int, at: float) -> None:
+        """Request ``r`` reaches the engine at ``at`` (queued at its next step's scheduling)."""
+        heapq.heappush(self.pending, (at, r))
+        if not self.running and not self.waiting:
+            self._start = None  # an idle engine wakes for the earliest of its arrivals
+
+    def next_start(self) -> float:
+        """When the next step is scheduled (inf: nothing to do until a request is added);
+        asks the clock once per step."""
+        if self._start is None:
+            index = self.index
+            if not self.running and not self.waiting:
+                if not self.pending:
+                    return math.inf
+                woke = max(self.ready, self.pending[0][0])
+                self._idle = woke - self.ready if index else math.inf  # before the first: long
+                self._start = woke + max(0.0, self.clock.lead(index))
+            else:
+                self._idle = 0.0
+                self._start = self.ready + max(0.0, self.clock.gap(index))
+        return self._start
+
+    def step(self) -> None:
+        """Schedule a step at :meth:`next_start` with the requests queued by then, and make its
+        outputs ``body`` later (vLLM's ``schedule`` then ``update_from_output``)."""
+        start, idle = self.next_start(), self._idle
+        self._start = None
+        book, waiting, running, pending = self.book, self.waiting, self.running, self.pending
+        queued_at, ready = book.queued_at, self.ready
+        while pending and pending[0][0] <= start:
+            at, r = heapq.heappop(pending)
+            waiting.append(r)
+            queued_at[r] = max(at, ready)
+        chosen: Chosen = []
+        threshold = self.params.long_prefill_token_threshold
+        limit = threshold if len(running) + len(waiting) > 1 else 0
+        budget, preempted = self._schedule_running(
+            self.params.max_num_batched_tokens, limit, chosen
+        )
+        if not preempted and waiting and budget > 0:  # new requests: none after preempting
+            self._schedule_waiting(budget, limit, chosen)
+        self.preemptions += preempted
+        if not chosen:  # every running request preempted: the queue is tried again at once
+            if not preempted:
+                raise AssertionError(f"vllm_v1: {len(waiting)} requests can never be scheduled")
+            self.ready = start
+            return
+        self._outputs(chosen, start, idle, preempted)
+
+    def _outputs(self, chosen: Chosen, start: float, idle: float, preempted: int) -> None:
+        """Time the step and make its outputs (vLLM's ``Scheduler.update_from_output``)."""
+        book, running = self.book, self.running
+        computed, scheduled_at, busy_s = book.computed, book.scheduled_at, book.busy_s
+        prompt, outputs, max_out = book.prompt, book.outputs, book.max_out
+        chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
+        pre = [(r, new) for r, new, ctx in chosen if ctx]
+        dec = [(r, new) for r, new, ctx in chosen if not ctx]
+        first = sum(1 for r, _, _ in chosen if scheduled_at[r] != scheduled_at[r])  # NaN
+        step = Composition(
+            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks,
+            start, idle, first,
+        )  # fmt: skip
+        index = self.index
+        end = start + self.clock.body(index, step)
+        after = self.after
+        for r, new, _ in chosen:
+            if scheduled_at[r] != scheduled_at[r]:
+                scheduled_at[r] = start
+            busy_s[r] += end - start
+            computed[r] += new
+            if computed[r] >= prompt[r] + outputs[r]:
+                outputs[r] += 1
+                if outputs[r] == 1:
+                    book.first_token[r] = end
+                if outputs[r] >= max_out[r]:
+                    book.done[r] = end
+                    self.kv.free(r)
+                    running.remove(r)
+                    self.finished += 1
+                    if after is not None and after[r][0] >= 0:
+                        nxt, think = after[r]
+                        book.arr[nxt] = end + think
+                        self.follow(nxt, end + think)
+        requests = " ".join(f"{r}:{new}" for r, new, _ in chosen)
+        self.rows.append(
+            (index, start, end, *step.key, preempted, len(self.waiting), len(running), requests)
+        )
+        self.index = index + 1
+        self.ready = end
+
+    def _schedule_running(self, budget: int, limit: int, chosen: Chosen) -> tuple[int, int]:
+        """The running requests in their order, each taking what it lacks within the budget;
+        where blocks run out the last running request is preempted, until the request fits or
+        is itself the one preempted. Returns the budget left and the requests preempted."""
+        running, waiting, book, kv = self.running, self.waiting, self.book, self.kv
+        prompt, outputs, computed, restarts = (
+            book.prompt,
+            book.outputs,
+            book.computed,
+            book.restarts,
+        )
+        extend = kv.extend
+        preempted = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            new = prompt[r] + outputs[r] - computed[r]
+            if 0 < limit < new:
+                new = limit
+            new = min(new, budget)
+            if new <= 0:
+                i += 1
+                continue
+            upto = computed[r] + new  # never past the request's tokens
+            fits = True
+            while not extend(r, upto):
+                victim = running.pop()
+                kv.free(victim)
+                computed[victim] = 0
+                restarts[victim] += 1
+                preempted += 1
+                waiting.appendleft(victim)
+                if victim == r:
+                    fits = False
+                    break
+            if not fits:
+                break
+            chosen.append((r, new, outputs[r] == 0))
+            budget -= new
+            i += 1
+        return budget, preempted
+
+    def _schedule_waiting(self, budget: int, limit: int, chosen: Chosen) -> None:
+        """The waiting requests in queue order while the budget lasts and fewer than
+        ``max_num_seqs`` run, each from its cached prefix, admitted only if the blocks for all
+        its tokens so far are free (``scheduler_reserve_full_isl``)."""
+        running, waiting, book, kv, params = (
+            self.running,
+            self.waiting,
+            self.book,
+            self.kv,
+            self.params,
+        )
+        prompt, outputs, computed, stats = book.prompt, book.outputs, book.computed, self.stats
+        seqs, chunked = params.max_num_seqs, params.enable_chunked_prefill
+        while budget > 0 and waiting and len(running) < seqs:
+            r = waiting[0]
+            total = prompt[r] + outputs[r]
+            hit = kv.lookup(r, total - 1)
+            new = total - hit
+            if 0 < limit < new:
+                new = limit
+            if not chunked and new > budget:
+                break
+            new = min(new, budget)
+            if not kv.admit(r, total, hit + new):
+                break
+            if book.restarts[r]:
+                stats["preempted_queries"] += total
+                stats["preempted_hits"] += hit
+            else:
+                stats["queries"] += total
+                stats["hits"] += hit
+                book.cached_tokens[r] = hit
+            computed[r] = hit
+            waiting.popleft()
+            running.append(r)
+            chosen.append((r, new, outputs[r] == 0))
+            budget -= new
