@@ -1,7 +1,7 @@
 """What vLLM's prefix cache costs our V1 scheduler: the same workload with the cache on and off.
 
 Issue 45's target: 100,000 requests with the cache within 2x the time without it; memory
-reported. The loop alone (:func:`gpu_simulate_test.vidur_simulate.vllm_v1.run_v1`), timed by a
+reported. The loop alone (:func:`gpu_simulate_test.simulator.run.run_v1`), timed by a
 fixed linear step clock (no predictor: its cost is the same either way), on two workloads:
 
 - ``shared_prefix``: 16 prefixes of 256 tokens by a Zipf share, then 16-256 own tokens, outputs
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.vidur_simulate.v1_types import Composition, V1Params
-from gpu_simulate_test.vidur_simulate.vllm_v1 import run_v1
+from gpu_simulate_test.simulator.types import Composition, V1Params
+from gpu_simulate_test.simulator.run import run_v1
 
 TARGET_RATIO = 2.0
 
