@@ -51,7 +51,7 @@ test-slow: $(STAMP)  ## the slow tier (real engines, whole pipelines), one test 
 test-all: test test-slow  ## every test this machine can run: what CI runs
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.bench_workload
+	$(BIN)/python -m benchmarks.speed.bench_workload
 
 clean:
 	rm -rf $(VENV) tmp

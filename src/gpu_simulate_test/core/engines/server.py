@@ -196,7 +196,7 @@ class ManagedServer:
 
     def pause(self) -> None:
         """SIGSTOP the process group: a server up and waiting its turn takes no CPU at all (an
-        idle vLLM server on CPU takes about 1.6% of a core; ``benchmarks/idle_server.py``)."""
+        idle vLLM server on CPU takes about 1.6% of a core; ``benchmarks/truth/idle_server.py``)."""
         if self.process is not None and self.process.poll() is None:
             _signal_group(self.process.pid, signal.SIGSTOP)
 

@@ -1,0 +1,1 @@
+"""The capacity search and the tune against capacities measured on real vLLM servers."""

@@ -1,0 +1,1 @@
+"""The simulator against the real engine: latencies, the front end, the scheduler's steps."""

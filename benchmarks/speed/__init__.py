@@ -1,0 +1,1 @@
+"""How fast our own code runs: workload generation, simulation, capacity search, comparison."""

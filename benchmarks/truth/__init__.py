@@ -1,0 +1,1 @@
+"""Can the real side be trusted: the real bench's client, its disturbance, its run-to-run spread."""
