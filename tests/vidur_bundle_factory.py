@@ -43,19 +43,9 @@ def write_workload_run(
     model: ModelConfig = QWEN3_TINY,
 ) -> Path:
     """A complete workload run with exactly these requests, written by the workload stage code."""
-    from gpu_simulate_test.config.schema import WorkloadConfig
-    from gpu_simulate_test.core.workloads import Workload, write_workload
-    from gpu_simulate_test.io.runs import start_run
+    from gpu_simulate_test.core.workloads import write_workload_arrays
 
-    workload = Workload(
-        np.asarray(prefill, dtype=np.int64),
-        np.asarray(decode, dtype=np.int64),
-        np.asarray(arrival_time_s, dtype=float),
-    )
-    cfg = WorkloadConfig(num_requests=workload.num_requests)
-    with start_run(root, "workload", run_id, {"test": run_id}) as run:
-        write_workload(run, workload, cfg, model, {}, show_progress=False)
-    return run.path
+    return write_workload_arrays(root, run_id, prefill, decode, arrival_time_s, model)
 
 
 def synthetic_inputs(

@@ -35,6 +35,7 @@ from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import start_run
 from gpu_simulate_test.vidur_profile.synthetic import CPU, QWEN3_TINY, write_synthetic_bundle
 from gpu_simulate_test.vidur_simulate import stage
+from gpu_simulate_test.vidur_simulate.vidur_config import build_simulation_config
 
 TARGET_OVERHEAD = 0.05
 SMALL = 2000
@@ -86,7 +87,7 @@ def time_bare(cfg: VidurSimulateStageConfig, root: Path) -> tuple[float, int]:
     inputs = stage.prepare(cfg)
     out = root / f"bare-{cfg.output.run_id}"
     trace = stage.write_trace(out / stage.TRACE_FILE, inputs, inputs.scheduler_arrival_s())
-    config = stage.build_simulation_config(cfg, inputs, out, trace).simulation_config
+    config = build_simulation_config(cfg, inputs, out, trace).simulation_config
     reset_entity_ids()
     set_seeds(config.seed)
     start = time.perf_counter()

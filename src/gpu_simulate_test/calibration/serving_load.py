@@ -24,7 +24,7 @@ step's time over its predicted time (``ratio``) is set against the candidates
   over from step to step.
 
 The predictor-timed simulation of vLLM's V1 scheduler applies them per step
-(:class:`~gpu_simulate_test.vidur_simulate.predictor_clock.PredictorClock`).
+(:class:`~gpu_simulate_test.simulator.step_model.PredictorClock`).
 """
 
 from __future__ import annotations

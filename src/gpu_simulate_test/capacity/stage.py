@@ -83,6 +83,7 @@ from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
 if TYPE_CHECKING:
+    from gpu_simulate_test.simulator.step_model import StepModel
     from gpu_simulate_test.vidur_simulate.inputs import Inputs
 
 
@@ -128,7 +129,10 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
         )
-        answers, sessions = simulated_searches(cfg, sim_cfg, inputs, r)
+        from gpu_simulate_test.vidur_simulate.stage import step_model_of
+
+        model = step_model_of(sim_cfg, inputs, r.file(contract.POINTS_DIR))
+        answers, sessions = simulated_searches(cfg, sim_cfg, inputs, r, model)
         answer = answers[0]
         band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
         unit = REQUEST_UNIT if sessions is None else SESSION_UNIT
@@ -136,7 +140,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         def simulate_at(qps: float) -> Point:
             """The simulated search's evaluation at a rate it did not run (a real one)."""
             where = r.file(contract.POINTS_DIR)
-            return simulated_rate(sim_cfg, inputs, qps, "real-rate", where, opts)[0]
+            return simulated_rate(sim_cfg, inputs, qps, "real-rate", where, opts, model)[0]
 
         verified, measured = check_answer(cfg, inner, answer, band, source, r, unit, simulate_at)
         doc = write_outputs(
@@ -193,7 +197,11 @@ def at_rate(inputs: Inputs, qps: float) -> Inputs:
 
 
 def simulated_searches(
-    cfg: CapacityStageConfig, sim_cfg: VidurSimulateStageConfig, inputs: Inputs, r: Run
+    cfg: CapacityStageConfig,
+    sim_cfg: VidurSimulateStageConfig,
+    inputs: Inputs,
+    r: Run,
+    model: StepModel | None = None,
 ) -> tuple[list[Answer], SessionCurve | None]:
     """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled
     (:func:`at_rate`); with ``capacity.step_band``, again with every step ``1 ± step_band`` as
@@ -221,7 +229,7 @@ def simulated_searches(
                 where: Path = points_dir,
                 main: bool = scale == 1.0,
             ) -> Point:
-                point, table = simulated_rate(at, inputs, qps, phase, where, opts)
+                point, table = simulated_rate(at, inputs, qps, phase, where, opts, model)
                 advance(1)
                 if sessions is not None and main:  # the band's rates are not reported so
                     loads[qps] = session_load(qps, table, request_ids, sessions)
@@ -246,18 +254,21 @@ def simulated_rate(
     inputs: Inputs,
     qps: float,
     phase: str,
-    points_dir: Path,
+    points_dir: Path | None,
     opts: CapacityOptions,
+    step_model: StepModel | None = None,
 ) -> tuple[Point, Any]:
-    """One simulated rate (``points/<qps>``), judged by the goals; and its request table. With
-    ``capacity.sim_window`` only the requests the real search replays at ``qps``."""
+    """One simulated rate (``points/<qps>``; None: in memory), judged by the goals; and its
+    request table. With ``capacity.sim_window`` only the requests the real search replays at
+    ``qps``. ``step_model``: the one the caller built for this configuration (None: built)."""
     from gpu_simulate_test.vidur_simulate.inputs import first_requests
     from gpu_simulate_test.vidur_simulate.stage import simulate_inputs
 
     t0 = time.perf_counter()
     if opts.sim_window:
         inputs = first_requests(inputs, opts.requests_at(qps))
-    table = simulate_inputs(sim_cfg, at_rate(inputs, qps), points_dir / f"{qps:g}").table
+    where = None if points_dir is None else points_dir / f"{qps:g}"
+    table = simulate_inputs(sim_cfg, at_rate(inputs, qps), where, step_model).table
     return judged_point(qps, phase, table, opts.slo, time.perf_counter() - t0), table
 
 

@@ -470,3 +470,26 @@ def load_workload(path: Path | str) -> LoadedWorkload:
             str(p / layout.TRACE_INTERVALS), "arrival_time_s", arrivals, sessions.turn
         )
     return LoadedWorkload(p, meta, lengths, intervals, sessions)
+
+
+def write_workload_arrays(
+    root: Path | str,
+    run_id: str,
+    prefill: Any,
+    decode: Any,
+    arrival_time_s: Any,
+    model: ModelConfig,
+) -> Path:
+    """A complete ``workload`` run under ``<root>/workload/<run_id>/`` with exactly these
+    requests (prompt and output tokens, arrivals in seconds), written as the stage writes one."""
+    from gpu_simulate_test.io.runs import start_run
+
+    workload = Workload(
+        np.asarray(prefill, dtype=np.int64),
+        np.asarray(decode, dtype=np.int64),
+        np.asarray(arrival_time_s, dtype=float),
+    )
+    cfg = WorkloadConfig(num_requests=workload.num_requests)
+    with start_run(Path(root), "workload", run_id, {"workload_arrays": run_id}) as run:
+        write_workload(run, workload, cfg, model, {}, show_progress=False)
+    return run.path

@@ -77,7 +77,8 @@ class VllmV1Engine:
 
     __slots__ = (
         "_idle", "_start", "after", "book", "clock", "finished", "follow", "index", "kv",
-        "params", "pending", "preemptions", "ready", "rows", "running", "stats", "waiting",
+        "log_requests", "params", "pending", "preemptions", "ready", "rows", "running", "stats",
+        "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -88,8 +89,12 @@ class VllmV1Engine:
         clock: StepClock,
         after: list[tuple[int, float]] | None = None,
         follow: Follow | None = None,
+        log_requests: bool = True,
     ) -> None:
         self.params, self.book, self.kv, self.clock = params, book, kv, clock
+        self.log_requests = log_requests
+        """Whether each step's row names its requests (``request:tokens``; the schedule's last
+        column, empty without)."""
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.pending: list[tuple[float, int]] = []
@@ -147,56 +152,64 @@ class VllmV1Engine:
     def step(self) -> None:
         """Schedule a step at :meth:`next_start` with the requests queued by then, and make its
         outputs ``body`` later (vLLM's ``schedule`` then ``update_from_output``)."""
-        start, idle = self.next_start(), self._idle
+        start = self._start
+        if start is None:
+            start = self.next_start()
+        idle = self._idle
         self._start = None
         book, waiting, running, pending = self.book, self.waiting, self.running, self.pending
-        queued_at, ready = book.queued_at, self.ready
-        while pending and pending[0][0] <= start:
-            at, r = heapq.heappop(pending)
-            waiting.append(r)
-            queued_at[r] = max(at, ready)
+        if pending and pending[0][0] <= start:
+            queued_at, ready = book.queued_at, self.ready
+            while pending and pending[0][0] <= start:
+                at, r = heapq.heappop(pending)
+                waiting.append(r)
+                queued_at[r] = max(at, ready)
         chosen: Chosen = []
-        threshold = self.params.long_prefill_token_threshold
-        limit = threshold if len(running) + len(waiting) > 1 else 0
+        chunks: list[tuple[int, int]] = []
+        params = self.params
+        threshold = params.long_prefill_token_threshold
+        limit = threshold if threshold and len(running) + len(waiting) > 1 else 0
         budget, preempted = self._schedule_running(
-            self.params.max_num_batched_tokens, limit, chosen
+            params.max_num_batched_tokens, limit, chosen, chunks
         )
         if not preempted and waiting and budget > 0:  # new requests: none after preempting
-            self._schedule_waiting(budget, limit, chosen)
-        self.preemptions += preempted
+            self._schedule_waiting(budget, limit, chosen, chunks)
+        if preempted:
+            self.preemptions += preempted
         if not chosen:  # every running request preempted: the queue is tried again at once
             if not preempted:
                 raise AssertionError(f"vllm_v1: {len(waiting)} requests can never be scheduled")
             self.ready = start
             return
-        self._outputs(chosen, start, idle, preempted)
-
-    def _outputs(self, chosen: Chosen, start: float, idle: float, preempted: int) -> None:
-        """Time the step and make its outputs (vLLM's ``Scheduler.update_from_output``)."""
-        book, running = self.book, self.running
+        # ---- outputs (vLLM's Scheduler.update_from_output) ----
         computed, scheduled_at, busy_s = book.computed, book.scheduled_at, book.busy_s
         prompt, outputs, max_out = book.prompt, book.outputs, book.max_out
-        chunks = tuple((new, computed[r] + new) for r, new, _ in chosen)
-        pre = [(r, new) for r, new, ctx in chosen if ctx]
-        dec = [(r, new) for r, new, ctx in chosen if not ctx]
-        first = sum(1 for r, _, _ in chosen if scheduled_at[r] != scheduled_at[r])  # NaN
-        step = Composition(
-            len(pre), sum(x for _, x in pre), len(dec), sum(x for _, x in dec), chunks,
-            start, idle, first,
-        )  # fmt: skip
+        npre = tpre = ndec = tdec = first = 0
+        for r, new, ctx in chosen:
+            if ctx:
+                npre += 1
+                tpre += new
+            else:
+                ndec += 1
+                tdec += new
+            if scheduled_at[r] != scheduled_at[r]:  # NaN: never scheduled
+                first += 1
         index = self.index
+        step = Composition(npre, tpre, ndec, tdec, tuple(chunks), start, idle, first)
         end = start + self.clock.body(index, step)
         after = self.after
         for r, new, _ in chosen:
             if scheduled_at[r] != scheduled_at[r]:
                 scheduled_at[r] = start
             busy_s[r] += end - start
-            computed[r] += new
-            if computed[r] >= prompt[r] + outputs[r]:
-                outputs[r] += 1
-                if outputs[r] == 1:
+            done = computed[r] + new
+            computed[r] = done
+            if done >= prompt[r] + outputs[r]:
+                emitted = outputs[r] + 1
+                outputs[r] = emitted
+                if emitted == 1:
                     book.first_token[r] = end
-                if outputs[r] >= max_out[r]:
+                if emitted >= max_out[r]:
                     book.done[r] = end
                     self.kv.free(r)
                     running.remove(r)
@@ -205,14 +218,17 @@ class VllmV1Engine:
                         nxt, think = after[r]
                         book.arr[nxt] = end + think
                         self.follow(nxt, end + think)
-        requests = " ".join(f"{r}:{new}" for r, new, _ in chosen)
+        requests = " ".join([f"{r}:{new}" for r, new, _ in chosen]) if self.log_requests else ""
         self.rows.append(
-            (index, start, end, *step.key, preempted, len(self.waiting), len(running), requests)
-        )
+            (index, start, end, npre, tpre, ndec, tdec, preempted, len(waiting), len(running),
+             requests)
+        )  # fmt: skip
         self.index = index + 1
         self.ready = end
 
-    def _schedule_running(self, budget: int, limit: int, chosen: Chosen) -> tuple[int, int]:
+    def _schedule_running(
+        self, budget: int, limit: int, chosen: Chosen, chunks: list[tuple[int, int]]
+    ) -> tuple[int, int]:
         """The running requests in their order, each taking what it lacks within the budget;
         where blocks run out the last running request is preempted, until the request fits or
         is itself the one preempted. Returns the budget left and the requests preempted."""
@@ -231,7 +247,8 @@ class VllmV1Engine:
             new = prompt[r] + outputs[r] - computed[r]
             if 0 < limit < new:
                 new = limit
-            new = min(new, budget)
+            if new > budget:
+                new = budget
             if new <= 0:
                 i += 1
                 continue
@@ -250,11 +267,14 @@ class VllmV1Engine:
             if not fits:
                 break
             chosen.append((r, new, outputs[r] == 0))
+            chunks.append((new, upto))
             budget -= new
             i += 1
         return budget, preempted
 
-    def _schedule_waiting(self, budget: int, limit: int, chosen: Chosen) -> None:
+    def _schedule_waiting(
+        self, budget: int, limit: int, chosen: Chosen, chunks: list[tuple[int, int]]
+    ) -> None:
         """The waiting requests in queue order while the budget lasts and fewer than
         ``max_num_seqs`` run, each from its cached prefix, admitted only if the blocks for all
         its tokens so far are free (``scheduler_reserve_full_isl``)."""
@@ -290,4 +310,5 @@ class VllmV1Engine:
             waiting.popleft()
             running.append(r)
             chosen.append((r, new, outputs[r] == 0))
+            chunks.append((new, hit + new))
             budget -= new

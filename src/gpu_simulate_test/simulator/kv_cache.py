@@ -95,11 +95,12 @@ class CountingKVCache:
 
     def extend(self, r: int, upto: int) -> bool:
         held = self.held
-        need = cdiv(upto, self.block_size) - held[r]
-        if need > self.free_blocks:
-            return False
-        self.free_blocks -= need
-        held[r] += need
+        need = -(-upto // self.block_size) - held[r]
+        if need:  # most decodes fill no new block
+            if need > self.free_blocks:
+                return False
+            self.free_blocks -= need
+            held[r] += need
         return True
 
     def free(self, r: int) -> None:

@@ -38,22 +38,38 @@ class V1Params:
         return self.num_blocks - 1
 
 
-@dataclass(frozen=True)
 class Composition:
-    """One step as vLLM's log counts it, and the batch shape Vidur's predictor reads."""
+    """One step as vLLM's log counts it, and the batch shape Vidur's predictor reads (a plain
+    slotted class, read-only by convention: one is made per simulated step)."""
 
-    prefill_requests: int
-    prefill_tokens: int
-    decode_requests: int
-    decode_tokens: int
-    chunks: tuple[tuple[int, int], ...]
-    """(query tokens, KV tokens after the step) per scheduled request, in batch order."""
-    start_s: float = 0.0
-    """When it was scheduled (the simulation's clock)."""
-    idle_s: float = 0.0
-    """How long the engine had been idle before it (0: busy)."""
-    first_scheduled: int = 0
-    """Requests scheduled for the first time (not resumed after preemption)."""
+    __slots__ = (
+        "chunks", "decode_requests", "decode_tokens", "first_scheduled", "idle_s",
+        "prefill_requests", "prefill_tokens", "start_s",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        prefill_requests: int,
+        prefill_tokens: int,
+        decode_requests: int,
+        decode_tokens: int,
+        chunks: tuple[tuple[int, int], ...],
+        start_s: float = 0.0,
+        idle_s: float = 0.0,
+        first_scheduled: int = 0,
+    ) -> None:
+        self.prefill_requests = prefill_requests
+        self.prefill_tokens = prefill_tokens
+        self.decode_requests = decode_requests
+        self.decode_tokens = decode_tokens
+        self.chunks = chunks
+        """(query tokens, KV tokens after the step) per scheduled request, in batch order."""
+        self.start_s = start_s
+        """When it was scheduled (the simulation's clock)."""
+        self.idle_s = idle_s
+        """How long the engine had been idle before it (0: busy)."""
+        self.first_scheduled = first_scheduled
+        """Requests scheduled for the first time (not resumed after preemption)."""
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -62,6 +78,12 @@ class Composition:
             self.prefill_tokens,
             self.decode_requests,
             self.decode_tokens,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Composition(key={self.key}, chunks={self.chunks}, start_s={self.start_s}, "
+            f"idle_s={self.idle_s}, first_scheduled={self.first_scheduled})"
         )
 
 

@@ -96,6 +96,7 @@ def calibrated_at(
         tuned,
         inner=dataclasses.replace(tuned.inner, profiling_root=at.profiling_root),
         points_dir=points_dir,
+        models={},  # this calibration's step models, not the first's
     )
     return at, uses
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
@@ -22,6 +22,9 @@ from gpu_simulate_test.core.knobs import derive_scheduler
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.orchestrate.configs import simulate_config
 from gpu_simulate_test.tune.space import Candidate
+
+if TYPE_CHECKING:
+    from gpu_simulate_test.simulator.step_model import StepModel
 
 AT_LEVEL = "at-level"
 """Under the points: each verified configuration simulated again at its server's step level."""
@@ -59,13 +62,29 @@ class Simulated:
 @dataclass(frozen=True)
 class TuneInputs:
     """What every configuration's simulation shares: the stage's config, the pipeline config of
-    its runs, the one workload (and its longest prompt) and where the rates' Vidur output goes."""
+    its runs, the one workload (and its longest prompt), where a configuration's step model is
+    built, and the step models built so far (one per configuration and calibration: each rate of
+    a configuration simulates in memory with its model)."""
 
     cfg: TuneStageConfig
     inner: PipelineStageConfig
     workload_dir: Path
     longest_prompt: int
     points_dir: Path
+    models: dict[str, StepModel | None] = field(default_factory=dict, compare=False)
+
+
+def model_for(tuned: TuneInputs, candidate: Candidate, sim_cfg: Any, inputs: Any) -> Any:
+    """The configuration's step model, built the first time it is asked for (its key: the
+    simulation config at level 1, which names the bundle, the calibration and the knobs)."""
+    from gpu_simulate_test.vidur_simulate.stage import step_model_of
+
+    level_one = dataclasses.replace(sim_cfg.vidur, step_time_scale=1.0)
+    key = repr(dataclasses.replace(sim_cfg, vidur=level_one))
+    if key not in tuned.models:
+        where = tuned.points_dir / candidate.config_id
+        tuned.models[key] = step_model_of(sim_cfg, inputs, where)
+    return tuned.models[key]
 
 
 def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]:
@@ -143,13 +162,14 @@ def one_configuration(
     except (ConfigError, ArtifactError) as exc:
         return Simulated(candidate, error=str(exc))
     opts, capacity = tuned.cfg.tune, tuned.cfg.capacity
-    where = tuned.points_dir / candidate.config_id
+    model = model_for(tuned, candidate, sim_cfg, inputs)
+    where = None if model is not None else tuned.points_dir / candidate.config_id
     count = 0
 
     def evaluate(qps: float, phase: str) -> Point:
         nonlocal count
         count += 1
-        return simulated_rate(sim_cfg, inputs, qps, phase, where, capacity)[0]
+        return simulated_rate(sim_cfg, inputs, qps, phase, where, capacity, model)[0]
 
     if opts.objective == "goodput":
         assert shared is not None
@@ -188,9 +208,10 @@ def simulator_at(tuned: TuneInputs) -> Callable[[Simulated, list[float]], tuple[
             return ()
         candidate = sim.candidate
         sim_cfg, inputs = scheduler_inputs(tuned, candidate)
-        where = tuned.points_dir / candidate.config_id
+        model = model_for(tuned, candidate, sim_cfg, inputs)
+        where = None if model is not None else tuned.points_dir / candidate.config_id
         return tuple(
-            simulated_rate(sim_cfg, inputs, qps, "real-rate", where, tuned.cfg.capacity)[0]
+            simulated_rate(sim_cfg, inputs, qps, "real-rate", where, tuned.cfg.capacity, model)[0]
             for qps in rates
         )
 
@@ -200,23 +221,15 @@ def simulator_at(tuned: TuneInputs) -> Callable[[Simulated, list[float]], tuple[
 def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] | None]:
     """For ``tune.verify``: a configuration's step model as its simulation times steps (the
     predictor with the engine overhead, and the serving terms), for its server's step level
-    (:func:`~..calibration.level.step_level`); simulated once at ``capacity.qps_min`` to build
-    it (the simulator keeps the last configuration's); None where the simulation has none
-    (a simulator not timed by the predictor)."""
-    from gpu_simulate_test.vidur_simulate.predictor_clock import predicted_s
-    from gpu_simulate_test.vidur_simulate.simulator_v1 import forget_setups, held_step_model
+    (:func:`~..calibration.level.step_level`); None where the simulation has none (a simulator
+    not timed by the predictor)."""
 
     def model(sim: Simulated) -> tuple[Predict, Any] | None:
         sim_cfg, inputs = scheduler_inputs(tuned, sim.candidate)
-        forget_setups()  # what is held after the simulation is this configuration's, or none
-        where = tuned.points_dir / sim.candidate.config_id  # its own steps, not at a level
-        qps = rounded(tuned.cfg.capacity.qps_min)
-        simulated_rate(sim_cfg, inputs, qps, "step-model", where, tuned.cfg.capacity)
-        held = held_step_model()
-        if held is None:
+        built = model_for(tuned, sim.candidate, sim_cfg, inputs)
+        if built is None:
             return None
-        timer, load = held
-        return (lambda chunks: predicted_s(timer, chunks)), load
+        return built.step_s, built.serving
 
     return model
 

@@ -3,12 +3,11 @@ one it reproduces, and each batch's time from Vidur's predictor (:mod:`.event_lo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
-from gpu_simulate_test.calibration.overhead import step_s
+from gpu_simulate_test.calibration.overhead import StepOverhead
+from gpu_simulate_test.simulator.step_model import BatchTimer
 
 SCHEDULERS: tuple[str, ...] = ("sarathi", "vllm", "orca")
 
@@ -107,52 +106,15 @@ def unsupported_reason(simulation_config: Any) -> str | None:
     return None
 
 
-class BatchTimer:
-    """A batch's execution time from Vidur's predictor, memoized on what the predictor reads."""
+def batch_timer(
+    predictor: Any, overhead: StepOverhead | None, jitter: Any = None, scale: float = 1.0
+) -> BatchTimer:
+    """Our :class:`~..simulator.step_model.BatchTimer` over Vidur's predictor (its profiled ops
+    alone: the predictor is read, never changed) and the engine's fitted ``overhead``."""
+    from gpu_simulate_test.vidur_simulate.predictor import LocalRFExecutionTimePredictor
 
-    def __init__(self, predictor: Any) -> None:
-        from gpu_simulate_test.vidur_simulate.predictor import LocalRFExecutionTimePredictor
-
-        if not isinstance(predictor, LocalRFExecutionTimePredictor):
-            raise TypeError(f"no fast event loop for predictor {type(predictor).__name__}")
-        self._base = super(LocalRFExecutionTimePredictor, predictor).get_execution_time
-        self.granularity = int(predictor._config.kv_cache_prediction_granularity)
-        self.overhead = predictor.step_overhead
-        self.jitter: Callable[[], float] | None = (
-            predictor.step_jitter if self.overhead is not None else None
-        )
-        # vidur.step_time_scale (Vidur's schedulers; vLLM's V1 applies it per step): in the
-        # jitter factor where there is one, as the predictor multiplies it, else in the time
-        scale = float(predictor.step_scale)
-        self._scale = scale if self.jitter is None else 1.0
-        if self.jitter is not None and scale != 1.0:
-            draw = self.jitter
-            self.jitter = lambda: draw() * scale
-        self._memo: dict[tuple[Any, ...], float] = {}
-
-    def time(
-        self, total_q: int, num_decodes: int, decode_kv: int, prefills: tuple[tuple[int, int], ...]
-    ) -> float:
-        """Seconds for a batch of ``total_q`` query tokens: ``num_decodes`` one-token entries
-        whose mean KV size, rounded up to the granularity, is ``decode_kv``, and ``prefills``
-        as (KV size rounded up, query tokens) in batch order. Before the jitter factor (which
-        carries ``vidur.step_time_scale`` where there is one)."""
-        key = (total_q, num_decodes, decode_kv, prefills)
-        value = self._memo.get(key)
-        if value is None:
-            q = [1] * num_decodes + [chunk for _, chunk in prefills]
-            kv = [decode_kv] * num_decodes + [size for size, _ in prefills]
-            shape = SimpleNamespace(
-                num_q_tokens=q,
-                num_kv_tokens=kv,
-                _total_num_q_tokens=total_q,
-                _total_num_q_tokens_rounded=(total_q + 7) // 8 * 8,
-                # what the predictor would derive from the lists above (it reads these first)
-                _decode_params=(num_decodes, decode_kv),  # (0, 0) without decodes
-                _prefill_params=list(prefills),
-            )
-            value = float(self._base(shape, 0).total_time)
-            if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
-                value = step_s(value, self.overhead.scale_for(q), self.overhead.ms(q))
-            self._memo[key] = value
-        return value * self._scale
+    if not isinstance(predictor, LocalRFExecutionTimePredictor):
+        raise TypeError(f"no fast event loop for predictor {type(predictor).__name__}")
+    base = super(LocalRFExecutionTimePredictor, predictor).get_execution_time
+    granularity = int(predictor._config.kv_cache_prediction_granularity)
+    return BatchTimer(base, granularity, overhead, jitter, scale)

@@ -256,6 +256,17 @@ def kv_cache_plan(
     return KvCachePlan(int(num_blocks), True, dtype, kv_bytes, weights, available)
 
 
+def vidur_token_counts(
+    prefill: np.ndarray, decode: np.ndarray, max_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The prompt and output tokens as Vidur's trace reader makes them (scale factors 1): at
+    least one each, the prompt cut where the two pass ``max_tokens``."""
+    prompt = np.maximum(np.asarray(prefill, dtype=np.int64), 1)
+    output = np.maximum(np.asarray(decode, dtype=np.int64), 1)
+    prompt = prompt - np.maximum(prompt + output - max_tokens, 0)
+    return prompt, output
+
+
 def trace_frame(
     prefill: np.ndarray, decode: np.ndarray, arrival_time_s: np.ndarray
 ) -> pd.DataFrame:

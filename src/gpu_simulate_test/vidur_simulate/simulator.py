@@ -13,7 +13,7 @@ predictor, fits the same engine overhead (:func:`attach_overhead`) and writes th
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from vidur.config import SimulationConfig
 
     from gpu_simulate_test.calibration.serving_load import ServingLoad
+    from gpu_simulate_test.simulator.step_model import StepModel
 
 
 class ReplayClock(StepClock, Protocol):
@@ -79,13 +80,16 @@ class SimulationRequest:
     """vllm_v1: time steps by a real run's own (an oracle replay) instead of the predictor."""
     serving_steps: pd.DataFrame | None = None
     """vllm_v1 with ``engine_steps``: the bundle's calibration replays under load, whose serving
-    terms (:class:`~.predictor_clock.PredictorClock`) apply on top of the predictor."""
+    terms (:class:`~..simulator.step_model.PredictorClock`) apply on top of the predictor."""
     after: Sequence[tuple[int, float]] | None = None
     """vllm_v1: a closed loop (multi-turn sessions), :func:`.vllm_v1.run_v1`'s ``after``; the
     trace's arrivals of the requests sent after another are replaced by the simulated sends."""
     prompt_segments: Sequence[Segments] | None = None
-    """vllm_v1 with prefix caching: what each prompt is made of (:mod:`.v1_prefix`; None:
-    every prompt its own)."""
+    """vllm_v1 with prefix caching: what each prompt is made of (:mod:`..simulator.kv_cache`;
+    None: every prompt its own)."""
+    step_model: StepModel | None = None
+    """vllm_v1: the step model to time steps with, built once by the caller for many
+    simulations (None: built from this request's config and calibration)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:
@@ -139,6 +143,8 @@ class SimulationResult:
     each step's prediction (for the report and ``step_residuals.png``)."""
     prefix_cache: dict[str, int] | None = None
     """vllm_v1 with prefix caching: vLLM's prefix-cache totals (queries and hits, in tokens)."""
+    step_model: StepModel | None = None
+    """vllm_v1: the step model that timed the steps (for the caller's next simulations)."""
 
 
 class Simulator(Protocol):
@@ -167,22 +173,42 @@ def write_raw(out_dir: Path, requests: pd.DataFrame) -> pd.DataFrame:
     return requests
 
 
-def attach_overhead(
-    predictor: Any, request: SimulationRequest
-) -> tuple[dict[str, Any] | None, pd.DataFrame | None]:
-    """Fit the engine's per-step overhead against this predictor and attach it (with the
-    seeded jitter draws); returns the fit's report and table (None, None: no overhead)."""
+@dataclass(frozen=True)
+class FittedOverhead:
+    """The engine's per-step overhead fitted against a predictor, with its seeded jitter draws
+    (None, None: not modelled) and the fit's report and table."""
+
+    overhead: overhead.StepOverhead | None = None
+    draw: Callable[[], float] | None = None
+    report: dict[str, Any] | None = None
+    table: pd.DataFrame | None = None
+
+
+def fit_overhead(predictor: Any, request: SimulationRequest) -> FittedOverhead:
+    """Fit the engine's per-step overhead against this predictor's ops (reading, not changing
+    it), with the seeded jitter draws."""
     if request.engine_steps is None:
-        return None, None
+        return FittedOverhead()
     jitter = request.step_jitter
-    fit = overhead.fit(request.backend, request.engine_steps, predictor.ops_time_ms)
-    step_overhead, table = fit
+    step_overhead, table = overhead.fit(
+        request.backend, request.engine_steps, predictor.ops_time_ms
+    )
     draw = jitter.sampler(request.seed) if jitter is not None else None
-    predictor.attach_overhead(step_overhead, draw)
     report = overhead.fit_report(step_overhead, table)
     if jitter is not None:
         report["step_jitter"] = {**asdict(jitter), "mean_ratio": jitter.mean_ratio}
-    return report, table
+    return FittedOverhead(step_overhead, draw, report, table)
+
+
+def attach_overhead(
+    predictor: Any, request: SimulationRequest
+) -> tuple[dict[str, Any] | None, pd.DataFrame | None]:
+    """For Vidur's own loop, which calls the predictor itself: fit the engine's per-step
+    overhead and attach it (with the seeded jitter draws); returns the fit's report and table."""
+    fitted = fit_overhead(predictor, request)
+    if fitted.overhead is not None:
+        predictor.attach_overhead(fitted.overhead, fitted.draw)
+    return fitted.report, fitted.table
 
 
 def build_predictor(simulation_config: SimulationConfig) -> tuple[Any, Any]:

@@ -12,9 +12,9 @@ import time
 from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
     SimulationResult,
-    attach_overhead,
     build_predictor,
     clean_slate,
+    fit_overhead,
     read_trace,
     steps_frame,
     write_raw,
@@ -29,15 +29,15 @@ class FastLoopSimulator:
         from vidur.entities import Batch
 
         from gpu_simulate_test.vidur_simulate.event_loop import run_loop
-        from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, params_from_scheduler
+        from gpu_simulate_test.vidur_simulate.loop_setup import batch_timer, params_from_scheduler
 
         start = clean_slate(request.seed)
         predictor, replica_scheduler = build_predictor(request.simulation_config)  # or loads
         params = params_from_scheduler(replica_scheduler)
-        report, table = attach_overhead(predictor, request)
-        predictor.step_scale = request.step_time_scale
+        fitted = fit_overhead(predictor, request)
+        report, table = fitted.report, fitted.table
         arrived_at, prefill_tokens, decode_tokens = read_trace(request.simulation_config)
-        timer = BatchTimer(predictor)
+        timer = batch_timer(predictor, fitted.overhead, fitted.draw, request.step_time_scale)
         built = time.perf_counter()
         loop = run_loop(
             params,

@@ -1,64 +1,51 @@
-"""vLLM's V1 scheduler (``vidur.scheduler.name=vllm_v1``), step by step (:func:`.vllm_v1.run_v1`),
-over Vidur's trace reader: timed by Vidur's predictor, built and its overhead fitted as for
-Vidur's schedulers, with the serving terms where calibrated (:class:`.predictor_clock.
-PredictorClock`), or by a real run's own steps (an oracle replay's clock). Vidur has no such
-scheduler, so it runs in our loop only.
+"""vLLM's V1 scheduler (``vidur.scheduler.name=vllm_v1``), step by step (:func:`~..simulator.run.
+run_v1`), over Vidur's trace reader: timed by a :class:`~..simulator.step_model.StepModel` (Vidur's
+predictor with the engine overhead fitted as for Vidur's schedulers, and the serving terms where
+calibrated), handed in by the caller or built here, or by a real run's own steps (an oracle
+replay's clock). Vidur has no such scheduler, so it runs in our loop only.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import StepClock
 from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
     SimulationResult,
-    attach_overhead,
     build_predictor,
     clean_slate,
+    fit_overhead,
     read_trace,
     write_raw,
 )
 
-_SETUPS: dict[str, tuple[Any, ...]] = {}
-"""The last simulation's predictor, with its fitted overhead and serving terms, by
-:func:`setup_key`: a search simulates one configuration at many rates (and each rate in up to
-:data:`~.stage.FRONTEND_PASSES` passes), and none of these depend on the arrivals; rebuilding them
-took about half of each 400-request simulation."""
 
+def build_step_model(request: SimulationRequest) -> StepModel:
+    """The step model of ``request``'s bundle and calibration: Vidur's predictor (trained or
+    loaded), the engine overhead fitted against it and the serving terms; at level 1 (a
+    simulation applies its ``step_time_scale``)."""
+    from gpu_simulate_test.simulator.step_model import fit_serving
+    from gpu_simulate_test.vidur_simulate.loop_setup import batch_timer
 
-def forget_setups() -> None:
-    """Drop the held setup (the next simulation builds its own)."""
-    _SETUPS.clear()
-
-
-def held_step_model() -> tuple[Any, Any] | None:
-    """The last simulation's step model: its :class:`~.loop_setup.BatchTimer` and serving terms
-    (:class:`~..calibration.serving_load.ServingLoad`, None without them); None when no
-    predictor-timed simulation is held."""
-    held = next(iter(_SETUPS.values()), None)
-    return None if held is None else (held[5], held[6])
-
-
-def setup_key(request: SimulationRequest) -> str | None:
-    """What the predictor and its fits depend on: the cluster and predictor configs (the bundle,
-    the model, the scheduler's bounds), the overhead's backend and seed (the engine's and the
-    serving steps are compared by identity beside it); None (never reused) with step jitter,
-    whose draws the predictor carries from run to run."""
-    if request.step_jitter is not None:
-        return None
-    config = request.simulation_config
-    return repr(
-        (
-            config.cluster_config,
-            config.execution_time_predictor_config,
-            request.backend,
-            request.seed,
-        )
+    predictor, _ = build_predictor(request.simulation_config)  # trains or loads
+    fitted = fit_overhead(predictor, request)
+    timer = batch_timer(predictor, fitted.overhead)
+    serving_fit = None
+    if request.serving_steps is not None and fitted.report is not None:
+        serving_fit = fit_serving(timer, request.serving_steps)
+    return StepModel(
+        timer,
+        serving=serving_fit[0] if serving_fit is not None else None,
+        jitter=request.step_jitter if fitted.overhead is not None else None,
+        overhead_report=fitted.report,
+        overhead_fit=fitted.table,
+        serving_fit=serving_fit,
+        cache_hit=bool(predictor.cache_hit),
     )
 
 
@@ -68,8 +55,7 @@ class VllmV1Simulator:
     def run(self, request: SimulationRequest) -> SimulationResult:
         from gpu_simulate_test.core.engines.step_record import step_log_rows
         from gpu_simulate_test.simulator.run import run_v1
-        from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, unsupported_reason
-        from gpu_simulate_test.vidur_simulate.predictor_clock import PredictorClock, fit_serving
+        from gpu_simulate_test.vidur_simulate.loop_setup import unsupported_reason
 
         if request.v1 is None:
             raise ValueError("VllmV1Simulator needs the request's v1 (vLLM's scheduler knobs)")
@@ -78,33 +64,11 @@ class VllmV1Simulator:
         if reason is not None:
             raise ConfigError(f"vidur.scheduler.name=vllm_v1 simulates one engine, not {reason}")
         start = clean_slate(request.seed)
-        report = table = None
-        serving_fit = None
-        cache_hit = False
+        model = None
         clock: StepClock
         if request.replay_clock is None:
-            key = setup_key(request)
-            held = _SETUPS.get(key) if key is not None else None
-            if (
-                held is None
-                or held[0] is not request.engine_steps
-                or held[1] is not request.serving_steps
-            ):
-                predictor, _ = build_predictor(config)  # trains or loads
-                report, table = attach_overhead(predictor, request)
-                timer = BatchTimer(predictor)
-                load = None
-                if request.serving_steps is not None and report is not None:
-                    load, features, predicted = fit_serving(timer, request.serving_steps)
-                    serving_fit = (load, features, predicted)
-                held = (request.engine_steps, request.serving_steps, predictor, report, table,
-                        timer, load, serving_fit)  # fmt: skip
-                if key is not None:
-                    _SETUPS.clear()  # one simulation config at a time: a search's rates
-                    _SETUPS[key] = held
-            _, _, predictor, report, table, timer, load, serving_fit = held
-            clock = PredictorClock(timer, load, request.seed, request.step_time_scale)
-            cache_hit = bool(predictor.cache_hit)
+            model = request.step_model or build_step_model(request)
+            clock = model.at_level(request.step_time_scale).clock(request.seed)
         else:
             clock = request.replay_clock
         arrived_at, prefill_tokens, decode_tokens = read_trace(config)
@@ -122,14 +86,15 @@ class VllmV1Simulator:
             raw_metrics=write_raw(request.output_dir, loop.requests),
             predictor_setup_s=built - start,
             simulation_s=done - built,
-            predictor_cache_hit=cache_hit,
-            engine_overhead=report,
-            engine_overhead_fit=table,
+            predictor_cache_hit=model is not None and model.cache_hit,
+            engine_overhead=model.overhead_report if model is not None else None,
+            engine_overhead_fit=model.overhead_fit if model is not None else None,
             steps=step_log_rows(schedule, timed=False) if request.step_log else None,
             event_loop="fast",
             schedule=schedule if request.step_log else None,
             preemptions=loop.preemptions,
             oracle=request.replay_clock.report() if request.replay_clock is not None else None,
-            serving_fit=serving_fit,
+            serving_fit=model.serving_fit if model is not None else None,
             prefix_cache=loop.prefix_cache,
+            step_model=model,
         )

@@ -8,7 +8,6 @@ and write ``request_metrics.csv`` in the real bench's schema next to Vidur's raw
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import CACHED_TOKENS as V1_CACHED_TOKENS
 from gpu_simulate_test.simulator.types import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.simulator.types import NAME as V1_NAME
@@ -39,6 +39,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
+from gpu_simulate_test.vidur_simulate.in_memory import simulate_v1
 from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send
 from gpu_simulate_test.vidur_simulate.prompt_origins import (
     known_arrivals,
@@ -60,6 +61,7 @@ from gpu_simulate_test.vidur_simulate.replay import (
 from gpu_simulate_test.vidur_simulate.serving_report import serving_report
 from gpu_simulate_test.vidur_simulate.simulation import simulate
 from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest, SimulationResult
+from gpu_simulate_test.vidur_simulate.vidur_config import build_simulation_config
 
 
 def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
@@ -140,122 +142,6 @@ def write_trace(path: Path, inputs: Inputs, arrival_s: np.ndarray) -> Path:
     return path
 
 
-def _pin_metrics_config(out_dir: Path, chrome_trace: bool) -> Any:
-    """Vidur's MetricsConfig, writing into ``out_dir`` itself, with plots and wandb off.
-
-    Its ``__post_init__`` appends a timestamp directory and creates it; we point it back at
-    ``out_dir`` and remove the empty stamped directory.
-    """
-    from vidur.config import MetricsConfig
-
-    metrics = MetricsConfig(
-        write_metrics=True,
-        write_json_trace=False,
-        enable_chrome_trace=chrome_trace,
-        save_table_to_wandb=False,
-        store_plots=False,  # plotly/kaleido image export; CSVs of the CDFs are still written
-        store_request_metrics=True,
-        store_batch_metrics=True,
-        store_utilization_metrics=True,
-        output_dir=str(out_dir),
-    )
-    stamped = Path(metrics.output_dir)
-    metrics.output_dir = str(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        stamped.rmdir()
-    return metrics
-
-
-@dataclass(frozen=True)
-class BuiltConfig:
-    """A Vidur SimulationConfig and what went into it (for run_meta)."""
-
-    simulation_config: Any
-    notes: dict[str, Any]
-
-
-def build_simulation_config(
-    cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path, trace_file: Path
-) -> BuiltConfig:
-    """Fresh Vidur configs for one simulation (Vidur mutates CacheConfig.num_blocks in place)."""
-    from vidur.config import (
-        CacheConfig,
-        ClusterConfig,
-        ReplicaConfig,
-        RoundRobinGlobalSchedulerConfig,
-        SimulationConfig,
-        TraceRequestGeneratorConfig,
-    )
-    from vidur.utils.memory_planner import MemoryPlanner
-
-    from gpu_simulate_test.vidur_simulate.models import patch_head_dim, vidur_derived_head_dim
-    from gpu_simulate_test.vidur_simulate.predictor import predictor_config, vidur_version
-    from gpu_simulate_test.vidur_simulate.registration import register_vidur_extensions
-    from gpu_simulate_test.vidur_simulate.schedulers import vidur_scheduler_config
-
-    model_name, device = register_vidur_extensions(cfg.model, cfg.hardware)
-    knobs = cfg.vidur.scheduler
-    replica = ReplicaConfig(
-        model_name=model_name,
-        num_pipeline_stages=1,  # Vidur's defaults are 2 stages x TP 8 on an h100
-        tensor_parallel_size=1,
-        device=device.device,
-        network_device=device.network_device,
-    )
-    head_dim_patched = patch_head_dim(replica, cfg.model)
-    cache = CacheConfig(
-        block_size=knobs.block_size,
-        num_blocks=inputs.kv_cache.num_blocks,
-        watermark_blocks_fraction=knobs.watermark_blocks_fraction,
-        memory_margin_fraction=knobs.memory_margin_fraction,
-    )
-    scheduler = vidur_scheduler_config(knobs)
-    predictor = predictor_config(
-        inputs.bundle, cfg.model, cfg.vidur.predictor, inputs.bounds, knobs.block_size
-    )
-    memory_tokens = MemoryPlanner(replica, cache).get_max_kv_cache_size_in_tokens()
-    simulation_config = SimulationConfig(
-        seed=cfg.vidur.seed,
-        log_level="warning",
-        time_limit=0,
-        cluster_config=ClusterConfig(
-            num_replicas=1,
-            replica_config=replica,
-            cache_config=cache,
-            global_scheduler_config=RoundRobinGlobalSchedulerConfig(),
-            replica_scheduler_config=scheduler,
-        ),
-        request_generator_config=TraceRequestGeneratorConfig(
-            trace_file=str(trace_file),
-            date=plan.TRACE_DATE,
-            prefill_scale_factor=1.0,  # Vidur's defaults (0.3, 1, 0.04) rescale the trace
-            decode_scale_factor=1.0,
-            time_scale_factor=1.0,
-            max_tokens=inputs.max_tokens,
-        ),
-        execution_time_predictor_config=predictor,
-        metrics_config=_pin_metrics_config(out_dir, cfg.vidur.chrome_trace),
-    )
-    notes = {
-        "vidur_version": vidur_version(),
-        "vidur_model_name": model_name,
-        "vidur_device": asdict(device),
-        "vidur_scheduler_type": str(scheduler.get_type()),
-        "head_dim": {
-            "true": cfg.model.head_dim,
-            "vidur_derived": vidur_derived_head_dim(cfg.model),
-            "patched": head_dim_patched,
-        },
-        "kv_cache": {**asdict(inputs.kv_cache), "block_size": knobs.block_size},
-        "vidur_memory_bound_batch_size": int(memory_tokens // inputs.max_tokens),
-        "max_tokens_per_request": inputs.max_tokens,
-        "predictor_fingerprint": predictor.fingerprint,
-        "predictor_cache_dir": predictor.cache_dir,
-    }
-    return BuiltConfig(simulation_config, notes)
-
-
 @dataclass(frozen=True)
 class Simulated:
     """One simulated workload: the ``request_metrics`` table and how it was reached."""
@@ -271,37 +157,76 @@ class Simulated:
     """Each request's first token's way back to the client (the front end's output side)."""
 
 
-def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path) -> Simulated:
+def step_model_of(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path) -> StepModel | None:
+    """The step model a simulation of ``inputs`` times steps with (built once: trains or loads
+    Vidur's predictor and fits the calibration against it), for a caller that simulates them
+    many times (a capacity search's rates); None where steps are not timed by one (Vidur's own
+    schedulers, an oracle replay)."""
+    from gpu_simulate_test.vidur_simulate.simulator_v1 import build_step_model
+
+    if cfg.vidur.scheduler.name != V1_NAME or inputs.replay is not None:
+        return None
+    built = build_simulation_config(cfg, inputs, out_dir, out_dir / TRACE_FILE)
+    return build_step_model(_request(cfg, inputs, built.simulation_config, None, None))
+
+
+def _request(
+    cfg: VidurSimulateStageConfig,
+    inputs: Inputs,
+    simulation_config: Any,
+    segments: Any,
+    step_model: StepModel | None,
+) -> SimulationRequest:
+    return SimulationRequest(
+        simulation_config,
+        engine_steps=inputs.engine_steps,
+        backend=cfg.vidur.engine_overhead,
+        step_jitter=inputs.step_jitter,
+        event_loop=cfg.vidur.event_loop,
+        lean_metrics=cfg.vidur.lean_metrics,
+        step_log=cfg.vidur.step_log,
+        step_time_scale=cfg.vidur.step_time_scale,
+        v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
+        replay_clock=inputs.replay.clock if inputs.replay is not None else None,
+        serving_steps=inputs.serving_steps,
+        prompt_segments=segments,
+        after=inputs.after,
+        step_model=step_model,
+    )
+
+
+def simulate_inputs(
+    cfg: VidurSimulateStageConfig,
+    inputs: Inputs,
+    out_dir: Path | None,
+    step_model: StepModel | None = None,
+) -> Simulated:
     """Simulate checked ``inputs`` with Vidur's output in ``out_dir``: the front end's
     fixed-point passes (when its input delay grows with the requests in flight), the replay
     check and the normalized per-request table. The stage's :func:`run` and the capacity search
-    (the same workload at many rates) both go through here."""
+    (the same workload at many rates) both go through here, the latter with the ``step_model``
+    it built once (:func:`step_model_of`); with no ``out_dir``, ``vllm_v1`` runs in memory (no
+    trace, no Vidur config, no files: a tune's thousands of simulations)."""
     arrival = inputs.scheduler_arrival_s()
     grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
     grows = grows and inputs.after is None  # a closed loop: the front end at its idle delay
     segments = prompt_segments(
         inputs.workload.lengths, inputs.prefill, inputs.workload.sessions, inputs.decode
     )
+    in_memory = out_dir is None
+    if in_memory and (step_model is None or inputs.replay is not None):
+        raise ValueError("in memory, vllm_v1 simulates with a step model (not a replay)")
+    notes: dict[str, Any] = {}
     for done in range(1, FRONTEND_PASSES + 1):
-        trace_file = write_trace(out_dir / TRACE_FILE, inputs, known_arrivals(arrival))
-        built = build_simulation_config(cfg, inputs, out_dir, trace_file)
-        result = simulate(
-            SimulationRequest(
-                built.simulation_config,
-                engine_steps=inputs.engine_steps,
-                backend=cfg.vidur.engine_overhead,
-                step_jitter=inputs.step_jitter,
-                event_loop=cfg.vidur.event_loop,
-                lean_metrics=cfg.vidur.lean_metrics,
-                step_log=cfg.vidur.step_log,
-                step_time_scale=cfg.vidur.step_time_scale,
-                v1=v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks),
-                replay_clock=inputs.replay.clock if inputs.replay is not None else None,
-                serving_steps=inputs.serving_steps,
-                prompt_segments=segments,
-                after=inputs.after,
-            )
-        )
+        if in_memory:
+            assert step_model is not None
+            result = simulate_v1(cfg, inputs, known_arrivals(arrival), segments, step_model)
+        else:
+            assert out_dir is not None
+            trace_file = write_trace(out_dir / TRACE_FILE, inputs, known_arrivals(arrival))
+            built = build_simulation_config(cfg, inputs, out_dir, trace_file)
+            notes = built.notes
+            result = simulate(_request(cfg, inputs, built.simulation_config, segments, step_model))
         if not grows:
             break
         running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
@@ -318,7 +243,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
         inputs.prefill,
         inputs.decode,
         arrival,
-        str(out_dir / VIDUR_REQUEST_METRICS),
+        str(out_dir / VIDUR_REQUEST_METRICS) if out_dir is not None else "the simulation",
     )
     output_s = inputs.frontend.output_ms / 1000.0 if inputs.frontend is not None else 0.0
     first_s: float | np.ndarray = output_s
@@ -344,7 +269,7 @@ def simulate_inputs(cfg: VidurSimulateStageConfig, inputs: Inputs, out_dir: Path
     )
     if V1_CACHED_TOKENS in rows.columns:
         table[V1_CACHED_TOKENS] = rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
-    return Simulated(table, result, arrival, done, built.notes, first_s)
+    return Simulated(table, result, arrival, done, notes, first_s)
 
 
 def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:

@@ -1,0 +1,89 @@
+"""Simulate in memory: a workload's arrays in, a table out, no files (:func:`simulate`).
+
+The engine is named by its scheduler in :data:`~.registry.ENGINES`; its steps are timed by a
+:class:`~.step_model.StepModel` built once and handed to every simulation (a capacity search's
+rates, a tune's configurations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.simulator.kv_cache import Segments
+from gpu_simulate_test.simulator.registry import ENGINES, EngineRegistry
+from gpu_simulate_test.simulator.run import V1Result
+from gpu_simulate_test.simulator.step_model import StepModel
+from gpu_simulate_test.simulator.types import StepClock, V1Params
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests as arrays, row ``i`` request ``i``."""
+
+    arrival_s: np.ndarray
+    """When each request reaches the engine (NaN: a closed loop's later turn, sent by ``after``)."""
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    segments: Sequence[Segments] | None = None
+    """What each prompt is made of, for prefix caching (None: every prompt its own)."""
+    after: Sequence[tuple[int, float]] | None = None
+    """A closed loop: per request, the request sent when it finishes (-1: none) and the think
+    time in seconds."""
+
+    @classmethod
+    def of(
+        cls, arrival_s: Sequence[float], prompt_tokens: Sequence[int], output_tokens: Sequence[int]
+    ) -> Workload:
+        return cls(
+            np.asarray(arrival_s, dtype=float),
+            np.asarray(prompt_tokens, dtype=np.int64),
+            np.asarray(output_tokens, dtype=np.int64),
+        )
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine: its scheduler (a name in :data:`~.registry.ENGINES`) and vLLM's knobs."""
+
+    params: V1Params
+    scheduler: str = "vllm_v1"
+
+
+def simulate(
+    workload: Workload,
+    step_model: StepModel | StepClock,
+    engine: EngineSpec,
+    seed: int = 0,
+    engines: EngineRegistry = ENGINES,
+) -> V1Result:
+    """Simulate ``workload`` on one engine, its steps timed by ``step_model`` (or a ready
+    clock, e.g. an oracle replay's), with the seed of its draws; the per-request rows (Vidur's
+    columns), the schedule and the totals, in memory."""
+    clock = step_model.clock(seed) if isinstance(step_model, StepModel) else step_model
+    run = engines.get(engine.scheduler)
+    return run(
+        engine.params,
+        clock,
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
+        segments=workload.segments,
+        after=workload.after,
+    )
+
+
+def latency_table(result: V1Result) -> pd.DataFrame:
+    """Per request, on the engine's clock: TTFT, TPOT (first token excluded, as ``vllm bench
+    serve``) and E2E in milliseconds."""
+    rows = result.requests
+    ttft = rows["prefill_e2e_time"].to_numpy(dtype=float)
+    e2e = rows["request_e2e_time"].to_numpy(dtype=float)
+    outputs = rows["request_num_decode_tokens"].to_numpy(dtype=float)
+    tpot = np.full(len(rows), np.nan)
+    many = outputs > 1
+    tpot[many] = (e2e[many] - ttft[many]) / (outputs[many] - 1.0)
+    return pd.DataFrame({"ttft_ms": 1e3 * ttft, "tpot_ms": 1e3 * tpot, "e2e_ms": 1e3 * e2e})

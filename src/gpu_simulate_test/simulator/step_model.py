@@ -1,0 +1,237 @@
+"""One step model (:class:`StepModel`): the time of a step of a given composition, built once
+from the profiled ops (Vidur's predictor, wrapped and never changed), the engine's fitted per-step
+overhead and the serving terms, at a host level (:meth:`StepModel.at_level`). Every engine's
+clock (:meth:`StepModel.clock`) and every server-level check times steps through it.
+
+A step's body is Vidur's prediction of its shape with the fitted engine overhead
+(:class:`BatchTimer`). Where the bundle has calibration replays under load, the serving terms
+(:mod:`~..calibration.serving_load`) apply on top: the step stretched by the requests taken in
+and tokens streamed per second before it, a pause between busy steps, what waking an idle engine
+costs after that long idle, and the calibrated slow moments (a seeded factor of mean 1 that
+carries over from step to step). Without them, steps run back to back (gap and lead 0). The
+level (``vidur.step_time_scale``) multiplies every step and every pause.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration.overhead import StepJitter, StepOverhead, step_s
+from gpu_simulate_test.calibration.serving_load import ServingLoad
+from gpu_simulate_test.simulator.types import Composition
+
+BasePredict = Callable[[Any, int], Any]
+"""Vidur's own ``get_execution_time(batch, stage)`` (the profiled ops alone)."""
+
+
+class BatchTimer:
+    """A batch's execution time from Vidur's predictor, memoized on what the predictor reads:
+    the profiled ops (``base``), the engine's per-step ``overhead`` (None: none), a ``jitter``
+    draw per batch (only with an overhead) and a ``scale`` (``vidur.step_time_scale`` of Vidur's
+    schedulers: in the jitter factor where there is one, as Vidur's predictor multiplies it)."""
+
+    def __init__(
+        self,
+        base: BasePredict,
+        granularity: int,
+        overhead: StepOverhead | None = None,
+        jitter: Callable[[], float] | None = None,
+        scale: float = 1.0,
+    ) -> None:
+        self._base = base
+        self.granularity = granularity
+        self.overhead = overhead
+        self.jitter: Callable[[], float] | None = jitter if overhead is not None else None
+        self._scale = scale if self.jitter is None else 1.0
+        if self.jitter is not None and scale != 1.0:
+            draw = self.jitter
+            self.jitter = lambda: draw() * scale
+        self._memo: dict[tuple[Any, ...], float] = {}
+
+    def time(
+        self, total_q: int, num_decodes: int, decode_kv: int, prefills: tuple[tuple[int, int], ...]
+    ) -> float:
+        """Seconds for a batch of ``total_q`` query tokens: ``num_decodes`` one-token entries
+        whose mean KV size, rounded up to the granularity, is ``decode_kv``, and ``prefills``
+        as (KV size rounded up, query tokens) in batch order. Before the jitter factor (which
+        carries the scale where there is one)."""
+        key = (total_q, num_decodes, decode_kv, prefills)
+        value = self._memo.get(key)
+        if value is None:
+            q = [1] * num_decodes + [chunk for _, chunk in prefills]
+            kv = [decode_kv] * num_decodes + [size for size, _ in prefills]
+            shape = SimpleNamespace(
+                num_q_tokens=q,
+                num_kv_tokens=kv,
+                _total_num_q_tokens=total_q,
+                _total_num_q_tokens_rounded=(total_q + 7) // 8 * 8,
+                # what the predictor would derive from the lists above (it reads these first)
+                _decode_params=(num_decodes, decode_kv),  # (0, 0) without decodes
+                _prefill_params=list(prefills),
+            )
+            value = float(self._base(shape, 0).total_time)
+            if self.overhead is not None:  # ExecutionTimeWithOverhead.total_time, less the factor
+                value = step_s(value, self.overhead.scale_for(q), self.overhead.ms(q))
+            self._memo[key] = value
+        return value * self._scale
+
+
+def predicted_s(timer: BatchTimer, chunks: Sequence[tuple[int, int]]) -> float:
+    """Vidur's shape of a step (with the engine overhead, no jitter): one-token entries are
+    decodes (their mean KV size rounded up to the granularity), the others prefill chunks with
+    their KV size rounded up."""
+    g = timer.granularity
+    total_q = 0
+    ones = ones_kv = 0
+    prefills: list[tuple[int, int]] = []
+    for q, kv in chunks:
+        total_q += q
+        if q == 1:
+            ones += 1
+            ones_kv += kv
+        else:
+            prefills.append(((kv + g - 1) // g * g, q))
+    mean_kv = 0
+    if ones:
+        mean_kv = int(ones_kv / ones)
+        mean_kv = (mean_kv + g - 1) // g * g
+    return timer.time(total_q, ones, mean_kv, tuple(prefills))
+
+
+class PredictorClock:
+    """A :class:`~.types.StepClock` from a step model: Vidur's predictor with the fitted engine
+    overhead (:class:`BatchTimer`), the jitter and the serving terms; one per engine (its
+    serving window and its draws are its own)."""
+
+    def __init__(
+        self,
+        timer: BatchTimer,
+        serving: ServingLoad | None = None,
+        seed: int = 0,
+        scale: float = 1.0,
+        jitter: Callable[[], float] | None = None,
+    ) -> None:
+        self.timer = timer
+        self.jitter = jitter
+        """Each step's seeded jitter factor (None: every step at its calibrated median)."""
+        self.serving = serving
+        self.scale = scale
+        """``vidur.step_time_scale``: every step and every pause between steps, times this."""
+        self._noise = serving.noise(seed) if serving is not None else None
+        self._recent: deque[tuple[float, int, int]] = deque()
+        """(end, requests taken in, tokens streamed) of the steps in the serving window."""
+        self._taken = self._streamed = 0
+        """Their sums."""
+        self._end = 0.0
+
+    def _rates(self, at: float) -> tuple[float, float]:
+        """Requests taken in and tokens streamed per second over the window before ``at`` (no
+        later than any recorded step's end: steps are scheduled after the previous one ends)."""
+        assert self.serving is not None
+        window = self.serving.window_s
+        while self._recent and self._recent[0][0] <= at - window:
+            _, new, tokens = self._recent.popleft()
+            self._taken -= new
+            self._streamed -= tokens
+        return self._taken / window, self._streamed / window
+
+    def gap(self, index: int) -> float:
+        if self.serving is None:
+            return 0.0
+        return self.serving.gap_s(*self._rates(self._end)) * self.scale
+
+    def lead(self, index: int) -> float:
+        return 0.0
+
+    def body(self, index: int, step: Composition) -> float:
+        value = predicted_s(self.timer, step.chunks)
+        if self.serving is not None:
+            if step.idle_s > 0:
+                stretched = value * self.serving.stretch()
+                value = max(0.5 * value, stretched + self.serving.wake_s(step.idle_s))
+            else:  # the slow moments were measured on busy steps
+                assert self._noise is not None
+                value = value * self.serving.stretch(*self._rates(step.start_s))
+                value = value * next(self._noise)
+        if self.jitter is not None:
+            value = value * self.jitter()
+        value = value * self.scale
+        if self.serving is not None:
+            self._end = step.start_s + value
+            new = step.first_scheduled  # taken in (a prefix-cache hit's chunk is not q == kv)
+            self._recent.append((self._end, new, step.decode_requests))
+            self._taken += new
+            self._streamed += step.decode_requests
+        return value
+
+
+def fit_serving(
+    timer: BatchTimer, serving_steps: pd.DataFrame
+) -> tuple[ServingLoad, pd.DataFrame, np.ndarray]:
+    """The serving terms from the bundle's calibration replays (``serving_steps``, each
+    replay's steps apart), against this predictor; with each replay step's features and predicted
+    time (for the report and the plot)."""
+    parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("replay", sort=False)]
+    features = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
+    predicted = serving_load.predictions(features, lambda chunks: predicted_s(timer, chunks))
+    rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
+    return serving_load.fit(features, predicted, rates), features, predicted
+
+
+@dataclass(frozen=True, eq=False)
+class StepModel:
+    """The time of a step from its composition, built once (from a bundle's predictor, its
+    calibration record and the engine's knobs) and handed to every simulation that times steps
+    with it: the engines' clocks, a capacity search's rates, a tune's server-level checks."""
+
+    timer: BatchTimer
+    """The profiled ops and the engine's fitted per-step overhead (no jitter, no level)."""
+    serving: ServingLoad | None = None
+    """The serving terms from the bundle's calibration replays (None: steps back to back)."""
+    jitter: StepJitter | None = None
+    """The calibrated spread of step times, drawn per step with each clock's seed (None: every
+    step at its median)."""
+    level: float = 1.0
+    """The host's level: every step and every pause times this (``vidur.step_time_scale``)."""
+    overhead_report: dict[str, Any] | None = None
+    """The overhead's fit and its calibration errors, for ``run_meta.json``."""
+    overhead_fit: pd.DataFrame | None = None
+    """Per calibration step: measured, Vidur's ops, fitted overhead, error."""
+    serving_fit: tuple[ServingLoad, pd.DataFrame, np.ndarray] | None = None
+    """The serving terms' fit: the replays' step features and each step's prediction."""
+    cache_hit: bool = False
+    """Whether Vidur's prediction tables came from its cache (none trained)."""
+
+    def step_s(self, chunks: Sequence[tuple[int, int]]) -> float:
+        """Seconds of a step of these (query tokens, KV tokens after the step) chunks, as the
+        model predicts it (no serving terms, jitter or level)."""
+        return predicted_s(self.timer, chunks)
+
+    def at_level(self, level: float) -> StepModel:
+        """The same model on a host ``level`` times as slow (shares the memoized predictions)."""
+        return replace(self, level=level)
+
+    def clock(self, seed: int) -> PredictorClock:
+        """A fresh clock for one engine: its own serving window and seeded draws."""
+        draw = None
+        if self.jitter is not None and self.timer.overhead is not None:
+            draw = self.jitter.sampler(seed)
+        return PredictorClock(self.timer, self.serving, seed, self.level, draw)
+
+    def describe(self) -> dict[str, Any]:
+        """What the model is made of, for reports."""
+        return {
+            "ops": "Vidur's predictor over the profiled ops",
+            "engine_overhead": self.overhead_report,
+            "serving_terms": None if self.serving is None else "calibrated replays under load",
+            "step_jitter": None if self.jitter is None else "calibrated spread",
+            "level": self.level,
+        }
