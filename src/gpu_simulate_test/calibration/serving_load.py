@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -48,15 +49,17 @@ MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
 RATIO_CLIP = (0.25, 4.0)
 """A step's ratio is clipped to this range before fitting (a preempted or disturbed step)."""
-CANDIDATES: dict[str, str] = {
-    "arrival_rate": "requests the engine took in per second in the 0.5 s before the step",
-    "stream_rate": "tokens streamed per second in the 0.5 s before the step",
-    "in_flight": "requests running or waiting after the step was scheduled",
-    "waiting": "requests waiting in the engine's queue after scheduling",
-    "arrivals": "requests the step saw for the first time",
-    "finishing": "requests that ran for the last time in the step",
-    "idle_ms": "how long the engine was idle before the step (0: busy)",
-}
+CANDIDATES: Mapping[str, str] = MappingProxyType(
+    {
+        "arrival_rate": "requests the engine took in per second in the 0.5 s before the step",
+        "stream_rate": "tokens streamed per second in the 0.5 s before the step",
+        "in_flight": "requests running or waiting after the step was scheduled",
+        "waiting": "requests waiting in the engine's queue after scheduling",
+        "arrivals": "requests the step saw for the first time",
+        "finishing": "requests that ran for the last time in the step",
+        "idle_ms": "how long the engine was idle before the step (0: busy)",
+    }
+)
 """What the residual analysis sets each step's ratio against."""
 
 

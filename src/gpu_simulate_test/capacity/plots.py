@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import matplotlib
 
@@ -16,7 +17,7 @@ import pandas as pd
 from gpu_simulate_test.capacity.contract import rate_axis
 from gpu_simulate_test.io.artifacts import atomic_open
 
-LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+LABELS: Mapping[str, str] = MappingProxyType({"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"})
 
 
 def plot_capacity(

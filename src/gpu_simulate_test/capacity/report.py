@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -16,7 +17,7 @@ from gpu_simulate_test.capacity.band import band_cells, band_markdown
 from gpu_simulate_test.capacity.sessions import REQUEST_UNIT, answer_in_load, unsteady_lines
 from gpu_simulate_test.core.reporting import console, print_table
 
-YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "–"}
+YES_NO: Mapping[bool | None, str] = MappingProxyType({True: "yes", False: "no", None: "–"})
 
 
 def requests_judged(doc: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ from hydra.core.config_store import ConfigStore
 
 from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, writable_schema
 
-__all__ = ["CONFIG_DIR", "register_configs"]
+__all__ = ("CONFIG_DIR", "register_configs")
 
 
 def register_configs() -> None:

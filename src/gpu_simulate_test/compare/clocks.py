@@ -10,6 +10,8 @@ the front end (client − engine). Without an engine clock there is no table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -18,11 +20,13 @@ import pandas as pd
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.core.reporting import markdown_table
 
-ENGINE_COLUMNS: dict[str, str] = {
-    "ttft": "engine_ttft_s",
-    "tpot": "engine_tpot_s",
-    "e2e": "engine_e2e_s",
-}
+ENGINE_COLUMNS: Mapping[str, str] = MappingProxyType(
+    {
+        "ttft": "engine_ttft_s",
+        "tpot": "engine_tpot_s",
+        "e2e": "engine_e2e_s",
+    }
+)
 """Each compared metric's engine-clock column."""
 CLOCK_STATS: tuple[str, ...] = ("p50", "p90", "p99")
 

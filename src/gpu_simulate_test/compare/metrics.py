@@ -9,8 +9,9 @@ predicts a longer time than measured (too slow), negative too fast.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -21,13 +22,15 @@ STATS: tuple[str, ...] = (*pct.names(pct.LATENCY_PERCENTILES), "mean")
 list, :mod:`gpu_simulate_test.core.percentiles`, and the mean)."""
 METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e", "scheduling_delay")
 """Compared metrics; ``itl`` has no per-token times on the simulated side (Vidur gives none)."""
-METRIC_LABELS: dict[str, str] = {
-    "ttft": "TTFT",
-    "tpot": "TPOT",
-    "itl": "ITL",
-    "e2e": "E2E",
-    "scheduling_delay": "scheduling delay",
-}
+METRIC_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "ttft": "TTFT",
+        "tpot": "TPOT",
+        "itl": "ITL",
+        "e2e": "E2E",
+        "scheduling_delay": "scheduling delay",
+    }
+)
 PER_REQUEST_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 """Metrics defined per request on both sides, so per-request errors exist."""
 

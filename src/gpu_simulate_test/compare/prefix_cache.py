@@ -15,6 +15,7 @@ served any of its prompt from the cache (``cached_tokens > 0``), else a **miss**
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -30,20 +31,23 @@ scheduler's record (the same number in vLLM 0.32: ``core/engines/prefix_cache.py
 SIM_COLUMNS: tuple[str, ...] = ("cached_tokens",)
 LISTED = 5
 """Differing requests listed by id (all are counted)."""
-ONLY_NOTES: dict[str, str] = {
-    "real": (
-        "Only the real run has per-request cached tokens: its engine served prompt tokens from "
-        "its prefix cache, and the simulation has none (`vidur.scheduler.enable_prefix_caching` "
-        "off, or a loop without a prefix cache), so every simulated prompt is computed in full "
-        "and no per-request or hit-rate comparison is made. Simulate with "
-        "`vidur.scheduler.name=vllm_v1 vidur.scheduler.enable_prefix_caching=true`."
-    ),
-    "sim": (
-        "Only the simulation has per-request cached tokens: the real run recorded none "
-        "(`backend.enable_prefix_caching` off, or a server that reports no cached tokens: "
-        "`--enable-prompt-tokens-details`), so no per-request or hit-rate comparison is made."
-    ),
-}
+ONLY_NOTES: Mapping[str, str] = MappingProxyType(
+    {
+        "real": (
+            "Only the real run has per-request cached tokens: its engine served prompt tokens from "
+            "its prefix cache, and the simulation has none "
+            "(`vidur.scheduler.enable_prefix_caching` off, or a loop without a prefix cache), so "
+            "every simulated prompt is computed in full and no per-request or hit-rate comparison "
+            "is made. Simulate with "
+            "`vidur.scheduler.name=vllm_v1 vidur.scheduler.enable_prefix_caching=true`."
+        ),
+        "sim": (
+            "Only the simulation has per-request cached tokens: the real run recorded none "
+            "(`backend.enable_prefix_caching` off, or a server that reports no cached tokens: "
+            "`--enable-prompt-tokens-details`), so no per-request or hit-rate comparison is made."
+        ),
+    }
+)
 
 
 def side_cached(

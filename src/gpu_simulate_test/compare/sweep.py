@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,13 @@ from gpu_simulate_test.io.runs import default_run_id, open_upstream_run, start_r
 
 SWEEP_STATS: tuple[str, ...] = ("p50", "p90", "p99")
 SWEEP_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
-X_LABELS = {
-    "offered_qps": "offered load (requests/s)",
-    "batch_size_cap": "batch cap (requests)",
-    "run": "run (order given)",
-}
+X_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "offered_qps": "offered load (requests/s)",
+        "batch_size_cap": "batch cap (requests)",
+        "run": "run (order given)",
+    }
+)
 
 
 def expand_dirs(patterns: Sequence[str]) -> list[Path]:

@@ -12,7 +12,7 @@ from gpu_simulate_test.config.schema import (
     WorkloadStageConfig,
 )
 
-__all__ = [
+__all__ = (
     "ArrivalConfig",
     "ConfigError",
     "HardwareConfig",
@@ -22,4 +22,4 @@ __all__ = [
     "ProfilingConfig",
     "WorkloadConfig",
     "WorkloadStageConfig",
-]
+)

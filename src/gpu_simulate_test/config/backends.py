@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 from omegaconf import MISSING
@@ -283,13 +284,15 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
     you run yourself needs ``server.spans_file`` for it."""
 
 
-BACKENDS: dict[str, type[BackendConfig]] = {
-    "hf_cb": HfCbBackendConfig,
-    "hf_generate": HfGenerateBackendConfig,
-    "openai": OpenAIBackendConfig,
-    "vllm": VllmBackendConfig,
-    "vllm_engine": VllmEngineBackendConfig,
-}
+BACKENDS: Mapping[str, type[BackendConfig]] = MappingProxyType(
+    {
+        "hf_cb": HfCbBackendConfig,
+        "hf_generate": HfGenerateBackendConfig,
+        "openai": OpenAIBackendConfig,
+        "vllm": VllmBackendConfig,
+        "vllm_engine": VllmEngineBackendConfig,
+    }
+)
 """``backend.name`` → the class of that engine's config."""
 
 B = TypeVar("B", bound=BackendConfig)

@@ -36,7 +36,7 @@ from gpu_simulate_test.config.schema import (
     _check_choice,
 )
 
-__all__ = [
+__all__ = (
     "ATTN_IMPLEMENTATIONS",
     "BACKENDS",
     "BACKEND_NAMES",
@@ -54,7 +54,7 @@ __all__ = [
     "ServerConfig",
     "VllmBackendConfig",
     "VllmEngineBackendConfig",
-]
+)
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "sdpa",

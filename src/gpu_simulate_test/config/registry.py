@@ -11,7 +11,9 @@ another engine is refused by name."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -39,19 +41,21 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 """The YAML config groups, shipped inside the package (``gpu_simulate_test/configs/``, package
 data of the wheel), so a stage runs from any directory of any install."""
 
-STAGE_SCHEMAS: dict[str, type] = {
-    "workload": WorkloadStageConfig,
-    "vidur_profile": VidurProfileStageConfig,
-    "vidur_simulate": VidurSimulateStageConfig,
-    "real_bench": RealBenchStageConfig,
-    "compare": CompareStageConfig,
-    "pipeline": PipelineStageConfig,
-    "deep_profile": DeepProfileStageConfig,
-    "fidelity": FidelityStageConfig,
-    "capacity": CapacityStageConfig,
-    "bench_import": BenchImportStageConfig,
-    "tune": TuneStageConfig,
-}
+STAGE_SCHEMAS: Mapping[str, type] = MappingProxyType(
+    {
+        "workload": WorkloadStageConfig,
+        "vidur_profile": VidurProfileStageConfig,
+        "vidur_simulate": VidurSimulateStageConfig,
+        "real_bench": RealBenchStageConfig,
+        "compare": CompareStageConfig,
+        "pipeline": PipelineStageConfig,
+        "deep_profile": DeepProfileStageConfig,
+        "fidelity": FidelityStageConfig,
+        "capacity": CapacityStageConfig,
+        "bench_import": BenchImportStageConfig,
+        "tune": TuneStageConfig,
+    }
+)
 """Primary config name → the dataclass its composed config must satisfy."""
 
 

@@ -10,18 +10,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.schema import ConfigError, _check
 
-TUNE_KNOBS: dict[str, str] = {
-    "max_num_seqs": "max_requests_per_batch",
-    "max_num_batched_tokens": "max_batch_tokens",
-    "enable_chunked_prefill": "enable_chunked_prefill",
-    "num_gpu_blocks": "num_blocks",
-    "enable_prefix_caching": "enable_prefix_caching",
-}
+TUNE_KNOBS: Mapping[str, str] = MappingProxyType(
+    {
+        "max_num_seqs": "max_requests_per_batch",
+        "max_num_batched_tokens": "max_batch_tokens",
+        "enable_chunked_prefill": "enable_chunked_prefill",
+        "num_gpu_blocks": "num_blocks",
+        "enable_prefix_caching": "enable_prefix_caching",
+    }
+)
 """A knob of the space, named as ``vllm serve`` names it (``--max-num-seqs`` ...) → the backend
 field it sets (``backend.*``)."""
 BOOLEAN_KNOBS: tuple[str, ...] = ("enable_chunked_prefill", "enable_prefix_caching")

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_simulate_test.config.schema import GOODPUT_METRICS, GoodputConfig
 
-__all__ = [
+__all__ = (
     "GOODPUT_METRICS",
     "GoodputConfig",
     "goals_text",
@@ -24,7 +24,7 @@ __all__ = [
     "goodput",
     "rate_of",
     "table_goodput",
-]
+)
 
 
 def good_requests(

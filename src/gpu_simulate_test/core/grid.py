@@ -8,8 +8,9 @@ change fastest), a geometric and a linear sweep, and its maximum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -20,7 +21,7 @@ SMALL_NUM_TOKENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32)
 SMALL_BATCH_SIZES: tuple[int, ...] = (1, 2, 3, 4, 8)
 SMALL_PREFILL_CHUNKS: tuple[int, ...] = (8, 16, 32, 64)
 SMALL_KV_CACHE_SIZES: tuple[int, ...] = (0, 1, 16, 64, 128)
-AUTO_NUM_POINTS: dict[str, int] = {"cuda": 16, "cpu": 6}
+AUTO_NUM_POINTS: Mapping[str, int] = MappingProxyType({"cuda": 16, "cpu": 6})
 """``profile.num_points=0``: per device type (a CPU takes seconds per big attention shape)."""
 
 

@@ -29,11 +29,12 @@ import os
 import statistics
 import time
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 PROBE_S = 0.3
 """How long one reading lasts (the median of the reads within it)."""
-BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+BYTES_PER_ELEMENT: Mapping[str, int] = MappingProxyType({"float32": 4, "bfloat16": 2, "float16": 2})
 
 
 def lm_head_bytes(vocab_size: int, hidden_size: int, dtype: str) -> int:

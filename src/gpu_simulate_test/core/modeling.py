@@ -6,20 +6,24 @@ are the default; nothing is ever downloaded (``local_files_only``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.schema import ModelConfig
 
-DIMENSION_FIELDS: dict[str, str] = {
-    "num_layers": "num_hidden_layers",
-    "hidden_size": "hidden_size",
-    "num_attention_heads": "num_attention_heads",
-    "num_key_value_heads": "num_key_value_heads",
-    "head_dim": "head_dim",
-    "intermediate_size": "intermediate_size",
-    "vocab_size": "vocab_size",
-}
+DIMENSION_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "num_layers": "num_hidden_layers",
+        "hidden_size": "hidden_size",
+        "num_attention_heads": "num_attention_heads",
+        "num_key_value_heads": "num_key_value_heads",
+        "head_dim": "head_dim",
+        "intermediate_size": "intermediate_size",
+        "vocab_size": "vocab_size",
+    }
+)
 """Our ModelConfig field → the Hugging Face ``Qwen3Config`` attribute it must equal."""
 
 

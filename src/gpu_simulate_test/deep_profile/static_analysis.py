@@ -18,7 +18,9 @@ with the constants for element-wise ops, are in ``docs/static_analysis.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
@@ -27,7 +29,9 @@ OpKind = Literal["matmul", "attention", "norm", "elementwise", "memory"]
 Phase = Literal["prefill", "decode"]
 LmHeadTokens = Literal["last", "all"]
 
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
+    {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+)
 """Bytes per element of the dtypes the toolkit computes in."""
 
 RMSNORM_FLOPS_PER_ELEMENT = 4

@@ -8,9 +8,10 @@ return ``skipped`` with the reason when the tool or the GPU is missing.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.deep_profile import DeepProfilePipeline, DeepProfileStageConfig
@@ -122,13 +123,15 @@ def _nsight(ctx: StepContext, step: str) -> StepOutcome:
     return outcome
 
 
-STEPS: dict[str, Callable[[StepContext], StepOutcome]] = {
-    "static_analysis": _static,
-    "torch_profiler": _torch,
-    "run_workload": _run_workload,
-    "nsys": lambda ctx: _nsight(ctx, "nsys"),
-    "ncu": lambda ctx: _nsight(ctx, "ncu"),
-}
+STEPS: Mapping[str, Callable[[StepContext], StepOutcome]] = MappingProxyType(
+    {
+        "static_analysis": _static,
+        "torch_profiler": _torch,
+        "run_workload": _run_workload,
+        "nsys": lambda ctx: _nsight(ctx, "nsys"),
+        "ncu": lambda ctx: _nsight(ctx, "ncu"),
+    }
+)
 
 
 def run_steps(

@@ -28,7 +28,7 @@ the ``clock`` column (the engine's own clock beside the client's) and the loads'
 adds ``mean_signed_error_pct`` to every spread in ``fidelity.json`` (the simulation's and the
 noise floor's)."""
 
-__all__ = ["MANIFEST_FILE"]
+__all__ = ("MANIFEST_FILE",)
 
 
 def plot_name(backend: str) -> str:

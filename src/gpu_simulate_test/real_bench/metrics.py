@@ -167,16 +167,16 @@ def token_rows(rec: RequestRecord) -> list[dict[str, Any]]:
 def request_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
     """``request_metrics`` of every request that arrived, in request order."""
     rows = [request_row(r) for r in records if r.arrival_s is not None]
-    return pd.DataFrame(rows, columns=None if rows else _REQUEST_COLUMNS)
+    return pd.DataFrame(rows, columns=None if rows else list(_REQUEST_COLUMNS))
 
 
 def token_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
     """``token_metrics`` of every request, ordered by request then token."""
     rows = [row for r in records for row in token_rows(r)]
-    return pd.DataFrame(rows, columns=None if rows else _TOKEN_COLUMNS)
+    return pd.DataFrame(rows, columns=None if rows else list(_TOKEN_COLUMNS))
 
 
-_REQUEST_COLUMNS = [
+_REQUEST_COLUMNS: tuple[str, ...] = (
     "request_id",
     "arrival_time_s",
     "num_prefill_tokens",
@@ -187,8 +187,8 @@ _REQUEST_COLUMNS = [
     "status",
     *(c.name for c in ENGINE_CLOCK_COLUMNS),
     *(c.name for c in PREFIX_CACHE_COLUMNS),
-]
-_TOKEN_COLUMNS = ["request_id", "token_index", "time_s", "itl_s", "num_tokens"]
+)
+_TOKEN_COLUMNS: tuple[str, ...] = ("request_id", "token_index", "time_s", "itl_s", "num_tokens")
 
 
 def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:

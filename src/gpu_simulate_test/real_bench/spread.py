@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-CLOCKS = {  # summary.json's p50s, per clock
-    "engine": ("engine_ttft_ms", "engine_tpot_ms", "engine_e2e_ms"),
-    "client": ("p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"),
-}
+CLOCKS: Mapping[str, tuple[str, str, str]] = MappingProxyType(
+    {  # summary.json's p50s, per clock
+        "engine": ("engine_ttft_ms", "engine_tpot_ms", "engine_e2e_ms"),
+        "client": ("p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"),
+    }
+)
 
 
 def p50s(run_dir: Path) -> dict[str, list[float]]:

@@ -5,7 +5,9 @@ shared rate, the frontier drawn; the measured capacities beside where the real e
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import matplotlib
 
@@ -15,7 +17,7 @@ import pandas as pd
 
 from gpu_simulate_test.io.artifacts import atomic_open
 
-LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+LABELS: Mapping[str, str] = MappingProxyType({"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"})
 LABEL_STEP = 7
 """Points between labels drawn at one place (configurations that simulate alike)."""
 NEAR = (0.15, 0.025)

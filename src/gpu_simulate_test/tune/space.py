@@ -8,23 +8,28 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.backends import VllmEngineBackendConfig
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
 from gpu_simulate_test.config.tune import TUNE_KNOBS, TuneOptions
 
-SHORT: dict[str, str] = {
-    "max_num_seqs": "s",
-    "max_num_batched_tokens": "t",
-    "num_gpu_blocks": "b",
-}
+SHORT: Mapping[str, str] = MappingProxyType(
+    {
+        "max_num_seqs": "s",
+        "max_num_batched_tokens": "t",
+        "num_gpu_blocks": "b",
+    }
+)
 """A configuration's id names each varied number knob by a letter and its value (``s8-t128``);
 a varied switch is ``chunk``/``nochunk``, ``pc``/``nopc``."""
-SWITCHES: dict[str, tuple[str, str]] = {
-    "enable_chunked_prefill": ("chunk", "nochunk"),
-    "enable_prefix_caching": ("pc", "nopc"),
-}
+SWITCHES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "enable_chunked_prefill": ("chunk", "nochunk"),
+        "enable_prefix_caching": ("pc", "nopc"),
+    }
+)
 TUNE_KNOBS_ORDER: tuple[str, ...] = tuple(TUNE_KNOBS)
 """The knobs in the order the table lists them."""
 CONFIGURED_ID = "configured"

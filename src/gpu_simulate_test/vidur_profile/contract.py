@@ -24,7 +24,7 @@ SERVING_STEPS_CSV = layout.SERVING_STEPS
 STEP_RESIDUALS_PNG = layout.STEP_RESIDUALS_PLOT
 BUNDLE_FILES: tuple[str, ...] = (MLP_CSV, ATTENTION_CSV, META_JSON)
 
-__all__ = [
+__all__ = (
     "ATTENTION_CSV",
     "ATTENTION_TABLE",
     "BUNDLE_FILES",
@@ -37,4 +37,4 @@ __all__ = [
     "SERVING_STEPS_CSV",
     "SERVING_STEPS_TABLE",
     "STEP_RESIDUALS_PNG",
-]
+)

@@ -8,48 +8,51 @@ dtype, with inputs prepared outside the timed call. What each Vidur op contains 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
 
 SUPPORTED_ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager")
 
-OP_DEFINITIONS: dict[str, str] = {
-    "emb": "embed_tokens(input_ids): the embedding lookup (once per model, not per layer)",
-    "input_layernorm": "input_layernorm (Qwen3RMSNorm over hidden_size)",
-    "attn_pre_proj": "q_proj + k_proj + v_proj",
-    "attn_rope": (
-        "Qwen3's per-head q_norm and k_norm (RMSNorm over head_dim, with the view/transpose to "
-        "heads) folded in, plus apply_rotary_pos_emb on q and k; cos/sin are computed once per "
-        "forward by the model, so they are not included"
-    ),
-    "attn_post_proj": "o_proj",
-    "post_attention_layernorm": "post_attention_layernorm (Qwen3RMSNorm over hidden_size)",
-    "mlp_up_proj": "gate_proj + up_proj",
-    "mlp_act": "act_fn(gate) * up (SiLU and the elementwise product)",
-    "mlp_down_proj": "down_proj",
-    "add": (
-        "both residual adds of the layer (after attention and after the MLP), since Vidur counts "
-        "'add' once per layer"
-    ),
-    "attn_prefill": (
-        "the transformers attention function (ALL_ATTENTION_FUNCTIONS[attn_implementation]) for "
-        "one prefill chunk of batch 1 over kv_cache_size + chunk keys: causal (is_causal) without "
-        "a past, a boolean causal mask as transformers builds one with a past; GQA as transformers "
-        "handles it (enable_gqa or repeat_kv)"
-    ),
-    "attn_decode": (
-        "the transformers attention function for batch_size single-token queries over "
-        "kv_cache_size + 1 keys each, no mask"
-    ),
-    "attn_kv_cache_save": (
-        "index_copy_ of the new K and V (num_tokens = chunk, or batch_size for decode) into a "
-        "preallocated token-major cache [slots, kv_heads, head_dim], as transformers' paged and "
-        "static caches write; decode tokens land one per block"
-    ),
-}
+OP_DEFINITIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "emb": "embed_tokens(input_ids): the embedding lookup (once per model, not per layer)",
+        "input_layernorm": "input_layernorm (Qwen3RMSNorm over hidden_size)",
+        "attn_pre_proj": "q_proj + k_proj + v_proj",
+        "attn_rope": (
+            "Qwen3's per-head q_norm and k_norm (RMSNorm over head_dim, with the view/transpose to "
+            "heads) folded in, plus apply_rotary_pos_emb on q and k; cos/sin are computed once per "
+            "forward by the model, so they are not included"
+        ),
+        "attn_post_proj": "o_proj",
+        "post_attention_layernorm": "post_attention_layernorm (Qwen3RMSNorm over hidden_size)",
+        "mlp_up_proj": "gate_proj + up_proj",
+        "mlp_act": "act_fn(gate) * up (SiLU and the elementwise product)",
+        "mlp_down_proj": "down_proj",
+        "add": (
+            "both residual adds of the layer (after attention and after the MLP), since Vidur "
+            "counts 'add' once per layer"
+        ),
+        "attn_prefill": (
+            "the transformers attention function (ALL_ATTENTION_FUNCTIONS[attn_implementation]) "
+            "for one prefill chunk of batch 1 over kv_cache_size + chunk keys: causal (is_causal) "
+            "without a past, a boolean causal mask as transformers builds one with a past; GQA as "
+            "transformers handles it (enable_gqa or repeat_kv)"
+        ),
+        "attn_decode": (
+            "the transformers attention function for batch_size single-token queries over "
+            "kv_cache_size + 1 keys each, no mask"
+        ),
+        "attn_kv_cache_save": (
+            "index_copy_ of the new K and V (num_tokens = chunk, or batch_size for decode) into a "
+            "preallocated token-major cache [slots, kv_heads, head_dim], as transformers' paged "
+            "and static caches write; decode tokens land one per block"
+        ),
+    }
+)
 
 
 def check_attn_implementation(name: str) -> None:

@@ -11,12 +11,12 @@ import pandas as pd
 
 from gpu_simulate_test.core.bundle_checks import inversions, inverted, profile_warnings
 
-__all__ = [
+__all__ = (
     "disturbed",
     "inversions",
     "profile_warnings",
     "slow_sizes",
-]
+)
 
 
 def slow_sizes(

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -61,10 +62,12 @@ QK_NORM_NOTE = (
 )
 
 
-SUMMARY_AXES: dict[str, tuple[str, str]] = {
-    "prefill": ("num_q_tokens", "tokens"),
-    "cached_prefill": ("context_tokens", "context tokens"),
-}
+SUMMARY_AXES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "prefill": ("num_q_tokens", "tokens"),
+        "cached_prefill": ("context_tokens", "context tokens"),
+    }
+)
 """The summary's engine-step rows: which column each prompt phase's steps go by, and its name."""
 
 
@@ -239,7 +242,7 @@ def bundle_meta(
         "num_mlp_rows": len(tables.mlp),
         "num_attention_rows": len(tables.attention),
         "units": "milliseconds per layer",
-        "op_definitions": OP_DEFINITIONS,
+        "op_definitions": dict(OP_DEFINITIONS),
         "notes": [QK_NORM_NOTE],
         "run_id": run_id,
         "created_at": utc_now(),

@@ -18,6 +18,8 @@ scheduler's object for each batch. Requests are their arrival ranks; the queue i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 from gpu_simulate_test.vidur_simulate.loop_setup import KvCacheExhausted, LoopParams
@@ -191,9 +193,11 @@ class OrcaBatches(KvBlocks):
         return entries, batch_decodes, total_q, [], head
 
 
-FORMERS: dict[str, type[KvBlocks]] = {
-    "sarathi": SarathiBatches,
-    "vllm": VllmBatches,
-    "orca": OrcaBatches,
-}
+FORMERS: Mapping[str, type[KvBlocks]] = MappingProxyType(
+    {
+        "sarathi": SarathiBatches,
+        "vllm": VllmBatches,
+        "orca": OrcaBatches,
+    }
+)
 """The batch-forming class of each scheduler our loop reproduces."""

@@ -10,7 +10,10 @@ hardware's memory and bf16 peak. A node SKU ``<device>_node`` with one device go
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from vidur.config.device_sku_config import BaseDeviceSKUConfig
@@ -20,14 +23,13 @@ from vidur.config.utils import get_all_subclasses
 from gpu_simulate_test.config.schema import HardwareConfig
 from gpu_simulate_test.io.artifacts import stable_id
 
-VIDUR_NODE_FOR_BUILTIN: dict[str, str] = {
-    "a100": "a100_pairwise_nvlink",
-    "h100": "h100_pairwise_nvlink",
-}
+VIDUR_NODE_FOR_BUILTIN: Mapping[str, str] = MappingProxyType(
+    {
+        "a100": "a100_pairwise_nvlink",
+        "h100": "h100_pairwise_nvlink",
+    }
+)
 """Vidur's node SKU for its own device SKUs (TP=PP=1 only needs a valid one)."""
-
-_GENERATED: dict[str, tuple[type, type]] = {}
-"""Device/node classes generated here, by Vidur device type string."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,11 @@ class DeviceChoice:
     builtin: bool
 
 
-def _find(base: type, type_string: str) -> Any:
+def _find(base: type, type_string: str, *, ours: bool = False) -> Any:
+    """The first subclass of ``base`` (Vidur's walk) named ``type_string``; with ``ours``, only
+    one generated here."""
     for cls in get_all_subclasses(base):
-        if str(cls.get_type()) == type_string:
+        if str(cls.get_type()) == type_string and (not ours or cls.__module__ == __name__):
             return cls
     return None
 
@@ -74,25 +78,34 @@ def register_device(hardware: HardwareConfig) -> DeviceChoice:
         )
     memory, tflops = float(hardware.memory_gib), float(hardware.peak_bf16_tflops)
     device = hardware.name
-    existing = _GENERATED.get(device)
+    existing = _find(BaseDeviceSKUConfig, device, ours=True)
     if existing is not None:
-        sku = existing[0]()
+        sku = existing()
         if (sku.total_memory_gb, sku.fp16_tflops) != (memory, tflops):
             # same name, other numbers (an override): a distinct, deterministic SKU name
             device = f"{hardware.name}-{stable_id([memory, tflops], length=8)}"
-    if device not in _GENERATED:
-        suffix = "".join(c if c.isalnum() else "_" for c in device)
-        device_cls = _make(
-            BaseDeviceSKUConfig,
-            f"DeviceSKU_{suffix}",
-            device,
-            {"fp16_tflops": tflops, "total_memory_gb": memory},
-        )
-        node_cls = _make(
-            BaseNodeSKUConfig,
-            f"NodeSKU_{suffix}",
-            f"{device}_node",
-            {"device_sku_type": device, "num_devices_per_node": 1},
-        )
-        _GENERATED[device] = (device_cls, node_cls)
+    _generated_skus(device, memory, tflops)
     return DeviceChoice(device, f"{device}_node", memory, tflops, False)
+
+
+@cache
+def _generated_skus(device: str, memory: float, tflops: float) -> tuple[type, type]:
+    """The device SKU ``device`` and its one-device node SKU, made once per name and numbers.
+
+    Vidur finds them by subclass walk, and ``__subclasses__`` holds classes weakly: this cache is
+    what keeps them alive (no module-level registry).
+    """
+    suffix = "".join(c if c.isalnum() else "_" for c in device)
+    device_cls = _make(
+        BaseDeviceSKUConfig,
+        f"DeviceSKU_{suffix}",
+        device,
+        {"fp16_tflops": tflops, "total_memory_gb": memory},
+    )
+    node_cls = _make(
+        BaseNodeSKUConfig,
+        f"NodeSKU_{suffix}",
+        f"{device}_node",
+        {"device_sku_type": device, "num_devices_per_node": 1},
+    )
+    return device_cls, node_cls

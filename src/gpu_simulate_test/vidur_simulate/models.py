@@ -45,9 +45,6 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = (
 )
 """ModelConfig fields that decide the Vidur model (names and paths do not)."""
 
-_CLASSES: dict[str, type[BaseModelConfig]] = {}
-"""Classes this module generated, by Vidur name (Vidur itself finds them by subclass walk)."""
-
 
 def vidur_fields(model: ModelConfig) -> dict[str, Any]:
     """Vidur's ``BaseModelConfig`` fields for a Qwen3 shape (plus our ``head_dim``)."""
@@ -78,12 +75,11 @@ def _same_architecture(a: ModelConfig, b: ModelConfig) -> bool:
     return all(getattr(a, name) == getattr(b, name) for name in ARCHITECTURE_FIELDS)
 
 
+@cache
 def _family_base() -> type[BaseModelConfig]:
-    if FAMILY_BASE_NAME not in _CLASSES:
-        _CLASSES[FAMILY_BASE_NAME] = _make_class(
-            "Qwen3ModelConfig", BaseModelConfig, FAMILY_BASE_NAME, qwen3_family()["gst/qwen3-tiny"]
-        )
-    return _CLASSES[FAMILY_BASE_NAME]
+    return _make_class(
+        "Qwen3ModelConfig", BaseModelConfig, FAMILY_BASE_NAME, qwen3_family()["gst/qwen3-tiny"]
+    )
 
 
 def _make_class(
@@ -108,23 +104,28 @@ def _make_class(
 
 
 def _register(vidur_name: str, model: ModelConfig) -> str:
-    existing = _CLASSES.get(vidur_name)
-    if existing is not None:
+    from vidur.config.utils import get_all_subclasses
+
+    classes = get_all_subclasses(BaseModelConfig)
+    if any(cls.__module__ == __name__ and str(cls.get_name()) == vidur_name for cls in classes):
         return vidur_name
-    known = _known_names()
-    if vidur_name in known:
+    if vidur_name in {str(cls.get_name()) for cls in classes}:
         raise ConfigError(
             f"Vidur already has a model named {vidur_name!r} that this toolkit did not create"
         )
-    class_name = "Qwen3_" + "".join(c if c.isalnum() else "_" for c in vidur_name.split("/")[-1])
-    _CLASSES[vidur_name] = _make_class(class_name, _family_base(), vidur_name, model)
+    _model_class(vidur_name, model)
     return vidur_name
 
 
-def _known_names() -> set[str]:
-    from vidur.config.utils import get_all_subclasses
+@cache
+def _model_class(vidur_name: str, model: ModelConfig) -> type[BaseModelConfig]:
+    """The class Vidur knows ``vidur_name`` by, made once.
 
-    return {str(cls.get_name()) for cls in get_all_subclasses(BaseModelConfig)}
+    Vidur finds it by subclass walk (as :func:`_register` does), and ``__subclasses__`` holds
+    classes weakly: this cache is what keeps it alive (no module-level registry).
+    """
+    class_name = "Qwen3_" + "".join(c if c.isalnum() else "_" for c in vidur_name.split("/")[-1])
+    return _make_class(class_name, _family_base(), vidur_name, model)
 
 
 def register_qwen3_models() -> list[str]:

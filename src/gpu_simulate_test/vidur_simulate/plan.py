@@ -7,7 +7,9 @@ long work, and each failure names the knob or the file to change.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -21,7 +23,7 @@ TRACE_DATE = "2023-08-21"
 """Vidur's trace replay keeps only rows whose ``Date`` equals its config's ``date``."""
 TRACE_COLUMNS: tuple[str, ...] = ("Date", "Time", "PromptTokenCount", "CompletionTokenCount")
 """Vidur's trace-replay CSV: ``Time`` is the arrival in seconds, counts are tokens."""
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"float32": 4, "bfloat16": 2, "float16": 2})
 BATCH_TOKEN_ROUNDING = 8
 """Vidur rounds a batch's total query tokens up to a multiple of 8 for per-token op lookups."""
 

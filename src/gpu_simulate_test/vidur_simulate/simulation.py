@@ -35,7 +35,7 @@ from gpu_simulate_test.vidur_simulate.simulator_fast import FastLoopSimulator
 from gpu_simulate_test.vidur_simulate.simulator_v1 import VllmV1Simulator
 from gpu_simulate_test.vidur_simulate.simulator_vidur import VidurSimulator
 
-__all__ = ["HandOver", "simulate", "simulator_for"]
+__all__ = ("HandOver", "simulate", "simulator_for")
 
 
 def simulate(request: SimulationRequest) -> SimulationResult:

@@ -21,7 +21,7 @@ TRACE_IMPORT_TABLE = schemas.TRACE_IMPORT
 """What a real trace file must hold to be imported (``workload=trace``)."""
 PROMPT_RECORD_KEYS = schemas.PROMPT_RECORD_KEYS
 
-__all__ = [
+__all__ = (
     "FILES",
     "PROMPTS_JSONL",
     "PROMPT_RECORD_KEYS",
@@ -32,4 +32,4 @@ __all__ = [
     "TRACE_LENGTHS_TABLE",
     "WORKLOAD_META_JSON",
     "WORKLOAD_META_VERSION",
-]
+)

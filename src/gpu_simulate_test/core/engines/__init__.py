@@ -4,6 +4,9 @@ real bench, the engine calibration and the deep profile."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from gpu_simulate_test.config.real_bench import BACKEND_NAMES
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.hf_cb import HfContinuousBatchingBackend
@@ -12,13 +15,15 @@ from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_engine import VllmEngineBackend
 
-BACKENDS: dict[str, type[Backend]] = {
-    HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,
-    HfGenerateBackend.name: HfGenerateBackend,
-    OpenAIBackend.name: OpenAIBackend,
-    VllmBackend.name: VllmBackend,
-    VllmEngineBackend.name: VllmEngineBackend,
-}
+BACKENDS: Mapping[str, type[Backend]] = MappingProxyType(
+    {
+        HfContinuousBatchingBackend.name: HfContinuousBatchingBackend,
+        HfGenerateBackend.name: HfGenerateBackend,
+        OpenAIBackend.name: OpenAIBackend,
+        VllmBackend.name: VllmBackend,
+        VllmEngineBackend.name: VllmEngineBackend,
+    }
+)
 """``backend.name`` → implementation."""
 
 assert tuple(sorted(BACKENDS)) == tuple(sorted(BACKEND_NAMES)), "registry out of sync with config"
@@ -47,4 +52,4 @@ def check_serves_sessions(backend: type[Backend], num_sessions: int) -> None:
     )
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "check_serves_sessions", "get_backend"]
+__all__ = ("BACKENDS", "Backend", "BackendError", "check_serves_sessions", "get_backend")

@@ -31,25 +31,30 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 SPAN_NAME = "llm_request"
 """The span vLLM 0.32 exports per finished request."""
-ATTRIBUTES: dict[str, str] = {
-    "request_id": "gen_ai.request.id",
-    "queue_s": "gen_ai.latency.time_in_queue",
-    "prefill_s": "gen_ai.latency.time_in_model_prefill",
-    "decode_s": "gen_ai.latency.time_in_model_decode",
-    "front_ttft_s": "gen_ai.latency.time_to_first_token",
-    "front_e2e_s": "gen_ai.latency.e2e",
-    "completion_tokens": "gen_ai.usage.completion_tokens",
-}
+ATTRIBUTES: Mapping[str, str] = MappingProxyType(
+    {
+        "request_id": "gen_ai.request.id",
+        "queue_s": "gen_ai.latency.time_in_queue",
+        "prefill_s": "gen_ai.latency.time_in_model_prefill",
+        "decode_s": "gen_ai.latency.time_in_model_decode",
+        "front_ttft_s": "gen_ai.latency.time_to_first_token",
+        "front_e2e_s": "gen_ai.latency.e2e",
+        "completion_tokens": "gen_ai.usage.completion_tokens",
+    }
+)
 """Our field → the span attribute it is read from."""
-SERVER_ENV: dict[str, str] = {
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-    "OTEL_BSP_SCHEDULE_DELAY": "200",
-    "OTEL_SERVICE_NAME": "vllm",
-}
+SERVER_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_SERVICE_NAME": "vllm",
+    }
+)
 """What the server's exporter needs: our receiver speaks OTLP over HTTP (protobuf), and spans
 are sent every 200 ms rather than every 5 s."""
 

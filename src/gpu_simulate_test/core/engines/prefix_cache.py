@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal
 
 from gpu_simulate_test.core.engines.base import BackendError
 from gpu_simulate_test.core.engines.records import RequestRecord
 
 RESET_PATH = "/reset_prefix_cache"
-DEV_MODE_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+DEV_MODE_ENV: Mapping[str, str] = MappingProxyType({"VLLM_SERVER_DEV_MODE": "1"})
 """What a server needs in its environment to serve :data:`RESET_PATH`."""
 RESET_RETRY_S = 10.0
 """How long ``success: false`` (blocks still held) is retried before the run fails."""

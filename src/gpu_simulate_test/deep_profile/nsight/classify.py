@@ -16,7 +16,9 @@ intensity is below the ridge point (peak FLOP/s ÷ peak bandwidth).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from gpu_simulate_test.deep_profile.nsight.parsers import NcuReport
@@ -24,11 +26,13 @@ from gpu_simulate_test.deep_profile.nsight.parsers import NcuReport
 Bound = Literal["memory-bound", "compute-bound", "balanced"]
 SOL_SECTION = "GPU Speed Of Light Throughput"
 ROOFLINE_SECTION = "GPU Speed Of Light Roofline Chart"
-_PRECISIONS: dict[str, tuple[str, str]] = {
-    # precision → (FMA letter, body-item prefix)
-    "single": ("F", "Single Precision"),
-    "double": ("D", "Double Precision"),
-}
+_PRECISIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        # precision → (FMA letter, body-item prefix)
+        "single": ("F", "Single Precision"),
+        "double": ("D", "Double Precision"),
+    }
+)
 
 
 @dataclass(frozen=True)

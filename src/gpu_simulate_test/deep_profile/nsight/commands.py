@@ -11,12 +11,13 @@ Python NVTX strings are not registered strings, so nsys only sees them with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
-NVTX_REGISTER_ENV: dict[str, str] = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+NVTX_REGISTER_ENV: Mapping[str, str] = MappingProxyType({"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"})
 """Environment that lets nsys match NVTX ranges named by unregistered (Python) strings."""
 
 NSYS_STATS_REPORTS: tuple[str, ...] = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
@@ -128,33 +129,35 @@ class NcuPreset:
     metrics: tuple[str, ...] = ()
 
 
-NCU_PRESETS: dict[str, NcuPreset] = {
-    p.name: p
-    for p in (
-        NcuPreset("roofline", sections=("SpeedOfLight", "SpeedOfLight_RooflineChart")),
-        NcuPreset(
-            "kernel_overview",
-            sections=(
-                "SpeedOfLight",
-                "MemoryWorkloadAnalysis",
-                "Occupancy",
-                "SchedulerStats",
-                "SpeedOfLight_RooflineChart",
+NCU_PRESETS: Mapping[str, NcuPreset] = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            NcuPreset("roofline", sections=("SpeedOfLight", "SpeedOfLight_RooflineChart")),
+            NcuPreset(
+                "kernel_overview",
+                sections=(
+                    "SpeedOfLight",
+                    "MemoryWorkloadAnalysis",
+                    "Occupancy",
+                    "SchedulerStats",
+                    "SpeedOfLight_RooflineChart",
+                ),
+                metrics=(
+                    "gpu__time_duration.sum",
+                    "dram__bytes_read.sum",
+                    "dram__bytes_write.sum",
+                    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                    "flop_count_hp.sum",
+                    "flop_count_sp.sum",
+                    "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+                ),
             ),
-            metrics=(
-                "gpu__time_duration.sum",
-                "dram__bytes_read.sum",
-                "dram__bytes_write.sum",
-                "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-                "flop_count_hp.sum",
-                "flop_count_sp.sum",
-                "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
-            ),
-        ),
-        NcuPreset("full", section_set="full"),
-    )
-}
+            NcuPreset("full", section_set="full"),
+        )
+    }
+)
 """``kernel_overview`` is what the shared fixtures were collected with."""
 
 

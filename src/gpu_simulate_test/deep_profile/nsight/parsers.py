@@ -20,14 +20,15 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.deep_profile.nsight.units import parse_number, to_base_unit
 
-_TIME_TO_MS: dict[str, float] = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_TIME_TO_MS: Mapping[str, float] = MappingProxyType({"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3})
 _HEADER_TIME = re.compile(r"^(?P<label>.+?) \((?P<unit>ns|us|ms|s)\)$")
 
 
@@ -378,19 +379,21 @@ def _parse_long(rows: list[dict[str, str]], where: str) -> NcuReport:
     return NcuReport(tuple(kernels.values()), tuple(metrics), tuple(rules))
 
 
-_RAW_IDENTITY = {
-    "ID",
-    "Process ID",
-    "Process Name",
-    "Host Name",
-    "Kernel Name",
-    "Context",
-    "Stream",
-    "Block Size",
-    "Grid Size",
-    "Device",
-    "CC",
-}
+_RAW_IDENTITY: frozenset[str] = frozenset(
+    {
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    }
+)
 
 
 def _parse_wide(table: list[list[str]], where: str) -> NcuReport:

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-_PREFIX: dict[str, float] = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
-_BINARY_PREFIX: dict[str, float] = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
-_TIME_UNITS: dict[str, float] = {
-    "nsecond": 1e-9,
-    "ns": 1e-9,
-    "usecond": 1e-6,
-    "us": 1e-6,
-    "msecond": 1e-3,
-    "ms": 1e-3,
-    "second": 1.0,
-    "s": 1.0,
-}
+from collections.abc import Mapping
+from types import MappingProxyType
+
+_PREFIX: Mapping[str, float] = MappingProxyType(
+    {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+)
+_BINARY_PREFIX: Mapping[str, float] = MappingProxyType(
+    {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+)
+_TIME_UNITS: Mapping[str, float] = MappingProxyType(
+    {
+        "nsecond": 1e-9,
+        "ns": 1e-9,
+        "usecond": 1e-6,
+        "us": 1e-6,
+        "msecond": 1e-3,
+        "ms": 1e-3,
+        "second": 1.0,
+        "s": 1.0,
+    }
+)
 
 
 def _simple_unit(unit: str) -> tuple[float, str]:
