@@ -88,8 +88,10 @@ FLOORS = {
     "config": {"config", "io"},
     "core": {"core", "config", "io"},
     "calibration": {"calibration", "core", "config", "io"},
+    "simulator": {"simulator", "calibration", "core", "config", "io"},
 }
-"""What each shared layer may import (the engine calibration sits on core: stages read it)."""
+"""What each shared layer may import (the engine calibration sits on core: stages read it; the
+simulator library on the calibration, whose fits its step model reads)."""
 PACKAGE = REPO / "src" / "gpu_simulate_test"
 
 

@@ -210,3 +210,20 @@ def test_the_bundle_report_of_replays_names_each_rate_and_plots(tmp_path: Path) 
     assert serving_replay.drift([{"rate_qps": 1.0, "steps": 50, "mean_ratio": 1.0}]) == 0.0
     assert {r["candidate"] for r in report["residuals"]} == set(serving_load.CANDIDATES)
     assert (tmp_path / "residuals.png").stat().st_size > 10_000
+
+
+def test_interp_is_numpys_bit_for_bit() -> None:
+    """The clock's scalar interpolation returns exactly what ``np.interp`` returns: inside,
+    outside, on the points, between equal values, over random tables."""
+    from gpu_simulate_test.calibration.serving_load import interp
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 6))
+        xp = tuple(float(x) for x in np.sort(rng.uniform(0.0, 50.0, n)))
+        fp = tuple(float(y) for y in rng.choice([rng.normal(), 1.0, 0.0], n))
+        xs = [*rng.uniform(-10.0, 60.0, 200), *xp, float("nan")]
+        for x in xs:
+            expected = float(np.interp(x, xp, fp))
+            got = interp(float(x), xp, fp)
+            assert got == expected or (np.isnan(got) and np.isnan(expected)), (x, xp, fp)

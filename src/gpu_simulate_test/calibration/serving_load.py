@@ -29,6 +29,7 @@ The predictor-timed simulation of vLLM's V1 scheduler applies them per step
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -164,18 +165,41 @@ class ServingLoad:
         moved step time less than the requests did)."""
         if not self.rate_points:
             return 1.0
-        return float(np.interp(arrival_rate, self.rate_points, self.stretch_points))
+        return interp(arrival_rate, self.rate_points, self.stretch_points)
 
     def gap_s(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
         if not self.rate_points:
             return 0.0
-        return max(0.0, float(np.interp(arrival_rate, self.rate_points, self.gap_points_ms))) / 1e3
+        return max(0.0, interp(arrival_rate, self.rate_points, self.gap_points_ms)) / 1e3
 
     def wake_s(self, idle_s: float) -> float:
         """Seconds a step that wakes an engine idle for ``idle_s`` takes beyond its stretched
         prediction."""
         decades = math.log10(max(1.0, min(idle_s * 1e3, self.max_idle_ms)))
         return (self.wake0_ms + self.wake_per_decade_ms * decades) / 1e3
+
+
+def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
+    """``np.interp`` at one point, bit for bit (its bracketing, its formula, its NaN rules),
+    without NumPy's cost per call (a clock asks twice a simulated step)."""
+    if len(xp) == 1:  # NumPy: the one value, whatever x is (NaN too)
+        return float(fp[0])
+    if x != x:  # NaN
+        return x
+    if x < xp[0]:
+        return float(fp[0])
+    if x > xp[-1]:
+        return float(fp[-1])
+    j = bisect.bisect_right(xp, x) - 1
+    if j == len(xp) - 1 or xp[j] == x:
+        return float(fp[j])
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    y = slope * (x - xp[j]) + fp[j]
+    if y != y:  # as NumPy: from the other end, then the flat value
+        y = slope * (x - xp[j + 1]) + fp[j + 1]
+        if y != y and fp[j] == fp[j + 1]:
+            y = fp[j]
+    return float(y)
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -59,10 +59,11 @@ def simulate(
     engine: EngineSpec,
     seed: int = 0,
     engines: EngineRegistry = ENGINES,
+    log_steps: bool = True,
 ) -> V1Result:
     """Simulate ``workload`` on one engine, its steps timed by ``step_model`` (or a ready
     clock, e.g. an oracle replay's), with the seed of its draws; the per-request rows (Vidur's
-    columns), the schedule and the totals, in memory."""
+    columns), the schedule (empty with ``log_steps=False``) and the totals, in memory."""
     clock = step_model.clock(seed) if isinstance(step_model, StepModel) else step_model
     run = engines.get(engine.scheduler)
     return run(
@@ -73,6 +74,7 @@ def simulate(
         workload.output_tokens,
         segments=workload.segments,
         after=workload.after,
+        log_steps=log_steps,
     )
 
 

@@ -77,7 +77,7 @@ class VllmV1Engine:
 
     __slots__ = (
         "_idle", "_start", "after", "book", "clock", "finished", "follow", "index", "kv",
-        "log_requests", "params", "pending", "preemptions", "ready", "rows", "running", "stats",
+        "log_steps", "params", "pending", "preemptions", "ready", "rows", "running", "stats",
         "waiting",
     )  # fmt: skip
 
@@ -89,12 +89,11 @@ class VllmV1Engine:
         clock: StepClock,
         after: list[tuple[int, float]] | None = None,
         follow: Follow | None = None,
-        log_requests: bool = True,
+        log_steps: bool = True,
     ) -> None:
         self.params, self.book, self.kv, self.clock = params, book, kv, clock
-        self.log_requests = log_requests
-        """Whether each step's row names its requests (``request:tokens``; the schedule's last
-        column, empty without)."""
+        self.log_steps = log_steps
+        """Whether each step is kept as a row of the schedule (:attr:`rows`)."""
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.pending: list[tuple[float, int]] = []
@@ -218,11 +217,12 @@ class VllmV1Engine:
                         nxt, think = after[r]
                         book.arr[nxt] = end + think
                         self.follow(nxt, end + think)
-        requests = " ".join([f"{r}:{new}" for r, new, _ in chosen]) if self.log_requests else ""
-        self.rows.append(
-            (index, start, end, npre, tpre, ndec, tdec, preempted, len(waiting), len(running),
-             requests)
-        )  # fmt: skip
+        if self.log_steps:
+            requests = " ".join([f"{r}:{new}" for r, new, _ in chosen])
+            self.rows.append(
+                (index, start, end, npre, tpre, ndec, tdec, preempted, len(waiting), len(running),
+                 requests)
+            )  # fmt: skip
         self.index = index + 1
         self.ready = end
 

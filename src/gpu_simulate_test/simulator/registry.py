@@ -18,7 +18,8 @@ from gpu_simulate_test.simulator.run import V1Result, run_v1
 from gpu_simulate_test.simulator.types import NAME
 
 EngineRunner = Callable[..., V1Result]
-"""``(params, clock, arrived_at, prefill_tokens, decode_tokens, *, segments, after)``."""
+"""``(params, clock, arrived_at, prefill_tokens, decode_tokens, *, segments, after,
+log_steps)``."""
 
 
 @dataclass(frozen=True)

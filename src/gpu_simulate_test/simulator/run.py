@@ -54,6 +54,7 @@ def run_v1(
     *,
     segments: Sequence[Segments] | None = None,
     after: Sequence[tuple[int, float]] | None = None,
+    log_steps: bool = True,
 ) -> V1Result:
     """Simulate requests (row ``i`` is request id ``i``) on vLLM's V1 scheduler.
 
@@ -86,7 +87,7 @@ def run_v1(
         kv = CountingKVCache(params.usable_blocks, bs, len(prompt))
     book = RequestBook(arrivals.tolist(), prompt, max_out)
     follows = None if after is None else [(int(a), float(t)) for a, t in after]
-    engine = VllmV1Engine(params, book, kv, clock, after=follows)
+    engine = VllmV1Engine(params, book, kv, clock, after=follows, log_steps=log_steps)
     for r in order:
         if not math.isnan(book.arr[r]):
             engine.add(r, book.arr[r])

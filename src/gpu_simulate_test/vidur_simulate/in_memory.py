@@ -40,7 +40,7 @@ def simulate_v1(
         raise ValueError(f"in memory simulates vllm_v1, not {cfg.vidur.scheduler.name}")
     spec = EngineSpec(params)
     started = time.perf_counter()
-    loop = simulate_engine(workload, model, spec, seed=cfg.vidur.seed)
+    loop = simulate_engine(workload, model, spec, seed=cfg.vidur.seed, log_steps=cfg.vidur.step_log)
     steps = None
     if cfg.vidur.step_log:
         from gpu_simulate_test.core.engines.step_record import step_log_rows

@@ -79,6 +79,7 @@ class VllmV1Simulator:
         loop = run_v1(
             request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
             segments=request.prompt_segments, after=request.after,
+            log_steps=request.step_log,
         )  # fmt: skip
         done = time.perf_counter()
         schedule = loop.schedule
