@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.registry import ENGINES, EngineRegistry
@@ -36,8 +37,9 @@ class Workload:
 
     @classmethod
     def of(
-        cls, arrival_s: Sequence[float], prompt_tokens: Sequence[int], output_tokens: Sequence[int]
+        cls, arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike
     ) -> Workload:
+        """Requests from any arrays or sequences: arrivals in seconds, tokens."""
         return cls(
             np.asarray(arrival_s, dtype=float),
             np.asarray(prompt_tokens, dtype=np.int64),

@@ -1,0 +1,140 @@
+"""The simulator as a library: a toy scheduler registered by one line and run through
+``simulate``; engines a caller steps side by side on one clock, sharing one request book, take
+the same steps as each engine run alone on its share; the step model times alike at any level."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
+from gpu_simulate_test.simulator.api import EngineSpec, Workload, latency_table, simulate
+from gpu_simulate_test.simulator.engine import RequestBook, VllmV1Engine
+from gpu_simulate_test.simulator.kv_cache import CountingKVCache
+from gpu_simulate_test.simulator.registry import ENGINES
+from gpu_simulate_test.simulator.request_rows import v1_rows
+from gpu_simulate_test.simulator.run import V1Result, run_v1, schedule_frame
+from gpu_simulate_test.simulator.types import Composition, StepClock, V1Params
+
+PARAMS = V1Params(max_num_batched_tokens=64, max_num_seqs=4, block_size=16, num_blocks=64)
+
+
+class TokenClock:
+    """A step lasts 1 ms plus 0.1 ms per token; steps back to back."""
+
+    def gap(self, index: int) -> float:
+        return 0.0
+
+    def lead(self, index: int) -> float:
+        return 0.0
+
+    def body(self, index: int, step: Composition) -> float:
+        return 1e-3 + 1e-4 * (step.prefill_tokens + step.decode_tokens)
+
+
+def one_at_a_time(
+    params: V1Params,
+    clock: StepClock,
+    arrived_at: np.ndarray,
+    prefill_tokens: np.ndarray,
+    decode_tokens: np.ndarray,
+    *,
+    segments: Any = None,
+    after: Any = None,
+    log_steps: bool = True,
+) -> V1Result:
+    """A toy scheduler: each request alone, its prompt in one step, then one decode a step."""
+    n = len(arrived_at)
+    first, done, busy = [math.nan] * n, [math.nan] * n, [0.0] * n
+    ready, index = 0.0, 0
+    for r in np.argsort(arrived_at, kind="stable"):
+        start = max(ready, float(arrived_at[r]))
+        scheduled = start
+        p, o = int(prefill_tokens[r]), int(decode_tokens[r])
+        for k in range(o):
+            q = p if k == 0 else 1
+            step = Composition(int(k == 0), q * (k == 0), int(k > 0), q * (k > 0), ((q, p + k),))
+            start += clock.body(index, step)
+            index += 1
+            first[r] = start if k == 0 else first[r]
+        done[r], busy[r], ready = start, start - scheduled, start
+    rows = v1_rows(
+        list(map(float, arrived_at)), [int(x) for x in prefill_tokens],
+        [int(x) for x in decode_tokens], [float(a) for a in arrived_at], first, done, busy,
+        [0] * n,
+    )  # fmt: skip
+    return V1Result(rows, schedule_frame([]), 0)
+
+
+def workload(n: int = 30, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload.of(
+        np.cumsum(rng.exponential(0.004, n)), rng.integers(8, 80, n), rng.integers(2, 20, n)
+    )
+
+
+def test_a_toy_scheduler_is_one_registry_line_and_runs() -> None:
+    engines = ENGINES.with_engine("one_at_a_time", one_at_a_time)
+    assert engines.names() == ("one_at_a_time", "vllm_v1") and ENGINES.names() == ("vllm_v1",)
+    w = workload()
+    toy = simulate(w, TokenClock(), EngineSpec(PARAMS, "one_at_a_time"), engines=engines)
+    v1 = simulate(w, TokenClock(), EngineSpec(PARAMS))
+    toy_e2e = latency_table(toy)["e2e_ms"].to_numpy()
+    v1_e2e = latency_table(v1)["e2e_ms"].to_numpy()
+    assert np.all(np.isfinite(toy_e2e)) and len(toy_e2e) == len(w.arrival_s)
+    # one at a time queues what vLLM batches: slower on average under this load
+    assert toy_e2e.mean() > v1_e2e.mean()
+    with pytest.raises(ValueError, match=r"one_at_a_time, vllm_v1"):
+        simulate(w, TokenClock(), EngineSpec(PARAMS, "fcfs"), engines=engines)
+    with pytest.raises(TypeError):
+        ENGINES.runners["x"] = one_at_a_time  # type: ignore[index]
+
+
+def _alone(w: Workload, ids: Sequence[int]) -> V1Result:
+    idx = np.asarray(ids)
+    return run_v1(
+        PARAMS, TokenClock(), w.arrival_s[idx], w.prompt_tokens[idx], w.output_tokens[idx]
+    )
+
+
+def test_engines_stepped_side_by_side_take_each_engines_own_steps() -> None:
+    """Two engines on one clock, a caller routing every other request to each (round robin) and
+    always stepping the one that is due first: each takes exactly the steps it takes alone on
+    its share, and the shared book holds every request's times."""
+    w = workload(40, seed=1)
+    n = len(w.arrival_s)
+    book = RequestBook(w.arrival_s.tolist(), w.prompt_tokens.tolist(), w.output_tokens.tolist())
+    engines = [
+        VllmV1Engine(PARAMS, book, CountingKVCache(PARAMS.usable_blocks, PARAMS.block_size, n),
+                     TokenClock())
+        for _ in range(2)
+    ]  # fmt: skip
+    arrivals = sorted(range(n), key=lambda r: (w.arrival_s[r], r))
+    routed = 0
+    while True:
+        due = min(engines, key=lambda e: e.next_start())
+        if routed < n and w.arrival_s[arrivals[routed]] <= due.next_start():
+            r = arrivals[routed]
+            engines[routed % 2].add(r, float(w.arrival_s[r]))
+            routed += 1
+        elif due.next_start() < math.inf:
+            due.step()
+        else:
+            break
+    assert sum(e.finished for e in engines) == n
+    for k, engine in enumerate(engines):
+        share = arrivals[k::2]
+        alone = _alone(w, share)
+        mine = schedule_frame(engine.rows)
+        assert list(mine.columns) == list(SCHEDULE_COLUMNS)
+        # every column but the requests' ids (the book's, against the share's own)
+        same = list(SCHEDULE_COLUMNS)[:-1]
+        assert mine[same].equals(alone.schedule[same])
+        done = np.asarray(book.done)[share]
+        assert done == pytest.approx(
+            alone.requests["request_e2e_time"].to_numpy() + w.arrival_s[share]
+        )
