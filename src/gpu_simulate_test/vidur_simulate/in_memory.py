@@ -9,11 +9,23 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.simulator.api import EngineSpec, Workload
+from gpu_simulate_test.simulator.api import simulate as simulate_engine
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.inputs import Inputs
 from gpu_simulate_test.vidur_simulate.replay import v1_params
 from gpu_simulate_test.vidur_simulate.simulator import SimulationResult
+
+
+def workload_arrays(inputs: Inputs, arrival_s: np.ndarray, segments: Any) -> Workload:
+    """The requests as the simulator takes them: token counts as Vidur's trace reader gives
+    them, a closed loop's later turns without an arrival (their sends are simulated)."""
+    prompt, output = plan.vidur_token_counts(inputs.prefill, inputs.decode, inputs.max_tokens)
+    arrived = np.array(arrival_s, dtype=float)
+    if inputs.after is not None:
+        arrived[[nxt for nxt, _ in inputs.after if nxt >= 0]] = np.nan
+    return Workload(arrived, prompt, output, segments, inputs.after)
 
 
 def simulate_v1(
@@ -25,15 +37,7 @@ def simulate_v1(
 ) -> SimulationResult:
     """``vllm_v1`` in memory (:func:`~..simulator.api.simulate`): the trace's arrays as Vidur's
     trace reader would give them, no file written."""
-    from gpu_simulate_test.simulator.api import EngineSpec, Workload
-    from gpu_simulate_test.simulator.api import simulate as simulate_engine
-
-    prompt, output = plan.vidur_token_counts(inputs.prefill, inputs.decode, inputs.max_tokens)
-    arrived = np.asarray(arrival_s, dtype=float)
-    if inputs.after is not None:
-        arrived = arrived.copy()
-        arrived[[nxt for nxt, _ in inputs.after if nxt >= 0]] = np.nan
-    workload = Workload(arrived, prompt, output, segments, inputs.after)
+    workload = workload_arrays(inputs, arrival_s, segments)
     model = step_model.at_level(cfg.vidur.step_time_scale)
     params = v1_params(cfg.vidur.scheduler, inputs.kv_cache.num_blocks)
     if params is None:

@@ -18,7 +18,7 @@ from gpu_simulate_test.config.vidur import (
 from gpu_simulate_test.simulator.api import EngineSpec, Workload
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import NAME
-from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.in_memory import workload_arrays
 from gpu_simulate_test.vidur_simulate.prompt_origins import known_arrivals, prompt_segments
 from gpu_simulate_test.vidur_simulate.replay import v1_params
 from gpu_simulate_test.vidur_simulate.stage import prepare, step_model_of
@@ -68,12 +68,9 @@ def open_simulation(
     step_model = step_model_of(cfg, inputs, work / "vidur")
     params = v1_params(knobs, inputs.kv_cache.num_blocks)
     assert step_model is not None and params is not None  # vllm_v1, no replay
-    prompt, output = plan.vidur_token_counts(inputs.prefill, inputs.decode, inputs.max_tokens)
     segments = prompt_segments(
         inputs.workload.lengths, inputs.prefill, inputs.workload.sessions, inputs.decode
     )
     arrival = known_arrivals(inputs.scheduler_arrival_s())
-    if inputs.after is not None:
-        arrival[[nxt for nxt, _ in inputs.after if nxt >= 0]] = float("nan")
-    workload = Workload(arrival, prompt, output, segments, inputs.after)
+    workload = workload_arrays(inputs, arrival, segments)
     return Simulation(workload, step_model, EngineSpec(params))
