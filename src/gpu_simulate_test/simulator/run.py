@@ -118,6 +118,17 @@ def run_v1(
     )
 
 
+def unsent_followers(
+    arrival_s: np.ndarray, after: Sequence[tuple[int, float]] | None
+) -> np.ndarray:
+    """The arrivals with a closed loop's followers unsent (NaN: their sends are simulated, as
+    :func:`run_v1` asks); a copy, as floats."""
+    arrived = np.array(arrival_s, dtype=float)
+    if after is not None:
+        arrived[[nxt for nxt, _ in after if nxt >= 0]] = np.nan
+    return arrived
+
+
 def schedule_frame(rows: list[tuple[object, ...]]) -> pd.DataFrame:
     """The engines' step rows as the ``engine_schedule`` table (column by column: a frame from
     a list of rows infers the same dtypes, several times slower)."""

@@ -74,7 +74,9 @@ class TuneInputs:
     models: dict[str, StepModel | None] = field(default_factory=dict, compare=False)
 
 
-def model_for(tuned: TuneInputs, candidate: Candidate, sim_cfg: Any, inputs: Any) -> Any:
+def model_for(
+    tuned: TuneInputs, candidate: Candidate, sim_cfg: Any, inputs: Any
+) -> StepModel | None:
     """The configuration's step model, built the first time it is asked for (its key: the
     simulation config at level 1, which names the bundle, the calibration and the knobs)."""
     from gpu_simulate_test.vidur_simulate.stage import step_model_of

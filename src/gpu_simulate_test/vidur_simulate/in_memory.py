@@ -11,20 +11,20 @@ import numpy as np
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.simulator.api import EngineSpec, Workload
 from gpu_simulate_test.simulator.api import simulate as simulate_engine
+from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.inputs import Inputs
 from gpu_simulate_test.vidur_simulate.replay import v1_params
 from gpu_simulate_test.vidur_simulate.simulator import SimulationResult
+from gpu_simulate_test.vidur_simulate.simulator_v1 import v1_result
 
 
 def workload_arrays(inputs: Inputs, arrival_s: np.ndarray, segments: Any) -> Workload:
     """The requests as the simulator takes them: token counts as Vidur's trace reader gives
     them, a closed loop's later turns without an arrival (their sends are simulated)."""
     prompt, output = plan.vidur_token_counts(inputs.prefill, inputs.decode, inputs.max_tokens)
-    arrived = np.array(arrival_s, dtype=float)
-    if inputs.after is not None:
-        arrived[[nxt for nxt, _ in inputs.after if nxt >= 0]] = np.nan
+    arrived = unsent_followers(arrival_s, inputs.after)
     return Workload(arrived, prompt, output, segments, inputs.after)
 
 
@@ -45,23 +45,5 @@ def simulate_v1(
     spec = EngineSpec(params)
     started = time.perf_counter()
     loop = simulate_engine(workload, model, spec, seed=cfg.vidur.seed, log_steps=cfg.vidur.step_log)
-    steps = None
-    if cfg.vidur.step_log:
-        from gpu_simulate_test.core.engines.step_record import step_log_rows
-
-        steps = step_log_rows(loop.schedule, timed=False)
-    return SimulationResult(
-        raw_metrics=loop.requests,
-        predictor_setup_s=0.0,
-        simulation_s=time.perf_counter() - started,
-        predictor_cache_hit=step_model.cache_hit,
-        engine_overhead=step_model.overhead_report,
-        engine_overhead_fit=step_model.overhead_fit,
-        steps=steps,
-        event_loop="fast",
-        schedule=loop.schedule if cfg.vidur.step_log else None,
-        preemptions=loop.preemptions,
-        serving_fit=step_model.serving_fit,
-        prefix_cache=loop.prefix_cache,
-        step_model=step_model,
-    )
+    done = time.perf_counter()
+    return v1_result(loop, step_model, cfg.vidur.step_log, loop.requests, 0.0, done - started)

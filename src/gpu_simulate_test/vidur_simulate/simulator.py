@@ -143,8 +143,6 @@ class SimulationResult:
     each step's prediction (for the report and ``step_residuals.png``)."""
     prefix_cache: dict[str, int] | None = None
     """vllm_v1 with prefix caching: vLLM's prefix-cache totals (queries and hits, in tokens)."""
-    step_model: StepModel | None = None
-    """vllm_v1: the step model that timed the steps (for the caller's next simulations)."""
 
 
 class Simulator(Protocol):

@@ -8,10 +8,12 @@ replay's clock). Vidur has no such scheduler, so it runs in our loop only.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-import numpy as np
+import pandas as pd
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.simulator.run import V1Result, run_v1, unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import StepClock
 from gpu_simulate_test.vidur_simulate.simulator import (
@@ -53,8 +55,6 @@ class VllmV1Simulator:
     """A :class:`~.simulator.Simulator` on vLLM's V1 scheduler (``request.v1``)."""
 
     def run(self, request: SimulationRequest) -> SimulationResult:
-        from gpu_simulate_test.core.engines.step_record import step_log_rows
-        from gpu_simulate_test.simulator.run import run_v1
         from gpu_simulate_test.vidur_simulate.loop_setup import unsupported_reason
 
         if request.v1 is None:
@@ -73,8 +73,7 @@ class VllmV1Simulator:
             clock = request.replay_clock
         arrived_at, prefill_tokens, decode_tokens = read_trace(config)
         if request.after is not None:
-            arrived_at = arrived_at.astype(float)
-            arrived_at[[nxt for nxt, _ in request.after if nxt >= 0]] = np.nan
+            arrived_at = unsent_followers(arrived_at, request.after)
         built = time.perf_counter()
         loop = run_v1(
             request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
@@ -82,20 +81,42 @@ class VllmV1Simulator:
             log_steps=request.step_log,
         )  # fmt: skip
         done = time.perf_counter()
-        schedule = loop.schedule
-        return SimulationResult(
-            raw_metrics=write_raw(request.output_dir, loop.requests),
-            predictor_setup_s=built - start,
-            simulation_s=done - built,
-            predictor_cache_hit=model is not None and model.cache_hit,
-            engine_overhead=model.overhead_report if model is not None else None,
-            engine_overhead_fit=model.overhead_fit if model is not None else None,
-            steps=step_log_rows(schedule, timed=False) if request.step_log else None,
-            event_loop="fast",
-            schedule=schedule if request.step_log else None,
-            preemptions=loop.preemptions,
-            oracle=request.replay_clock.report() if request.replay_clock is not None else None,
-            serving_fit=model.serving_fit if model is not None else None,
-            prefix_cache=loop.prefix_cache,
-            step_model=model,
+        return v1_result(
+            loop,
+            model,
+            request.step_log,
+            write_raw(request.output_dir, loop.requests),
+            built - start,
+            done - built,
+            request.replay_clock.report() if request.replay_clock is not None else None,
         )
+
+
+def v1_result(
+    loop: V1Result,
+    model: StepModel | None,
+    step_log: bool,
+    raw_metrics: pd.DataFrame,
+    setup_s: float,
+    simulation_s: float,
+    oracle: dict[str, Any] | None = None,
+) -> SimulationResult:
+    """A ``vllm_v1`` simulation's result, whether its files were written or it ran in memory:
+    the step model's fits (None: an oracle replay's clock), the steps when logged."""
+    from gpu_simulate_test.core.engines.step_record import step_log_rows
+
+    return SimulationResult(
+        raw_metrics=raw_metrics,
+        predictor_setup_s=setup_s,
+        simulation_s=simulation_s,
+        predictor_cache_hit=model is not None and model.cache_hit,
+        engine_overhead=model.overhead_report if model is not None else None,
+        engine_overhead_fit=model.overhead_fit if model is not None else None,
+        steps=step_log_rows(loop.schedule, timed=False) if step_log else None,
+        event_loop="fast",
+        schedule=loop.schedule if step_log else None,
+        preemptions=loop.preemptions,
+        oracle=oracle,
+        serving_fit=model.serving_fit if model is not None else None,
+        prefix_cache=loop.prefix_cache,
+    )
