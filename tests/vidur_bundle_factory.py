@@ -43,7 +43,7 @@ def write_workload_run(
     model: ModelConfig = QWEN3_TINY,
 ) -> Path:
     """A complete workload run with exactly these requests, written by the workload stage code."""
-    from gpu_simulate_test.core.workloads import write_workload_arrays
+    from gpu_simulate_test.core.traffic.workloads import write_workload_arrays
 
     return write_workload_arrays(root, run_id, prefill, decode, arrival_time_s, model)
 

@@ -26,7 +26,7 @@ from hydra import compose, initialize_config_dir
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.core.busy import competitor
+from gpu_simulate_test.core.host.busy import competitor
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json

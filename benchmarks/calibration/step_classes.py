@@ -30,7 +30,7 @@ from gpu_simulate_test.calibration.step_classes import classes
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import TuneStageConfig
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE

@@ -29,10 +29,10 @@ from gpu_simulate_test.calibration.engine_steps import bench_config
 from gpu_simulate_test.config.backends import HfCbBackendConfig
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core.bundle import load_bundle
 from gpu_simulate_test.core.engines import get_backend
 from gpu_simulate_test.core.engines.harness import replay, switch_interval
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.profiling.bundle import load_bundle
 from gpu_simulate_test.core.reporting import markdown_table
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue, request_delays_s
-from gpu_simulate_test.core.latency import tpot_s
+from gpu_simulate_test.core.metrics.latency import tpot_s
 
 METRICS = ("ttft", "tpot", "e2e")
 STATS = (50, 90)

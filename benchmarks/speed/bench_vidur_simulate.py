@@ -29,7 +29,7 @@ from gpu_simulate_test.config.vidur import (
     VidurPredictorConfig,
     VidurSimulateStageConfig,
 )
-from gpu_simulate_test.core.workloads import generate, write_workload
+from gpu_simulate_test.core.traffic.workloads import generate, write_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import start_run

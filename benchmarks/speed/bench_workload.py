@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 
 from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.config.schema import LengthDistConfig, WorkloadConfig
-from gpu_simulate_test.core.workloads import generate, write_workload
+from gpu_simulate_test.core.traffic.workloads import generate, write_workload
 from gpu_simulate_test.io.runs import start_run
 
 TARGET_S = 5.0

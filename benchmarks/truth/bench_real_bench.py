@@ -28,8 +28,8 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.core.engines._inprocess import load_model
 from gpu_simulate_test.core.engines.hf_cb import make_cb_config
-from gpu_simulate_test.core.requests import load_requests
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.requests import load_requests
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.real_bench.contract import SUMMARY
 from gpu_simulate_test.real_bench.stage import run

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core import window
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.metrics import window
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import tables as fid
 from gpu_simulate_test.fidelity.manifest import PlannedLoad, load_plan, read_manifest

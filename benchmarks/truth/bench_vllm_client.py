@@ -36,7 +36,7 @@ from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.core.engines.server import ManagedServer, free_loopback_port
 from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_knobs import SNAPSHOTS, vllm_version
-from gpu_simulate_test.core.modeling import ensure_snapshot
+from gpu_simulate_test.core.model.modeling import ensure_snapshot
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.real_bench.contract import SUMMARY
 from gpu_simulate_test.real_bench.stage import run

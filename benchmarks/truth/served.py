@@ -15,7 +15,7 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.core.engines.server import ManagedServer, free_loopback_port
 from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_knobs import SNAPSHOTS, vllm_version
-from gpu_simulate_test.core.modeling import ensure_snapshot
+from gpu_simulate_test.core.model.modeling import ensure_snapshot
 
 
 @dataclass(frozen=True)

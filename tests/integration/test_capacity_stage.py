@@ -13,8 +13,8 @@ import pytest
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import in_band
 from gpu_simulate_test.capacity.real_search import RERUNS
-from gpu_simulate_test.core.busy import wait_for_quiet
-from gpu_simulate_test.core.percentiles import latency_ms
+from gpu_simulate_test.core.host.busy import wait_for_quiet
+from gpu_simulate_test.core.metrics.percentiles import latency_ms
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.orchestrate.truth import QUIET_WAIT_S, verdict_of

@@ -109,7 +109,7 @@ def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project
     kept in the test data, as ``serving_steps.csv``): the predictor-timed vllm_v1 simulation
     fits the serving terms on them, says which runs calibrated them, plots the residuals, and
     its steps differ from the same simulation without them (``vidur.serving_load=false``)."""
-    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, SERVING_STEPS_TABLE
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, SERVING_STEPS_TABLE
     from gpu_simulate_test.io.artifacts import write_csv, write_json
     from tests.unit.test_engine_overhead import steps
 

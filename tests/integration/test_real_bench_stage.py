@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
@@ -207,8 +207,8 @@ def test_openai_backend_against_a_started_transformers_serve(tmp_path: Path) -> 
 
     from gpu_simulate_test.config.registry import CONFIG_DIR, to_typed
     from gpu_simulate_test.config.schema import ModelConfig
-    from gpu_simulate_test.core.modeling import build_model
-    from gpu_simulate_test.core.prompts import load_tokenizer
+    from gpu_simulate_test.core.model.modeling import build_model
+    from gpu_simulate_test.core.traffic.prompts import load_tokenizer
 
     model_dir = tmp_path / "qwen3_tiny"
     tiny = to_typed(OmegaConf.load(CONFIG_DIR / "model" / "qwen3_tiny.yaml"), ModelConfig)  # type: ignore[arg-type]

@@ -16,13 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadStageConfig
-from gpu_simulate_test.core.bundle import (
+from gpu_simulate_test.core.profiling.bundle import (
     META_REQUIRED_KEYS,
     MLP_OPS,
     BundleRanges,
     load_bundle,
 )
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json
 from gpu_simulate_test.io.runs import open_upstream_run

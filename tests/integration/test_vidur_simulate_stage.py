@@ -15,8 +15,8 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,

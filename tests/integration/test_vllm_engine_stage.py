@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, ENGINE_STEP_LOG, REQUEST_METRICS

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import REQUEST_METRICS

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import (

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.core.prompts import load_tokenizer
-from gpu_simulate_test.core.requests import load_requests
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.prompts import load_tokenizer
+from gpu_simulate_test.core.traffic.requests import load_requests
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 from tests.conftest import SPLITWISE_TRACE, run_cli

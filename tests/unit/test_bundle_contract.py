@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.core.bundle import MLP_TABLE, STATS, load_bundle
-from gpu_simulate_test.core.bundle_checks import profile_warnings
+from gpu_simulate_test.core.profiling.bundle import MLP_TABLE, STATS, load_bundle
+from gpu_simulate_test.core.profiling.bundle_checks import profile_warnings
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv, read_json, write_json
 from tests.conftest import SHARED_FIXTURES

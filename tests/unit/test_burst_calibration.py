@@ -159,7 +159,7 @@ def test_decode_medians_for_the_capacity_estimate_stay_at_the_short_context() ->
 def test_a_bundle_without_num_prompts_reads_one_prompt_per_row(tmp_path: object) -> None:
     from pathlib import Path
 
-    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE
     from gpu_simulate_test.io.artifacts import read_csv, write_csv
 
     path = Path(str(tmp_path)) / "engine_steps.csv"

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from gpu_simulate_test.core.busy import (
+from gpu_simulate_test.core.host.busy import (
     FOREIGN_CORES_LIMIT,
     ForeignLoad,
     _foreign_cpu_s,
     _own_pids,
     busy_warning,
 )
-from gpu_simulate_test.core.busy import competitor as spinning
+from gpu_simulate_test.core.host.busy import competitor as spinning
 
 # other processes' CPU use is measured, and a parallel worker is one: run alone
 pytestmark = pytest.mark.timing

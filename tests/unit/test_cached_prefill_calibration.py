@@ -28,9 +28,9 @@ from gpu_simulate_test.calibration.step_times import (
 )
 from gpu_simulate_test.config.backends import HfCbBackendConfig, VllmBackendConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core.bundle import ENGINE_PHASES
 from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
+from gpu_simulate_test.core.profiling.bundle import ENGINE_PHASES
 
 
 def cached(plan: Sequence[Experiment]) -> list[tuple[int, int]]:

@@ -15,7 +15,7 @@ from gpu_simulate_test.calibration.record import (
     CalibrationRecord,
     SimulatedCalibration,
 )
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
+from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json, write_csv, write_json
 from tests.unit.test_engine_overhead import steps

@@ -25,8 +25,8 @@ from gpu_simulate_test.core.engines.closed_loop import (
     replay_sessions,
 )
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder, RequestRecord
-from gpu_simulate_test.core.requests import load_requests
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.requests import load_requests
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import ArtifactError
 from tests.conftest import run_cli
 

@@ -21,7 +21,7 @@ import pytest
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.core.engines.server import free_loopback_port
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json, read_jsonl
 from gpu_simulate_test.io.schemas import REQUEST_METRICS

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.comparison import compare, discrepancies, join_requests
-from gpu_simulate_test.core import latency
+from gpu_simulate_test.core.metrics import latency
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_simulate_test.core import disturbance as d
+from gpu_simulate_test.core.host import disturbance as d
 
 
 def test_late_sends_judge_the_p99_not_the_median() -> None:

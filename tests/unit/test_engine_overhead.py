@@ -24,7 +24,7 @@ from gpu_simulate_test.calibration.overhead import (
 from gpu_simulate_test.config.backends import HfCbBackendConfig, HfGenerateBackendConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig, VidurConfig
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
+from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, write_csv, write_json
 from tests.vidur_bundle_factory import QWEN3_TINY, write_synthetic_bundle

@@ -138,7 +138,7 @@ import gpu_simulate_test.fidelity.real_phase as f
 import gpu_simulate_test.orchestrate.profiling as p, gpu_simulate_test.orchestrate.serving as s
 import gpu_simulate_test.orchestrate.steps as st
 import gpu_simulate_test.vidur_profile.stage, gpu_simulate_test.real_bench.stage
-import gpu_simulate_test.core.workloads
+import gpu_simulate_test.core.traffic.workloads
 import inspect
 src = "".join(inspect.getsource(fn) for fn in (
     f.real_phase, f.real_load, f.measure_capacity, p.profile_plan, p.ensure_bundle, s.served,

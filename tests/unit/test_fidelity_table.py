@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.capacity.contract import RATE_UNITS
-from gpu_simulate_test.core import capacity_probe, window
+from gpu_simulate_test.core.metrics import capacity_probe, window
 from gpu_simulate_test.fidelity import report
 from gpu_simulate_test.fidelity import tables as fid
 

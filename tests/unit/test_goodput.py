@@ -8,7 +8,12 @@ import pytest
 
 from gpu_simulate_test.config.capacity import SloConfig
 from gpu_simulate_test.config.schema import ConfigError
-from gpu_simulate_test.core.goodput import GoodputConfig, good_requests, goodput, table_goodput
+from gpu_simulate_test.core.metrics.goodput import (
+    GoodputConfig,
+    good_requests,
+    goodput,
+    table_goodput,
+)
 
 
 def _requests(seed: int = 3, n: int = 200) -> dict[str, np.ndarray]:

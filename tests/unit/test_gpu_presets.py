@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpu_simulate_test.config.registry import STAGE_SCHEMAS, to_typed
-from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.engines.knobs import derive_scheduler
 from gpu_simulate_test.vidur_simulate import plan
 
 REPO = Path(__file__).resolve().parents[2]

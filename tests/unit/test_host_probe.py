@@ -8,7 +8,7 @@ import pytest
 
 from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.compare.calibration import host_memory, host_memory_markdown
-from gpu_simulate_test.core import host_probe as hp
+from gpu_simulate_test.core.host import host_probe as hp
 
 
 def test_a_reading_times_real_reads_on_the_core_it_names_and_restores_the_thread() -> None:

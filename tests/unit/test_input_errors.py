@@ -11,8 +11,8 @@ import pytest
 
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
-from gpu_simulate_test.core.trace import load_trace
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.trace import load_trace
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,

@@ -147,7 +147,7 @@ def test_layering_checker_catches_what_it_should() -> None:
     assert layering_violations("core", "from gpu_simulate_test.compare import contract")
     assert layering_violations("io", "from gpu_simulate_test.config.schema import X")
     assert not layering_violations("compare", "from gpu_simulate_test.real_bench import contract")
-    assert not layering_violations("compare", "from gpu_simulate_test.core.knobs import x")
+    assert not layering_violations("compare", "from gpu_simulate_test.core.engines.knobs import x")
     assert not layering_violations("pipeline", "from gpu_simulate_test.compare.stage import run")
     assert not layering_violations("tune", "from gpu_simulate_test.capacity.search import x")
     assert layering_violations("tune", "from gpu_simulate_test.fidelity.stage import run")
@@ -166,7 +166,9 @@ def test_layering_checker_catches_what_it_should() -> None:
     assert not layering_violations("capacity", "from gpu_simulate_test.fidelity import contract")
     assert not layering_violations("capacity", "from gpu_simulate_test.orchestrate import steps")
     assert not layering_violations("orchestrate", "from gpu_simulate_test.real_bench import stage")
-    assert not layering_violations("orchestrate", "from gpu_simulate_test.core import knobs")
+    assert not layering_violations(
+        "orchestrate", "from gpu_simulate_test.core.engines import knobs"
+    )
     # ... and nothing below them reaches the shared steps
     for low in ("core", "io", "config", "compare", "real_bench"):
         assert layering_violations(low, "from gpu_simulate_test.orchestrate.steps import x"), low

@@ -10,7 +10,7 @@ import torch
 
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadStageConfig
-from gpu_simulate_test.core.modeling import build_model, hf_config
+from gpu_simulate_test.core.model.modeling import build_model, hf_config
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The one percentile routine and list (:mod:`gpu_simulate_test.core.percentiles`), and every
-stage's summary built on it: numpy's linear interpolation, NaN for an empty sample everywhere,
+"""The one percentile routine and list (:mod:`gpu_simulate_test.core.metrics.percentiles`), and
+every stage's summary built on it: numpy's linear interpolation, NaN for an empty sample everywhere,
 no private percentile math or list left in a stage, and the stored keys unchanged."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from gpu_simulate_test.capacity.contract import CAPACITY_TABLE
 from gpu_simulate_test.compare import metrics as compare_metrics
 from gpu_simulate_test.compare import steps as compare_steps
 from gpu_simulate_test.config.capacity import SLO_PERCENTILES
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core import workloads
 from gpu_simulate_test.core.engines.records import RequestRecord
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.traffic import workloads
 from gpu_simulate_test.fidelity import tables as fidelity_tables
 from gpu_simulate_test.real_bench import metrics as real_metrics
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
@@ -33,9 +33,9 @@ STAGE_MODULES = (
     "capacity/stage.py",
     "compare/metrics.py",
     "compare/steps.py",
-    "core/latency.py",
-    "core/summary.py",
-    "core/workloads.py",
+    "core/metrics/latency.py",
+    "core/metrics/summary.py",
+    "core/traffic/workloads.py",
     "fidelity/tables.py",
     "real_bench/metrics.py",
     "vidur_simulate/metrics.py",

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.engines.knobs import derive_scheduler
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_json
 from gpu_simulate_test.io.runs import RunExistsError

@@ -16,7 +16,7 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
-from gpu_simulate_test.core.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.core.engines.knobs import derive_scheduler, knob_mismatches
 from gpu_simulate_test.orchestrate.profiling import profile_ranges
 from gpu_simulate_test.vidur_simulate.plan import Requirements
 
@@ -76,7 +76,7 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
 
     from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
-    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
     from gpu_simulate_test.orchestrate.configs import engine_calibration
@@ -118,8 +118,8 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
     from gpu_simulate_test.config.backends import ServerConfig, VllmBackendConfig
     from gpu_simulate_test.config.presets import hardware_preset, model_preset
-    from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
     from gpu_simulate_test.io import layout
     from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
     from gpu_simulate_test.orchestrate.configs import engine_calibration

@@ -1,5 +1,5 @@
-"""The one run summary (``core/summary.py``): seconds from the first scheduled arrival, for the
-real bench and the simulator alike."""
+"""The one run summary (``core/metrics/summary.py``): seconds from the first scheduled arrival, for
+the real bench and the simulator alike."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpu_simulate_test.core.engines.records import RequestRecord
-from gpu_simulate_test.core.goodput import GoodputConfig
-from gpu_simulate_test.core.summary import summarize_run
+from gpu_simulate_test.core.metrics.goodput import GoodputConfig
+from gpu_simulate_test.core.metrics.summary import summarize_run
 from gpu_simulate_test.real_bench import metrics as real_metrics
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpu_simulate_test.config.schema import ArrivalConfig, LengthDistConfig
-from gpu_simulate_test.core.sampling import rescale_to_qps, sample_arrivals, sample_lengths
+from gpu_simulate_test.core.traffic.sampling import rescale_to_qps, sample_arrivals, sample_lengths
 
 
 @pytest.mark.parametrize("kind", ["fixed", "uniform", "normal", "zipf", "lognormal"])

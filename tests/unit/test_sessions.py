@@ -15,10 +15,10 @@ from gpu_simulate_test.config.schema import (
     SessionConfig,
     WorkloadStageConfig,
 )
-from gpu_simulate_test.core.sampling import sample_durations
-from gpu_simulate_test.core.sessions import draw_sessions
-from gpu_simulate_test.core.trace import load_trace
-from gpu_simulate_test.core.workloads import Workload, generate
+from gpu_simulate_test.core.traffic.sampling import sample_durations
+from gpu_simulate_test.core.traffic.sessions import draw_sessions
+from gpu_simulate_test.core.traffic.trace import load_trace
+from gpu_simulate_test.core.traffic.workloads import Workload, generate
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 OUTPUTS = LengthDistConfig(kind="uniform", min=4, max=16)

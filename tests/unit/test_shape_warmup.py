@@ -9,7 +9,7 @@ from gpu_simulate_test.calibration.engine_steps import calibration_shapes
 from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
-from gpu_simulate_test.core.warmup import (
+from gpu_simulate_test.core.engines.warmup import (
     SHAPE_WARMUP_MAX,
     shape_warmup_requests,
     warmup_sizes,

@@ -6,8 +6,8 @@ import numpy as np
 
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import PrefixConfig, WorkloadStageConfig
-from gpu_simulate_test.core.prefixes import draw_prefixes
-from gpu_simulate_test.core.workloads import generate
+from gpu_simulate_test.core.traffic.prefixes import draw_prefixes
+from gpu_simulate_test.core.traffic.workloads import generate
 
 
 def test_prefixes_off_by_default() -> None:

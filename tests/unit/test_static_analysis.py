@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpu_simulate_test.config.presets import hardware_preset, model_preset
 from gpu_simulate_test.config.schema import ModelConfig
-from gpu_simulate_test.core.modeling import build_model, hf_config
+from gpu_simulate_test.core.model.modeling import build_model, hf_config
 from gpu_simulate_test.deep_profile.static_analysis import (
     attention_pairs,
     cost_table,

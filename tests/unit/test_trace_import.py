@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_simulate_test.core.trace import load_trace
+from gpu_simulate_test.core.traffic.trace import load_trace
 from gpu_simulate_test.io.artifacts import ArtifactError
 from tests.conftest import SPLITWISE_TRACE
 

@@ -14,7 +14,7 @@ from gpu_simulate_test.config.capacity import CapacityOptions
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, TuneStageConfig, knob_values
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
-from gpu_simulate_test.core.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.core.engines.knobs import derive_scheduler, knob_mismatches
 from gpu_simulate_test.tune.rank import pareto, ranked, spearman
 from gpu_simulate_test.tune.simulate import Simulated, nearest
 from gpu_simulate_test.tune.space import (

@@ -23,7 +23,7 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE
+from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_csv, write_json
 from gpu_simulate_test.vidur_simulate.stage import run as simulate_run

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
-from gpu_simulate_test.core.bundle import Bundle, load_bundle
+from gpu_simulate_test.core.profiling.bundle import Bundle, load_bundle
 from gpu_simulate_test.vidur_simulate.predictor import (
     fingerprint,
     predictor_config,

@@ -9,7 +9,7 @@ import pytest
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.core.device import (
+from gpu_simulate_test.core.model.device import (
     DeviceUnavailableError,
     check_device,
     describe_device,
@@ -66,7 +66,7 @@ def test_cuda_profile_uses_cuda_events_and_bf16() -> None:
     import torch
 
     from gpu_simulate_test.config.schema import ModelConfig
-    from gpu_simulate_test.core.grid import ProfileGrid
+    from gpu_simulate_test.core.profiling.grid import ProfileGrid
     from gpu_simulate_test.vidur_profile.layer_ops import build_layer
     from gpu_simulate_test.vidur_profile.profiler import profile_tables
     from gpu_simulate_test.vidur_profile.timing import TimingPolicy

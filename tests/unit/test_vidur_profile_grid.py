@@ -9,7 +9,7 @@ import pytest
 
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig
-from gpu_simulate_test.core.grid import (
+from gpu_simulate_test.core.profiling.grid import (
     AUTO_NUM_POINTS,
     Ranges,
     WorkloadExtent,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
-from gpu_simulate_test.core.bundle import ATTENTION_TABLE, MLP_OPS, MLP_TABLE
-from gpu_simulate_test.core.grid import ProfileGrid
+from gpu_simulate_test.core.profiling.bundle import ATTENTION_TABLE, MLP_OPS, MLP_TABLE
+from gpu_simulate_test.core.profiling.grid import ProfileGrid
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json, write_csv
 from gpu_simulate_test.vidur_profile.bundle_writer import BundleExistsError, write_bundle

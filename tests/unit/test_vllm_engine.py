@@ -125,7 +125,9 @@ def _started(
         return engine
 
     monkeypatch.setattr(VllmEngineBackend, "_create", create)
-    monkeypatch.setattr("gpu_simulate_test.core.modeling.ensure_snapshot", lambda *a: tmp_path)
+    monkeypatch.setattr(
+        "gpu_simulate_test.core.model.modeling.ensure_snapshot", lambda *a: tmp_path
+    )
     backend = VllmEngineBackend(_cfg(compose_stage, "vllm_engine"))
     backend.log_dir = tmp_path
     return backend

@@ -1,4 +1,4 @@
-"""The measured window: the warm-up left out, the steady-state check (core/window.py)."""
+"""The measured window: the warm-up left out, the steady-state check (core/metrics/window.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.core import window
+from gpu_simulate_test.core.metrics import window
 
 
 def _requests(ttft: list[float], arrivals: list[float] | None = None) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.bench_import.contract import VLLM_RESULT_HEADER_KEYS
-from gpu_simulate_test.core import percentiles as pct
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 DEFAULT_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl")
 """``vllm bench serve``'s default ``--percentile-metrics`` for a generative model."""

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu_simulate_test.config.schema import ModelConfig
-from gpu_simulate_test.core.latency import tpot_s
+from gpu_simulate_test.core.metrics.latency import tpot_s
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 Floats = npt.NDArray[np.float64]

@@ -11,9 +11,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core.bundle import IDLE_PREFILL_PHASES
 from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.records import Recorder
+from gpu_simulate_test.core.profiling.bundle import IDLE_PREFILL_PHASES
 
 POLL_S = 0.01
 """How long a wait for the engine sleeps between looks (when no request changed)."""

@@ -61,13 +61,13 @@ from gpu_simulate_test.calibration.step_times import (
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core import host_probe
 from gpu_simulate_test.core.engines import get_backend
 from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, switch_interval
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
 from gpu_simulate_test.core.engines.vllm_log import StepLog
-from gpu_simulate_test.core.warmup import single_token_requests, warmup_sizes
+from gpu_simulate_test.core.engines.warmup import single_token_requests, warmup_sizes
+from gpu_simulate_test.core.host import host_probe
 
 Lengths = tuple[np.ndarray, np.ndarray]
 """A served workload's prompt and output lengths (the calibration replays take them)."""

@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls  # type: ignore[import-untyped]
 
-from gpu_simulate_test.core.bundle import IDLE_PREFILL_PHASES
+from gpu_simulate_test.core.profiling.bundle import IDLE_PREFILL_PHASES
 
 MIN_STEPS = 3
 """Calibrated steps needed (at least one decode and two prefill lengths)."""

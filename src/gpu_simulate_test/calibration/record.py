@@ -24,7 +24,7 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.overhead import FrontEnd, StepJitter
-from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 

@@ -13,10 +13,10 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.common import MIXED_START_FRACTION, windows
 from gpu_simulate_test.calibration.experiments import Experiment
-from gpu_simulate_test.core.bundle import ENGINE_STEPS_TABLE, IDLE_PREFILL_PHASES
 from gpu_simulate_test.core.engines import BackendError
 from gpu_simulate_test.core.engines.records import STATUS_OK, BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
+from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, IDLE_PREFILL_PHASES
 
 JITTER_PERCENTILES: tuple[float, ...] = (
     0, 0.5, 1, 2.5, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97.5, 99, 99.5, 100,

@@ -136,7 +136,7 @@ def real_search(
     (default: the run's directory, which then records it); ``early``: one :func:`early_server`
     started for this search, adopted instead of a new one."""
     from gpu_simulate_test.core.run_inputs import load_run
-    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.traffic.workloads import load_workload
 
     opts = cfg.capacity
     started = time.perf_counter()

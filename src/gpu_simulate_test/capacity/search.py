@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.capacity import SloConfig
-from gpu_simulate_test.core.goodput import rate_of, table_goodput
-from gpu_simulate_test.core.percentiles import latency_ms
+from gpu_simulate_test.core.metrics.goodput import rate_of, table_goodput
+from gpu_simulate_test.core.metrics.percentiles import latency_ms
 
 METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 """The metrics every rate's percentiles are read for."""

@@ -1,6 +1,6 @@
 """What a capacity search's rate means for a multi-turn workload, pure.
 
-With sessions (:mod:`gpu_simulate_test.core.sessions`) the rate the search scales is the
+With sessions (:mod:`gpu_simulate_test.core.traffic.sessions`) the rate the search scales is the
 workload's ``qps``: **sessions per second**, each session's turn 0; its later turns follow in a
 closed loop (a think time after the previous turn's last token), so the requests a rate sends are
 the simulation's to find. Beside that rate the report gives what it means in requests and users:
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.capacity.contract import RATE_UNITS
-from gpu_simulate_test.core.sessions import Sessions
+from gpu_simulate_test.core.traffic.sessions import Sessions
 
 REQUEST_UNIT, SESSION_UNIT = RATE_UNITS
 STEADY_SESSIONS = 10.0

@@ -71,10 +71,10 @@ from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConf
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.core.goodput import rate_of, table_goodput
-from gpu_simulate_test.core.percentiles import LATENCY_PERCENTILES, latency_ms
+from gpu_simulate_test.core.metrics.goodput import rate_of, table_goodput
+from gpu_simulate_test.core.metrics.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, progress_bar
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload

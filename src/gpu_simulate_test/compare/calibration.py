@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_simulate_test.calibration.record import SimulatedCalibration
-from gpu_simulate_test.core import host_probe
+from gpu_simulate_test.core.host import host_probe
 
 UNREPRODUCED = 0.05
 """A kind of calibrated step whose simulated time is this far off at the median is a finding."""
@@ -55,7 +55,7 @@ def host_memory(
     repeat_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The real run's host reading (and its repeat's) against the calibration's
-    (:func:`gpu_simulate_test.core.host_probe.drift`); None when the calibration or the real
+    (:func:`gpu_simulate_test.core.host.host_probe.drift`); None when the calibration or the real
     run read none."""
     calibration = used.host_probe
     real = host_probe.drift(calibration, real_meta.get("host_probe"))

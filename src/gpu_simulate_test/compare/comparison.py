@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import metrics as m
-from gpu_simulate_test.core import latency
+from gpu_simulate_test.core.metrics import latency
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 TREND_MIN_RHO = 0.3

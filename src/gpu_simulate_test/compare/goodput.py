@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_simulate_test.compare.comparison import Comparison
-from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, goodput
+from gpu_simulate_test.core.metrics.goodput import GoodputConfig, goals_text, goodput
 
 
 def compare_goodput(comparison: Comparison, goals: GoodputConfig) -> dict[str, Any] | None:

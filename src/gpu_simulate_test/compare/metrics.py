@@ -15,11 +15,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from gpu_simulate_test.core import percentiles as pct
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 STATS: tuple[str, ...] = (*pct.names(pct.LATENCY_PERCENTILES), "mean")
 """The statistics of every distribution table, in order (the latency percentiles of the one
-list, :mod:`gpu_simulate_test.core.percentiles`, and the mean)."""
+list, :mod:`gpu_simulate_test.core.metrics.percentiles`, and the mean)."""
 METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e", "scheduling_delay")
 """Compared metrics; ``itl`` has no per-token times on the simulated side (Vidur gives none)."""
 METRIC_LABELS: Mapping[str, str] = MappingProxyType(
@@ -128,8 +128,9 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def distribution(values_s: Sequence[float] | np.ndarray) -> Distribution:
-    """:data:`STATS` of the finite values (:func:`gpu_simulate_test.core.percentiles.describe`:
-    numpy's linear interpolation, as vLLM; NaN when there is none)."""
+    """:data:`STATS` of the finite values
+    (:func:`gpu_simulate_test.core.metrics.percentiles.describe`: numpy's linear interpolation, as
+    vLLM; NaN when there is none)."""
     summary = pct.describe(values_s)
     return Distribution(count=summary.count, **summary.stats(STATS))
 

@@ -1,10 +1,10 @@
 """Multi-turn sessions, real against simulated: TTFT by turn and how long a session lasts.
 
-A multi-turn workload (``core/sessions.py``) sends turn k >= 1 of a session ``think_time_s`` after
-turn k-1's last token, on each side's own clock (the real sender's, the simulation's closed
-loop), and each turn's prompt holds the whole conversation so far: later turns have longer
-prompts and, with prefix caching, more of them cached. Neither ``request_metrics`` table says
-which session or turn a request is: they come from the workload run both runs name
+A multi-turn workload (``core/traffic/sessions.py``) sends turn k >= 1 of a session
+``think_time_s`` after turn k-1's last token, on each side's own clock (the real sender's, the
+simulation's closed loop), and each turn's prompt holds the whole conversation so far: later turns
+have longer prompts and, with prefix caching, more of them cached. Neither ``request_metrics``
+table says which session or turn a request is: they come from the workload run both runs name
 (``run_meta.json`` ``workload_dir``).
 
 - **TTFT by turn**: p50/p90 of each turn index, real and simulated, on each clock
@@ -33,7 +33,7 @@ from gpu_simulate_test.compare.groups import (
 )
 from gpu_simulate_test.core.reporting import markdown_table
 from gpu_simulate_test.core.run_inputs import RunInput
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 MIN_TURN_REQUESTS = 10

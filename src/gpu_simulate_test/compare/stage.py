@@ -69,9 +69,10 @@ from gpu_simulate_test.compare.prefix_cache import (
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
-from gpu_simulate_test.core import host_probe, window
-from gpu_simulate_test.core.goodput import goals_text
-from gpu_simulate_test.core.knobs import knob_mismatches
+from gpu_simulate_test.core.engines.knobs import knob_mismatches
+from gpu_simulate_test.core.host import host_probe
+from gpu_simulate_test.core.metrics import window
+from gpu_simulate_test.core.metrics.goodput import goals_text
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 from gpu_simulate_test.core.run_inputs import (
     RunInput,
@@ -90,7 +91,8 @@ def after_warmup(
     real: pd.DataFrame, sim: pd.DataFrame, warmup_s: float
 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Both runs' requests without those that arrived in the real run's first ``warmup_s``
-    seconds (:func:`gpu_simulate_test.core.window.in_window`), and how many were left out."""
+    seconds (:func:`gpu_simulate_test.core.metrics.window.in_window`), and how many were left
+    out."""
     if warmup_s <= 0:
         return real, sim, 0
     keep = window.in_window(real, warmup_s)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 DECODE_BUCKETS: tuple[tuple[int, int], ...] = (
     (1, 1),
@@ -87,12 +87,12 @@ class StepComparison:
 
 SHAPE_STATS: tuple[str, ...] = pct.names((50, 90))
 """Percentiles of batch size and tokens per step in the totals, from the one list
-(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+(:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
 
 
 def _median(values: pd.Series) -> float:
-    """Median of the finite values (:func:`gpu_simulate_test.core.percentiles.describe`), NaN
-    without any."""
+    """Median of the finite values (:func:`gpu_simulate_test.core.metrics.percentiles.describe`),
+    NaN without any."""
     return pct.describe(values.to_numpy(dtype=float)).median
 
 

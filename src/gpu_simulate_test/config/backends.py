@@ -110,14 +110,14 @@ class BackendConfig:
     warmup_shapes: bool = True
     """Before the clock starts, one single-token request per step size the replay can meet
     (prompts of 1 to min(token budget, the longest prompt + batch cap) tokens, the budget and
-    cap of :meth:`step_limits`, at most :data:`~gpu_simulate_test.core.warmup.SHAPE_WARMUP_MAX`
-    sizes): an engine's first step of a new size pays one-time costs a serving engine has long
-    paid. On vLLM CPU the first run on a fresh server had TTFT p50 14-31% above the same
-    workload run again (three of three), and a workload of one prompt length ran as fast cold
-    as warm."""
+    cap of :meth:`step_limits`, at most
+    :data:`~gpu_simulate_test.core.engines.warmup.SHAPE_WARMUP_MAX` sizes): an engine's first step
+    of a new size pays one-time costs a serving engine has long paid. On vLLM CPU the first run on
+    a fresh server had TTFT p50 14-31% above the same workload run again (three of three), and a
+    workload of one prompt length ran as fast cold as warm."""
     host_probe: bool = True
     """On CPU: read one LM head's bytes on the engine's core before the clock starts and after
-    the last request (:mod:`~gpu_simulate_test.core.host_probe`, about 0.3 s each; recorded in
+    the last request (:mod:`~gpu_simulate_test.core.host.host_probe`, about 0.3 s each; recorded in
     ``run_meta.json`` ``host_probe``, not judged), and ``compare`` sets the reading against the
     calibration's."""
 
@@ -187,7 +187,8 @@ class HttpBackendConfig(BackendConfig):
 @dataclass(frozen=True)
 class BatchingBackendConfig(BackendConfig):
     """An engine that batches requests into steps under a token budget over a paged KV cache:
-    the knobs Vidur's scheduler mirrors one for one (:mod:`gpu_simulate_test.core.knobs`)."""
+    the knobs Vidur's scheduler mirrors one for one
+    (:mod:`gpu_simulate_test.core.engines.knobs`)."""
 
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     """Token budget of one step, long prefills chunked to fit (vLLM

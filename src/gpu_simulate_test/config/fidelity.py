@@ -39,7 +39,7 @@ class FidelityOptions:
     side's run-to-run difference (the noise floor) next to the simulator's error."""
     reruns: int = 2
     """Re-runs a disturbed real run may get per load (late sends, held-back streams, foreign
-    CPU: :mod:`gpu_simulate_test.core.disturbance`), each after waiting for the
+    CPU: :mod:`gpu_simulate_test.core.host.disturbance`), each after waiting for the
     machine to go quiet; 0 marks it only. The report says which runs were disturbed and what was
     done."""
     calibrate_each_load: bool = False

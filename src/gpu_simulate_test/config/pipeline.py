@@ -29,7 +29,7 @@ class PipelineStageConfig:
     """One command, one set of overrides: every stage's config is built from these fields.
 
     Vidur's scheduler knobs are derived from ``backend`` (hf_cb ↔ sarathi, hf_generate ↔
-    batch cap 1; see :mod:`gpu_simulate_test.core.knobs`); ``vidur.scheduler`` is used as
+    batch cap 1; see :mod:`gpu_simulate_test.core.engines.knobs`); ``vidur.scheduler`` is used as
     given only for the ``openai`` backend.
     """
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
-from gpu_simulate_test.core.requests import check_context, load_requests
-from gpu_simulate_test.core.workloads import generate, load_workload
+from gpu_simulate_test.core.traffic.requests import check_context, load_requests
+from gpu_simulate_test.core.traffic.workloads import generate, load_workload
 
 SYNTHETIC_PROMPT_SEED = 2024
 WARMUP_SEED = 12345

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.deep_profile import DeepProfilePipeline, DeepProfileStageConfig
-from gpu_simulate_test.core.modeling import build_model
+from gpu_simulate_test.core.model.modeling import build_model
 from gpu_simulate_test.deep_profile import contract as files
 from gpu_simulate_test.deep_profile.engine import (
     nvtx_for,

@@ -36,8 +36,8 @@ from gpu_simulate_test.bench_import.contract import IMPORT_MANIFEST, IMPORT_MANI
 from gpu_simulate_test.compare.metrics import offered_qps
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.core import window
-from gpu_simulate_test.core.capacity_probe import probe_record
+from gpu_simulate_test.core.metrics import window
+from gpu_simulate_test.core.metrics.capacity_probe import probe_record
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json

@@ -15,7 +15,7 @@ from typing import Any
 from gpu_simulate_test.config.fidelity import FidelityOptions, FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
-from gpu_simulate_test.core.device import environment
+from gpu_simulate_test.core.model.device import environment
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity import tables as fid

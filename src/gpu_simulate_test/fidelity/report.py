@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core.window import STEADY_TREND
+from gpu_simulate_test.core.metrics.window import STEADY_TREND
 from gpu_simulate_test.fidelity.tables import (
     REQUEST_UNIT,
     SUSTAINED_RATIO,
@@ -89,7 +89,7 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
         "client saw beyond the server's own TTFT, against what the simulation adds for it; "
         "*host memory* is how long the host took to read one LM head around the real run over "
-        "how long it took around the calibration (recorded, not judged: core/host_probe.py).",
+        "how long it took around the calibration (recorded, not judged: core/host/host_probe.py).",
         "",
         "| backend | load | step time | steps | busy time | front end real (ms) | "
         "front end simulated (ms) | host memory |",

@@ -22,7 +22,7 @@ from gpu_simulate_test.compare.contract import (
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import OutputConfig
-from gpu_simulate_test.core import window
+from gpu_simulate_test.core.metrics import window
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import contract, report

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
-from gpu_simulate_test.core.device import torch_threads
+from gpu_simulate_test.core.model.device import torch_threads
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.fidelity import contract
 from gpu_simulate_test.fidelity.imported import import_source, is_import

@@ -1,8 +1,8 @@
 """The fidelity stage's math: the load levels, the fidelity table, its largest absolute error
 and noise floor, and the report (:mod:`.stage` runs the campaign).
 
-Capacity rule (:mod:`gpu_simulate_test.core.capacity_probe`, shared with the capacity stage):
-an all-at-once burst of requests of the fixed length mix is replayed for real; **capacity =
+Capacity rule (:mod:`gpu_simulate_test.core.metrics.capacity_probe`, shared with the capacity
+stage): an all-at-once burst of requests of the fixed length mix is replayed for real; **capacity =
 completed requests / (last completion − first arrival)**. An offered rate is **sustained** when
 the queue does not grow over the run: the completion rate (over the span of completions) is at
 least :data:`SUSTAINED_RATIO` of the arrival rate (over the span of arrivals).
@@ -21,8 +21,8 @@ import pandas as pd
 
 from gpu_simulate_test.capacity.contract import RATE_UNITS
 from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core import window
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.metrics import window
 
 REQUEST_UNIT, SESSION_UNIT = RATE_UNITS
 LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
@@ -30,7 +30,7 @@ LOAD_FRACTIONS: tuple[float, ...] = (0.2, 0.5, 0.85)
 GOAL_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 GOAL_STATS: tuple[str, ...] = pct.names((50, 90))
 """The fidelity table's percentiles, from the one list
-(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+(:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
 SUSTAINED_RATIO = window.SUSTAINED_RATIO
 CLOCKS: tuple[str, ...] = ("engine", "client")
 """The two clocks of a real run, in the report's order: the engine's own (what Vidur models:
@@ -118,7 +118,7 @@ def real_percentiles(
     warmup_s: float = 0.0,
 ) -> dict[tuple[str, str, str], float]:
     """``(clock, metric, stat) → ms`` of one real run's ``ok`` requests after the warm-up (the
-    one percentile routine, :func:`gpu_simulate_test.core.percentiles.describe`, as compare;
+    one percentile routine, :func:`gpu_simulate_test.core.metrics.percentiles.describe`, as compare;
     NaN without any): the client's clock always, the engine's where the run recorded it."""
     measured = requests[window.in_window(requests, warmup_s)]
     out = {

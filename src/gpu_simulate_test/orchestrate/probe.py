@@ -1,7 +1,7 @@
 """The capacity probe, run for real: an all-at-once burst through the (served) engine, judged by
-the rule of :mod:`gpu_simulate_test.core.capacity_probe`. The fidelity campaign sets its loads by
-it; the capacity stage's real search starts its bracket there when no simulated answer is at
-hand."""
+the rule of :mod:`gpu_simulate_test.core.metrics.capacity_probe`. The fidelity campaign sets its
+loads by it; the capacity stage's real search starts its bracket there when no simulated answer is
+at hand."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ArrivalConfig, DurationDistConfig
-from gpu_simulate_test.core.capacity_probe import probe_record, session_capacity
+from gpu_simulate_test.core.metrics.capacity_probe import probe_record, session_capacity
 from gpu_simulate_test.core.run_inputs import load_run
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.orchestrate.configs import with_workload
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 

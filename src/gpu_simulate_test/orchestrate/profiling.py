@@ -24,8 +24,8 @@ from gpu_simulate_test.config.vidur import (
     VidurProfileStageConfig,
     VidurSchedulerConfig,
 )
-from gpu_simulate_test.core.bundle import Bundle, BundleRanges, load_bundle
-from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.engines.knobs import derive_scheduler
+from gpu_simulate_test.core.profiling.bundle import Bundle, BundleRanges, load_bundle
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
@@ -182,7 +182,7 @@ def profile_plan(
     because: str | None = None,
 ) -> ProfilePlan:
     """:func:`plan_for_lengths` on the workload written in ``workload_dir``."""
-    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.traffic.workloads import load_workload
 
     prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
     return plan_for_lengths(cfg, prefill, decode, covering=covering, because=because)

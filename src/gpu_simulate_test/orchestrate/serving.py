@@ -44,7 +44,7 @@ def check_sessions_served(cfg: PipelineStageConfig) -> None:
     if workload.session.enabled:
         check_serves_sessions(backend, workload.num_requests)
     elif workload.source == "trace":  # sessions come from the trace's columns: read it
-        from gpu_simulate_test.core.workloads import generate
+        from gpu_simulate_test.core.traffic.workloads import generate
 
         built, _ = generate(workload, cfg.model)
         if built.sessions is not None:
@@ -55,8 +55,8 @@ def checked_backend(cfg: PipelineStageConfig, workload_dir: Path | str | None) -
     """``cfg``'s vLLM server backend, checked (on the workload's requests when ``workload_dir``
     is given) before anything starts."""
     from gpu_simulate_test.core.engines.vllm import VllmBackend
-    from gpu_simulate_test.core.requests import load_requests
-    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.traffic.requests import load_requests
+    from gpu_simulate_test.core.traffic.workloads import load_workload
 
     backend = VllmBackend(real_bench_config(cfg, workload_dir or "(no workload yet)"))
     workload = load_workload(workload_dir) if workload_dir else None

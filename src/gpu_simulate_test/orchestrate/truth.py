@@ -1,7 +1,7 @@
 """The truth, trusted: a real run the host disturbed is marked, re-run within a budget, and said.
 
-The real bench judges every run it makes (:mod:`gpu_simulate_test.core.disturbance`: late sends,
-held-back streams, foreign CPU) and writes the verdict into its ``run_meta.json`` and
+The real bench judges every run it makes (:mod:`gpu_simulate_test.core.host.disturbance`: late
+sends, held-back streams, foreign CPU) and writes the verdict into its ``run_meta.json`` and
 ``summary.json`` (``disturbance``). :func:`trusted_truth` reads it: a disturbed run is kept (its
 directory stays, as evidence) and the same workload is run again, after waiting for the machine
 to go quiet, up to ``reruns`` times. The run the comparison uses is the first undisturbed one, or
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.core.busy import wait_for_quiet
+from gpu_simulate_test.core.host.busy import wait_for_quiet
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.orchestrate.steps import QUIET, Stages, run_truth

@@ -59,7 +59,7 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
         paths.append(layout.run_dir(cfg.output.root, "real_bench", repeat_id(run_id)))
     profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
     if profile_dir.exists() and cfg.reuse_profile:
-        from gpu_simulate_test.core.workloads import generate
+        from gpu_simulate_test.core.traffic.workloads import generate
 
         workload, _ = generate(cfg.workload, cfg.model)
         decided = plan_for_lengths(cfg, workload.num_prefill_tokens, workload.num_decode_tokens)

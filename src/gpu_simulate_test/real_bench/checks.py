@@ -1,5 +1,5 @@
 """The real bench's verdict on its own run: was it disturbed (late sends, held-back streams,
-foreign CPU)? The signs and their limits are :mod:`gpu_simulate_test.core.disturbance`'s; this
+foreign CPU)? The signs and their limits are :mod:`gpu_simulate_test.core.host.disturbance`'s; this
 module gathers what one run measured for them."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from gpu_simulate_test.core.busy import ForeignLoad, OwnLoad, listening_pids
-from gpu_simulate_test.core.disturbance import Verdict, judge
 from gpu_simulate_test.core.engines import Backend
 from gpu_simulate_test.core.engines.records import RequestRecord
+from gpu_simulate_test.core.host.busy import ForeignLoad, OwnLoad, listening_pids
+from gpu_simulate_test.core.host.disturbance import Verdict, judge
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG

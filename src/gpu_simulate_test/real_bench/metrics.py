@@ -8,7 +8,7 @@ Conventions are those of ``vllm bench serve`` (see ``docs/real_bench.md``):
 - ITL pools every gap between consecutive output events of every request (a streaming chunk that
   carries several tokens is one event, one gap).
 - Throughput divides by the duration from time 0 (the first scheduled arrival) to the last token
-  (the one run summary, :mod:`gpu_simulate_test.core.summary`).
+  (the one run summary, :mod:`gpu_simulate_test.core.metrics.summary`).
 
 Backends with an engine clock (``hf_cb``, ``vllm_engine``) add the same metrics on the engine's
 own stamps, from when the engine queued the request (:func:`engine_columns`); ``vllm`` adds each
@@ -24,27 +24,27 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.engines.records import (
     STATUS_CANCELLED,
     STATUS_OK,
     TERMINAL_STATUSES,
     RequestRecord,
 )
-from gpu_simulate_test.core.goodput import GoodputConfig, rate_of
-from gpu_simulate_test.core.latency import e2e_s, itls_s, tpot_s, ttft_s
-from gpu_simulate_test.core.summary import summarize_run
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.metrics.goodput import GoodputConfig, rate_of
+from gpu_simulate_test.core.metrics.latency import e2e_s, itls_s, tpot_s, ttft_s
+from gpu_simulate_test.core.metrics.summary import summarize_run
 from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, PREFIX_CACHE_COLUMNS
 
 PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles ``summary.json`` keeps, from the one list
-(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+(:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
 DISTRIBUTION_STATS: tuple[str, ...] = ("mean", "median", "std", *pct.names(PERCENTILES))
 NAN = float("nan")
 
 
 gaps_s = itls_s
-"""A request's inter-token latencies (:func:`gpu_simulate_test.core.latency.itls_s`)."""
+"""A request's inter-token latencies (:func:`gpu_simulate_test.core.metrics.latency.itls_s`)."""
 
 
 def pooled_itls_s(records: Iterable[RequestRecord]) -> list[float]:
@@ -193,7 +193,7 @@ _TOKEN_COLUMNS: tuple[str, ...] = ("request_id", "token_index", "time_s", "itl_s
 
 def distribution_ms(values_s: Sequence[float]) -> dict[str, float]:
     """:data:`DISTRIBUTION_STATS` in milliseconds of the finite values (NaN if none), by
-    :func:`gpu_simulate_test.core.percentiles.describe`."""
+    :func:`gpu_simulate_test.core.metrics.percentiles.describe`."""
     return pct.describe(values_s, scale=1e3).stats(DISTRIBUTION_STATS)
 
 
@@ -201,12 +201,12 @@ def summarize(
     records: Sequence[RequestRecord], goals: GoodputConfig | None = None
 ) -> dict[str, Any]:
     """Run totals and latency distributions, keyed like ``vllm bench serve``'s saved results:
-    the one run summary (:func:`gpu_simulate_test.core.summary.summarize_run`, seconds from the
-    first scheduled arrival, the replay clock's 0), its latencies converted to ms here.
+    the one run summary (:func:`gpu_simulate_test.core.metrics.summary.summarize_run`, seconds from
+    the first scheduled arrival, the replay clock's 0), its latencies converted to ms here.
 
     Latency metrics and throughput count successful (``ok``) requests only, as vLLM does;
     ``request_goodput`` (null without ``goals``) counts those that met every goal, as
-    ``vllm bench serve --goodput`` (:mod:`gpu_simulate_test.core.goodput`).
+    ``vllm bench serve --goodput`` (:mod:`gpu_simulate_test.core.metrics.goodput`).
     """
     arrived = [r for r in records if r.arrival_s is not None]
     ok = [r for r in arrived if r.status == STATUS_OK and r.event_times_s]

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpu_simulate_test.core.engines.harness import ProgressFn
 from gpu_simulate_test.core.engines.records import Recorder
-from gpu_simulate_test.core.goodput import goals_text
+from gpu_simulate_test.core.metrics.goodput import goals_text
 from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.real_bench.metrics import PERCENTILES
 

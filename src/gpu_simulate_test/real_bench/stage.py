@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core import host_probe
-from gpu_simulate_test.core.disturbance import Verdict
 from gpu_simulate_test.core.engines import Backend, check_serves_sessions, get_backend
 from gpu_simulate_test.core.engines.closed_loop import describe_sessions, replay_sessions
 from gpu_simulate_test.core.engines.harness import (
@@ -32,11 +30,13 @@ from gpu_simulate_test.core.engines.harness import (
     switch_interval,
 )
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
-from gpu_simulate_test.core.goodput import GoodputConfig
+from gpu_simulate_test.core.engines.warmup import shape_warmup_requests
+from gpu_simulate_test.core.host import host_probe
+from gpu_simulate_test.core.host.disturbance import Verdict
+from gpu_simulate_test.core.metrics.goodput import GoodputConfig
 from gpu_simulate_test.core.reporting import console
-from gpu_simulate_test.core.requests import check_context, load_requests
-from gpu_simulate_test.core.warmup import shape_warmup_requests
-from gpu_simulate_test.core.workloads import LoadedWorkload, load_workload
+from gpu_simulate_test.core.traffic.requests import check_context, load_requests
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload, load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
@@ -303,7 +303,8 @@ def _write_what_was_measured(
 
 
 def _read_host(cfg: RealBenchStageConfig, client_cpus: set[int] | None) -> dict[str, Any]:
-    """One host-memory reading on the engine's core (:mod:`~gpu_simulate_test.core.host_probe`)."""
+    """One host-memory reading on the engine's core
+    (:mod:`~gpu_simulate_test.core.host.host_probe`)."""
     return host_probe.read(cfg.model.vocab_size, cfg.model.hidden_size, cfg.dtype, client_cpus)
 
 

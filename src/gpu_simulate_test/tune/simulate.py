@@ -18,7 +18,7 @@ from gpu_simulate_test.capacity.stage import simulated_rate
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneStageConfig
-from gpu_simulate_test.core.knobs import derive_scheduler
+from gpu_simulate_test.core.engines.knobs import derive_scheduler
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.orchestrate.configs import simulate_config
 from gpu_simulate_test.tune.space import Candidate

@@ -31,7 +31,7 @@ from gpu_simulate_test.capacity.split import bundle_and_workload
 from gpu_simulate_test.config.schema import ConfigError, nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console, progress_bar
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import calibrations, contract

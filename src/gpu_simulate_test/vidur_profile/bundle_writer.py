@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.core.bundle import (
+from gpu_simulate_test.core.profiling.bundle import (
     ATTENTION_TABLE,
     ENGINE_STEPS_TABLE,
     MLP_TABLE,

@@ -1,11 +1,11 @@
 """What the vidur_profile stage writes: the profiling bundle under
 ``<profiling_root>/<hardware>/<model>/`` (read by vidur_simulate, so declared in the shared
-:mod:`gpu_simulate_test.core.bundle`) and its own run in ``tmp/vidur_profile/<run_id>/``
+:mod:`gpu_simulate_test.core.profiling.bundle`) and its own run in ``tmp/vidur_profile/<run_id>/``
 (``run_meta.json`` only)."""
 
 from __future__ import annotations
 
-from gpu_simulate_test.core.bundle import (
+from gpu_simulate_test.core.profiling.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
     ENGINE_STEPS_TABLE,

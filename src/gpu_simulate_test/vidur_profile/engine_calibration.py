@@ -14,13 +14,13 @@ from rich.markup import escape
 
 from gpu_simulate_test.calibration.experiments import Experiment, plan_experiments
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.core.busy import (
+from gpu_simulate_test.core.host.busy import (
     FOREIGN_CORES_LIMIT,
     ForeignLoad,
     busy_warning,
     wait_for_quiet,
 )
-from gpu_simulate_test.core.grid import ProfileGrid
+from gpu_simulate_test.core.profiling.grid import ProfileGrid
 from gpu_simulate_test.core.reporting import console, progress_bar
 
 Attempt = tuple[tuple[bool, float, float], pd.DataFrame, dict[str, Any], pd.DataFrame | None]
@@ -87,7 +87,7 @@ def served_lengths(workload_dir: str | None) -> tuple[np.ndarray, np.ndarray] | 
     replays take them); None without one."""
     if not workload_dir:
         return None
-    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.traffic.workloads import load_workload
 
     table = load_workload(workload_dir).lengths
     return (

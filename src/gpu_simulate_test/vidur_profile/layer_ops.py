@@ -94,7 +94,7 @@ def build_layer(
     import torch
     from transformers.models.qwen3 import modeling_qwen3
 
-    from gpu_simulate_test.core.modeling import hf_config
+    from gpu_simulate_test.core.model.modeling import hf_config
 
     check_attn_implementation(attn_implementation)
     config = hf_config(model, attn_implementation)

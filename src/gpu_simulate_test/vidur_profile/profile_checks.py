@@ -1,6 +1,6 @@
-"""The profiler's side of the bundle's data check (:mod:`gpu_simulate_test.core.bundle_checks`,
-re-exported here): which rows of a fresh profile to time again, the smaller and slower shape of
-every inversion the check reports."""
+"""The profiler's side of the bundle's data check
+(:mod:`gpu_simulate_test.core.profiling.bundle_checks`, re-exported here): which rows of a fresh
+profile to time again, the smaller and slower shape of every inversion the check reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.core.bundle_checks import inversions, inverted, profile_warnings
+from gpu_simulate_test.core.profiling.bundle_checks import inversions, inverted, profile_warnings
 
 __all__ = (
     "disturbed",

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpu_simulate_test.core.bundle import MLP_OPS
-from gpu_simulate_test.core.grid import ProfileGrid
+from gpu_simulate_test.core.profiling.bundle import MLP_OPS
+from gpu_simulate_test.core.profiling.grid import ProfileGrid
 from gpu_simulate_test.vidur_profile.layer_ops import (
     QwenLayer,
     decode_attention,

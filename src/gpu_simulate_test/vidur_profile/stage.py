@@ -1,7 +1,7 @@
 """The vidur_profile stage: time a Qwen3 decoder layer's ops on a device into a Vidur bundle.
 
 The bundle (``mlp.csv``, ``attention.csv``, ``meta.json``; see
-:mod:`gpu_simulate_test.core.bundle`) lands in
+:mod:`gpu_simulate_test.core.profiling.bundle`) lands in
 ``<profiling_root>/<hardware>/<model>/``; the stage also records a run in
 ``<output.root>/vidur_profile/<run_id>/`` whose ``run_meta.json`` names the bundle.
 """
@@ -19,25 +19,25 @@ import pandas as pd
 from rich.markup import escape
 
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
-from gpu_simulate_test.core.bundle import (
-    BUNDLE_SCHEMA_VERSION,
-    MLP_OPS,
-)
-from gpu_simulate_test.core.busy import (
+from gpu_simulate_test.core.host.busy import (
     FOREIGN_CORES_LIMIT,
     ForeignLoad,
     busy_warning,
     wait_for_quiet,
 )
-from gpu_simulate_test.core.device import check_device, describe_device
-from gpu_simulate_test.core.grid import (
+from gpu_simulate_test.core.model.device import check_device, describe_device
+from gpu_simulate_test.core.model.modeling import resolve_dtype
+from gpu_simulate_test.core.profiling.bundle import (
+    BUNDLE_SCHEMA_VERSION,
+    MLP_OPS,
+)
+from gpu_simulate_test.core.profiling.grid import (
     ProfileGrid,
     Ranges,
     WorkloadExtent,
     build_grid,
     resolve_ranges,
 )
-from gpu_simulate_test.core.modeling import resolve_dtype
 from gpu_simulate_test.core.reporting import console, print_table, progress_bar
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.runs import default_run_id, start_run, utc_now
@@ -73,7 +73,7 @@ SUMMARY_AXES: Mapping[str, tuple[str, str]] = MappingProxyType(
 
 def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
     """The longest prompt and longest prompt + output of a workload run."""
-    from gpu_simulate_test.core.workloads import load_workload
+    from gpu_simulate_test.core.traffic.workloads import load_workload
 
     loaded = load_workload(workload_dir)
     prompts = loaded.lengths["num_prefill_tokens"]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
-from gpu_simulate_test.core.bundle import (
+from gpu_simulate_test.core.profiling.bundle import (
     ATTENTION_TABLE,
     BUNDLE_SCHEMA_VERSION,
     MLP_OPS,

@@ -12,8 +12,8 @@ import pandas as pd
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.record import CalibrationRecord
-from gpu_simulate_test.core.bundle import Bundle
-from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.core.profiling.bundle import Bundle
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.replay import ReplaySource

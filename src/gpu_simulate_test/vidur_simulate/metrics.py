@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.goodput import GoodputConfig, goals_text, rate_of
-from gpu_simulate_test.core.latency import tpot_s
-from gpu_simulate_test.core.summary import summarize_run
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.metrics.goodput import GoodputConfig, goals_text, rate_of
+from gpu_simulate_test.core.metrics.latency import tpot_s
+from gpu_simulate_test.core.metrics.summary import summarize_run
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.simulator.request_rows import VIDUR_ID
 
@@ -64,7 +64,7 @@ request that arrives during a step at the step's end, as vLLM's engine core does
 column of that name)."""
 SUMMARY_PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles of the run summary, from the one list
-(:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+(:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
 SUMMARY_STATS: tuple[str, ...] = (*pct.names(SUMMARY_PERCENTILES), "mean")
 
 
@@ -188,7 +188,7 @@ def normalize(
 def summarize(metrics: pd.DataFrame, goals: GoodputConfig | None = None) -> dict[str, Any]:
     """Latency quantiles (s) and throughput over the run's span, from its first arrival (a
     simulated request arrives when scheduled: the run's time 0) to the last token, by the one
-    run summary (:func:`gpu_simulate_test.core.summary.summarize_run`); ``request_goodput``
+    run summary (:func:`gpu_simulate_test.core.metrics.summary.summarize_run`); ``request_goodput``
     over the same span with ``goals`` (``vllm bench serve --goodput``). A quantile without any
     finite value is NaN (``run_meta.json`` stores it as null), a rate over an empty span None."""
     run = summarize_run(

@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig, VidurSchedulerConfig
-from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 TRACE_DATE = "2023-08-21"

@@ -46,7 +46,7 @@ from vidur.execution_time_predictor.sklearn_execution_time_predictor import (
 from gpu_simulate_test.calibration.overhead import ExecutionTimeWithOverhead, StepOverhead
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.config.vidur import VidurPredictorConfig
-from gpu_simulate_test.core.bundle import Bundle
+from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, atomic_path

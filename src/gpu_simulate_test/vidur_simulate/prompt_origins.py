@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.config.schema import ConfigError
-from gpu_simulate_test.core.sessions import Sessions
+from gpu_simulate_test.core.traffic.sessions import Sessions
 from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.types import ARRIVED
 from gpu_simulate_test.simulator.types import NAME as V1_NAME

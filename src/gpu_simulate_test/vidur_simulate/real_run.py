@@ -5,7 +5,7 @@ sent (``arrivals_from``, :func:`actual_arrivals`) and an oracle replay's schedul
 ``step_times_from=<real_bench run>`` follows a vLLM server's own steps, so the simulated scheduler
 must be that server's: ``vidur.scheduler.name=vllm_v1`` and the server's knobs, which the run's
 ``run_meta.json`` holds (``config.backend``, paired with Vidur's knobs as everywhere else,
-:data:`gpu_simulate_test.core.knobs.HF_CB_PAIRS`):
+:data:`gpu_simulate_test.core.engines.knobs.HF_CB_PAIRS`):
 
 - ``chunk_size`` ← ``max_batch_tokens`` (``--max-num-batched-tokens``),
 - ``batch_size_cap`` ← ``max_requests_per_batch`` (``--max-num-seqs``),
@@ -35,9 +35,9 @@ import numpy as np
 
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig, VidurSimulateStageConfig
-from gpu_simulate_test.core.knobs import HF_CB_PAIRS, VLLM_BACKENDS
+from gpu_simulate_test.core.engines.knobs import HF_CB_PAIRS, VLLM_BACKENDS
 from gpu_simulate_test.core.run_inputs import load_run
-from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import open_upstream_run

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+from gpu_simulate_test.core.engines.knobs import VLLM_BACKENDS
 from gpu_simulate_test.core.engines.step_record import parse_requests
-from gpu_simulate_test.core.knobs import VLLM_BACKENDS
-from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG

@@ -20,9 +20,9 @@ from gpu_simulate_test.calibration.frontend_queue import request_delays_s
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.core.bundle import load_bundle
+from gpu_simulate_test.core.profiling.bundle import load_bundle
 from gpu_simulate_test.core.reporting import console, print_table
-from gpu_simulate_test.core.workloads import load_workload
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run

@@ -6,7 +6,7 @@ Every later stage reads these, so the names and tables are declared in the share
 
 from __future__ import annotations
 
-from gpu_simulate_test.core.workloads import WORKLOAD_META_VERSION
+from gpu_simulate_test.core.traffic.workloads import WORKLOAD_META_VERSION
 from gpu_simulate_test.io import layout, schemas
 
 PROMPTS_JSONL = layout.PROMPTS

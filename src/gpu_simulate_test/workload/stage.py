@@ -1,6 +1,6 @@
 """The ``workload`` stage: sample or import requests and write the four workload artifacts
 (:mod:`.contract`) into ``<output.root>/workload/<run_id>/``; the workload model itself is shared
-(:mod:`gpu_simulate_test.core.workloads`)."""
+(:mod:`gpu_simulate_test.core.traffic.workloads`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from gpu_simulate_test.config.schema import WorkloadStageConfig
 from gpu_simulate_test.core.reporting import console, print_table
-from gpu_simulate_test.core.workloads import generate, write_workload
+from gpu_simulate_test.core.traffic.workloads import generate, write_workload
 from gpu_simulate_test.io.runs import default_run_id, start_run
 
 

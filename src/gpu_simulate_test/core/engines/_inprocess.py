@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core.device import check_device
 from gpu_simulate_test.core.engines.records import BenchRequest
-from gpu_simulate_test.core.modeling import build_model, check_model_source, resolve_dtype
+from gpu_simulate_test.core.model.device import check_device
+from gpu_simulate_test.core.model.modeling import build_model, check_model_source, resolve_dtype
 
 
 def check_in_process(cfg: RealBenchStageConfig, requests: Sequence[BenchRequest]) -> None:

@@ -4,9 +4,9 @@ clock: closed within a session, open across sessions.
 Each session starts at its scheduled arrival (its turn 0, sent on time as every open-loop send
 is, :func:`~gpu_simulate_test.core.engines.harness.replay`). Turn k >= 1 is due ``think_time_s``
 after turn k-1's last token reached the client (the workload's and the simulator's definition,
-:mod:`gpu_simulate_test.core.sessions`), and is sent then, or when turn k-1's stream has closed
-if that is later (a think time shorter than the stream's close). Its prompt is the conversation
-so far, built from what the server actually returned:
+:mod:`gpu_simulate_test.core.traffic.sessions`), and is sent then, or when turn k-1's stream has
+closed if that is later (a think time shorter than the stream's close). Its prompt is the
+conversation so far, built from what the server actually returned:
 
     prompt[k] = prompt[k-1] as sent + turn k-1's output token ids + turn k's new user message
 
@@ -33,7 +33,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpu_simulate_test.core import percentiles as pct
 from gpu_simulate_test.core.engines.base import Backend
 from gpu_simulate_test.core.engines.harness import (
     POLL_S,
@@ -54,6 +53,7 @@ from gpu_simulate_test.core.engines.records import (
     Recorder,
     RequestRecord,
 )
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 FINAL_APPROACH_S = 0.005
 """The last stretch before a send is waited out as the open loop waits (sleep, then spin), not

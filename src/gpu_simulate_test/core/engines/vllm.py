@@ -217,7 +217,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
     def start_server(self) -> None:
         """Save (or reuse) the model snapshot, start the server and wait for ``/health``;
         :class:`BackendError` with its log's root cause and last lines if it does not come up."""
-        from gpu_simulate_test.core.modeling import ensure_snapshot
+        from gpu_simulate_test.core.model.modeling import ensure_snapshot
 
         model_dir = ensure_snapshot(
             self.cfg.model, shared_root(self.cfg.output) / SNAPSHOTS, self.dtype

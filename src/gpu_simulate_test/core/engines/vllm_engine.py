@@ -175,7 +175,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         }
 
     def start(self, recorder: Recorder) -> None:
-        from gpu_simulate_test.core.modeling import ensure_snapshot
+        from gpu_simulate_test.core.model.modeling import ensure_snapshot
 
         self.recorder = recorder
         try:

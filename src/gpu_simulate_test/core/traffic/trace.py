@@ -1,6 +1,7 @@
 """Import a real trace CSV (Vidur's processed-trace format) with clear errors on bad rows; a
-multi-turn trace (the session columns, :data:`gpu_simulate_test.core.sessions.SESSION_KEYS`) is
-checked as a workload's sessions are (:func:`gpu_simulate_test.core.sessions.check_sessions`)."""
+multi-turn trace (the session columns,
+:data:`gpu_simulate_test.core.traffic.sessions.SESSION_KEYS`) is checked as a workload's sessions
+are (:func:`gpu_simulate_test.core.traffic.sessions.check_sessions`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core.sessions import (
+from gpu_simulate_test.core.traffic.sessions import (
     SESSION_KEYS,
     Sessions,
     check_session_arrivals,

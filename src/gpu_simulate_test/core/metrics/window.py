@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.core import percentiles as pct
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 SUSTAINED_RATIO = 0.9
 """Completion rate / arrival rate at or above this: the queue did not grow (allowing for the

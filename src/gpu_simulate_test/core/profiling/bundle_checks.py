@@ -5,8 +5,8 @@ a stretch of shapes can be timed while another job holds the cores, and the prof
 for instance, that a projection takes 44 ms on 2 tokens and 0.13 ms on 147. The simulator would
 believe it. These checks find such inversions. The profiler runs them on a fresh profile, re-times
 the shapes they point at and records what is left in ``meta.json`` ``quality_warnings``; every
-load of a bundle runs them again (:func:`gpu_simulate_test.core.bundle.load_bundle`), so a table
-changed after it was checked is not simulated in silence.
+load of a bundle runs them again (:func:`gpu_simulate_test.core.profiling.bundle.load_bundle`), so
+a table changed after it was checked is not simulated in silence.
 """
 
 from __future__ import annotations

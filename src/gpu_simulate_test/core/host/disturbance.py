@@ -17,7 +17,7 @@ for truth in silence. A run is judged on what it recorded:
   when more than :data:`HELD_BACK_SHARE_LIMIT` of all gaps are.
 - **Foreign CPU**: other processes (not this one, the server it started or the shell waiting
   for it) used more than :data:`FOREIGN_CORES_LIMIT` cores on average during the replay
-  (:class:`gpu_simulate_test.core.busy.ForeignLoad`).
+  (:class:`gpu_simulate_test.core.host.busy.ForeignLoad`).
 
 A sign that cannot be measured (no step log, a server that is not ours) is reported as not
 measured, never as passed.
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.busy import FOREIGN_CORES_LIMIT
+from gpu_simulate_test.core.host.busy import FOREIGN_CORES_LIMIT
+from gpu_simulate_test.core.metrics import percentiles as pct
 
 LATE_SEND_P99_LIMIT_MS = 2.0
 """Arrival error p99 (over the isolated sends) above this is a late-sending client."""
@@ -156,7 +156,7 @@ def held_back_streams(gaps_s: Sequence[float], step_ms: Sequence[float]) -> Sign
 
 
 def foreign_cpu(cores: float | None, why_not: str = "") -> Sign:
-    """The foreign-CPU sign of :class:`~gpu_simulate_test.core.busy.ForeignLoad`'s reading
+    """The foreign-CPU sign of :class:`~gpu_simulate_test.core.host.busy.ForeignLoad`'s reading
     (None: not measured, ``why_not`` says why)."""
     if cores is None:
         return Sign(FOREIGN_CPU, False, False, None, FOREIGN_CORES_LIMIT, "cores", why_not)

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.config.schema import MODEL_DIMENSIONS, ModelConfig
-from gpu_simulate_test.core.bundle_checks import profile_warnings
+from gpu_simulate_test.core.profiling.bundle_checks import profile_warnings
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, Column, TableSchema, read_csv, read_json
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
@@ -291,7 +291,7 @@ def check_grid_rows(
     grid = meta.get("grid")
     if not isinstance(grid, Mapping):
         return
-    from gpu_simulate_test.core.grid import ProfileGrid  # the profiler's own shapes
+    from gpu_simulate_test.core.profiling.grid import ProfileGrid  # the profiler's own shapes
 
     try:
         shapes = ProfileGrid(

@@ -11,7 +11,7 @@ import numpy as np
 
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.core.engines.records import BenchRequest
-from gpu_simulate_test.core.workloads import LoadedWorkload
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_jsonl
 

@@ -16,12 +16,16 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadConfig
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.prefixes import SharedPrefixes, describe, draw_prefixes
-from gpu_simulate_test.core.prompts import exact_text_prompts, load_tokenizer, random_token_ids
+from gpu_simulate_test.core.metrics import percentiles as pct
 from gpu_simulate_test.core.reporting import progress_bar
-from gpu_simulate_test.core.sampling import rescale_to_qps, sample_arrivals, sample_lengths
-from gpu_simulate_test.core.sessions import (
+from gpu_simulate_test.core.traffic.prefixes import SharedPrefixes, describe, draw_prefixes
+from gpu_simulate_test.core.traffic.prompts import (
+    exact_text_prompts,
+    load_tokenizer,
+    random_token_ids,
+)
+from gpu_simulate_test.core.traffic.sampling import rescale_to_qps, sample_arrivals, sample_lengths
+from gpu_simulate_test.core.traffic.sessions import (
     Sessions,
     check_session_arrivals,
     check_sessions,
@@ -29,8 +33,8 @@ from gpu_simulate_test.core.sessions import (
     draw_sessions,
     sessions_from_frame,
 )
-from gpu_simulate_test.core.sessions import describe as describe_sessions
-from gpu_simulate_test.core.trace import load_trace
+from gpu_simulate_test.core.traffic.sessions import describe as describe_sessions
+from gpu_simulate_test.core.traffic.trace import load_trace
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -47,7 +51,7 @@ WORKLOAD_META_VERSION = "1.0"
 PROMPT_WRITE_CHUNK = 4096
 LENGTH_STATS: tuple[str, ...] = ("min", "mean", *pct.names((50, 90, 99)), "max")
 """The statistics of each length in the workload summary (percentiles from the one list,
-:data:`gpu_simulate_test.core.percentiles.PERCENTILES`)."""
+:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.schema import LengthDistConfig, SessionConfig
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.sampling import sample_durations, sample_lengths
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.traffic.sampling import sample_durations, sample_lengths
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 SESSION_STREAM = 3

@@ -1,7 +1,7 @@
 """The one run summary, for a real run and a simulated one alike.
 
 :func:`summarize_run` takes a run's requests (their latencies by the one definition,
-:mod:`gpu_simulate_test.core.latency`) and gives a :class:`RunSummary`:
+:mod:`gpu_simulate_test.core.metrics.latency`) and gives a :class:`RunSummary`:
 
 - **one unit: seconds.** Every time in and out is in seconds; a file that keeps milliseconds
   (``real_bench``'s ``summary.json``, keyed like ``vllm bench serve``) converts at its edge, by
@@ -11,8 +11,8 @@
   scheduled). The run's span, which every rate divides by, runs from there to the last output
   token of any request;
 - the distributions by the one percentile routine
-  (:func:`gpu_simulate_test.core.percentiles.describe`: NaN for an empty sample), and the
-  goodput by :func:`gpu_simulate_test.core.goodput.goodput` over the same span.
+  (:func:`gpu_simulate_test.core.metrics.percentiles.describe`: NaN for an empty sample), and the
+  goodput by :func:`gpu_simulate_test.core.metrics.goodput.goodput` over the same span.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu_simulate_test.config.schema import GoodputConfig
-from gpu_simulate_test.core import percentiles as pct
-from gpu_simulate_test.core.goodput import goodput
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.metrics.goodput import goodput
 
 NAN = float("nan")
 SERIES: tuple[str, ...] = ("ttft", "tpot", "e2e", "itl")
@@ -48,7 +48,8 @@ class RunSummary:
     series_s: dict[str, npt.NDArray[np.float64]]
     """Per completed request (``itl``: every gap, pooled), by :data:`SERIES` name."""
     goodput: dict[str, Any] | None
-    """:func:`gpu_simulate_test.core.goodput.goodput` over :attr:`span_s`; None without goals."""
+    """:func:`gpu_simulate_test.core.metrics.goodput.goodput` over :attr:`span_s`; None without
+    goals."""
 
     def per_s(self, count: float) -> float:
         """``count`` per second of the span; NaN for a span of 0."""

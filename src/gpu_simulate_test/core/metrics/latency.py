@@ -8,8 +8,9 @@ wrapper and compare alike (``vllm bench serve``'s conventions):
 - **ITL** = the gaps between a request's consecutive output events, pooled over requests.
 
 Each works on floats and on numpy arrays alike (arrays in, arrays out). Their distributions are
-summarized by the one percentile routine, :func:`gpu_simulate_test.core.percentiles.describe`
-(one list of percentiles, NaN for an empty sample).
+summarized by the one percentile routine,
+:func:`gpu_simulate_test.core.metrics.percentiles.describe` (one list of percentiles, NaN for an
+empty sample).
 """
 
 from __future__ import annotations

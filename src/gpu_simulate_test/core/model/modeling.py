@@ -128,7 +128,7 @@ def ensure_snapshot(model: ModelConfig, root: Path, dtype: str) -> Path:
     import shutil
     import tempfile
 
-    from gpu_simulate_test.core.prompts import bundled_tokenizer_dir
+    from gpu_simulate_test.core.traffic.prompts import bundled_tokenizer_dir
 
     if model.local_path:
         return Path(model.local_path)

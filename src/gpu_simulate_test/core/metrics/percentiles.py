@@ -36,7 +36,7 @@ def select(*percentiles: int) -> tuple[int, ...]:
     if unknown:
         raise ValueError(
             f"percentile(s) {', '.join(map(str, unknown))} not in the one list "
-            f"{', '.join(map(str, PERCENTILES))} (gpu_simulate_test.core.percentiles)"
+            f"{', '.join(map(str, PERCENTILES))} (gpu_simulate_test.core.metrics.percentiles)"
         )
     return tuple(percentiles)
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.schema import PrefixConfig
-from gpu_simulate_test.core.prompts import exact_text_prompts, random_token_ids
-from gpu_simulate_test.core.sampling import sample_lengths
+from gpu_simulate_test.core.traffic.prompts import exact_text_prompts, random_token_ids
+from gpu_simulate_test.core.traffic.sampling import sample_lengths
 
 PREFIX_STREAM = 2
 """The seed stream of the prefixes: ``SeedSequence([workload.seed, PREFIX_STREAM])`` (stream 1 is

@@ -1,0 +1,1 @@
+"""Request latency metrics, percentiles, goodput, a run's summary and its measured window."""

@@ -1,0 +1,1 @@
+"""The Vidur profiling bundle: its files, its shape grid and its data checks."""
