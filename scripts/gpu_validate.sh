@@ -90,7 +90,7 @@ if [ "$HW" != cpu ] && [ "$total" -gt "$CALL_LIMIT_S" ]; then
   echo "more than one device command (${CALL_LIMIT_S} s): give each part its own call, e.g." \
     "STEPS=\"workload profile fidelity\" then STEPS=capacity" | tee -a "$OUT/steps.txt"
 fi
-[ -n "${PLAN_ONLY:-}" ] && exit 0  # the plan alone (tests/unit/test_gpu_presets.py reads it)
+[ -n "${PLAN_ONLY:-}" ] && exit 0  # the plan alone (tests/unit/config/test_gpu_presets.py reads it)
 
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -126,7 +126,7 @@ if want workload; then
 fi
 if want profile; then
   # the bundle every later step reuses when it covers them (the presets share its ranges and
-  # engine knobs: tests/unit/test_gpu_presets.py)
+  # engine knobs: tests/unit/config/test_gpu_presets.py)
   step profile python3 -m gpu_simulate_test.cli.vidur_profile +experiment="$PROFILE_EXPERIMENT" \
     workload_dir="tmp/workload/$TAG-w" output.run_id="$TAG-p" progress=false
 fi

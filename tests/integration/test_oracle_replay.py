@@ -111,7 +111,7 @@ def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project
     its steps differ from the same simulation without them (``vidur.serving_load=false``)."""
     from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, SERVING_STEPS_TABLE
     from gpu_simulate_test.io.artifacts import write_csv, write_json
-    from tests.unit.test_engine_overhead import steps
+    from tests.unit.calibration.test_engine_overhead import steps
 
     bundle = project / "tmp" / "profiles" / "cpu" / "qwen3_tiny"
     write_csv(bundle / layout.ENGINE_STEPS, steps("vllm"), ENGINE_STEPS_TABLE)

@@ -29,7 +29,7 @@ from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.vidur_simulate.metrics import ENGINE_QUEUED_DELAY, EXTRA_COLUMNS
 from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 from tests.conftest import run_cli
-from tests.unit.test_engine_overhead import steps
+from tests.unit.calibration.test_engine_overhead import steps
 from tests.vidur_bundle_factory import (
     QWEN3_0_6B,
     QWEN3_TINY,

@@ -193,3 +193,14 @@ def test_every_stage_has_a_stage_and_a_contract_module() -> None:
     assert not (PACKAGE / SHARED_STEPS / "stage.py").exists()
     folders = {path.parent.name for path in PACKAGE.glob("*/*.py")}
     assert folders == STAGES | set(FLOORS) | {SHARED_STEPS, "cli"}
+
+
+def test_unit_tests_mirror_the_package() -> None:
+    """``tests/unit/<folder>/`` holds the tests of ``src/gpu_simulate_test/<folder>/``; only the
+    tests of the whole package (its layout, code shape, docs, spec page) sit at the top."""
+    tests = REPO / "tests" / "unit"
+    folders = {p.parent.relative_to(tests) for p in tests.rglob("test_*.py")} - {Path(".")}
+    assert folders, "no test folder found"
+    assert not [str(f) for f in folders if not (PACKAGE / f).is_dir()]
+    top = {p.stem for p in tests.glob("test_*.py")}
+    assert top <= {"test_layout", "test_code_shape", "test_library_docs", "test_spec_page"}

@@ -1,0 +1,164 @@
+"""The real engine's knobs → Vidur's, and the profile ranges the pipeline asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from gpu_simulate_test.config.backends import (
+    HfCbBackendConfig,
+    HfGenerateBackendConfig,
+    OpenAIBackendConfig,
+)
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
+from gpu_simulate_test.core.engines.knobs import derive_scheduler, knob_mismatches
+from gpu_simulate_test.orchestrate.profiling import profile_ranges
+from gpu_simulate_test.vidur_simulate.plan import Requirements
+
+
+def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
+    backend = HfCbBackendConfig(
+        max_batch_tokens=384, max_requests_per_batch=12, num_blocks=99, block_size=32
+    )
+    sched, derived = derive_scheduler(backend, VidurSchedulerConfig(name="vllm"), 500)
+    assert derived
+    assert (sched.name, sched.chunk_size, sched.batch_size_cap) == ("sarathi", 384, 12)
+    assert (sched.block_size, sched.num_blocks) == (32, 99)
+    assert knob_mismatches({"name": "hf_cb", **vars(backend)}, vars(sched)) == {}
+
+
+def test_hf_generate_is_batch_cap_one_without_chunking() -> None:
+    sched, derived = derive_scheduler(HfGenerateBackendConfig(), VidurSchedulerConfig(), 700)
+    assert derived and sched.batch_size_cap == 1 and sched.chunk_size == 700
+
+
+def test_openai_keeps_the_given_scheduler_and_mismatches_are_named() -> None:
+    base = VidurSchedulerConfig(batch_size_cap=8)
+    assert derive_scheduler(OpenAIBackendConfig(), base, 10) == (base, False)
+    found = knob_mismatches(
+        {"name": "hf_cb", "max_batch_tokens": 256, "max_requests_per_batch": 32, "block_size": 16,
+         "num_blocks": 512},
+        {"name": "sarathi", "chunk_size": 512, "batch_size_cap": 32, "block_size": 16},
+        num_blocks=512,
+    )  # fmt: skip
+    assert found == {"max_batch_tokens ↔ chunk_size": (256, 512)}
+
+
+def test_profile_ranges_widen_to_the_needs() -> None:
+    needs = Requirements(
+        max_request_tokens=300, max_prompt_tokens=200, max_batch_tokens=256, max_batch_size=40,
+        max_prefill_chunk=256,
+    )  # fmt: skip
+    base = ProfileRangesConfig(max_num_tokens=128, max_batch_size=32, max_prefill_chunk=512,
+                               max_kv_cache_size=256)  # fmt: skip
+    got = profile_ranges(base, needs)
+    assert (got.max_num_tokens, got.max_batch_size, got.max_prefill_chunk) == (256, 40, 512)
+    assert got.max_kv_cache_size == 300
+    assert profile_ranges(ProfileRangesConfig(max_kv_cache_size=0), needs).max_kv_cache_size == 0
+
+
+def test_pipeline_config_is_a_pipeline_stage(compose_stage) -> None:
+    """The schema says which stage a config drives; there is no ``stage.run_type`` to set."""
+    typed = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    assert isinstance(typed, PipelineStageConfig) and typed.model.name == "qwen3_tiny"
+    with pytest.raises(ConfigCompositionException, match=r"stage"):
+        compose_stage("pipeline", ["stage.run_type=pipeline"])
+
+
+def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
+    """The engine calibration must be this code's version, for this backend and its knobs."""
+    import dataclasses
+
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits
+    from tests.unit.calibration.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=HfCbBackendConfig(),
+        output=OutputConfig(),
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    assert calibration_misfits(cfg, load_bundle(path)) == [
+        "no engine calibration for backend hf_cb"
+    ]
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    meta = read_json(path / layout.BUNDLE_META)
+    settings = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
+
+    def calibrated(**info: object) -> list[str]:
+        write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": info}})
+        return calibration_misfits(cfg, load_bundle(path))
+
+    assert "version 1" in calibrated(version=1, settings=settings)[0]
+    assert calibrated(version=CALIBRATION_VERSION, settings=settings) == []
+    other = {**settings, "backend": {**settings["backend"], "max_requests_per_batch": 8}}
+    assert calibrated(version=CALIBRATION_VERSION, settings=other) == [
+        "engine calibration of hf_cb was made with other backend"
+    ]
+
+
+def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: Path) -> None:
+    """A calibration through the pipeline's own server (another port) stands for the engine;
+    one made on another vLLM version does not."""
+    import dataclasses
+
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
+    from gpu_simulate_test.config.backends import ServerConfig, VllmBackendConfig
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits
+    from tests.unit.calibration.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    backend = VllmBackendConfig(block_size=32, server=ServerConfig(kind="vllm"))
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=backend,
+        output=OutputConfig(),
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    meta = read_json(path / layout.BUNDLE_META)
+    shared = dataclasses.replace(
+        backend,
+        base_url="http://127.0.0.1:41234",
+        server=ServerConfig(kind="external", log_file="tmp/pipeline/x/server.log"),
+    )
+    settings = as_stored_json(
+        dataclasses.asdict(engine_calibration(dataclasses.replace(cfg, backend=shared)))
+    )
+
+    def calibrated(version: str | None) -> list[str]:
+        info = {
+            "version": CALIBRATION_VERSION,
+            "settings": settings,
+            "engine": {"vllm_version": version},
+        }
+        write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": info}})
+        return calibration_misfits(cfg, load_bundle(path))
+
+    installed = vllm_version()
+    if installed is None:
+        pytest.skip("needs vllm installed")
+    assert calibrated(installed) == []
+    assert calibrated("0.1.0") == [
+        f"engine calibration of vllm was made on vLLM 0.1.0, this is {installed}"
+    ]
