@@ -3,6 +3,10 @@ caching, closed loops, preemption, chunked prefill, the long-prefill threshold, 
 under a seeded clock, and one sha256 over every rows table, schedule, preemption count, prefix
 cache total and error message.
 
+Each case runs twice: under a clock that times every step from its composition, and under the
+same clock with a ``decode_body`` (an engine that finds one takes stretches of pure decode
+steps in one pass); both ``TOTAL`` lines must agree, and with another commit's.
+
 Run it with the code of two commits and compare the ``TOTAL`` lines (an older checkout keeps
 ``run_v1`` in ``vidur_simulate``; this script finds it there too):
 
@@ -47,9 +51,22 @@ class SeededClock:
         return float(self.rng.choice([0.0, 0.001]))
 
     def body(self, index: int, step: Any) -> float:
+        kv = sum(size for _, size in step.chunks)
         return (
             0.002 + 1e-5 * step.prefill_tokens + 3e-5 * step.decode_tokens
             + 1e-6 * len(step.chunks) + 1e-7 * step.first_scheduled + 1e-8 * min(step.idle_s, 1e3)
+            + 1e-9 * kv
+        )  # fmt: skip
+
+
+class StretchingClock(SeededClock):
+    """The same clock, with the body of a pure decode step asked without its chunks (an engine
+    that has it takes decode stretches in one pass): the same value, the same draws."""
+
+    def decode_body(self, index: int, start_s: float, requests: int, kv_tokens: int) -> float:
+        return (
+            0.002 + 1e-5 * 0 + 3e-5 * requests + 1e-6 * requests + 1e-7 * 0 + 1e-8 * min(0.0, 1e3)
+            + 1e-9 * kv_tokens
         )  # fmt: skip
 
 
@@ -105,11 +122,17 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=400)
     args = parser.parse_args()
     params_type, run_v1 = _engine()
+    for clock in (SeededClock, StretchingClock):
+        print(clock.__name__, "TOTAL", total_hash(params_type, run_v1, clock, args.cases))
+
+
+def total_hash(params_type: Any, run_v1: Any, clock: type[SeededClock], cases: int) -> str:
+    """One sha256 over every case's result (or error) under ``clock``."""
     total = hashlib.sha256()
-    for seed in range(args.cases):
+    for seed in range(cases):
         params, arr, prompts, outs, segs, after = case(seed, params_type)
         try:
-            res = run_v1(params, SeededClock(seed), arr, prompts, outs, segments=segs, after=after)
+            res = run_v1(params, clock(seed), arr, prompts, outs, segments=segs, after=after)
             blob = (
                 res.requests.to_csv(index=False) + res.schedule.to_csv(index=False)
                 + str(res.preemptions) + str(res.prefix_cache)
@@ -117,9 +140,7 @@ def main() -> None:
         except Exception as exc:  # the refused cases must be refused alike
             blob = f"{type(exc).__name__}: {exc}"
         total.update(blob.encode())
-        if seed % 100 == 0:
-            print(seed, hashlib.sha256(blob.encode()).hexdigest()[:12])
-    print("TOTAL", total.hexdigest())
+    return total.hexdigest()
 
 
 if __name__ == "__main__":

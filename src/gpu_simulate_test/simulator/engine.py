@@ -66,6 +66,24 @@ class RequestBook:
         ``num_cached_tokens``; -1: never admitted)."""
 
 
+class Stretch:
+    """The schedule's rows of a stretch of pure decode steps, kept as one record (expanded by
+    :func:`.run.schedule_frame`): every step schedules the same ``requests`` one token each."""
+
+    __slots__ = ("ends", "first_index", "requests", "running_after", "starts")
+
+    def __init__(self, first_index: int, requests: list[int], running: int) -> None:
+        self.first_index = first_index
+        self.requests = requests
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.running_after = running
+        """Requests running after the last step (those that emitted their last token gone)."""
+
+
+Row = tuple[object, ...] | Stretch
+"""A step's row of the schedule, or a stretch's rows."""
+
 Follow = Callable[[int, float], None]
 """Called with (request, when it is sent) when a request with a follower finishes."""
 
@@ -98,7 +116,7 @@ class VllmV1Engine:
         self.running: list[int] = []
         self.pending: list[tuple[float, int]] = []
         """Arrivals not yet queued, earliest first (ties by request id)."""
-        self.rows: list[tuple[object, ...]] = []
+        self.rows: list[Row] = []
         self.preemptions = 0
         self.finished = 0
         self.index = 0
@@ -225,6 +243,96 @@ class VllmV1Engine:
             )  # fmt: skip
         self.index = index + 1
         self.ready = end
+
+    def advance(self, until: float = math.inf) -> None:
+        """Take every step scheduled before ``until`` (inf: until the engine has nothing left):
+        the steps, rows and times :meth:`step` takes one by one, with each stretch of pure
+        decode steps that nothing can change taken in one pass (:meth:`_stretch`)."""
+        decode_body = getattr(self.clock, "decode_body", None)
+        while self.next_start() < until:
+            if decode_body is None or not self._stretch(decode_body, until):
+                self.step()
+
+    def _stretch(self, decode_body: Callable[[int, float, int, int], float], until: float) -> bool:
+        """From the step at :meth:`next_start`: while no request waits or is queued by a step's
+        start, every running request decodes one token a step (none finishes before the last
+        step, the cache has room: :meth:`~.kv_cache.KVCacheManager.room_for`), steps take the
+        clock's ``decode_body`` in order, and the requests' tokens, busy times and blocks are
+        updated once at the end, in the order :meth:`step` updates them. False (nothing taken)
+        when the next step is no such stretch of at least two steps."""
+        running, pending, book = self.running, self.pending, self.book
+        start = self._start
+        assert start is not None
+        n = len(running)
+        if self.waiting or not n or n > self.params.max_num_batched_tokens:
+            return False
+        if pending and pending[0][0] <= start:
+            return False
+        prompt, outputs, computed, max_out = book.prompt, book.outputs, book.computed, book.max_out
+        steps = 1 << 62
+        kv_tokens = 0
+        for r in running:
+            o = outputs[r]
+            if not o or computed[r] != prompt[r] + o - 1:
+                return False
+            steps = min(steps, max_out[r] - o)
+            kv_tokens += computed[r]
+        steps = self.kv.room_for(running, computed, steps) if steps > 1 else 0
+        if steps < 2:
+            return False
+        record = Stretch(self.index, list(running), n) if self.log_steps else None
+        clock, index, durations = self.clock, self.index, []
+        taken = 0
+        while True:
+            taken += 1
+            end = start + decode_body(index, start, n, kv_tokens + n * taken)
+            durations.append(end - start)
+            if record is not None:
+                record.starts.append(start)
+                record.ends.append(end)
+            index += 1
+            self.ready = end
+            if taken == steps:
+                self._start = None
+                break
+            start = end + max(0.0, clock.gap(index))
+            if start >= until or (pending and pending[0][0] <= start):
+                self._start, self._idle = start, 0.0  # the next step's start, asked once
+                break
+        self.index = index
+        self._close_stretch(taken, durations, end)
+        if record is not None:
+            record.running_after = len(running)
+            self.rows.append(record)
+        return True
+
+    def _close_stretch(self, taken: int, durations: list[float], end: float) -> None:
+        """A stretch's ``taken`` steps on its requests: tokens, busy times (added step by step,
+        as :meth:`step` adds them) and blocks; then those that emitted their last token."""
+        running, book, kv = self.running, self.book, self.kv
+        computed, outputs, busy_s, max_out = book.computed, book.outputs, book.busy_s, book.max_out
+        done = []
+        for r in running:
+            b = busy_s[r]
+            for d in durations:
+                b += d
+            busy_s[r] = b
+            computed[r] += taken
+            outputs[r] += taken
+            grew = kv.extend(r, computed[r])
+            assert grew, "room_for promised the blocks"
+            if outputs[r] >= max_out[r]:
+                done.append(r)
+        after = self.after
+        for r in done:
+            book.done[r] = end
+            kv.free(r)
+            running.remove(r)
+            self.finished += 1
+            if after is not None and after[r][0] >= 0:
+                nxt, think = after[r]
+                book.arr[nxt] = end + think
+                self.follow(nxt, end + think)
 
     def _schedule_running(
         self, budget: int, limit: int, chosen: Chosen, chunks: list[tuple[int, int]]

@@ -65,6 +65,13 @@ class KVCacheManager(Protocol):
         """A finished or preempted request's blocks go back to the pool."""
         ...
 
+    def room_for(self, rs: Sequence[int], tokens: Sequence[int], steps: int) -> int:
+        """How many of the next ``steps`` decode steps the requests ``rs`` (now at
+        ``tokens[r]`` tokens) can take, one token each per step, with no preemption and with
+        their :meth:`extend`\\ s made in one call per request at the end to the same effect
+        (0: take the steps one by one)."""
+        ...
+
     def usage(self) -> float:
         """The share of usable blocks in use (vLLM's ``get_usage``: 0 to 1)."""
         ...
@@ -106,6 +113,15 @@ class CountingKVCache:
     def free(self, r: int) -> None:
         self.free_blocks += self.held[r]
         self.held[r] = 0
+
+    def room_for(self, rs: Sequence[int], tokens: Sequence[int], steps: int) -> int:
+        """All ``steps`` when the free blocks cover every request's growth (blocks are counted,
+        not named: the order they are taken in changes nothing), else 0."""
+        bs, held = self.block_size, self.held
+        need = 0
+        for r in rs:
+            need += -(-(tokens[r] + steps) // bs) - held[r]
+        return steps if need <= self.free_blocks else 0
 
     def usage(self) -> float:
         return 1.0 - self.free_blocks / self.usable if self.usable else 0.0
@@ -213,6 +229,17 @@ class PrefixKVCache:
             free_q.move_to_end(b, last=False)
         self.blocks[r] = []
         self.n_cached[r] = 0
+
+    def room_for(self, rs: Sequence[int], tokens: Sequence[int], steps: int) -> int:
+        """The steps before any request of ``rs`` needs a new block or fills one (which is
+        cached when it fills, in the order of the steps): extends in between change nothing."""
+        bs, blocks, n_cached = self.block_size, self.blocks, self.n_cached
+        for r in rs:
+            t = tokens[r]
+            steps = min(steps, len(blocks[r]) * bs - t, (n_cached[r] + 1) * bs - 1 - t)
+            if steps <= 0:
+                return 0
+        return steps
 
     def usage(self) -> float:
         usable = len(self.ref) - 1

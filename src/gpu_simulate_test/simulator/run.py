@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import SCHEDULE_COLUMNS
-from gpu_simulate_test.simulator.engine import RequestBook, VllmV1Engine
+from gpu_simulate_test.simulator.engine import RequestBook, Row, Stretch, VllmV1Engine
 from gpu_simulate_test.simulator.kv_cache import (
     CountingKVCache,
     KVCacheManager,
@@ -91,8 +91,7 @@ def run_v1(
     for r in order:
         if not math.isnan(book.arr[r]):
             engine.add(r, book.arr[r])
-    while engine.next_start() < math.inf:
-        engine.step()
+    engine.advance()
     requests = v1_rows(
         book.arr,
         prompt,
@@ -129,14 +128,40 @@ def unsent_followers(
     return arrived
 
 
-def schedule_frame(rows: list[tuple[object, ...]]) -> pd.DataFrame:
-    """The engines' step rows as the ``engine_schedule`` table (column by column: a frame from
-    a list of rows infers the same dtypes, several times slower)."""
-    if not rows:
-        return pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS))
-    return pd.DataFrame(
-        dict(zip(SCHEDULE_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
-    )
+def schedule_frame(rows: Sequence[Row]) -> pd.DataFrame:
+    """The engines' step rows (a stretch's expanded) as the ``engine_schedule`` table, column by
+    column (a frame from a list of rows infers the same dtypes, several times slower)."""
+    columns: list[list[object]] = [[] for _ in SCHEDULE_COLUMNS]
+    single: list[tuple[object, ...]] = []
+    for row in rows:
+        if isinstance(row, tuple):
+            single.append(row)
+            continue
+        if single:
+            for column, values in zip(columns, zip(*single, strict=True), strict=True):
+                column.extend(values)
+            single = []
+        _extend_stretch(columns, row)
+    if single:
+        for column, values in zip(columns, zip(*single, strict=True), strict=True):
+            column.extend(values)
+    return pd.DataFrame(dict(zip(SCHEDULE_COLUMNS, columns, strict=True)))
+
+
+def _extend_stretch(columns: list[list[object]], stretch: Stretch) -> None:
+    """A stretch's rows: one decode token per request a step, nothing waiting or preempted."""
+    m = len(stretch.starts)
+    n = len(stretch.requests)
+    text = " ".join([f"{r}:1" for r in stretch.requests])
+    index, start, end, npre, tpre, ndec, tdec, preempted, waiting, running, requests = columns
+    index.extend(range(stretch.first_index, stretch.first_index + m))
+    start.extend(stretch.starts)
+    end.extend(stretch.ends)
+    for column, value in ((npre, 0), (tpre, 0), (ndec, n), (tdec, n), (preempted, 0), (waiting, 0)):
+        column.extend([value] * m)
+    running.extend([n] * (m - 1))
+    running.append(stretch.running_after)
+    requests.extend([text] * m)
 
 
 def _check_closed_loop(arrivals: np.ndarray, after: Sequence[tuple[int, float]] | None) -> None:

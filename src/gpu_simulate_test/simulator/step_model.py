@@ -55,6 +55,8 @@ class BatchTimer:
             draw = self.jitter
             self.jitter = lambda: draw() * scale
         self._memo: dict[tuple[Any, ...], float] = {}
+        self.decodes: dict[tuple[int, int], float] = {}
+        """:meth:`time` of a batch of decodes alone, by (decodes, their mean KV size rounded)."""
 
     def time(
         self, total_q: int, num_decodes: int, decode_kv: int, prefills: tuple[tuple[int, int], ...]
@@ -153,23 +155,47 @@ class PredictorClock:
 
     def body(self, index: int, step: Composition) -> float:
         value = predicted_s(self.timer, step.chunks)
-        if self.serving is not None:
-            if step.idle_s > 0:
-                stretched = value * self.serving.stretch()
-                value = max(0.5 * value, stretched + self.serving.wake_s(step.idle_s))
+        return self._timed(
+            value, step.start_s, step.idle_s, step.first_scheduled, step.decode_requests
+        )
+
+    def decode_body(self, index: int, start_s: float, requests: int, kv_tokens: int) -> float:
+        """:meth:`body` of a busy step of ``requests`` decodes (none scheduled for the first
+        time) whose KV sizes after the step sum to ``kv_tokens``: the same value, without the
+        step's chunks (:meth:`VllmV1Engine.advance <.engine.VllmV1Engine.advance>`'s decode
+        stretches)."""
+        timer = self.timer
+        g = timer.granularity
+        mean_kv = (int(kv_tokens / requests) + g - 1) // g * g
+        value = timer.decodes.get((requests, mean_kv))
+        if value is None:
+            value = timer.decodes[requests, mean_kv] = timer.time(requests, requests, mean_kv, ())
+        if self.serving is None and self.jitter is None:
+            return value * self.scale
+        return self._timed(value, start_s, 0.0, 0, requests)
+
+    def _timed(
+        self, value: float, start_s: float, idle_s: float, first: int, decodes: int
+    ) -> float:
+        """A step's predicted seconds with the serving terms, the jitter and the scale."""
+        serving = self.serving
+        if serving is not None:
+            if idle_s > 0:
+                stretched = value * serving.stretch()
+                value = max(0.5 * value, stretched + serving.wake_s(idle_s))
             else:  # the slow moments were measured on busy steps
                 assert self._noise is not None
-                value = value * self.serving.stretch(*self._rates(step.start_s))
+                value = value * serving.stretch(*self._rates(start_s))
                 value = value * next(self._noise)
         if self.jitter is not None:
             value = value * self.jitter()
         value = value * self.scale
-        if self.serving is not None:
-            self._end = step.start_s + value
-            new = step.first_scheduled  # taken in (a prefix-cache hit's chunk is not q == kv)
-            self._recent.append((self._end, new, step.decode_requests))
-            self._taken += new
-            self._streamed += step.decode_requests
+        if serving is not None:
+            self._end = start_s + value
+            # taken in: first-scheduled requests (a prefix-cache hit's chunk is not q == kv)
+            self._recent.append((self._end, first, decodes))
+            self._taken += first
+            self._streamed += decodes
         return value
 
 

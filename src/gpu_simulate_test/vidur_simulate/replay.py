@@ -101,7 +101,10 @@ def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray)
 
 def schedule_with_ids(schedule: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
     """A simulated schedule whose ``requests`` name the trace's rows, with the workload's
-    request ids instead (``row:tokens`` → ``request_id:tokens``)."""
+    request ids instead (``row:tokens`` → ``request_id:tokens``); the schedule itself where
+    each row's id is its position."""
+    if np.array_equal(ids, np.arange(len(ids))):
+        return schedule
 
     def named(items: str) -> str:
         return " ".join(f"{int(ids[int(row)])}:{tokens}" for row, tokens in parse_requests(items))
