@@ -145,7 +145,19 @@ def schedule_frame(rows: Sequence[Row]) -> pd.DataFrame:
     if single:
         for column, values in zip(columns, zip(*single, strict=True), strict=True):
             column.extend(values)
-    return pd.DataFrame(dict(zip(SCHEDULE_COLUMNS, columns, strict=True)))
+    if not columns[0]:
+        return pd.DataFrame([], columns=list(SCHEDULE_COLUMNS))
+    *numbers, requests = columns
+    frame = {
+        name: np.array(values, dtype=float if name in _FLOAT_COLUMNS else np.int64)
+        for name, values in zip(SCHEDULE_COLUMNS, numbers, strict=False)
+    }
+    frame[SCHEDULE_COLUMNS[-1]] = np.array(requests, dtype=object)
+    return pd.DataFrame(frame, copy=False)
+
+
+_FLOAT_COLUMNS = frozenset(SCHEDULE_COLUMNS[1:3])
+"""The step's start and end; the other columns but the last (its requests) are counts."""
 
 
 def _extend_stretch(columns: list[list[object]], stretch: Stretch) -> None:
