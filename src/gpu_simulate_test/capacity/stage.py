@@ -67,9 +67,10 @@ from gpu_simulate_test.capacity.split import (
     recorded_inputs,
     write_real,
 )
-from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
+from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
+from gpu_simulate_test.config.search import SearchOptions
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.metrics.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.metrics.percentiles import LATENCY_PERCENTILES, latency_ms
@@ -255,7 +256,7 @@ def simulated_rate(
     qps: float,
     phase: str,
     points_dir: Path | None,
-    opts: CapacityOptions,
+    opts: SearchOptions,
     step_model: StepModel | None = None,
 ) -> tuple[Point, Any]:
     """One simulated rate (``points/<qps>``; None: in memory), judged by the goals; and its

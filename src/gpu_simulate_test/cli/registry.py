@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, writable_schema
+from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, composable_schema
 
 __all__ = ("CONFIG_DIR", "register_configs")
 
@@ -15,4 +15,4 @@ def register_configs() -> None:
     """Register every stage schema with Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     for stage, schema in STAGE_SCHEMAS.items():
-        cs.store(name=f"{stage}_schema", node=writable_schema(schema))
+        cs.store(name=f"{stage}_schema", node=composable_schema(schema))

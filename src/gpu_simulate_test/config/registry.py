@@ -6,7 +6,10 @@ validate a composed or stored config (:func:`to_typed`).
 
 A ``backend`` node composes as :data:`~gpu_simulate_test.config.backends.BackendKnobs` (every
 engine's knobs, unset until given) and is typed as its engine's own class here, so a knob of
-another engine is refused by name."""
+another engine is refused by name. A ``workload`` node composes as the keys its group and the
+overrides give (:func:`composable_schema`), and is typed here with every default filled: a
+job's config (``--cfg job``) shows the workload as given, its run records it whole
+(:func:`to_resolved`)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
 from gpu_simulate_test.config.fidelity import FidelityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.schema import ConfigError, WorkloadStageConfig
+from gpu_simulate_test.config.schema import ConfigError, WorkloadConfig, WorkloadStageConfig
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig, VidurSimulateStageConfig
 
@@ -77,6 +80,26 @@ def writable_schema(schema: type) -> DictConfig:
         parent[key] = knobs
     _clear_readonly(node)
     return node
+
+
+def composable_schema(schema: type) -> DictConfig:
+    """What Hydra composes a stage's config into (``<stage>_schema``): :func:`writable_schema`,
+    its ``workload`` an open mapping of the keys given (the workload group's, the stage's, the
+    overrides'), not every field with its default; :func:`to_typed` checks each key and fills
+    the defaults. Any workload key may be overridden (``workload.session.enabled=true`` where
+    the group named none); an unknown one is refused by :func:`to_typed`, naming it."""
+    node = writable_schema(schema)
+    if not any(f.name == "workload" and _is_workload(f.type) for f in dataclasses.fields(schema)):
+        return node
+    root = OmegaConf.create({})
+    for key in node:
+        root[key] = {} if key == "workload" else node._get_node(key)
+    OmegaConf.set_struct(root.workload, False)
+    return root
+
+
+def _is_workload(annotation: Any) -> bool:
+    return annotation in (WorkloadConfig, "WorkloadConfig")
 
 
 def _clear_readonly(node: DictConfig) -> None:
@@ -154,19 +177,21 @@ def to_typed(cfg: DictConfig, schema: type[T]) -> T:
 
 
 def to_resolved(cfg: DictConfig, typed: Any) -> dict[str, Any]:
-    """``cfg`` resolved, as a run records it (``run_meta.json`` ``config``), each backend as
-    ``typed`` (from :func:`to_typed`) holds it: its engine's knobs, none of another's."""
+    """``cfg`` resolved, as a run records it (``run_meta.json`` ``config``), each backend and
+    workload as ``typed`` (from :func:`to_typed`) holds it: a backend its engine's knobs, none of
+    another's; a workload every field (the given ones and the defaults)."""
     resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     assert isinstance(resolved, dict)
-    _put_backends(resolved, typed)
+    _put_typed(resolved, typed)
     return {str(k): v for k, v in resolved.items()}
 
 
-def _put_backends(resolved: dict[Any, Any], typed: Any) -> None:
-    """Replace each backend in ``resolved`` by its engine's knobs, as ``typed`` holds them."""
+def _put_typed(resolved: dict[Any, Any], typed: Any) -> None:
+    """Replace each backend and workload in ``resolved`` by its values as ``typed`` holds
+    them."""
     for f in dataclasses.fields(typed):
         value = getattr(typed, f.name)
-        if isinstance(value, BackendConfig):
+        if isinstance(value, BackendConfig | WorkloadConfig):
             resolved[f.name] = OmegaConf.to_container(OmegaConf.structured(value))
         elif dataclasses.is_dataclass(value) and isinstance(resolved.get(f.name), dict):
-            _put_backends(resolved[f.name], value)
+            _put_typed(resolved[f.name], value)

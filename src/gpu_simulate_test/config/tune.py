@@ -1,9 +1,13 @@
 """Typed config of the ``tune`` stage: vLLM's engine knobs searched by simulation for the best
 configuration under latency goals, and the best few confirmed on the real engine.
 
-The goals, the rates the simulated search may try and the real search's knobs are the capacity
-stage's (``capacity.*``: ``slo``, ``qps_min``/``qps_max``, ``verify_*``); the space, the objective
-and the confirmation are ``tune.*``."""
+The goals, the rates the simulated search may try and the real search's sizing are the capacity
+stage's keys (``capacity.*``: ``slo``, ``qps_min``/``qps_max``, ``verify_*``), the ones a tune
+reads (:class:`~gpu_simulate_test.config.search.SearchOptions`); the space, the objective and the
+confirmation are ``tune.*``. The simulator's scheduler is each configuration's own (derived from
+its knobs); ``vidur.*`` holds the few simulator settings a tune reads besides
+(:class:`TuneSimulatorConfig`), and the profile's and the real bench's settings are the tune's
+in code (:data:`TUNE_PROFILE`, the pipeline's defaults)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ConfigError, _check
+from gpu_simulate_test.config.search import SearchOptions, SearchStageBase
+from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
+    VidurConfig,
+    VidurPredictorConfig,
+)
 
 TUNE_KNOBS: Mapping[str, str] = MappingProxyType(
     {
@@ -209,22 +220,94 @@ class TuneOptions:
         return {str(name): knob_values(str(name), given) for name, given in self.space.items()}
 
 
-@dataclass(frozen=True)
-class TuneStageConfig(CapacityStageConfig):
-    """``tune``: the capacity stage's fields (the engine, the workload's shape, the goals in
-    ``capacity.slo``, the rates and the real search's knobs) and the space (``tune.*``)."""
+TUNE_PROFILE = ProfileRangesConfig(
+    max_num_tokens=256, max_batch_size=32, max_prefill_chunk=256, max_kv_cache_size=256
+)
+"""The smallest ranges a tune's bundle is profiled over (the pipeline's and the capacity stage's
+defaults on CPU); widened to what the workload and the space's largest knobs need."""
+CAPACITY_ONLY: Mapping[str, Any] = MappingProxyType(
+    {
+        "step_band": 0.0,
+        "verify": "false",
+        "verify_seed": "auto",
+        "verify_probe_requests": 0,
+        "phase": "all",
+        "real_from": None,
+    }
+)
+"""The capacity stage's own options, as a tune runs the capacity stage's steps: no band, no check
+of its own (``tune.verify`` checks), every real search seeded at its configuration's simulated
+capacity, one phase."""
 
+
+@dataclass(frozen=True)
+class TunePredictorConfig:
+    """The predictor's setting a tune may change (``vidur.predictor.*``); the rest Vidur's
+    defaults (:class:`~gpu_simulate_test.config.vidur.VidurPredictorConfig`)."""
+
+    num_training_job_threads: int = 2
+
+    def __post_init__(self) -> None:
+        _check(
+            self.num_training_job_threads >= 1,
+            "vidur.predictor.num_training_job_threads must be >= 1",
+        )
+
+
+@dataclass(frozen=True)
+class TuneSimulatorConfig:
+    """The simulator settings a tune reads (``vidur.*``). Its scheduler is each configuration's
+    own: vLLM's V1 scheduler, its batch caps, block size, KV blocks, chunked prefill and prefix
+    caching derived from the configuration's knobs (``tune.space`` over ``backend.*``); its
+    engine overhead the calibration's (``engine_overhead``); each step's time scale the tune's
+    to set. Everything else is :class:`~gpu_simulate_test.config.vidur.VidurConfig`'s
+    default."""
+
+    predictor: TunePredictorConfig = field(default_factory=TunePredictorConfig)
+    step_jitter: bool = False
+    """Every simulated step times a factor drawn from the calibrated decode steps' spread."""
+    seed: int = 42
+
+    def vidur(self) -> VidurConfig:
+        """The simulator's whole config: these settings, the rest Vidur's defaults."""
+        predictor = VidurPredictorConfig(
+            num_training_job_threads=self.predictor.num_training_job_threads
+        )
+        return VidurConfig(predictor=predictor, step_jitter=self.step_jitter, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class TuneStageConfig(SearchStageBase):
+    """``tune``: the engine, the workload's shape and the bundle
+    (:class:`~gpu_simulate_test.config.search.SearchStageBase`), the simulator settings a tune
+    reads (``vidur.*``), the goals, the rates and the real search's sizing (``capacity.*``), and
+    the space (``tune.*``)."""
+
+    vidur: TuneSimulatorConfig = field(default_factory=TuneSimulatorConfig)
+    capacity: SearchOptions = field(default_factory=SearchOptions)
     tune: TuneOptions = field(default_factory=TuneOptions)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         _check(
             self.backend.name in ("vllm", "vllm_engine"),
             f"backend={self.backend.name}: the tune searches vLLM's knobs; use backend=vllm "
             "(a vLLM server) or backend=vllm_engine",
         )
-        _check(
-            self.capacity.phase == "all" and self.capacity.verify == "false",
-            "the tune confirms on the real engine with tune.verify (top_k, grid); leave "
-            "capacity.verify and capacity.phase at their defaults",
-        )
+
+    def pipeline_fields(self) -> dict[str, Any]:
+        """The simulator's whole config and the tune's profile ranges (the profile's and the
+        real bench's other settings: the pipeline's defaults)."""
+        return {"vidur": self.vidur.vidur(), "profile": TUNE_PROFILE}
+
+    def as_capacity(self, **options: Any) -> CapacityStageConfig:
+        """The capacity stage's config whose steps the tune runs (the bundle, a real search):
+        its fields, ``capacity.*`` as the tune's and :data:`CAPACITY_ONLY` (``options``
+        replace any of them)."""
+        inner = self.pipeline()
+        shared = {
+            name: getattr(inner, name)
+            for name in CapacityStageConfig.__dataclass_fields__
+            if name in PipelineStageConfig.__dataclass_fields__
+        }
+        capacity = CapacityOptions(**{**self.capacity.search_fields(), **CAPACITY_ONLY, **options})
+        return CapacityStageConfig(**shared, capacity=capacity)

@@ -90,7 +90,7 @@ def calibrated_at(
         inner_cal, output=nested_output(inner_cal.output, logs), profiling_root=profiling_root
     )
     at, _, _ = bundle_and_workload(
-        dataclasses.replace(cfg, backend=inner_cal.backend), at, r, log_dir=logs
+        dataclasses.replace(cfg.as_capacity(), backend=inner_cal.backend), at, r, log_dir=logs
     )
     uses = dataclasses.replace(
         tuned,

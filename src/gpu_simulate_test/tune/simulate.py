@@ -94,8 +94,8 @@ def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]
     derived from its knobs); ConfigError or ArtifactError when it cannot be simulated."""
     from gpu_simulate_test.vidur_simulate.stage import prepare
 
-    cfg, inner, workload_dir = tuned.cfg, tuned.inner, tuned.workload_dir
-    scheduler, _ = derive_scheduler(candidate.backend, cfg.vidur.scheduler, tuned.longest_prompt)
+    inner, workload_dir = tuned.inner, tuned.workload_dir
+    scheduler, _ = derive_scheduler(candidate.backend, inner.vidur.scheduler, tuned.longest_prompt)
     at = dataclasses.replace(inner, backend=candidate.backend)
     sim_cfg = simulate_config(at, scheduler, workload_dir)
     sim_cfg = dataclasses.replace(sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False))

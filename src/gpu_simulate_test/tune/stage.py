@@ -69,7 +69,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         output = nested_output(cfg.output, r.file("runs"))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         calibrated = calibration_backend(space_checked)
-        at_calibration = dataclasses.replace(cfg, backend=calibrated)
+        at_calibration = dataclasses.replace(cfg.as_capacity(), backend=calibrated)
         inner_cal = dataclasses.replace(inner, backend=calibrated)
         inner_cal, _, workload_dir = bundle_and_workload(at_calibration, inner_cal, r)
         inner = dataclasses.replace(inner_cal, backend=cfg.backend)

@@ -24,6 +24,7 @@ from gpu_simulate_test.capacity.real_search import (
     search_record,
 )
 from gpu_simulate_test.capacity.search import Point
+from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -54,21 +55,19 @@ def chosen(ranked: list[Simulated], cfg: TuneStageConfig) -> list[Simulated]:
     return picked
 
 
-def search_options(cfg: TuneStageConfig) -> TuneStageConfig:
-    """The capacity options each configuration's real search runs with."""
-    opts, capacity = cfg.tune, cfg.capacity
-    budget = opts.verify_budget_s or capacity.verify_budget_s
+def search_options(cfg: TuneStageConfig) -> CapacityStageConfig:
+    """The capacity stage's config each configuration's real search runs with (its options:
+    the tune's ``capacity.*``; ``top_k``'s steps and bracket from ``tune.verify_margin``)."""
+    opts = cfg.tune
+    budget = opts.verify_budget_s or cfg.capacity.verify_budget_s
     if opts.verify == "top_k":
-        capacity = dataclasses.replace(
-            capacity,
+        return cfg.as_capacity(
             verify_seed="auto",
             verify_step=1.0 + opts.verify_margin,
             verify_bracket=opts.verify_margin,
             verify_budget_s=budget,
         )
-    else:
-        capacity = dataclasses.replace(capacity, verify_budget_s=budget)
-    return dataclasses.replace(cfg, capacity=capacity)
+    return cfg.as_capacity(verify_budget_s=budget)
 
 
 def checked_at(
@@ -172,7 +171,7 @@ def start_together(
     inner: PipelineStageConfig,
     batch: list[Simulated],
     r: Run,
-    searched: TuneStageConfig,
+    searched: CapacityStageConfig,
     servers: dict[str, EarlyServer],
     stagger_s: float = 0.0,
 ) -> None:

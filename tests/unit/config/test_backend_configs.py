@@ -171,7 +171,7 @@ PROFILE_PRESETS = {
 }
 """The vidur_profile presets (their engine is the calibration's, ``engine.backend``: checked
 against the real phases' in test_gpu_presets.py)."""
-SCHEMAS = {
+SCHEMAS: dict[str, type[Any]] = {
     "fidelity": FidelityStageConfig,
     "pipeline": PipelineStageConfig,
     "capacity": CapacityStageConfig,

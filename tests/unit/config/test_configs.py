@@ -9,7 +9,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_typed
+from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS, to_resolved, to_typed
 from gpu_simulate_test.config.schema import (
     MIN_BLOCK_SIZE,
     ConfigError,
@@ -90,16 +90,37 @@ def test_real_qwen3_0_6b_numbers(compose_stage) -> None:
 
 def test_misspelt_key_fails_naming_it(compose_stage) -> None:
     with pytest.raises(ConfigCompositionException) as err:
-        compose_stage("workload", ["workload.qpss=3"])
-    text = f"{err.value} {err.value.__cause__}"
-    assert "Key 'qpss' not in 'WorkloadConfig'" in text
+        compose_stage("workload", ["output.rot=tmp"])
+    assert "output.rot" in f"{err.value} {err.value.__cause__}"
+    # the workload composes as the keys given: a misspelt one is refused when it is typed,
+    # before the stage runs, naming it
+    composed = compose_stage("workload", ["workload.qpss=3"])
+    with pytest.raises(ConfigError, match="Key 'qpss' not in 'WorkloadConfig'"):
+        to_typed(composed, STAGE_SCHEMAS["workload"])
 
 
 def test_wrong_type_fails_naming_the_key(compose_stage) -> None:
     with pytest.raises(ConfigCompositionException) as err:
-        compose_stage("workload", ["workload.num_requests=many"])
+        compose_stage("workload", ["output.overwrite=many"])
     text = f"{err.value} {err.value.__cause__}"
-    assert "workload.num_requests" in text and "many" in text
+    assert "output.overwrite" in text and "many" in text
+    composed = compose_stage("workload", ["workload.num_requests=many"])
+    with pytest.raises(ConfigError, match="many") as typed:
+        to_typed(composed, STAGE_SCHEMAS["workload"])
+    assert "workload.num_requests" in str(typed.value)
+
+
+def test_the_workload_composes_as_given_and_is_typed_whole(compose_stage) -> None:
+    """``--cfg job`` shows the workload's keys as its group and the overrides give them; any
+    key may be set (one the group left out too), and the typed config and the run's record
+    hold every field."""
+    composed = compose_stage("workload", ["workload.session.turns.max=6"])
+    assert "zipf_a" not in OmegaConf.to_yaml(composed.workload)
+    cfg: WorkloadStageConfig = to_typed(composed, WorkloadStageConfig)
+    assert cfg.workload.session.turns.max == 6 and cfg.workload.prompt_len.zipf_a == 1.5
+    recorded = to_resolved(composed, cfg)["workload"]
+    assert recorded == OmegaConf.to_container(OmegaConf.structured(cfg.workload))
+    assert recorded["session"]["turns"]["max"] == 6 and "zipf_a" in recorded["prompt_len"]
 
 
 def test_typo_inside_a_yaml_group_is_rejected(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import pytest
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point
 from gpu_simulate_test.config.backends import VllmBackendConfig
-from gpu_simulate_test.config.capacity import CapacityOptions
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, TuneStageConfig, knob_values
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
@@ -162,8 +161,6 @@ def test_a_first_step_as_wide_as_the_bracket_ends_a_right_guess_in_two_rates() -
 def test_the_config_refuses_what_the_tune_cannot_do() -> None:
     with pytest.raises(ConfigError, match="searches vLLM's knobs"):
         TuneStageConfig(backend=_hf_cb())
-    with pytest.raises(ConfigError, match=r"leave capacity\.verify"):
-        TuneStageConfig(capacity=CapacityOptions(verify="search"))
     with pytest.raises(ConfigError, match=r"tune\.qps"):
         TuneOptions(objective="goodput")
     with pytest.raises(ConfigError, match="verify=false"):
