@@ -6,6 +6,7 @@ step model's ``decode_body`` is its ``body`` of the same step."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -129,10 +130,15 @@ def _timer() -> BatchTimer:
 )])  # fmt: skip
 def test_the_step_models_decode_body_is_its_body(serving: ServingLoad | None) -> None:
     """The same value and the same draws, step after step (jitter and serving terms on)."""
-    draws = [np.random.default_rng(3), np.random.default_rng(3)]
+
+    def jitter(rng: np.random.Generator) -> Callable[[], float]:
+        return lambda: float(rng.lognormal(0.0, 0.1))
+
     clocks = [
-        PredictorClock(_timer(), serving, seed=5, scale=1.3, jitter=lambda g=g: g.lognormal(0, 0.1))
-        for g in draws
+        PredictorClock(
+            _timer(), serving, seed=5, scale=1.3, jitter=jitter(np.random.default_rng(3))
+        )
+        for _ in range(2)
     ]
     start = 0.0
     for index in range(200):
