@@ -94,9 +94,9 @@ class VllmV1Engine:
     a router reads :attr:`num_waiting`, :attr:`num_running` and :meth:`kv_usage`."""
 
     __slots__ = (
-        "_idle", "_start", "after", "book", "clock", "finished", "follow", "index", "kv",
-        "log_steps", "params", "pending", "preemptions", "ready", "rows", "running", "stats",
-        "waiting",
+        "_idle", "_start", "after", "book", "clock", "done_log", "finished", "follow", "index",
+        "kv", "log_steps", "params", "pending", "preemptions", "ready", "rows", "running",
+        "stats", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -127,6 +127,8 @@ class VllmV1Engine:
         (-1: none) and the seconds from its last token to that send."""
         self.follow: Follow = follow or self.add
         """Where a follower goes when it is sent (default: this engine; a fleet: its router)."""
+        self.done_log: list[int] | None = None
+        """When a list: each request that finishes is appended (a fleet tells its router)."""
         self.stats = {"queries": 0, "hits": 0, "preempted_queries": 0, "preempted_hits": 0}
         """vLLM's ``PrefixCacheStats`` totals, in tokens."""
         self._start: float | None = None
@@ -231,6 +233,8 @@ class VllmV1Engine:
                     self.kv.free(r)
                     running.remove(r)
                     self.finished += 1
+                    if self.done_log is not None:
+                        self.done_log.append(r)
                     if after is not None and after[r][0] >= 0:
                         nxt, think = after[r]
                         book.arr[nxt] = end + think
@@ -329,6 +333,8 @@ class VllmV1Engine:
             kv.free(r)
             running.remove(r)
             self.finished += 1
+            if self.done_log is not None:
+                self.done_log.append(r)
             if after is not None and after[r][0] >= 0:
                 nxt, think = after[r]
                 book.arr[nxt] = end + think

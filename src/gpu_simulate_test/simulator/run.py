@@ -58,63 +58,97 @@ def run_v1(
 ) -> V1Result:
     """Simulate requests (row ``i`` is request id ``i``) on vLLM's V1 scheduler.
 
-    ``segments``: what each prompt is made of (:mod:`.v1_prefix`; with prefix caching, default:
+    ``segments``: what each prompt is made of (:mod:`.kv_cache`; with prefix caching, default:
     every prompt its own). ``after``: a closed loop (multi-turn sessions), per request the
     request sent when it finishes (-1: none) and the seconds from its last token to the send;
     such a request's ``arrived_at`` is NaN and becomes its send time."""
-    arrivals = np.asarray(arrived_at, dtype=float)
-    order = np.argsort(arrivals, kind="stable").tolist()
-    prompt = [int(x) for x in np.asarray(prefill_tokens)]
-    max_out = [int(x) for x in np.asarray(decode_tokens)]
-    bs = params.block_size
-    if min(prompt, default=1) < 1 or min(max_out, default=1) < 1:
-        raise ValueError("every request needs at least one prompt and one output token")
-    if len(prompt) and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
-        params.usable_blocks
-    ):
-        raise ValueError(
-            f"a request needs more KV blocks than the cache has ({params.usable_blocks} usable "
-            f"of {params.num_blocks}): vLLM would never finish it"
-        )
-    _check_closed_loop(arrivals, after)
-    kv: KVCacheManager
-    if params.enable_prefix_caching:
-        if segments is None:
-            segments = [[(("U", r), p)] for r, p in enumerate(prompt)]
-        _check_segments(segments, prompt)
-        kv = PrefixKVCache(params.num_blocks, bs, block_keys(segments, max_out, bs))
-    else:
-        kv = CountingKVCache(params.usable_blocks, bs, len(prompt))
-    book = RequestBook(arrivals.tolist(), prompt, max_out)
-    follows = None if after is None else [(int(a), float(t)) for a, t in after]
-    engine = VllmV1Engine(params, book, kv, clock, after=follows, log_steps=log_steps)
-    for r in order:
-        if not math.isnan(book.arr[r]):
-            engine.add(r, book.arr[r])
-    engine.advance()
-    requests = v1_rows(
-        book.arr,
-        prompt,
-        max_out,
-        book.scheduled_at,
-        book.first_token,
-        book.done,
-        book.busy_s,
-        book.restarts,
+    work = Requests.of(params, arrived_at, prefill_tokens, decode_tokens, segments, after)
+    engine = VllmV1Engine(
+        params, work.book, work.cache(), clock, after=work.follows, log_steps=log_steps
     )
-    requests[ENGINE_QUEUED] = np.asarray(book.queued_at, dtype=float)
-    if after is not None:
-        requests[ARRIVED] = np.asarray(book.arr, dtype=float)
-    stats = None
-    if params.enable_prefix_caching:
-        requests[CACHED_TOKENS] = np.asarray(book.cached_tokens, dtype=np.int64)
-        stats = dict(engine.stats)
+    for r in work.order:
+        if not math.isnan(work.book.arr[r]):
+            engine.add(r, work.book.arr[r])
+    engine.advance()
     return V1Result(
-        requests=requests,
+        requests=work.rows(),
         schedule=schedule_frame(engine.rows),
         preemptions=engine.preemptions,
-        prefix_cache=stats,
+        prefix_cache=dict(engine.stats) if params.enable_prefix_caching else None,
     )
+
+
+@dataclass
+class Requests:
+    """A workload checked and made ready for engines: the shared request book, the order of
+    the known arrivals, the closed loop's followers and, with prefix caching, the blocks' keys."""
+
+    params: V1Params
+    book: RequestBook
+    order: list[int]
+    follows: list[tuple[int, float]] | None
+    keys: list[list[int]] | None
+
+    @classmethod
+    def of(
+        cls,
+        params: V1Params,
+        arrived_at: np.ndarray,
+        prefill_tokens: np.ndarray,
+        decode_tokens: np.ndarray,
+        segments: Sequence[Segments] | None = None,
+        after: Sequence[tuple[int, float]] | None = None,
+    ) -> Requests:
+        """Checked: every request fits the cache, the closed loop and segments are whole."""
+        arrivals = np.asarray(arrived_at, dtype=float)
+        prompt = [int(x) for x in np.asarray(prefill_tokens)]
+        max_out = [int(x) for x in np.asarray(decode_tokens)]
+        bs = params.block_size
+        if min(prompt, default=1) < 1 or min(max_out, default=1) < 1:
+            raise ValueError("every request needs at least one prompt and one output token")
+        if len(prompt) and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
+            params.usable_blocks
+        ):
+            raise ValueError(
+                f"a request needs more KV blocks than the cache has ({params.usable_blocks} "
+                f"usable of {params.num_blocks}): vLLM would never finish it"
+            )
+        _check_closed_loop(arrivals, after)
+        keys = None
+        if params.enable_prefix_caching:
+            if segments is None:
+                segments = [[(("U", r), p)] for r, p in enumerate(prompt)]
+            _check_segments(segments, prompt)
+            keys = block_keys(segments, max_out, bs)
+        return cls(
+            params,
+            RequestBook(arrivals.tolist(), prompt, max_out),
+            np.argsort(arrivals, kind="stable").tolist(),
+            None if after is None else [(int(a), float(t)) for a, t in after],
+            keys,
+        )
+
+    def cache(self) -> KVCacheManager:
+        """An engine's own KV cache (each engine of a fleet has one)."""
+        params = self.params
+        if self.keys is not None:
+            return PrefixKVCache(params.num_blocks, params.block_size, self.keys)
+        return CountingKVCache(params.usable_blocks, params.block_size, len(self.book.prompt))
+
+    def rows(self) -> pd.DataFrame:
+        """Vidur's per-request rows from the book, with when each request was queued, its send
+        time in a closed loop and its cached tokens with prefix caching."""
+        book = self.book
+        requests = v1_rows(
+            book.arr, book.prompt, book.max_out, book.scheduled_at, book.first_token, book.done,
+            book.busy_s, book.restarts,
+        )  # fmt: skip
+        requests[ENGINE_QUEUED] = np.asarray(book.queued_at, dtype=float)
+        if self.follows is not None:
+            requests[ARRIVED] = np.asarray(book.arr, dtype=float)
+        if self.keys is not None:
+            requests[CACHED_TOKENS] = np.asarray(book.cached_tokens, dtype=np.int64)
+        return requests
 
 
 def unsent_followers(

@@ -1,0 +1,134 @@
+"""A fleet: ``N`` engines (:class:`~.engine.VllmV1Engine`, one GPU each) on one clock behind a
+router (:mod:`.routers`), request for request (:func:`run_fleet`).
+
+Every dense Qwen3 fits one GPU, so a deployment grows by replicas: ``vllm serve
+--data-parallel-size N`` (vLLM's own balancer, ``vllm_dp``) or ``N`` servers behind a router.
+Each engine has its own KV cache, queue and step clock (its own draws); the requests' state is
+one :class:`~.engine.RequestBook`. Events are taken in time order: a request sent at ``t`` is
+routed before any step scheduled at or after ``t`` (an engine queues what reached it by a step's
+scheduling), a step's outputs are published when it ends (what ``vllm_dp`` reads, as stale as
+vLLM's coordinator makes it) and a finished request is told to the router at its last token.
+A closed loop's follower is sent to the router, not to its predecessor's engine.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.simulator.engine import VllmV1Engine
+from gpu_simulate_test.simulator.kv_cache import Segments
+from gpu_simulate_test.simulator.routers.base import Router
+from gpu_simulate_test.simulator.run import Requests, schedule_frame
+from gpu_simulate_test.simulator.types import StepClock, V1Params
+
+ENGINE = "engine"
+"""The column of a fleet's tables naming the engine (0 to N-1) a request or a step ran on."""
+
+
+@dataclass
+class FleetResult:
+    requests: pd.DataFrame
+    """Vidur's per-request rows (as :func:`~.run.run_v1`'s) with the engine of each."""
+    schedule: pd.DataFrame
+    """Every engine's steps (the ``engine_schedule`` table with the engine column), by engine
+    then step."""
+    preemptions: list[int]
+    """Per engine."""
+
+
+class _Published:
+    """Each engine's (waiting, running, KV usage) after each of its steps, by the step's end."""
+
+    def __init__(self, engines: list[VllmV1Engine]) -> None:
+        self._engines = engines
+        self.times: list[list[float]] = [[] for _ in engines]
+        self.counts: list[list[tuple[int, int, float]]] = [[] for _ in engines]
+
+    @property
+    def engines(self) -> list[VllmV1Engine]:
+        return self._engines
+
+    def record(self, k: int) -> None:
+        engine = self._engines[k]
+        self.times[k].append(engine.ready)
+        self.counts[k].append((len(engine.waiting), len(engine.running), engine.kv_usage()))
+
+    def published(self, engine: int, at: float) -> tuple[int, int, float]:
+        i = bisect_right(self.times[engine], at)
+        return self.counts[engine][i - 1] if i else (0, 0, 0.0)
+
+
+def run_fleet(
+    params: V1Params,
+    clocks: Sequence[StepClock],
+    router: Router,
+    arrived_at: np.ndarray,
+    prefill_tokens: np.ndarray,
+    decode_tokens: np.ndarray,
+    *,
+    segments: Sequence[Segments] | None = None,
+    after: Sequence[tuple[int, float]] | None = None,
+    log_steps: bool = True,
+) -> FleetResult:
+    """Simulate requests on ``len(clocks)`` engines of ``params`` behind ``router`` (the
+    arguments as :func:`~.run.run_v1`'s; one clock per engine)."""
+    work = Requests.of(params, arrived_at, prefill_tokens, decode_tokens, segments, after)
+    book = work.book
+    sends: list[tuple[float, int]] = [(book.arr[r], r) for r in work.order]
+    sends = [s for s in sends if not math.isnan(s[0])]  # sorted: the order is by arrival
+
+    def follow(r: int, at: float) -> None:
+        heapq.heappush(sends, (at, r))
+
+    engines = [
+        VllmV1Engine(
+            params, book, work.cache(), clock, after=work.follows, follow=follow,
+            log_steps=log_steps,
+        )
+        for clock in clocks
+    ]  # fmt: skip
+    for engine in engines:
+        engine.done_log = []
+    view = _Published(engines)
+    engine_of = np.full(len(book.prompt), -1, dtype=np.int64)
+    finishes: list[tuple[float, int]] = []
+    while True:
+        due = min(range(len(engines)), key=lambda k: engines[k].next_start())
+        start = engines[due].next_start()
+        if sends and sends[0][0] <= start:
+            at, r = heapq.heappop(sends)
+            while finishes and finishes[0][0] <= at:
+                done_at, done = heapq.heappop(finishes)
+                router.finished(done, int(engine_of[done]), done_at)
+            k = router.route(r, at, view)
+            engine_of[r] = k
+            engines[k].add(r, at)
+        elif start < math.inf:
+            engine = engines[due]
+            engine.step()
+            view.record(due)
+            assert engine.done_log is not None
+            for r in engine.done_log:
+                heapq.heappush(finishes, (book.done[r], r))
+            engine.done_log.clear()
+        else:
+            break
+    requests = work.rows()
+    requests[ENGINE] = engine_of
+    schedules = []
+    for k, engine in enumerate(engines):
+        frame = schedule_frame(engine.rows)
+        frame.insert(0, ENGINE, np.full(len(frame), k, dtype=np.int64))
+        schedules.append(frame)
+    return FleetResult(
+        requests=requests,
+        schedule=pd.concat(schedules, ignore_index=True),
+        preemptions=[e.preemptions for e in engines],
+    )

@@ -1,0 +1,31 @@
+"""Routers of a fleet (:mod:`..fleet`): which engine a request goes to, one module per policy
+over one small interface (:class:`.base.Router`), registered in :data:`ROUTERS` by name as the
+engines are in :mod:`..registry`.
+
+- ``vllm_dp``: vLLM 0.32's data-parallel balancer (:mod:`.vllm_dp`), the published counts'
+  staleness included;
+- ``round_robin``: in turn (a Kubernetes service, vLLM's production-stack default);
+- ``least_outstanding``: the fewest requests in flight, as the client counts them;
+- ``random``: uniformly at random, seeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from gpu_simulate_test.simulator.routers.base import Router
+from gpu_simulate_test.simulator.routers.least_outstanding import LeastOutstanding
+from gpu_simulate_test.simulator.routers.random_choice import RandomChoice
+from gpu_simulate_test.simulator.routers.round_robin import RoundRobin
+from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
+
+ROUTERS: Mapping[str, Callable[[int, int], Router]] = MappingProxyType(
+    {
+        "vllm_dp": lambda engines, seed: VllmDataParallel(engines),
+        "round_robin": lambda engines, seed: RoundRobin(engines),
+        "least_outstanding": lambda engines, seed: LeastOutstanding(engines),
+        "random": lambda engines, seed: RandomChoice(engines, seed),
+    }
+)
+"""A router by name, made for (number of engines, seed)."""

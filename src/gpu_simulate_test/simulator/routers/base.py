@@ -1,0 +1,49 @@
+"""What a router sees and decides (:class:`Router`), and the engines' state as it reaches a
+router (:class:`FleetView`)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpu_simulate_test.simulator.engine import VllmV1Engine
+
+
+class FleetView(Protocol):
+    """The fleet as a router may read it at the moment it routes."""
+
+    @property
+    def engines(self) -> list[VllmV1Engine]:
+        """The engines, by index (their live state: what a router in the same process reads)."""
+        ...
+
+    def published(self, engine: int, at: float) -> tuple[int, int, float]:
+        """(waiting, running, KV usage) of ``engine`` as its last step that ended by ``at``
+        left them (what an engine publishes after a step; (0, 0, 0.0) before any step)."""
+        ...
+
+
+class Router(Protocol):
+    """Chooses an engine per request, told when a request it routed has finished."""
+
+    def route(self, r: int, now: float, fleet: FleetView) -> int:
+        """The engine request ``r``, sent at ``now``, goes to."""
+        ...
+
+    def finished(self, r: int, engine: int, now: float) -> None:
+        """Request ``r``'s last output reached the router at ``now``."""
+        ...
+
+
+class InFlight:
+    """Requests routed and not yet finished, per engine, as the client counts them (the base of
+    the routers that read only their own counts)."""
+
+    def __init__(self, engines: int) -> None:
+        self.inflight = [0] * engines
+
+    def sent(self, engine: int) -> int:
+        self.inflight[engine] += 1
+        return engine
+
+    def finished(self, r: int, engine: int, now: float) -> None:
+        self.inflight[engine] -= 1

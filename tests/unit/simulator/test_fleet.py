@@ -1,0 +1,166 @@
+"""A fleet of engines behind a router (:mod:`gpu_simulate_test.simulator.fleet`): the
+``vllm_dp`` router decides as vLLM's own client code does on the same events; one engine is
+``run_v1``; engines behind a fixed split take the steps each takes alone on its share."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from gpu_simulate_test.simulator.engine import VllmV1Engine
+from gpu_simulate_test.simulator.fleet import ENGINE, run_fleet
+from gpu_simulate_test.simulator.routers import ROUTERS
+from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
+from gpu_simulate_test.simulator.run import run_v1
+from gpu_simulate_test.simulator.types import Composition, V1Params
+
+PARAMS = V1Params(max_num_batched_tokens=64, max_num_seqs=4, block_size=16, num_blocks=64)
+
+
+class TokenClock:
+    """A step lasts 1 ms plus 0.1 ms per token; steps back to back."""
+
+    def gap(self, index: int) -> float:
+        return 0.0
+
+    def lead(self, index: int) -> float:
+        return 0.0
+
+    def body(self, index: int, step: Composition) -> float:
+        return 1e-3 + 1e-4 * (step.prefill_tokens + step.decode_tokens)
+
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Arrival times, prompt and output tokens, per request."""
+
+
+def _workload(n: int = 40, seed: int = 0, gap_s: float = 0.004) -> Arrays:
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(gap_s, n))
+    return arrivals, rng.integers(8, 80, n), rng.integers(2, 30, n)
+
+
+@pytest.mark.parametrize("clients", [1, 2])
+def test_vllm_dp_chooses_as_vllms_own_client(clients: int) -> None:
+    """vLLM 0.32's ``DPLBAsyncMPClient.get_core_engine_for_request`` and its output handler,
+    run in process on a stub of the client's state, and our router, on one random sequence of
+    coordinator messages, requests and finishes: the same engine every time."""
+    from vllm.v1.engine.core_client import DPLBAsyncMPClient
+
+    engines = 3
+    identities = [rank.to_bytes(2, "little") for rank in range(engines)]
+    client = SimpleNamespace(
+        client_count=clients, reqs_in_flight={}, engine_inflight=Counter(),
+        core_engines=identities, lb_engines=[[0, 0, 0.0] for _ in identities],
+        eng_start_index=(engines * 1) // clients if clients > 1 else 0,
+    )  # fmt: skip
+    ours = VllmDataParallel(engines, client_count=clients, client_index=1 if clients > 1 else 0)
+    rng = np.random.default_rng(7)
+    in_flight: list[tuple[str, int]] = []
+    chosen = []
+    for event in range(600):
+        kind = rng.choice(["counts", "route", "finish"], p=[0.15, 0.55, 0.3])
+        if kind == "counts":
+            counts = [
+                [int(rng.integers(0, 6)), int(rng.integers(0, 6)), float(rng.uniform(0, 1))]
+                for _ in range(engines)
+            ]
+            client.lb_engines = [list(c) for c in counts]
+            ours.receive(counts)
+        elif kind == "route":
+            request = SimpleNamespace(
+                request_id=f"r{event}", data_parallel_rank=None, pooling_params=None
+            )
+            theirs = identities.index(
+                DPLBAsyncMPClient.get_core_engine_for_request(client, request)  # type: ignore[arg-type]
+            )
+            mine = ours.choose()
+            assert mine == theirs, event
+            in_flight.append((request.request_id, mine))
+            chosen.append(mine)
+        elif in_flight:
+            rid, engine = in_flight.pop(int(rng.integers(len(in_flight))))
+            outputs = SimpleNamespace(finished_requests=[rid])
+            asyncio.run(DPLBAsyncMPClient.process_engine_outputs(client, outputs))  # type: ignore[arg-type]
+            ours.finished(0, engine, 0.0)
+        assert ours.lb_engines == client.lb_engines
+    assert len(set(chosen)) == engines  # the sequence exercised every engine
+
+
+def test_one_engine_is_run_v1() -> None:
+    w = _workload()
+    alone = run_v1(PARAMS, TokenClock(), *w)
+    fleet = run_fleet(PARAMS, [TokenClock()], ROUTERS["vllm_dp"](1, 0), *w)
+    assert (fleet.requests[ENGINE] == 0).all()
+    assert fleet.requests.drop(columns=[ENGINE]).equals(alone.requests)
+    assert fleet.schedule.drop(columns=[ENGINE]).equals(alone.schedule)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding", "vllm_dp"])
+def test_each_engine_takes_the_steps_it_takes_alone_on_its_share(router: str) -> None:
+    """Whatever the split, an engine serves its share as it would alone: the request book is
+    shared, nothing else."""
+    w = _workload(n=60, seed=3, gap_s=0.002)
+    fleet = run_fleet(PARAMS, [TokenClock(), TokenClock()], ROUTERS[router](2, 5), *w)
+    engine_of = fleet.requests[ENGINE].to_numpy()
+    assert set(engine_of) == {0, 1}
+    for k in (0, 1):
+        share = np.flatnonzero(engine_of == k)
+        alone = run_v1(PARAMS, TokenClock(), *(a[share] for a in w))
+        mine = fleet.requests.iloc[share].drop(columns=[ENGINE]).reset_index(drop=True)
+        columns = ["request_e2e_time", "prefill_e2e_time", "request_scheduling_delay"]
+        assert np.array_equal(mine[columns].to_numpy(), alone.requests[columns].to_numpy())
+        steps = fleet.schedule[fleet.schedule[ENGINE] == k].drop(columns=[ENGINE, "requests"])
+        assert steps.reset_index(drop=True).equals(alone.schedule.drop(columns=["requests"]))
+
+
+def test_a_burst_spreads_round_robin_under_vllm_dp() -> None:
+    """Requests sent at one instant: the client's exact in-flight floor spreads them in turn."""
+    n = 8
+    w = (np.zeros(n), np.full(n, 16), np.full(n, 4))
+    fleet = run_fleet(PARAMS, [TokenClock() for _ in range(4)], ROUTERS["vllm_dp"](4, 0), *w)
+    assert fleet.requests[ENGINE].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_least_outstanding_avoids_the_engine_with_long_requests() -> None:
+    """Two long requests first (one per engine), then short ones: as the long one on engine 0
+    finishes first, the short ones go to engine 0 while engine 1's long one is in flight."""
+    w = (
+        np.array([0.0, 0.0, 0.3, 0.31, 0.32]),
+        np.array([16, 16, 8, 8, 8]),
+        np.array([20, 200, 4, 4, 4]),
+    )
+    fleet = run_fleet(PARAMS, [TokenClock(), TokenClock()], ROUTERS["least_outstanding"](2, 0), *w)
+    assert fleet.requests[ENGINE].tolist()[:2] == [0, 1]
+    assert fleet.requests[ENGINE].tolist()[2:] == [0, 0, 0]
+
+
+class ScriptedFleet:
+    """Published counts that change at given times (engine 0 only)."""
+
+    def __init__(self, changes: list[tuple[float, tuple[int, int, float]]]) -> None:
+        self.changes = changes
+        self.engines: list[VllmV1Engine] = []
+
+    def published(self, engine: int, at: float) -> tuple[int, int, float]:
+        counts = (0, 0, 0.0)
+        for when, value in self.changes:
+            if engine == 0 and when <= at:
+                counts = value
+        return counts
+
+
+def test_vllm_dp_sees_counts_only_as_the_coordinator_sends_them() -> None:
+    """Counts published at 0.03 s reach the client at the coordinator's 0.1 s tick; until then
+    the client routes on its own raises."""
+    router = VllmDataParallel(2)
+    fleet = ScriptedFleet([(0.03, (5, 3, 0.9))])
+    assert router.route(0, 0.05, fleet) == 0  # the message of tick 0: all zero
+    assert router.lb_engines[0] == [1, 0, 0.0]  # its own raise
+    assert router.route(1, 0.12, fleet) == 1  # tick 1 sent engine 0's 5 waiting, 3 running
+    assert router.lb_engines[0] == [5, 3, 0.9]
+    assert router.route(2, 0.15, fleet) == 1  # engine 0 still far busier
