@@ -11,9 +11,9 @@ KV-block accounting every scheduler shares and each subclass forms a batch its w
 - :class:`OrcaBatches` (the fixed Orca, :mod:`.schedulers`): every decode, then whole prompts
   each holding a whole sequence's blocks, up to the batch size.
 
-:func:`.event_loop.run_loop` owns the clock, the batch ends and the bulk decode runs; it asks the
-scheduler's object for each batch. Requests are their arrival ranks; the queue is ranks
-``head..tail-1``.
+:class:`.aggregate_engine.AggregateEngine` owns the clock, the batch ends and the bulk decode
+runs (:mod:`.decode_runs`); it asks the scheduler's object for each batch. Requests are their
+arrival ranks; the queue is ranks ``head..tail-1``.
 """
 
 from __future__ import annotations
