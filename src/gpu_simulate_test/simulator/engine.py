@@ -216,7 +216,6 @@ class VllmV1Engine:
         index = self.index
         step = Composition(npre, tpre, ndec, tdec, tuple(chunks), start, idle, first)
         end = start + self.clock.body(index, step)
-        after = self.after
         for r, new, _ in chosen:
             if scheduled_at[r] != scheduled_at[r]:
                 scheduled_at[r] = start
@@ -229,16 +228,7 @@ class VllmV1Engine:
                 if emitted == 1:
                     book.first_token[r] = end
                 if emitted >= max_out[r]:
-                    book.done[r] = end
-                    self.kv.free(r)
-                    running.remove(r)
-                    self.finished += 1
-                    if self.done_log is not None:
-                        self.done_log.append(r)
-                    if after is not None and after[r][0] >= 0:
-                        nxt, think = after[r]
-                        book.arr[nxt] = end + think
-                        self.follow(nxt, end + think)
+                    self._finish(r, end)
         if self.log_steps:
             requests = " ".join([f"{r}:{new}" for r, new, _ in chosen])
             self.rows.append(
@@ -327,18 +317,23 @@ class VllmV1Engine:
             assert grew, "room_for promised the blocks"
             if outputs[r] >= max_out[r]:
                 done.append(r)
-        after = self.after
         for r in done:
-            book.done[r] = end
-            kv.free(r)
-            running.remove(r)
-            self.finished += 1
-            if self.done_log is not None:
-                self.done_log.append(r)
-            if after is not None and after[r][0] >= 0:
-                nxt, think = after[r]
-                book.arr[nxt] = end + think
-                self.follow(nxt, end + think)
+            self._finish(r, end)
+
+    def _finish(self, r: int, end: float) -> None:
+        """Request ``r`` emitted its last token at ``end``: its blocks freed, it leaves the
+        running list, and its follower in a closed loop is sent ``think`` seconds later."""
+        self.book.done[r] = end
+        self.kv.free(r)
+        self.running.remove(r)
+        self.finished += 1
+        if self.done_log is not None:
+            self.done_log.append(r)
+        after = self.after
+        if after is not None and after[r][0] >= 0:
+            nxt, think = after[r]
+            self.book.arr[nxt] = end + think
+            self.follow(nxt, end + think)
 
     def _schedule_running(
         self, budget: int, limit: int, chosen: Chosen, chunks: list[tuple[int, int]]

@@ -101,11 +101,14 @@ def predicted_s(timer: BatchTimer, chunks: Sequence[tuple[int, int]]) -> float:
             ones_kv += kv
         else:
             prefills.append(((kv + g - 1) // g * g, q))
-    mean_kv = 0
-    if ones:
-        mean_kv = int(ones_kv / ones)
-        mean_kv = (mean_kv + g - 1) // g * g
+    mean_kv = decodes_kv(ones_kv, ones, g) if ones else 0
     return timer.time(total_q, ones, mean_kv, tuple(prefills))
+
+
+def decodes_kv(kv_tokens: int, decodes: int, granularity: int) -> int:
+    """The decodes' mean KV size as Vidur's predictor reads it: truncated, then rounded up to
+    the granularity."""
+    return (int(kv_tokens / decodes) + granularity - 1) // granularity * granularity
 
 
 class PredictorClock:
@@ -165,8 +168,7 @@ class PredictorClock:
         step's chunks (:meth:`VllmV1Engine.advance <.engine.VllmV1Engine.advance>`'s decode
         stretches)."""
         timer = self.timer
-        g = timer.granularity
-        mean_kv = (int(kv_tokens / requests) + g - 1) // g * g
+        mean_kv = decodes_kv(kv_tokens, requests, timer.granularity)
         value = timer.decodes.get((requests, mean_kv))
         if value is None:
             value = timer.decodes[requests, mean_kv] = timer.time(requests, requests, mean_kv, ())

@@ -16,23 +16,7 @@ from gpu_simulate_test.simulator.fleet import ENGINE, run_fleet
 from gpu_simulate_test.simulator.routers import ROUTERS
 from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
 from gpu_simulate_test.simulator.run import run_v1
-from gpu_simulate_test.simulator.types import Composition, V1Params
-
-PARAMS = V1Params(max_num_batched_tokens=64, max_num_seqs=4, block_size=16, num_blocks=64)
-
-
-class TokenClock:
-    """A step lasts 1 ms plus 0.1 ms per token; steps back to back."""
-
-    def gap(self, index: int) -> float:
-        return 0.0
-
-    def lead(self, index: int) -> float:
-        return 0.0
-
-    def body(self, index: int, step: Composition) -> float:
-        return 1e-3 + 1e-4 * (step.prefill_tokens + step.decode_tokens)
-
+from tests.unit.simulator.test_simulator_library import PARAMS, TokenClock
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Arrival times, prompt and output tokens, per request."""
