@@ -1,9 +1,11 @@
 """Vidur's own loop (``vidur.event_loop=vidur``, and where ours hands over): ``Simulator.run``
 with our predictor, its fitted engine overhead and, by default, the stage's lean metrics store.
 
-It is the reference the other loops are checked against (``tests/unit/test_vidur_event_loop.py``)
-and the only one that simulates what ours does not: more than one replica or pipeline stage,
-KV-cache preemption, a chrome trace, a time limit (:func:`.loop_setup.unsupported_reason`).
+Vidur's events are taken through :class:`.vidur_engine.VidurEngine`, the interface the other
+engines have (``Simulator.run`` event for event). It is the reference the other loops are
+checked against (``tests/unit/vidur_simulate/test_vidur_event_loop.py``) and the only one that
+simulates what ours does not: more than one replica or pipeline stage, KV-cache preemption, a
+chrome trace, a time limit (:func:`.loop_setup.unsupported_reason`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpu_simulate_test.vidur_simulate.simulator import (
     steps_frame,
     write_raw,
 )
+from gpu_simulate_test.vidur_simulate.vidur_engine import VidurEngine
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class VidurSimulator:
 
     note: str | None = None
     """Why Vidur's loop runs when ours was asked for (the result's ``event_loop_note``)."""
+    stepped: bool = True
+    """Take Vidur's events through :class:`.vidur_engine.VidurEngine` (the engine interface,
+    event for event ``Simulator.run``); False: ``Simulator.run`` itself."""
 
     def run(self, request: SimulationRequest) -> SimulationResult:
         from vidur.simulator import Simulator
@@ -49,7 +55,13 @@ class VidurSimulator:
         if request.lean_metrics or request.event_loop != "vidur":
             simulator._metric_store = LeanMetrics()
         built = time.perf_counter()
-        simulator.run()  # event loop, then Vidur writes its metrics
+        if self.stepped:
+            engine = VidurEngine(simulator)
+            engine.add_all()
+            engine.advance()
+            engine.close()  # Vidur writes its metrics
+        else:
+            simulator.run()  # event loop, then Vidur writes its metrics
         done = time.perf_counter()
         if isinstance(simulator.metric_store, LeanMetrics):
             raw = write_raw(request.output_dir, simulator.metric_store.request_frame())
