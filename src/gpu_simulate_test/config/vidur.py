@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from gpu_simulate_test.config.backends import BACKEND_NAMES, BackendConfig, HfCbBackendConfig
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.schema import (
     DEFAULT_BLOCK_SIZE,
     ConfigError,
@@ -366,12 +367,25 @@ class VidurSimulateStageConfig:
     goodput: GoodputConfig = field(default_factory=GoodputConfig)
     """Goals per request (ms) for ``request_goodput``, as ``vllm bench serve --goodput``:
     ``goodput.ttft=500 goodput.tpot=50 goodput.e2el=1000`` (any subset; none: not reported)."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """``fleet.replicas=N fleet.router=...``: N engines behind a router (``vllm_v1`` only)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     progress: bool = True
 
     def __post_init__(self) -> None:
         if not self.workload_dir:
             raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
+        if self.fleet.replicas > 1:
+            _check(
+                self.vidur.scheduler.name == "vllm_v1",
+                f"fleet.replicas={self.fleet.replicas} simulates vLLM engines: set "
+                f"vidur.scheduler.name=vllm_v1 (not {self.vidur.scheduler.name})",
+            )
+            _check(
+                not self.step_times_from,
+                "step_times_from replays one engine's own steps; an oracle replay of a fleet "
+                f"is not built yet: leave fleet.replicas={self.fleet.replicas} out",
+            )
         if self.step_times_from:
             # the scheduler and its knobs come from the run (vidur_simulate/real_run.py)
             _check(

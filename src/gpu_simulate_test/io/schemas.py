@@ -208,6 +208,16 @@ ENGINE_CLOCK_COLUMNS: tuple[Column, ...] = (
 """The engine's own clock for each request, where the backend has one (``hf_cb``,
 ``vllm_engine``; empty for the others): what Vidur models, without the front end."""
 
+FLEET_COLUMN = Column(
+    "engine",
+    "int",
+    "",
+    "a fleet's engine (0 to replicas - 1) the request or step ran on; absent for one engine",
+    min_value=0,
+)
+"""Where a fleet ran each request or step (an optional column of the per-request and step
+tables)."""
+
 PREFIX_CACHE_COLUMNS: tuple[Column, ...] = (
     Column(
         "cached_tokens",
@@ -233,7 +243,7 @@ PREFIX_CACHE_COLUMNS: tuple[Column, ...] = (
 
 REQUEST_METRICS = TableSchema(
     name="request_metrics",
-    version="1.2",
+    version="1.3",
     description=(
         "Per-request latency of a real or simulated run (vllm bench serve conventions); a real "
         "run adds the engine's own clock and its prefix-cache hits (optional columns, empty "
@@ -270,7 +280,7 @@ REQUEST_METRICS = TableSchema(
         Column("e2e_s", "float", "s", "arrival to last output token", nullable=True, min_value=0),
         Column("status", "str", "", "how the request ended", allowed=REQUEST_STATUSES),
     ),
-    optional=ENGINE_CLOCK_COLUMNS + PREFIX_CACHE_COLUMNS,
+    optional=ENGINE_CLOCK_COLUMNS + PREFIX_CACHE_COLUMNS + (FLEET_COLUMN,),
 )
 
 TOKEN_METRICS = TableSchema(
@@ -294,7 +304,7 @@ TOKEN_METRICS = TableSchema(
 
 ENGINE_STEP_LOG = TableSchema(
     name="engine_step_log",
-    version="1.0",
+    version="1.1",
     description=(
         "An engine's steps: a real engine's own per-step log (vLLM "
         "--enable-logging-iteration-details), one row per step taken during the replay (warm-up "
@@ -326,11 +336,12 @@ ENGINE_STEP_LOG = TableSchema(
             min_value=0,
         ),
     ),
+    optional=(FLEET_COLUMN,),
 )
 
 ENGINE_SCHEDULE = TableSchema(
     name="engine_schedule",
-    version="1.0",
+    version="1.1",
     description=(
         "Every step a vLLM engine took, as its own scheduler recorded it on the engine core's "
         "clock (the recording scheduler, core/engines/vllm_recording_scheduler.py): when "
@@ -368,6 +379,7 @@ ENGINE_SCHEDULE = TableSchema(
             "the scheduled requests as request_id:tokens, space-separated (x: another run's)",
         ),
     ),
+    optional=(FLEET_COLUMN,),
 )
 
 ALL_TABLES: tuple[TableSchema, ...] = (

@@ -48,6 +48,23 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class FleetSpec:
+    """Replicas of one engine behind a router (:mod:`.fleet`; a name in
+    :data:`~.routers.ROUTERS`)."""
+
+    replicas: int = 1
+    router: str = "vllm_dp"
+
+    def __post_init__(self) -> None:
+        from gpu_simulate_test.simulator.routers import ROUTERS
+
+        if self.replicas < 1:
+            raise ValueError(f"fleet.replicas must be at least 1, got {self.replicas}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"fleet.router must be one of {sorted(ROUTERS)}, got {self.router!r}")
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """One engine: its scheduler (a name in :data:`~.registry.ENGINES`) and vLLM's knobs."""
 
@@ -62,10 +79,17 @@ def simulate(
     seed: int = 0,
     engines: EngineRegistry = ENGINES,
     log_steps: bool = True,
+    fleet: FleetSpec | None = None,
 ) -> V1Result:
     """Simulate ``workload`` on one engine, its steps timed by ``step_model`` (or a ready
     clock, e.g. an oracle replay's), with the seed of its draws; the per-request rows (Vidur's
-    columns), the schedule (empty with ``log_steps=False``) and the totals, in memory."""
+    columns), the schedule (empty with ``log_steps=False``) and the totals, in memory.
+
+    With a ``fleet`` of more than one replica: that many engines (``vllm_v1``), engine ``k``
+    timed by ``step_model.clock(seed + k)``, behind the fleet's router; both tables carry an
+    ``engine`` column."""
+    if fleet is not None and fleet.replicas > 1:
+        return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)
     clock = step_model.clock(seed) if isinstance(step_model, StepModel) else step_model
     run = engines.get(engine.scheduler)
     return run(
@@ -78,6 +102,36 @@ def simulate(
         after=workload.after,
         log_steps=log_steps,
     )
+
+
+def _simulate_fleet(
+    workload: Workload,
+    step_model: StepModel | StepClock,
+    engine: EngineSpec,
+    seed: int,
+    fleet: FleetSpec,
+    log_steps: bool,
+) -> V1Result:
+    from gpu_simulate_test.simulator.fleet import run_fleet
+    from gpu_simulate_test.simulator.routers import ROUTERS
+
+    if not isinstance(step_model, StepModel):
+        raise ValueError("a fleet's engines are timed by a step model (one clock each)")
+    if engine.scheduler != "vllm_v1":
+        raise ValueError(f"a fleet runs vllm_v1 engines, not {engine.scheduler}")
+    clocks = [step_model.clock(seed + k) for k in range(fleet.replicas)]
+    result = run_fleet(
+        engine.params,
+        clocks,
+        ROUTERS[fleet.router](fleet.replicas, seed),
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
+        segments=workload.segments,
+        after=workload.after,
+        log_steps=log_steps,
+    )
+    return result.as_v1()
 
 
 def latency_table(result: V1Result) -> pd.DataFrame:

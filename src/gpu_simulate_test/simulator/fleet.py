@@ -25,11 +25,8 @@ import pandas as pd
 from gpu_simulate_test.simulator.engine import VllmV1Engine
 from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.routers.base import Router
-from gpu_simulate_test.simulator.run import Requests, schedule_frame
-from gpu_simulate_test.simulator.types import StepClock, V1Params
-
-ENGINE = "engine"
-"""The column of a fleet's tables naming the engine (0 to N-1) a request or a step ran on."""
+from gpu_simulate_test.simulator.run import Requests, V1Result, schedule_frame
+from gpu_simulate_test.simulator.types import ENGINE, StepClock, V1Params
 
 
 @dataclass
@@ -37,17 +34,29 @@ class FleetResult:
     requests: pd.DataFrame
     """Vidur's per-request rows (as :func:`~.run.run_v1`'s) with the engine of each."""
     schedule: pd.DataFrame
-    """Every engine's steps (the ``engine_schedule`` table with the engine column), by engine
-    then step."""
+    """Every engine's steps (the ``engine_schedule`` table with the engine column), in the order
+    they were scheduled (by start time; at one instant, by engine)."""
     preemptions: list[int]
     """Per engine."""
+    prefix_cache: list[dict[str, int]] | None = None
+    """Per engine, with prefix caching: vLLM's ``PrefixCacheStats`` totals."""
+
+    def as_v1(self) -> V1Result:
+        """One result as one engine's (:class:`~.run.V1Result`): the tables with their engine
+        column, the preemptions and prefix-cache totals summed over the engines."""
+        cache = None
+        if self.prefix_cache is not None:
+            cache = {k: sum(s.get(k, 0) for s in self.prefix_cache) for k in self.prefix_cache[0]}
+        return V1Result(self.requests, self.schedule, sum(self.preemptions), cache)
 
 
 class _Published:
     """Each engine's (waiting, running, KV usage) after each of its steps, by the step's end."""
 
-    def __init__(self, engines: list[VllmV1Engine]) -> None:
+    def __init__(self, engines: list[VllmV1Engine], work: Requests) -> None:
         self._engines = engines
+        self._keys = work.keys
+        self._prompt = work.book.prompt
         self.times: list[list[float]] = [[] for _ in engines]
         self.counts: list[list[tuple[int, int, float]]] = [[] for _ in engines]
 
@@ -63,6 +72,11 @@ class _Published:
     def published(self, engine: int, at: float) -> tuple[int, int, float]:
         i = bisect_right(self.times[engine], at)
         return self.counts[engine][i - 1] if i else (0, 0, 0.0)
+
+    def prompt_blocks(self, r: int) -> list[int]:
+        if self._keys is None:
+            return []
+        return self._keys[r][: self._prompt[r] // self._engines[0].params.block_size]
 
 
 def run_fleet(
@@ -96,7 +110,7 @@ def run_fleet(
     ]  # fmt: skip
     for engine in engines:
         engine.done_log = []
-    view = _Published(engines)
+    view = _Published(engines, work)
     engine_of = np.full(len(book.prompt), -1, dtype=np.int64)
     finishes: list[tuple[float, int]] = []
     while True:
@@ -129,6 +143,9 @@ def run_fleet(
         schedules.append(frame)
     return FleetResult(
         requests=requests,
-        schedule=pd.concat(schedules, ignore_index=True),
+        schedule=pd.concat(schedules, ignore_index=True)
+        .sort_values(["start_time_s", ENGINE], kind="stable")
+        .reset_index(drop=True),
         preemptions=[e.preemptions for e in engines],
+        prefix_cache=[dict(e.stats) for e in engines] if params.enable_prefix_caching else None,
     )

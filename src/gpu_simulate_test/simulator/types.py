@@ -14,6 +14,8 @@ ends (its engine clock starts there, as the real engine stamps it)."""
 ARRIVED = "arrived_at"
 """Beside Vidur's columns, with a closed loop: when each request reached the engine (a later
 turn's, the simulated send)."""
+ENGINE = "engine"
+"""The column of a fleet's tables naming the engine (0 to N-1) a request or a step ran on."""
 CACHED_TOKENS = "cached_tokens"
 """Beside Vidur's columns, with prefix caching: the prompt tokens served from the cache at the
 request's first admission (vLLM's ``num_cached_tokens``, the usage's

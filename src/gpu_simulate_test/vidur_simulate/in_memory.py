@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
-from gpu_simulate_test.simulator.api import EngineSpec, Workload
+from gpu_simulate_test.simulator.api import EngineSpec, FleetSpec, Workload
 from gpu_simulate_test.simulator.api import simulate as simulate_engine
 from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
@@ -18,6 +19,11 @@ from gpu_simulate_test.vidur_simulate.inputs import Inputs
 from gpu_simulate_test.vidur_simulate.replay import v1_params
 from gpu_simulate_test.vidur_simulate.simulator import SimulationResult
 from gpu_simulate_test.vidur_simulate.simulator_v1 import v1_result
+
+
+def fleet_spec(fleet: FleetConfig) -> FleetSpec | None:
+    """The library's fleet for ``fleet.*`` (None: one engine)."""
+    return FleetSpec(fleet.replicas, fleet.router) if fleet.replicas > 1 else None
 
 
 def workload_arrays(inputs: Inputs, arrival_s: np.ndarray, segments: Any) -> Workload:
@@ -44,6 +50,9 @@ def simulate_v1(
         raise ValueError(f"in memory simulates vllm_v1, not {cfg.vidur.scheduler.name}")
     spec = EngineSpec(params)
     started = time.perf_counter()
-    loop = simulate_engine(workload, model, spec, seed=cfg.vidur.seed, log_steps=cfg.vidur.step_log)
+    loop = simulate_engine(
+        workload, model, spec, seed=cfg.vidur.seed, log_steps=cfg.vidur.step_log,
+        fleet=fleet_spec(cfg.fleet),
+    )  # fmt: skip
     done = time.perf_counter()
     return v1_result(loop, step_model, cfg.vidur.step_log, loop.requests, 0.0, done - started)

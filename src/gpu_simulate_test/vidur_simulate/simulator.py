@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from vidur.config import SimulationConfig
 
     from gpu_simulate_test.calibration.serving_load import ServingLoad
+    from gpu_simulate_test.simulator.api import FleetSpec
     from gpu_simulate_test.simulator.step_model import StepModel
 
 
@@ -90,6 +91,8 @@ class SimulationRequest:
     step_model: StepModel | None = None
     """vllm_v1: the step model to time steps with, built once by the caller for many
     simulations (None: built from this request's config and calibration)."""
+    fleet: FleetSpec | None = None
+    """vllm_v1: replicas behind a router (None or one replica: one engine)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.simulator.api import EngineSpec, Workload, simulate
 from gpu_simulate_test.simulator.run import V1Result, run_v1, unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import StepClock
@@ -75,11 +76,22 @@ class VllmV1Simulator:
         if request.after is not None:
             arrived_at = unsent_followers(arrived_at, request.after)
         built = time.perf_counter()
-        loop = run_v1(
-            request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
-            segments=request.prompt_segments, after=request.after,
-            log_steps=request.step_log,
-        )  # fmt: skip
+        if request.fleet is not None and request.fleet.replicas > 1:
+            if model is None:
+                raise ConfigError("an oracle replay of a fleet is not built yet (one engine)")
+            workload = Workload(
+                arrived_at, prefill_tokens, decode_tokens, request.prompt_segments, request.after
+            )
+            loop = simulate(
+                workload, model.at_level(request.step_time_scale), EngineSpec(request.v1),
+                seed=request.seed, log_steps=request.step_log, fleet=request.fleet,
+            )  # fmt: skip
+        else:
+            loop = run_v1(
+                request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
+                segments=request.prompt_segments, after=request.after,
+                log_steps=request.step_log,
+            )  # fmt: skip
         done = time.perf_counter()
         return v1_result(
             loop,

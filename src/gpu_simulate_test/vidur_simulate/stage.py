@@ -29,6 +29,7 @@ from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import CACHED_TOKENS as V1_CACHED_TOKENS
+from gpu_simulate_test.simulator.types import ENGINE
 from gpu_simulate_test.simulator.types import ENGINE_QUEUED as V1_ENGINE_QUEUED
 from gpu_simulate_test.simulator.types import NAME as V1_NAME
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
@@ -39,7 +40,8 @@ from gpu_simulate_test.vidur_simulate.contract import (
     VIDUR_DIR,
     VIDUR_REQUEST_METRICS,
 )
-from gpu_simulate_test.vidur_simulate.in_memory import simulate_v1
+from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
+from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
 from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send
 from gpu_simulate_test.vidur_simulate.prompt_origins import (
     known_arrivals,
@@ -192,6 +194,7 @@ def _request(
         prompt_segments=segments,
         after=inputs.after,
         step_model=step_model,
+        fleet=fleet_spec(cfg.fleet),
     )
 
 
@@ -253,7 +256,9 @@ def simulate_inputs(
         scheduled = inputs.prefill
         if V1_CACHED_TOKENS in rows.columns:
             scheduled = inputs.prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
-        first_s, last_s = request_delays_s(inputs.frontend_queue, result.schedule, scheduled, sent)
+        # one API server in front of a fleet's engines: their steps' outputs in time order
+        schedule = result.schedule.sort_values("end_time_s", kind="stable")
+        first_s, last_s = request_delays_s(inputs.frontend_queue, schedule, scheduled, sent)
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
         # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
@@ -267,8 +272,9 @@ def simulate_inputs(
         held,
         arrival - sent + last_s,
     )
-    if V1_CACHED_TOKENS in rows.columns:
-        table[V1_CACHED_TOKENS] = rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
+    for column in (V1_CACHED_TOKENS, ENGINE):
+        if column in rows.columns:
+            table[column] = rows[column].to_numpy(dtype=np.int64)
     return Simulated(table, result, arrival, done, notes, first_s)
 
 
@@ -345,20 +351,32 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
                 ENGINE_SCHEDULE,
             )
         summary = vidur_metrics.summarize(table, cfg.goodput)
-        r.update_meta(summary=summary)
+        fleet = fleet_meta(table, cfg.fleet)
+        r.update_meta(summary=summary, fleet=fleet)
     if cfg.progress:
-        print_summary(summary, cfg, inputs, r.path)
+        print_summary(summary, cfg, inputs, r.path, fleet)
     return r.path
 
 
 def print_summary(
-    summary: Mapping[str, Any], cfg: VidurSimulateStageConfig, inputs: Inputs, path: Path
+    summary: Mapping[str, Any],
+    cfg: VidurSimulateStageConfig,
+    inputs: Inputs,
+    path: Path,
+    fleet: Mapping[str, Any] | None = None,
 ) -> None:
     knobs = cfg.vidur.scheduler
+    replicas = f"{cfg.fleet.replicas} x " if fleet is not None else ""
     print_table(
-        f"vidur {knobs.name} (cap {knobs.batch_size_cap}), {cfg.model.name} on "
+        f"vidur {knobs.name} (cap {knobs.batch_size_cap}), {replicas}{cfg.model.name} on "
         f"{cfg.hardware.name}, {summary['num_requests']} requests of {inputs.workload.workload_id}",
         ["metric (ms)", "p50", "p90", "p99"],
         vidur_metrics.summary_rows(summary),
     )
+    if fleet is not None:
+        print_table(
+            f"per replica behind {fleet['router']} (most loaded / mean: {fleet['imbalance']})",
+            ["engine", "requests", "TTFT p50", "TTFT p90", "E2E p50", "E2E p90"],
+            fleet_rows(dict(fleet)),
+        )
     console.print(f"[bold]artifacts:[/] {path}")

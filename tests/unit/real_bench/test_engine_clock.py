@@ -22,7 +22,7 @@ from gpu_simulate_test.core.engines.engine_clock import (
 )
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder, RequestRecord
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv, write_csv
-from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, REQUEST_METRICS
+from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, FLEET_COLUMN, REQUEST_METRICS
 from gpu_simulate_test.real_bench.metrics import (
     engine_columns,
     request_frame,
@@ -138,7 +138,9 @@ def test_engine_columns_are_written_declared_and_checked(tmp_path: Path) -> None
     path = tmp_path / "request_metrics.csv"
     write_csv(path, request_frame([vllm_record()]), REQUEST_METRICS)
     table = read_csv(path, REQUEST_METRICS)
-    names = REQUEST_METRICS.column_names + REQUEST_METRICS.optional_names
+    # one engine: every optional column but the fleet's engine
+    optional = [c for c in REQUEST_METRICS.optional_names if c != FLEET_COLUMN.name]
+    names = REQUEST_METRICS.column_names + optional
     assert list(table.columns)[: len(names)] == names
     assert table["engine_ttft_s"].dtype == float  # declared: read as numbers, not text
     bad = request_frame([vllm_record()]).assign(engine_ttft_s=-0.001)

@@ -137,6 +137,9 @@ class ScriptedFleet:
                 counts = value
         return counts
 
+    def prompt_blocks(self, r: int) -> list[int]:
+        return []
+
 
 def test_vllm_dp_sees_counts_only_as_the_coordinator_sends_them() -> None:
     """Counts published at 0.03 s reach the client at the coordinator's 0.1 s tick; until then

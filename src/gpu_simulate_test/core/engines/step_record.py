@@ -58,8 +58,10 @@ def parse_requests(text: object) -> list[tuple[str, int]]:
 def step_log_rows(schedule: pd.DataFrame, timed: bool) -> pd.DataFrame:
     """A schedule as ``engine_step_log`` rows: ``elapsed_ms`` from scheduling to outputs, and
     ``time_s`` when the outputs were made (``timed``) or empty (a simulation's, as Vidur's)."""
+    fleet = {"engine": schedule["engine"]} if "engine" in schedule.columns else {}
     return pd.DataFrame(
         {
+            **fleet,
             "step_index": schedule["step_index"],
             "time_s": schedule["end_time_s"] if timed else np.nan,
             **{col: schedule[col] for col in COMPOSITION},

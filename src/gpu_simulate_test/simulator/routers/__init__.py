@@ -6,6 +6,8 @@ engines are in :mod:`..registry`.
   staleness included;
 - ``round_robin``: in turn (a Kubernetes service, vLLM's production-stack default);
 - ``least_outstanding``: the fewest requests in flight, as the client counts them;
+- ``prefix_affinity``: prefix-cache hits, queue depth and KV usage, as llm-d scores them
+  (:mod:`.prefix_affinity`);
 - ``random``: uniformly at random, seeded.
 """
 
@@ -16,6 +18,7 @@ from types import MappingProxyType
 
 from gpu_simulate_test.simulator.routers.base import Router
 from gpu_simulate_test.simulator.routers.least_outstanding import LeastOutstanding
+from gpu_simulate_test.simulator.routers.prefix_affinity import PrefixAffinity
 from gpu_simulate_test.simulator.routers.random_choice import RandomChoice
 from gpu_simulate_test.simulator.routers.round_robin import RoundRobin
 from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
@@ -25,6 +28,7 @@ ROUTERS: Mapping[str, Callable[[int, int], Router]] = MappingProxyType(
         "vllm_dp": lambda engines, seed: VllmDataParallel(engines),
         "round_robin": lambda engines, seed: RoundRobin(engines),
         "least_outstanding": lambda engines, seed: LeastOutstanding(engines),
+        "prefix_affinity": lambda engines, seed: PrefixAffinity(engines, seed),
         "random": lambda engines, seed: RandomChoice(engines, seed),
     }
 )

@@ -21,6 +21,11 @@ class FleetView(Protocol):
         left them (what an engine publishes after a step; (0, 0, 0.0) before any step)."""
         ...
 
+    def prompt_blocks(self, r: int) -> list[int]:
+        """The hashes of request ``r``'s full prompt blocks (equal hashes: equal tokens up to
+        that block's end, vLLM's chained block hash); empty without prefix caching."""
+        ...
+
 
 class Router(Protocol):
     """Chooses an engine per request, told when a request it routed has finished."""
