@@ -247,6 +247,14 @@ class VllmV1Engine:
             if decode_body is None or not self._stretch(decode_body, until):
                 self.step()
 
+    def take(self, until: float = math.inf) -> None:
+        """The step at :meth:`next_start`, or the stretch of pure decode steps from it, cut
+        before ``until`` (what a fleet takes when nothing reads an engine between its steps: a
+        stretch ends at its first finish, so nothing it causes is due inside it)."""
+        decode_body = getattr(self.clock, "decode_body", None)
+        if decode_body is None or not self._stretch(decode_body, until):
+            self.step()
+
     def _stretch(self, decode_body: Callable[[int, float, int, int], float], until: float) -> bool:
         """From the step at :meth:`next_start`: while no request waits or is queued by a step's
         start, every running request decodes one token a step (none finishes before the last

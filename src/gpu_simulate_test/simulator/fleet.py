@@ -65,9 +65,17 @@ class _Published:
         return self._engines
 
     def record(self, k: int) -> None:
+        """Engine ``k`` after the step (or stretch of decode steps) it just took: as vLLM's
+        ``DPEngineCoreProc._maybe_publish_request_counts``, its (waiting, running) counts are
+        published when they changed since its last publication, with the KV usage of that
+        moment (a stretch changes no count before its last step, so it publishes as its steps
+        one by one would)."""
         engine = self._engines[k]
-        self.times[k].append(engine.ready)
-        self.counts[k].append((len(engine.waiting), len(engine.running), engine.kv_usage()))
+        waiting, running = len(engine.waiting), len(engine.running)
+        mine = self.counts[k]
+        if not mine or mine[-1][0] != waiting or mine[-1][1] != running:
+            self.times[k].append(engine.ready)
+            mine.append((waiting, running, engine.kv_usage()))
 
     def published(self, engine: int, at: float) -> tuple[int, int, float]:
         i = bisect_right(self.times[engine], at)
@@ -113,9 +121,16 @@ def run_fleet(
     view = _Published(engines, work)
     engine_of = np.full(len(book.prompt), -1, dtype=np.int64)
     finishes: list[tuple[float, int]] = []
+    starts = [engine.next_start() for engine in engines]
+    """Each engine's next step start, asked again when it steps or is sent a request."""
+    start_of, indices = starts.__getitem__, range(len(engines))
+    # stretches of decode steps, cut at the next send, where nothing reads an engine between
+    # its steps: not a router that reads the engines live, not a closed loop (a finish on one
+    # engine sends a follower that another engine's stretch could run past)
+    one_at_a_time = router.reads_live or work.follows is not None
     while True:
-        due = min(range(len(engines)), key=lambda k: engines[k].next_start())
-        start = engines[due].next_start()
+        due = min(indices, key=start_of)
+        start = starts[due]
         if sends and sends[0][0] <= start:
             at, r = heapq.heappop(sends)
             while finishes and finishes[0][0] <= at:
@@ -124,9 +139,14 @@ def run_fleet(
             k = router.route(r, at, view)
             engine_of[r] = k
             engines[k].add(r, at)
+            starts[k] = engines[k].next_start()
         elif start < math.inf:
             engine = engines[due]
-            engine.step()
+            if one_at_a_time:
+                engine.step()
+            else:
+                engine.take(sends[0][0] if sends else math.inf)
+            starts[due] = engine.next_start()
             view.record(due)
             assert engine.done_log is not None
             for r in engine.done_log:

@@ -151,3 +151,29 @@ def test_vllm_dp_sees_counts_only_as_the_coordinator_sends_them() -> None:
     assert router.route(1, 0.12, fleet) == 1  # tick 1 sent engine 0's 5 waiting, 3 running
     assert router.lb_engines[0] == [5, 3, 0.9]
     assert router.route(2, 0.15, fleet) == 1  # engine 0 still far busier
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "random", "vllm_dp"])
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_fleet_takes_stretches_where_its_router_reads_no_live_state(
+    router: str, closed: bool
+) -> None:
+    """Behind a router that reads its own counts and what engines publish (when their counts
+    change, as vLLM's engines do), engines take stretches of decode steps between sends: the
+    same requests, steps and cache totals as one step at a time (a closed loop steps one at a
+    time: a follower is routed before any step after its send)."""
+    from tests.unit.simulator.test_decode_stretch import DrawClock, StretchingDrawClock, _case
+
+    for seed in range(4):
+        case = _case(seed, caching=seed % 2 == 0, closed=closed)
+        params = case.pop("params")
+        arrays = (case.pop("arrived_at"), case.pop("prefill_tokens"), case.pop("decode_tokens"))
+        runs = [
+            run_fleet(params, [clock(seed + k) for k in range(3)], ROUTERS[router](3, seed),
+                      *arrays, **case)
+            for clock in (DrawClock, StretchingDrawClock)
+        ]  # fmt: skip
+        assert runs[1].requests.equals(runs[0].requests)
+        assert runs[1].schedule.equals(runs[0].schedule)
+        assert runs[1].preemptions == runs[0].preemptions
+        assert runs[1].prefix_cache == runs[0].prefix_cache

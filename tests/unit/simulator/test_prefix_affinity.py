@@ -62,12 +62,21 @@ def test_scores_are_llm_ds() -> None:
     assert list(router.index[1]) == [6, 7]
 
 
+class Engine:
+    def __init__(self, waiting: int, running: int, usage: float) -> None:
+        self.params, self.num_waiting, self.num_running = CACHED, waiting, running
+        self.usage = usage
+
+    def kv_usage(self) -> float:
+        return self.usage
+
+
 class Published:
-    """Engines that published fixed counts, nothing cached."""
+    """Engines with fixed counts, nothing cached."""
 
     def __init__(self, counts: list[tuple[int, int, float]]) -> None:
         self.counts = counts
-        self.engines = [type("E", (), {"params": CACHED})() for _ in counts]
+        self.engines = [Engine(*c) for c in counts]
 
     def published(self, engine: int, at: float) -> tuple[int, int, float]:
         return self.counts[engine]
@@ -88,4 +97,4 @@ def test_without_hits_queue_and_kv_usage_decide(
     counts: list[tuple[int, int, float]], chosen: int
 ) -> None:
     router = PrefixAffinity(len(counts), seed=0)
-    assert router.route(0, 0.0, Published(counts)) == chosen
+    assert router.route(0, 0.0, Published(counts)) == chosen  # type: ignore[arg-type]

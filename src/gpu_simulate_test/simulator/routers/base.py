@@ -30,6 +30,11 @@ class FleetView(Protocol):
 class Router(Protocol):
     """Chooses an engine per request, told when a request it routed has finished."""
 
+    reads_live: bool
+    """Whether it reads the engines' live state (:attr:`FleetView.engines`; then the fleet
+    steps each engine one step at a time); else it reads only its own counts and what the
+    engines publish, and the engines take stretches of decode steps between sends."""
+
     def route(self, r: int, now: float, fleet: FleetView) -> int:
         """The engine request ``r``, sent at ``now``, goes to."""
         ...
@@ -42,6 +47,8 @@ class Router(Protocol):
 class InFlight:
     """Requests routed and not yet finished, per engine, as the client counts them (the base of
     the routers that read only their own counts)."""
+
+    reads_live = False
 
     def __init__(self, engines: int) -> None:
         self.inflight = [0] * engines

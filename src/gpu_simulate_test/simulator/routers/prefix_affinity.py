@@ -6,8 +6,11 @@ scores in [0, 1], the highest total wins (ties: a seeded draw among them).
   block hashes it routed, per engine, least recently used dropped beyond the engine's cache
   size in blocks);
 - **queue**: ``(max - waiting) / (max - min)`` over the engines' waiting counts (1 for all when
-  they are equal), as the engines last published them;
-- **kv**: ``1 - kv_usage``, as published.
+  they are equal);
+- **kv**: ``1 - kv_usage``.
+
+The queue and KV usage are read live (llm-d scrapes each server's metrics every few tens of
+milliseconds; that staleness is not modelled).
 
 Default weights: prefix 3, queue 2, kv 2 (llm-d's default profile weighs the prefix scorer 3
 and the queue scorer 2; the KV-usage scorer 2 as its load-aware guides add it).
@@ -26,6 +29,8 @@ WEIGHTS = (3.0, 2.0, 2.0)
 
 
 class PrefixAffinity(InFlight):
+    reads_live = True
+
     def __init__(
         self, engines: int, seed: int, weights: tuple[float, float, float] = WEIGHTS
     ) -> None:
@@ -52,15 +57,15 @@ class PrefixAffinity(InFlight):
     def route(self, r: int, now: float, fleet: FleetView) -> int:
         n = len(self.index)
         blocks = fleet.prompt_blocks(r)
-        counts = [fleet.published(k, now) for k in range(n)]
-        waiting = [c[0] for c in counts]
+        engines = fleet.engines
+        waiting = [engines[k].num_waiting for k in range(n)]
+        usage = [engines[k].kv_usage() for k in range(n)]
         low, high = min(waiting), max(waiting)
         queue = [1.0 if high == low else (high - w) / (high - low) for w in waiting]
         prefix = self.prefix_scores(blocks)
         w_prefix, w_queue, w_kv = self.weights
         totals = [
-            w_prefix * prefix[k] + w_queue * queue[k] + w_kv * (1.0 - counts[k][2])
-            for k in range(n)
+            w_prefix * prefix[k] + w_queue * queue[k] + w_kv * (1.0 - usage[k]) for k in range(n)
         ]
         best = max(totals)
         tied = [k for k in range(n) if totals[k] == best]

@@ -9,7 +9,8 @@ engine of the lowest score ``max(client_count * inflight, waiting + running)``, 
 advances by one after every decision (ties: the first met); the chosen engine's waiting count is
 raised by ``client_count`` locally until the coordinator's next message replaces the counts.
 
-Staleness: an engine publishes its counts after a step (:meth:`FleetView.published`); the
+Staleness: an engine publishes its counts after a step when they changed, with its KV usage
+of that moment (:meth:`FleetView.published`); the
 coordinator sends them to the clients on a ``tick_s`` (100 ms) timer when they changed since its
 last message, and every ``idle_tick_s`` (5 s) when they did not. With ``--api-server-count 1``
 there is one client (``client_count`` 1, start index 0).
@@ -28,6 +29,8 @@ COORDINATOR_IDLE_TICK_S = 5.0
 
 
 class VllmDataParallel:
+    reads_live = False
+
     def __init__(
         self,
         engines: int,
