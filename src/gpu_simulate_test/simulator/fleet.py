@@ -51,7 +51,8 @@ class FleetResult:
 
 
 class _Published:
-    """Each engine's (waiting, running, KV usage) after each of its steps, by the step's end."""
+    """Each engine's (waiting, running, KV usage) as it published them, by the end of the step
+    that changed its counts."""
 
     def __init__(self, engines: list[VllmV1Engine], work: Requests) -> None:
         self._engines = engines
