@@ -58,6 +58,7 @@ class _Published:
         self._engines = engines
         self._keys = work.keys
         self._prompt = work.book.prompt
+        self._block_size = work.params.block_size
         self.times: list[list[float]] = [[] for _ in engines]
         self.counts: list[list[tuple[int, int, float]]] = [[] for _ in engines]
 
@@ -85,7 +86,7 @@ class _Published:
     def prompt_blocks(self, r: int) -> list[int]:
         if self._keys is None:
             return []
-        return self._keys[r][: self._prompt[r] // self._engines[0].params.block_size]
+        return self._keys[r][: self._prompt[r] // self._block_size]
 
 
 def run_fleet(

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.config.fleet import FleetConfig
+from gpu_simulate_test.core.metrics.percentiles import latency_ms
 from gpu_simulate_test.simulator.types import ENGINE
 
-PER_REPLICA_QUANTILES = (0.5, 0.9)
+PER_REPLICA_PERCENTILES = (50, 90)
 
 
 def fleet_meta(table: pd.DataFrame, fleet: FleetConfig) -> dict[str, Any] | None:
@@ -29,12 +30,8 @@ def fleet_meta(table: pd.DataFrame, fleet: FleetConfig) -> dict[str, Any] | None
             "requests": len(mine),
             "share": round(len(mine) / len(table), 4) if len(table) else None,
         }
-        for metric in ("ttft", "e2e"):
-            values = mine[f"{metric}_s"].to_numpy(dtype=float)
-            values = values[np.isfinite(values)]
-            for q in PER_REPLICA_QUANTILES:
-                key = f"{metric}_p{round(100 * q)}_ms"
-                row[key] = round(1e3 * float(np.quantile(values, q)), 3) if len(values) else None
+        for key, ms in latency_ms(mine, ("ttft", "e2e"), PER_REPLICA_PERCENTILES).items():
+            row[f"{key}_ms"] = round(ms, 3) if np.isfinite(ms) else None
         rows.append(row)
     counts = [row["requests"] for row in rows]
     return {
