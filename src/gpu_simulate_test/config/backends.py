@@ -283,6 +283,15 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
     """The engine's own clock per request (``engine_*`` columns), read from the server's
     OpenTelemetry spans (``--otlp-traces-endpoint`` to a receiver of this process). A server
     you run yourself needs ``server.spans_file`` for it."""
+    data_parallel_size: int = 1
+    """``--data-parallel-size``: engines behind the server's own balancer (a fleet of replicas
+    of a dense model, vLLM's ``vllm_dp`` routing), with ``--api-server-count 1``; on CPU each
+    engine bound to its own cores (``cpu_threads_bind=auto``). Each request's and each step's
+    engine is recorded (an ``engine`` column)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.data_parallel_size >= 1, "backend.data_parallel_size must be >= 1")
 
 
 BACKENDS: Mapping[str, type[BackendConfig]] = MappingProxyType(

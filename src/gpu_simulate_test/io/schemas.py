@@ -212,7 +212,9 @@ FLEET_COLUMN = Column(
     "engine",
     "int",
     "",
-    "a fleet's engine (0 to replicas - 1) the request or step ran on; absent for one engine",
+    "a fleet's engine (0 to replicas - 1; vLLM's data-parallel rank) the request or step ran "
+    "on; absent for one engine, empty for a real request that reached none",
+    nullable=True,
     min_value=0,
 )
 """Where a fleet ran each request or step (an optional column of the per-request and step

@@ -34,7 +34,11 @@ from gpu_simulate_test.core.metrics import percentiles as pct
 from gpu_simulate_test.core.metrics.goodput import GoodputConfig, rate_of
 from gpu_simulate_test.core.metrics.latency import e2e_s, itls_s, tpot_s, ttft_s
 from gpu_simulate_test.core.metrics.summary import summarize_run
-from gpu_simulate_test.io.schemas import ENGINE_CLOCK_COLUMNS, PREFIX_CACHE_COLUMNS
+from gpu_simulate_test.io.schemas import (
+    ENGINE_CLOCK_COLUMNS,
+    FLEET_COLUMN,
+    PREFIX_CACHE_COLUMNS,
+)
 
 PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles ``summary.json`` keeps, from the one list
@@ -92,6 +96,8 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
     row.update(engine_columns(rec))
     row["cached_tokens"] = _or_nan(rec.cached_tokens)
     row["engine_cached_tokens"] = _or_nan(rec.engine_cached_tokens)
+    if rec.engine is not None:  # a data-parallel server's engine (io.schemas.FLEET_COLUMN)
+        row[FLEET_COLUMN.name] = rec.engine
     return row
 
 

@@ -92,6 +92,9 @@ class RequestRecord:
     cached_tokens``); None where it said nothing."""
     engine_cached_tokens: int | None = None
     """The same as the engine's scheduler recorded it (the hit at first admission)."""
+    engine: int | None = None
+    """The engine of a data-parallel server (``--data-parallel-size``) that queued it; None for
+    one engine, or where it reached none."""
     sendable_s: float | None = None
     """A closed-loop turn: when it could first be sent (its previous turn's stream had closed and
     its prompt was built); its ``scheduled_arrival_s`` (the intended send) may be earlier when the
@@ -226,12 +229,16 @@ class Recorder:
         first_token: float | None = None,
         last_token: float | None = None,
         cached_tokens: int | None = None,
+        engine: int | None = None,
     ) -> None:
         """The engine's own stamps (raw ``perf_counter`` values; None or 0: not stamped); token
         times are appended, ``first_token``/``last_token`` are for engines that stamp only those;
-        ``cached_tokens``: its prefix-cache hit at admission (None: not recorded)."""
+        ``cached_tokens``: its prefix-cache hit at admission (None: not recorded); ``engine``:
+        the engine of a data-parallel server that served it (None: one engine)."""
         with self._lock:
             rec = self.records[request_id]
+            if engine is not None:
+                rec.engine = engine
             if cached_tokens is not None:
                 rec.engine_cached_tokens = cached_tokens
             if arrival is not None and arrival > 0:

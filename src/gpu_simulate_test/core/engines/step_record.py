@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, FLEET_COLUMN
 
 ENV = "GST_ENGINE_STEPS"
 """The environment variable naming the file the recording scheduler appends to."""
@@ -33,6 +33,8 @@ SCHEDULER_CLS = "gpu_simulate_test.core.engines.vllm_recording_scheduler.Recordi
 """vLLM's ``--scheduler-cls`` for the recording scheduler."""
 STEPS_FILE = "engine_steps.jsonl"
 """The record's name beside the server's log."""
+ENGINE = FLEET_COLUMN.name
+"""The column of a data-parallel server's engine (``io.schemas.FLEET_COLUMN``)."""
 FOREIGN = "x"
 """The request id the ``requests`` column gives a request of another run."""
 SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in ENGINE_SCHEDULE.columns)
@@ -58,7 +60,7 @@ def parse_requests(text: object) -> list[tuple[str, int]]:
 def step_log_rows(schedule: pd.DataFrame, timed: bool) -> pd.DataFrame:
     """A schedule as ``engine_step_log`` rows: ``elapsed_ms`` from scheduling to outputs, and
     ``time_s`` when the outputs were made (``timed``) or empty (a simulation's, as Vidur's)."""
-    fleet = {"engine": schedule["engine"]} if "engine" in schedule.columns else {}
+    fleet = {ENGINE: schedule[ENGINE]} if ENGINE in schedule.columns else {}
     return pd.DataFrame(
         {
             **fleet,
@@ -83,6 +85,8 @@ class RequestStamps:
     cached_tokens: int | None = None
     """The prefix-cache hit at its first admission (None: a record without hits, or not seen
     admitted)."""
+    engine: int | None = None
+    """The engine that queued it (its data-parallel rank; None: not seen queued)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ class StepRecord:
     unreadable_lines: int
     foreign_requests: int
     """Requests of other runs in this run's steps (0 when the server served only this run)."""
+    engines: int = 1
+    """The server's engines (``--data-parallel-size``) as the record shows them."""
 
     def table(self, offset_s: float, origin: float) -> pd.DataFrame:
         """The ``engine_schedule`` table on the run clock: a ``time.monotonic()`` reading plus
@@ -131,7 +137,13 @@ def _lines(path: Path) -> tuple[list[dict[str, object]], int]:
 
 def read_record(path: Path, run_token: str, wanted: Iterable[int] | None = None) -> StepRecord:
     """One run's steps and request stamps from the record at ``path`` (its requests tagged with
-    ``run_token``; with ``wanted``, only those request ids count as the run's)."""
+    ``run_token``; with ``wanted``, only those request ids count as the run's).
+
+    The engines of a data-parallel server (lines with ``"g"`` > 0 anywhere in the record) are
+    read apart: each engine's steps from its first step with one of the run's requests to its
+    last, numbered from 0 per engine; the table gets an ``engine`` column and is ordered by
+    start time, then engine (as a simulated fleet's), and each request the engine that queued
+    it."""
     pattern = _tag_pattern(run_token)
     keep = set(wanted) if wanted is not None else None
     lines, bad = _lines(path)
@@ -145,30 +157,46 @@ def read_record(path: Path, run_token: str, wanted: Iterable[int] | None = None)
         return ids[engine_id]
 
     requests: dict[int, RequestStamps] = {}
-    step_lines: list[dict[str, object]] = []
+    step_lines: dict[int, list[dict[str, object]]] = {}
+    engines = 1
     for line in lines:
+        engine = int(line.get("g", 0))  # type: ignore[call-overload]
+        engines = max(engines, engine + 1)
         if "q" in line:
             rid = ours(str(line["q"]))
             if rid is not None:
-                requests.setdefault(rid, RequestStamps()).queued = float(line["t"])  # type: ignore[arg-type]
+                stamps = requests.setdefault(rid, RequestStamps())
+                stamps.queued, stamps.engine = float(line["t"]), engine  # type: ignore[arg-type]
         elif "s" in line and "e" in line:
-            step_lines.append(line)
-    first = last = None
-    for i, line in enumerate(step_lines):
-        if any(ours(str(row[0])) is not None for row in line["r"]):  # type: ignore[attr-defined]
-            first = i if first is None else first
-            last = i
+            step_lines.setdefault(engine, []).append(line)
     rows: list[dict[str, object]] = []
     foreign: set[str] = set()
-    if first is not None and last is not None:
-        for index, line in enumerate(step_lines[first : last + 1]):
-            rows.append(_step_row(index, line, ours, requests, foreign))
+    for engine in sorted(step_lines):
+        window = _run_window(step_lines[engine], ours)
+        for index, line in enumerate(window):
+            row = _step_row(index, line, ours, requests, foreign)
+            rows.append({ENGINE: engine, **row} if engines > 1 else row)
+    columns = [ENGINE, *SCHEDULE_COLUMNS] if engines > 1 else list(SCHEDULE_COLUMNS)
+    steps = pd.DataFrame(rows, columns=columns)
+    if engines > 1:
+        steps = steps.sort_values(["start_time_s", ENGINE], kind="stable").reset_index(drop=True)
     return StepRecord(
-        steps=pd.DataFrame(rows, columns=list(SCHEDULE_COLUMNS)),
+        steps=steps,
         requests=requests,
         unreadable_lines=bad,
         foreign_requests=len(foreign),
+        engines=engines,
     )
+
+
+def _run_window(lines: list[dict[str, object]], ours: object) -> list[dict[str, object]]:
+    """The steps from the first with one of the run's requests to the last (none: empty)."""
+    marked = [
+        i
+        for i, line in enumerate(lines)
+        if any(ours(str(row[0])) is not None for row in line["r"])  # type: ignore[attr-defined, operator]
+    ]
+    return lines[marked[0] : marked[-1] + 1] if marked else []
 
 
 def _step_row(

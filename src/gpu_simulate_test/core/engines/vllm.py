@@ -194,6 +194,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         ]
         if b.enforce_eager:
             cmd.append("--enforce-eager")
+        if b.data_parallel_size > 1:  # one API server: the balancer's client_count is 1
+            cmd += ["--data-parallel-size", str(b.data_parallel_size), "--api-server-count", "1"]
         if b.enable_prefix_caching:  # each request's cached tokens in its usage
             cmd.append("--enable-prompt-tokens-details")
         if self.receiver is not None:
@@ -317,6 +319,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                     scheduled=st.scheduled + offset if st.scheduled is not None else None,
                     token_times=[t + offset for t in st.token_times],
                     cached_tokens=st.cached_tokens,
+                    engine=st.engine if self.record.engines > 1 else None,
                 )
                 stamped.add(rid)
             clock = {
@@ -324,6 +327,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 "steps_file": str(self.steps_path),
                 "requests": len(stamped),
                 "steps": len(self.record.steps),
+                "engines": self.record.engines,
                 "preemptions": int(self.record.steps["num_preempted"].sum()),
                 "unreadable_lines": self.record.unreadable_lines,
                 "foreign_requests": self.record.foreign_requests,
@@ -390,7 +394,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         lines could not be read and a few of them, and the server's counters."""
         step_log: dict[str, Any] = {"engine_steps": None}
         if self.reads_step_log:
-            steps = self.steps.frame(origin, since)
+            steps = self.steps.frame(origin, since, self.ranks)
             write_csv(run_dir / layout.ENGINE_STEP_LOG, steps, ENGINE_STEP_LOG)
             unreadable, examples = self.steps.unreadable_since(since)
             step_log = {

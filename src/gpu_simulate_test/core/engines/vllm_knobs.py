@@ -31,23 +31,45 @@ def vllm_version() -> str | None:
     return None
 
 
-def cpu_threads_bind(setting: str, num_cpus: int | None = None) -> str:
-    """``VLLM_CPU_OMP_THREADS_BIND`` for ``setting``: auto leaves core 0 to the client."""
+def cpu_threads_bind(setting: str, num_cpus: int | None = None, ranks: int = 1) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``setting``: auto leaves core 0 to the client and binds
+    the engine to the others. With ``ranks`` engines (``--data-parallel-size``) the cores are
+    split among them, one group per rank separated by ``|`` (vLLM's format), core 0 left to the
+    client only where more cores than ranks remain (on 2 cores, 2 ranks: ``0|1``)."""
     if setting != "auto":
         return setting
     cpus = sorted(os.sched_getaffinity(0)) if num_cpus is None else list(range(num_cpus))
+    if ranks > 1:
+        if len(cpus) < ranks:
+            raise ValueError(
+                f"backend.data_parallel_size={ranks}: this machine gives the engines "
+                f"{len(cpus)} core(s), one per engine at least is needed"
+            )
+        pool = cpus[1:] if len(cpus) > ranks else cpus
+        per, extra = divmod(len(pool), ranks)
+        groups, at = [], 0
+        for rank in range(ranks):
+            size = per + (1 if rank < extra else 0)
+            groups.append(_cpu_list(pool[at : at + size]))
+            at += size
+        return "|".join(groups)
     if len(cpus) < 2:
         return str(cpus[0]) if cpus else "0"
-    rest = cpus[1:]
-    if rest == list(range(rest[0], rest[-1] + 1)):
-        return f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
-    return ",".join(str(c) for c in rest)
+    return _cpu_list(cpus[1:])
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """``[1, 2, 3]`` → ``"1-3"``; cores that are not one run, comma-separated."""
+    if cpus == list(range(cpus[0], cpus[-1] + 1)):
+        return f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else str(cpus[0])
+    return ",".join(str(c) for c in cpus)
 
 
 def parse_cpu_list(text: str) -> list[int]:
-    """``"1-3,5"`` → ``[1, 2, 3, 5]`` (the format of ``VLLM_CPU_OMP_THREADS_BIND``)."""
+    """``"1-3,5"`` → ``[1, 2, 3, 5]`` (the format of ``VLLM_CPU_OMP_THREADS_BIND``; the ranks
+    of ``"0|1"`` together)."""
     cpus: list[int] = []
-    for part in text.split(","):
+    for part in text.replace("|", ",").split(","):
         lo, _, hi = part.partition("-")
         cpus += range(int(lo), int(hi or lo) + 1)
     return cpus
@@ -85,6 +107,11 @@ class VllmKnobs:
     def knobs(self) -> VllmEngineBackendConfig:
         """``cfg.backend``, one of vLLM's (the server's config holds the engine's knobs too)."""
         return as_engine(self.cfg.backend, VllmEngineBackendConfig)
+
+    @property
+    def ranks(self) -> int:
+        """The server's engines (``backend.data_parallel_size``; 1 for the in-process engine)."""
+        return int(getattr(self.cfg.backend, "data_parallel_size", 1))
 
     @property
     def dtype(self) -> str:
@@ -134,7 +161,8 @@ class VllmKnobs:
         }
         if not self.cfg.hardware.device.startswith("cuda"):
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(self.knobs.cpu_threads_bind)
+            bind = cpu_threads_bind(self.knobs.cpu_threads_bind, ranks=self.ranks)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         return env
 
     def check_engine(self, requests: Sequence[BenchRequest]) -> None:
@@ -179,6 +207,6 @@ class VllmKnobs:
         b = self.knobs
         if self.cfg.hardware.device.startswith("cuda") or b.cpu_threads_bind != "auto":
             return None
-        engine = set(parse_cpu_list(cpu_threads_bind("auto")))
+        engine = set(parse_cpu_list(cpu_threads_bind("auto", ranks=self.ranks)))
         rest = set(os.sched_getaffinity(0)) - engine
         return rest or None

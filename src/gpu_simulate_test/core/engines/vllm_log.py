@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 ITERATION_RE = re.compile(
+    r"(?:Engine (?P<engine>\d+): )?"
     r"Iteration\((?P<step>\d+)\): (?P<pr>\d+) context requests, (?P<pt>\d+) context tokens, "
     r"(?P<dr>\d+) generation requests, (?P<dt>\d+) generation tokens, "
     r"iteration elapsed time: (?P<ms>[0-9.]+) ms"
@@ -52,6 +53,8 @@ class EngineStep:
     num_decode_tokens: int
     elapsed_ms: float
     kv_cache_usage_pct: float | None
+    engine: int = 0
+    """The engine that logged it (``Engine NNN:``; a data-parallel server's rank)."""
 
 
 def parse_iteration_line(line: str) -> EngineStep | None:
@@ -71,6 +74,7 @@ def parse_iteration_line(line: str) -> EngineStep | None:
             num_decode_tokens=int(m["dt"]),
             elapsed_ms=float(m["ms"]),
             kv_cache_usage_pct=float(m["kv"]) if m["kv"] is not None else None,
+            engine=int(m["engine"]) if m["engine"] is not None else 0,
         )
     except ValueError as exc:  # e.g. a time of "1.2.3" ms
         raise StepLineError(f"{exc}: {line!r}") from exc
@@ -116,12 +120,16 @@ class StepLog:
             lines = [line for at, line in self.unreadable if at >= since]
         return len(lines), lines[:UNREADABLE_EXAMPLES]
 
-    def frame(self, origin: float, since: float) -> pd.DataFrame:
-        """Steps read at or after ``since`` (``perf_counter``), times in seconds from ``origin``."""
+    def frame(self, origin: float, since: float, engines: int = 1) -> pd.DataFrame:
+        """Steps read at or after ``since`` (``perf_counter``), times in seconds from ``origin``;
+        with ``engines`` > 1 (a data-parallel server), each step's engine in an ``engine``
+        column first."""
         with self._lock:
             chosen = [(at, s) for at, s in self.steps if at >= since]
+        fleet = {"engine": [s.engine for _, s in chosen]} if engines > 1 else {}
         return pd.DataFrame(
             {
+                **fleet,
                 "step_index": [s.step_index for _, s in chosen],
                 "time_s": [at - origin for at, _ in chosen],
                 "num_prefill_requests": [s.num_prefill_requests for _, s in chosen],

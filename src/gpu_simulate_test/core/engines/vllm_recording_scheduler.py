@@ -16,6 +16,10 @@ one JSON line per event to the record, in the engine-core process:
   reports as the request's ``cached_tokens`` (a request resumed after preemption is left out, as
   vLLM leaves it out of its own count).
 
+Every line also carries ``"g"``, the engine's data-parallel rank (``data_parallel_index``; 0 for
+one engine): the engines of ``--data-parallel-size N`` each run a scheduler in their own
+process and append to the same record.
+
 Times are ``time.monotonic()``, the clock vLLM's own request stamps use. The lines are written
 with one ``os.write`` each on an append-only descriptor, so a server stopped at any moment leaves
 whole lines. This module imports vLLM; :mod:`.step_record` reads the record without it.
@@ -44,9 +48,14 @@ class RecordingScheduler(Scheduler):
         )
         self._gst_step: dict[str, Any] | None = None
         self._gst_preempted: list[str] = []
+        parallel = self.vllm_config.parallel_config
+        self._gst_engine = int(
+            getattr(parallel, "data_parallel_index", parallel.data_parallel_rank) or 0
+        )
 
     def _gst_write(self, line: dict[str, Any]) -> None:
         if self._gst_fd is not None:
+            line["g"] = self._gst_engine
             os.write(self._gst_fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
 
     def add_request(self, request: Any) -> None:

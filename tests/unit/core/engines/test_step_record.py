@@ -60,3 +60,33 @@ def test_the_table_is_on_the_run_clock(origin: float) -> None:
     assert table["start_time_s"].iloc[0] == pytest.approx(
         record.steps["start_time_s"].iloc[0] + 0.5 - origin
     )
+
+
+DP2 = DATA.parent / "step_record_dp2"
+
+
+def test_a_data_parallel_record_is_read_per_engine() -> None:
+    """Two engine cores (``--data-parallel-size 2``) append to one record: each line says its
+    engine; each engine's steps are numbered apart, the request's engine is the one that queued
+    it, and the table is what the run wrote."""
+    record = read_record(DP2 / "engine_steps.jsonl", "94dbddc2")
+    assert record.engines == 2
+    steps = record.steps
+    assert steps["engine"].value_counts().to_dict() == {0: 628, 1: 564}
+    assert (steps["start_time_s"].diff().dropna() >= 0).all()  # one clock, in time order
+    for _, mine in steps.groupby("engine"):
+        assert list(mine["step_index"]) == list(range(len(mine)))
+        assert (mine["start_time_s"].diff().dropna() > 0).all()
+    engines = pd.Series({rid: st.engine for rid, st in record.requests.items()})
+    assert engines.value_counts().to_dict() == {0: 31, 1: 29}
+    written = pd.read_csv(DP2 / "request_metrics.csv").set_index("request_id")["engine"]
+    assert (engines.sort_index() == written.sort_index()).all()
+    # a request's every step ran on its engine
+    for row in steps.itertuples():
+        for item in str(row.requests).split():
+            assert engines[int(item.split(":")[0])] == row.engine
+    schedule = pd.read_csv(DP2 / "engine_schedule.csv")
+    assert (schedule["engine"].to_numpy() == steps["engine"].to_numpy()).all()
+    log = pd.read_csv(DP2 / "engine_step_log.csv")
+    assert log["engine"].value_counts().to_dict() == {0: 628, 1: 564}
+    assert read_record(DATA / "engine_steps.jsonl", TOKEN).engines == 1  # no "g": one engine

@@ -78,6 +78,18 @@ def test_non_step_lines_are_not_steps() -> None:
     assert step is not None and step.kv_cache_usage_pct is None and step.num_decode_requests == 5
 
 
+def test_a_data_parallel_server_s_step_lines_say_their_engine() -> None:
+    """A ``--data-parallel-size 2`` server logs each engine's steps as ``Engine 00k:``; the step
+    log table gets an ``engine`` column for a fleet only."""
+    log = StepLog()
+    lines = (DATA / "step_record_dp2" / "server_iteration_lines.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        log.feed(line, float(i))
+    assert [s.engine for _, s in log.steps] == [0] * 5 + [1] * 5
+    assert list(log.frame(0.0, 0.0, engines=2)["engine"]) == [0] * 5 + [1] * 5
+    assert "engine" not in log.frame(0.0, 0.0).columns
+
+
 def changed_format_lines() -> list[str]:
     """Two step lines of the real log as a vLLM whose format changed would print them: the
     prefill counts renamed, and a line cut short before its time."""
@@ -189,6 +201,18 @@ def test_auto_thread_binding_leaves_core_zero_to_the_client(cpus: int, expected:
     assert cpu_threads_bind("0-1", cpus) == "0-1"
 
 
+@pytest.mark.parametrize(
+    ("cpus", "ranks", "expected"),
+    [(2, 2, "0|1"), (3, 2, "1|2"), (5, 2, "1-2|3-4"), (6, 2, "1-3|4-5"), (9, 4, "1-2|3-4|5-6|7-8")],
+)
+def test_data_parallel_engines_get_cores_of_their_own(cpus: int, ranks: int, expected: str) -> None:
+    """One group of cores per rank, ``|`` between them (vLLM's format); core 0 left to the
+    client only where more cores than ranks remain."""
+    assert cpu_threads_bind("auto", cpus, ranks) == expected
+    with pytest.raises(ValueError, match=r"data_parallel_size=4: .* 2 core"):
+        cpu_threads_bind("auto", 2, 4)
+
+
 def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
     return to_typed(
         compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
@@ -207,6 +231,16 @@ def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Pa
     assert pairs["--dtype"] == "float32" and pairs["--served-model-name"] == "qwen3_tiny"
     env = backend.server_env()
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+    assert "--data-parallel-size" not in cmd
+
+
+def test_a_data_parallel_server_has_one_api_server(compose_stage, tmp_path: Path) -> None:
+    backend = VllmBackend(_cfg(compose_stage, "backend.data_parallel_size=2"))
+    pairs = dict(itertools.pairwise(backend.server_command(8000, tmp_path)))
+    assert pairs["--data-parallel-size"] == "2" and pairs["--api-server-count"] == "1"
+    assert "|" in backend.server_env()["VLLM_CPU_OMP_THREADS_BIND"]
+    with pytest.raises(ValueError, match="data_parallel_size must be >= 1"):
+        _cfg(compose_stage, "backend.data_parallel_size=0")
 
 
 def test_runs_nested_in_a_stage_share_the_outer_snapshot_and_vllm_cache(
