@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.compare import plots, report
 from gpu_simulate_test.compare.alignment import (
-    StepAlignment,
-    align,
     alignment_markdown,
     plot_alignment,
 )
@@ -66,7 +63,15 @@ from gpu_simulate_test.compare.prefix_cache import (
     prefix_cache_line,
     prefix_cache_markdown,
 )
-from gpu_simulate_test.compare.steps import StepComparison, compare_steps
+from gpu_simulate_test.compare.routing import compare_routing, routing_markdown
+from gpu_simulate_test.compare.step_inputs import (
+    Aligned,
+    Steps,
+    fleet_alignments,
+    load_alignment,
+    load_steps,
+)
+from gpu_simulate_test.compare.steps import StepComparison
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.engines.knobs import knob_mismatches
@@ -81,10 +86,8 @@ from gpu_simulate_test.core.run_inputs import (
     real_itls_s,
     setup,
 )
-from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import read_csv, write_csv, write_json
+from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
-from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
 
 
 def after_warmup(
@@ -98,12 +101,6 @@ def after_warmup(
     keep = window.in_window(real, warmup_s)
     warm = set(real.loc[~keep, "request_id"].tolist())
     return real[keep], sim[~sim["request_id"].isin(warm)], len(warm)
-
-
-Steps = tuple[pd.DataFrame, pd.DataFrame, StepComparison]
-"""Both runs' step logs and their comparison."""
-Aligned = tuple[pd.DataFrame, pd.DataFrame, StepAlignment]
-"""Both runs' step sequences and their step-by-step alignment."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +129,11 @@ class Inputs:
     """:func:`.multi_turn.compare_multi_turn`: None without sessions."""
     sessions_skipped: str | None = None
     """Why a workload that may have sessions was not read (it is not there, or another)."""
+    routing: dict[str, Any] | None = None
+    """:func:`.routing.compare_routing`: None where neither run is a fleet."""
+    fleet_aligned: list[dict[str, Any]] | None = None
+    """A fleet on both sides: each engine's step-by-step alignment (:func:`.step_inputs.
+    fleet_alignments`)."""
 
 
 def prepare(cfg: CompareStageConfig) -> Inputs:
@@ -184,6 +186,8 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         prefix,
         turns,
         skipped,
+        compare_routing(real_requests, sim_requests, joined),
+        fleet_alignments(real, sim),
     )
 
 
@@ -230,6 +234,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         if cfg.compare.plots and inputs.multi_turn is not None:
             title = f"TTFT by turn: {inputs.context['real'].get('backend')} vs simulation"
             plots.plot_ttft_by_turn(inputs.multi_turn["ttft_by_turn"], r.file(TURN_PLOT), title)
+        data["routing"] = inputs.routing
         write_steps(r, cfg, inputs, data)
         write_json(r.file(COMPARISON_JSON), data)
         text = summary_text(cfg, inputs, drawn, clocks, good)
@@ -256,6 +261,8 @@ def write_steps(r: Run, cfg: CompareStageConfig, inputs: Inputs, data: dict[str,
         block["same_composition_fraction"] = alignment.same_composition_fraction
         block["alignment"] = alignment.to_dict()
         block["oracle"] = inputs.sim.meta.get("oracle")
+        if inputs.fleet_aligned is not None:
+            block["alignment_per_engine"] = inputs.fleet_aligned
         if cfg.compare.plots:
             title = f"{label} vs simulation"
             plot_alignment(real_seq, sim_seq, alignment, r.file(ALIGNMENT_PLOT), title)
@@ -284,11 +291,20 @@ def summary_text(
     turn_plot = TURN_PLOT if cfg.compare.plots else None
     text += multi_turn_markdown(inputs.multi_turn, turn_plot, inputs.sessions_skipped)
     text += host_memory_markdown(inputs.memory)
+    text += routing_markdown(inputs.routing)
     if inputs.steps is not None:
         text += steps_markdown(inputs.steps[2], cfg.compare.plots)
     if inputs.aligned is not None:
         plot = ALIGNMENT_PLOT if cfg.compare.plots else None
         text += alignment_markdown(inputs.aligned[2], inputs.sim.meta.get("oracle"), plot)
+        if inputs.fleet_aligned is not None:
+            text += "\nA fleet: the alignment above is engine 0's; per engine, the share of steps "
+            text += "of the same composition: " + ", ".join(
+                f"engine {a['engine']} {100 * a['same_composition_fraction']:.1f}% "
+                f"({a['real_steps']} real, {a['sim_steps']} simulated steps)"
+                for a in inputs.fleet_aligned
+            )
+            text += " (`steps.alignment_per_engine`).\n"
     return text
 
 
@@ -315,81 +331,6 @@ def print_progress(
             f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
             f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
         )
-
-
-def load_steps(
-    real: RunInput, sim: RunInput, comparison: Comparison, used: SimulatedCalibration
-) -> Steps | None:
-    """Both runs' engine steps and their comparison; None unless both runs have a step log
-    (a vLLM run, and a simulation from this version on)."""
-    real_path, sim_path = real.path / layout.ENGINE_STEP_LOG, sim.path / layout.ENGINE_STEP_LOG
-    if not (real_path.is_file() and sim_path.is_file()):
-        return None
-    real_steps = read_csv(real_path, ENGINE_STEP_LOG)
-    sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
-    engine_log = real.meta.get("engine_log") or {}
-    queue = queued_ms(real.requests, sim.requests, comparison.joined.request_id) or {
-        "real": engine_log.get("mean_server_queue_time_ms"),
-        "sim": _mean_ms(comparison.joined.sim.scheduling_delay_s),
-        "source": "the server's own count",
-    }
-    ttft = {
-        "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
-        "server": engine_log.get("mean_server_ttft_ms"),
-        "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
-    }
-    if (frontend_ms := used.frontend_ttft_ms) is not None:
-        ttft["sim_frontend"] = frontend_ms
-    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
-
-
-def _mean_ms(values: np.ndarray) -> float | None:
-    return float(np.nanmean(values) * 1000) if np.isfinite(values).any() else None
-
-
-def queued_ms(
-    real: pd.DataFrame, sim: pd.DataFrame, ids: np.ndarray
-) -> dict[str, float | str | None] | None:
-    """Mean time queued before the first step over the requests ``ids``, per request on both
-    sides (``request_metrics``), from the engine's queued stamp (``engine_scheduling_delay_s``):
-    vLLM queues a request between steps, so the wait for a running step is not in it, and the
-    simulation's column leaves it out too. None unless both sides have it."""
-    column = "engine_scheduling_delay_s"
-    if column not in real.columns or column not in sim.columns:
-        return None
-    side = [
-        pd.to_numeric(frame.set_index("request_id").reindex(ids)[column], errors="coerce")
-        for frame in (real, sim)
-    ]
-    values = [_mean_ms(s.to_numpy(dtype=float)) for s in side]
-    if values[0] is None or values[1] is None:
-        return None
-    return {"real": values[0], "sim": values[1], "source": "per request, as the engine queued it"}
-
-
-def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:
-    """Both step sequences and their step-by-step alignment: the recorded schedules where both
-    runs have one, else both step logs; None without steps on either side."""
-    pairs = (
-        (layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),
-        (layout.ENGINE_STEP_LOG, ENGINE_STEP_LOG),
-    )
-    for name, schema in pairs:
-        if (real.path / name).is_file() and (sim.path / name).is_file():
-            real_seq = read_csv(real.path / name, schema)
-            sim_seq = read_csv(sim.path / name, schema)
-            arrivals = None
-            if "engine_arrival_time_s" in real.requests:
-                known = real.requests.dropna(subset=["engine_arrival_time_s"])
-                arrivals = dict(
-                    zip(
-                        known["request_id"].astype(int).astype(str),
-                        known["engine_arrival_time_s"].astype(float),
-                        strict=True,
-                    )
-                )
-            return real_seq, sim_seq, align(real_seq, sim_seq, arrivals)
-    return None
 
 
 def steps_markdown(result: StepComparison, with_plot: bool) -> str:

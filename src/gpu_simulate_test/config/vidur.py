@@ -376,15 +376,10 @@ class VidurSimulateStageConfig:
         if not self.workload_dir:
             raise ConfigError("workload_dir is required: pass workload_dir=tmp/workload/<run_id>")
         if self.fleet.replicas > 1:
-            _check(
-                self.vidur.scheduler.name == "vllm_v1",
+            _check(  # an oracle replay takes its scheduler from the run (vllm_v1)
+                self.vidur.scheduler.name == "vllm_v1" or bool(self.step_times_from),
                 f"fleet.replicas={self.fleet.replicas} simulates vLLM engines: set "
                 f"vidur.scheduler.name=vllm_v1 (not {self.vidur.scheduler.name})",
-            )
-            _check(
-                not self.step_times_from,
-                "step_times_from replays one engine's own steps; an oracle replay of a fleet "
-                f"is not built yet: leave fleet.replicas={self.fleet.replicas} out",
             )
         if self.step_times_from:
             # the scheduler and its knobs come from the run (vidur_simulate/real_run.py)

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_simulate_test.config.backends import own_knobs
 from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
@@ -121,7 +122,10 @@ def simulate_config(
     arrivals_from: Path | str | None = None,
 ) -> VidurSimulateStageConfig:
     """Vidur on ``workload_dir`` with ``scheduler``, the bundle under ``cfg.profiling_root``,
-    and the arrivals a real run actually sent when ``arrivals_from`` names it."""
+    and the arrivals a real run actually sent when ``arrivals_from`` names it; a truth of
+    ``backend.data_parallel_size`` engines is simulated as that many replicas behind vLLM's own
+    balancer (``fleet.router=vllm_dp``)."""
+    replicas = int(getattr(cfg.backend, "data_parallel_size", 1))
     return VidurSimulateStageConfig(
         model=cfg.model,
         hardware=cfg.hardware,
@@ -132,6 +136,7 @@ def simulate_config(
         goodput=cfg.goodput,
         output=stage_output(cfg),
         progress=cfg.progress,
+        fleet=FleetConfig(replicas=replicas, router="vllm_dp"),
     )
 
 

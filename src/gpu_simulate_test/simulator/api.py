@@ -74,7 +74,7 @@ class EngineSpec:
 
 def simulate(
     workload: Workload,
-    step_model: StepModel | StepClock,
+    step_model: StepModel | StepClock | Sequence[StepClock],
     engine: EngineSpec,
     seed: int = 0,
     engines: EngineRegistry = ENGINES,
@@ -86,10 +86,13 @@ def simulate(
     columns), the schedule (empty with ``log_steps=False``) and the totals, in memory.
 
     With a ``fleet`` of more than one replica: that many engines (``vllm_v1``), engine ``k``
-    timed by ``step_model.clock(seed + k)``, behind the fleet's router; both tables carry an
-    ``engine`` column."""
+    timed by ``step_model.clock(seed + k)`` (or by the ``k``-th of a sequence of clocks, one
+    per replica: an oracle replay of a data-parallel run), behind the fleet's router; both
+    tables carry an ``engine`` column."""
     if fleet is not None and fleet.replicas > 1:
         return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)
+    if isinstance(step_model, Sequence):
+        raise ValueError("a clock per engine times a fleet: pass fleet=FleetSpec(replicas)")
     clock = step_model.clock(seed) if isinstance(step_model, StepModel) else step_model
     run = engines.get(engine.scheduler)
     return run(
@@ -106,7 +109,7 @@ def simulate(
 
 def _simulate_fleet(
     workload: Workload,
-    step_model: StepModel | StepClock,
+    step_model: StepModel | StepClock | Sequence[StepClock],
     engine: EngineSpec,
     seed: int,
     fleet: FleetSpec,
@@ -115,11 +118,18 @@ def _simulate_fleet(
     from gpu_simulate_test.simulator.fleet import run_fleet
     from gpu_simulate_test.simulator.routers import ROUTERS
 
-    if not isinstance(step_model, StepModel):
-        raise ValueError("a fleet's engines are timed by a step model (one clock each)")
     if engine.scheduler != "vllm_v1":
         raise ValueError(f"a fleet runs vllm_v1 engines, not {engine.scheduler}")
-    clocks = [step_model.clock(seed + k) for k in range(fleet.replicas)]
+    clocks: list[StepClock]
+    if isinstance(step_model, StepModel):
+        clocks = [step_model.clock(seed + k) for k in range(fleet.replicas)]
+    elif isinstance(step_model, Sequence) and len(step_model) == fleet.replicas:
+        clocks = list(step_model)
+    else:
+        raise ValueError(
+            f"a fleet of {fleet.replicas} engines is timed by a step model (a clock each) or by "
+            f"{fleet.replicas} clocks, one per engine"
+        )
     result = run_fleet(
         engine.params,
         clocks,

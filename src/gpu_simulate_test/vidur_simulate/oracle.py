@@ -14,6 +14,10 @@ it to ``S_k`` when it was idle (their medians where the sequences diverge).
 A run without a recorded schedule (a server not started by this project) is replayed on its
 iteration log instead (``engine_step_log.csv``: each step's full cost, no pauses): approximate,
 and the result says so.
+
+A data-parallel run (``backend.data_parallel_size``: an ``engine`` column) gives one clock per
+engine (:class:`FleetOracle`), each from that engine's own steps and the requests it queued; the
+simulated fleet's engine ``k`` is timed by engine ``k``'s clock, and its router decides anew.
 """
 
 from __future__ import annotations
@@ -162,4 +166,46 @@ def from_step_log(steps: pd.DataFrame) -> OracleClock:
         nan,
         nan,
         exact=False,
+    )
+
+
+@dataclass
+class FleetOracle:
+    """One :class:`OracleClock` per engine of a data-parallel run (engine ``k``'s steps time
+    the simulated fleet's engine ``k``)."""
+
+    clocks: list[OracleClock]
+
+    def report(self) -> dict[str, Any]:
+        """The engines' reports summed (what :meth:`OracleClock.report` says of one), and each."""
+        each = [clock.report() for clock in self.clocks]
+        used: Counter[str] = Counter()
+        for clock in self.clocks:
+            used.update(clock.used)
+        total = sum(used.values())
+        return {
+            "source": each[0]["source"],
+            "exact": all(r["exact"] for r in each),
+            "engines": len(self.clocks),
+            "real_steps": sum(r["real_steps"] for r in each),
+            "simulated_steps": total,
+            "step_times": dict(used),
+            "same_position_fraction": used["same position"] / total if total else None,
+            "per_engine": each,
+        }
+
+
+def fleet_from_schedule(
+    schedule: pd.DataFrame, queued_s: np.ndarray, engine_of: np.ndarray, engines: int
+) -> FleetOracle:
+    """A clock per engine of a data-parallel run's recorded schedule (its ``engine`` column);
+    ``engine_of``: per request (as ``queued_s``), the engine that queued it."""
+    return FleetOracle(
+        [
+            from_schedule(
+                schedule[schedule["engine"] == k].reset_index(drop=True),
+                queued_s[engine_of == k],
+            )
+            for k in range(engines)
+        ]
     )

@@ -20,7 +20,7 @@ from gpu_simulate_test.core.engines.step_record import parse_requests
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_csv
-from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, FLEET_COLUMN
 from gpu_simulate_test.simulator.types import NAME, V1Params
 from gpu_simulate_test.vidur_simulate import oracle
 
@@ -34,7 +34,15 @@ class ReplaySource:
     """When the client sent each request (workload order)."""
     engine_arrival_s: np.ndarray
     """When the engine queued each request (workload order)."""
-    clock: oracle.OracleClock
+    clock: oracle.OracleClock | oracle.FleetOracle
+    """The run's step clock; a data-parallel run's, one per engine."""
+    engine_of: np.ndarray | None = None
+    """A data-parallel run: the engine that queued each request (workload order; -1: none)."""
+
+    @property
+    def engines(self) -> int:
+        """The run's engines (1 unless it ran ``--data-parallel-size``)."""
+        return len(self.clock.clocks) if isinstance(self.clock, oracle.FleetOracle) else 1
 
 
 def v1_params(knobs: VidurSchedulerConfig, num_blocks: int) -> V1Params | None:
@@ -87,6 +95,8 @@ def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray)
     engine_s = np.where(known, engine_s, client + delay)  # a failed request: the median hop
     schedule_path = run.path / layout.ENGINE_SCHEDULE
     log_path = run.path / layout.ENGINE_STEP_LOG
+    if FLEET_COLUMN.name in requests.columns:
+        return _fleet_source(run.path, requests, ids, client, engine_s)
     if schedule_path.is_file():
         clock = oracle.from_schedule(read_csv(schedule_path, ENGINE_SCHEDULE), engine_s)
     elif log_path.is_file():
@@ -97,6 +107,30 @@ def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray)
             f"{run.path}: the run recorded no engine steps to time the replay by"
         )
     return ReplaySource(run.path, client, engine_s, clock)
+
+
+def _fleet_source(
+    path: Path, requests: pd.DataFrame, ids: np.ndarray, client: np.ndarray, engine_s: np.ndarray
+) -> ReplaySource:
+    """A data-parallel run's replay source: a clock per engine from its recorded schedule."""
+    schedule_path = path / layout.ENGINE_SCHEDULE
+    if not schedule_path.is_file():
+        raise ArtifactError(
+            f"{path}: a data-parallel run (request_metrics.csv has an engine column) without "
+            f"{layout.ENGINE_SCHEDULE}: a fleet's oracle replay needs each engine's recorded "
+            "steps (a server started by real_bench with backend.engine_clock=true)"
+        )
+    schedule = read_csv(schedule_path, ENGINE_SCHEDULE)
+    if FLEET_COLUMN.name not in schedule.columns:
+        raise ArtifactError(
+            f"{schedule_path}: no engine column, while request_metrics.csv has one: the "
+            "schedule of a data-parallel run says each step's engine"
+        )
+    engine_of = requests[FLEET_COLUMN.name].reindex(ids).to_numpy(dtype=float)
+    engine_of = np.where(np.isfinite(engine_of), engine_of, -1).astype(np.int64)
+    engines = int(max(engine_of.max(initial=0), schedule[FLEET_COLUMN.name].max()) + 1)
+    clock = oracle.fleet_from_schedule(schedule, engine_s, engine_of, engines)
+    return ReplaySource(path, client, engine_s, clock, engine_of)
 
 
 def schedule_with_ids(schedule: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:

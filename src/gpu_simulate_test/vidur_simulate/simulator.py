@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,21 @@ if TYPE_CHECKING:
 class ReplayClock(StepClock, Protocol):
     """A :class:`~.vllm_v1.StepClock` from a real run's own steps (an oracle replay's
     :class:`~.oracle.OracleClock`), which reports where its step times came from."""
+
+    def report(self) -> dict[str, Any]:
+        """Where the step times came from, for ``run_meta.json``'s ``oracle``."""
+        ...
+
+
+@runtime_checkable
+class FleetReplayClock(Protocol):
+    """A data-parallel run's own steps, a clock per engine (an oracle replay of a fleet:
+    :class:`~.oracle.FleetOracle`)."""
+
+    @property
+    def clocks(self) -> Sequence[StepClock]:
+        """Engine ``k``'s clock at ``k``."""
+        ...
 
     def report(self) -> dict[str, Any]:
         """Where the step times came from, for ``run_meta.json``'s ``oracle``."""
@@ -77,8 +92,9 @@ class SimulationRequest:
     """Every predicted step times this (``vidur.step_time_scale``; not a ``replay_clock``'s)."""
     v1: V1Params | None = None
     """vLLM's V1 scheduler, in our loop (Vidur has none; None: one of Vidur's schedulers)."""
-    replay_clock: ReplayClock | None = None
-    """vllm_v1: time steps by a real run's own (an oracle replay) instead of the predictor."""
+    replay_clock: ReplayClock | FleetReplayClock | None = None
+    """vllm_v1: time steps by a real run's own (an oracle replay) instead of the predictor; a
+    data-parallel run's, one clock per engine (with ``fleet``)."""
     serving_steps: pd.DataFrame | None = None
     """vllm_v1 with ``engine_steps``: the bundle's calibration replays under load, whose serving
     terms (:class:`~..simulator.step_model.PredictorClock`) apply on top of the predictor."""

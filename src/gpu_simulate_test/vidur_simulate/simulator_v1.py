@@ -18,6 +18,7 @@ from gpu_simulate_test.simulator.run import V1Result, run_v1, unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import StepClock
 from gpu_simulate_test.vidur_simulate.simulator import (
+    FleetReplayClock,
     SimulationRequest,
     SimulationResult,
     build_predictor,
@@ -66,27 +67,36 @@ class VllmV1Simulator:
             raise ConfigError(f"vidur.scheduler.name=vllm_v1 simulates one engine, not {reason}")
         start = clean_slate(request.seed)
         model = None
-        clock: StepClock
-        if request.replay_clock is None:
+        replay = request.replay_clock
+        fleet = request.fleet is not None and request.fleet.replicas > 1
+        clocks = list(replay.clocks) if isinstance(replay, FleetReplayClock) else None
+        if replay is None:
             model = request.step_model or build_step_model(request)
-            clock = model.at_level(request.step_time_scale).clock(request.seed)
-        else:
-            clock = request.replay_clock
+        elif fleet != (clocks is not None):
+            raise ConfigError(
+                "an oracle replay of a data-parallel run simulates as many engines as it ran "
+                "(fleet.replicas), and one engine's run one engine"
+            )
         arrived_at, prefill_tokens, decode_tokens = read_trace(config)
         if request.after is not None:
             arrived_at = unsent_followers(arrived_at, request.after)
         built = time.perf_counter()
-        if request.fleet is not None and request.fleet.replicas > 1:
-            if model is None:
-                raise ConfigError("an oracle replay of a fleet is not built yet (one engine)")
+        if fleet:
             workload = Workload(
                 arrived_at, prefill_tokens, decode_tokens, request.prompt_segments, request.after
             )
+            timing = model.at_level(request.step_time_scale) if model is not None else clocks
+            assert timing is not None
             loop = simulate(
-                workload, model.at_level(request.step_time_scale), EngineSpec(request.v1),
-                seed=request.seed, log_steps=request.step_log, fleet=request.fleet,
+                workload, timing, EngineSpec(request.v1), seed=request.seed,
+                log_steps=request.step_log, fleet=request.fleet,
             )  # fmt: skip
         else:
+            clock: StepClock = (
+                model.at_level(request.step_time_scale).clock(request.seed)
+                if model is not None
+                else replay  # type: ignore[assignment]
+            )
             loop = run_v1(
                 request.v1, clock, arrived_at, prefill_tokens, decode_tokens,
                 segments=request.prompt_segments, after=request.after,
@@ -100,7 +110,7 @@ class VllmV1Simulator:
             write_raw(request.output_dir, loop.requests),
             built - start,
             done - built,
-            request.replay_clock.report() if request.replay_clock is not None else None,
+            replay.report() if replay is not None else None,
         )
 
 

@@ -82,6 +82,13 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     if cfg.step_times_from:
         replay = replay_source(cfg.step_times_from, workload, arrival)
         arrival = replay.client_arrival_s
+        if replay.engines != cfg.fleet.replicas:
+            router = " fleet.router=vllm_dp (the server's own)" if replay.engines > 1 else ""
+            raise ConfigError(
+                f"step_times_from={cfg.step_times_from} ran {replay.engines} engine(s) "
+                f"(backend.data_parallel_size), fleet.replicas={cfg.fleet.replicas}: replay it "
+                f"as fleet.replicas={replay.engines}{router}"
+            )
     plan.check_context(prefill, decode, cfg.model, str(workload.path))
     bundle = load_bundle(
         layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name), cfg.model

@@ -84,7 +84,7 @@ def test_a_real_steps_cost_is_its_cadence_when_back_to_back() -> None:
 
 
 def test_queued_time_is_compared_per_request_as_the_engine_stamps_it() -> None:
-    from gpu_simulate_test.compare.stage import queued_ms
+    from gpu_simulate_test.compare.step_inputs import queued_ms
 
     real = pd.DataFrame({"request_id": [0, 1, 2], "engine_scheduling_delay_s": [0.001, 0.003, 9]})
     sim = pd.DataFrame({"request_id": [2, 1, 0], "engine_scheduling_delay_s": [9, 0.004, 0.002]})

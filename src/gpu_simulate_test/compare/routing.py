@@ -1,0 +1,132 @@
+"""A fleet, real against simulated: where each request went, and each replica's latency (pure:
+frames in, a JSON block and text out).
+
+Both sides say per request which engine served it (an ``engine`` column of
+``request_metrics``: the real run's vLLM data-parallel rank, ``backend.data_parallel_size``; the
+simulation's replica, ``fleet.replicas``). The **routing table** counts the compared requests
+per replica on each side; the **same-replica fraction** is the share of compared requests the
+simulation sent to the replica the real server's balancer chose (1.0 for a router that decides
+as vLLM did on the same counts; a round robin's is exact by construction). Latency per replica
+is on the engine's own clock on both sides (:mod:`.clocks`): the real ``engine_*`` columns, the
+simulation without the front-end delay it added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS, sim_engine_metric
+from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.reporting import markdown_table
+from gpu_simulate_test.io.schemas import FLEET_COLUMN
+
+ENGINE = FLEET_COLUMN.name
+LATENCY: tuple[str, ...] = ("ttft", "e2e")
+"""The per-replica metrics (engine clock)."""
+
+
+def engines_of(frame: pd.DataFrame | None, request_id: np.ndarray) -> np.ndarray | None:
+    """Per request of ``request_id``, the engine that served it (-1: none recorded); None where
+    the run has no ``engine`` column (one engine)."""
+    if frame is None or ENGINE not in frame.columns:
+        return None
+    values = pd.to_numeric(
+        frame.set_index("request_id").reindex(request_id)[ENGINE], errors="coerce"
+    ).to_numpy(dtype=float)
+    return np.where(np.isfinite(values), values, -1).astype(np.int64)
+
+
+def compare_routing(
+    real: pd.DataFrame, sim: pd.DataFrame, joined: m.JoinedRequests
+) -> dict[str, Any] | None:
+    """The routing block of ``comparison.json`` (None where neither run is a fleet; a
+    ``skipped`` reason where only one is)."""
+    ids = joined.request_id
+    real_engine, sim_engine = engines_of(real, ids), engines_of(sim, ids)
+    if real_engine is None and sim_engine is None:
+        return None
+    if real_engine is None or sim_engine is None:
+        side = "real run" if real_engine is not None else "simulation"
+        other = "simulation" if real_engine is not None else "real run"
+        hint = (
+            "simulate it as a fleet: fleet.replicas=<the server's --data-parallel-size> "
+            "fleet.router=vllm_dp"
+            if real_engine is not None
+            else "run the truth as one: backend.data_parallel_size=<fleet.replicas>"
+        )
+        return {"skipped": f"only the {side} is a fleet (the {other} is one engine): {hint}"}
+    replicas = int(max(real_engine.max(initial=0), sim_engine.max(initial=0)) + 1)
+    both = (real_engine >= 0) & (sim_engine >= 0)
+    frame = real.set_index("request_id").reindex(ids)
+    rows = []
+    for k in range(replicas):
+        on_real, on_sim = real_engine == k, sim_engine == k
+        row: dict[str, Any] = {
+            "replica": k,
+            "real_requests": int(on_real.sum()),
+            "sim_requests": int(on_sim.sum()),
+            "real_share": float(on_real.mean()) if len(ids) else float("nan"),
+            "sim_share": float(on_sim.mean()) if len(ids) else float("nan"),
+        }
+        for metric in LATENCY:
+            real_s = pd.to_numeric(frame[ENGINE_COLUMNS[metric]], errors="coerce").to_numpy(float)
+            sim_s = sim_engine_metric(sim, joined, metric)
+            for side, values, mask in (("real", real_s, on_real), ("sim", sim_s, on_sim)):
+                summary = pct.describe(values[mask], scale=1e3)
+                for q in ("p50", "p90"):
+                    row[f"{side}_{metric}_{q}_ms"] = summary.stat(q)
+        rows.append(row)
+    counts = np.array([[r["real_requests"], r["sim_requests"]] for r in rows], dtype=float)
+    gap = np.abs(counts[:, 1] - counts[:, 0]) / np.maximum(counts[:, 0], 1.0)
+    return {
+        "replicas": replicas,
+        "compared": int(both.sum()),
+        "same_replica_fraction": float((real_engine == sim_engine)[both].mean())
+        if both.any()
+        else None,
+        "largest_count_gap_pct": float(100.0 * gap.max()) if len(gap) else None,
+        "per_replica": rows,
+    }
+
+
+def routing_markdown(block: dict[str, Any] | None) -> str:
+    """The ``summary.md`` section of :func:`compare_routing`'s block ('' without one)."""
+    if block is None:
+        return ""
+    if "skipped" in block:
+        return f"\n## Routing (a fleet)\n\n{block['skipped']}.\n"
+    same = block["same_replica_fraction"]
+    header = [
+        "replica",
+        "requests real",
+        "requests sim",
+        "TTFT p50 real / sim (ms)",
+        "TTFT p90 real / sim (ms)",
+        "E2E p50 real / sim (ms)",
+        "E2E p90 real / sim (ms)",
+    ]
+    body = [
+        [
+            str(r["replica"]),
+            f"{r['real_requests']} ({100 * r['real_share']:.0f}%)",
+            f"{r['sim_requests']} ({100 * r['sim_share']:.0f}%)",
+            *(
+                f"{r[f'real_{metric}_{q}_ms']:.1f} / {r[f'sim_{metric}_{q}_ms']:.1f}"
+                for metric in LATENCY
+                for q in ("p50", "p90")
+            ),
+        ]
+        for r in block["per_replica"]
+    ]
+    lead = (
+        f"{block['replicas']} replicas; the simulation sent "
+        f"{'n/a' if same is None else f'{100 * same:.1f}%'} of {block['compared']} compared "
+        "requests to the replica the real server chose (`routing.same_replica_fraction`); "
+        f"the largest gap in requests per replica is {block['largest_count_gap_pct']:.1f}%. "
+        "Latency on the engine's own clock."
+    )
+    return f"\n## Routing (a fleet)\n\n{lead}\n\n{markdown_table(header, body)}\n"

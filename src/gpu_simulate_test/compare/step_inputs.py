@@ -1,0 +1,134 @@
+"""The engine steps of both runs, read for the comparison: the step logs and their comparison
+(:mod:`.steps`), the step sequences and their step-by-step alignment (:mod:`.alignment`), and
+for a fleet each engine's alignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.calibration.record import SimulatedCalibration
+from gpu_simulate_test.compare.alignment import StepAlignment, align
+from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.compare.steps import StepComparison, compare_steps
+from gpu_simulate_test.core.run_inputs import RunInput
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, FLEET_COLUMN
+
+ENGINE = FLEET_COLUMN.name
+Steps = tuple[pd.DataFrame, pd.DataFrame, StepComparison]
+"""Both runs' step logs and their comparison."""
+Aligned = tuple[pd.DataFrame, pd.DataFrame, StepAlignment]
+"""Both runs' step sequences and their step-by-step alignment."""
+
+
+def load_steps(
+    real: RunInput, sim: RunInput, comparison: Comparison, used: SimulatedCalibration
+) -> Steps | None:
+    """Both runs' engine steps and their comparison; None unless both runs have a step log
+    (a vLLM run, and a simulation from this version on)."""
+    real_path, sim_path = real.path / layout.ENGINE_STEP_LOG, sim.path / layout.ENGINE_STEP_LOG
+    if not (real_path.is_file() and sim_path.is_file()):
+        return None
+    real_steps = read_csv(real_path, ENGINE_STEP_LOG)
+    sim_steps = read_csv(sim_path, ENGINE_STEP_LOG)
+    engine_log = real.meta.get("engine_log") or {}
+    queue = queued_ms(real.requests, sim.requests, comparison.joined.request_id) or {
+        "real": engine_log.get("mean_server_queue_time_ms"),
+        "sim": _mean_ms(comparison.joined.sim.scheduling_delay_s),
+        "source": "the server's own count",
+    }
+    ttft = {
+        "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
+        "server": engine_log.get("mean_server_ttft_ms"),
+        "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
+    }
+    if (frontend_ms := used.frontend_ttft_ms) is not None:
+        ttft["sim_frontend"] = frontend_ms
+    return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
+
+
+def _mean_ms(values: np.ndarray) -> float | None:
+    return float(np.nanmean(values) * 1000) if np.isfinite(values).any() else None
+
+
+def queued_ms(
+    real: pd.DataFrame, sim: pd.DataFrame, ids: np.ndarray
+) -> dict[str, float | str | None] | None:
+    """Mean time queued before the first step over the requests ``ids``, per request on both
+    sides (``request_metrics``), from the engine's queued stamp (``engine_scheduling_delay_s``):
+    vLLM queues a request between steps, so the wait for a running step is not in it, and the
+    simulation's column leaves it out too. None unless both sides have it."""
+    column = "engine_scheduling_delay_s"
+    if column not in real.columns or column not in sim.columns:
+        return None
+    side = [
+        pd.to_numeric(frame.set_index("request_id").reindex(ids)[column], errors="coerce")
+        for frame in (real, sim)
+    ]
+    values = [_mean_ms(s.to_numpy(dtype=float)) for s in side]
+    if values[0] is None or values[1] is None:
+        return None
+    return {"real": values[0], "sim": values[1], "source": "per request, as the engine queued it"}
+
+
+def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:
+    """Both step sequences and their step-by-step alignment: the recorded schedules where both
+    runs have one, else both step logs; None without steps on either side. A fleet's steps
+    (an ``engine`` column on both sides) are aligned engine by engine: the alignment returned is
+    engine 0's, each engine's is in :func:`fleet_alignments`."""
+    pairs = (
+        (layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),
+        (layout.ENGINE_STEP_LOG, ENGINE_STEP_LOG),
+    )
+    for name, schema in pairs:
+        if (real.path / name).is_file() and (sim.path / name).is_file():
+            real_seq = read_csv(real.path / name, schema)
+            sim_seq = read_csv(sim.path / name, schema)
+            arrivals = _engine_arrivals(real)
+            if ENGINE in real_seq.columns and ENGINE in sim_seq.columns:
+                real_seq, sim_seq = _engine(real_seq, 0), _engine(sim_seq, 0)
+            return real_seq, sim_seq, align(real_seq, sim_seq, arrivals)
+    return None
+
+
+def fleet_alignments(real: RunInput, sim: RunInput) -> list[dict[str, Any]] | None:
+    """Per engine of a fleet (both sides with an ``engine`` column in their recorded schedule
+    or step log), that engine's real steps aligned with its simulated ones; None otherwise."""
+    for name, schema in ((layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),):
+        if not ((real.path / name).is_file() and (sim.path / name).is_file()):
+            return None
+        real_seq = read_csv(real.path / name, schema)
+        sim_seq = read_csv(sim.path / name, schema)
+        if ENGINE not in real_seq.columns or ENGINE not in sim_seq.columns:
+            return None
+        engines = int(max(real_seq[ENGINE].max(), sim_seq[ENGINE].max()) + 1)
+        arrivals = _engine_arrivals(real)
+        return [
+            {
+                "engine": k,
+                **align(_engine(real_seq, k), _engine(sim_seq, k), arrivals).to_dict(),
+            }
+            for k in range(engines)
+        ]
+    return None
+
+
+def _engine(steps: pd.DataFrame, k: int) -> pd.DataFrame:
+    return steps[steps[ENGINE] == k].reset_index(drop=True)
+
+
+def _engine_arrivals(real: RunInput) -> dict[str, float] | None:
+    if "engine_arrival_time_s" not in real.requests:
+        return None
+    known = real.requests.dropna(subset=["engine_arrival_time_s"])
+    return dict(
+        zip(
+            known["request_id"].astype(int).astype(str),
+            known["engine_arrival_time_s"].astype(float),
+            strict=True,
+        )
+    )

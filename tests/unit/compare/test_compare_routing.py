@@ -1,0 +1,65 @@
+"""A fleet, real against simulated: the routing table (requests per replica on each side), the
+share sent to the same replica, each replica's latency on the engine's clock; a note where only
+one side is a fleet, nothing where neither is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.compare.routing import compare_routing, routing_markdown
+from tests.unit.compare.test_compare_clocks import _joined
+
+
+def _real(engines: list[float]) -> pd.DataFrame:
+    n = len(engines)
+    return pd.DataFrame(
+        {
+            "request_id": np.arange(n),
+            "engine_ttft_s": [0.010 * (1 + e) if e == e else np.nan for e in engines],
+            "engine_tpot_s": [0.009] * n,
+            "engine_e2e_s": [0.100] * n,
+            "engine": pd.array([None if e != e else int(e) for e in engines], dtype="Int64"),
+        }
+    )
+
+
+def _sim(engines: list[int]) -> pd.DataFrame:
+    return pd.DataFrame({"request_id": np.arange(len(engines)), "engine": engines})
+
+
+def test_the_routing_table_counts_each_replica_and_the_same_replica_share() -> None:
+    real = _real([0, 1, 0, 1])
+    block = compare_routing(real, _sim([0, 1, 1, 1]), _joined(4))
+    assert block is not None and block["replicas"] == 2 and block["compared"] == 4
+    assert block["same_replica_fraction"] == pytest.approx(0.75)
+    zero, one = block["per_replica"]
+    assert (zero["real_requests"], zero["sim_requests"]) == (2, 1)
+    assert (one["real_requests"], one["sim_requests"]) == (2, 3)
+    assert block["largest_count_gap_pct"] == pytest.approx(50.0)
+    # latency per replica, engine clock: real engine 1's TTFT is 20 ms, engine 0's 10 ms
+    assert zero["real_ttft_p50_ms"] == pytest.approx(10.0)
+    assert one["real_ttft_p50_ms"] == pytest.approx(20.0)
+    assert zero["sim_ttft_p50_ms"] == pytest.approx(22.0)  # the joined sim side, no front end
+    text = routing_markdown(block)
+    assert "75.0% of 4 compared requests" in text and "| 1 | 2 (50%) | 3 (75%) |" in text
+
+
+def test_a_request_that_reached_no_engine_is_not_judged() -> None:
+    block = compare_routing(_real([0, np.nan, 1, 1]), _sim([0, 0, 1, 0]), _joined(4))
+    assert block is not None and block["compared"] == 3
+    assert block["same_replica_fraction"] == pytest.approx(2 / 3)
+
+
+def test_one_side_alone_a_fleet_is_said_and_no_fleet_gives_nothing() -> None:
+    joined = _joined(4)
+    real = _real([0, 1, 0, 1])
+    one = real.drop(columns=["engine"])
+    only_real = compare_routing(real, _sim([0, 0, 0, 0]).drop(columns=["engine"]), joined)
+    assert only_real is not None and "fleet.replicas" in only_real["skipped"]
+    only_sim = compare_routing(one, _sim([0, 1, 0, 1]), joined)
+    assert only_sim is not None and "backend.data_parallel_size" in only_sim["skipped"]
+    assert "only the simulation is a fleet" in routing_markdown(only_sim)
+    assert compare_routing(one, _sim([0] * 4).drop(columns=["engine"]), joined) is None
+    assert routing_markdown(None) == ""
