@@ -34,6 +34,9 @@ class Workload:
     after: Sequence[tuple[int, float]] | None = None
     """A closed loop: per request, the request sent when it finishes (-1: none) and the think
     time in seconds."""
+    routed_at: np.ndarray | None = None
+    """A fleet: when the router decides for each request, at or before its arrival at the
+    engine (an oracle replay: when the client sent it; None: at its arrival)."""
 
     @classmethod
     def of(
@@ -140,6 +143,7 @@ def _simulate_fleet(
         segments=workload.segments,
         after=workload.after,
         log_steps=log_steps,
+        routed_at=workload.routed_at,
     )
     return result.as_v1()
 

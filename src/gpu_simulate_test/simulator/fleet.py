@@ -100,13 +100,22 @@ def run_fleet(
     segments: Sequence[Segments] | None = None,
     after: Sequence[tuple[int, float]] | None = None,
     log_steps: bool = True,
+    routed_at: np.ndarray | None = None,
 ) -> FleetResult:
     """Simulate requests on ``len(clocks)`` engines of ``params`` behind ``router`` (the
-    arguments as :func:`~.run.run_v1`'s; one clock per engine)."""
+    arguments as :func:`~.run.run_v1`'s; one clock per engine).
+
+    ``routed_at``: per request, when the router decides, at or before it reaches its engine at
+    ``arrived_at`` (a real server's API process routes a request before its engine queues it;
+    an oracle replay knows both). None: at ``arrived_at``."""
     work = Requests.of(params, arrived_at, prefill_tokens, decode_tokens, segments, after)
     book = work.book
-    sends: list[tuple[float, int]] = [(book.arr[r], r) for r in work.order]
-    sends = [s for s in sends if not math.isnan(s[0])]  # sorted: the order is by arrival
+    if routed_at is not None:
+        decide = np.minimum(np.asarray(routed_at, dtype=float), book.arr)
+        sends = sorted((float(decide[r]), r) for r in work.order if not math.isnan(decide[r]))
+    else:
+        sends = [(book.arr[r], r) for r in work.order]
+        sends = [s for s in sends if not math.isnan(s[0])]  # sorted: the order is by arrival
 
     def follow(r: int, at: float) -> None:
         heapq.heappush(sends, (at, r))
@@ -140,7 +149,7 @@ def run_fleet(
                 router.finished(done, int(engine_of[done]), done_at)
             k = router.route(r, at, view)
             engine_of[r] = k
-            engines[k].add(r, at)
+            engines[k].add(r, max(at, book.arr[r]))
             starts[k] = engines[k].next_start()
         elif start < math.inf:
             engine = engines[due]

@@ -175,6 +175,9 @@ class FleetOracle:
     the simulated fleet's engine ``k``)."""
 
     clocks: list[OracleClock]
+    routed_at: np.ndarray | None = None
+    """When the real client sent each request (trace order): the simulated router decides
+    then, as vLLM's API server routes a request before its engine core queues it."""
 
     def report(self) -> dict[str, Any]:
         """The engines' reports summed (what :meth:`OracleClock.report` says of one), and each."""
@@ -191,15 +194,21 @@ class FleetOracle:
             "simulated_steps": total,
             "step_times": dict(used),
             "same_position_fraction": used["same position"] / total if total else None,
+            "routed_at": "the client's send" if self.routed_at is not None else "engine arrival",
             "per_engine": each,
         }
 
 
 def fleet_from_schedule(
-    schedule: pd.DataFrame, queued_s: np.ndarray, engine_of: np.ndarray, engines: int
+    schedule: pd.DataFrame,
+    queued_s: np.ndarray,
+    engine_of: np.ndarray,
+    engines: int,
+    sent_s: np.ndarray | None = None,
 ) -> FleetOracle:
     """A clock per engine of a data-parallel run's recorded schedule (its ``engine`` column);
-    ``engine_of``: per request (as ``queued_s``), the engine that queued it."""
+    ``engine_of``: per request (as ``queued_s``), the engine that queued it; ``sent_s``: when
+    the client sent it (the router's decision)."""
     return FleetOracle(
         [
             from_schedule(
@@ -207,5 +216,6 @@ def fleet_from_schedule(
                 queued_s[engine_of == k],
             )
             for k in range(engines)
-        ]
+        ],
+        sent_s,
     )

@@ -129,7 +129,7 @@ def _fleet_source(
     engine_of = requests[FLEET_COLUMN.name].reindex(ids).to_numpy(dtype=float)
     engine_of = np.where(np.isfinite(engine_of), engine_of, -1).astype(np.int64)
     engines = int(max(engine_of.max(initial=0), schedule[FLEET_COLUMN.name].max()) + 1)
-    clock = oracle.fleet_from_schedule(schedule, engine_s, engine_of, engines)
+    clock = oracle.fleet_from_schedule(schedule, engine_s, engine_of, engines, client)
     return ReplaySource(path, client, engine_s, clock, engine_of)
 
 

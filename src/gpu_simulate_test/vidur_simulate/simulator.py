@@ -57,6 +57,11 @@ class FleetReplayClock(Protocol):
         """Engine ``k``'s clock at ``k``."""
         ...
 
+    @property
+    def routed_at(self) -> np.ndarray | None:
+        """When the router decides for each request (trace order; None: at its arrival)."""
+        ...
+
     def report(self) -> dict[str, Any]:
         """Where the step times came from, for ``run_meta.json``'s ``oracle``."""
         ...

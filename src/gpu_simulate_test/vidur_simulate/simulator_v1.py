@@ -82,9 +82,11 @@ class VllmV1Simulator:
             arrived_at = unsent_followers(arrived_at, request.after)
         built = time.perf_counter()
         if fleet:
+            routed_at = replay.routed_at if isinstance(replay, FleetReplayClock) else None
             workload = Workload(
-                arrived_at, prefill_tokens, decode_tokens, request.prompt_segments, request.after
-            )
+                arrived_at, prefill_tokens, decode_tokens, request.prompt_segments,
+                request.after, routed_at,
+            )  # fmt: skip
             timing = model.at_level(request.step_time_scale) if model is not None else clocks
             assert timing is not None
             loop = simulate(

@@ -177,3 +177,27 @@ def test_a_fleet_takes_stretches_where_its_router_reads_no_live_state(
         assert runs[1].schedule.equals(runs[0].schedule)
         assert runs[1].preemptions == runs[0].preemptions
         assert runs[1].prefix_cache == runs[0].prefix_cache
+
+
+def test_a_router_can_decide_before_the_engine_queues_the_request() -> None:
+    """``routed_at``: the router decides at the send, the engine still queues the request at its
+    arrival. Decided at the arrival, the result is the plain run's; decided 20 ms earlier, a
+    request that finished in between still counts as in flight (engine 0 busy: engine 1)."""
+    w = (np.array([0.0, 0.030]), np.array([16, 16]), np.array([4, 4]))
+    clocks = [TokenClock(), TokenClock()]
+    plain = run_fleet(PARAMS, clocks, ROUTERS["least_outstanding"](2, 0), *w)
+    same = run_fleet(
+        PARAMS, [TokenClock(), TokenClock()], ROUTERS["least_outstanding"](2, 0), *w,
+        routed_at=w[0],
+    )  # fmt: skip
+    assert same.requests.equals(plain.requests)
+    done_0 = float(plain.requests["request_e2e_time"].iloc[0])
+    assert done_0 < 0.030 and plain.requests[ENGINE].tolist() == [0, 0]
+    early = run_fleet(
+        PARAMS, [TokenClock(), TokenClock()], ROUTERS["least_outstanding"](2, 0), *w,
+        routed_at=np.array([0.0, done_0 / 2]),
+    )  # fmt: skip
+    assert early.requests[ENGINE].tolist() == [0, 1]
+    # the engine queued it at its arrival, not at the decision
+    assert early.requests["request_scheduling_delay"].iloc[1] >= 0
+    assert early.schedule[early.schedule[ENGINE] == 1]["start_time_s"].min() >= 0.030

@@ -38,6 +38,7 @@ class VllmDataParallel:
         client_index: int = 0,
         tick_s: float = COORDINATOR_TICK_S,
         idle_tick_s: float = COORDINATOR_IDLE_TICK_S,
+        phase_s: float = 0.0,
     ) -> None:
         self.client_count = client_count
         self.lb_engines: list[list[float]] = [[0, 0, 0.0] for _ in range(engines)]
@@ -46,6 +47,9 @@ class VllmDataParallel:
         """This client's unfinished requests per engine (exact)."""
         self.start_index = (engines * client_index) // client_count
         self.tick_s, self.idle_tick_s = tick_s, idle_tick_s
+        self.phase_s = phase_s
+        """Where the coordinator's timer stands against the simulation's clock: its ticks fall
+        at ``phase_s + k * tick_s`` (a real server's phase is unknown; a benchmark sweeps it)."""
         self._tick = -1
         self._sent: list[tuple[int, int, float]] | None = None
         self._sent_at = -math.inf
@@ -83,10 +87,10 @@ class VllmDataParallel:
         """The coordinator's messages up to ``now``: at each of its ticks since the last route,
         the engines' counts as published by then, sent when they differ from its last message or
         ``idle_tick_s`` has passed since it; each replaces what the client holds."""
-        tick = math.floor(now / self.tick_s)
+        tick = math.floor((now - self.phase_s) / self.tick_s)
         engines = range(len(self.lb_engines))
         for k in range(self._tick + 1, tick + 1):
-            at = k * self.tick_s
+            at = self.phase_s + k * self.tick_s
             counts = [fleet.published(e, at) for e in engines]
             if counts != self._sent or at - self._sent_at >= self.idle_tick_s:
                 self._sent, self._sent_at = counts, at
