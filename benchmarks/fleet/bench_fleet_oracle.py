@@ -16,19 +16,21 @@ Run: ``python -m benchmarks.fleet.bench_fleet_oracle tmp/real_bench/<dp run> [..
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.simulator.fleet import ENGINE, run_fleet
 from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
-from gpu_simulate_test.simulator.types import V1Params
 from gpu_simulate_test.vidur_simulate.oracle import FleetOracle
-from gpu_simulate_test.vidur_simulate.replay import replay_source
+from gpu_simulate_test.vidur_simulate.real_run import run_knobs
+from gpu_simulate_test.vidur_simulate.replay import replay_source, v1_params
 
 PHASES_MS = tuple(range(0, 100, 10))
 TARGET_SAME = 0.95
@@ -44,15 +46,10 @@ def replay(run_dir: Path, router: VllmDataParallel, at_send: bool = True) -> dic
     scheduled = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
     source = replay_source(str(run_dir), workload, scheduled)
     assert isinstance(source.clock, FleetOracle) and source.engine_of is not None
-    backend = run.meta["config"]["backend"]
-    params = V1Params(
-        max_num_batched_tokens=int(backend["max_batch_tokens"]),
-        max_num_seqs=int(backend["max_requests_per_batch"]),
-        block_size=int(backend["block_size"]),
-        num_blocks=int(backend["num_blocks"]),
-        enable_prefix_caching=bool(backend["enable_prefix_caching"]),
-        enable_chunked_prefill=bool(backend["enable_chunked_prefill"]),
-    )
+    taken = {knob: value for knob, (value, _) in run_knobs(run_dir).items()}
+    knobs = dataclasses.replace(VidurSchedulerConfig(), **taken)  # as the stage's oracle replay
+    params = v1_params(knobs, knobs.num_blocks)
+    assert params is not None
     lengths = workload.lengths.set_index("request_id").reindex(
         workload.intervals["request_id"].to_numpy()
     )

@@ -6,7 +6,6 @@ engine's steps aligned; a replay with the wrong number of replicas is refused by
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, REQUEST_METRICS
 from tests.conftest import run_cli
-from tests.vidur_bundle_factory import QWEN3_TINY, SyntheticRanges, write_synthetic_bundle
+from tests.integration.test_oracle_replay import oracle_project
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +23,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "vllm" / "step_record_dp2"
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fleet_oracle")
-    shutil.copytree(DATA / "workload", root / "tmp" / "workload" / "w")
-    shutil.copytree(
-        DATA, root / "tmp" / "real_bench" / "dp2", ignore=shutil.ignore_patterns("workload")
-    )
-    ranges = SyntheticRanges(max_num_tokens=4096, max_kv_cache_size=4096, block_size=32)
-    write_synthetic_bundle(root / "tmp" / "profiles", QWEN3_TINY, ranges=ranges, points=8)
-    return root
+    return oracle_project(tmp_path_factory.mktemp("fleet_oracle"), DATA, "dp2")
 
 
 def test_a_fleet_oracle_replay_routes_and_steps_as_the_real_fleet(project: Path) -> None:

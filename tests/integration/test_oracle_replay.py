@@ -32,16 +32,21 @@ RUN_KNOBS = {"name": "vllm_v1", "chunk_size": 128, "batch_size_cap": 32, "block_
 """What the test data's run_meta.json records of its server (config.backend)."""
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("oracle")
-    shutil.copytree(DATA / "workload", root / "tmp" / "workload" / "w")
+def oracle_project(root: Path, data: Path, run_id: str) -> Path:
+    """A project under ``root`` holding the real run of the test data ``data`` as
+    ``tmp/real_bench/<run_id>``, its workload as ``tmp/workload/w`` and a synthetic bundle."""
+    shutil.copytree(data / "workload", root / "tmp" / "workload" / "w")
     shutil.copytree(
-        DATA, root / "tmp" / "real_bench" / "v", ignore=shutil.ignore_patterns("workload")
+        data, root / "tmp" / "real_bench" / run_id, ignore=shutil.ignore_patterns("workload")
     )
     ranges = SyntheticRanges(max_num_tokens=4096, max_kv_cache_size=4096, block_size=32)
     write_synthetic_bundle(root / "tmp" / "profiles", QWEN3_TINY, ranges=ranges, points=8)
     return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return oracle_project(tmp_path_factory.mktemp("oracle"), DATA, "v")
 
 
 def test_an_oracle_replay_of_a_preempting_vllm_run_takes_every_step_vllm_took(

@@ -67,7 +67,6 @@ from gpu_simulate_test.compare.routing import compare_routing, routing_markdown
 from gpu_simulate_test.compare.step_inputs import (
     Aligned,
     Steps,
-    fleet_alignments,
     load_alignment,
     load_steps,
 )
@@ -133,7 +132,7 @@ class Inputs:
     """:func:`.routing.compare_routing`: None where neither run is a fleet."""
     fleet_aligned: list[dict[str, Any]] | None = None
     """A fleet on both sides: each engine's step-by-step alignment (:func:`.step_inputs.
-    fleet_alignments`)."""
+    load_alignment`)."""
 
 
 def prepare(cfg: CompareStageConfig) -> Inputs:
@@ -168,6 +167,7 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
     findings = discrepancies(comparison, mismatches) + prefix_cache_findings(prefix)
     findings += calibration_findings(used)
     memory = host_memory(used, real.meta, None if repeat is None else repeat.meta)
+    aligned, per_engine = load_alignment(real, sim)
     return Inputs(
         real,
         sim,
@@ -182,12 +182,12 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         findings,
         memory,
         load_steps(real, sim, comparison, used),
-        load_alignment(real, sim),
+        aligned,
         prefix,
         turns,
         skipped,
         compare_routing(real_requests, sim_requests, joined),
-        fleet_alignments(real, sim),
+        per_engine,
     )
 
 

@@ -75,11 +75,13 @@ def queued_ms(
     return {"real": values[0], "sim": values[1], "source": "per request, as the engine queued it"}
 
 
-def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:
+def load_alignment(
+    real: RunInput, sim: RunInput
+) -> tuple[Aligned | None, list[dict[str, Any]] | None]:
     """Both step sequences and their step-by-step alignment: the recorded schedules where both
     runs have one, else both step logs; None without steps on either side. A fleet's steps
-    (an ``engine`` column on both sides) are aligned engine by engine: the alignment returned is
-    engine 0's, each engine's is in :func:`fleet_alignments`."""
+    (an ``engine`` column on both sides) are aligned engine by engine: the alignment returned
+    first is engine 0's, and the second item holds each engine's (None for one engine)."""
     pairs = (
         (layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),
         (layout.ENGINE_STEP_LOG, ENGINE_STEP_LOG),
@@ -89,32 +91,14 @@ def load_alignment(real: RunInput, sim: RunInput) -> Aligned | None:
             real_seq = read_csv(real.path / name, schema)
             sim_seq = read_csv(sim.path / name, schema)
             arrivals = _engine_arrivals(real)
-            if ENGINE in real_seq.columns and ENGINE in sim_seq.columns:
-                real_seq, sim_seq = _engine(real_seq, 0), _engine(sim_seq, 0)
-            return real_seq, sim_seq, align(real_seq, sim_seq, arrivals)
-    return None
-
-
-def fleet_alignments(real: RunInput, sim: RunInput) -> list[dict[str, Any]] | None:
-    """Per engine of a fleet (both sides with an ``engine`` column in their recorded schedule
-    or step log), that engine's real steps aligned with its simulated ones; None otherwise."""
-    for name, schema in ((layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE),):
-        if not ((real.path / name).is_file() and (sim.path / name).is_file()):
-            return None
-        real_seq = read_csv(real.path / name, schema)
-        sim_seq = read_csv(sim.path / name, schema)
-        if ENGINE not in real_seq.columns or ENGINE not in sim_seq.columns:
-            return None
-        engines = int(max(real_seq[ENGINE].max(), sim_seq[ENGINE].max()) + 1)
-        arrivals = _engine_arrivals(real)
-        return [
-            {
-                "engine": k,
-                **align(_engine(real_seq, k), _engine(sim_seq, k), arrivals).to_dict(),
-            }
-            for k in range(engines)
-        ]
-    return None
+            if ENGINE not in real_seq.columns or ENGINE not in sim_seq.columns:
+                return (real_seq, sim_seq, align(real_seq, sim_seq, arrivals)), None
+            engines = int(max(real_seq[ENGINE].max(), sim_seq[ENGINE].max()) + 1)
+            per_engine = [(_engine(real_seq, k), _engine(sim_seq, k)) for k in range(engines)]
+            alignments = [align(r, s, arrivals) for r, s in per_engine]
+            first = (*per_engine[0], alignments[0])
+            return first, [{"engine": k, **a.to_dict()} for k, a in enumerate(alignments)]
+    return None, None
 
 
 def _engine(steps: pd.DataFrame, k: int) -> pd.DataFrame:

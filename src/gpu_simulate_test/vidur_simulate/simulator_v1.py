@@ -69,10 +69,10 @@ class VllmV1Simulator:
         model = None
         replay = request.replay_clock
         fleet = request.fleet is not None and request.fleet.replicas > 1
-        clocks = list(replay.clocks) if isinstance(replay, FleetReplayClock) else None
+        fleet_replay = replay if isinstance(replay, FleetReplayClock) else None
         if replay is None:
             model = request.step_model or build_step_model(request)
-        elif fleet != (clocks is not None):
+        elif fleet != (fleet_replay is not None):
             raise ConfigError(
                 "an oracle replay of a data-parallel run simulates as many engines as it ran "
                 "(fleet.replicas), and one engine's run one engine"
@@ -82,13 +82,15 @@ class VllmV1Simulator:
             arrived_at = unsent_followers(arrived_at, request.after)
         built = time.perf_counter()
         if fleet:
-            routed_at = replay.routed_at if isinstance(replay, FleetReplayClock) else None
             workload = Workload(
                 arrived_at, prefill_tokens, decode_tokens, request.prompt_segments,
-                request.after, routed_at,
+                request.after, fleet_replay.routed_at if fleet_replay is not None else None,
             )  # fmt: skip
-            timing = model.at_level(request.step_time_scale) if model is not None else clocks
-            assert timing is not None
+            if fleet_replay is not None:  # an oracle replay: a clock per engine
+                timing: StepModel | list[StepClock] = list(fleet_replay.clocks)
+            else:
+                assert model is not None
+                timing = model.at_level(request.step_time_scale)
             loop = simulate(
                 workload, timing, EngineSpec(request.v1), seed=request.seed,
                 log_steps=request.step_log, fleet=request.fleet,

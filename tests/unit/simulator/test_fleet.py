@@ -4,10 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -32,47 +28,15 @@ def _workload(n: int = 40, seed: int = 0, gap_s: float = 0.004) -> Arrays:
 def test_vllm_dp_chooses_as_vllms_own_client(clients: int) -> None:
     """vLLM 0.32's ``DPLBAsyncMPClient.get_core_engine_for_request`` and its output handler,
     run in process on a stub of the client's state, and our router, on one random sequence of
-    coordinator messages, requests and finishes: the same engine every time."""
-    from vllm.v1.engine.core_client import DPLBAsyncMPClient
+    coordinator messages, requests and finishes: the same engine every time, the same client
+    state after every event (the harness of ``benchmarks/fleet/bench_router_equivalence``,
+    which counts it over 72,000 events)."""
+    from benchmarks.fleet.bench_router_equivalence import compare
 
-    engines = 3
-    identities = [rank.to_bytes(2, "little") for rank in range(engines)]
-    client = SimpleNamespace(
-        client_count=clients, reqs_in_flight={}, engine_inflight=Counter(),
-        core_engines=identities, lb_engines=[[0, 0, 0.0] for _ in identities],
-        eng_start_index=(engines * 1) // clients if clients > 1 else 0,
-    )  # fmt: skip
-    ours = VllmDataParallel(engines, client_count=clients, client_index=1 if clients > 1 else 0)
-    rng = np.random.default_rng(7)
-    in_flight: list[tuple[str, int]] = []
-    chosen = []
-    for event in range(600):
-        kind = rng.choice(["counts", "route", "finish"], p=[0.15, 0.55, 0.3])
-        if kind == "counts":
-            counts = [
-                [int(rng.integers(0, 6)), int(rng.integers(0, 6)), float(rng.uniform(0, 1))]
-                for _ in range(engines)
-            ]
-            client.lb_engines = [list(c) for c in counts]
-            ours.receive(counts)
-        elif kind == "route":
-            request = SimpleNamespace(
-                request_id=f"r{event}", data_parallel_rank=None, pooling_params=None
-            )
-            theirs = identities.index(
-                DPLBAsyncMPClient.get_core_engine_for_request(client, request)  # type: ignore[arg-type]
-            )
-            mine = ours.choose()
-            assert mine == theirs, event
-            in_flight.append((request.request_id, mine))
-            chosen.append(mine)
-        elif in_flight:
-            rid, engine = in_flight.pop(int(rng.integers(len(in_flight))))
-            outputs = SimpleNamespace(finished_requests=[rid])
-            asyncio.run(DPLBAsyncMPClient.process_engine_outputs(client, outputs))  # type: ignore[arg-type]
-            ours.finished(0, engine, 0.0)
-        assert ours.lb_engines == client.lb_engines
-    assert len(set(chosen)) == engines  # the sequence exercised every engine
+    tally = compare(engines=3, clients=clients, events=600, seed=7)
+    assert tally.routes > 200 and tally.equal == tally.routes
+    assert tally.states_equal == tally.events == 600
+    assert tally.engines_used == 3  # the sequence exercised every engine
 
 
 def test_one_engine_is_run_v1() -> None:
