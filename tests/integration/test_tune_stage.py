@@ -94,11 +94,45 @@ def test_goals_no_configuration_meets_say_what_binds(project: Path) -> None:
     assert doc["best"] is None and doc["note"]
 
 
+def test_how_many_gpus_for_a_rate(project: Path) -> None:
+    run_cli("tune", *SIMULATED, "tune.space.max_num_seqs=[4,32]",
+            "tune.space.max_num_batched_tokens=[64]", "tune.space.replicas=[1,2,4]",
+            "tune.space.router=[vllm_dp,round_robin]", "output.run_id=gpus",
+            "progress=false", cwd=project)  # fmt: skip
+    run = project / "tmp" / "tune" / "gpus"
+    doc = _doc(run)
+    frame = read_csv(run / contract.TUNE_CSV, contract.TUNE_TABLE).set_index("config_id")
+    # one replica once, each fleet behind each router, and the configured backend (t256)
+    assert doc["configurations"] == 2 + 2 * 2 * 2 + 1
+    assert frame.loc["r4-rr-s32-t64", "replicas"] == 4
+    assert frame.loc["r4-rr-s32-t64", "router"] == "round_robin"
+    one = frame.loc["r1-s32-t64", "capacity_qps"]
+    for n in (2, 4):  # N engines serve about N times one's rate (each its share of requests)
+        for router in ("dp", "rr"):
+            ratio = frame.loc[f"r{n}-{router}-s32-t64", "capacity_qps"] / one
+            assert 0.8 * n <= ratio <= 1.5 * n, (n, router, ratio)
+    front = doc["gpu_frontier"]
+    assert [f["gpus"] for f in front] == [1, 2, 4]
+    # the fewest GPUs for a rate two engines serve and one does not
+    target = 1.5 * max(frame.loc["r1-s32-t64", "capacity_qps"], front[0]["capacity_qps"])
+    run_cli("tune", *SIMULATED, "tune.space.max_num_seqs=[4,32]",
+            "tune.space.max_num_batched_tokens=[64]", "tune.space.replicas=[1,2,4]",
+            "tune.space.router=[vllm_dp,round_robin]", f"tune.target_qps={target:.1f}",
+            "output.run_id=gpus-target", "progress=false", cwd=project)  # fmt: skip
+    doc = _doc(project / "tmp" / "tune" / "gpus-target")
+    answer = doc["target"]
+    assert answer["gpus"] == 2 and answer["capacity_qps"] >= target
+    assert doc["best"]["config_id"] == answer["config_id"]
+    report = (project / "tmp" / "tune" / "gpus-target" / contract.REPORT_MD).read_text()
+    assert "## How many GPUs" in report and answer["deploy"]["command"] in report
+
+
 def test_bad_spaces_fail_before_anything_runs(project: Path) -> None:
     for override, said in (
         ("+tune.space.max_seqs=[4]", "tune.space.max_seqs: not a knob"),
         ("tune.space.max_num_seqs=[0]", "not a positive whole number"),
         ("tune.space.max_num_seqs=8:2:x2", "1 <= lo <= hi"),
+        ("tune.space.router=[nearest]", "'nearest' is not a router"),
     ):
         proc = run_cli("tune", *SIMULATED, override, "output.run_id=bad", cwd=project,
                        check=False)  # fmt: skip

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.capacity import CapacityOptions, CapacityStageConfig
+from gpu_simulate_test.config.fleet import FLEET_ROUTERS
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ConfigError, _check
 from gpu_simulate_test.config.search import SearchOptions, SearchStageBase
@@ -38,6 +39,9 @@ TUNE_KNOBS: Mapping[str, str] = MappingProxyType(
 )
 """A knob of the space, named as ``vllm serve`` names it (``--max-num-seqs`` ...) → the backend
 field it sets (``backend.*``)."""
+FLEET_KNOBS: tuple[str, ...] = ("replicas", "router")
+"""The fleet's knobs beside the engine's: ``replicas`` (engines, one GPU each) and ``router``
+(:data:`~gpu_simulate_test.config.fleet.FLEET_ROUTERS`), as ``fleet.*`` names them."""
 BOOLEAN_KNOBS: tuple[str, ...] = ("enable_chunked_prefill", "enable_prefix_caching")
 OBJECTIVES: tuple[str, ...] = ("capacity", "goodput")
 TUNE_VERIFY: tuple[str, ...] = ("false", "top_k", "grid")
@@ -49,10 +53,10 @@ def knob_values(name: str, given: Any) -> tuple[Any, ...]:
     written ``lo:hi:xF`` (geometric: lo, lo·F, ... up to hi) or ``lo:hi:+S`` (lo, lo+S, ...);
     ConfigError naming ``tune.space.<name>`` otherwise."""
     where = f"tune.space.{name}"
-    if name not in TUNE_KNOBS:
+    if name not in TUNE_KNOBS and name not in FLEET_KNOBS:
         raise ConfigError(
-            f"{where}: not a knob of vLLM's engine that the tune searches; the knobs are "
-            + ", ".join(TUNE_KNOBS)
+            f"{where}: not a knob of vLLM's engine or of the fleet that the tune searches; the "
+            "knobs are " + ", ".join((*TUNE_KNOBS, *FLEET_KNOBS))
         )
     if isinstance(given, str) and ":" in given:
         values: list[Any] = list(_range(where, given))
@@ -64,7 +68,13 @@ def knob_values(name: str, given: Any) -> tuple[Any, ...]:
         raise ConfigError(f"{where}: an empty list; give at least one value (or leave it out)")
     out = []
     for value in values:
-        if name in BOOLEAN_KNOBS:
+        if name == "router":
+            if value not in FLEET_ROUTERS:
+                raise ConfigError(
+                    f"{where}: {value!r} is not a router; the routers are "
+                    + ", ".join(FLEET_ROUTERS)
+                )
+        elif name in BOOLEAN_KNOBS:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: {value!r} is not true or false")
         elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -101,9 +111,11 @@ class TuneOptions:
 
     space: dict[str, Any] = field(default_factory=dict)
     """Knob (``vllm serve``'s name: max_num_seqs, max_num_batched_tokens,
-    enable_chunked_prefill, num_gpu_blocks, enable_prefix_caching) → a list of values, or a
-    range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is one configuration; a knob left out
-    keeps the backend's value (``backend.*``). Empty here: ``tune.yaml`` gives the default space
+    enable_chunked_prefill, num_gpu_blocks, enable_prefix_caching; the fleet's: replicas,
+    router) → a list of values, or a range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is
+    one configuration (one replica needs no router: it is listed once); a knob left out keeps
+    the backend's value (``backend.*``; one replica, or ``backend.data_parallel_size`` behind
+    ``vllm_dp``). Empty here: ``tune.yaml`` gives the default space
     (a key it names can be dropped with ``~tune.space.<knob>``), and the stage refuses an empty
     one before it starts."""
     objective: str = "capacity"
@@ -111,6 +123,10 @@ class TuneOptions:
     the requests per second that meet every goal at ``tune.qps``."""
     qps: float = 0.0
     """``objective=goodput``: the rate every configuration is simulated at."""
+    target_qps: float = 0.0
+    """How many GPUs for this rate: the answer is the configuration with the fewest GPUs
+    (replicas) whose simulated capacity meets the goals at this rate (the most headroom among
+    those), with its ``vllm serve`` command and router; 0: the highest capacity answers."""
     sim_step: float = 1.5
     """The simulated search of each configuration: from the configured backend's capacity,
     up or down by this factor until a pass and a miss bracket the knee, ..."""
@@ -199,6 +215,15 @@ class TuneOptions:
             "tune.verify confirms capacities: with tune.objective=goodput set tune.verify=false",
         )
         _check(self.top_k >= 1, f"tune.top_k={self.top_k} must be >= 1")
+        _check(
+            math.isfinite(self.target_qps) and self.target_qps >= 0,
+            f"tune.target_qps={self.target_qps} must be a rate >= 0 (0: no target)",
+        )
+        _check(
+            self.objective == "capacity" or not self.target_qps,
+            "tune.target_qps asks for the fewest GPUs whose capacity meets the goals: set "
+            "tune.objective=capacity",
+        )
         for name in ("sim_step",):
             value = getattr(self, name)
             _check(math.isfinite(value) and value > 1, f"tune.{name}={value} must be > 1")
@@ -211,13 +236,15 @@ class TuneOptions:
         )
 
     def knobs(self) -> dict[str, tuple[Any, ...]]:
-        """Each knob of the space and its values, in the order given; ConfigError when empty."""
+        """Each knob of the space and its values, in the order given; ConfigError when empty
+        (no engine knob, and no fleet knob with more than one value)."""
+        found = {str(name): knob_values(str(name), given) for name, given in self.space.items()}
         _check(
-            len(self.space) > 0,
+            any(name in TUNE_KNOBS or len(values) > 1 for name, values in found.items()),
             "tune.space is empty: name at least one knob and its values, e.g. "
-            "tune.space.max_num_seqs=[8,16,32]",
+            "tune.space.max_num_seqs=[8,16,32] or tune.space.replicas=[1,2,4]",
         )
-        return {str(name): knob_values(str(name), given) for name, given in self.space.items()}
+        return found
 
 
 TUNE_PROFILE = ProfileRangesConfig(

@@ -13,7 +13,7 @@ TUNE_JSON = "tune.json"
 TUNE_PLOT = "tune.png"
 REPORT_MD = "report.md"
 POINTS_DIR = "points"
-TUNE_SCHEMA_VERSION = "1.0"
+TUNE_SCHEMA_VERSION = "1.1"
 
 TUNE_TABLE = TableSchema(
     name="tune",
@@ -34,6 +34,16 @@ TUNE_TABLE = TableSchema(
         Column("num_gpu_blocks", "int", "blocks", "--num-gpu-blocks-override", min_value=1),
         Column("enable_prefix_caching", "bool", "", "--enable-prefix-caching"),
         Column(
+            "replicas", "int", "GPUs", "engines, one GPU each (tune.space.replicas)", min_value=1
+        ),
+        Column(
+            "router",
+            "str",
+            "",
+            "what routes between the replicas (tune.space.router); empty for one",
+            nullable=True,
+        ),
+        Column(
             "capacity_qps",
             "float",
             "req/s",
@@ -46,6 +56,14 @@ TUNE_TABLE = TableSchema(
             "float",
             "req/s",
             "simulated: the lowest rate that missed a goal (the bracket's top)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "capacity_per_gpu_qps",
+            "float",
+            "req/s",
+            "simulated: capacity_qps / replicas",
             nullable=True,
             min_value=0,
         ),

@@ -68,8 +68,11 @@ def table(
         c, answer = sim.candidate, sim.answer
         row: dict[str, Any] = {"rank": rank, "config_id": c.config_id, "configured": c.configured}
         row.update({name: c.knobs[name] for name in TUNE_KNOBS_ORDER})
+        row["replicas"], row["router"] = c.replicas, c.router if c.replicas > 1 else None
         row["capacity_qps"] = None if answer is None else answer.qps
         row["capacity_high_qps"] = None if answer is None else answer.bracket[1]
+        per_gpu = None if answer is None or answer.qps is None else answer.qps / c.replicas
+        row["capacity_per_gpu_qps"] = None if per_gpu is None else round(per_gpu, 3)
         row["rate_qps"] = None if sim.at_rate is None else sim.at_rate.qps
         if shared is not None and sim.at_rate is None and not sim.error:
             row["rate_qps"] = shared

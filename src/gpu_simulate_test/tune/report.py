@@ -25,10 +25,11 @@ def _num(value: Any, digits: str = "g") -> str:
     return f"{float(value):{digits}}"
 
 
-def ranked_cells(frame: pd.DataFrame, objective: str, limit: int | None = None) -> tuple[
-    list[str], list[list[str]]
-]:  # fmt: skip
-    """The ranked table's header and rows (every configuration, or the first ``limit``)."""
+def ranked_cells(
+    frame: pd.DataFrame, objective: str, limit: int | None = None, compact: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    """The ranked table's header and rows (every configuration, or the first ``limit``); a
+    fleet's with its GPUs and router, and ``compact`` without the engine's knobs."""
     value = "capacity (req/s)" if objective == "capacity" else "goodput (req/s)"
     header = ["#", "configuration", "seqs", "tokens", "chunked", "blocks", "prefix cache", value,
               "TTFT", "TPOT", "E2E", "limited by", "measured (req/s)"]  # fmt: skip
@@ -46,20 +47,86 @@ def ranked_cells(frame: pd.DataFrame, objective: str, limit: int | None = None) 
             _num(row["ttft_ms"], ".1f"), _num(row["tpot_ms"], ".1f"), _num(row["e2e_ms"], ".1f"),
             binds, _num(row["measured_qps"]),
         ])  # fmt: skip
+    if "replicas" in frame and (frame["replicas"] > 1).any():  # a fleet: its GPUs and router
+        header[2:2] = ["GPUs", "router"]
+        for cells, (_, data) in zip(rows, frame.iterrows(), strict=False):
+            router = data["router"] if isinstance(data["router"], str) else "–"
+            cells[2:2] = [str(data["replicas"]), router]
+        if compact:  # the id names the varied knobs: the terminal keeps the results
+            header[4:9] = []
+            for cells in rows:
+                cells[4:9] = []
     return header, rows
+
+
+def gpu_cells(row: Mapping[str, Any]) -> list[str]:
+    cells = [str(row["gpus"]), str(row["config_id"]), str(row["router"] or "–")]
+    return [*cells, _num(row["capacity_qps"]), _num(row["capacity_per_gpu_qps"])]
+
+
+def command_of(doc: Mapping[str, Any], best: Mapping[str, Any]) -> str:
+    """The recommended configuration's ``vllm serve`` command (a fleet's, where it is one)."""
+    deploy = best.get("deploy")
+    if deploy:
+        return str(deploy["command"])
+    return f"vllm serve {doc['model']} " + " ".join(best["flags"])
+
+
+def gpu_lines(doc: Mapping[str, Any]) -> list[str]:
+    """``report.md``'s "How many GPUs" section (empty without fleets in the space)."""
+    target, front = doc.get("target"), doc.get("gpu_frontier")
+    if not target and not front:
+        return []
+    lines = ["## How many GPUs", ""]
+    if target and target.get("config_id"):
+        deploy = target["deploy"]
+        routed = f" behind {deploy['router']}" if deploy.get("router") else ""
+        lines += [
+            f"For **{target['target_qps']:g} req/s** within the goals: **{target['gpus']} "
+            f"GPU(s)**, {target['config_id']} ({deploy['servers']} server(s){routed}), "
+            f"simulated capacity {_num(target['capacity_qps'])} req/s "
+            f"({target['headroom_pct']:+g}% headroom):",
+            "",
+            "```",
+            str(deploy["command"]),
+            "```",
+            "",
+        ]
+    elif target:
+        lines += [f"**{target['note']}**", ""]
+    if front:
+        lines += [
+            "The most each GPU count serves within the goals (simulated; a count whose best "
+            "serves no more than fewer GPUs is left out):",
+            "",
+            markdown_table(
+                ["GPUs", "configuration", "router", "capacity (req/s)", "per GPU (req/s)"],
+                [gpu_cells(f) for f in front],
+            ),
+            "",
+            "Fleets are simulated, not measured: `tune.verify` checks one engine and fleets "
+            "behind vLLM's own balancer (`--data-parallel-size`), not N servers behind another "
+            "router.",
+            "",
+        ]
+    return lines
 
 
 def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> None:
     pct, objective = doc["slo"]["percentile"], doc["objective"]
-    header, rows = ranked_cells(frame, objective, SHOWN_ROWS)
+    header, rows = ranked_cells(frame, objective, SHOWN_ROWS, compact=True)
     at = doc.get("shared_rate_qps")
     title = f"tune: {doc['configurations']} configurations, latency p{pct} (ms)"
     if at is not None:
         title += f" at {at:g} req/s"
     print_table(title, header, rows)
     best = doc.get("best")
+    target = doc.get("target")
+    if target:
+        gpus = f"{target['gpus']} GPU(s)" if target.get("gpus") else target["note"]
+        console.print(f"[bold]for {target['target_qps']:g} req/s:[/] {gpus}")
     if best:
-        console.print(f"[bold]recommended:[/] vllm serve {doc['model']} {' '.join(best['flags'])}")
+        console.print(f"[bold]recommended:[/] {command_of(doc, best)}")
     else:
         console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
     if doc.get("calibrations"):
@@ -111,12 +178,13 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
             f"{_num(best['score'])} req/s, against {_num(doc['configured_score'])} configured):",
             "",
             "```",
-            f"vllm serve {doc['model']} " + " ".join(best["flags"]),
+            command_of(doc, best),
             "```",
             "",
         ]
     else:
         lines += [f"**No configuration meets the goals**: {doc['note']}", ""]
+    lines += gpu_lines(doc)
     cal = doc["calibrated_with"]
     lines += [
         "Every configuration was simulated from one profile and one engine calibration, made "

@@ -15,6 +15,7 @@ from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
 from gpu_simulate_test.capacity.stage import simulated_rate
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneStageConfig
@@ -72,6 +73,10 @@ class TuneInputs:
     longest_prompt: int
     points_dir: Path
     models: dict[str, StepModel | None] = field(default_factory=dict, compare=False)
+    per_engine: int = 0
+    """A space with fleets: each configuration simulates at most this many requests per engine
+    (the workload holds them for the largest fleet), so that every fleet is judged on as many
+    requests per engine as one engine is; 0: the whole workload."""
 
 
 def model_for(
@@ -82,7 +87,8 @@ def model_for(
     from gpu_simulate_test.vidur_simulate.stage import step_model_of
 
     level_one = dataclasses.replace(sim_cfg.vidur, step_time_scale=1.0)
-    key = repr(dataclasses.replace(sim_cfg, vidur=level_one))
+    # one engine's model: a fleet's engines are its copies (the fleet is the simulation's)
+    key = repr(dataclasses.replace(sim_cfg, vidur=level_one, fleet=FleetConfig()))
     if key not in tuned.models:
         where = tuned.points_dir / candidate.config_id
         tuned.models[key] = step_model_of(sim_cfg, inputs, where)
@@ -91,15 +97,21 @@ def model_for(
 
 def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]:
     """The simulation config and checked inputs of one configuration (its Vidur scheduler
-    derived from its knobs); ConfigError or ArtifactError when it cannot be simulated."""
+    derived from its knobs, its fleet from its replicas and router); ConfigError or
+    ArtifactError when it cannot be simulated."""
+    from gpu_simulate_test.vidur_simulate.inputs import first_requests
     from gpu_simulate_test.vidur_simulate.stage import prepare
 
     inner, workload_dir = tuned.inner, tuned.workload_dir
     scheduler, _ = derive_scheduler(candidate.backend, inner.vidur.scheduler, tuned.longest_prompt)
     at = dataclasses.replace(inner, backend=candidate.backend)
     sim_cfg = simulate_config(at, scheduler, workload_dir)
-    sim_cfg = dataclasses.replace(sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False))
-    return sim_cfg, prepare(sim_cfg)
+    vidur = dataclasses.replace(sim_cfg.vidur, step_log=False)
+    sim_cfg = dataclasses.replace(sim_cfg, vidur=vidur, fleet=candidate.fleet)
+    inputs = prepare(sim_cfg)
+    if tuned.per_engine:
+        inputs = first_requests(inputs, tuned.per_engine * candidate.replicas)
+    return sim_cfg, inputs
 
 
 def simulate_space(
@@ -134,14 +146,17 @@ def nearest(
     todo: list[Candidate], done: dict[str, Simulated], fallback: float | None
 ) -> tuple[Candidate, float | None]:
     """The next configuration to simulate, the one fewest knobs from one already simulated with
-    an answer, and that answer (the seed of its search; ``fallback`` when none has one)."""
+    an answer, and that answer (the seed of its search, scaled by their replicas: N engines
+    serve about N times one's rate; ``fallback`` when none has one)."""
     answered = [s for s in done.values() if s.capacity]
     best: tuple[int, int, Candidate, float | None] | None = None
     for k, candidate in enumerate(todo):
         for sim in answered:
-            apart = sum(candidate.knobs[n] != sim.candidate.knobs[n] for n in candidate.knobs)
+            apart = candidate.apart(sim.candidate)
             if best is None or (apart, k) < best[:2]:
-                best = (apart, k, candidate, sim.capacity)
+                assert sim.capacity is not None
+                seed = sim.capacity * candidate.replicas / sim.candidate.replicas
+                best = (apart, k, candidate, seed)
     if best is None:
         return todo[0], fallback
     return best[2], best[3]

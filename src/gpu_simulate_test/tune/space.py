@@ -1,6 +1,7 @@
 """The tune's configurations: every combination of the space's knobs over the configured
-backend, each checked against vLLM's own rules, and the one backend the calibration is made
-with so that it covers them all."""
+backend (the engine's knobs, and the fleet's: replicas behind a router), each checked against
+vLLM's own rules, and the one backend the calibration is made with so that it covers them
+all."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.config.backends import VllmEngineBackendConfig
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.schema import ConfigError, ModelConfig
-from gpu_simulate_test.config.tune import TUNE_KNOBS, TuneOptions
+from gpu_simulate_test.config.tune import FLEET_KNOBS, TUNE_KNOBS, TuneOptions
 
 SHORT: Mapping[str, str] = MappingProxyType(
     {
@@ -32,6 +34,19 @@ SWITCHES: Mapping[str, tuple[str, str]] = MappingProxyType(
 )
 TUNE_KNOBS_ORDER: tuple[str, ...] = tuple(TUNE_KNOBS)
 """The knobs in the order the table lists them."""
+ROUTER_SHORT: Mapping[str, str] = MappingProxyType(
+    {
+        "vllm_dp": "dp",
+        "round_robin": "rr",
+        "least_outstanding": "lo",
+        "prefix_affinity": "pa",
+        "random": "rand",
+    }
+)
+"""A fleet's id: ``r<replicas>`` where the space has more than one replica count, and its
+router's short name where it has more than one router (``r4-rr-s8-t128``); one replica has no
+router in its id."""
+DEFAULT_ROUTER = "vllm_dp"
 CONFIGURED_ID = "configured"
 """The id of the configured backend when the space does not contain it."""
 
@@ -49,6 +64,24 @@ class Candidate:
     beside."""
     invalid: str = ""
     """Why vLLM would refuse it (empty: it runs)."""
+    replicas: int = 1
+    """Engines, one GPU each (tensor parallelism 1)."""
+    router: str = DEFAULT_ROUTER
+    """The router in front of them (one replica: the configured router, unused)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas
+
+    @property
+    def fleet(self) -> FleetConfig:
+        """The simulator's ``fleet.*`` for this configuration."""
+        return FleetConfig(self.replicas, self.router)
+
+    def apart(self, other: Candidate) -> int:
+        """Knobs (the engine's and the fleet's) that differ from ``other``'s."""
+        engine = sum(self.knobs[n] != other.knobs[n] for n in self.knobs)
+        return engine + (self.replicas != other.replicas) + (self.router != other.router)
 
 
 def knobs_of(backend: VllmEngineBackendConfig) -> dict[str, Any]:
@@ -61,14 +94,37 @@ def with_knobs(backend: VllmEngineBackendConfig, knobs: Mapping[str, Any]) -> An
     return dataclasses.replace(backend, **{TUNE_KNOBS[name]: v for name, v in knobs.items()})
 
 
-def config_id(knobs: Mapping[str, Any], varied: tuple[str, ...]) -> str:
-    parts = []
+def base_fleet(backend: Any) -> tuple[int, str]:
+    """The configured fleet: ``backend.data_parallel_size`` engines behind vLLM's balancer (one
+    engine for a backend without it)."""
+    return int(getattr(backend, "data_parallel_size", 1)), DEFAULT_ROUTER
+
+
+def fleet_backend(backend: Any, replicas: int, router: str) -> Any:
+    """The backend a configuration's real server runs: ``--data-parallel-size N`` where vLLM's
+    own balancer routes (``vllm_dp``), one engine otherwise (N such servers behind the router)."""
+    if not hasattr(backend, "data_parallel_size"):
+        return backend
+    ranks = replicas if router == DEFAULT_ROUTER else 1
+    return dataclasses.replace(backend, data_parallel_size=ranks)
+
+
+def config_id(
+    knobs: Mapping[str, Any],
+    varied: tuple[str, ...],
+    fleet: tuple[int, str] = (1, DEFAULT_ROUTER),
+    fleet_varied: tuple[str, ...] = (),
+) -> str:
+    replicas, router = fleet
+    parts = [f"r{replicas}"] if "replicas" in fleet_varied else []
+    if "router" in fleet_varied and replicas > 1:
+        parts.append(ROUTER_SHORT[router])
     for name in varied:
         if name in SWITCHES:
             parts.append(SWITCHES[name][0] if knobs[name] else SWITCHES[name][1])
         else:
             parts.append(f"{SHORT[name]}{knobs[name]}")
-    return "-".join(parts)
+    return "-".join(parts) or f"r{replicas}"
 
 
 def max_model_len(backend: VllmEngineBackendConfig, model: ModelConfig) -> int:
@@ -100,27 +156,47 @@ def refusal(backend: VllmEngineBackendConfig, model: ModelConfig, longest: int) 
 def candidates(
     opts: TuneOptions, backend: Any, model: ModelConfig, longest: int
 ) -> list[Candidate]:
-    """Every combination of the space over ``backend`` (the space's order: the last knob varies
-    fastest), and the configured backend last when the space does not contain it."""
-    space = opts.knobs()
+    """Every combination of the space over ``backend`` (the fleet's knobs outermost, then the
+    space's order: the last knob varies fastest; one replica once, whatever the routers), and
+    the configured backend last when the space does not contain it."""
+    everything = opts.knobs()
+    space = {name: v for name, v in everything.items() if name in TUNE_KNOBS}
     varied = tuple(name for name in TUNE_KNOBS if name in space)
-    base = knobs_of(backend)
+    fleet_varied = tuple(name for name in FLEET_KNOBS if len(everything.get(name, ())) > 1)
+    base, (replicas0, router0) = knobs_of(backend), base_fleet(backend)
+    routers = everything.get("router", (router0,))
+    fleets = [
+        (n, router if n > 1 else routers[0])
+        for n in everything.get("replicas", (replicas0,))
+        for router in (routers if n > 1 else routers[:1])
+    ]
     found: list[Candidate] = []
-    for values in itertools.product(*space.values()):
+    for (n, router), values in itertools.product(fleets, itertools.product(*space.values())):
         knobs = {**base, **dict(zip(space, values, strict=True))}
-        engine = with_knobs(backend, knobs)
+        engine = fleet_backend(with_knobs(backend, knobs), n, router)
+        configured = knobs == base and n == replicas0 and (n == 1 or router == router0)
         found.append(
             Candidate(
-                config_id(knobs, varied),
+                config_id(knobs, varied, (n, router), fleet_varied),
                 knobs,
                 engine,
-                knobs == base,
+                configured,
                 refusal(engine, model, longest),
+                n,
+                router,
             )
         )
     if not any(c.configured for c in found):
         found.append(
-            Candidate(CONFIGURED_ID, base, backend, True, refusal(backend, model, longest))
+            Candidate(
+                CONFIGURED_ID,
+                base,
+                backend,
+                True,
+                refusal(backend, model, longest),
+                replicas0,
+                router0,
+            )
         )
     if all(c.invalid for c in found):
         raise ConfigError(
@@ -138,7 +214,7 @@ def calibration_backend(found: list[Candidate]) -> Any:
     valid = [c for c in found if not c.invalid]
     first = next((c.backend for c in valid if c.configured), valid[0].backend)
     return dataclasses.replace(
-        first,
+        fleet_backend(first, 1, DEFAULT_ROUTER),  # one engine: a fleet's engines are its copies
         max_batch_tokens=max(c.backend.max_batch_tokens for c in valid),
         max_requests_per_batch=max(c.backend.max_requests_per_batch for c in valid),
         num_blocks=max(c.backend.num_blocks for c in valid),
@@ -160,3 +236,21 @@ def serve_flags(knobs: Mapping[str, Any]) -> list[str]:
     ):
         flags.append(f"--{flag}" if knobs[name] else f"--no-{flag}")
     return flags
+
+
+def deployment(candidate: Candidate, model: str) -> dict[str, Any]:
+    """How to run a configuration: the ``vllm serve`` command of each server and what routes
+    between them (vLLM's own balancer behind one ``--data-parallel-size N`` server, or N servers
+    behind the named router)."""
+    flags = " ".join(serve_flags(candidate.knobs))
+    n = candidate.replicas
+    if n == 1:
+        return {"servers": 1, "command": f"vllm serve {model} {flags}", "router": None}
+    if candidate.router == DEFAULT_ROUTER:
+        command = f"vllm serve {model} --data-parallel-size {n} {flags}"
+        return {"servers": 1, "command": command, "router": "vLLM's own (data parallel)"}
+    return {
+        "servers": n,
+        "command": f"vllm serve {model} --port <8000+k> {flags}  # k = 0..{n - 1}, one GPU each",
+        "router": candidate.router,
+    }

@@ -35,6 +35,7 @@ from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import calibrations, contract
+from gpu_simulate_test.tune.fleet import fleet_requests, frontier, most_replicas, target_answer
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
 from gpu_simulate_test.tune.recalibrate import (
     adopt_rows,
@@ -54,6 +55,7 @@ from gpu_simulate_test.tune.space import (
     Candidate,
     calibration_backend,
     candidates,
+    deployment,
     knobs_of,
     serve_flags,
 )
@@ -68,6 +70,13 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         started = time.perf_counter()
         output = nested_output(cfg.output, r.file("runs"))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
+        per_engine = 0
+        if most_replicas(cfg) > 1 and inner.workload.num_requests > 0:  # each engine its share
+            per_engine = inner.workload.num_requests
+            requests = fleet_requests(cfg, per_engine)
+            inner = dataclasses.replace(
+                inner, workload=dataclasses.replace(inner.workload, num_requests=requests)
+            )
         calibrated = calibration_backend(space_checked)
         at_calibration = dataclasses.replace(cfg.as_capacity(), backend=calibrated)
         inner_cal = dataclasses.replace(inner, backend=calibrated)
@@ -78,7 +87,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         found = candidates(cfg.tune, cfg.backend, cfg.model, longest)
         tuned = TuneInputs(
             cfg, inner, workload_dir, int(lengths["num_prefill_tokens"].max()),
-            r.file(contract.POINTS_DIR),
+            r.file(contract.POINTS_DIR), per_engine=per_engine,
         )  # fmt: skip
         r.update_meta(
             workload_dir=str(workload_dir),
@@ -211,6 +220,11 @@ def document(
         if math.isfinite(latency_at(s, metric, pct))
     ]
     best = valid[0] if valid and not note else None
+    target = None
+    if cfg.tune.target_qps and not note:
+        target = target_answer(order, cfg.tune.target_qps, served_name(cfg))
+        best = next((s for s in valid if s.candidate.config_id == target["config_id"]), None)
+    fleets = any(s.candidate.replicas > 1 for s in order)
     configured = next((s for s in order if s.candidate.configured), None)
     return {
         "schema_version": contract.TUNE_SCHEMA_VERSION,
@@ -225,7 +239,11 @@ def document(
         "simulations": sum(s.simulations for s in order),
         "shared_rate_qps": shared,
         "calibrated_with": knobs_of(calibrated),
-        "best": None if best is None else best_record(best.candidate, score(best, objective)),
+        "best": None
+        if best is None
+        else best_record(best.candidate, score(best, objective), served_name(cfg)),
+        "target": target,
+        "gpu_frontier": frontier(order) if fleets else None,
         "configured_score": None if configured is None else score(configured, objective),
         "ranking": [s.candidate.config_id for s in order],
         "pareto": pareto(points),
@@ -234,12 +252,15 @@ def document(
     }
 
 
-def best_record(candidate: Candidate, value: float) -> dict[str, Any]:
+def best_record(candidate: Candidate, value: float, model: str) -> dict[str, Any]:
     return {
         "config_id": candidate.config_id,
         "knobs": dict(candidate.knobs),
+        "replicas": candidate.replicas,
+        "router": candidate.router if candidate.replicas > 1 else None,
         "score": value,
         "flags": serve_flags(candidate.knobs),
+        "deploy": deployment(candidate, model),
     }
 
 
@@ -267,3 +288,8 @@ def write_outputs(
     r.update_meta(best=best.get("config_id"), verified=(doc.get("verify") or {}).get("mode"))
     if cfg.progress and doc.get("note"):
         console.print(f"[yellow]{doc['note']}")
+
+
+def served_name(cfg: TuneStageConfig) -> str:
+    """The model as ``vllm serve`` is given it: its Hugging Face name, else its short id."""
+    return cfg.model.hf_name or cfg.model.name

@@ -1,0 +1,105 @@
+"""How many GPUs: the fleet's knobs in the space (ids, the one-replica collapse, the configured
+fleet, the real server's data-parallel size), the seed scaled by replicas, the fewest GPUs that
+meet a target rate and the frontier of GPUs against capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_simulate_test.capacity.search import Answer
+from gpu_simulate_test.config.backends import VllmBackendConfig
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.tune import TuneOptions, knob_values
+from gpu_simulate_test.tune.fleet import frontier, target_answer
+from gpu_simulate_test.tune.simulate import Simulated, nearest
+from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
+from gpu_simulate_test.tune.verify import checkable
+from tests.vidur_bundle_factory import QWEN3_TINY
+
+BACKEND = VllmBackendConfig(max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256)
+
+
+def space(**knobs: Any) -> list[Any]:
+    return candidates(TuneOptions(space=knobs), BACKEND, QWEN3_TINY, 80)
+
+
+def test_the_fleet_s_knobs_are_checked_by_name() -> None:
+    assert knob_values("replicas", "1:8:x2") == (1, 2, 4, 8)
+    assert knob_values("router", ["vllm_dp", "round_robin"]) == ("vllm_dp", "round_robin")
+    with pytest.raises(ConfigError, match="'nearest' is not a router; the routers are vllm_dp"):
+        knob_values("router", ["nearest"])
+    with pytest.raises(ConfigError, match="positive whole number"):
+        knob_values("replicas", [0])
+    with pytest.raises(ConfigError, match=r"set tune\.objective=capacity"):
+        TuneOptions(objective="goodput", qps=5.0, verify="false", target_qps=10.0)
+    with pytest.raises(ConfigError, match=r"target_qps=-1\.0"):
+        TuneOptions(target_qps=-1.0)
+
+
+def test_one_replica_is_listed_once_and_a_fleet_per_router() -> None:
+    found = space(max_num_seqs=[2, 8], replicas=[1, 2], router=["vllm_dp", "round_robin"])
+    assert [c.config_id for c in found] == [
+        "r1-s2", "r1-s8", "r2-dp-s2", "r2-dp-s8", "r2-rr-s2", "r2-rr-s8",
+    ]  # fmt: skip
+    assert [c.configured for c in found] == [False, True, False, False, False, False]
+    by_id = {c.config_id: c for c in found}
+    # vLLM's own balancer is one --data-parallel-size server; another router's are N servers
+    assert by_id["r2-dp-s8"].backend.data_parallel_size == 2
+    assert by_id["r2-rr-s8"].backend.data_parallel_size == 1
+    assert by_id["r2-rr-s8"].fleet.router == "round_robin" and by_id["r2-rr-s8"].gpus == 2
+    # one value of each: no fleet in the ids (the default space's)
+    assert [c.config_id for c in space(max_num_seqs=[2, 8], replicas=[1])] == ["s2", "s8"]
+    # the calibration times one engine, whatever the fleets
+    assert calibration_backend(found).data_parallel_size == 1
+    assert checkable(by_id["r2-dp-s8"]) and not checkable(by_id["r2-rr-s8"])
+
+
+def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
+    backend = VllmBackendConfig(
+        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256, data_parallel_size=2
+    )
+    found = candidates(TuneOptions(space={"replicas": [1, 2, 4]}), backend, QWEN3_TINY, 80)
+    assert [(c.config_id, c.configured) for c in found] == [
+        ("r1", False), ("r2", True), ("r4", False),
+    ]  # fmt: skip
+
+
+def test_the_seed_of_a_fleet_is_its_neighbour_s_capacity_times_the_replicas() -> None:
+    found = space(max_num_seqs=[2, 8], replicas=[1, 4])
+    by_id = {c.config_id: c for c in found}
+    done = {"r1-s8": Simulated(by_id["r1-s8"], Answer(40.0, (40.0, 42.0)))}
+    candidate, seed = nearest([by_id["r4-s8"], by_id["r4-s2"]], done, 1.0)
+    assert candidate.config_id == "r4-s8" and seed == pytest.approx(160.0)
+
+
+def _sim(candidate: Any, capacity: float | None) -> Simulated:
+    answer = None if capacity is None else Answer(capacity, (capacity, None))
+    return Simulated(candidate, answer)
+
+
+def test_the_fewest_gpus_that_meet_the_target_and_the_frontier() -> None:
+    found = space(max_num_seqs=[2, 8], replicas=[1, 2, 4], router=["vllm_dp", "round_robin"])
+    by_id = {c.config_id: c for c in found}
+    capacities = {
+        "r1-s2": 20.0, "r1-s8": 45.0, "r2-dp-s2": 41.0, "r2-dp-s8": 95.0,
+        "r2-rr-s2": 40.0, "r2-rr-s8": 92.0, "r4-dp-s2": 80.0, "r4-dp-s8": None,
+        "r4-rr-s2": 81.0, "r4-rr-s8": 90.0,
+    }  # fmt: skip
+    order = [_sim(by_id[k], v) for k, v in capacities.items()]
+    answer = target_answer(order, 60.0, "Qwen/Qwen3-0.6B")
+    assert (answer["gpus"], answer["config_id"], answer["router"]) == (2, "r2-dp-s8", "vllm_dp")
+    assert answer["headroom_pct"] == pytest.approx(58.3)
+    assert answer["deploy"]["command"].startswith(
+        "vllm serve Qwen/Qwen3-0.6B --data-parallel-size 2 --max-num-seqs 8"
+    )
+    assert target_answer(order, 30.0, "m")["gpus"] == 1
+    missing = target_answer(order, 500.0, "m")
+    assert missing["gpus"] is None and "the most: 95 req/s, r2-dp-s8" in missing["note"]
+    # 4 GPUs serve no more than 2 (90 < 95): off the frontier
+    assert [(f["gpus"], f["config_id"]) for f in frontier(order)] == [
+        (1, "r1-s8"), (2, "r2-dp-s8"),
+    ]  # fmt: skip
+    rr = deployment(by_id["r4-rr-s8"], "m")
+    assert rr["servers"] == 4 and rr["router"] == "round_robin" and "--port" in rr["command"]
