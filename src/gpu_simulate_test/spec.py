@@ -39,6 +39,9 @@ multi-turn workload (`workload.session`, or a trace with session columns) adds `
 `turn`, `think_time_s` and `user_tokens` (as in `trace_lengths.csv`); a turn >= 1's
 `prompt_token_ids` (or `prompt_text`) is its new user message alone, `user_tokens` long: the
 sender sends the previous turn's prompt + its output + this message, `num_prefill_tokens` in all.
+A Mooncake trace's `prompt_token_ids` are its blocks' tokens (`hash_ids` and `block_tokens` in
+`trace_lengths.csv`), each block's derived from its hash id and the workload seed: prompts with
+equal hash ids at the same positions start with the same tokens.
 
 ### `{layout.WORKLOAD_META}` (workload stage, schema 1.0)
 
@@ -55,7 +58,11 @@ prefixes `prefix` (`num_prefixes`, `share`, `zipf_a`, `prefix_len_tokens` per pr
 `requests_per_prefix`); with sessions `session` (`num_sessions`, `arrivals`, min/mean/p50/p90/max
 of `turns_per_session`, `user_tokens` and `think_time_s` (turns >= 1), `total_think_time_s`);
 for traces also `trace_file`,
-`trace_rows`, `clipped_requests`, `arrivals_from`, `rescaled_to_qps`; for imports (bench_import
+`trace_rows`, `clipped_requests`, `arrivals_from`, `rescaled_to_qps`; for a Mooncake trace
+`prompt_blocks` (`block_tokens`, `trace_block_tokens` (512), `length_scale`,
+`distinct_hash_ids`, `block_refs`, `reusable_prompt_tokens` and `reusable_prompt_share`: the
+prompt tokens whose hash-id chain an earlier prompt had, what an unbounded prefix cache could
+reuse); for imports (bench_import
 stage) also `imported_from`, `imported_label`, `left_out_failed_requests`.
 
 ### `fidelity.json` (fidelity stage, schema {{fidelity_version}})

@@ -305,7 +305,11 @@ class WorkloadConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
     """Multi-turn sessions (synthetic only); off unless ``session.enabled``."""
     trace_file: str | None = None
-    """CSV with ``num_prefill_tokens,num_decode_tokens`` and optionally ``arrived_at`` (seconds)."""
+    """CSV with ``num_prefill_tokens,num_decode_tokens`` and optionally ``arrived_at`` (seconds),
+    or a Mooncake-format trace (``*.jsonl``: ``timestamp`` ms, lengths and block ``hash_ids``)."""
+    trace_block_tokens: int | None = None
+    """A Mooncake trace's block rescaled to this many tokens (None: its own 512); every prompt is
+    rescaled by the same factor (``trace_block_tokens / 512``, rounded, at least 1 token)."""
     trace_target_qps: float | None = None
     """Rescale trace arrival times so the mean rate is this many requests/s."""
     clip_to_max_context: bool = False
@@ -349,6 +353,16 @@ class WorkloadConfig:
         if self.source == "trace":
             _check(
                 bool(self.trace_file), "workload.trace_file is required when workload.source=trace"
+            )
+        if self.trace_block_tokens is not None:
+            _check(
+                self.trace_block_tokens >= 1,
+                f"workload.trace_block_tokens must be >= 1, got {self.trace_block_tokens}",
+            )
+            _check(
+                self.source == "trace",
+                f"workload.trace_block_tokens={self.trace_block_tokens} rescales a Mooncake "
+                f"trace's blocks (workload=trace), got workload.source={self.source}",
             )
         if self.trace_target_qps is not None:
             _check(

@@ -35,12 +35,12 @@ SESSION_COLUMNS: tuple[Column, ...] = (
 
 TRACE_LENGTHS = TableSchema(
     name="trace_lengths",
-    version="1.2",
+    version="1.3",
     description=(
         "Per-request token lengths of a workload; a workload with shared prefixes "
         "(`workload.prefix`) adds which prefix each prompt starts with, a multi-turn one "
-        "(`workload.session`) each request's session and turn (optional columns, absent "
-        "without them)."
+        "(`workload.session`) each request's session and turn, a Mooncake trace's the hash ids "
+        "of each prompt's blocks (optional columns, absent without them)."
     ),
     unique="request_id",
     columns=(
@@ -72,6 +72,20 @@ TRACE_LENGTHS = TableSchema(
         ),
         Column("prefix_len", "int", "tokens", "tokens of that prefix", min_value=1),
         *SESSION_COLUMNS,
+        Column(
+            "hash_ids",
+            "str",
+            "",
+            "a Mooncake trace's prompt as blocks: their hash ids, space-separated, in order "
+            "(equal ids at the same positions, equal tokens)",
+        ),
+        Column(
+            "block_tokens",
+            "int",
+            "tokens",
+            "tokens of each of those blocks but the last, which holds the rest of the prompt",
+            min_value=1,
+        ),
     ),
 )
 

@@ -1,7 +1,8 @@
 """What each prompt of a workload is made of, for the prefix cache (:mod:`.v1_prefix`): a shared
 prefix (``trace_lengths.csv``'s ``prefix_id``/``prefix_len``), the request's own tokens and, in a
-multi-turn session, the conversation so far (the earlier turns' prompts and answers); and a
-session's closed loop (each turn sent a think time after the previous one's last token)."""
+multi-turn session, the conversation so far (the earlier turns' prompts and answers), or a
+Mooncake trace's hash-id blocks (``hash_ids``/``block_tokens``); and a session's closed loop
+(each turn sent a think time after the previous one's last token)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.core.traffic.mooncake import block_segments, parse_hash_ids
 from gpu_simulate_test.core.traffic.sessions import Sessions
+from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.types import ARRIVED
 from gpu_simulate_test.simulator.types import NAME as V1_NAME
@@ -27,12 +30,28 @@ def prompt_segments(
 ) -> list[Segments] | None:
     """Per request (row order), its prompt's segments: its shared prefix, if any, then its own
     tokens; a session's turn k >= 1: turn k-1's segments, its answer (``decode`` tokens) and the
-    new message. None for a workload with neither (every prompt its own). ``prefill``: the
-    prompt lengths simulated (a prefix never longer than its prompt)."""
+    new message; a Mooncake trace's prompt: its blocks, each named by its hash id
+    (:func:`..core.traffic.mooncake.block_segments`). None for a workload with none of them
+    (every prompt its own). ``prefill``: the prompt lengths simulated (a prefix never longer than
+    its prompt)."""
     if sessions is not None:
         if decode is None:
             raise ValueError("a multi-turn workload's segments need its output lengths")
         return _session_segments(lengths, prefill, decode, sessions)
+    if "hash_ids" in lengths.columns:
+        if "block_tokens" not in lengths.columns:
+            raise ArtifactError("trace_lengths: column 'hash_ids' without 'block_tokens'")
+        return [
+            block_segments(parse_hash_ids(ids, f"trace_lengths row {r + 1}"), int(b), n, ("U", r))
+            for r, (ids, b, n) in enumerate(
+                zip(
+                    lengths["hash_ids"].tolist(),
+                    lengths["block_tokens"].tolist(),
+                    np.asarray(prefill, dtype=np.int64).tolist(),
+                    strict=True,
+                )
+            )
+        ]
     if "prefix_id" not in lengths.columns:
         return None
     ids = lengths["prefix_id"].to_numpy()

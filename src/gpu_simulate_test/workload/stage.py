@@ -63,6 +63,15 @@ def print_summary(meta: Mapping[str, Any], path: Path) -> None:
                 f"tokens; requests each {'/'.join(map(str, prefix['requests_per_prefix']))}",
             ]
         )
+    if "prompt_blocks" in meta:
+        blocks = meta["prompt_blocks"]
+        rows.append(
+            [
+                "prompt blocks (hash ids)",
+                f"{blocks['distinct_hash_ids']} distinct of {blocks['block_tokens']} tokens; "
+                f"{blocks['reusable_prompt_share']:.0%} of prompt tokens in repeated blocks",
+            ]
+        )
     print_table(
         f"workload {meta['workload_id']} ({meta['source']})",
         ["", "value (min/p50/p90/p99/max)"],

@@ -15,16 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.config.schema import ModelConfig, WorkloadConfig
+from gpu_simulate_test.config.schema import ConfigError, ModelConfig, WorkloadConfig
 from gpu_simulate_test.core.metrics import percentiles as pct
 from gpu_simulate_test.core.reporting import progress_bar
+from gpu_simulate_test.core.traffic.mooncake import PromptBlocks
 from gpu_simulate_test.core.traffic.prefixes import SharedPrefixes, describe, draw_prefixes
 from gpu_simulate_test.core.traffic.prompts import (
     exact_text_prompts,
     load_tokenizer,
     random_token_ids,
 )
-from gpu_simulate_test.core.traffic.sampling import rescale_to_qps, sample_arrivals, sample_lengths
+from gpu_simulate_test.core.traffic.sampling import sample_arrivals, sample_lengths
 from gpu_simulate_test.core.traffic.sessions import (
     Sessions,
     check_session_arrivals,
@@ -34,7 +35,7 @@ from gpu_simulate_test.core.traffic.sessions import (
     sessions_from_frame,
 )
 from gpu_simulate_test.core.traffic.sessions import describe as describe_sessions
-from gpu_simulate_test.core.traffic.trace import load_trace
+from gpu_simulate_test.core.traffic.trace import load_trace, trace_arrivals
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -60,13 +61,15 @@ class Workload:
 
     ``num_prefill_tokens`` is the whole prompt: with shared prefixes, prefix + own tokens; in a
     session's turn >= 1, the conversation so far. With sessions, rows go session by session and
-    ``arrival_time_s`` is NaN on every turn >= 1 (closed loop, :mod:`.sessions`)."""
+    ``arrival_time_s`` is NaN on every turn >= 1 (closed loop, :mod:`.sessions`). A Mooncake
+    trace's prompts are made of hash-id blocks (``blocks``, :mod:`.mooncake`)."""
 
     num_prefill_tokens: np.ndarray
     num_decode_tokens: np.ndarray
     arrival_time_s: np.ndarray
     prefixes: SharedPrefixes | None = None
     sessions: Sessions | None = None
+    blocks: PromptBlocks | None = None
 
     @property
     def num_requests(self) -> int:
@@ -86,6 +89,8 @@ class Workload:
             for key, values in self.sessions.columns().items():
                 scale = 1e6 if key == "think_time_s" else 1
                 digest.update(np.rint(values * scale).astype("<i8").tobytes())
+        if self.blocks is not None:  # which prompts share which blocks (absent: as before)
+            digest.update(self.blocks.digest())
         return "wl-" + digest.hexdigest()[:12]
 
 
@@ -151,23 +156,18 @@ def _from_trace(
     """The requests of ``workload.trace_file``; a multi-turn trace's rate is sessions/s."""
     assert cfg.trace_file is not None  # checked by WorkloadConfig
     trace = load_trace(
-        cfg.trace_file, cfg.num_requests, model.max_position_embeddings, cfg.clip_to_max_context
+        cfg.trace_file,
+        cfg.num_requests,
+        model.max_position_embeddings,
+        cfg.clip_to_max_context,
+        cfg.trace_block_tokens,
     )
-    sessions = trace.sessions
-    notes: dict[str, Any] = {}
-    if trace.arrived_at_s is not None:  # a session's later turns stay NaN
-        starts = trace.arrived_at_s if sessions is None else trace.arrived_at_s[sessions.first_rows]
-        starts = starts - starts[0]
-        notes["arrivals_from"] = "trace"
-    else:
-        units = len(trace.num_prefill_tokens) if sessions is None else sessions.num_sessions
-        starts = sample_arrivals(cfg.arrival, units, cfg.qps, arrival_rng)
-        notes["arrivals_from"] = f"generated ({cfg.arrival.process}, qps={cfg.qps})"
-    if cfg.trace_target_qps is not None:
-        _check_rescalable(starts, cfg, str(notes["arrivals_from"]))
-        starts = rescale_to_qps(starts, cfg.trace_target_qps)
-        notes["rescaled_to_qps"] = cfg.trace_target_qps
-    arrivals = starts if sessions is None else sessions.per_request(starts)
+    if trace.blocks is not None and cfg.prompt_mode != "token_ids":
+        raise ConfigError(
+            f"workload.prompt_mode={cfg.prompt_mode}: {cfg.trace_file} is a Mooncake trace, whose "
+            "prompts are token ids derived from its hash ids; use workload.prompt_mode=token_ids"
+        )
+    arrivals, notes = trace_arrivals(trace, cfg, arrival_rng)
     notes.update(
         trace_file=str(cfg.trace_file),
         trace_rows=trace.total_rows,
@@ -176,8 +176,9 @@ def _from_trace(
     workload = Workload(
         trace.num_prefill_tokens,
         trace.num_decode_tokens,
-        np.asarray(arrivals, dtype=float),
-        sessions=sessions,
+        arrivals,
+        sessions=trace.sessions,
+        blocks=trace.blocks,
     )
     return workload, notes
 
@@ -192,25 +193,6 @@ def _check_prefixes_fit(prefixes: SharedPrefixes, model: ModelConfig) -> None:
             f"{model.name}'s max context {model.max_position_embeddings} for a request's own "
             "token and one output token; lower workload.prefix.len"
         )
-
-
-def _check_rescalable(arrivals: np.ndarray, cfg: WorkloadConfig, arrivals_from: str) -> None:
-    """``trace_target_qps`` needs arrivals spread over time: a rate is (N - 1) / span."""
-    if len(arrivals) > 1 and float(np.ptp(arrivals)) > 0:
-        return
-    if len(arrivals) <= 1:
-        why = "one request has no arrival rate to set"
-    else:
-        why = f"its {len(arrivals)} arrivals all fall at one instant, with no time span to stretch"
-    fix = (
-        "give the trace distinct arrived_at times"
-        if arrivals_from == "trace"
-        else "set workload.qps to a finite rate"
-    )
-    raise ArtifactError(
-        f"workload.trace_target_qps={cfg.trace_target_qps:g}: {cfg.trace_file} ({arrivals_from}): "
-        f"{why}; drop trace_target_qps, or {fix}"
-    )
 
 
 def summarize(workload: Workload) -> dict[str, Any]:
@@ -255,7 +237,7 @@ def _write_prompts(
     A request with a shared prefix gets that prefix's tokens (or text) followed by its own, drawn
     from the prompt stream exactly as a request without a prefix would be. A session's turn 0
     is its prefix + its user message; a later turn's line holds its new user message alone (the
-    sender adds the conversation so far)."""
+    sender adds the conversation so far). A Mooncake trace's prompt is its blocks' tokens."""
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 1]))
     tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.prompt_mode == "text" else None
     own_lengths, lead = _prompt_parts(workload)
@@ -265,17 +247,20 @@ def _write_prompts(
             prefix_prompts = workload.prefixes.token_ids(model.vocab_size)
         else:
             prefix_prompts = workload.prefixes.texts(tokenizer)
-    n = workload.num_requests
+    n, vocab = workload.num_requests, model.vocab_size
     with atomic_open(path) as handle, progress_bar("writing prompts", n, show_progress) as advance:
         for start in range(0, n, PROMPT_WRITE_CHUNK):
             stop = min(start + PROMPT_WRITE_CHUNK, n)
             lengths = own_lengths[start:stop]
             lines: list[str] = []
             if tokenizer is None:
-                for offset, ids in enumerate(random_token_ids(lengths, model.vocab_size, rng)):
+                drawn = lengths if workload.blocks is None else np.zeros_like(lengths)
+                for offset, ids in enumerate(random_token_ids(drawn, vocab, rng)):
                     i = start + offset
                     if lead[i] >= 0:
                         ids = np.concatenate([prefix_prompts[lead[i]], ids])
+                    if workload.blocks is not None:
+                        ids = workload.blocks.token_ids(i, int(own_lengths[i]), vocab, cfg.seed)
                     lines.append(
                         f'{{"num_decode_tokens": {workload.num_decode_tokens[i]}, '
                         f'"num_prefill_tokens": {workload.num_prefill_tokens[i]}, '
@@ -384,6 +369,8 @@ def write_workload(
         lengths["prefix_len"] = workload.prefixes.request_prefix_len
     if workload.sessions is not None:
         lengths.update(workload.sessions.columns())
+    if workload.blocks is not None:
+        lengths.update(workload.blocks.columns())
     write_csv(run.file(layout.TRACE_LENGTHS), pd.DataFrame(lengths), TRACE_LENGTHS)
     arrivals = workload.arrival_time_s
     if workload.sessions is None:
@@ -407,6 +394,8 @@ def write_workload(
         del generator["session"]  # off (or a trace's own): as before sessions existed
     if workload.sessions is not None:
         drawn["session"] = describe_sessions(workload.sessions)
+    if workload.blocks is not None:
+        drawn["prompt_blocks"] = workload.blocks.describe(workload.num_prefill_tokens)
     meta = {
         "schema_version": WORKLOAD_META_VERSION,
         "workload_id": workload.fingerprint(),
