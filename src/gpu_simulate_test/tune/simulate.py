@@ -146,20 +146,39 @@ def nearest(
     todo: list[Candidate], done: dict[str, Simulated], fallback: float | None
 ) -> tuple[Candidate, float | None]:
     """The next configuration to simulate, the one fewest knobs from one already simulated with
-    an answer, and that answer (the seed of its search, scaled by their replicas: N engines
-    serve about N times one's rate; ``fallback`` when none has one)."""
+    an answer, and that answer (the seed of its search; a fleet's scaled by :func:`fleet_scale`;
+    ``fallback`` when none has one)."""
     answered = [s for s in done.values() if s.capacity]
-    best: tuple[int, int, Candidate, float | None] | None = None
+    best: tuple[int, int, Candidate, Simulated] | None = None
     for k, candidate in enumerate(todo):
         for sim in answered:
             apart = candidate.apart(sim.candidate)
             if best is None or (apart, k) < best[:2]:
-                assert sim.capacity is not None
-                seed = sim.capacity * candidate.replicas / sim.candidate.replicas
-                best = (apart, k, candidate, seed)
+                best = (apart, k, candidate, sim)
     if best is None:
         return todo[0], fallback
-    return best[2], best[3]
+    _, _, candidate, sim = best
+    assert sim.capacity is not None
+    return candidate, sim.capacity * fleet_scale(candidate, sim.candidate, answered)
+
+
+def fleet_scale(to: Candidate, of: Candidate, answered: list[Simulated]) -> float:
+    """How much more ``to``'s fleet serves than ``of``'s: the median ratio of the configurations
+    already simulated with both fleets and the same engine knobs (a fleet's queueing gain over
+    its engines, learnt as the search goes), else the ratio of their replicas."""
+    if (to.replicas, to.router) == (of.replicas, of.router):
+        return 1.0
+    by_fleet: dict[tuple[int, str], dict[str, float]] = {}
+    for sim in answered:
+        c = sim.candidate
+        engine = repr(sorted(c.knobs.items()))
+        by_fleet.setdefault((c.replicas, c.router), {})[engine] = float(sim.capacity or 0.0)
+    ours = by_fleet.get((to.replicas, to.router), {})
+    theirs = by_fleet.get((of.replicas, of.router), {})
+    ratios = sorted(ours[k] / theirs[k] for k in ours.keys() & theirs.keys() if theirs[k] > 0)
+    if not ratios:
+        return to.replicas / of.replicas
+    return ratios[len(ratios) // 2]
 
 
 def one_configuration(

@@ -13,7 +13,7 @@ from gpu_simulate_test.config.backends import VllmBackendConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, knob_values
 from gpu_simulate_test.tune.fleet import frontier, target_answer
-from gpu_simulate_test.tune.simulate import Simulated, nearest
+from gpu_simulate_test.tune.simulate import Simulated, fleet_scale, nearest
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
 from gpu_simulate_test.tune.verify import checkable
 from tests.vidur_bundle_factory import QWEN3_TINY
@@ -72,6 +72,15 @@ def test_the_seed_of_a_fleet_is_its_neighbour_s_capacity_times_the_replicas() ->
     done = {"r1-s8": Simulated(by_id["r1-s8"], Answer(40.0, (40.0, 42.0)))}
     candidate, seed = nearest([by_id["r4-s8"], by_id["r4-s2"]], done, 1.0)
     assert candidate.config_id == "r4-s8" and seed == pytest.approx(160.0)
+    # once a pair of fleets is known, their ratio seeds the next pair (queueing gains included)
+    done["r4-s8"] = Simulated(by_id["r4-s8"], Answer(180.0, (180.0, 189.0)))
+    done["r1-s2"] = Simulated(by_id["r1-s2"], Answer(10.0, (10.0, 10.5)))
+    answered = list(done.values())
+    assert fleet_scale(by_id["r4-s2"], by_id["r1-s2"], answered) == pytest.approx(4.5)
+    assert fleet_scale(by_id["r1-s2"], by_id["r4-s8"], answered) == pytest.approx(1 / 4.5)
+    assert fleet_scale(by_id["r4-s2"], by_id["r4-s8"], answered) == 1.0
+    # before any configuration ran with both fleets: the ratio of their replicas
+    assert fleet_scale(by_id["r4-s2"], by_id["r1-s2"], answered[:1]) == pytest.approx(4.0)
 
 
 def _sim(candidate: Any, capacity: float | None) -> Simulated:
