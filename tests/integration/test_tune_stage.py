@@ -106,15 +106,16 @@ def test_how_many_gpus_for_a_rate(project: Path) -> None:
     assert doc["configurations"] == 2 + 2 * 2 * 2 + 1
     assert frame.loc["r4-rr-s32-t64", "replicas"] == 4
     assert frame.loc["r4-rr-s32-t64", "router"] == "round_robin"
-    one = frame.loc["r1-s32-t64", "capacity_qps"]
+    capacity = {str(k): float(v) for k, v in frame["capacity_qps"].items()}
+    one = capacity["r1-s32-t64"]
     for n in (2, 4):  # N engines serve about N times one's rate (each its share of requests)
         for router in ("dp", "rr"):
-            ratio = frame.loc[f"r{n}-{router}-s32-t64", "capacity_qps"] / one
+            ratio = capacity[f"r{n}-{router}-s32-t64"] / one
             assert 0.8 * n <= ratio <= 1.5 * n, (n, router, ratio)
     front = doc["gpu_frontier"]
     assert [f["gpus"] for f in front] == [1, 2, 4]
     # the fewest GPUs for a rate two engines serve and one does not
-    target = 1.5 * max(frame.loc["r1-s32-t64", "capacity_qps"], front[0]["capacity_qps"])
+    target = 1.5 * max(one, front[0]["capacity_qps"])
     run_cli("tune", *SIMULATED, "tune.space.max_num_seqs=[4,32]",
             "tune.space.max_num_batched_tokens=[64]", "tune.space.replicas=[1,2,4]",
             "tune.space.router=[vllm_dp,round_robin]", f"tune.target_qps={target:.1f}",
