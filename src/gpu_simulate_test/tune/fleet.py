@@ -18,13 +18,6 @@ def most_replicas(cfg: TuneStageConfig) -> int:
     return max(cfg.tune.knobs().get("replicas", (1,)))
 
 
-def fleet_requests(cfg: TuneStageConfig, requests: int) -> int:
-    """The workload's requests for a space with fleets: ``requests`` per engine of its largest
-    fleet, so that every fleet's simulated window at its capacity holds as many requests per
-    engine as one engine's does."""
-    return requests * most_replicas(cfg)
-
-
 def capacity_of(sim: Simulated) -> float:
     return -1.0 if sim.capacity is None or sim.error else float(sim.capacity)
 
@@ -46,7 +39,7 @@ def frontier(order: list[Simulated]) -> list[dict[str, Any]]:
                 {
                     "gpus": gpus,
                     "config_id": sim.candidate.config_id,
-                    "router": sim.candidate.router if gpus > 1 else None,
+                    "router": sim.candidate.routed_by,
                     "capacity_qps": sim.capacity,
                     "capacity_per_gpu_qps": round(capacity_of(sim) / gpus, 3),
                 }
@@ -80,7 +73,7 @@ def target_answer(order: list[Simulated], target_qps: float, model: str) -> dict
         "config_id": pick.candidate.config_id,
         "gpus": fewest,
         "replicas": pick.candidate.replicas,
-        "router": pick.candidate.router if fewest > 1 else None,
+        "router": pick.candidate.routed_by,
         "capacity_qps": pick.capacity,
         "headroom_pct": round(100.0 * (capacity_of(pick) / target_qps - 1.0), 1),
         "knobs": dict(pick.candidate.knobs),

@@ -68,7 +68,7 @@ def table(
         c, answer = sim.candidate, sim.answer
         row: dict[str, Any] = {"rank": rank, "config_id": c.config_id, "configured": c.configured}
         row.update({name: c.knobs[name] for name in TUNE_KNOBS_ORDER})
-        row["replicas"], row["router"] = c.replicas, c.router if c.replicas > 1 else None
+        row["replicas"], row["router"] = c.replicas, c.routed_by
         row["capacity_qps"] = None if answer is None else answer.qps
         row["capacity_high_qps"] = None if answer is None else answer.bracket[1]
         per_gpu = None if answer is None or answer.qps is None else answer.qps / c.replicas

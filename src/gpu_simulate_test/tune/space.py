@@ -74,6 +74,19 @@ class Candidate:
         return self.replicas
 
     @property
+    def routed_by(self) -> str | None:
+        """The router a deployment of it needs (None: one engine needs none)."""
+        return self.router if self.replicas > 1 else None
+
+    @property
+    def checkable(self) -> bool:
+        """Whether the real bench serves it as one server: one engine, or a fleet its backend
+        runs as ``--data-parallel-size N`` (:func:`fleet_backend`: vLLM's server behind its own
+        balancer); N servers behind another router, or the in-process engine's fleets, are
+        not."""
+        return int(getattr(self.backend, "data_parallel_size", 1)) == self.replicas
+
+    @property
     def fleet(self) -> FleetConfig:
         """The simulator's ``fleet.*`` for this configuration."""
         return FleetConfig(self.replicas, self.router)

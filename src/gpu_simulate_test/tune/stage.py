@@ -35,7 +35,7 @@ from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import calibrations, contract
-from gpu_simulate_test.tune.fleet import fleet_requests, frontier, most_replicas, target_answer
+from gpu_simulate_test.tune.fleet import frontier, most_replicas, target_answer
 from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
 from gpu_simulate_test.tune.recalibrate import (
     adopt_rows,
@@ -70,10 +70,10 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         started = time.perf_counter()
         output = nested_output(cfg.output, r.file("runs"))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
-        per_engine = 0
-        if most_replicas(cfg) > 1 and inner.workload.num_requests > 0:  # each engine its share
-            per_engine = inner.workload.num_requests
-            requests = fleet_requests(cfg, per_engine)
+        per_engine, most = 0, most_replicas(cfg)
+        if most > 1 and inner.workload.num_requests > 0:  # the workload's requests per engine
+            per_engine = inner.workload.num_requests  # of the largest fleet
+            requests = per_engine * most
             inner = dataclasses.replace(
                 inner, workload=dataclasses.replace(inner.workload, num_requests=requests)
             )
@@ -257,7 +257,7 @@ def best_record(candidate: Candidate, value: float, model: str) -> dict[str, Any
         "config_id": candidate.config_id,
         "knobs": dict(candidate.knobs),
         "replicas": candidate.replicas,
-        "router": candidate.router if candidate.replicas > 1 else None,
+        "router": candidate.routed_by,
         "score": value,
         "flags": serve_flags(candidate.knobs),
         "deploy": deployment(candidate, model),

@@ -45,8 +45,8 @@ RUNS_DIR = "runs"
 def chosen(ranked: list[Simulated], cfg: TuneStageConfig) -> list[Simulated]:
     """The configurations ``tune.verify`` runs: the best ``top_k`` and the configured one
     (``top_k``), or every one that was simulated (``grid``); of those the real bench can serve
-    (:func:`checkable`)."""
-    valid = [s for s in ranked if s.capacity is not None and checkable(s.candidate)]
+    (``Candidate.checkable``)."""
+    valid = [s for s in ranked if s.capacity is not None and s.candidate.checkable]
     if cfg.tune.verify == "grid":
         return valid
     picked = valid[: cfg.tune.top_k]
@@ -54,12 +54,6 @@ def chosen(ranked: list[Simulated], cfg: TuneStageConfig) -> list[Simulated]:
     if configured is not None and configured not in picked:
         picked.append(configured)
     return picked
-
-
-def checkable(candidate: Candidate) -> bool:
-    """One engine, or a fleet behind vLLM's own balancer (one ``--data-parallel-size N``
-    server); N servers behind another router are not served by the real bench."""
-    return candidate.replicas == 1 or candidate.router == "vllm_dp"
 
 
 def search_options(cfg: TuneStageConfig) -> CapacityStageConfig:

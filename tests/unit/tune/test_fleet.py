@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.capacity.search import Answer
-from gpu_simulate_test.config.backends import VllmBackendConfig
+from gpu_simulate_test.config.backends import VllmBackendConfig, VllmEngineBackendConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, knob_values
 from gpu_simulate_test.tune.fleet import frontier, target_answer
 from gpu_simulate_test.tune.simulate import Simulated, fleet_scale, nearest
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
-from gpu_simulate_test.tune.verify import checkable
 from tests.vidur_bundle_factory import QWEN3_TINY
 
 BACKEND = VllmBackendConfig(max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256)
@@ -53,7 +52,13 @@ def test_one_replica_is_listed_once_and_a_fleet_per_router() -> None:
     assert [c.config_id for c in space(max_num_seqs=[2, 8], replicas=[1])] == ["s2", "s8"]
     # the calibration times one engine, whatever the fleets
     assert calibration_backend(found).data_parallel_size == 1
-    assert checkable(by_id["r2-dp-s8"]) and not checkable(by_id["r2-rr-s8"])
+    assert by_id["r2-dp-s8"].checkable and not by_id["r2-rr-s8"].checkable
+    assert by_id["r1-s8"].checkable and by_id["r1-s8"].routed_by is None
+    assert by_id["r2-rr-s8"].routed_by == "round_robin"
+    # vLLM's engine in process has no data-parallel server: its fleets are simulated only
+    engine = VllmEngineBackendConfig(max_batch_tokens=128, max_requests_per_batch=8)
+    fleet = candidates(TuneOptions(space={"replicas": [1, 2]}), engine, QWEN3_TINY, 80)
+    assert [c.checkable for c in fleet] == [True, False]
 
 
 def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
