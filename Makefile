@@ -4,8 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CPU_STAMP := $(VENV)/.installed
 GPU_STAMP := $(VENV)/.installed-gpu
+RAY_STAMP := $(VENV)/.installed-ray
 # a .venv made by `make setup-gpu` stays a GPU one: every target below keeps to its stamp
 STAMP  := $(if $(wildcard $(GPU_STAMP)),$(GPU_STAMP),$(CPU_STAMP))
+# the tests also install the optional Ray extra (tune.executor=ray), on CPU machines
+TEST_STAMP := $(if $(wildcard $(GPU_STAMP)),$(GPU_STAMP),$(RAY_STAMP))
 ARGS   ?=
 
 PYTEST := $(BIN)/python -m pytest --durations=15
@@ -19,6 +22,10 @@ $(CPU_STAMP): pyproject.toml requirements/lock-cpu.txt
 	@# vLLM's CPU wheel pulls in CUDA builds of these, which break model imports
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(CPU_STAMP)
+
+$(RAY_STAMP): $(CPU_STAMP)
+	$(BIN)/pip install --quiet -c requirements/lock-cpu.txt -e '.[ray]'
+	touch $(RAY_STAMP)
 
 $(GPU_STAMP): pyproject.toml
 	rm -rf $(VENV)
@@ -41,11 +48,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint  ## lint, type-check and the fast tier (not slow), in parallel: minutes
+test: lint $(TEST_STAMP)  ## lint, type-check and the fast tier (not slow), in parallel: minutes
 	$(PYTEST) -m "not slow and not timing" -n $(JOBS) --dist loadfile
 	$(PYTEST) -m "timing and not slow"
 
-test-slow: $(STAMP)  ## the slow tier (real engines, whole pipelines), one test at a time
+test-slow: $(TEST_STAMP)  ## the slow tier (real engines, whole pipelines), one test at a time
 	$(PYTEST) -m slow
 
 test-all: test test-slow  ## every test this machine can run: what CI runs

@@ -9,8 +9,12 @@ configurations, the simulations (per fleet size) and the seconds the simulated s
 (``tune.json`` ``simulated_wall_s``), then the median and spread against the target; and the
 frontier of GPUs against capacity of the last run.
 
+Each repeat runs once per ``--workers`` value (``tune.workers``: 1, one process; 0, one per
+core), alternating, and the last value is judged against the target; the speed-up is the
+first's median over the last's.
+
 Run: ``python -m benchmarks.speed.bench_tune_fleet [--replicas 1,2,4,8] [--routers vllm_dp]
-[--repeats 2] [--out F.json] [overrides]``.
+[--repeats 2] [--workers 1,0] [--out F.json] [overrides]``.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ TARGET_S = 120.0
 TARGET_CONFIGS = 100
 
 
-def one_run(run_id: str, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+def one_run(
+    run_id: str, args: argparse.Namespace, workers: int, extra: list[str]
+) -> dict[str, Any]:
     command = [
         sys.executable, "-m", "gpu_simulate_test.cli.tune", "tune.verify=false",
         f"tune.space.replicas=[{args.replicas}]", f"tune.space.router=[{args.routers}]",
-        f"output.run_id={run_id}", "progress=false", *extra,
+        f"tune.workers={workers}", f"output.run_id={run_id}", "progress=false", *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -51,6 +57,7 @@ def one_run(run_id: str, args: argparse.Namespace, extra: list[str]) -> dict[str
         per_fleet[f"r{row['replicas']}"] += int(row["simulations"])
     return {
         "run_id": run_id,
+        "workers": workers,
         "configurations": doc["configurations"],
         "simulations": doc["simulations"],
         "simulations_per_fleet": dict(sorted(per_fleet.items(), key=lambda kv: int(kv[0][1:]))),
@@ -66,27 +73,40 @@ def main() -> None:
     parser.add_argument("--replicas", default="1,2,4,8")
     parser.add_argument("--routers", default="vllm_dp")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workers", default="1,0", help="tune.workers values, the last judged")
     parser.add_argument("--out", type=Path, default=None)
     args, extra = parser.parse_known_args()
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    counts = [int(w) for w in args.workers.split(",")]
     runs = []
-    for k in range(args.repeats):
-        result = one_run(f"bench-fleet-{stamp}-{k}", args, extra)
-        runs.append(result)
-        print(
-            f"run {k}: {result['configurations']} configurations, {result['simulations']} "
-            f"simulations {result['simulations_per_fleet']} in {result['simulated_wall_s']} s "
-            f"(the stage {result['stage_wall_s']} s)",
-            flush=True,
-        )
-    seconds = [float(r["simulated_wall_s"]) for r in runs]
+    for k in range(args.repeats):  # the worker counts alternate: one host moment each pair
+        for workers in counts:
+            result = one_run(f"bench-fleet-{stamp}-{k}-w{workers}", args, workers, extra)
+            runs.append(result)
+            print(
+                f"run {k}, tune.workers={workers}: {result['configurations']} configurations, "
+                f"{result['simulations']} simulations {result['simulations_per_fleet']} in "
+                f"{result['simulated_wall_s']} s (the stage {result['stage_wall_s']} s)",
+                flush=True,
+            )
     configs = runs[0]["configurations"]
-    median = statistics.median(seconds)
+    medians: dict[int, float] = {}
+    for workers in counts:
+        seconds = [float(r["simulated_wall_s"]) for r in runs if r["workers"] == workers]
+        medians[workers] = statistics.median(seconds)
+        print(
+            f"tune.workers={workers}: {configs} configurations simulated in "
+            f"{medians[workers]:.1f} s median (min {min(seconds):.1f}, max {max(seconds):.1f} "
+            f"over {len(seconds)})"
+        )
+    median = medians[counts[-1]]
     met = configs >= TARGET_CONFIGS and median <= TARGET_S
+    if len(counts) > 1:
+        base = medians[counts[0]]
+        print(f"speed-up of tune.workers={counts[-1]} over {counts[0]}: {base / median:.2f}x")
     print(
-        f"{configs} configurations simulated in {median:.1f} s median "
-        f"(min {min(seconds):.1f}, max {max(seconds):.1f} over {len(seconds)}); target "
-        f">= {TARGET_CONFIGS} in <= {TARGET_S:g} s: {'met' if met else 'NOT met'}"
+        f"target >= {TARGET_CONFIGS} configurations in <= {TARGET_S:g} s (tune.workers="
+        f"{counts[-1]}): {'met' if met else 'NOT met'}"
     )
     for row in runs[-1]["gpu_frontier"] or []:
         print(
@@ -100,7 +120,7 @@ def main() -> None:
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count()},
             "runs": runs,
-            "median_simulated_wall_s": median,
+            "median_simulated_wall_s": {str(w): m for w, m in medians.items()},
             "target": {"configurations": TARGET_CONFIGS, "seconds": TARGET_S, "met": met},
         }  # fmt: skip
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,9 @@ top_k confirmation on real vLLM servers."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,53 @@ def test_how_many_gpus_for_a_rate(project: Path) -> None:
     assert doc["best"]["config_id"] == answer["config_id"]
     report = (project / "tmp" / "tune" / "gpus-target" / contract.REPORT_MD).read_text()
     assert "## How many GPUs" in report and answer["deploy"]["command"] in report
+
+
+FLEETS = (
+    *SIMULATED, "tune.space.max_num_seqs=[4,32]", "tune.space.max_num_batched_tokens=[64]",
+    "tune.space.replicas=[1,2,4]", "tune.space.router=[vllm_dp,round_robin]", "progress=false",
+)  # fmt: skip
+
+
+def _table(project: Path, run_id: str) -> Any:
+    return read_csv(project / "tmp" / "tune" / run_id / contract.TUNE_CSV, contract.TUNE_TABLE)
+
+
+def test_the_answer_is_the_same_in_one_process_or_two(project: Path) -> None:
+    """``tune.workers``: each engine's fleets are a task of their own, seeded only by what ran
+    before the tasks, so one process and a pool of two give the same table, row for row."""
+    for workers in (1, 2):
+        run_cli("tune", *FLEETS, f"tune.workers={workers}", f"output.run_id=w{workers}",
+                cwd=project)  # fmt: skip
+    one, two = _table(project, "w1"), _table(project, "w2")
+    assert len(one) == 11 and one.equals(two)
+
+
+@pytest.mark.slow
+def test_the_same_answer_on_a_local_ray_cluster(project: Path) -> None:
+    """``tune.executor=ray`` on a Ray cluster of two workers started here (``ray start``, the
+    optional extra the test tier installs): the table equals the local run's."""
+    pytest.importorskip("ray")
+    ray = str(Path(sys.executable).parent / "ray")
+    port = free_port()
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+         "--disable-usage-stats"], check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        run_cli("tune", *FLEETS, "tune.executor=ray", f"tune.ray_address=127.0.0.1:{port}",
+                "output.run_id=ray", cwd=project)  # fmt: skip
+    finally:
+        subprocess.run([ray, "stop", "--force"], check=False, capture_output=True)
+    if not (project / "tmp" / "tune" / "w1").exists():
+        run_cli("tune", *FLEETS, "tune.workers=1", "output.run_id=w1", cwd=project)
+    assert _table(project, "ray").equals(_table(project, "w1"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_bad_spaces_fail_before_anything_runs(project: Path) -> None:

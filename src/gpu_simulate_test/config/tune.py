@@ -46,6 +46,7 @@ BOOLEAN_KNOBS: tuple[str, ...] = ("enable_chunked_prefill", "enable_prefix_cachi
 OBJECTIVES: tuple[str, ...] = ("capacity", "goodput")
 TUNE_VERIFY: tuple[str, ...] = ("false", "top_k", "grid")
 TUNE_RECALIBRATE: tuple[str, ...] = ("auto", "always", "off")
+TUNE_EXECUTORS: tuple[str, ...] = ("local", "ray")
 
 
 def knob_values(name: str, given: Any) -> tuple[Any, ...]:
@@ -172,8 +173,33 @@ class TuneOptions:
     ``recalibration``); ``always``: the same after every check (a bundle suspected stale);
     ``off`` (or false): never."""
 
+    workers: int = 0
+    """Processes the simulated search runs in side by side (``executor=local``): 0, one per
+    core; 1, this process only. With fleets in the space, each engine configuration's fleets
+    are one task (:func:`~gpu_simulate_test.tune.simulate.simulate_space`); the answer is the
+    same for any count."""
+    executor: str = "local"
+    """``local``: the tasks in this machine's processes (``workers``); ``ray``: as Ray tasks on
+    the cluster at ``ray_address`` (empty: a local one started for the tune; Ray is the optional
+    extra ``[ray]``), whose workers read the bundle and workload by the same paths."""
+    ray_address: str = ""
+    """``executor=ray``: the cluster (``ray://head:10001``, ``auto``); empty: a local one."""
+
     def __post_init__(self) -> None:
         _check(isinstance(self.space, Mapping), "tune.space must be a mapping of knob: values")
+        _check(
+            isinstance(self.workers, int) and not isinstance(self.workers, bool)
+            and self.workers >= 0,
+            f"tune.workers={self.workers!r} must be a whole number >= 0 (0: one per core)",
+        )  # fmt: skip
+        _check(
+            self.executor in TUNE_EXECUTORS,
+            f"tune.executor={self.executor!r} must be one of {', '.join(TUNE_EXECUTORS)}",
+        )
+        _check(
+            self.executor == "ray" or not self.ray_address,
+            f"tune.ray_address={self.ray_address!r} is a Ray cluster: set tune.executor=ray",
+        )
         for name, given in dict(self.space).items():
             knob_values(str(name), given)
         _check(

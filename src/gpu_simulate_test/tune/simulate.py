@@ -6,7 +6,7 @@ needs few rates: its seed, a step, a few bisections)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.engines.knobs import derive_scheduler
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.orchestrate.configs import simulate_config
+from gpu_simulate_test.tune.pool import run_tasks, workers_for
 from gpu_simulate_test.tune.space import Candidate
 
 if TYPE_CHECKING:
@@ -120,30 +121,119 @@ def simulate_space(
     """Every configuration simulated (:class:`Simulated`, the order of ``found``), and the
     shared rate their latencies are read at. The first (the configured backend) by the grid
     search; each next one is the configuration nearest to those already done (fewest knobs
-    apart), seeded at that neighbour's answer."""
+    apart), seeded at that neighbour's answer. With fleets in the space, the one-engine
+    configurations and one fleet of each size and router go first, one after another (each
+    seeds the next, and they teach each fleet's gain over one engine); then each engine
+    configuration's other fleets are a task of their own (:func:`simulate_group`), the tasks run
+    side by side (``tune.workers``, ``tune.executor``: :mod:`~.pool`) and each is seeded only
+    by what went before them, so the answer is the same wherever they ran."""
     cfg, opts = tuned.cfg, tuned.cfg.tune
     first = next((c for c in found if c.configured and not c.invalid), None)
     first = first or next(c for c in found if not c.invalid)
     results: dict[str, Simulated] = {}
     shared: float | None = opts.qps if opts.objective == "goodput" else None
-    todo = [c for c in found if c is not first]
-    candidate, seed = first, None
-    while True:
-        result = one_configuration(tuned, candidate, shared, seed, candidate is first)
-        results[candidate.config_id] = result
-        advance(1)
-        if candidate is first and shared is None:  # the reference: the latencies are read there
-            answer = result.answer
-            shared = rounded(answer.qps if answer and answer.qps else cfg.capacity.qps_min)
-        if not todo:
-            break
-        candidate, seed = nearest(todo, results, shared)
-        todo.remove(candidate)
+    results[first.config_id] = one_configuration(tuned, first, shared, None, True)
+    advance(1)
+    if shared is None:  # the reference: the latencies are read there
+        answer = results[first.config_id].answer
+        shared = rounded(answer.qps if answer and answer.qps else cfg.capacity.qps_min)
+    leading, groups = fleet_groups(found, first)
+    chain(tuned, leading, results, shared, advance)
+    answered = tuple(s for s in results.values() if s.capacity)
+    local = opts.executor == "local" and workers_for(opts.workers, len(groups)) == 1
+    # a task for another process carries no step models (each builds its engine's once)
+    carried = tuned if local else dataclasses.replace(tuned, models={})
+    tasks = [Group(carried, tuple(group), shared, answered) for group in groups]
+
+    def finished(_: int, out: list[Simulated]) -> None:
+        results.update((s.candidate.config_id, s) for s in out)
+        advance(len(out))
+
+    run_tasks(
+        simulate_group, tasks, workers=opts.workers, executor=opts.executor,
+        address=opts.ray_address, done=finished,
+    )  # fmt: skip
     return [results[c.config_id] for c in found], shared
 
 
+def chain(
+    tuned: TuneInputs,
+    todo: list[Candidate],
+    done: dict[str, Simulated],
+    shared: float | None,
+    advance: Callable[[int], None] = lambda n: None,
+) -> list[Simulated]:
+    """``todo`` simulated one after another, each the one nearest to those in ``done`` (where
+    each is added), seeded at that neighbour's answer; their results in the order run."""
+    todo, out = list(todo), []
+    while todo:
+        candidate, seed = nearest(todo, done, shared)
+        todo.remove(candidate)
+        result = one_configuration(tuned, candidate, shared, seed, False)
+        done[candidate.config_id] = result
+        out.append(result)
+        advance(1)
+    return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """One task of the space: the fleets of one engine configuration, seeded by the answers
+    simulated before the tasks began."""
+
+    tuned: TuneInputs
+    candidates: tuple[Candidate, ...]
+    shared: float | None
+    answered: tuple[Simulated, ...]
+
+
+def simulate_group(group: Group) -> list[Simulated]:
+    """One :class:`Group` simulated (in whichever process or Ray worker runs it)."""
+    done = {s.candidate.config_id: s for s in group.answered}
+    return chain(group.tuned, list(group.candidates), done, group.shared)
+
+
+def fleet_groups(
+    found: list[Candidate], first: Candidate
+) -> tuple[list[Candidate], list[list[Candidate]]]:
+    """The configurations simulated one after another (all but ``first`` of one engine, the
+    refused ones, and for each fleet size and router the one nearest ``first``'s engine), and
+    the rest: each engine configuration's fleets, one group each (the order of ``found``)."""
+    leading: list[Candidate] = []
+    kinds: dict[tuple[int, str], Candidate] = {}
+    for c in found:
+        if c is first:
+            continue
+        if c.replicas == 1 or c.invalid:
+            leading.append(c)
+            continue
+        kind = (c.replicas, c.router)
+        held = kinds.get(kind)
+        if held is None or engine_apart(c, first) < engine_apart(held, first):
+            kinds[kind] = c
+    if (first.replicas, first.router) in kinds and first.replicas > 1:
+        del kinds[(first.replicas, first.router)]
+    leading.extend(kinds.values())
+    picked = {c.config_id for c in leading} | {first.config_id}
+    groups: dict[str, list[Candidate]] = {}
+    for c in found:
+        if c.config_id not in picked:
+            groups.setdefault(engine_key(c), []).append(c)
+    return leading, list(groups.values())
+
+
+def engine_key(candidate: Candidate) -> str:
+    """The engine configuration a candidate's replicas run (its knobs, not its fleet)."""
+    return repr(sorted(candidate.knobs.items()))
+
+
+def engine_apart(a: Candidate, b: Candidate) -> int:
+    """Engine knobs that differ between two configurations."""
+    return sum(a.knobs[n] != b.knobs[n] for n in a.knobs)
+
+
 def nearest(
-    todo: list[Candidate], done: dict[str, Simulated], fallback: float | None
+    todo: list[Candidate], done: Mapping[str, Simulated], fallback: float | None
 ) -> tuple[Candidate, float | None]:
     """The next configuration to simulate, the one fewest knobs from one already simulated with
     an answer, and that answer (the seed of its search; a fleet's scaled by :func:`fleet_scale`;
@@ -171,8 +261,7 @@ def fleet_scale(to: Candidate, of: Candidate, answered: list[Simulated]) -> floa
     by_fleet: dict[tuple[int, str], dict[str, float]] = {}
     for sim in answered:
         c = sim.candidate
-        engine = repr(sorted(c.knobs.items()))
-        by_fleet.setdefault((c.replicas, c.router), {})[engine] = float(sim.capacity or 0.0)
+        by_fleet.setdefault((c.replicas, c.router), {})[engine_key(c)] = float(sim.capacity or 0.0)
     ours = by_fleet.get((to.replicas, to.router), {})
     theirs = by_fleet.get((of.replicas, of.router), {})
     ratios = sorted(ours[k] / theirs[k] for k in ours.keys() & theirs.keys() if theirs[k] > 0)

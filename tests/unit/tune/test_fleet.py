@@ -13,7 +13,7 @@ from gpu_simulate_test.config.backends import VllmBackendConfig, VllmEngineBacke
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, knob_values
 from gpu_simulate_test.tune.fleet import frontier, target_answer
-from gpu_simulate_test.tune.simulate import Simulated, fleet_scale, nearest
+from gpu_simulate_test.tune.simulate import Simulated, fleet_groups, fleet_scale, nearest
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
 from tests.vidur_bundle_factory import QWEN3_TINY
 
@@ -117,3 +117,20 @@ def test_the_fewest_gpus_that_meet_the_target_and_the_frontier() -> None:
     ]  # fmt: skip
     rr = deployment(by_id["r4-rr-s8"], "m")
     assert rr["servers"] == 4 and rr["router"] == "round_robin" and "--port" in rr["command"]
+
+
+def test_each_engine_s_fleets_are_one_task_after_one_fleet_of_each_kind() -> None:
+    found = space(max_num_seqs=[2, 8, 16], replicas=[1, 2, 4], router=["vllm_dp", "round_robin"])
+    first = next(c for c in found if c.configured)
+    leading, groups = fleet_groups(found, first)
+    ids = [c.config_id for c in leading]
+    # every one-engine configuration, and each fleet kind on the configured engine (s8)
+    assert ids == ["r1-s2", "r1-s16", "r2-dp-s8", "r2-rr-s8", "r4-dp-s8", "r4-rr-s8"]
+    assert [[c.config_id for c in g] for g in groups] == [
+        ["r2-dp-s2", "r2-rr-s2", "r4-dp-s2", "r4-rr-s2"],
+        ["r2-dp-s16", "r2-rr-s16", "r4-dp-s16", "r4-rr-s16"],
+    ]
+    # no fleet: every configuration one after another, as before
+    flat = space(max_num_seqs=[2, 8, 16])
+    leading, groups = fleet_groups(flat, next(c for c in flat if c.configured))
+    assert len(leading) == 2 and groups == []
