@@ -55,8 +55,8 @@ def report_markdown(
     lines = [
         f"# Capacity: {run_id}",
         "",
-        f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs, "
-        f"{per_rate}; goals: {goals}.",
+        f"{doc['model']} on {doc['hardware']}, the {doc['backend']} engine's knobs"
+        f"{fleet_words(doc.get('fleet'))}, {per_rate}; goals: {goals}.",
         "",
         answer_sentence(doc, unit),
     ]
@@ -276,3 +276,11 @@ def agreement_lines(agreement: Mapping[str, Any] | None, unit: str = REQUEST_UNI
         f"({rates} {unit}), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
         "flat, so a few percent of latency move the capacity by much more.",
     ]
+
+
+def fleet_words(fleet: Mapping[str, Any] | None) -> str:
+    """``, 2 replicas behind round_robin (2 GPUs)`` for a fleet; empty for one engine."""
+    if not fleet or int(fleet["replicas"]) == 1:
+        return ""
+    n = int(fleet["replicas"])
+    return f", {n} replicas behind {fleet['router']} ({n} GPUs)"

@@ -117,9 +117,12 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         from gpu_simulate_test.vidur_simulate.stage import prepare
 
         sim_cfg = simulate_config(inner, decided.scheduler, workload_dir)
-        # each rate reads the request table alone: no per-batch log
+        # each rate reads the request table alone: no per-batch log; the fleet's router as
+        # asked (a recorded real run's: its data-parallel server's)
         sim_cfg = dataclasses.replace(
-            sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_log=False)
+            sim_cfg,
+            vidur=dataclasses.replace(sim_cfg.vidur, step_log=False),
+            fleet=sim_cfg.fleet if source is not None else cfg.fleet_of(),
         )
         inputs = prepare(sim_cfg)
         num_requests = len(inputs.arrival_time_s)
@@ -129,6 +132,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             scheduler=dataclasses.asdict(decided.scheduler),
             bundle=str(inputs.bundle.path),
             slo={"percentile": pct, "goals_ms": goals},
+            fleet=dataclasses.asdict(sim_cfg.fleet),
         )
         from gpu_simulate_test.vidur_simulate.stage import step_model_of
 
@@ -401,6 +405,7 @@ def write_outputs(
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
         "backend": cfg.backend.name,
+        "fleet": dataclasses.asdict(cfg.fleet_of()),
         "points": len(frame),
         "simulated_requests_per_s": round(num_requests * len(frame) / sim_s, 1) if sim_s else None,
         "wall_time_s": round(wall_s, 1),

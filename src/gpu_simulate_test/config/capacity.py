@@ -3,9 +3,12 @@ multi-turn workload) that meets latency goals."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from gpu_simulate_test.config.backends import BackendConfig
+from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS
 from gpu_simulate_test.config.schema import DTYPES, ProfilingConfig, _check, _check_choice
 from gpu_simulate_test.config.search import (
@@ -115,6 +118,12 @@ class CapacityStageConfig(SearchStageBase):
     attn_implementation: str = "sdpa"
     num_warmup_requests: int = 2
     capacity: CapacityOptions = field(default_factory=CapacityOptions)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """``fleet.replicas=N fleet.router=R``: the capacity of N engines behind router R (one GPU
+    each). Behind ``vllm_dp`` the real check serves them as one ``--data-parallel-size N``
+    server (``backend.data_parallel_size`` is N); behind another router the fleet is simulated
+    only (``capacity.verify=false``: the real bench does not serve N servers behind the client's
+    router yet). One replica (the default): ``backend.data_parallel_size``'s fleet."""
 
     def __post_init__(self) -> None:
         _check(
@@ -123,3 +132,39 @@ class CapacityStageConfig(SearchStageBase):
         )
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+        object.__setattr__(self, "backend", fleet_backend(self))
+
+    def fleet_of(self) -> FleetConfig:
+        """The fleet searched: ``fleet.*``, or ``backend.data_parallel_size`` engines behind
+        vLLM's balancer when ``fleet.replicas`` is 1."""
+        if self.fleet.replicas > 1:
+            return self.fleet
+        return FleetConfig(replicas=int(getattr(self.backend, "data_parallel_size", 1)))
+
+
+def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
+    """The backend that serves ``cfg.fleet`` on the real engine: ``--data-parallel-size N``
+    behind ``vllm_dp``; ConfigError where the fleet cannot be checked on a real engine and a
+    check is asked for, or where ``fleet.*`` and ``backend.data_parallel_size`` name two
+    fleets."""
+    fleet, backend = cfg.fleet, cfg.backend
+    ranks = int(getattr(backend, "data_parallel_size", 1))
+    if fleet.replicas == 1:
+        return backend
+    _check(
+        ranks in (1, fleet.replicas) and (ranks == 1 or fleet.router == "vllm_dp"),
+        f"fleet.replicas={fleet.replicas} fleet.router={fleet.router} and "
+        f"backend.data_parallel_size={ranks} name two fleets: set one of them",
+    )
+    served = fleet.router == "vllm_dp" and hasattr(backend, "data_parallel_size")
+    checked = cfg.capacity.verify != "false" or cfg.capacity.phase == "real"
+    _check(
+        served or not checked,
+        f"fleet.replicas={fleet.replicas} behind fleet.router={fleet.router} on "
+        f"backend={backend.name}: the real bench serves a fleet only as vLLM's "
+        "--data-parallel-size server (backend=vllm, fleet.router=vllm_dp); simulate it alone "
+        "with capacity.verify=false",
+    )
+    if served:
+        return dataclasses.replace(backend, data_parallel_size=fleet.replicas)  # type: ignore[call-arg]
+    return backend

@@ -1,0 +1,43 @@
+"""``fleet.*`` in the capacity stage: the fleet searched, the backend that serves it (vLLM's
+balancer is one ``--data-parallel-size N`` server), and the fleets no real engine serves refused
+for a check by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_simulate_test.config.capacity import CapacityStageConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
+
+
+def typed(compose_stage: Any, *overrides: str) -> CapacityStageConfig:
+    config = to_typed(compose_stage("capacity", list(overrides)), CapacityStageConfig)
+    assert isinstance(config, CapacityStageConfig)
+    return config
+
+
+def test_vllm_s_balancer_is_one_data_parallel_server(compose_stage: Any) -> None:
+    cfg = typed(compose_stage, "fleet.replicas=2")
+    assert cfg.fleet_of().replicas == 2 and cfg.fleet_of().router == "vllm_dp"
+    assert cfg.backend.data_parallel_size == 2  # type: ignore[attr-defined]
+    # the old spelling names the same fleet
+    old = typed(compose_stage, "backend.data_parallel_size=2")
+    assert old.fleet_of() == cfg.fleet_of() and old.pipeline().backend == cfg.pipeline().backend
+    one = typed(compose_stage)
+    assert one.fleet_of().replicas == 1 and one.backend.data_parallel_size == 1  # type: ignore[attr-defined]
+
+
+def test_another_router_is_simulated_only(compose_stage: Any) -> None:
+    cfg = typed(compose_stage, "fleet.replicas=4", "fleet.router=round_robin")
+    assert cfg.fleet_of().router == "round_robin" and cfg.fleet_of().replicas == 4
+    assert cfg.backend.data_parallel_size == 1  # type: ignore[attr-defined]  # N servers, not one
+    with pytest.raises(ConfigError, match=r"simulate it alone with capacity\.verify=false"):
+        typed(compose_stage, "fleet.replicas=4", "fleet.router=round_robin",
+              "capacity.verify=true")  # fmt: skip
+    with pytest.raises(ConfigError, match="name two fleets"):
+        typed(compose_stage, "fleet.replicas=4", "backend.data_parallel_size=2")
+    with pytest.raises(ConfigError, match=r"fleet\.router"):
+        typed(compose_stage, "fleet.replicas=2", "fleet.router=nearest")
