@@ -175,9 +175,9 @@ class TuneOptions:
 
     workers: int = 0
     """Processes the simulated search runs in side by side (``executor=local``): 0, one per
-    core; 1, this process only. With fleets in the space, each engine configuration's fleets
-    are one task (:func:`~gpu_simulate_test.tune.simulate.simulate_space`); the answer is the
-    same for any count."""
+    core; 1, this process only. With fleets in the space, a few engine configurations with
+    their fleets are a task (:func:`~gpu_simulate_test.tune.simulate.simulate_space`); the
+    answer is the same for any count."""
     executor: str = "local"
     """``local``: the tasks in this machine's processes (``workers``); ``ray``: as Ray tasks on
     the cluster at ``ray_address`` (empty: a local one started for the tune; Ray is the optional

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 AT_LEVEL = "at-level"
 """Under the points: each verified configuration simulated again at its server's step level."""
+GROUP_ENGINES = 4
+"""Engine configurations per task of the space, each with all its fleets: a task builds each
+engine's step model once, and learns the fleets' gain over one engine as it goes (a larger task
+seeds better, a smaller one spreads over more workers); fixed, so that the answer does not
+depend on how many workers there are."""
 SIM_MAX_STEPS = 12
 """Steps of ``tune.sim_step`` from the seed before a configuration's search gives up on a
 bracket (1.5¹² ≈ 130×)."""
@@ -121,12 +126,12 @@ def simulate_space(
     """Every configuration simulated (:class:`Simulated`, the order of ``found``), and the
     shared rate their latencies are read at. The first (the configured backend) by the grid
     search; each next one is the configuration nearest to those already done (fewest knobs
-    apart), seeded at that neighbour's answer. With fleets in the space, the one-engine
-    configurations and one fleet of each size and router go first, one after another (each
-    seeds the next, and they teach each fleet's gain over one engine); then each engine
-    configuration's other fleets are a task of their own (:func:`simulate_group`), the tasks run
-    side by side (``tune.workers``, ``tune.executor``: :mod:`~.pool`) and each is seeded only
-    by what went before them, so the answer is the same wherever they ran."""
+    apart), seeded at that neighbour's answer. With fleets in the space, one fleet of each size
+    and router follows, one after another (they teach each fleet's gain over one engine); then
+    the rest are tasks, each a few engine configurations with their fleets
+    (:func:`fleet_groups`, :func:`simulate_group`), run side by side (``tune.workers``,
+    ``tune.executor``: :mod:`~.pool`); each task is seeded only by what went before the tasks
+    and by its own, so the answer is the same wherever they ran."""
     cfg, opts = tuned.cfg, tuned.cfg.tune
     first = next((c for c in found if c.configured and not c.invalid), None)
     first = first or next(c for c in found if not c.invalid)
@@ -178,8 +183,8 @@ def chain(
 
 @dataclass(frozen=True)
 class Group:
-    """One task of the space: the fleets of one engine configuration, seeded by the answers
-    simulated before the tasks began."""
+    """One task of the space: the fleets of a few engine configurations, seeded by the answers
+    simulated before the tasks began and by each other's, in turn."""
 
     tuned: TuneInputs
     candidates: tuple[Candidate, ...]
@@ -196,30 +201,34 @@ def simulate_group(group: Group) -> list[Simulated]:
 def fleet_groups(
     found: list[Candidate], first: Candidate
 ) -> tuple[list[Candidate], list[list[Candidate]]]:
-    """The configurations simulated one after another (all but ``first`` of one engine, the
-    refused ones, and for each fleet size and router the one nearest ``first``'s engine), and
-    the rest: each engine configuration's fleets, one group each (the order of ``found``)."""
-    leading: list[Candidate] = []
+    """The configurations simulated one after another, and the tasks. Without fleets in the
+    space, every configuration but ``first`` one after another (each seeds the next). With
+    fleets, one after another the refused ones and for each fleet size and router the one
+    nearest ``first``'s engine (they teach each fleet's gain over one engine); then the tasks:
+    every configuration of :data:`GROUP_ENGINES` engine configurations each, one engine and its
+    fleets (the order of ``found``)."""
+    rest = [c for c in found if c is not first]
+    if all(c.replicas == 1 for c in found):
+        return rest, []
+    leading = [c for c in rest if c.invalid]
     kinds: dict[tuple[int, str], Candidate] = {}
-    for c in found:
-        if c is first:
+    for c in rest:
+        if c.replicas == 1 or c.invalid or (c.replicas, c.router) == (first.replicas, first.router):
             continue
-        if c.replicas == 1 or c.invalid:
-            leading.append(c)
-            continue
-        kind = (c.replicas, c.router)
-        held = kinds.get(kind)
+        held = kinds.get((c.replicas, c.router))
         if held is None or engine_apart(c, first) < engine_apart(held, first):
-            kinds[kind] = c
-    if (first.replicas, first.router) in kinds and first.replicas > 1:
-        del kinds[(first.replicas, first.router)]
+            kinds[(c.replicas, c.router)] = c
     leading.extend(kinds.values())
-    picked = {c.config_id for c in leading} | {first.config_id}
-    groups: dict[str, list[Candidate]] = {}
-    for c in found:
+    picked = {c.config_id for c in leading}
+    by_engine: dict[str, list[Candidate]] = {}
+    for c in rest:
         if c.config_id not in picked:
-            groups.setdefault(engine_key(c), []).append(c)
-    return leading, list(groups.values())
+            by_engine.setdefault(engine_key(c), []).append(c)
+    engines = list(by_engine.values())
+    return leading, [
+        [c for configs in engines[at : at + GROUP_ENGINES] for c in configs]
+        for at in range(0, len(engines), GROUP_ENGINES)
+    ]
 
 
 def engine_key(candidate: Candidate) -> str:

@@ -12,6 +12,7 @@ from gpu_simulate_test.capacity.search import Answer
 from gpu_simulate_test.config.backends import VllmBackendConfig, VllmEngineBackendConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, knob_values
+from gpu_simulate_test.tune import simulate
 from gpu_simulate_test.tune.fleet import frontier, target_answer
 from gpu_simulate_test.tune.simulate import Simulated, fleet_groups, fleet_scale, nearest
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
@@ -119,18 +120,24 @@ def test_the_fewest_gpus_that_meet_the_target_and_the_frontier() -> None:
     assert rr["servers"] == 4 and rr["router"] == "round_robin" and "--port" in rr["command"]
 
 
-def test_each_engine_s_fleets_are_one_task_after_one_fleet_of_each_kind() -> None:
+def test_a_few_engines_are_a_task_after_one_fleet_of_each_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     found = space(max_num_seqs=[2, 8, 16], replicas=[1, 2, 4], router=["vllm_dp", "round_robin"])
     first = next(c for c in found if c.configured)
     leading, groups = fleet_groups(found, first)
-    ids = [c.config_id for c in leading]
-    # every one-engine configuration, and each fleet kind on the configured engine (s8)
-    assert ids == ["r1-s2", "r1-s16", "r2-dp-s8", "r2-rr-s8", "r4-dp-s8", "r4-rr-s8"]
+    # one after another: each fleet kind on the configured engine (s8), nearest the first
+    assert [c.config_id for c in leading] == ["r2-dp-s8", "r2-rr-s8", "r4-dp-s8", "r4-rr-s8"]
+    # then each engine with its fleets, a few engines a task
     assert [[c.config_id for c in g] for g in groups] == [
-        ["r2-dp-s2", "r2-rr-s2", "r4-dp-s2", "r4-rr-s2"],
-        ["r2-dp-s16", "r2-rr-s16", "r4-dp-s16", "r4-rr-s16"],
-    ]
-    # no fleet: every configuration one after another, as before
+        ["r1-s2", "r2-dp-s2", "r2-rr-s2", "r4-dp-s2", "r4-rr-s2",
+         "r1-s16", "r2-dp-s16", "r2-rr-s16", "r4-dp-s16", "r4-rr-s16"],
+    ]  # fmt: skip
+    # an engine stays in one task (fixed: any number of workers, one answer)
+    monkeypatch.setattr(simulate, "GROUP_ENGINES", 1)
+    _, groups = fleet_groups(found, first)
+    assert [{c.knobs["max_num_seqs"] for c in g} for g in groups] == [{2}, {16}]
+    # no fleet: every configuration one after another, as before (each seeds the next)
     flat = space(max_num_seqs=[2, 8, 16])
     leading, groups = fleet_groups(flat, next(c for c in flat if c.configured))
     assert len(leading) == 2 and groups == []

@@ -16,11 +16,11 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import CAPACITY_ONLY, TUNE_PROFILE, TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurConfig, VidurPredictorConfig
 
-TUNE_JOB_LINES = 109
+TUNE_JOB_LINES = 111
 """Issue 61 (settings by composition): ``tune --cfg job`` lists at most this many ``key: value``
 lines (208 when the tune inherited the pipeline's whole config; 103 then, and since issue 62 the
 fleet's ``tune.target_qps``; 109 with where the search runs: ``tune.workers``, ``executor``,
-``ray_address``)."""
+``ray_address``; 111 with the vLLM backend's ``servers`` and ``router``)."""
 PIPELINE_ONLY = ("compare", "goodput", "real_repeat")
 """The pipeline's own settings, which no search reads (it judges by ``capacity.slo``)."""
 CAPACITY_ONLY_KEYS = ("step_band", "verify", "verify_seed", "verify_probe_requests", "phase")
@@ -50,7 +50,8 @@ def test_no_search_holds_the_pipelines_own_settings(compose_stage) -> None:
         "accept_profile_warnings", "validate_calibration", "engine_overhead", "output", "progress",
     }  # fmt: skip
     assert set(tune) == shared | {"vidur", "capacity", "tune"}
-    own = {"vidur", "profile", "profiling", "dtype", "attn_implementation", "num_warmup_requests"}
+    own = {"vidur", "profile", "profiling", "dtype", "attn_implementation", "num_warmup_requests",
+           "fleet"}  # fmt: skip
     assert set(capacity) == shared | own | {"capacity"}
 
 
