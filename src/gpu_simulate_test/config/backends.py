@@ -288,11 +288,43 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
     of a dense model, vLLM's ``vllm_dp`` routing), with ``--api-server-count 1``; on CPU each
     engine bound to its own cores (``cpu_threads_bind=auto``). Each request's and each step's
     engine is recorded (an ``engine`` column)."""
+    servers: int = 1
+    """A fleet of this many servers, one engine each (``vllm serve --port <p+k>``, on CPU each
+    bound to its own cores, on CUDA its own GPU), behind the client's own ``router``: each
+    request's engine is the router's choice, recorded (an ``engine`` column) with each server's
+    steps. Started here only (``server.kind=vllm``)."""
+    router: str = "round_robin"
+    """``servers`` > 1: the client's router between them: ``round_robin``,
+    ``least_outstanding`` (fewest in flight, as the client counts them) or ``random`` (seeded),
+    as the simulator's routers of the same names (``fleet.router``) decide."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.data_parallel_size >= 1, "backend.data_parallel_size must be >= 1")
+        _check(self.servers >= 1, "backend.servers must be >= 1")
+        _check(
+            self.router in CLIENT_ROUTERS,
+            f"backend.router={self.router!r}: the client routes between servers by "
+            f"{', '.join(CLIENT_ROUTERS)} (vllm_dp is one server's own balancer: "
+            "backend.data_parallel_size; prefix_affinity reads each engine's queue and KV usage "
+            "live, which the client does not see yet)",
+        )
+        _check(
+            self.servers == 1 or self.data_parallel_size == 1,
+            f"backend.servers={self.servers} and backend.data_parallel_size="
+            f"{self.data_parallel_size} are two fleets: one server of N engines behind vLLM's "
+            "balancer, or N servers of one engine behind the client's router; set one of them",
+        )
+        _check(
+            self.servers == 1 or self.server.kind == "vllm",
+            f"backend.servers={self.servers}: the fleet's servers are started here "
+            "(backend.server.kind=vllm); behind your own router, point one run at each server",
+        )
 
+
+CLIENT_ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding", "random")
+"""The routers the client runs between ``backend.servers`` servers (the simulator's of the same
+names, ``gpu_simulate_test.simulator.routers``)."""
 
 BACKENDS: Mapping[str, type[BackendConfig]] = MappingProxyType(
     {

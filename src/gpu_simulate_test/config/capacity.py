@@ -161,9 +161,10 @@ def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
     _check(
         served or not checked,
         f"fleet.replicas={fleet.replicas} behind fleet.router={fleet.router} on "
-        f"backend={backend.name}: the real bench serves a fleet only as vLLM's "
+        f"backend={backend.name}: the capacity's real check serves a fleet only as vLLM's "
         "--data-parallel-size server (backend=vllm, fleet.router=vllm_dp); simulate it alone "
-        "with capacity.verify=false",
+        "with capacity.verify=false (real_bench backend.servers=N backend.router=<router> "
+        "measures one rate of N servers)",
     )
     if served:
         return dataclasses.replace(backend, data_parallel_size=fleet.replicas)  # type: ignore[call-arg]

@@ -124,8 +124,13 @@ def simulate_config(
     """Vidur on ``workload_dir`` with ``scheduler``, the bundle under ``cfg.profiling_root``,
     and the arrivals a real run actually sent when ``arrivals_from`` names it; a truth of
     ``backend.data_parallel_size`` engines is simulated as that many replicas behind vLLM's own
-    balancer (``fleet.router=vllm_dp``)."""
-    replicas = int(getattr(cfg.backend, "data_parallel_size", 1))
+    balancer (``fleet.router=vllm_dp``), a truth of ``backend.servers`` servers as that many
+    behind the client's router (``backend.router``)."""
+    servers = int(getattr(cfg.backend, "servers", 1))
+    if servers > 1:
+        fleet = FleetConfig(replicas=servers, router=str(cfg.backend.router))  # type: ignore[attr-defined]
+    else:
+        fleet = FleetConfig(replicas=int(getattr(cfg.backend, "data_parallel_size", 1)))
     return VidurSimulateStageConfig(
         model=cfg.model,
         hardware=cfg.hardware,
@@ -136,7 +141,7 @@ def simulate_config(
         goodput=cfg.goodput,
         output=stage_output(cfg),
         progress=cfg.progress,
-        fleet=FleetConfig(replicas=replicas, router="vllm_dp"),
+        fleet=fleet,
     )
 
 

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 
 def starts_server(cfg: PipelineStageConfig) -> bool:
-    """Whether ``cfg``'s backend is a vLLM server the orchestrator starts itself."""
+    """Whether ``cfg``'s backend is a vLLM server the orchestrator starts itself (one: a fleet
+    of ``backend.servers`` is started by each real run, and its calibration times one engine
+    started for it)."""
     b = cfg.backend
-    return isinstance(b, VllmBackendConfig) and b.server.kind == "vllm"
+    return isinstance(b, VllmBackendConfig) and b.server.kind == "vllm" and b.servers == 1
 
 
 def check_sessions_served(cfg: PipelineStageConfig) -> None:

@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.core.engines import Backend, check_serves_sessions, get_backend
+from gpu_simulate_test.core.engines import (
+    Backend,
+    check_serves_sessions,
+    get_backend,
+    make_backend,
+)
 from gpu_simulate_test.core.engines.closed_loop import describe_sessions, replay_sessions
 from gpu_simulate_test.core.engines.harness import (
     ReplayOutcome,
@@ -155,7 +160,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         check_serves_sessions(backend_cls, sessions.num_sessions)
     requests = load_requests(workload, cfg.max_requests, sessions=sessions is not None)
     check_context(requests, cfg.model)
-    backend = backend_cls(cfg)
+    backend = make_backend(cfg, backend_cls)
     backend.check(requests)
     warmup_seed = int(np.random.SeedSequence().entropy % 2**32)  # type: ignore[operator]
     warmups = warmup_requests(requests, cfg.num_warmup_requests, cfg.model.vocab_size, warmup_seed)

@@ -83,11 +83,16 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         replay = replay_source(cfg.step_times_from, workload, arrival)
         arrival = replay.client_arrival_s
         if replay.engines != cfg.fleet.replicas:
-            router = " fleet.router=vllm_dp (the server's own)" if replay.engines > 1 else ""
+            router = (
+                " fleet.router=vllm_dp (a --data-parallel-size server's own balancer; N servers: "
+                "fleet.router=<the run's backend.router>)"
+                if replay.engines > 1
+                else ""
+            )
             raise ConfigError(
                 f"step_times_from={cfg.step_times_from} ran {replay.engines} engine(s) "
-                f"(backend.data_parallel_size), fleet.replicas={cfg.fleet.replicas}: replay it "
-                f"as fleet.replicas={replay.engines}{router}"
+                f"(backend.data_parallel_size or backend.servers), fleet.replicas="
+                f"{cfg.fleet.replicas}: replay it as fleet.replicas={replay.engines}{router}"
             )
     plan.check_context(prefill, decode, cfg.model, str(workload.path))
     bundle = load_bundle(

@@ -49,7 +49,11 @@ OWN_KNOBS = {
     "hf_cb": COMMON | BATCHING | {"allow_block_sharing", "use_cuda_graph"},
     "openai": COMMON | BATCHING | HTTP,
     "vllm_engine": COMMON | BATCHING | VLLM_ENGINE | {"server"},
-    "vllm": COMMON | BATCHING | VLLM_ENGINE | HTTP | {"engine_clock", "data_parallel_size"},
+    "vllm": COMMON
+    | BATCHING
+    | VLLM_ENGINE
+    | HTTP
+    | {"engine_clock", "data_parallel_size", "servers", "router"},
 }
 """Each engine's knobs, written out: a knob that lands on the wrong class fails here."""
 

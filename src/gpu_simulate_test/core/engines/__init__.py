@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gpu_simulate_test.config.real_bench import BACKEND_NAMES
+from gpu_simulate_test.config.real_bench import BACKEND_NAMES, RealBenchStageConfig
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.hf_cb import HfContinuousBatchingBackend
 from gpu_simulate_test.core.engines.hf_generate import HfGenerateBackend
@@ -37,6 +37,17 @@ def get_backend(name: str) -> type[Backend]:
         raise ValueError(f"unknown backend {name!r}; backends are {', '.join(BACKENDS)}") from None
 
 
+def make_backend(cfg: RealBenchStageConfig, cls: type[Backend] | None = None) -> Backend:
+    """The backend that serves ``cfg``: ``cls`` (default: the one registered under
+    ``backend.name``), or for ``backend=vllm backend.servers=N`` (N > 1) a fleet of N servers
+    behind the client's router (:class:`~.vllm_fleet.VllmFleetBackend`)."""
+    if int(getattr(cfg.backend, "servers", 1)) > 1:
+        from gpu_simulate_test.core.engines.vllm_fleet import VllmFleetBackend
+
+        return VllmFleetBackend(cfg)
+    return (cls or get_backend(cfg.backend.name))(cfg)
+
+
 def check_serves_sessions(backend: type[Backend], num_sessions: int) -> None:
     """ValueError, one line naming ``backend.name``, when ``backend`` cannot run a multi-turn
     workload's ``num_sessions`` sessions (:attr:`Backend.serves_sessions`)."""
@@ -52,4 +63,11 @@ def check_serves_sessions(backend: type[Backend], num_sessions: int) -> None:
     )
 
 
-__all__ = ("BACKENDS", "Backend", "BackendError", "check_serves_sessions", "get_backend")
+__all__ = (
+    "BACKENDS",
+    "Backend",
+    "BackendError",
+    "check_serves_sessions",
+    "get_backend",
+    "make_backend",
+)

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -101,6 +101,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
         """How the engine's clock was read: ``otlp`` and how many requests have one."""
+        self.serves: Callable[[int], bool] | None = None
+        """Which of the recorder's requests this server was sent (None: all of them; a fleet's
+        server, :mod:`.vllm_fleet`, only those routed to it)."""
 
     # ------------------------------------------------------------------ knobs
     @property
@@ -304,7 +307,11 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         (:func:`.otlp.engine_stamps`); how many came from which in ``engine_clock``."""
         if self.recorder is None:
             return
-        wanted = {rid for rid, rec in self.recorder.records.items() if rec.status == "ok"}
+        wanted = {
+            rid
+            for rid, rec in self.recorder.records.items()
+            if rec.status == "ok" and (self.serves is None or self.serves(rid))
+        }
         stamped: set[int] = set()
         clock: dict[str, Any] = {"source": None}
         if self.steps_path is not None and self.steps_path.is_file():

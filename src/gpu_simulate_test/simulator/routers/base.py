@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gpu_simulate_test.core.routing import InFlight
 from gpu_simulate_test.simulator.engine import VllmV1Engine
+
+__all__ = ("FleetView", "InFlight", "Router")
 
 
 class FleetView(Protocol):
@@ -42,20 +45,3 @@ class Router(Protocol):
     def finished(self, r: int, engine: int, now: float) -> None:
         """Request ``r``'s last output reached the router at ``now``."""
         ...
-
-
-class InFlight:
-    """Requests routed and not yet finished, per engine, as the client counts them (the base of
-    the routers that read only their own counts)."""
-
-    reads_live = False
-
-    def __init__(self, engines: int) -> None:
-        self.inflight = [0] * engines
-
-    def sent(self, engine: int) -> int:
-        self.inflight[engine] += 1
-        return engine
-
-    def finished(self, r: int, engine: int, now: float) -> None:
-        self.inflight[engine] -= 1

@@ -1,12 +1,9 @@
 """Least outstanding requests: the engine with the fewest requests this client has in flight
-(ties: the lowest index), the count it keeps itself, exact and never stale."""
+(ties: the lowest index), the count it keeps itself, exact and never stale. The client's own
+(:mod:`gpu_simulate_test.core.routing`), as the real bench's client runs it."""
 
 from __future__ import annotations
 
-from gpu_simulate_test.simulator.routers.base import FleetView, InFlight
+from gpu_simulate_test.core.routing import LeastOutstanding
 
-
-class LeastOutstanding(InFlight):
-    def route(self, r: int, now: float, fleet: FleetView) -> int:
-        counts = self.inflight
-        return self.sent(counts.index(min(counts)))
+__all__ = ("LeastOutstanding",)

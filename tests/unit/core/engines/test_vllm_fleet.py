@@ -1,0 +1,118 @@
+"""A fleet of vLLM servers behind the client's router, its pieces: each server's cores, its
+config (one engine, a free port), the router the simulator runs too, the servers' tables merged
+as a data-parallel server's are, and the settings refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.config.backends import VllmBackendConfig
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.core.engines import make_backend
+from gpu_simulate_test.core.engines.vllm import VllmBackend
+from gpu_simulate_test.core.engines.vllm_fleet import (
+    VllmFleetBackend,
+    fleet_record,
+    merged_tables,
+    server_binds,
+)
+from gpu_simulate_test.core.routing import CLIENT_ROUTERS
+from gpu_simulate_test.simulator.routers import ROUTERS
+
+
+def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
+    return to_typed(
+        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
+        RealBenchStageConfig,
+    )
+
+
+def test_each_server_gets_its_own_cores() -> None:
+    two = VllmBackendConfig(servers=2)
+    assert server_binds(two, num_cpus=2) == ["0", "1"]
+    assert server_binds(VllmBackendConfig(servers=2), num_cpus=5) == ["1-2", "3-4"]
+    assert server_binds(VllmBackendConfig(servers=2, cpu_threads_bind="2|5")) == ["2", "5"]
+    assert server_binds(VllmBackendConfig(servers=2, cpu_threads_bind="1")) == ["1", "1"]
+
+
+def test_a_fleet_is_servers_of_one_engine_each(compose_stage) -> None:
+    cfg = _cfg(compose_stage, "backend.servers=2", "backend.router=least_outstanding")
+    fleet = make_backend(cfg)
+    assert isinstance(fleet, VllmFleetBackend) and len(fleet.starters) == 2
+    assert isinstance(make_backend(_cfg(compose_stage)), VllmBackend)
+    for k, starter in enumerate(fleet.starters):
+        b = starter.knobs
+        assert b.servers == 1 and b.server.port == 0 and b.data_parallel_size == 1
+        assert b.cpu_threads_bind == fleet.binds[k]
+    assert len(set(fleet.binds)) == 2  # no two servers on the same cores
+
+
+def test_the_client_routes_with_the_simulator_s_own_routers() -> None:
+    for name, make in CLIENT_ROUTERS.items():  # the same classes, so the same decisions
+        client, simulated = make(3, 7), ROUTERS[name](3, 7)
+        assert type(client) is type(simulated)
+        picks = []
+        for r in range(12):
+            picks.append((client.route(r, 0.0), simulated.route(r, 0.0, None)))
+            if r % 3 == 2:
+                client.finished(r - 1, picks[-2][0], 0.0)
+                simulated.finished(r - 1, picks[-2][1], 0.0)
+        assert all(a == b for a, b in picks), name
+
+
+def test_the_servers_tables_merge_as_a_data_parallel_server_s(tmp_path: Path) -> None:
+    for k, starts in enumerate(([0.0, 0.2], [0.1, 0.3])):
+        (tmp_path / f"engine{k}").mkdir()
+        pd.DataFrame({"step_index": [0, 1], "start_time_s": starts}).to_csv(
+            tmp_path / f"engine{k}" / "engine_schedule.csv", index=False
+        )
+    merged = merged_tables(tmp_path, "engine_schedule.csv", 2)
+    assert merged is not None and merged.columns[0] == "engine"
+    assert merged["engine"].tolist() == [0, 1, 0, 1]
+    assert merged["step_index"].tolist() == [0, 0, 1, 1]  # each server's own numbering
+    assert merged_tables(tmp_path, "engine_step_log.csv", 2) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (("backend.servers=2", "backend.router=vllm_dp"), "vllm_dp is one server's own"),
+        (("backend.servers=2", "backend.router=prefix_affinity"), "prefix_affinity reads"),
+        (("backend.servers=2", "backend.data_parallel_size=2"), "are two fleets"),
+        (("backend.servers=2", "backend.server.kind=external"), "started here"),
+        (("backend.servers=0",), "backend.servers must be >= 1"),
+    ],
+)
+def test_fleets_the_client_cannot_run_are_refused(compose_stage, overrides, said) -> None:
+    with pytest.raises(ConfigError, match=said):
+        _cfg(compose_stage, *overrides)
+
+
+def test_the_fleet_s_engine_log_sums_its_servers() -> None:
+    one = {
+        "engine_steps": 10,
+        "prefix_cache_hit_tokens": 32,
+        "prefix_cache_query_tokens": 64,
+        "engine_clock": {"source": "engine_steps", "requests": 8, "steps": 10, "engines": 1},
+    }
+    two = {
+        "engine_steps": 12,
+        "prefix_cache_hit_tokens": 0,
+        "prefix_cache_query_tokens": 64,
+        "engine_clock": {"source": "engine_steps", "requests": 8, "steps": 12, "engines": 1},
+    }
+    out = fleet_record([one, two])
+    assert out["engine_steps"] == 22 and out["prefix_cache_hit_rate"] == 0.25
+    assert out["engine_clock"] == {
+        "source": "engine_steps",
+        "requests": 16,
+        "steps": 22,
+        "engines": 2,
+    }
+    assert out["servers"] == [one, two] and out["preemptions"] is None
+    assert fleet_record([]) == {}
