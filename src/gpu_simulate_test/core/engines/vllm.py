@@ -101,6 +101,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
         """How the engine's clock was read: ``otlp`` and how many requests have one."""
+        self.device_env: dict[str, str] = {}
+        """Set last in the server's environment (a fleet's server: its own GPU)."""
         self.serves: Callable[[int], bool] | None = None
         """Which of the recorder's requests this server was sent (None: all of them; a fleet's
         server, :mod:`.vllm_fleet`, only those routed to it)."""
@@ -214,7 +216,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         steps = {step_record.ENV: str(self.steps_path)} if self.steps_path is not None else {}
         dev = prefix_cache.DEV_MODE_ENV if self.knobs.enable_prefix_caching else {}
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine_env(), **spans, **steps}
-        return {**env, **dev}
+        return {**env, **dev, **self.device_env}
 
     def _start_server(self) -> None:
         self.start_server()

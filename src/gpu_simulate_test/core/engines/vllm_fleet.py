@@ -18,6 +18,7 @@ tables of a ``--data-parallel-size`` run, which ``compare`` and the simulated fl
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import threading
 import time
@@ -58,6 +59,13 @@ def server_binds(b: VllmBackendConfig, num_cpus: int | None = None) -> list[str]
     return groups if len(groups) == b.servers else [b.cpu_threads_bind] * b.servers
 
 
+def server_gpu(k: int) -> str:
+    """Server ``k``'s GPU: the ``k``-th of ``CUDA_VISIBLE_DEVICES`` where it is set (wrapping
+    round when there are fewer GPUs than servers), else GPU ``k``."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return visible[k % len(visible)].strip() if visible else str(k)
+
+
 class VllmFleetBackend(Backend):
     """N ``vllm`` servers, one engine each, behind the client's router."""
 
@@ -70,6 +78,9 @@ class VllmFleetBackend(Backend):
         self.count = b.servers
         self.binds = server_binds(b) if not cfg.hardware.device.startswith("cuda") else []
         self.starters = [VllmBackend(self.server_config(k)) for k in range(self.count)]
+        if cfg.hardware.device.startswith("cuda"):
+            for k, starter in enumerate(self.starters):
+                starter.device_env = {"CUDA_VISIBLE_DEVICES": server_gpu(k)}
         self.members: list[VllmBackend] = []
         self.router: ClientRouter = CLIENT_ROUTERS[b.router](self.count, ROUTER_SEED)
         self.routed: dict[int, int] = {}

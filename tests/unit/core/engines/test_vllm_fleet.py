@@ -20,6 +20,7 @@ from gpu_simulate_test.core.engines.vllm_fleet import (
     fleet_record,
     merged_tables,
     server_binds,
+    server_gpu,
 )
 from gpu_simulate_test.core.routing import CLIENT_ROUTERS
 from gpu_simulate_test.simulator.routers import ROUTERS
@@ -116,3 +117,12 @@ def test_the_fleet_s_engine_log_sums_its_servers() -> None:
     }
     assert out["servers"] == [one, two] and out["preemptions"] is None
     assert fleet_record([]) == {}
+
+
+def test_on_cuda_each_server_gets_its_own_gpu(compose_stage, monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fleet = VllmFleetBackend(_cfg(compose_stage, "hardware=h100", "backend.servers=2"))
+    assert fleet.binds == []  # no CPU binding on a GPU machine
+    assert [s.server_env()["CUDA_VISIBLE_DEVICES"] for s in fleet.starters] == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert server_gpu(0) == "4" and server_gpu(1) == "6" and server_gpu(2) == "4"
