@@ -74,8 +74,10 @@ def run_cli(
     cwd: Path,
     check: bool = True,
     subprocess_: bool | None = None,
+    timeout_s: float = 600,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m gpu_simulate_test.cli.<stage>`` as a user would, in ``cwd``.
+    """Run ``python -m gpu_simulate_test.cli.<stage>`` as a user would, in ``cwd`` (a process of
+    its own is stopped after ``timeout_s``).
 
     In this process for fast tests (:func:`run_cli_in_process`: the same Hydra app, arguments,
     exit code and output, without a fresh interpreter's imports), in a process of its own for
@@ -92,7 +94,7 @@ def run_cli(
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout_s,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{stage} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
