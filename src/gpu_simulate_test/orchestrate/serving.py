@@ -174,20 +174,6 @@ def served(
             early.join()
         if record_in is not None:
             record_in.update_meta(server=backend.describe())
-        yield dataclasses.replace(
-            cfg,
-            backend=dataclasses.replace(
-                knobs,
-                base_url=backend.base_url,
-                served_model_name=cfg.model.name,
-                server=dataclasses.replace(
-                    knobs.server,
-                    kind="external",
-                    log_file=str(backend.log_path),
-                    spans_file=str(backend.spans_path) if backend.spans_path else None,
-                    steps_file=str(backend.steps_path) if backend.steps_path else None,
-                ),
-            ),
-        )
+        yield dataclasses.replace(cfg, backend=backend.attached(knobs))
     finally:
         backend.stop_server()

@@ -25,6 +25,7 @@ request's engine stamps exactly, on the engine core's clock (the OpenTelemetry s
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -243,6 +244,21 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         nice = self.knobs.server.nice
         if nice and self.server is not None and self.server.pid is not None:
             self.reniced_threads = renice_tree(self.server.pid, nice)
+
+    def attached(self, knobs: VllmBackendConfig) -> VllmBackendConfig:
+        """``knobs`` pointed at the server this backend started: a server the client did not
+        start (``server.kind=external``, its ``base_url``), its log, spans and step record named
+        (the pipeline's shared server, a fleet's servers)."""
+        server = dataclasses.replace(
+            knobs.server,
+            kind="external",
+            log_file=str(self.log_path),
+            spans_file=str(self.spans_path) if self.spans_path else None,
+            steps_file=str(self.steps_path) if self.steps_path else None,
+        )
+        return dataclasses.replace(
+            knobs, base_url=self.base_url, served_model_name=self.cfg.model.name, server=server
+        )
 
     def start(self, recorder: Recorder) -> None:
         spans_file = self.knobs.server.spans_file

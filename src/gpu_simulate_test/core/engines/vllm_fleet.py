@@ -145,17 +145,7 @@ class VllmFleetBackend(Backend):
         """The client's config for server ``k``, started by ``starter``: a server it did not
         start (``server.kind=external``), its log, spans and step record named."""
         cfg = self.server_config(k)
-        b = as_engine(cfg.backend, VllmBackendConfig)
-        server = dataclasses.replace(
-            b.server,
-            kind="external",
-            log_file=str(starter.log_path),
-            spans_file=str(starter.spans_path) if starter.spans_path else None,
-            steps_file=str(starter.steps_path) if starter.steps_path else None,
-        )
-        attached = dataclasses.replace(
-            b, base_url=starter.base_url, served_model_name=self.cfg.model.name, server=server
-        )
+        attached = starter.attached(as_engine(cfg.backend, VllmBackendConfig))
         return dataclasses.replace(cfg, backend=attached)
 
     def routed_to(self, k: int, request_id: int) -> bool:
