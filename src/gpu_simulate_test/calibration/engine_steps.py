@@ -61,7 +61,7 @@ from gpu_simulate_test.calibration.step_times import (
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
-from gpu_simulate_test.core.engines import get_backend
+from gpu_simulate_test.core.engines import get_backend, make_backend
 from gpu_simulate_test.core.engines.harness import cpu_affinity, gc_paused, switch_interval
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.step_record import step_log_rows
@@ -210,7 +210,7 @@ def drive(
     bench = bench_config(cfg, model, hardware, dtype)
     groups = experiment_requests(experiments, cfg.decode_tokens, model.vocab_size)
     every = [r for g in groups for r in g]
-    backend = get_backend(cfg.backend.name)(bench)
+    backend = make_backend(bench, get_backend(cfg.backend.name), calibrating=True)
     backend.check(every)
     recorder = Recorder(every)
     starts: list[float] = []  # each experiment's submit, from the recorder's origin

@@ -20,6 +20,7 @@ import pandas as pd
 
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS, sim_engine_metric
+from gpu_simulate_test.compare.prefix_cache import REAL_COLUMNS, SIM_COLUMNS, side_cached
 from gpu_simulate_test.core.metrics import percentiles as pct
 from gpu_simulate_test.core.reporting import markdown_table
 from gpu_simulate_test.io.schemas import FLEET_COLUMN
@@ -62,6 +63,8 @@ def compare_routing(
     replicas = int(max(real_engine.max(initial=0), sim_engine.max(initial=0)) + 1)
     both = (real_engine >= 0) & (sim_engine >= 0)
     frame = real.set_index("request_id").reindex(ids)
+    cached = (side_cached(real, ids, REAL_COLUMNS)[0], side_cached(sim, ids, SIM_COLUMNS)[0])
+    prompts = np.asarray(joined.num_prefill_tokens, dtype=float)
     rows = []
     for k in range(replicas):
         on_real, on_sim = real_engine == k, sim_engine == k
@@ -79,6 +82,8 @@ def compare_routing(
                 summary = pct.describe(values[mask], scale=1e3)
                 for q in ("p50", "p90"):
                     row[f"{side}_{metric}_{q}_ms"] = summary.stat(q)
+        for side, hits, mask in (("real", cached[0], on_real), ("sim", cached[1], on_sim)):
+            row[f"{side}_hit_rate"] = replica_hit_rate(hits, prompts, mask)
         rows.append(row)
     counts = np.array([[r["real_requests"], r["sim_requests"]] for r in rows], dtype=float)
     gap = np.abs(counts[:, 1] - counts[:, 0]) / np.maximum(counts[:, 0], 1.0)
@@ -89,8 +94,29 @@ def compare_routing(
         if both.any()
         else None,
         "largest_count_gap_pct": float(100.0 * gap.max()) if len(gap) else None,
+        "largest_hit_rate_gap_points": hit_rate_gap(rows),
         "per_replica": rows,
     }
+
+
+def replica_hit_rate(hits: np.ndarray | None, prompts: np.ndarray, on: np.ndarray) -> float | None:
+    """vLLM's hit rate of one replica's requests on one side: their cached prompt tokens over
+    their prompt tokens (first admissions); None without per-request hits or requests."""
+    if hits is None:
+        return None
+    known = on & np.isfinite(hits)
+    queries = float(prompts[known].sum())
+    return float(hits[known].sum()) / queries if queries else None
+
+
+def hit_rate_gap(rows: list[dict[str, Any]]) -> float | None:
+    """The largest |simulated − real| per-replica hit rate, in percentage points."""
+    gaps = [
+        100.0 * abs(r["sim_hit_rate"] - r["real_hit_rate"])
+        for r in rows
+        if r.get("real_hit_rate") is not None and r.get("sim_hit_rate") is not None
+    ]
+    return max(gaps) if gaps else None
 
 
 def routing_markdown(block: dict[str, Any] | None) -> str:
@@ -109,6 +135,9 @@ def routing_markdown(block: dict[str, Any] | None) -> str:
         "E2E p50 real / sim (ms)",
         "E2E p90 real / sim (ms)",
     ]
+    hits = block.get("largest_hit_rate_gap_points") is not None
+    if hits:
+        header.append("prefix-cache hit rate real / sim")
     body = [
         [
             str(r["replica"]),
@@ -119,6 +148,7 @@ def routing_markdown(block: dict[str, Any] | None) -> str:
                 for metric in LATENCY
                 for q in ("p50", "p90")
             ),
+            *([f"{_pct(r['real_hit_rate'])} / {_pct(r['sim_hit_rate'])}"] if hits else []),
         ]
         for r in block["per_replica"]
     ]
@@ -126,7 +156,17 @@ def routing_markdown(block: dict[str, Any] | None) -> str:
         f"{block['replicas']} replicas; the simulation sent "
         f"{'n/a' if same is None else f'{100 * same:.1f}%'} of {block['compared']} compared "
         "requests to the replica the real server chose (`routing.same_replica_fraction`); "
-        f"the largest gap in requests per replica is {block['largest_count_gap_pct']:.1f}%. "
-        "Latency on the engine's own clock."
+        f"the largest gap in requests per replica is {block['largest_count_gap_pct']:.1f}%"
+        + (
+            f", in a replica's prefix-cache hit rate {block['largest_hit_rate_gap_points']:.1f} "
+            "points"
+            if hits
+            else ""
+        )
+        + ". Latency on the engine's own clock."
     )
     return f"\n## Routing (a fleet)\n\n{lead}\n\n{markdown_table(header, body)}\n"
+
+
+def _pct(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"

@@ -295,8 +295,14 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
     steps. Started here only (``server.kind=vllm``)."""
     router: str = "round_robin"
     """``servers`` > 1: the client's router between them: ``round_robin``,
-    ``least_outstanding`` (fewest in flight, as the client counts them) or ``random`` (seeded),
-    as the simulator's routers of the same names (``fleet.router``) decide."""
+    ``least_outstanding`` (fewest in flight, as the client counts them), ``random`` (seeded)
+    or ``prefix_affinity`` (llm-d's scoring: the client's own index of the prompt blocks it sent
+    each server, and each server's waiting requests and KV usage scraped from its ``/metrics``
+    every ``router_poll_s``), as the simulator's routers of the same names (``fleet.router``)
+    decide."""
+    router_poll_s: float = 0.05
+    """``router=prefix_affinity``: how often the client scrapes each server's load (llm-d's
+    endpoint picker: 50 ms); the simulated fleet reads its engines as often (``fleet.poll_s``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -306,9 +312,9 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
             self.router in CLIENT_ROUTERS,
             f"backend.router={self.router!r}: the client routes between servers by "
             f"{', '.join(CLIENT_ROUTERS)} (vllm_dp is one server's own balancer: "
-            "backend.data_parallel_size; prefix_affinity reads each engine's queue and KV usage "
-            "live, which the client does not see yet)",
+            "backend.data_parallel_size)",
         )
+        _check(self.router_poll_s > 0, "backend.router_poll_s must be > 0 (seconds)")
         _check(
             self.servers == 1 or self.data_parallel_size == 1,
             f"backend.servers={self.servers} and backend.data_parallel_size="
@@ -322,7 +328,7 @@ class VllmBackendConfig(VllmEngineBackendConfig, HttpBackendConfig):
         )
 
 
-CLIENT_ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding", "random")
+CLIENT_ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding", "random", "prefix_affinity")
 """The routers the client runs between ``backend.servers`` servers (the simulator's of the same
 names, ``gpu_simulate_test.simulator.routers``)."""
 

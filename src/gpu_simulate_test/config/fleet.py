@@ -27,7 +27,16 @@ class FleetConfig:
     --api-server-count 1``); ``round_robin``; ``least_outstanding`` (fewest in flight);
     ``prefix_affinity`` (prefix-cache hits, queue depth and KV usage, as llm-d scores);
     ``random``."""
+    poll_s: float = 0.05
+    """How often ``prefix_affinity`` scrapes each engine's waiting requests and KV usage
+    (llm-d's endpoint picker: 50 ms; the real client's ``backend.router_poll_s``); 0 reads the
+    engines live."""
+
+    router_seed: int = 0
+    """The seed of the router's draws (``random``; ``prefix_affinity``'s ties), as the real
+    client's router draws (the same seed: the same draws)."""
 
     def __post_init__(self) -> None:
         _check(self.replicas >= 1, f"fleet.replicas must be at least 1, got {self.replicas}")
+        _check(self.poll_s >= 0, f"fleet.poll_s must be >= 0 (seconds), got {self.poll_s}")
         _check_choice("fleet.router", self.router, FLEET_ROUTERS)

@@ -128,7 +128,8 @@ def simulate_config(
     behind the client's router (``backend.router``)."""
     servers = int(getattr(cfg.backend, "servers", 1))
     if servers > 1:
-        fleet = FleetConfig(replicas=servers, router=str(cfg.backend.router))  # type: ignore[attr-defined]
+        b = cfg.backend
+        fleet = FleetConfig(servers, str(b.router), float(b.router_poll_s))  # type: ignore[attr-defined]
     else:
         fleet = FleetConfig(replicas=int(getattr(cfg.backend, "data_parallel_size", 1)))
     return VidurSimulateStageConfig(

@@ -46,10 +46,17 @@ SERVER_FIELDS: tuple[str, ...] = ("base_url", "served_model_name", "server")
 through one started for an orchestrator stands for the same engine started anywhere."""
 
 
+ROUTING_FIELDS: tuple[str, ...] = ("router", "router_poll_s")
+"""Backend fields that say how a fleet's client routes, not how its engines step: a fleet's
+calibration sends every request to each server (:mod:`~.core.engines.vllm_neighbours`)."""
+
+
 def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored backend config without :data:`SERVER_FIELDS`, and without the knobs of other
-    engines a calibration recorded before each engine had its own config class."""
-    return {k: v for k, v in own_knobs(backend).items() if k not in SERVER_FIELDS}
+    """A stored backend config without :data:`SERVER_FIELDS` and :data:`ROUTING_FIELDS`, and
+    without the knobs of other engines a calibration recorded before each engine had its own
+    config class."""
+    skip = SERVER_FIELDS + ROUTING_FIELDS
+    return {k: v for k, v in own_knobs(backend).items() if k not in skip}
 
 
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
@@ -71,6 +78,13 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
         made_on, installed = (recorded.get("engine") or {}).get("vllm_version"), vllm_version()
         if installed and made_on != installed:
             return [f"engine calibration of vllm was made on vLLM {made_on}, this is {installed}"]
+        servers = int(getattr(cfg.backend, "servers", 1))
+        timed_beside = (recorded.get("engine") or {}).get("neighbours")
+        if servers > 1 and timed_beside != servers - 1:
+            return [
+                f"engine calibration of vllm timed its engine beside {timed_beside or 0} "
+                f"other server(s); backend.servers={servers} is timed beside {servers - 1}"
+            ]
     want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
     have = dict(recorded.get("settings", {}))
     want["backend"] = engine_identity(want["backend"])

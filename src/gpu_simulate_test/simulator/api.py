@@ -57,6 +57,12 @@ class FleetSpec:
 
     replicas: int = 1
     router: str = "vllm_dp"
+    poll_s: float = 0.05
+    """How often a router that reads the engines' load scrapes it (``prefix_affinity``; llm-d's
+    50 ms); 0: it reads them live."""
+    router_seed: int = 0
+    """The seed of the router's draws (``random``, ``prefix_affinity``'s ties): the real
+    client's (:data:`~gpu_simulate_test.core.routing.ROUTER_SEED`) by default."""
 
     def __post_init__(self) -> None:
         from gpu_simulate_test.simulator.routers import ROUTERS
@@ -136,7 +142,7 @@ def _simulate_fleet(
     result = run_fleet(
         engine.params,
         clocks,
-        ROUTERS[fleet.router](fleet.replicas, seed),
+        ROUTERS[fleet.router](fleet.replicas, fleet.router_seed, fleet.poll_s),
         workload.arrival_s,
         workload.prompt_tokens,
         workload.output_tokens,

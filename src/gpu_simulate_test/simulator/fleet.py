@@ -54,8 +54,13 @@ class _Published:
     """Each engine's (waiting, running, KV usage) as it published them, by the end of the step
     that changed its counts."""
 
-    def __init__(self, engines: list[VllmV1Engine], work: Requests) -> None:
+    def __init__(
+        self, engines: list[VllmV1Engine], work: Requests, every_step: bool = False
+    ) -> None:
         self._engines = engines
+        self._every_step = every_step
+        """Record every step's state, changed or not (what a router that scrapes the engines'
+        gauges reads: their KV usage moves with every decode step)."""
         self._keys = work.keys
         self._prompt = work.book.prompt
         self._block_size = work.params.block_size
@@ -75,7 +80,7 @@ class _Published:
         engine = self._engines[k]
         waiting, running = len(engine.waiting), len(engine.running)
         mine = self.counts[k]
-        if not mine or mine[-1][0] != waiting or mine[-1][1] != running:
+        if self._every_step or not mine or mine[-1][0] != waiting or mine[-1][1] != running:
             self.times[k].append(engine.ready)
             mine.append((waiting, running, engine.kv_usage()))
 
@@ -129,7 +134,7 @@ def run_fleet(
     ]  # fmt: skip
     for engine in engines:
         engine.done_log = []
-    view = _Published(engines, work)
+    view = _Published(engines, work, every_step=getattr(router, "scrapes", False))
     engine_of = np.full(len(book.prompt), -1, dtype=np.int64)
     finishes: list[tuple[float, int]] = []
     starts = [engine.next_start() for engine in engines]

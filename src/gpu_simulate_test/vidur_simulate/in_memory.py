@@ -23,7 +23,11 @@ from gpu_simulate_test.vidur_simulate.simulator_v1 import v1_result
 
 def fleet_spec(fleet: FleetConfig) -> FleetSpec | None:
     """The library's fleet for ``fleet.*`` (None: one engine)."""
-    return FleetSpec(fleet.replicas, fleet.router) if fleet.replicas > 1 else None
+    return (
+        FleetSpec(fleet.replicas, fleet.router, fleet.poll_s, fleet.router_seed)
+        if fleet.replicas > 1
+        else None
+    )
 
 
 def workload_arrays(inputs: Inputs, arrival_s: np.ndarray, segments: Any) -> Workload:

@@ -63,3 +63,24 @@ def test_one_side_alone_a_fleet_is_said_and_no_fleet_gives_nothing() -> None:
     assert "only the simulation is a fleet" in routing_markdown(only_sim)
     assert compare_routing(one, _sim([0] * 4).drop(columns=["engine"]), joined) is None
     assert routing_markdown(None) == ""
+
+
+def test_each_replica_s_prefix_cache_hit_rate_on_each_side() -> None:
+    real = _real([0, 1, 0, 1]).assign(cached_tokens=[0, 32, 64, 0])
+    sim = _sim([0, 1, 1, 1]).assign(cached_tokens=[0, 32, 64, 32])
+    block = compare_routing(real, sim, _joined(4))
+    assert block is not None
+    zero, one = block["per_replica"]
+    prompts = _joined(4).num_prefill_tokens
+    assert zero["real_hit_rate"] == pytest.approx(64 / (prompts[0] + prompts[2]))
+    assert zero["sim_hit_rate"] == pytest.approx(0.0)
+    assert one["sim_hit_rate"] == pytest.approx(128 / prompts[1:].sum())
+    gap = max(
+        abs(zero["sim_hit_rate"] - zero["real_hit_rate"]),
+        abs(one["sim_hit_rate"] - one["real_hit_rate"]),
+    )
+    assert block["largest_hit_rate_gap_points"] == pytest.approx(100 * gap)
+    assert "prefix-cache hit rate real / sim" in routing_markdown(block)
+    plain = compare_routing(_real([0, 1, 0, 1]), _sim([0, 1, 0, 1]), _joined(4))
+    assert plain is not None and plain["largest_hit_rate_gap_points"] is None
+    assert "hit rate" not in routing_markdown(plain)

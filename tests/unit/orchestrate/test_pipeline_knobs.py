@@ -162,3 +162,60 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     assert calibrated("0.1.0") == [
         f"engine calibration of vllm was made on vLLM 0.1.0, this is {installed}"
     ]
+
+
+def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: Path) -> None:
+    """``backend.servers=2`` reuses only a calibration that timed the engine beside one other
+    server (``engine.neighbours``), whatever its router; one engine timed alone does not stand
+    for it, nor a fleet's calibration for one server."""
+    import dataclasses
+
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
+    from gpu_simulate_test.config.backends import VllmBackendConfig
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.core.engines.vllm_knobs import vllm_version
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits
+    from tests.unit.calibration.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    if vllm_version() is None:
+        pytest.skip("needs vllm installed")
+    fleet = VllmBackendConfig(servers=2, router="round_robin")
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=fleet,
+        output=OutputConfig(),
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    meta = read_json(path / layout.BUNDLE_META)
+
+    def calibrated(backend: VllmBackendConfig, neighbours: int | None) -> list[str]:
+        made = dataclasses.replace(cfg, backend=backend)
+        info = {
+            "version": CALIBRATION_VERSION,
+            "settings": as_stored_json(dataclasses.asdict(engine_calibration(made))),
+            "engine": {"vllm_version": vllm_version(), "neighbours": neighbours},
+        }
+        write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": info}})
+        return calibration_misfits(cfg, load_bundle(path))
+
+    assert calibrated(fleet, 1) == []
+    assert calibrated(dataclasses.replace(fleet, router="prefix_affinity"), 1) == []
+    assert (
+        "beside 0 other server(s); backend.servers=2 is timed beside 1"
+        in calibrated(fleet, None)[0]
+    )
+    one = dataclasses.replace(cfg, backend=VllmBackendConfig())
+    made = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
+    info = {"version": CALIBRATION_VERSION, "settings": made,
+            "engine": {"vllm_version": vllm_version(), "neighbours": 1}}  # fmt: skip
+    write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": info}})
+    assert calibration_misfits(one, load_bundle(path)) == [
+        "engine calibration of vllm was made with other backend"
+    ]

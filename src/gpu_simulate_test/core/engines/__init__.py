@@ -37,14 +37,19 @@ def get_backend(name: str) -> type[Backend]:
         raise ValueError(f"unknown backend {name!r}; backends are {', '.join(BACKENDS)}") from None
 
 
-def make_backend(cfg: RealBenchStageConfig, cls: type[Backend] | None = None) -> Backend:
+def make_backend(
+    cfg: RealBenchStageConfig, cls: type[Backend] | None = None, *, calibrating: bool = False
+) -> Backend:
     """The backend that serves ``cfg``: ``cls`` (default: the one registered under
     ``backend.name``), or for ``backend=vllm backend.servers=N`` (N > 1) a fleet of N servers
-    behind the client's router (:class:`~.vllm_fleet.VllmFleetBackend`)."""
+    behind the client's router (:class:`~.vllm_fleet.VllmFleetBackend`); ``calibrating``, the
+    fleet's servers with every request sent to each, the first timed
+    (:class:`~.vllm_neighbours.VllmNeighboursBackend`)."""
     if int(getattr(cfg.backend, "servers", 1)) > 1:
         from gpu_simulate_test.core.engines.vllm_fleet import VllmFleetBackend
+        from gpu_simulate_test.core.engines.vllm_neighbours import VllmNeighboursBackend
 
-        return VllmFleetBackend(cfg)
+        return VllmNeighboursBackend(cfg) if calibrating else VllmFleetBackend(cfg)
     return (cls or get_backend(cfg.backend.name))(cfg)
 
 

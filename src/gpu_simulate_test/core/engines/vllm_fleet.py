@@ -33,9 +33,10 @@ from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.server_load import Scraped, ServerLoads
 from gpu_simulate_test.core.engines.vllm import SERVER_METRICS, VllmBackend
 from gpu_simulate_test.core.engines.vllm_knobs import cpu_threads_bind
-from gpu_simulate_test.core.routing import CLIENT_ROUTERS, ClientRouter
+from gpu_simulate_test.core.routing import CLIENT_ROUTERS, ROUTER_SEED, ClientRouter
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
@@ -45,8 +46,6 @@ ENGINE_DIR = "engine{k}"
 START_STAGGER_S = 5.0
 """Seconds between two servers' launches: vLLM on CPU imports each server's worker on the
 engine's core, so servers launched at once import one after another there."""
-ROUTER_SEED = 0
-"""The seed of the client's ``random`` router (the simulator's ``vidur.seed`` to match it)."""
 
 
 def server_binds(b: VllmBackendConfig, num_cpus: int | None = None) -> list[str]:
@@ -85,6 +84,8 @@ class VllmFleetBackend(Backend):
         self.router: ClientRouter = CLIENT_ROUTERS[b.router](self.count, ROUTER_SEED)
         self.routed: dict[int, int] = {}
         self.outstanding: set[int] = set()
+        self.loads: ServerLoads | None = None
+        """Each server's scraped load, for a router that reads it (``prefix_affinity``)."""
         self.recorder: Recorder | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -135,11 +136,21 @@ class VllmFleetBackend(Backend):
             k, exc = failed[0]
             raise BackendError(f"server {k} of {self.count} did not start: {exc}")
         for k, starter in enumerate(self.starters):
-            member = VllmBackend(self.attached_config(k, starter))
-            member.log_dir = starter.log_dir
-            member.serves = partial(self.routed_to, k)
-            member.start(recorder)
-            self.members.append(member)
+            self.members.append(self.attach(k, starter, recorder))
+        if getattr(self.router, "scrapes", False):
+            b = as_engine(self.cfg.backend, VllmBackendConfig)
+            urls = [s.base_url for s in self.starters]
+            self.loads = ServerLoads(urls, b.router_poll_s, b.num_blocks)
+            self.loads.start()
+
+    def attach(self, k: int, starter: VllmBackend, recorder: Recorder) -> VllmBackend:
+        """The client of server ``k`` (started by ``starter``), recording into ``recorder`` the
+        requests routed to it."""
+        member = VllmBackend(self.attached_config(k, starter))
+        member.log_dir = starter.log_dir
+        member.serves = partial(self.routed_to, k)
+        member.start(recorder)
+        return member
 
     def attached_config(self, k: int, starter: VllmBackend) -> RealBenchStageConfig:
         """The client's config for server ``k``, started by ``starter``: a server it did not
@@ -160,10 +171,16 @@ class VllmFleetBackend(Backend):
         """Route the request (the router told first of every request finished since the last
         one), record its engine, and hand it to that server's client."""
         assert self.recorder is not None
+        view = None
+        if self.loads is not None:
+            block_size = (
+                self.loads.block_size or as_engine(self.cfg.backend, VllmBackendConfig).block_size
+            )
+            view = Scraped.of(request.prompt_token_ids, block_size, self.loads)
         now = time.perf_counter()
         with self._lock:
             self.release_finished(now)
-            k = self.router.route(request.request_id, now)
+            k = self.router.route(request.request_id, now, view)
             self.routed[request.request_id] = k
             self.outstanding.add(request.request_id)
         self.recorder.engine_times(request.request_id, engine=k)
@@ -196,6 +213,8 @@ class VllmFleetBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        if self.loads is not None:
+            self.loads.stop()
         try:
             for member in self.members:
                 member.close(abort)
@@ -232,6 +251,7 @@ class VllmFleetBackend(Backend):
             servers=self.count,
             router=b.router,
             router_seed=ROUTER_SEED,
+            router_scrapes=None if self.loads is None else self.loads.describe(),
             fleet_servers=[
                 {
                     "engine": k,

@@ -13,23 +13,34 @@ engines are in :mod:`..registry`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Protocol
 
 from gpu_simulate_test.simulator.routers.base import Router
 from gpu_simulate_test.simulator.routers.least_outstanding import LeastOutstanding
-from gpu_simulate_test.simulator.routers.prefix_affinity import PrefixAffinity
+from gpu_simulate_test.simulator.routers.prefix_affinity import POLL_S, PrefixAffinity
 from gpu_simulate_test.simulator.routers.random_choice import RandomChoice
 from gpu_simulate_test.simulator.routers.round_robin import RoundRobin
 from gpu_simulate_test.simulator.routers.vllm_dp import VllmDataParallel
 
-ROUTERS: Mapping[str, Callable[[int, int], Router]] = MappingProxyType(
+
+class RouterFactory(Protocol):
+    def __call__(self, engines: int, seed: int, poll_s: float = POLL_S) -> Router:
+        """A router for ``engines`` engines, its draws from ``seed``; a router that scrapes the
+        engines' load does so every ``poll_s`` (0: live)."""
+        ...
+
+
+ROUTERS: Mapping[str, RouterFactory] = MappingProxyType(
     {
-        "vllm_dp": lambda engines, seed: VllmDataParallel(engines),
-        "round_robin": lambda engines, seed: RoundRobin(engines),
-        "least_outstanding": lambda engines, seed: LeastOutstanding(engines),
-        "prefix_affinity": lambda engines, seed: PrefixAffinity(engines, seed),
-        "random": lambda engines, seed: RandomChoice(engines, seed),
+        "vllm_dp": lambda engines, seed, poll_s=POLL_S: VllmDataParallel(engines),
+        "round_robin": lambda engines, seed, poll_s=POLL_S: RoundRobin(engines),
+        "least_outstanding": lambda engines, seed, poll_s=POLL_S: LeastOutstanding(engines),
+        "prefix_affinity": lambda engines, seed, poll_s=POLL_S: PrefixAffinity(
+            engines, seed, poll_s=poll_s
+        ),
+        "random": lambda engines, seed, poll_s=POLL_S: RandomChoice(engines, seed),
     }
 )
-"""A router by name, made for (number of engines, seed)."""
+"""A router by name, made for (number of engines, seed, scrape interval)."""

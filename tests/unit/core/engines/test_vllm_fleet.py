@@ -14,6 +14,7 @@ from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines import make_backend
+from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_fleet import (
     VllmFleetBackend,
@@ -22,6 +23,7 @@ from gpu_simulate_test.core.engines.vllm_fleet import (
     server_binds,
     server_gpu,
 )
+from gpu_simulate_test.core.engines.vllm_neighbours import VllmNeighboursBackend
 from gpu_simulate_test.core.routing import CLIENT_ROUTERS
 from gpu_simulate_test.simulator.routers import ROUTERS
 
@@ -55,11 +57,13 @@ def test_a_fleet_is_servers_of_one_engine_each(compose_stage) -> None:
 
 def test_the_client_routes_with_the_simulator_s_own_routers() -> None:
     for name, make in CLIENT_ROUTERS.items():  # the same classes, so the same decisions
+        if name == "prefix_affinity":  # reads the load: tests/unit/core/test_prefix_affinity.py
+            continue
         client, simulated = make(3, 7), ROUTERS[name](3, 7)
         assert type(client) is type(simulated)
         picks = []
         for r in range(12):
-            picks.append((client.route(r, 0.0), simulated.route(r, 0.0, None)))
+            picks.append((client.route(r, 0.0, None), simulated.route(r, 0.0, None)))  # type: ignore[arg-type]
             if r % 3 == 2:
                 client.finished(r - 1, picks[-2][0], 0.0)
                 simulated.finished(r - 1, picks[-2][1], 0.0)
@@ -83,7 +87,7 @@ def test_the_servers_tables_merge_as_a_data_parallel_server_s(tmp_path: Path) ->
     ("overrides", "said"),
     [
         (("backend.servers=2", "backend.router=vllm_dp"), "vllm_dp is one server's own"),
-        (("backend.servers=2", "backend.router=prefix_affinity"), "prefix_affinity reads"),
+        (("backend.servers=2", "backend.router_poll_s=0"), "router_poll_s must be > 0"),
         (("backend.servers=2", "backend.data_parallel_size=2"), "are two fleets"),
         (("backend.servers=2", "backend.server.kind=external"), "started here"),
         (("backend.servers=0",), "backend.servers must be >= 1"),
@@ -126,3 +130,44 @@ def test_on_cuda_each_server_gets_its_own_gpu(compose_stage, monkeypatch) -> Non
     assert [s.server_env()["CUDA_VISIBLE_DEVICES"] for s in fleet.starters] == ["0", "1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     assert server_gpu(0) == "4" and server_gpu(1) == "6" and server_gpu(2) == "4"
+
+
+class _Client:
+    """A server's client as the neighbours' backend drives it: what it was sent, into which
+    recorder."""
+
+    def __init__(self, recorder: Recorder, steps_path: str) -> None:
+        self.recorder, self.steps_path = recorder, steps_path
+        self.sent: list[int] = []
+        self.cancelled: list[int] = []
+
+    def submit(self, request: BenchRequest) -> None:
+        assert request.request_id in self.recorder.records
+        self.sent.append(request.request_id)
+
+    def cancel(self, request_id: int) -> None:
+        self.cancelled.append(request_id)
+
+
+def test_a_fleet_s_calibration_sends_every_request_to_each_server_and_times_the_first(
+    compose_stage,
+) -> None:
+    cfg = _cfg(compose_stage, "backend.servers=2")
+    backend = make_backend(cfg, calibrating=True)
+    assert isinstance(backend, VllmNeighboursBackend) and len(backend.starters) == 2
+    assert backend.steps_path is None  # before start: the timed server's starter's
+    assert isinstance(make_backend(cfg), VllmFleetBackend)
+    assert not isinstance(make_backend(cfg), VllmNeighboursBackend)
+    requests = [BenchRequest(r, 4, 2, 0.0, prompt_token_ids=(1, 2, 3, 4)) for r in range(3)]
+    timed = _Client(Recorder(requests), "timed.jsonl")
+    neighbour = _Client(Recorder([]), "other.jsonl")
+    backend.members = [timed, neighbour]  # type: ignore[list-item]
+    for request in requests:
+        backend.submit(request)
+    backend.cancel(2)
+    assert timed.sent == neighbour.sent == [0, 1, 2]
+    assert timed.cancelled == neighbour.cancelled == [2]
+    assert set(neighbour.recorder.records) == {0, 1, 2}  # its own recorder, not the timed one's
+    assert backend.steps_path == "timed.jsonl"  # the calibration reads the timed server's
+    with pytest.raises(AttributeError):
+        backend._private  # noqa: B018
