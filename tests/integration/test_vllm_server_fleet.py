@@ -63,3 +63,39 @@ def test_two_servers_behind_round_robin_and_their_oracle_replay(tmp_path: Path) 
     routing = read_json(tmp_path / "tmp" / "compare" / "c" / "comparison.json")["routing"]
     assert routing["replicas"] == 2 and routing["compared"] == 16
     assert routing["same_replica_fraction"] == 1.0
+
+
+MOONCAKE = Path(__file__).parents[1] / "data" / "traces" / "mooncake_sample.jsonl"
+
+
+def test_two_servers_behind_prefix_affinity_and_their_oracle_replay(tmp_path: Path) -> None:
+    """The client scores each server by llm-d's rule from its own block index and each server's
+    scraped ``/metrics``; the oracle replay, its engines scraped at the same interval, sends
+    (nearly) every request where the client did, and each replica's prefix cache hits alike."""
+    run_cli("workload", "workload=trace", f"workload.trace_file={MOONCAKE}",
+            "workload.trace_block_tokens=32", "workload.num_requests=24",
+            "workload.trace_target_qps=6", "output.run_id=w", "progress=false",
+            cwd=tmp_path)  # fmt: skip
+    run_cli("real_bench", "workload_dir=tmp/workload/w", "backend=vllm", "backend.servers=2",
+            "backend.router=prefix_affinity", "backend.enable_prefix_caching=true",
+            "output.run_id=pa", "progress=false", cwd=tmp_path)  # fmt: skip
+    run = tmp_path / "tmp" / "real_bench" / "pa"
+    scrapes = read_json(run / layout.RUN_META)["backend"]["router_scrapes"]
+    assert scrapes["scrapes"] > 20 and scrapes["failed_scrapes"] == 0
+    assert scrapes["block_size"] == 32 and scrapes["num_gpu_blocks"] == [256, 256]
+    requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
+    assert (requests["status"] == "ok").all() and set(requests["engine"]) == {0, 1}
+
+    ranges = SyntheticRanges(max_num_tokens=4096, max_kv_cache_size=4096, block_size=32)
+    write_synthetic_bundle(tmp_path / "tmp" / "profiles", QWEN3_TINY, ranges=ranges, points=8)
+    run_cli("vidur_simulate", "workload_dir=tmp/workload/w", "step_times_from=tmp/real_bench/pa",
+            "fleet.replicas=2", "fleet.router=prefix_affinity", "vidur.scheduler.name=vllm_v1",
+            "vidur.scheduler.enable_prefix_caching=true", "vidur.scheduler.chunk_size=256",
+            "output.run_id=oracle", "vidur.predictor.num_training_job_threads=1",
+            cwd=tmp_path)  # fmt: skip
+    run_cli("compare", "real_run_dir=tmp/real_bench/pa", "sim_run_dir=tmp/vidur_simulate/oracle",
+            "output.run_id=c", cwd=tmp_path)  # fmt: skip
+    routing = read_json(tmp_path / "tmp" / "compare" / "c" / "comparison.json")["routing"]
+    assert routing["compared"] == 24
+    assert routing["same_replica_fraction"] >= 0.8
+    assert routing["largest_hit_rate_gap_points"] <= 10.0

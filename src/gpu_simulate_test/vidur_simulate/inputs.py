@@ -14,6 +14,7 @@ from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
+from gpu_simulate_test.simulator.types import ENGINE
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.replay import ReplaySource
@@ -92,10 +93,14 @@ def first_requests(inputs: Inputs, count: int) -> Inputs:
 
 
 def running_at_send(
-    arrival_s: np.ndarray, scheduler_arrival_s: np.ndarray, raw: pd.DataFrame
+    arrival_s: np.ndarray,
+    scheduler_arrival_s: np.ndarray,
+    raw: pd.DataFrame,
+    per_server: bool = False,
 ) -> np.ndarray:
     """How many other requests were in flight (reached the scheduler, not finished) when each
-    request was sent, by a simulation's results (Vidur's rows, any order).
+    request was sent, by a simulation's results (Vidur's rows, any order); ``per_server``: on
+    the request's own engine only (a fleet of servers, each with its own API server).
 
     Counted by binary search over the sorted starts and ends (a request is in flight at ``t``
     when ``start <= t < end``), so a million requests take a sort, not a million scans."""
@@ -103,6 +108,17 @@ def running_at_send(
     start = np.asarray(scheduler_arrival_s, dtype=float)
     done = start + rows["request_e2e_time"].to_numpy(dtype=float)
     sent = np.asarray(arrival_s, dtype=float)
+    if per_server and ENGINE in rows.columns:
+        engines = rows[ENGINE].to_numpy()
+        out = np.zeros(len(sent), dtype=int)
+        for k in np.unique(engines):
+            on = engines == k
+            out[on] = _in_flight(start[on], done[on], sent[on])
+        return out
+    return _in_flight(start, done, sent)
+
+
+def _in_flight(start: np.ndarray, done: np.ndarray, sent: np.ndarray) -> np.ndarray:
     started = np.searchsorted(np.sort(start), sent, side="right")
     ended = np.searchsorted(np.sort(done), sent, side="right")
     itself = (start <= sent) & (sent < done)

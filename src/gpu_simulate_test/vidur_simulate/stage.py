@@ -244,7 +244,9 @@ def simulate_inputs(
             result = simulate(_request(cfg, inputs, built.simulation_config, segments, step_model))
         if not grows:
             break
-        running = running_at_send(inputs.arrival_time_s, arrival, result.raw_metrics)
+        running = running_at_send(
+            inputs.arrival_time_s, arrival, result.raw_metrics, per_server=per_server(cfg)
+        )
         moved = inputs.scheduler_arrival_s(running)
         if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
             break
@@ -268,9 +270,20 @@ def simulate_inputs(
         scheduled = inputs.prefill
         if V1_CACHED_TOKENS in rows.columns:
             scheduled = inputs.prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
-        # one API server in front of a fleet's engines: their steps' outputs in time order
+        # vLLM -dp: one API server in front of the engines, their steps' outputs in time order;
+        # N servers: each its own API server, its engine's steps only
         schedule = result.schedule.sort_values("end_time_s", kind="stable")
-        first_s, last_s = request_delays_s(inputs.frontend_queue, schedule, scheduled, sent)
+        if per_server(cfg) and ENGINE in schedule.columns and ENGINE in rows.columns:
+            first_s, last_s = np.full(len(sent), np.nan), np.full(len(sent), np.nan)
+            engine_of = rows[ENGINE].to_numpy()
+            for k in np.unique(engine_of):
+                mine = np.where(engine_of == k, sent, np.nan)
+                own = schedule[schedule[ENGINE] == k]
+                first_k, last_k = request_delays_s(inputs.frontend_queue, own, scheduled, mine)
+                first_s = np.where(engine_of == k, first_k, first_s)
+                last_s = np.where(engine_of == k, last_k, last_s)
+        else:
+            first_s, last_s = request_delays_s(inputs.frontend_queue, schedule, scheduled, sent)
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
         # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
@@ -288,6 +301,12 @@ def simulate_inputs(
         if column in rows.columns:
             table[column] = rows[column].to_numpy(dtype=np.int64)
     return Simulated(table, result, arrival, done, notes, first_s)
+
+
+def per_server(cfg: VidurSimulateStageConfig) -> bool:
+    """A fleet of servers behind a router in front of them, each server with its own API
+    server (its own front end); ``vllm_dp`` is one server's engines behind one API server."""
+    return cfg.fleet.replicas > 1 and cfg.fleet.router != "vllm_dp"
 
 
 def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Path:
