@@ -148,6 +148,10 @@ def test_running_at_send_counts_the_others_in_flight() -> None:
     assert vidur_metrics.VIDUR_ID == "Request Id"
     # request 1 sent at 0.1 sees 0 in flight; 2 sees 0 and 1; 3 (at 1.0) sees none left
     assert running_at_send(sent, reached, raw).tolist() == [0, 1, 2, 0]
+    # N servers, each its own API server: only the requests on the same engine count
+    on = raw.assign(engine=[1, 0, 1, 0])  # by id: 0 and 2 on engine 0, 1 and 3 on engine 1
+    assert running_at_send(sent, reached, on, per_server=True).tolist() == [0, 0, 1, 0]
+    assert running_at_send(sent, reached, on).tolist() == [0, 1, 2, 0]
 
 
 def test_normalize_adds_the_front_end_to_ttft_and_e2e_not_tpot() -> None:
