@@ -210,7 +210,11 @@ def drive(
     bench = bench_config(cfg, model, hardware, dtype)
     groups = experiment_requests(experiments, cfg.decode_tokens, model.vocab_size)
     every = [r for g in groups for r in g]
-    backend = make_backend(bench, get_backend(cfg.backend.name), calibrating=True)
+    backend = (  # a fleet's engine beside its neighbours, else one engine alone
+        make_backend(bench, calibrating=True)
+        if cfg.beside_neighbours and int(getattr(cfg.backend, "servers", 1)) > 1
+        else get_backend(cfg.backend.name)(bench)
+    )
     backend.check(every)
     recorder = Recorder(every)
     starts: list[float] = []  # each experiment's submit, from the recorder's origin

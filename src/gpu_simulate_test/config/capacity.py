@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from gpu_simulate_test.config.backends import BackendConfig
+from gpu_simulate_test.config.backends import CLIENT_ROUTERS, BackendConfig
 from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.real_bench import ATTN_IMPLEMENTATIONS
 from gpu_simulate_test.config.schema import DTYPES, ProfilingConfig, _check, _check_choice
@@ -157,15 +157,19 @@ def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
         f"backend.data_parallel_size={ranks} name two fleets: set one of them",
     )
     served = fleet.router == "vllm_dp" and hasattr(backend, "data_parallel_size")
+    routed = fleet.router in CLIENT_ROUTERS and hasattr(backend, "servers")
     checked = cfg.capacity.verify != "false" or cfg.capacity.phase == "real"
     _check(
-        served or not checked,
+        served or routed or not checked,
         f"fleet.replicas={fleet.replicas} behind fleet.router={fleet.router} on "
-        f"backend={backend.name}: the capacity's real check serves a fleet only as vLLM's "
-        "--data-parallel-size server (backend=vllm, fleet.router=vllm_dp); simulate it alone "
-        "with capacity.verify=false (real_bench backend.servers=N backend.router=<router> "
-        "measures one rate of N servers)",
+        f"backend={backend.name}: the capacity's real check serves a fleet as vLLM's "
+        "--data-parallel-size server (fleet.router=vllm_dp) or as N vLLM servers behind the "
+        "client's router (backend=vllm); simulate it alone with capacity.verify=false",
     )
+    if routed and checked:  # N servers behind the client's router, each check a fresh fleet
+        return dataclasses.replace(  # type: ignore[call-arg]
+            backend, servers=fleet.replicas, router=fleet.router, router_poll_s=fleet.poll_s
+        )
     if served:
         return dataclasses.replace(backend, data_parallel_size=fleet.replicas)  # type: ignore[call-arg]
     return backend

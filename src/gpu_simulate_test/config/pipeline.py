@@ -61,6 +61,9 @@ class PipelineStageConfig:
     show the truth's run-to-run difference beside the simulator's error on each clock (the
     noise floor: an error within it is within the truth's own spread). The pipeline's own; the
     fidelity stage repeats its loads with ``fidelity.real_repeats``."""
+    calibrate_beside_neighbours: bool = False
+    """``backend.servers=N``: calibrate the engine beside its N - 1 neighbours
+    (``engine.beside_neighbours``, docs/fleet.md)."""
     engine_overhead: bool = True
     """Calibrate the serving engine's per-step cost (LM head, sampling, the engine's Python)
     while profiling, and add it to the simulation (``vidur.engine_overhead=<backend.name>``);

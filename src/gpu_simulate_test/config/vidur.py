@@ -81,6 +81,12 @@ class EngineCalibrationConfig:
     picks another engine, with its defaults). hf_cb when none is named: in-process, no server
     to start; the pipeline passes its own backend (vllm by default)."""
     attn_implementation: str = "sdpa"
+    beside_neighbours: bool = False
+    """``backend.servers=N`` (N > 1): time the engine beside its N - 1 neighbours, every
+    calibration request sent to each server at once (engines that share a machine's cores or
+    memory). It stands for a fleet whose engines are all busy: on 2 shared CPU cores a decode
+    step took 31% longer so, and a validation replay at 1 req/s over 2 servers (a neighbour
+    mostly idle) missed it by 34%. Off: one engine timed as alone (a GPU per engine)."""
     prompt_lengths: tuple[int, ...] = ()
     """Single-request prefills to time; () picks 4 lengths up to the engine's token budget."""
     batch_sizes: tuple[int, ...] = ()

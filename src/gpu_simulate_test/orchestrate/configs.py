@@ -106,6 +106,7 @@ def engine_calibration(cfg: PipelineStageConfig) -> EngineCalibrationConfig:
         enable=cfg.engine_overhead,
         backend=cfg.backend,
         attn_implementation=cfg.attn_implementation,
+        beside_neighbours=cfg.calibrate_beside_neighbours,
     )
 
 

@@ -80,7 +80,8 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
             return [f"engine calibration of vllm was made on vLLM {made_on}, this is {installed}"]
         servers = int(getattr(cfg.backend, "servers", 1))
         timed_beside = (recorded.get("engine") or {}).get("neighbours")
-        if servers > 1 and timed_beside != servers - 1:
+        beside = servers > 1 and cfg.calibrate_beside_neighbours
+        if beside and timed_beside != servers - 1:
             return [
                 f"engine calibration of vllm timed its engine beside {timed_beside or 0} "
                 f"other server(s); backend.servers={servers} is timed beside {servers - 1}"

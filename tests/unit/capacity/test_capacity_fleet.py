@@ -30,13 +30,19 @@ def test_vllm_s_balancer_is_one_data_parallel_server(compose_stage: Any) -> None
     assert one.fleet_of().replicas == 1 and one.backend.data_parallel_size == 1  # type: ignore[attr-defined]
 
 
-def test_another_router_is_simulated_only(compose_stage: Any) -> None:
+def test_another_router_is_n_servers_behind_the_client_s_router(compose_stage: Any) -> None:
     cfg = typed(compose_stage, "fleet.replicas=4", "fleet.router=round_robin")
     assert cfg.fleet_of().router == "round_robin" and cfg.fleet_of().replicas == 4
     assert cfg.backend.data_parallel_size == 1  # type: ignore[attr-defined]  # N servers, not one
+    # checked on real servers: N vLLM servers behind the client's own router
+    checked = typed(compose_stage, "fleet.replicas=2", "fleet.router=prefix_affinity",
+                    "capacity.verify=true")  # fmt: skip
+    b = checked.backend
+    assert (b.servers, b.router, b.data_parallel_size) == (2, "prefix_affinity", 1)  # type: ignore[attr-defined]
+    assert checked.pipeline().backend == b
     with pytest.raises(ConfigError, match=r"simulate it alone with capacity\.verify=false"):
-        typed(compose_stage, "fleet.replicas=4", "fleet.router=round_robin",
-              "capacity.verify=true")  # fmt: skip
+        typed(compose_stage, "fleet.replicas=2", "fleet.router=round_robin",
+              "backend=hf_cb", "capacity.verify=true")  # fmt: skip
     with pytest.raises(ConfigError, match="name two fleets"):
         typed(compose_stage, "fleet.replicas=4", "backend.data_parallel_size=2")
     with pytest.raises(ConfigError, match=r"fleet\.router"):

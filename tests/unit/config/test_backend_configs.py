@@ -53,7 +53,7 @@ OWN_KNOBS = {
     | BATCHING
     | VLLM_ENGINE
     | HTTP
-    | {"engine_clock", "data_parallel_size", "servers", "router"},
+    | {"engine_clock", "data_parallel_size", "servers", "router", "router_poll_s"},
 }
 """Each engine's knobs, written out: a knob that lands on the wrong class fails here."""
 

@@ -165,9 +165,9 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
 
 
 def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: Path) -> None:
-    """``backend.servers=2`` reuses only a calibration that timed the engine beside one other
-    server (``engine.neighbours``), whatever its router; one engine timed alone does not stand
-    for it, nor a fleet's calibration for one server."""
+    """``backend.servers=2 calibrate_beside_neighbours=true`` reuses only a calibration that
+    timed the engine beside one other server (``engine.neighbours``), whatever its router; one
+    engine timed alone does not stand for it, nor a fleet's calibration for one server."""
     import dataclasses
 
     from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
@@ -190,6 +190,7 @@ def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: P
         hardware=hardware_preset("cpu"),
         backend=fleet,
         output=OutputConfig(),
+        calibrate_beside_neighbours=True,
     )
     path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
     write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
@@ -211,6 +212,8 @@ def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: P
         "beside 0 other server(s); backend.servers=2 is timed beside 1"
         in calibrated(fleet, None)[0]
     )
+    alone = dataclasses.replace(cfg, calibrate_beside_neighbours=False)  # the default
+    assert calibration_misfits(alone, load_bundle(path))[0].endswith("other beside_neighbours")
     one = dataclasses.replace(cfg, backend=VllmBackendConfig())
     made = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
     info = {"version": CALIBRATION_VERSION, "settings": made,
