@@ -1,4 +1,6 @@
-"""An engine calibrated as a fleet runs it: ``backend.servers=N`` in an engine calibration.
+"""An engine calibrated as a fleet runs it: ``backend.servers=N`` in an engine calibration with
+``engine.beside_neighbours=true`` (the pipeline's ``calibrate_beside_neighbours``; off by
+default: it stands for a fleet whose engines are all busy, not for one whose neighbours idle).
 
 A fleet's engines share the machine: on CPU each has its own cores, but the client, the API
 servers and the engines' memory traffic are shared, and on this project's 2-core host two
