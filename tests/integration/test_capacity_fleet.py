@@ -25,8 +25,9 @@ def test_two_engines_behind_a_router_serve_about_twice_one(tmp_path: Path) -> No
             "output.run_id=two", cwd=tmp_path)  # fmt: skip
     runs = tmp_path / "tmp" / "capacity"
     one, two = (json.loads((runs / r / contract.CAPACITY_JSON).read_text()) for r in ("one", "two"))
-    assert one["fleet"] == {"replicas": 1, "router": "vllm_dp"}
-    assert two["fleet"] == {"replicas": 2, "router": "round_robin"}
+    scrape = {"poll_s": 0.05, "router_seed": 0}
+    assert one["fleet"] == {"replicas": 1, "router": "vllm_dp", **scrape}
+    assert two["fleet"] == {"replicas": 2, "router": "round_robin", **scrape}
     ratio = two["answer_qps"] / one["answer_qps"]
     assert 1.6 <= ratio <= 2.6, (one["answer_qps"], two["answer_qps"])
     # each rate simulated as the fleet: round robin gives each engine every other request

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpu_simulate_test.core.routing import InFlight
+from gpu_simulate_test.core.in_flight import InFlight
 
 WEIGHTS = (3.0, 2.0, 2.0)
 """Prefix, queue, KV usage."""

@@ -12,6 +12,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gpu_simulate_test.core.in_flight import InFlight
+from gpu_simulate_test.core.prefix_affinity import PrefixAffinity
+
+__all__ = (
+    "CLIENT_ROUTERS",
+    "ROUTER_SEED",
+    "ClientRouter",
+    "InFlight",
+    "LeastOutstanding",
+    "RandomChoice",
+    "RoundRobin",
+)
+
 ROUTER_SEED = 0
 """The seed of a router's draws (``random``; ``prefix_affinity``'s ties), the client's and the
 simulated fleet's alike (``fleet.router_seed``), so that they draw the same."""
@@ -29,28 +42,6 @@ class ClientRouter(Protocol):
     def finished(self, r: int, engine: int, now: float) -> None:
         """Request ``r``'s last output reached the router at ``now``."""
         ...
-
-
-class InFlight:
-    """Requests routed and not yet finished, per engine, as the client counts them (the base of
-    the routers that read only their own counts)."""
-
-    reads_live = False
-    """It reads no engine's state (the simulator's fleet may step engines in stretches)."""
-    scrapes = False
-    """It reads each engine's load (waiting requests, KV usage) as last scraped, and the
-    prompt's blocks (:class:`~.prefix_affinity.AffinityView`)."""
-
-    def __init__(self, engines: int) -> None:
-        self.inflight = [0] * engines
-
-    def sent(self, engine: int) -> int:
-        self.inflight[engine] += 1
-        return engine
-
-    def finished(self, r: int, engine: int, now: float) -> None:
-        """Request ``r``'s last output reached the router at ``now``."""
-        self.inflight[engine] -= 1
 
 
 class RoundRobin(InFlight):
@@ -87,18 +78,12 @@ class RandomChoice(InFlight):
         return self.sent(int(self.rng.integers(len(self.inflight))))
 
 
-def _prefix_affinity(engines: int, seed: int) -> ClientRouter:
-    from gpu_simulate_test.core.prefix_affinity import PrefixAffinity
-
-    return PrefixAffinity(engines, seed)
-
-
 CLIENT_ROUTERS: Mapping[str, Callable[[int, int], ClientRouter]] = MappingProxyType(
     {
         "round_robin": lambda engines, seed: RoundRobin(engines),
         "least_outstanding": lambda engines, seed: LeastOutstanding(engines),
         "random": lambda engines, seed: RandomChoice(engines, seed),
-        "prefix_affinity": _prefix_affinity,
+        "prefix_affinity": lambda engines, seed: PrefixAffinity(engines, seed),
     }
 )
 """A client's router by name, made for (number of engines, seed)."""
