@@ -80,11 +80,12 @@ class Candidate:
 
     @property
     def checkable(self) -> bool:
-        """Whether the real bench serves it as one server: one engine, or a fleet its backend
-        runs as ``--data-parallel-size N`` (:func:`fleet_backend`: vLLM's server behind its own
-        balancer); N servers behind another router, or the in-process engine's fleets, are
-        not."""
-        return int(getattr(self.backend, "data_parallel_size", 1)) == self.replicas
+        """Whether the real bench serves it: one engine, a fleet its backend runs as
+        ``--data-parallel-size N`` (vLLM's server behind its own balancer), or N servers it
+        starts behind the client's router (:func:`fleet_backend`); the in-process engine's
+        fleets, and servers you run yourself, are not."""
+        engines = int(getattr(self.backend, "data_parallel_size", 1))
+        return engines * int(getattr(self.backend, "servers", 1)) == self.replicas
 
     @property
     def fleet(self) -> FleetConfig:
@@ -108,18 +109,31 @@ def with_knobs(backend: VllmEngineBackendConfig, knobs: Mapping[str, Any]) -> An
 
 
 def base_fleet(backend: Any) -> tuple[int, str]:
-    """The configured fleet: ``backend.data_parallel_size`` engines behind vLLM's balancer (one
-    engine for a backend without it)."""
+    """The configured fleet: ``backend.servers`` servers behind the client's ``backend.router``,
+    or ``backend.data_parallel_size`` engines behind vLLM's balancer (one engine for a backend
+    with neither)."""
+    servers = int(getattr(backend, "servers", 1))
+    if servers > 1:
+        return servers, str(backend.router)
     return int(getattr(backend, "data_parallel_size", 1)), DEFAULT_ROUTER
 
 
 def fleet_backend(backend: Any, replicas: int, router: str) -> Any:
-    """The backend a configuration's real server runs: ``--data-parallel-size N`` where vLLM's
-    own balancer routes (``vllm_dp``), one engine otherwise (N such servers behind the router)."""
+    """The backend a configuration's real bench runs: one ``--data-parallel-size N`` server
+    where vLLM's own balancer routes (``vllm_dp``), N servers of one engine behind the client's
+    ``router`` otherwise (``backend.servers``, where the bench starts its servers itself; one
+    engine where it does not: such a fleet is simulated only)."""
     if not hasattr(backend, "data_parallel_size"):
         return backend
-    ranks = replicas if router == DEFAULT_ROUTER else 1
-    return dataclasses.replace(backend, data_parallel_size=ranks)
+    if router == DEFAULT_ROUTER or replicas == 1:
+        return dataclasses.replace(backend, data_parallel_size=replicas, servers=1)
+    started_here = backend.server.kind == "vllm"
+    return dataclasses.replace(
+        backend,
+        data_parallel_size=1,
+        servers=replicas if started_here else 1,
+        router=router if started_here else backend.router,
+    )
 
 
 def config_id(

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.capacity.search import Answer
-from gpu_simulate_test.config.backends import VllmBackendConfig, VllmEngineBackendConfig
+from gpu_simulate_test.config.backends import (
+    ServerConfig,
+    VllmBackendConfig,
+    VllmEngineBackendConfig,
+)
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneOptions, knob_values
 from gpu_simulate_test.tune import simulate
@@ -48,12 +52,18 @@ def test_one_replica_is_listed_once_and_a_fleet_per_router() -> None:
     # vLLM's own balancer is one --data-parallel-size server; another router's are N servers
     assert by_id["r2-dp-s8"].backend.data_parallel_size == 2
     assert by_id["r2-rr-s8"].backend.data_parallel_size == 1
+    assert (by_id["r2-rr-s8"].backend.servers, by_id["r2-rr-s8"].backend.router) == (
+        2, "round_robin",
+    )  # fmt: skip
+    assert by_id["r2-dp-s8"].backend.servers == 1 and by_id["r1-s8"].backend.servers == 1
     assert by_id["r2-rr-s8"].fleet.router == "round_robin" and by_id["r2-rr-s8"].gpus == 2
     # one value of each: no fleet in the ids (the default space's)
     assert [c.config_id for c in space(max_num_seqs=[2, 8], replicas=[1])] == ["s2", "s8"]
     # the calibration times one engine, whatever the fleets
     assert calibration_backend(found).data_parallel_size == 1
-    assert by_id["r2-dp-s8"].checkable and not by_id["r2-rr-s8"].checkable
+    assert calibration_backend(found).servers == 1
+    # both fleets are served by the real bench: one -dp 2 server, or 2 servers behind the client
+    assert by_id["r2-dp-s8"].checkable and by_id["r2-rr-s8"].checkable
     assert by_id["r1-s8"].checkable and by_id["r1-s8"].routed_by is None
     assert by_id["r2-rr-s8"].routed_by == "round_robin"
     # vLLM's engine in process has no data-parallel server: its fleets are simulated only
@@ -70,6 +80,23 @@ def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
     assert [(c.config_id, c.configured) for c in found] == [
         ("r1", False), ("r2", True), ("r4", False),
     ]  # fmt: skip
+    # N servers behind the client's router are a configured fleet too, and checkable
+    served = VllmBackendConfig(
+        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256, servers=2,
+        router="least_outstanding",
+    )  # fmt: skip
+    opts = TuneOptions(space={"replicas": [1, 2], "router": ["vllm_dp", "least_outstanding"]})
+    found = candidates(opts, served, QWEN3_TINY, 80)
+    assert [(c.config_id, c.configured, c.checkable) for c in found] == [
+        ("r1", False, True), ("r2-dp", False, True), ("r2-lo", True, True),
+    ]  # fmt: skip
+    # servers you run yourself (server.kind=external) cannot be multiplied: simulated only
+    external = VllmBackendConfig(
+        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256,
+        server=ServerConfig(kind="external"),
+    )  # fmt: skip
+    opts = TuneOptions(space={"replicas": [1, 2], "router": ["round_robin"]})
+    assert [c.checkable for c in candidates(opts, external, QWEN3_TINY, 80)] == [True, False]
 
 
 def test_the_seed_of_a_fleet_is_its_neighbour_s_capacity_times_the_replicas() -> None:
