@@ -131,12 +131,15 @@ def summary_markdown(
     setup: Mapping[str, Any],
     findings: Sequence[str],
     plots: Mapping[str, str],
+    verdict: Sequence[str] = (),
 ) -> str:
-    """``summary.md``: setup, discrepancies, tables, throughput and embedded plots."""
+    """``summary.md``: the verdict's lines (first), setup, discrepancies, tables, throughput
+    and embedded plots."""
     real = setup["real"]
     out = [
         f"# Real vs simulated: {real.get('model')} on {real.get('hardware')}",
         "",
+        *verdict,
         f"Workload `{setup['workload_id']}`: {len(comparison.joined)} requests compared, "
         f"{len(comparison.excluded)} left out; offered load {comparison.offered_qps:.2f} req/s.",
         "",

@@ -72,6 +72,7 @@ from gpu_simulate_test.compare.step_inputs import (
 )
 from gpu_simulate_test.compare.steps import StepComparison
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
+from gpu_simulate_test.compare.verdict import run_state, verdict, verdict_markdown
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.engines.knobs import knob_mismatches
 from gpu_simulate_test.core.host import host_probe
@@ -236,13 +237,32 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             plots.plot_ttft_by_turn(inputs.multi_turn["ttft_by_turn"], r.file(TURN_PLOT), title)
         data["routing"] = inputs.routing
         write_steps(r, cfg, inputs, data)
+        data["verdict"] = judged = verdict_of(cfg, inputs, clocks, data.get("steps"))
         write_json(r.file(COMPARISON_JSON), data)
-        text = summary_text(cfg, inputs, drawn, clocks, good)
+        text = summary_text(cfg, inputs, drawn, clocks, good, judged)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
         print_progress(inputs, r.path, clocks, good)
+        for line in verdict_markdown(judged)[:-1]:
+            console.print(line.replace("**", ""))
     return r.path
+
+
+def verdict_of(
+    cfg: CompareStageConfig,
+    inputs: Inputs,
+    clocks: list[dict[str, Any]] | None,
+    steps: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The verdict (:mod:`.verdict`): the figures within the truth's noise, the largest gap's
+    cause, and the disturbance of the real run, its repeat and the runs re-runs replaced."""
+    runs = [run_state("real run", inputs.real.path)]
+    if inputs.repeat is not None:
+        runs.append(run_state("repeat", inputs.repeat.path))
+    replaced = [run_state("replaced", path) for path in cfg.replaced_runs]
+    totals = None if steps is None else steps.get("totals")
+    return verdict(inputs.comparison, clocks, totals, runs, replaced)
 
 
 def write_steps(r: Run, cfg: CompareStageConfig, inputs: Inputs, data: dict[str, Any]) -> None:
@@ -274,11 +294,13 @@ def summary_text(
     drawn: Mapping[str, str],
     clocks: list[dict[str, Any]] | None,
     good: dict[str, Any] | None,
+    judged: Mapping[str, Any] | None = None,
 ) -> str:
-    """``summary.md``: the report's sections, then the warm-up, goodput, both clocks, the prefix
-    cache, multi-turn sessions, the host's memory, the engine steps and the step-by-step
-    alignment."""
-    text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn)
+    """``summary.md``: the verdict (``judged``), the report's sections, then the warm-up,
+    goodput, both clocks, the prefix cache, multi-turn sessions, the host's memory, the engine
+    steps and the step-by-step alignment."""
+    lines = verdict_markdown(judged) if judged is not None else []
+    text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn, lines)
     if inputs.warmup:
         text += (
             f"\nWarm-up: the {inputs.warmup} request(s) arriving in the run's first "

@@ -49,6 +49,9 @@ class CompareStageConfig:
     real_repeat_dir: str | None = None
     """A second real_bench run of the same workload (the pipeline's ``<run_id>-r2``): the
     truth's run-to-run difference, beside the simulator's error on each clock."""
+    replaced_runs: tuple[str, ...] = ()
+    """Real runs of this workload a re-run replaced because the host disturbed them (the
+    pipeline's ``<run_id>-rerun<k>`` attempts; kept as evidence): the verdict names them."""
     sweep_dirs: tuple[str, ...] = ()
     """Compare runs to report as a sweep (glob patterns allowed, e.g. ``tmp/compare/q-*``)."""
     compare: CompareOptions = field(default_factory=CompareOptions)

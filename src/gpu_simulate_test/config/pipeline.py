@@ -61,6 +61,12 @@ class PipelineStageConfig:
     show the truth's run-to-run difference beside the simulator's error on each clock (the
     noise floor: an error within it is within the truth's own spread). The pipeline's own; the
     fidelity stage repeats its loads with ``fidelity.real_repeats``."""
+    real_reruns: int = 1
+    """Re-runs the real run (and its repeat) may each get when the real bench marks it
+    disturbed (late sends, held-back streams, foreign CPU): the disturbed run is kept as
+    evidence (``real_bench/<id>-rerun<k>`` is the next), and ``summary.md``'s verdict says when
+    a judged run stayed disturbed; 0 marks it only. The pipeline's own; the fidelity stage
+    re-runs by ``fidelity.reruns``."""
     calibrate_beside_neighbours: bool = False
     """``backend.servers=N``: calibrate the engine beside its N - 1 neighbours
     (``engine.beside_neighbours``, docs/fleet.md)."""
@@ -88,6 +94,7 @@ class PipelineStageConfig:
         )
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+        _check(self.real_reruns >= 0, "real_reruns must be >= 0 (0: mark disturbed runs only)")
 
     def pipeline(self) -> PipelineStageConfig:
         """These fields as a plain pipeline config: the stages that extend it (fidelity,

@@ -152,11 +152,13 @@ def compare_config(
     real_dir: Path | str,
     sim_dir: Path | str,
     repeat_dir: Path | str | None = None,
+    replaced: tuple[Path, ...] = (),
 ) -> CompareStageConfig:
     return CompareStageConfig(
         real_run_dir=str(real_dir),
         sim_run_dir=str(sim_dir),
         real_repeat_dir=None if repeat_dir is None else str(repeat_dir),
+        replaced_runs=tuple(str(path) for path in replaced),
         compare=cfg.compare,
         goodput=cfg.goodput,
         output=stage_output(cfg),

@@ -92,17 +92,18 @@ def simulate_and_compare(
     real_dir: Path | str,
     stages: Stages = QUIET,
     repeat_dir: Path | str | None = None,
+    replaced: tuple[Path, ...] = (),
 ) -> tuple[Path, Path]:
     """Vidur on ``workload_dir`` at the arrivals the real run in ``real_dir`` sent (the load the
     engine was really offered), then the comparison (with ``repeat_dir``, a second real run of
-    the workload, the truth's run-to-run difference beside it); returns (simulate, compare)
-    run dirs."""
+    the workload, the truth's run-to-run difference beside it; ``replaced``: the disturbed real
+    runs re-runs replaced, named by the verdict); returns (simulate, compare) run dirs."""
     from gpu_simulate_test.compare.stage import run as compare_run
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     sim_cfg = simulate_config(cfg, scheduler, workload_dir, arrivals_from=real_dir)
     sim_dir = stages.run("vidur_simulate", simulate_run, sim_cfg)
     compare_dir = stages.run(
-        "compare", compare_run, compare_config(cfg, real_dir, sim_dir, repeat_dir)
+        "compare", compare_run, compare_config(cfg, real_dir, sim_dir, repeat_dir, replaced)
     )
     return sim_dir, compare_dir

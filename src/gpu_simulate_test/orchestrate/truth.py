@@ -105,6 +105,11 @@ def verdict_of(real_dir: Path) -> tuple[bool, tuple[str, ...]]:
     return bool(record.get("disturbed", False)), tuple(record.get("reasons", ()))
 
 
+def rerun_id(run_id: str, k: int) -> str:
+    """The run id of a real run's ``k``-th re-run (``k`` = 0: the run itself)."""
+    return run_id if k == 0 else f"{run_id}-rerun{k}"
+
+
 def trusted_truth(
     cfg: PipelineStageConfig,
     workload_dir: Path | str,
@@ -112,17 +117,20 @@ def trusted_truth(
     run_id: str | None = None,
     reruns: int = 0,
     quiet_wait_s: float = QUIET_WAIT_S,
+    label: str = "real_bench",
 ) -> Truth:
-    """The real bench of ``cfg`` on ``workload_dir`` (:func:`.steps.run_truth`), re-run while
-    the real bench marks it disturbed, ``reruns`` times at most (``<run_id>-rerun<k>``)."""
+    """The real bench of ``cfg`` on ``workload_dir`` (:func:`.steps.run_truth`, recorded in
+    ``stages`` as ``label``, a re-run as ``<label>_rerun<k>``), re-run while the real bench
+    marks it disturbed, ``reruns`` times at most (``<run_id>-rerun<k>``)."""
     base = run_id or cfg.output.run_id
     attempts: list[Attempt] = []
     for k in range(reruns + 1):
         waited = 0.0
         if k:
             _, waited = wait_for_quiet(quiet_wait_s)
-        this_id = base if k == 0 else f"{base or attempts[0].real_dir.name}-rerun{k}"
-        real_dir = run_truth(cfg, workload_dir, stages, this_id)
+        this_id = rerun_id(base or attempts[0].real_dir.name, k) if k else base
+        name = label if k == 0 else f"{label}_rerun{k}"
+        real_dir = run_truth(cfg, workload_dir, stages, this_id, name)
         disturbed, reasons = verdict_of(real_dir)
         attempts.append(Attempt(real_dir, disturbed, reasons, waited))
         if not disturbed:

@@ -22,12 +22,8 @@ from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import at_run
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
-from gpu_simulate_test.orchestrate.steps import (
-    Stages,
-    make_workload,
-    run_truth,
-    simulate_and_compare,
-)
+from gpu_simulate_test.orchestrate.steps import Stages, make_workload, simulate_and_compare
+from gpu_simulate_test.orchestrate.truth import rerun_id, trusted_truth
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
 
 
@@ -55,8 +51,13 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     if cfg.output.overwrite:
         return
     paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]
-    if cfg.real_repeat:
-        paths.append(layout.run_dir(cfg.output.root, "real_bench", repeat_id(run_id)))
+    truths = [run_id, repeat_id(run_id)] if cfg.real_repeat else [run_id]
+    paths += [  # the repeat, and the re-runs a disturbed real run may get
+        layout.run_dir(cfg.output.root, "real_bench", rerun_id(truth, k))
+        for truth in truths
+        for k in range(cfg.real_reruns + 1)
+        if (truth, k) != (run_id, 0)  # the real run: a pipeline stage's directory already
+    ]
     profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
     if profile_dir.exists() and cfg.reuse_profile:
         from gpu_simulate_test.core.traffic.workloads import generate
@@ -91,16 +92,28 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             )
         with served(cfg, p.path, p, workload_dir) as at_server:
             ensure_bundle(at_server, decided, workload_dir, stages)
-            real_dir = run_truth(at_server, workload_dir, stages)
-            repeat_dir = (
-                run_truth(at_server, workload_dir, stages, repeat_id(run_id), "real_bench_repeat")
+            truth = trusted_truth(at_server, workload_dir, stages, run_id, cfg.real_reruns)
+            repeat = (
+                trusted_truth(
+                    at_server, workload_dir, stages, repeat_id(run_id), cfg.real_reruns,
+                    label="real_bench_repeat",
+                )
                 if cfg.real_repeat
                 else None
-            )
+            )  # fmt: skip
+        truths = [t for t in (truth, repeat) if t is not None]
+        p.update_meta(truth=[t.to_dict() for t in truths])
+        replaced = tuple(a.real_dir for t in truths for a in t.attempts[:-1])
         _, compare_dir = simulate_and_compare(
-            cfg, decided.scheduler, workload_dir, real_dir, stages, repeat_dir
+            cfg,
+            decided.scheduler,
+            workload_dir,
+            truth.real_dir,
+            stages,
+            None if repeat is None else repeat.real_dir,
+            replaced,
         )
         p.update_meta(compare_dir=str(compare_dir))
-    if cfg.progress:
+    if cfg.progress:  # the last line: where the result is
         console.print(f"[bold]summary:[/] {compare_dir / 'summary.md'}")
     return compare_dir

@@ -10,19 +10,37 @@ import pytest
 from gpu_simulate_test.core.host import disturbance as d
 
 
-def test_late_sends_judge_the_p99_not_the_median() -> None:
+def test_late_sends_judge_the_share_late_not_the_median() -> None:
     on_time = np.full(200, 0.0003)
     assert not d.late_sends(on_time).disturbed
     # 2% of the sends half a second late: the median is fine, the p99 is not
     clumped = on_time.copy()
     clumped[:4] = 0.5
     sign = d.late_sends(clumped)
-    assert sign.measured and sign.disturbed
-    assert sign.figure == pytest.approx(np.percentile(clumped * 1e3, 99))
-    assert "4 of 200 sends late" in sign.detail and "max 500 ms" in sign.detail
-    # one late send in 200 is above the p99 (linear interpolation): within the limit, but counted
+    assert sign.measured and sign.disturbed and sign.figure == 4 and sign.limit == 2
+    assert "4 of 200 sends over 2 ms late, at most 2 allowed" in sign.detail
+    assert "max 500 ms" in sign.detail
+    # one late send in 200 is within the limit, but counted
     lone = d.late_sends(np.r_[np.full(199, 0.0001), [0.4]])
-    assert not lone.disturbed and "1 of 200 sends late" in lone.detail
+    assert not lone.disturbed and "1 of 200 sends over 2 ms late" in lone.detail
+    # 1% of a large run may be late (the p99 rule), no more
+    big = np.full(1000, 0.0001)
+    big[:10] = 0.01
+    assert not d.late_sends(big).disturbed
+    big[10] = 0.01
+    assert d.late_sends(big).disturbed
+
+
+def test_one_late_send_of_forty_does_not_decide() -> None:
+    # a fresh make run (2026-12-01): 1-2 of 39 isolated sends 2.4-2.8 ms late; the p99 of 39 is
+    # their maximum, so one send flipped the run to disturbed
+    errors = np.full(40, 0.0004)
+    errors[7] = 0.0028
+    errors[30] = 0.0024
+    assert not d.late_sends(errors).disturbed
+    errors[12] = 0.0031  # a third late send is a late-sending client
+    sign = d.late_sends(errors)
+    assert sign.disturbed and "3 of 40 sends over 2 ms late, at most 2 allowed" in sign.detail
 
 
 def test_late_sends_judge_the_isolated_sends_not_a_bursts_queue() -> None:
@@ -37,9 +55,10 @@ def test_late_sends_judge_the_isolated_sends_not_a_bursts_queue() -> None:
     assert d.late_sends(errors).disturbed  # every send judged: the clumps' queue is "late"
     sign = d.late_sends(errors, scheduled)
     assert sign.measured and not sign.disturbed
-    judged = np.r_[errors[:300], np.zeros(30)]  # with each clump's first send, sent on time
-    assert sign.figure == pytest.approx(np.percentile(judged * 1e3, 99))
-    assert "0 of 330 isolated sends late" in sign.detail  # each clump's first send is isolated
+    assert sign.figure == 0  # each clump's first send is isolated, and sent on time
+    assert (
+        "0 of 330 isolated sends over 2 ms late" in sign.detail
+    )  # each clump's first send is isolated
     assert "210 sends scheduled under 2 ms after the one before, not judged" in sign.detail
     # a disturbed client is late on isolated sends too
     stalled = errors.copy()
@@ -83,7 +102,9 @@ def test_the_verdict_names_every_sign_and_only_the_disturbed_as_reasons() -> Non
     record = verdict.to_dict()
     assert verdict.disturbed and record["disturbed"] is True
     assert set(record["signs"]) == set(d.SIGNS)
-    assert len(record["reasons"]) == 1 and record["reasons"][0].startswith("late_sends: 300 ms")
+    assert len(record["reasons"]) == 1 and record["reasons"][0].startswith(
+        "late_sends: 50 late sends"
+    )
     assert d.is_disturbed({"disturbance": record})
     assert not d.is_disturbed({})
     quiet = d.judge(np.zeros(50), [0.004] * 50, [4.0] * 20, 0.0)

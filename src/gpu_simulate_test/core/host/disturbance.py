@@ -4,9 +4,12 @@ Every fidelity figure divides by the real run, so a real run the host disturbed 
 for truth in silence. A run is judged on what it recorded:
 
 - **Late sends**: the client sent requests later than scheduled (``arrival_error_s`` of
-  ``request_metrics``): the load the engine was offered is not the workload's. Disturbed when
-  the p99 over the isolated sends (scheduled at least :data:`ISOLATED_GAP_MS` after the one
-  before) is above :data:`LATE_SEND_P99_LIMIT_MS`. Sends scheduled closer together than that (a
+  ``request_metrics``): the load the engine was offered is not the workload's. A send is late
+  over :data:`LATE_SEND_LIMIT_MS`; the run is disturbed when more of the isolated sends
+  (scheduled at least :data:`ISOLATED_GAP_MS` after the one before) are late than
+  :func:`late_sends_allowed` lets pass: 1% of them (the p99 over the limit, as before), but
+  never fewer than :data:`LATE_SENDS_ALLOWED`, so that one send out of a 40-request run (where
+  the p99 is the maximum) cannot decide the verdict. Sends scheduled closer together than that (a
   burst) wait for each other in any client that sends one at a time: over a bursty campaign's
   16 runs their p99 was 2.0–4.5 ms, the isolated sends' 0.7–2.2 ms but for one run at 3.8.
   Those are recorded in the detail, not judged.
@@ -35,8 +38,11 @@ import numpy.typing as npt
 from gpu_simulate_test.core.host.busy import FOREIGN_CORES_LIMIT
 from gpu_simulate_test.core.metrics import percentiles as pct
 
-LATE_SEND_P99_LIMIT_MS = 2.0
-"""Arrival error p99 (over the isolated sends) above this is a late-sending client."""
+LATE_SEND_LIMIT_MS = 2.0
+"""A send this much later than scheduled is late."""
+LATE_SENDS_ALLOWED = 2
+"""Late isolated sends a run may have whatever its size: at 40 requests the p99 is the
+maximum, and one late send (1–2 of 39 in fresh ``make run``s of 2026-12-01) would decide."""
 ISOLATED_GAP_MS = 2.0
 """A send scheduled at least this long after the one before is isolated: a client that sends
 one request at a time has had the time to send the one before."""
@@ -96,12 +102,20 @@ class Verdict:
         }
 
 
+def late_sends_allowed(judged: int) -> int:
+    """How many of ``judged`` isolated sends may be late in an undisturbed run: 1% of them
+    (a p99 within the limit), at least :data:`LATE_SENDS_ALLOWED`."""
+    return max(LATE_SENDS_ALLOWED, judged // 100)
+
+
 def late_sends(arrival_errors_s: npt.ArrayLike, scheduled_s: npt.ArrayLike | None = None) -> Sign:
     """The late-send sign of a run's ``arrival_error_s`` column, judged on the isolated sends
-    when their scheduled times (``scheduled_s``, same order) are given, else on every send."""
+    when their scheduled times (``scheduled_s``, same order) are given, else on every send: the
+    number of late sends against :func:`late_sends_allowed`."""
     errors = np.asarray(arrival_errors_s, dtype=float)
+    allowed = late_sends_allowed(errors.size)
     if errors.size == 0:
-        return Sign(LATE_SENDS, False, False, None, LATE_SEND_P99_LIMIT_MS, "ms", "no request sent")
+        return Sign(LATE_SENDS, False, False, None, allowed, "late sends", "no request sent")
     judged, clumped = errors, ""
     if scheduled_s is not None:
         scheduled = np.asarray(scheduled_s, dtype=float)
@@ -117,16 +131,15 @@ def late_sends(arrival_errors_s: npt.ArrayLike, scheduled_s: npt.ArrayLike | Non
                 f"before, not judged: p99 {burst.stat('p99'):.3g} ms"
             )
     summary = pct.describe(judged, scale=1e3)
-    p99 = summary.stat("p99")
-    late = int(np.sum(judged * 1e3 > LATE_SEND_P99_LIMIT_MS))
+    late = int(np.sum(judged * 1e3 > LATE_SEND_LIMIT_MS))
+    allowed = late_sends_allowed(summary.count)
     what = "isolated sends" if scheduled_s is not None else "sends"
     detail = (
-        f"arrival error p99 of the {what}; max {summary.max:.3g} ms, {late} of {summary.count} "
-        f"{what} late" + clumped
+        f"{late} of {summary.count} {what} over {LATE_SEND_LIMIT_MS:g} ms late, at most "
+        f"{allowed} allowed; arrival error p99 {summary.stat('p99'):.3g} ms, max "
+        f"{summary.max:.3g} ms" + clumped
     )
-    return Sign(
-        LATE_SENDS, True, p99 > LATE_SEND_P99_LIMIT_MS, p99, LATE_SEND_P99_LIMIT_MS, "ms", detail
-    )
+    return Sign(LATE_SENDS, True, late > allowed, float(late), allowed, "late sends", detail)
 
 
 def held_back_streams(gaps_s: Sequence[float], step_ms: Sequence[float]) -> Sign:

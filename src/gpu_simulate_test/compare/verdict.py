@@ -1,0 +1,225 @@
+"""The comparison's verdict, first in ``summary.md``: which figures are within the truth's own
+spread and which are not, the largest gap and its cause, and whether the truth was disturbed.
+
+A figure (TTFT, TPOT, E2E at p50 and p90, on each clock) is **within the noise** when the
+simulation's error against the real run is at most ``max(10%, |real vs real|)``: the truth's
+own run-to-run difference on the same clock (a second real run of the workload), or 10% where
+there is no second run. p99 is left to the tables: at 40 requests it is one request.
+
+The cause of the largest gap is named from what the comparison measured: on the client's clock
+where the engine's clock of the same figure is within the noise, the front end (client −
+engine); otherwise the engine's steps (their time at the same compositions, or their number).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.io import layout
+
+NOISE_FLOOR = 0.10
+"""An error within this is within the noise whatever the truth's repeat says."""
+JUDGED_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+JUDGED_STATS: tuple[str, ...] = ("p50", "p90")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One judged figure: the simulation's error on one clock, and the band it is judged in."""
+
+    clock: str
+    metric: str
+    stat: str
+    error: float
+    noise: float | None
+    """The truth's own difference (repeat / real − 1) on this clock; None without a repeat."""
+
+    @property
+    def band(self) -> float:
+        return max(NOISE_FLOOR, abs(self.noise)) if self.noise is not None else NOISE_FLOOR
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error) <= self.band
+
+    @property
+    def name(self) -> str:
+        return f"{self.clock} {m.METRIC_LABELS.get(self.metric, self.metric)} {self.stat}"
+
+    def text(self) -> str:
+        noise = f"real vs real {self.noise:+.1%}" if self.noise is not None else "no repeat"
+        return f"{self.name} {self.error:+.1%} ({noise})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clock": self.clock,
+            "metric": self.metric,
+            "stat": self.stat,
+            "error": self.error,
+            "real_vs_real": self.noise,
+            "band": self.band,
+            "within_noise": self.within,
+        }
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, else None."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def figures(clocks: Sequence[Mapping[str, Any]] | None, comparison: Comparison) -> list[Figure]:
+    """Every judged figure: both clocks from the clocks table; the client's alone (from the
+    latency table) where the real run has no engine clock."""
+    found: list[Figure] = []
+    if clocks:
+        for clock in ("engine", "client"):
+            for row in clocks:
+                if row["metric"] not in JUDGED_METRICS or row["stat"] not in JUDGED_STATS:
+                    continue
+                error = _number(row.get(f"error_vs_{clock}"))
+                if error is not None:
+                    noise = _number(row.get(f"noise_vs_{clock}"))
+                    found.append(Figure(clock, row["metric"], row["stat"], error, noise))
+        return found
+    for item in comparison.metrics:
+        if item.metric not in JUDGED_METRICS or not item.available_sim:
+            continue
+        for e in item.errors:
+            error = _number(e.signed_rel_error)
+            if e.stat in JUDGED_STATS and error is not None:
+                found.append(Figure("client", item.metric, e.stat, error, None))
+    return found
+
+
+def largest_gap(judged: Sequence[Figure]) -> Figure | None:
+    """The figure furthest outside its band (the largest error when every one is within)."""
+    if not judged:
+        return None
+    return max(judged, key=lambda f: (not f.within, abs(f.error) - f.band))
+
+
+def cause(
+    gap: Figure,
+    judged: Sequence[Figure],
+    clocks: Sequence[Mapping[str, Any]] | None,
+    steps: Mapping[str, Any] | None,
+) -> str:
+    """What the comparison says made ``gap``: the front end where the engine's clock of the
+    same figure is within the noise, else the engine's steps (time or number, the larger)."""
+    twin = next(
+        (f for f in judged if f.clock == "engine" and (f.metric, f.stat) == (gap.metric, gap.stat)),
+        None,
+    )
+    if gap.clock == "client" and twin is not None and twin.within and clocks:
+        row = next(r for r in clocks if (r["metric"], r["stat"]) == (gap.metric, gap.stat))
+        return (
+            f"the front end (client − engine): {1e3 * row['front_end_s']:.1f} ms real against "
+            f"{1e3 * row['sim_front_end_s']:.1f} ms simulated; the engine's clock is within "
+            f"the noise ({twin.error:+.1%})"
+        )
+    if not steps:
+        return "no engine step record to say whether the steps' time or their number"
+    time_error = _number(steps.get("step_time_error"))
+    count_error = _number(steps.get("step_count_error"))
+    real, sim = steps.get("real") or {}, steps.get("sim") or {}
+    if time_error is not None and (count_error is None or abs(time_error) >= abs(count_error)):
+        return (
+            f"the engine's step time: simulated steps {time_error:+.1%} against the real ones "
+            "of the same compositions (Engine steps)"
+        )
+    if count_error is not None:
+        return (
+            f"the engine's scheduling: {sim.get('steps')} simulated steps against "
+            f"{real.get('steps')} real ({count_error:+.1%}; Engine steps, Step by step)"
+        )
+    return "the step comparison measured neither the steps' time nor their number"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One real run's disturbance verdict, as the real bench recorded it."""
+
+    role: str
+    name: str
+    disturbed: bool
+    reasons: tuple[str, ...]
+
+
+def run_state(role: str, run_dir: Path | str) -> RunState:
+    """``run_dir``'s verdict (``run_meta.json`` ``disturbance``; not judged: undisturbed)."""
+    path = Path(run_dir)
+    try:
+        meta = json.loads((path / layout.RUN_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    record = meta.get("disturbance") or {}
+    return RunState(
+        role, path.name, bool(record.get("disturbed", False)), tuple(record.get("reasons", ()))
+    )
+
+
+def disturbance_line(runs: Sequence[RunState], replaced: Sequence[RunState]) -> str:
+    """One line: every judged real run undisturbed, or which stayed disturbed and why; the
+    disturbed runs that re-runs replaced."""
+    redone = ""
+    if replaced:
+        names = ", ".join(f"`{r.name}`" for r in replaced)
+        redone = f" {len(replaced)} disturbed run(s) replaced by a re-run ({names})."
+    marked = [r for r in runs if r.disturbed]
+    if not marked:
+        said = " and ".join(f"the {r.role}" for r in runs)
+        return f"**Truth:** {said} undisturbed.{redone}"
+    said = "; ".join(f"the {r.role} `{r.name}`: {'; '.join(r.reasons)}" for r in marked)
+    return (
+        f"**Truth: DISTURBED**, judged anyway and marked: {said}. Its figures carry the host's "
+        f"disturbance, not only the model's error.{redone}"
+    )
+
+
+def verdict(
+    comparison: Comparison,
+    clocks: Sequence[Mapping[str, Any]] | None,
+    steps: Mapping[str, Any] | None,
+    runs: Sequence[RunState],
+    replaced: Sequence[RunState] = (),
+) -> dict[str, Any]:
+    """``comparison.json`` ``verdict``: each judged figure, the largest gap and its cause, the
+    real runs' disturbance."""
+    judged = figures(clocks, comparison)
+    gap = largest_gap(judged)
+    return {
+        "rule": f"|error| <= max({NOISE_FLOOR:.0%}, |real vs real|) on the same clock",
+        "figures": [f.to_dict() for f in judged],
+        "within": sum(f.within for f in judged),
+        "judged": len(judged),
+        "outside": [f.text() for f in judged if not f.within],
+        "largest_gap": None if gap is None else gap.text(),
+        "cause": None if gap is None else cause(gap, judged, clocks, steps),
+        "disturbed": [r.name for r in runs if r.disturbed],
+        "truth": disturbance_line(runs, replaced),
+        "repeat": any(f.noise is not None for f in judged),
+    }
+
+
+def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
+    """The verdict's lines (a list of three), for the top of ``summary.md``."""
+    if not record["judged"]:
+        return ["- **Verdict:** no figure could be judged (no simulated latency).", ""]
+    band = "max(10%, real vs real)" if record["repeat"] else "10% (no repeat of the truth)"
+    head = f"**Verdict:** {record['within']} of {record['judged']} figures within {band}"
+    outside = record["outside"]
+    head += ". Outside: " + "; ".join(outside) + "." if outside else ": every one."
+    lines = [head]
+    if record["largest_gap"]:
+        lines.append(f"**Largest gap:** {record['largest_gap']}: {record['cause']}.")
+    lines.append(record["truth"])
+    return [*(f"- {line}" for line in lines), ""]
