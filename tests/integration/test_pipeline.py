@@ -70,6 +70,14 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     )
     assert "## Engine steps" in (compare_dir / "summary.md").read_text()
     assert "## Discrepancies" in (compare_dir / "summary.md").read_text()
+    # the verdict first: figures judged within the truth's own spread, and the truth's state
+    head = (compare_dir / "summary.md").read_text().splitlines()[:10]
+    assert any(line.startswith("- **Verdict:** ") for line in head), head
+    assert any(line.startswith("- **Truth") for line in head), head
+    assert data["verdict"]["judged"] == 12 and data["verdict"]["repeat"]
+    # tmp/latest is the newest pipeline's compare, and the last line says where the summary is
+    assert (root / "latest").resolve() == compare_dir.resolve()
+    assert proc.stdout.strip().splitlines()[-1].startswith("summary: ")
     assert "TTFT" in proc.stdout
     pipeline_meta = json.loads((root / "pipeline" / "e2e" / "run_meta.json").read_text())
     assert set(pipeline_meta["stages"]) >= {"workload", "vidur_simulate", "real_bench", "compare"}

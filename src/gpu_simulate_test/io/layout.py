@@ -4,6 +4,7 @@ what it writes in its own ``contract.py``."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -72,6 +73,22 @@ def run_dir(root: Path | str, stage: str, run_id: str) -> Path:
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
     return Path(root) / stage / validate_run_id(run_id)
+
+
+LATEST = "latest"
+"""``<output.root>/latest``: a link to the newest pipeline's compare run (its ``summary.md``)."""
+
+
+def point_latest(root: Path | str, target: Path) -> Path:
+    """Point ``<root>/latest`` at ``target`` (a run directory under ``root``), by a relative
+    link swapped in at once: a reader sees the old link or the new one, never none. Returns the
+    link."""
+    link = Path(root) / LATEST
+    staged = link.with_name(f".{LATEST}.{os.getpid()}")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(os.path.relpath(Path(target).resolve(), link.parent.resolve()))
+    os.replace(staged, link)
+    return link
 
 
 def bundle_dir(profiling_root: Path | str, hardware: str, model: str) -> Path:

@@ -114,6 +114,11 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             replaced,
         )
         p.update_meta(compare_dir=str(compare_dir))
+    latest = ""
+    try:
+        latest = f" (also {layout.point_latest(cfg.output.root, compare_dir) / 'summary.md'})"
+    except OSError as exc:  # a file or folder of the user's own there: leave it
+        console.print(f"[yellow]{cfg.output.root}/{layout.LATEST} not updated: {exc}")
     if cfg.progress:  # the last line: where the result is
-        console.print(f"[bold]summary:[/] {compare_dir / 'summary.md'}")
+        console.print(f"[bold]summary:[/] {compare_dir / 'summary.md'}{latest}", soft_wrap=True)
     return compare_dir
