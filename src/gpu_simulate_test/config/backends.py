@@ -258,6 +258,10 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
     server) and binds the engine to the others, or to core 0 on a one-core machine."""
     max_model_len: int = 0
     """``--max-model-len``; 0 takes the model's context (``max_position_embeddings``)."""
+    gpu_memory_utilization: float = 0.9
+    """On a GPU: ``--gpu-memory-utilization``, the share of the GPU's memory this engine may
+    take (vLLM's default 0.9); lower it where several servers share one GPU. Not passed on CPU
+    (the KV cache there is ``kv_cache_space_gib``)."""
     server: ServerConfig = field(default_factory=lambda: ServerConfig(startup_timeout_s=300.0))
     """Of it only ``startup_timeout_s`` applies (how long the engine may take to start): no
     server is started, and another server knob is refused by name (unless at its default)."""
@@ -267,6 +271,10 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
         super().__post_init__()
         _check(self.kv_cache_space_gib >= 0, "backend.kv_cache_space_gib must be >= 0 (0: auto)")
         _check(self.max_model_len >= 0, "backend.max_model_len must be >= 0")
+        _check(
+            0 < self.gpu_memory_utilization <= 1,
+            f"backend.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]",
+        )
 
 
 @dataclass(frozen=True)

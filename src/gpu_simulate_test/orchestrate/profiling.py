@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.config.backends import own_knobs
+from gpu_simulate_test.config.backends import BACKENDS, own_knobs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.vidur import (
     ProfileRangesConfig,
@@ -59,6 +59,16 @@ def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in own_knobs(backend).items() if k not in skip}
 
 
+def with_new_defaults(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded backend config with the knobs its engine gained since, at their defaults: a
+    calibration made before a knob existed ran the engine as that knob's default does."""
+    name = recorded.get("name")
+    if name not in BACKENDS:
+        return dict(recorded)
+    defaults = as_stored_json(dataclasses.asdict(BACKENDS[str(name)]()))
+    return {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
+
+
 def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
     from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
@@ -89,7 +99,7 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
     want = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
     have = dict(recorded.get("settings", {}))
     want["backend"] = engine_identity(want["backend"])
-    have["backend"] = engine_identity(have.get("backend") or {})
+    have["backend"] = engine_identity(with_new_defaults(have.get("backend") or {}))
     differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
     if differ:
         return [f"engine calibration of {name} was made with other {', '.join(differ)}"]

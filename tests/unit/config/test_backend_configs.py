@@ -31,6 +31,7 @@ from gpu_simulate_test.config.presets import preset_names
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import CONFIG_DIR, to_resolved, to_typed
 from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 
 COMMON = {"name", "request_timeout_s", "gil_switch_interval_s", "warmup_shapes", "host_probe"}
@@ -43,6 +44,7 @@ VLLM_ENGINE = {
     "kv_cache_space_gib",
     "cpu_threads_bind",
     "max_model_len",
+    "gpu_memory_utilization",
 }
 OWN_KNOBS = {
     "hf_generate": COMMON,
@@ -165,6 +167,9 @@ PRESET_STAGE = {
     "capacity_qwen3_8b_h100": "capacity",
     "fidelity_qwen3_4b_h100": "fidelity",
     "fidelity_qwen3_8b_h100": "fidelity",
+    "tune_qwen3_0_6b_h100": "tune",
+    "tune_qwen3_4b_h100": "tune",
+    "tune_qwen3_8b_h100": "tune",
 }
 """Each experiment preset with a served engine (``backend``) and the stage it is written for."""
 PROFILE_PRESETS = {
@@ -179,6 +184,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "fidelity": FidelityStageConfig,
     "pipeline": PipelineStageConfig,
     "capacity": CapacityStageConfig,
+    "tune": TuneStageConfig,
 }
 H100_HF_CB = {"max_batch_tokens": 512, "max_requests_per_batch": 32, "num_blocks": 4096}
 
@@ -223,6 +229,16 @@ def test_every_experiment_preset_is_listed() -> None:
             {"enforce_eager": False, "max_batch_tokens": 512, "max_requests_per_batch": 32},
         ),
         ("fidelity_qwen3_0_6b_vllm", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
+        # tune on your own GPU: vLLM with CUDA graphs, one server at a time on its memory share
+        *[
+            (
+                f"tune_qwen3_{size}_h100",
+                [],
+                VllmBackendConfig,
+                {"enforce_eager": False, "block_size": 16, "gpu_memory_utilization": 0.9},
+            )
+            for size in ("0_6b", "4b", "8b")
+        ],
     ],
 )
 def test_a_preset_runs_with_every_engine_its_docs_name(
@@ -241,6 +257,8 @@ def test_backend_on_the_command_line_replaces_a_presets_whole_engine(compose_sta
     alone = compose_stage("real_bench", [f"backend={option}", "workload_dir=w"])
     expected = to_typed(alone, RealBenchStageConfig).backend
     for preset, stage in PRESET_STAGE.items():
+        if stage == "tune" and not option.startswith("vllm"):
+            continue  # the tune searches vLLM's knobs: another engine is refused by name
         cfg = compose_stage(stage, [f"+experiment={preset}", f"backend={option}"])
         assert to_typed(cfg, SCHEMAS[stage]).backend == expected, preset
 
@@ -372,3 +390,15 @@ def test_a_record_of_every_engines_knobs_still_reads(compose_stage, tmp_path) ->
     again = recorded_pipeline({**recorded, "backend": old}, tmp_path / "manifest.json")
     assert again.backend == typed.backend
     assert engine_identity(old) == engine_identity(recorded["backend"])
+
+
+@pytest.mark.parametrize("size", ["0_6b", "4b", "8b"])
+def test_a_gpu_tune_checks_one_server_at_a_time(compose_stage, size: str) -> None:
+    cfg = to_typed(compose_stage("tune", [f"+experiment=tune_qwen3_{size}_h100"]), TuneStageConfig)
+    assert cfg.tune.servers_at_once == 1 and cfg.tune.verify == "top_k"
+    assert cfg.hardware.device.startswith("cuda")  # dtype auto: bf16 on CUDA
+    assert cfg.model.name == f"qwen3_{size}"
+    # the preset's lengths, not the tune's CPU defaults (a stage's own come after a group's)
+    assert (cfg.workload.prompt_len.min, cfg.workload.prompt_len.max) == (32, 512)
+    assert isinstance(cfg.backend, VllmBackendConfig) and cfg.backend.num_blocks == 16384
+    assert max(cfg.tune.space["max_num_batched_tokens"]) == 8192

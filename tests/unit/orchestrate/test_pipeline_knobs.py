@@ -162,6 +162,11 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     assert calibrated("0.1.0") == [
         f"engine calibration of vllm was made on vLLM 0.1.0, this is {installed}"
     ]
+    # a calibration recorded before a knob existed stands for that knob's default
+    settings["backend"].pop("gpu_memory_utilization")
+    assert calibrated(installed) == []
+    cfg = dataclasses.replace(cfg, backend=dataclasses.replace(backend, gpu_memory_utilization=0.5))
+    assert calibrated(installed) == ["engine calibration of vllm was made with other backend"]
 
 
 def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: Path) -> None:

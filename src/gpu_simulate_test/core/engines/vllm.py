@@ -200,6 +200,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         ]
         if b.enforce_eager:
             cmd.append("--enforce-eager")
+        if self.on_gpu:
+            cmd += ["--gpu-memory-utilization", str(b.gpu_memory_utilization)]
         if b.data_parallel_size > 1:  # one API server: the balancer's client_count is 1
             cmd += ["--data-parallel-size", str(b.data_parallel_size), "--api-server-count", "1"]
         if b.enable_prefix_caching:  # each request's cached tokens in its usage

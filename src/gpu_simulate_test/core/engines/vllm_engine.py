@@ -157,7 +157,9 @@ class VllmEngineBackend(VllmKnobs, Backend):
         """``AsyncEngineArgs`` of the engine: what ``VllmBackend.server_command`` gives the
         server as flags (a test keeps the two in step), with stats on for the engine's stamps."""
         b = self.knobs
+        on_gpu = {"gpu_memory_utilization": b.gpu_memory_utilization} if self.on_gpu else {}
         return {
+            **on_gpu,
             "model": str(model_dir),
             "served_model_name": self.cfg.model.name,
             "dtype": self.dtype,

@@ -134,6 +134,11 @@ class VllmKnobs:
         return min(model_len, cache_tokens) if cache_tokens else model_len
 
     @property
+    def on_gpu(self) -> bool:
+        """Whether the engine runs on CUDA (``hardware.device``)."""
+        return self.cfg.hardware.device.startswith("cuda")
+
+    @property
     def kv_cache_space_gib(self) -> int:
         """``backend.kv_cache_space_gib``, or (0) what ``num_blocks`` blocks of the model's
         keys and values take in the served dtype, with a quarter more for vLLM's own margin,

@@ -232,6 +232,28 @@ def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Pa
     env = backend.server_env()
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert "--data-parallel-size" not in cmd
+    assert "--gpu-memory-utilization" not in cmd  # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE
+
+
+def test_on_a_gpu_the_server_takes_its_share_of_the_memory(compose_stage, tmp_path: Path) -> None:
+    """``backend.gpu_memory_utilization`` reaches the server and the in-process engine alike
+    on CUDA (several servers on one GPU each take a share)."""
+    from gpu_simulate_test.core.engines.vllm_engine import VllmEngineBackend
+
+    cfg = _cfg(compose_stage, "hardware=h100", "backend.gpu_memory_utilization=0.45")
+    pairs = dict(itertools.pairwise(VllmBackend(cfg).server_command(8000, tmp_path)))
+    assert pairs["--gpu-memory-utilization"] == "0.45" and pairs["--dtype"] == "bfloat16"
+    engine = to_typed(
+        compose_stage(
+            "real_bench",
+            ["backend=vllm_engine", "workload_dir=w", "hardware=h100",
+             "backend.gpu_memory_utilization=0.45"],
+        ),
+        RealBenchStageConfig,
+    )  # fmt: skip
+    assert VllmEngineBackend(engine).engine_kwargs(tmp_path)["gpu_memory_utilization"] == 0.45
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=1.5 must be in \(0, 1\]"):
+        _cfg(compose_stage, "backend.gpu_memory_utilization=1.5")
 
 
 def test_a_data_parallel_server_has_one_api_server(compose_stage, tmp_path: Path) -> None:
