@@ -47,8 +47,9 @@ equal hash ids at the same positions start with the same tokens.
 
 `schema_version`, `workload_id` (fingerprint of lengths and arrivals), `source` (`synthetic`,
 `trace`, or the tool an imported run came from: `vllm_bench_serve`, `guidellm`), `seed`,
-`generator` (the workload config; its `prefix` only when prefixes are on, its `session` only
-when `workload.session.enabled`), `model`,
+`generator` (the workload config; its `prompt_len` and `output_len` with only the fields their
+`kind` draws with, its `prefix` only when prefixes are on, its `session` only when
+`workload.session.enabled`), `model`,
 `max_context`, `prompt_mode`, `summary` (`num_requests`, `duration_s`, `mean_qps`,
 `total_prefill_tokens`, `total_decode_tokens`, `max_total_tokens`, and min/mean/p50/p90/p99/max
 of `num_prefill_tokens` and `num_decode_tokens`; with shared prefixes also `total_prefix_tokens`

@@ -9,8 +9,11 @@ turned into the dataclass (``OmegaConf.to_object``);
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -149,6 +152,22 @@ class LengthDistConfig:
     """Shape (std of log) for ``lognormal``."""
     zipf_a: float = 1.5
     """Exponent for ``zipf`` (> 1); the sample is offset so that ``min`` is the mode."""
+
+    USED: ClassVar[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+        {
+            "fixed": ("value", "min", "max"),
+            "uniform": ("min", "max"),
+            "normal": ("mean", "std", "min", "max"),
+            "zipf": ("zipf_a", "min", "max"),
+            "lognormal": ("mean", "sigma", "min", "max"),
+        }
+    )
+    """The fields each kind draws with (every sample clipped to ``[min, max]``)."""
+
+    def used(self) -> dict[str, Any]:
+        """``kind`` and the fields its distribution draws with (what a record should say: a
+        uniform 4-32 has no mean of 128)."""
+        return {"kind": self.kind, **{name: getattr(self, name) for name in self.USED[self.kind]}}
 
     def check(self, key: str) -> None:
         """Range checks; errors name the fields under ``key`` (e.g. ``workload.output_len.max``)."""

@@ -385,6 +385,8 @@ def write_workload(
     )
     _write_prompts(run.file(layout.PROMPTS), workload, cfg, model, show_progress)
     generator = asdict(cfg)
+    for key in ("prompt_len", "output_len"):  # only the fields the chosen distribution draws with
+        generator[key] = getattr(cfg, key).used()
     drawn: dict[str, Any] = {}
     if workload.prefixes is None:
         del generator["prefix"]  # off: the meta stays as it was before prefixes existed

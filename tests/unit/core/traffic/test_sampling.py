@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_simulate_test.config.schema import ArrivalConfig, LengthDistConfig
+from gpu_simulate_test.config.schema import LENGTH_KINDS, ArrivalConfig, LengthDistConfig
 from gpu_simulate_test.core.traffic.sampling import rescale_to_qps, sample_arrivals, sample_lengths
 
 
@@ -83,3 +83,13 @@ def test_rescale_to_qps() -> None:
     scaled = rescale_to_qps(arrivals, 3.0)
     assert scaled[0] == 0 and scaled[-1] == pytest.approx(1.0)
     assert (len(scaled) - 1) / scaled[-1] == pytest.approx(3.0)
+
+
+def test_a_length_records_only_the_fields_its_kind_draws_with() -> None:
+    """workload_meta.json's generator: a uniform 4-32 says min and max, not a mean of 128."""
+    uniform = LengthDistConfig(kind="uniform", min=4, max=32)
+    assert uniform.used() == {"kind": "uniform", "min": 4, "max": 32}
+    normal = LengthDistConfig(kind="normal", mean=64.0, std=8.0, min=1, max=256)
+    assert normal.used() == {"kind": "normal", "mean": 64.0, "std": 8.0, "min": 1, "max": 256}
+    assert LengthDistConfig(kind="fixed", value=7).used()["value"] == 7
+    assert set(LengthDistConfig.USED) == set(LENGTH_KINDS)  # every kind says what it draws with
