@@ -62,6 +62,18 @@ CANDIDATES: Mapping[str, str] = MappingProxyType(
     }
 )
 """What the residual analysis sets each step's ratio against."""
+AXIS_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "arrival_rate": "requests taken in, last 0.5 s (req/s)",
+        "stream_rate": "tokens streamed, last 0.5 s (tokens/s)",
+        "in_flight": "requests running or waiting (requests)",
+        "waiting": "requests waiting (requests)",
+        "arrivals": "requests new in the step (requests)",
+        "finishing": "requests finishing in the step (requests)",
+        "idle_ms": "engine idle before the step (ms, log)",
+    }
+)
+"""Each candidate's axis label, in words with its unit (the plot's)."""
 
 
 def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
@@ -429,8 +441,8 @@ def plot_residuals(
             ax.plot(mids, means, "o-", color="tab:red", label="mean per bin")
             ax.legend(loc="upper left", fontsize=8)
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel(name + (" (steps after idle)" if log else ""))
-        ax.set_ylabel(f"step time / {model}")
+        ax.set_xlabel(AXIS_LABELS[name])
+        ax.set_ylabel(f"measured step time / {model} (ratio)")
         ax.set_ylim(0.5, 2.5)
     fig.suptitle(title)
     with atomic_path(path) as tmp:

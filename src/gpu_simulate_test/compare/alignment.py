@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from gpu_simulate_test.core.engines.step_record import COMPOSITION, parse_requests
 from gpu_simulate_test.io.artifacts import atomic_open
@@ -164,9 +165,13 @@ def plot_alignment(
     title: str,
 ) -> Path:
     """Tokens and requests per step for both sequences, over time where both have times (else
-    by step), the first divergence marked."""
+    by step); below them a strip marking each step k whose composition differs from the
+    simulation's step k (where the lines hide it under each other), the first divergence
+    marked across all three."""
     timed = "start_time_s" in real.columns and "start_time_s" in sim.columns
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, axes = plt.subplots(
+        3, 1, figsize=(10, 6.6), sharex=True, gridspec_kw={"height_ratios": [3, 3, 1]}
+    )
     for frame, label, color, style in (
         (real, "real", "tab:blue", "-"),
         (sim, "simulated", "tab:orange", "--"),
@@ -176,15 +181,32 @@ def plot_alignment(
         size = frame["num_prefill_requests"] + frame["num_decode_requests"]
         axes[0].step(x, tokens, where="post", color=color, linestyle=style, label=label, lw=0.8)
         axes[1].step(x, size, where="post", color=color, linestyle=style, label=label, lw=0.8)
+    n = min(len(real), len(sim))
+    differ = ~(real[list(KEY)].to_numpy()[:n] == sim[list(KEY)].to_numpy()[:n]).all(axis=1)
+    where = real["start_time_s"].to_numpy(dtype=float)[:n] if timed else np.arange(n)
+    axes[2].vlines(where[differ], 0, 1, color="tab:red", lw=0.6)
+    axes[2].set_yticks([])
+    axes[2].set_ylim(0, 1)
+    axes[2].set_ylabel("differ", rotation=0, ha="right", va="center")
+    axes[2].set_title(
+        f"steps whose composition differs: {int(differ.sum())} of {n} (real step k vs "
+        "simulated step k)",
+        fontsize=9,
+        loc="left",
+    )
     first = alignment.first_divergence
     if first is not None and first["step"] < len(real):
-        at = real["start_time_s"].iloc[first["step"]] if timed else first["step"]
+        at = float(real["start_time_s"].iloc[first["step"]] if timed else first["step"])
         for ax in axes:
-            ax.axvline(float(at), color="tab:red", lw=0.8, alpha=0.7)
-        axes[0].annotate("first divergence", (float(at), 0), color="tab:red", fontsize=8)
+            ax.axvline(at, color="tab:red", lw=0.8, alpha=0.7)
+        axes[0].text(
+            at, 0.97, " first divergence", color="tab:red", fontsize=8, va="top",
+            transform=axes[0].get_xaxis_transform(),
+        )  # fmt: skip
     axes[0].set_ylabel("tokens in the step")
     axes[1].set_ylabel("requests in the step")
-    axes[1].set_xlabel("time (s, run clock)" if timed else "step")
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[2].set_xlabel("time on the run's clock (s)" if timed else "step")
     axes[0].set_title(
         f"{title}: {alignment.same_composition_fraction:.1%} of steps the same "
         f"({alignment.real_steps} real, {alignment.sim_steps} simulated)"

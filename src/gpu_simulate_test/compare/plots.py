@@ -45,17 +45,42 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return data[keep], (keep + 1) / max(data.size, 1)
 
 
-def plot_cdfs(comparison: Comparison, path: Path, title: str) -> Path:
-    """Empirical CDFs, real vs simulated, of TTFT, TPOT and E2E (ms)."""
+def _truth_band(
+    ax: plt.Axes, real: np.ndarray, repeat: np.ndarray, label: str = "real vs real"
+) -> None:
+    """Shade, at each fraction of requests, between the real run's and its repeat's quantiles:
+    the truth's own spread, where a simulation inside it is within the noise."""
+    real, repeat = real[np.isfinite(real)], repeat[np.isfinite(repeat)]
+    if real.size < 2 or repeat.size < 2:
+        return
+    q = np.linspace(0.0, 1.0, 101)
+    ax.fill_betweenx(
+        q, np.quantile(real, q), np.quantile(repeat, q), color=REAL_COLOR, alpha=0.18,
+        linewidth=0, label=label,
+    )  # fmt: skip
+
+
+def plot_cdfs(
+    comparison: Comparison,
+    path: Path,
+    title: str,
+    repeat: Mapping[str, np.ndarray] | None = None,
+) -> Path:
+    """Empirical CDFs, real vs simulated, of TTFT, TPOT and E2E (ms), on the client's clock;
+    with ``repeat`` (each metric of the truth's second run, seconds, the same requests) the
+    band between the two real runs: the truth's own spread."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, metric in zip(axes, PLOT_METRICS, strict=True):
+        if repeat is not None and metric in repeat:
+            real_ms = comparison.joined.real.metric(metric) * 1e3
+            _truth_band(ax, real_ms, np.asarray(repeat[metric], dtype=float) * 1e3)
         for label, side, color in (
             ("real", comparison.joined.real, REAL_COLOR),
             ("simulated", comparison.joined.sim, SIM_COLOR),
         ):
             x, y = _ecdf(side.metric(metric) * 1e3)
             ax.step(x, y, where="post", label=label, color=color)
-        ax.set_title(f"{m.METRIC_LABELS[metric]} CDF")
+        ax.set_title(f"{m.METRIC_LABELS[metric]} CDF (client clock)")
         ax.set_xlabel(f"{m.METRIC_LABELS[metric]} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
@@ -146,6 +171,18 @@ def plot_sweep(table: pd.DataFrame, path: Path, x_label: str, stats: Sequence[st
     return _save(fig, path)
 
 
+def _token_ticks(ax: plt.Axes, *steps: pd.DataFrame) -> None:
+    """Label a token axis at 1, 2, 4, ... up to the largest step (a log axis labelled only at
+    powers of ten says little between 10 and 100)."""
+    largest = max(
+        (int((s["num_prefill_tokens"] + s["num_decode_tokens"]).max()) for s in steps if len(s)),
+        default=1,
+    )
+    ticks = [2**k for k in range(int(np.log2(max(largest, 1))) + 2)]
+    ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=8)
+    ax.minorticks_off()
+
+
 def plot_steps(
     real: pd.DataFrame, sim: pd.DataFrame, groups: pd.DataFrame, path: Path, title: str
 ) -> Path:
@@ -159,6 +196,7 @@ def plot_steps(
             tokens, steps["elapsed_ms"].to_numpy()[keep], s=8, alpha=0.5, label=label, color=color
         )
     left.set_xscale("symlog", linthresh=8)
+    _token_ticks(left, real, sim)
     left.set_xlabel("tokens in the step (prompt + decode)")
     left.set_ylabel("step time (ms)")
     left.set_title("step time by step size")

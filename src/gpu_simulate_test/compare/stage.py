@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.record import SimulatedCalibration
@@ -25,7 +26,7 @@ from gpu_simulate_test.compare.calibration import (
     host_memory,
     host_memory_markdown,
 )
-from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown
+from gpu_simulate_test.compare.clocks import clock_rows, clocks_markdown, repeat_values
 from gpu_simulate_test.compare.comparison import (
     Comparison,
     Excluded,
@@ -215,7 +216,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
         )
         write_csv(r.file(REQUESTS_CSV), report.requests_frame(comparison), COMPARISON_REQUESTS)
-        drawn = draw_plots(comparison, r.path, inputs.context) if cfg.compare.plots else {}
+        again = None if repeat is None else repeat_metrics(repeat.requests, inputs.joined)
+        drawn = draw_plots(comparison, r.path, inputs.context, again) if cfg.compare.plots else {}
         data = report.to_dict(comparison, inputs.context, inputs.findings)
         data["warmup"] = {"warmup_s": cfg.compare.warmup_s, "num_warmup_excluded": inputs.warmup}
         clocks = clock_rows(
@@ -387,18 +389,32 @@ def steps_markdown(result: StepComparison, with_plot: bool) -> str:
     return "\n".join(lines)
 
 
-def draw_plots(comparison: Comparison, out_dir: Path, context: Mapping[str, Any]) -> dict[str, str]:
-    """Draw the three figures; returns title → file name (relative to the run) for summary.md."""
+def repeat_metrics(repeat: pd.DataFrame, joined: JoinedRequests) -> dict[str, np.ndarray]:
+    """The truth's second run's client-clock TTFT, TPOT and E2E (seconds) for the joined
+    requests (NaN where it did not complete one)."""
+    frame = repeat.set_index("request_id").reindex(joined.request_id)
+    return {metric: repeat_values(frame, f"{metric}_s") for metric in plots.PLOT_METRICS}
+
+
+def draw_plots(
+    comparison: Comparison,
+    out_dir: Path,
+    context: Mapping[str, Any],
+    repeat: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, str]:
+    """Draw the three figures (the CDFs with the truth's spread when ``repeat`` is given);
+    returns title → file name (relative to the run) for summary.md."""
     real = context["real"]
     where = f"{real.get('model')} on {real.get('hardware')}, {real.get('backend')} vs Vidur"
+    cdfs = "CDFs, real vs simulated" + (" (shaded: real vs real)" if repeat else "")
+    plots.plot_cdfs(comparison, out_dir / CDF_PLOT, f"{cdfs}: {where}", repeat)
     figures = {
-        "CDFs, real vs simulated": (CDF_PLOT, plots.plot_cdfs),
         "predicted vs measured per request": (SCATTER_PLOT, plots.plot_scatter),
         "relative error by request length": (ERROR_PLOT, plots.plot_error_by_length),
     }
     for title, (name, draw) in figures.items():
         draw(comparison, out_dir / name, f"{title}: {where}")
-    return {title: name for title, (name, _) in figures.items()}
+    return {cdfs: CDF_PLOT, **{title: name for title, (name, _) in figures.items()}}
 
 
 def print_headline(

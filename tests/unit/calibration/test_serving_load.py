@@ -130,7 +130,7 @@ def test_residual_analysis_finds_the_candidate_that_matters() -> None:
         r["candidate"]: r
         for r in serving_load.residual_analysis(frame[busy], frame["body_s"][busy] / pred[busy])
     }
-    assert set(rows) == set(serving_load.CANDIDATES)
+    assert set(rows) == set(serving_load.CANDIDATES) == set(serving_load.AXIS_LABELS)
     assert rows["arrival_rate"]["spearman"] > 0.6
     assert rows["arrival_rate"]["mean_ratio_high"] > rows["arrival_rate"]["mean_ratio_low"] + 0.2
     for other in ("in_flight", "arrivals", "finishing"):
