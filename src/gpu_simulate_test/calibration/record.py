@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -41,6 +42,31 @@ cached prefix, ``cached_prefill``; 11: bursts of 2, 4 and 8 prompts read step by
 (``num_prompts``), decodes at the middle and longest context, and the front end's input line
 fitted on the replays under load); a bundle calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
+
+
+MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
+    {
+        7: "replays under load (serving_steps.csv: the step time under load)",
+        8: "the front end as a queue (frontend.queue)",
+        9: "a warm-up of every step size before the timed steps",
+        10: "prefills over a cached prefix (cached_prefill)",
+        11: "bursts of 2, 4 and 8 prompts, decodes at the middle and longest context, and the "
+        "front end's input hop under load",
+    }
+)
+"""What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s
+history, from the replays under load on)."""
+
+
+def measured_since(version: int) -> list[str]:
+    """What the calibrations after ``version`` measure that it does not, oldest first."""
+    missing = [what for v, what in sorted(MEASURED_SINCE.items()) if v > version]
+    first, last = version + 1, min(MEASURED_SINCE) - 1
+    if first < last:
+        missing.insert(0, f"what versions {first} to {last} added (CALIBRATION_VERSION)")
+    elif first == last:
+        missing.insert(0, f"what version {first} added (CALIBRATION_VERSION)")
+    return missing
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
-from gpu_simulate_test.orchestrate.profiling import ProfilePlan
+from gpu_simulate_test.orchestrate.profiling import ProfilePlan, older_calibration
 from gpu_simulate_test.orchestrate.serving import served
 from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
 
@@ -105,7 +105,11 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         if source is not None:
             inner, decided, workload_dir = recorded_inputs(cfg, inner, source)
-            r.update_meta(real_from=str(source.root), recorded_config=as_resolved(inner))
+            r.update_meta(
+                real_from=str(source.root),
+                recorded_config=as_resolved(inner),
+                older_calibration=older_calibration(inner),  # simulated with it, said
+            )
             # the report names the engine and device the real phase measured
             cfg = dataclasses.replace(
                 cfg, model=inner.model, hardware=inner.hardware, backend=inner.backend

@@ -45,7 +45,7 @@ from gpu_simulate_test.io.artifacts import (
 )
 from gpu_simulate_test.io.runs import Run, open_upstream_run, package_versions
 from gpu_simulate_test.orchestrate.configs import recorded_pipeline
-from gpu_simulate_test.orchestrate.profiling import recorded_plan
+from gpu_simulate_test.orchestrate.profiling import older_calibration, recorded_plan
 from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import Truth
 
@@ -123,6 +123,11 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             for load in load_plan(manifest)
             if load.backend == backend
         ]
+        at_bundle = sim_cfg  # the bundle the real phase carried, where it says
+        if carried := rec.get("profiling_root"):
+            at_bundle = dataclasses.replace(sim_cfg, profiling_root=str(src / carried))
+        if (older := older_calibration(at_bundle)) is not None:
+            notes.append(older)
         cap = dict(rec["capacity"])
         if cap.get("probe_run"):
             cap["probe_run"] = str(src / cap["probe_run"])

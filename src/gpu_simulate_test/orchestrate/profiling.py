@@ -69,15 +69,22 @@ def with_new_defaults(recorded: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
 
 
-def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
-    """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does)."""
+def calibration_misfits(
+    cfg: PipelineStageConfig, bundle: Bundle, accept_older: bool = False
+) -> list[str]:
+    """Why the bundle's engine calibration does not stand for ``cfg.backend`` (empty if it does).
+    ``accept_older``: a calibration by an older version of this code stands (a sim phase, which
+    cannot calibrate again: it simulates with what was measured, :func:`older_calibration`
+    says what that leaves out)."""
     from gpu_simulate_test.calibration.record import CALIBRATION_VERSION
 
     name = cfg.backend.name
     recorded = bundle.engine_calibration(name)
     if recorded is None or not bundle.engine_steps_path.is_file():
         return [f"no engine calibration for backend {name}"]
-    if recorded.get("version") != CALIBRATION_VERSION:
+    version = recorded.get("version")
+    older = isinstance(version, int) and version < CALIBRATION_VERSION
+    if version != CALIBRATION_VERSION and not (accept_older and older):
         return [
             f"engine calibration of {name} is version {recorded.get('version')}, this code "
             f"calibrates version {CALIBRATION_VERSION}"
@@ -107,7 +114,10 @@ def calibration_misfits(cfg: PipelineStageConfig, bundle: Bundle) -> list[str]:
 
 
 def bundle_misfits(
-    cfg: PipelineStageConfig, scheduler: VidurSchedulerConfig, needs: plan.Requirements
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    needs: plan.Requirements,
+    accept_older: bool = False,
 ) -> list[str]:
     """Why the bundle in ``<profiling_root>/<hardware>/<model>`` is not reusable; empty if it is."""
     path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
@@ -138,7 +148,7 @@ def bundle_misfits(
     except ArtifactError as exc:
         reasons.append(str(exc))
     if cfg.engine_overhead:
-        reasons += calibration_misfits(cfg, bundle)
+        reasons += calibration_misfits(cfg, bundle, accept_older)
     return reasons
 
 
@@ -181,12 +191,14 @@ def plan_for_lengths(
     *,
     covering: plan.Requirements | None = None,
     because: str | None = None,
+    accept_older: bool = False,
 ) -> ProfilePlan:
     """Decide, from a workload's prompt and output lengths, whether to profile.
 
     ``covering``: requirements the bundle must meet besides this workload's (a campaign's
     earlier loads). ``because``: profile regardless, for this reason. Otherwise the bundle is
-    profiled again when ``cfg.reuse_profile`` is false or :func:`bundle_misfits` finds a reason.
+    profiled again when ``cfg.reuse_profile`` is false or :func:`bundle_misfits` finds a reason
+    (``accept_older``: an older version's engine calibration is not one).
     """
     scheduler, derived = derive_scheduler(cfg.backend, cfg.vidur.scheduler, int(prefill.max()))
     needs = widest(covering, plan.requirements(prefill, decode, scheduler))
@@ -195,7 +207,7 @@ def plan_for_lengths(
     elif not cfg.reuse_profile:
         misfits = ("reuse_profile=false",)
     else:
-        misfits = tuple(bundle_misfits(cfg, scheduler, needs))
+        misfits = tuple(bundle_misfits(cfg, scheduler, needs, accept_older))
     return ProfilePlan(scheduler, derived, needs, misfits)
 
 
@@ -205,12 +217,15 @@ def profile_plan(
     *,
     covering: plan.Requirements | None = None,
     because: str | None = None,
+    accept_older: bool = False,
 ) -> ProfilePlan:
     """:func:`plan_for_lengths` on the workload written in ``workload_dir``."""
     from gpu_simulate_test.core.traffic.workloads import load_workload
 
     prefill, decode = plan.workload_lengths(load_workload(workload_dir).lengths)
-    return plan_for_lengths(cfg, prefill, decode, covering=covering, because=because)
+    return plan_for_lengths(
+        cfg, prefill, decode, covering=covering, because=because, accept_older=accept_older
+    )
 
 
 def recorded_plan(
@@ -223,8 +238,11 @@ def recorded_plan(
     """A split run's sim phase: the plan for ``what`` (a load, a search) from its recorded bundle
     (``cfg.profiling_root``), which must cover it (a sim phase never profiles), with Vidur's
     scheduler derived again and checked against the one the real phase recorded in ``where``
-    (empty: none recorded, nothing to check)."""
-    decided = profile_plan(cfg, workload_dir)
+    (empty: none recorded, nothing to check). An engine calibration by an older version of this
+    code is simulated with as it is (:func:`older_calibration` says what it lacks)."""
+    decided = profile_plan(cfg, workload_dir, accept_older=True)
+    if (note := older_calibration(cfg)) is not None:
+        console.print(f"[yellow]{note}")
     derived = as_stored_json(dataclasses.asdict(decided.scheduler))
     # a knob added since the real phase ran is held at its default there
     defaults = as_stored_json(dataclasses.asdict(VidurSchedulerConfig()))
@@ -378,3 +396,26 @@ def check_calibration(
     validation.record(bundle, checks, validation.failure_warning(checks) if failed else None)
     stages.record(calibration_check=checks)
     return bundle
+
+
+def older_calibration(cfg: PipelineStageConfig) -> str | None:
+    """One line, when the bundle's engine calibration of ``cfg.backend`` was made by an older
+    version of this code: which version, and what later versions measure that it does not (the
+    simulation goes on with what it measured); None otherwise (or without one)."""
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION, measured_since
+
+    if not cfg.engine_overhead:
+        return None
+    path = layout.bundle_dir(cfg.profiling_root, cfg.hardware.name, cfg.model.name)
+    try:
+        recorded = load_bundle(path, timings_checked=False).engine_calibration(cfg.backend.name)
+    except ArtifactError:
+        return None
+    version = (recorded or {}).get("version")
+    if not isinstance(version, int) or version >= CALIBRATION_VERSION:
+        return None
+    return (
+        f"{path}: the engine calibration of {cfg.backend.name} is version {version}, this code "
+        f"calibrates version {CALIBRATION_VERSION}: simulated with what it measured, without "
+        + "; ".join(measured_since(version))
+    )

@@ -169,6 +169,52 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     assert calibrated(installed) == ["engine calibration of vllm was made with other backend"]
 
 
+def test_an_older_calibration_is_simulated_with_and_says_what_it_lacks(tmp_path: Path) -> None:
+    """A bundle calibrated by version 9 (kept from a borrowed GPU): the pipeline, which can
+    calibrate, does so again; a sim phase, which cannot, simulates with it and names what
+    versions 10 and 11 measure that it does not."""
+    import dataclasses
+
+    from gpu_simulate_test.calibration.record import CALIBRATION_VERSION, measured_since
+    from gpu_simulate_test.config.presets import hardware_preset, model_preset
+    from gpu_simulate_test.core.profiling.bundle import ENGINE_STEPS_TABLE, load_bundle
+    from gpu_simulate_test.io import layout
+    from gpu_simulate_test.io.artifacts import as_stored_json, read_json, write_csv, write_json
+    from gpu_simulate_test.orchestrate.configs import engine_calibration
+    from gpu_simulate_test.orchestrate.profiling import calibration_misfits, older_calibration
+    from tests.unit.calibration.test_engine_overhead import steps
+    from tests.vidur_bundle_factory import write_synthetic_bundle
+
+    assert CALIBRATION_VERSION == 11, "extend MEASURED_SINCE with what the new version measures"
+    backend = HfCbBackendConfig(max_batch_tokens=128, max_requests_per_batch=8)
+    cfg = PipelineStageConfig(
+        model=model_preset("qwen3_tiny"),
+        hardware=hardware_preset("cpu"),
+        backend=backend,
+        output=OutputConfig(),
+        profiling_root=str(tmp_path),
+    )
+    path = write_synthetic_bundle(tmp_path, cfg.model, points=6)
+    write_csv(path / layout.ENGINE_STEPS, steps(), ENGINE_STEPS_TABLE)
+    settings = as_stored_json(dataclasses.asdict(engine_calibration(cfg)))
+    meta = read_json(path / layout.BUNDLE_META)
+    info = {"version": 9, "settings": settings, "engine": {}}
+    write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": info}})
+    bundle = load_bundle(path)
+    assert calibration_misfits(cfg, bundle) == [
+        "engine calibration of hf_cb is version 9, this code calibrates version 11"
+    ]
+    assert calibration_misfits(cfg, bundle, accept_older=True) == []
+    note = older_calibration(cfg)
+    assert note is not None and "is version 9, this code calibrates version 11" in note
+    assert "prefills over a cached prefix" in note and "bursts of 2, 4 and 8 prompts" in note
+    assert "replays under load" not in note  # version 9 has them
+    assert measured_since(5)[0] == "what version 6 added (CALIBRATION_VERSION)"
+    assert measured_since(2)[0] == "what versions 3 to 6 added (CALIBRATION_VERSION)"
+    assert measured_since(CALIBRATION_VERSION) == []
+    assert older_calibration(dataclasses.replace(cfg, engine_overhead=False)) is None
+
+
 def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: Path) -> None:
     """``backend.servers=2 calibrate_beside_neighbours=true`` reuses only a calibration that
     timed the engine beside one other server (``engine.neighbours``), whatever its router; one
