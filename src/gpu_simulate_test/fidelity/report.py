@@ -21,6 +21,7 @@ from gpu_simulate_test.fidelity.tables import (
     largest_abs_error,
     rate_unit,
 )
+from gpu_simulate_test.fidelity.verdict import verdict_lines
 
 
 def summary_table(reports: Sequence[Mapping[str, Any]]) -> str:
@@ -135,14 +136,15 @@ def markdown(
     table: pd.DataFrame,
     plots: Mapping[str, str],
 ) -> str:
-    """``report.md``: setup, capacity, the table (metric × percentile × load) and the largest
-    absolute error; a partial report says so first."""
+    """``report.md``: a partial report says so first, then the verdict (:mod:`.verdict`), setup,
+    capacity, the table (metric × percentile × load) and the largest absolute error."""
     lines = [f"# Fidelity: {name}", ""]
     if setup.get("partial"):
         lines += [
             "**Partial report**: " + "; ".join(setup.get("notes") or ["see the loads"]) + ".",
             "",
         ]
+    lines += verdict_lines(table, None if setup.get("imported") else setup.get("real_runs"))
     lines += [
         f"- {key}: {value}"
         for key, value in setup.items()
