@@ -43,7 +43,12 @@ def test_configs_ship_inside_the_package() -> None:
     assert not (REPO / "configs").exists()  # one copy: the one the wheel carries
 
 
-EXPERIMENT_STAGES = {"fidelity_": "fidelity", "capacity_": "capacity", "profile_": "vidur_profile"}
+EXPERIMENT_STAGES = {
+    "fidelity_": "fidelity",
+    "capacity_": "capacity",
+    "profile_": "vidur_profile",
+    "tune_": "tune",
+}
 """An experiment's stage by its name's prefix; the others are the pipeline's."""
 
 
