@@ -104,9 +104,11 @@ def gpu_lines(doc: Mapping[str, Any]) -> list[str]:
                 [gpu_cells(f) for f in front],
             ),
             "",
-            "Fleets are simulated, not measured: `tune.verify` checks one engine and fleets "
-            "behind vLLM's own balancer (`--data-parallel-size`), not N servers behind another "
-            "router.",
+            "Fleets are simulated; `tune.verify` checks those it picks on real servers (one "
+            "`--data-parallel-size N` server behind vLLM's own balancer, or N servers behind the "
+            "client's router, each engine on cores or a GPU of its own; the in-process engine's "
+            "fleets are simulated only). A fleet sharing the cores of a small host with its "
+            "client measures the host more than the fleet (*server's steps / model's* below).",
             "",
         ]
     return lines
