@@ -28,6 +28,9 @@ NOISE_FLOOR = 0.10
 """An error within this is within the noise whatever the truth's repeat says."""
 JUDGED_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 JUDGED_STATS: tuple[str, ...] = ("p50", "p90")
+SHOWN_OUTSIDE = 3
+"""Figures the verdict's line names outside the noise, furthest first (``comparison.json``
+``verdict.outside`` has them all)."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,11 @@ def verdict(
         "figures": [f.to_dict() for f in judged],
         "within": sum(f.within for f in judged),
         "judged": len(judged),
-        "outside": [f.text() for f in judged if not f.within],
+        "outside": [
+            f.text()
+            for f in sorted(judged, key=lambda f: f.band - abs(f.error))  # furthest out first
+            if not f.within
+        ],
         "largest_gap": None if gap is None else gap.text(),
         "cause": None if gap is None else cause(gap, judged, clocks, steps),
         "disturbed": [r.name for r in runs if r.disturbed],
@@ -217,7 +224,9 @@ def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
     band = "max(10%, real vs real)" if record["repeat"] else "10% (no repeat of the truth)"
     head = f"**Verdict:** {record['within']} of {record['judged']} figures within {band}"
     outside = record["outside"]
-    head += ". Outside: " + "; ".join(outside) + "." if outside else ": every one."
+    more = f"; and {len(outside) - SHOWN_OUTSIDE} more" if len(outside) > SHOWN_OUTSIDE else ""
+    named = "; ".join(outside[:SHOWN_OUTSIDE])
+    head += f". Outside, furthest first: {named}{more}." if outside else ": every one."
     lines = [head]
     if record["largest_gap"]:
         lines.append(f"**Largest gap:** {record['largest_gap']}: {record['cause']}.")

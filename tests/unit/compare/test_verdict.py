@@ -74,6 +74,9 @@ def test_a_client_gap_with_the_engine_within_is_the_front_end() -> None:
     assert "the front end (client − engine): 25.7 ms real against 8.3 ms" in record["cause"]
     lines = verdict_markdown(record)
     assert lines[0].startswith("- **Verdict:** 11 of 12 figures within max(10%, real vs real)")
+    assert lines[0].endswith(
+        "Outside, furthest first: client TTFT p90 -31.5% (real vs real +0.9%)."
+    )
     assert lines[1].startswith("- **Largest gap:** client TTFT p90 -31.5%")
     assert lines[2] == "- **Truth:** the real run and the repeat undisturbed."
     assert len(lines) <= 5  # the first 10 lines of summary.md hold the verdict
@@ -104,6 +107,15 @@ def test_without_an_engine_clock_the_client_is_judged_against_ten_percent() -> N
     assert record["outside"] == [
         "client TTFT p50 -20.0% (no repeat)", "client TTFT p90 -20.0% (no repeat)",
     ]  # fmt: skip
+    # many outside: the line names the 3 furthest, the record keeps them all
+    clocks = [
+        _row(metric, stat, error_vs_engine=-0.3, error_vs_client=-0.5 if metric == "e2e" else -0.2)
+        for metric in ("ttft", "tpot", "e2e")
+        for stat in ("p50", "p90")
+    ]
+    far = verdict(_comparison(), clocks, None, CALM)
+    assert len(far["outside"]) == 12 and far["outside"][0].startswith("client E2E")
+    assert verdict_markdown(far)[0].endswith("; and 9 more.")
     assert "no engine step record" in record["cause"]
     assert "10% (no repeat of the truth)" in verdict_markdown(record)[0]
 
