@@ -17,7 +17,11 @@ from gpu_simulate_test.config.search import (
     SearchStageBase,
     SloConfig,
 )
-from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurConfig
+from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
+    VidurConfig,
+    check_scheduler_named_once,
+)
 
 __all__ = (
     "CAPACITY_PHASES",
@@ -126,6 +130,7 @@ class CapacityStageConfig(SearchStageBase):
     router yet). One replica (the default): ``backend.data_parallel_size``'s fleet."""
 
     def __post_init__(self) -> None:
+        check_scheduler_named_once(self.backend, self.vidur.scheduler)
         _check(
             self.dtype == "auto" or self.dtype in DTYPES,
             f"dtype={self.dtype!r} is not one of auto, {', '.join(DTYPES)}",

@@ -20,7 +20,11 @@ from gpu_simulate_test.config.schema import (
     _check,
     _check_choice,
 )
-from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurConfig
+from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
+    VidurConfig,
+    check_scheduler_named_once,
+)
 from gpu_simulate_test.io.layout import PROFILING_ROOT
 
 
@@ -95,6 +99,7 @@ class PipelineStageConfig:
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
         _check(self.real_reruns >= 0, "real_reruns must be >= 0 (0: mark disturbed runs only)")
+        check_scheduler_named_once(self.backend, self.vidur.scheduler)
 
     def pipeline(self) -> PipelineStageConfig:
         """These fields as a plain pipeline config: the stages that extend it (fidelity,

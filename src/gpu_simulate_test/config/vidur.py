@@ -253,6 +253,48 @@ class VidurPredictorConfig:
         )
 
 
+_CHUNKED = {
+    "name": "backend.name",
+    "chunk_size": "backend.max_batch_tokens (vLLM's --max-num-batched-tokens)",
+    "batch_size_cap": "backend.max_requests_per_batch (vLLM's --max-num-seqs)",
+    "block_size": "backend.block_size (vLLM's --block-size)",
+    "num_blocks": "backend.num_blocks (vLLM's --num-gpu-blocks-override)",
+}
+_VLLM = {
+    **_CHUNKED,
+    "enable_prefix_caching": "backend.enable_prefix_caching",
+    "enable_chunked_prefill": "backend.enable_chunked_prefill",
+}
+DERIVED_SCHEDULER: dict[str, dict[str, str]] = {
+    "hf_cb": _CHUNKED,
+    "vllm": _VLLM,
+    "vllm_engine": _VLLM,
+    "hf_generate": {"name": "backend.name", "batch_size_cap": "backend.name (one at a time)"},
+}
+"""Per backend, the Vidur scheduler knobs an orchestrator (pipeline, fidelity, capacity) derives
+from the engine's own, and the knob each is derived from: the engine's knob is the one name to
+set (``orchestrate``'s ``derive_scheduler`` does the deriving; a test holds the two equal)."""
+
+
+def check_scheduler_named_once(backend: BackendConfig, scheduler: VidurSchedulerConfig) -> None:
+    """ConfigError naming each ``vidur.scheduler.*`` knob set (away from its default) that the
+    orchestrators derive from ``backend``'s own knob, with the knob to set instead: one name per
+    knob."""
+    default = VidurSchedulerConfig()
+    derived = DERIVED_SCHEDULER.get(backend.name, {})
+    twice = [
+        f"vidur.scheduler.{name}={getattr(scheduler, name)!r} (derived from {source})"
+        for name, source in derived.items()
+        if getattr(scheduler, name) != getattr(default, name)
+    ]
+    _check(
+        not twice,
+        f"with backend={backend.name} the simulator's scheduler is derived from the engine's "
+        f"knobs, so these are set twice: {'; '.join(twice)}; set the engine's knob instead (one "
+        "name per knob; vidur_simulate alone takes vidur.scheduler.*)",
+    )
+
+
 @dataclass(frozen=True)
 class VidurConfig:
     """Everything the simulator is told besides the model, device and workload.

@@ -43,7 +43,10 @@ def recorded_pipeline(recorded: Mapping[str, Any], where: Path) -> PipelineStage
     # a real phase older than the settings clean-up stored ``stage`` (removed, never read) and
     # ``vidur.fast_path`` (renamed): both dead, since the simulating run's ``vidur`` replaces it
     recorded.pop("stage", None)
-    recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k != "fast_path"}
+    # and its ``vidur.scheduler`` (the simulating run derives its own, checked against the one
+    # the real phase recorded apart): an older default there is no knob set twice
+    dead = ("fast_path", "scheduler")
+    recorded["vidur"] = {k: v for k, v in (recorded.get("vidur") or {}).items() if k not in dead}
     # one recorded before each engine had its own config class held every engine's knobs
     if isinstance(recorded.get("backend"), Mapping):
         recorded["backend"] = own_knobs(recorded["backend"])

@@ -14,7 +14,7 @@ from gpu_simulate_test.config.backends import (
 )
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.registry import to_typed
-from gpu_simulate_test.config.schema import OutputConfig
+from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
 from gpu_simulate_test.core.engines.knobs import derive_scheduler, knob_mismatches
 from gpu_simulate_test.orchestrate.profiling import profile_ranges
@@ -273,3 +273,37 @@ def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: P
     assert calibration_misfits(one, load_bundle(path)) == [
         "engine calibration of vllm was made with other backend"
     ]
+
+
+@pytest.mark.parametrize("stage", ["pipeline", "fidelity", "capacity"])
+def test_a_derived_scheduler_knob_is_refused_naming_the_engine_s(compose_stage, stage) -> None:
+    """One name per knob: where the simulator's scheduler is derived from the engine's knobs,
+    setting it under Vidur's name too is refused, naming the engine's knob to set."""
+    from gpu_simulate_test.config.capacity import CapacityStageConfig
+    from gpu_simulate_test.config.fidelity import FidelityStageConfig
+
+    schema = {"pipeline": PipelineStageConfig, "fidelity": FidelityStageConfig,
+              "capacity": CapacityStageConfig}[stage]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"chunk_size=64 \(derived from backend.max_batch_tokens"):
+        to_typed(compose_stage(stage, ["vidur.scheduler.chunk_size=64"]), schema)
+    # the engine's own name is the one to set; a knob no engine derives stays Vidur's
+    to_typed(compose_stage(stage, ["backend.max_batch_tokens=64"]), schema)
+    to_typed(compose_stage(stage, ["vidur.scheduler.watermark_blocks_fraction=0.02"]), schema)
+    # an engine Vidur's schedulers do not mirror (a server you run) takes them as given
+    to_typed(compose_stage(stage, ["backend=openai", "vidur.scheduler.chunk_size=64"]), schema)
+
+
+def test_what_the_config_says_is_derived_is_what_is_derived() -> None:
+    from gpu_simulate_test.config.backends import backend_config
+    from gpu_simulate_test.config.vidur import DERIVED_SCHEDULER
+
+    # every field away from what any backend derives, so that each derived one shows
+    base = VidurSchedulerConfig(
+        name="vllm_v1", chunk_size=7, batch_size_cap=3, block_size=8, num_blocks=5
+    )
+    for name, derived in DERIVED_SCHEDULER.items():
+        vllm = {"enable_chunked_prefill": False, "enable_prefix_caching": True}
+        knobs = vllm if name.startswith("vllm") else {}
+        sched, _ = derive_scheduler(backend_config(name, **knobs), base, 6)
+        changed = {f for f in vars(base) if getattr(sched, f) != getattr(base, f)}
+        assert changed | {"name"} == set(derived) | {"name"}, name  # vllm_v1 is vLLM's own

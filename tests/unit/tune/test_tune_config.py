@@ -98,9 +98,13 @@ def test_the_capacity_steps_a_tune_runs_get_its_options(compose_stage) -> None:
 
 def test_the_capacity_stages_pipeline_keeps_its_settings(compose_stage) -> None:
     cfg = to_typed(
-        compose_stage("capacity", ["vidur.scheduler.chunk_size=64", "profile.max_num_tokens=512"]),
+        compose_stage(
+            "capacity",
+            ["vidur.scheduler.watermark_blocks_fraction=0.02", "profile.max_num_tokens=512"],
+        ),
         CapacityStageConfig,
     )
     inner = cfg.pipeline()
-    assert inner.vidur.scheduler.chunk_size == 64 and inner.profile.max_num_tokens == 512
+    assert inner.vidur.scheduler.watermark_blocks_fraction == 0.02
+    assert inner.profile.max_num_tokens == 512
     assert dataclasses.replace(cfg, dtype="bfloat16").pipeline().dtype == "bfloat16"
