@@ -75,6 +75,12 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert any(line.startswith("- **Verdict:** ") for line in head), head
     assert any(line.startswith("- **Truth") for line in head), head
     assert data["verdict"]["judged"] == 12 and data["verdict"]["repeat"]
+    # each first token's time split into its hops by the API server's stamps (its spans)
+    assert (root / "real_bench" / "e2e" / "front_end_stamps.csv").is_file()
+    hops = data["ttft_parts"]
+    assert hops["requests"] == 12 and len(hops["hops"]) == 5
+    assert sum(h["share_of_mean"] for h in hops["hops"]) == pytest.approx(1.0)
+    assert "## Where the first token's time goes" in (compare_dir / "summary.md").read_text()
     # tmp/latest is the newest pipeline's compare, and the last line says where the summary is
     assert (root / "latest").resolve() == compare_dir.resolve()
     assert proc.stdout.strip().splitlines()[-1].startswith("summary: ")

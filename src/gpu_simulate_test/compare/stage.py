@@ -48,6 +48,7 @@ from gpu_simulate_test.compare.contract import (
     STEPS_CSV,
     STEPS_PLOT,
     SUMMARY_MD,
+    TTFT_PARTS_PLOT,
     TURN_PLOT,
 )
 from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
@@ -73,6 +74,7 @@ from gpu_simulate_test.compare.step_inputs import (
 )
 from gpu_simulate_test.compare.steps import StepComparison
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
+from gpu_simulate_test.compare.ttft_parts import plot_ttft_parts, ttft_parts, ttft_parts_markdown
 from gpu_simulate_test.compare.verdict import run_state, verdict, verdict_markdown
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.engines.knobs import knob_mismatches
@@ -227,6 +229,11 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             None if repeat is None else repeat.requests,
         )
         data["clocks"] = clocks
+        parts = ttft_parts(inputs.real.path, inputs.real_requests, clocks)
+        data["ttft_parts"] = parts and {k: v for k, v in parts.items() if k != "per_request"}
+        if parts is not None and cfg.compare.plots:
+            title = f"where the first token's time goes: {inputs.context['real'].get('backend')}"
+            plot_ttft_parts(parts, r.file(TTFT_PARTS_PLOT), title)
         good = compare_goodput(comparison, cfg.goodput)
         data["goodput"] = good
         data["host_memory"] = inputs.memory
@@ -241,7 +248,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         write_steps(r, cfg, inputs, data)
         data["verdict"] = judged = verdict_of(cfg, inputs, clocks, data.get("steps"))
         write_json(r.file(COMPARISON_JSON), data)
-        text = summary_text(cfg, inputs, drawn, clocks, good, judged)
+        text = summary_text(cfg, inputs, drawn, clocks, good, judged, parts)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
@@ -297,10 +304,11 @@ def summary_text(
     clocks: list[dict[str, Any]] | None,
     good: dict[str, Any] | None,
     judged: Mapping[str, Any] | None = None,
+    parts: Mapping[str, Any] | None = None,
 ) -> str:
     """``summary.md``: the verdict (``judged``), the report's sections, then the warm-up,
-    goodput, both clocks, the prefix cache, multi-turn sessions, the host's memory, the engine
-    steps and the step-by-step alignment."""
+    goodput, both clocks and the first token's hops (``parts``), the prefix cache, multi-turn
+    sessions, the host's memory, the engine steps and the step-by-step alignment."""
     lines = verdict_markdown(judged) if judged is not None else []
     text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn, lines)
     if inputs.warmup:
@@ -311,6 +319,7 @@ def summary_text(
         )
     text += goodput_markdown(good)
     text += clocks_markdown(clocks)
+    text += ttft_parts_markdown(parts, TTFT_PARTS_PLOT if cfg.compare.plots else None)
     text += prefix_cache_markdown(inputs.prefix_cache)
     turn_plot = TURN_PLOT if cfg.compare.plots else None
     text += multi_turn_markdown(inputs.multi_turn, turn_plot, inputs.sessions_skipped)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from omegaconf import MISSING
 
@@ -253,24 +255,32 @@ class VidurPredictorConfig:
         )
 
 
-_CHUNKED = {
-    "name": "backend.name",
-    "chunk_size": "backend.max_batch_tokens (vLLM's --max-num-batched-tokens)",
-    "batch_size_cap": "backend.max_requests_per_batch (vLLM's --max-num-seqs)",
-    "block_size": "backend.block_size (vLLM's --block-size)",
-    "num_blocks": "backend.num_blocks (vLLM's --num-gpu-blocks-override)",
-}
-_VLLM = {
-    **_CHUNKED,
-    "enable_prefix_caching": "backend.enable_prefix_caching",
-    "enable_chunked_prefill": "backend.enable_chunked_prefill",
-}
-DERIVED_SCHEDULER: dict[str, dict[str, str]] = {
-    "hf_cb": _CHUNKED,
-    "vllm": _VLLM,
-    "vllm_engine": _VLLM,
-    "hf_generate": {"name": "backend.name", "batch_size_cap": "backend.name (one at a time)"},
-}
+_CHUNKED: Mapping[str, str] = MappingProxyType(
+    {
+        "name": "backend.name",
+        "chunk_size": "backend.max_batch_tokens (vLLM's --max-num-batched-tokens)",
+        "batch_size_cap": "backend.max_requests_per_batch (vLLM's --max-num-seqs)",
+        "block_size": "backend.block_size (vLLM's --block-size)",
+        "num_blocks": "backend.num_blocks (vLLM's --num-gpu-blocks-override)",
+    }
+)
+_VLLM: Mapping[str, str] = MappingProxyType(
+    {
+        **_CHUNKED,
+        "enable_prefix_caching": "backend.enable_prefix_caching",
+        "enable_chunked_prefill": "backend.enable_chunked_prefill",
+    }
+)
+DERIVED_SCHEDULER: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "hf_cb": _CHUNKED,
+        "vllm": _VLLM,
+        "vllm_engine": _VLLM,
+        "hf_generate": MappingProxyType(
+            {"name": "backend.name", "batch_size_cap": "backend.name (one at a time)"}
+        ),
+    }
+)
 """Per backend, the Vidur scheduler knobs an orchestrator (pipeline, fidelity, capacity) derives
 from the engine's own, and the knob each is derived from: the engine's knob is the one name to
 set (``orchestrate``'s ``derive_scheduler`` does the deriving; a test holds the two equal)."""

@@ -50,6 +50,8 @@ ENGINE_STEP_LOG = "engine_step_log.csv"
 """The engine's steps: a real vLLM server's own per-step log, or Vidur's simulated batches."""
 ENGINE_SCHEDULE = "engine_schedule.csv"
 """Every step a real vLLM engine's own scheduler took, on the engine's clock, request by request."""
+FRONT_END_STAMPS = "front_end_stamps.csv"
+"""When a vLLM server's API server received each request and handled its first output."""
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,127}$")
 

@@ -398,6 +398,29 @@ ENGINE_SCHEDULE = TableSchema(
     optional=(FLEET_COLUMN,),
 )
 
+FRONT_END_STAMPS = TableSchema(
+    name="front_end_stamps",
+    version="1.0",
+    description=(
+        "A vLLM server's API server, request by request, from its OpenTelemetry span: when it "
+        "received the request and when it handled the first output the engine sent back, on "
+        "the run clock. With the client's and the engine's stamps they split each first token's "
+        "time into its hops (compare's *Where the first token's time goes*)."
+    ),
+    unique="request_id",
+    columns=(
+        Column("request_id", "int", "", "the request", min_value=0),
+        Column("front_arrival_time_s", "float", "s", "the API server received it, run clock"),
+        Column(
+            "front_first_token_time_s",
+            "float",
+            "s",
+            "the API server handled its first output (span arrival + its TTFT), run clock",
+        ),
+    ),
+)
+
+
 ALL_TABLES: tuple[TableSchema, ...] = (
     TRACE_LENGTHS,
     TRACE_INTERVALS,
@@ -406,4 +429,5 @@ ALL_TABLES: tuple[TableSchema, ...] = (
     TOKEN_METRICS,
     ENGINE_STEP_LOG,
     ENGINE_SCHEDULE,
+    FRONT_END_STAMPS,
 )

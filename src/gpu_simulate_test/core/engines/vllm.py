@@ -12,15 +12,14 @@ which empties the cache after the warm-up (:mod:`.prefix_cache`). ``server.kind=
 replays against a server the user runs at ``backend.base_url``.
 
 Requests are streaming ``/v1/completions`` with token-id prompts, ``ignore_eos`` and
-``return_token_ids``: a chunk may carry several tokens, so tokens are counted from the ids, and
-a multi-turn session's next prompt is built from them (the only backend that runs sessions,
-:mod:`.closed_loop`).
+``return_token_ids``: tokens are counted from the ids, and a multi-turn session's next prompt is
+built from them (the only backend that runs sessions, :mod:`.closed_loop`).
 The run directory gets the server's log (``server.log``), its per-step log as a table
 (``engine_step_log.csv``), and ``/metrics`` before and after (``server_metrics.json``). With the
 engine clock on (``backend.engine_clock``), a started server schedules with vLLM's own scheduler
 recording each step (:mod:`.step_record`): the run gets ``engine_schedule.csv`` and every
-request's engine stamps exactly, on the engine core's clock (the OpenTelemetry spans,
-:mod:`.otlp`, remain for requests the record lacks).
+request's engine stamps exactly, on the engine core's clock; the OpenTelemetry spans
+(:mod:`.otlp`) stamp the rest, and the API server's side of each (:mod:`.front_end`).
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.schema import shared_root
 from gpu_simulate_test.core.engines import otlp, prefix_cache, step_record
 from gpu_simulate_test.core.engines.engine_clock import clock_offset_s
+from gpu_simulate_test.core.engines.front_end import write_front_end
 from gpu_simulate_test.core.engines.openai import OpenAIBackend
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.server import (
@@ -101,6 +101,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.wall_minus_perf_s = time.time() - time.perf_counter()
         self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
+        self.front_spans: dict[int, otlp.RequestSpan] = {}  # for front_end_stamps.csv
         """How the engine's clock was read: ``otlp`` and how many requests have one."""
         self.device_env: dict[str, str] = {}
         """Set last in the server's environment (a fleet's server: its own GPU)."""
@@ -359,8 +360,10 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 "unreadable_lines": self.record.unreadable_lines,
                 "foreign_requests": self.record.foreign_requests,
             }
+        if self.spans_path is not None:  # the API server's stamps of every request
+            self.front_spans = otlp.wait_for(self.spans_path, self.run_token, wanted)
         if self.spans_path is not None and wanted - stamped:
-            spans = otlp.wait_for(self.spans_path, self.run_token, wanted - stamped)
+            spans = {r: s for r, s in self.front_spans.items() if r in wanted - stamped}
             for rid, span in spans.items():
                 stamps = otlp.engine_stamps(span, self.wall_minus_perf_s)
                 self.recorder.engine_times(
@@ -432,6 +435,9 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         if self.record is not None and len(self.record.steps):
             table = self.record.table(self.record_offset, origin)
             write_csv(run_dir / layout.ENGINE_SCHEDULE, table, ENGINE_SCHEDULE)
+        if self.recorder is not None:  # the API server's stamps, from the spans
+            args = (self.front_spans, self.wall_minus_perf_s, self.recorder.rel)
+            step_log["front_end_stamps"] = write_front_end(run_dir, *args)
         delta = metrics_delta(self.metrics_before, self.metrics_after)
         write_json(
             run_dir / SERVER_METRICS,
