@@ -18,16 +18,7 @@ from gpu_simulate_test.compare.verdict import (
     verdict,
     verdict_markdown,
 )
-
-
-def _side(ttft: float, tpot: float, e2e: float, n: int = 40) -> m.SideTimes:
-    return m.SideTimes(
-        arrival_time_s=np.arange(n, dtype=float),
-        ttft_s=np.full(n, ttft),
-        tpot_s=np.full(n, tpot),
-        e2e_s=np.full(n, e2e),
-        scheduling_delay_s=np.full(n, np.nan),
-    )
+from tests.unit.compare.test_compare_clocks import _side
 
 
 def _comparison(sim_ttft: float = 0.028) -> Any:
@@ -36,8 +27,8 @@ def _comparison(sim_ttft: float = 0.028) -> Any:
         request_id=np.arange(n, dtype=np.int64),
         num_prefill_tokens=np.full(n, 16, dtype=np.int64),
         num_decode_tokens=np.full(n, 8, dtype=np.int64),
-        real=_side(0.030, 0.010, 0.100),
-        sim=_side(sim_ttft, 0.0095, 0.097),
+        real=_side(0.030, 0.010, 0.100, n),
+        sim=_side(sim_ttft, 0.0095, 0.097, n),
     )
     return compare(joined, (), np.full(10, 0.01))
 
