@@ -182,3 +182,20 @@ def test_the_engine_arrival_is_the_front_ends_not_the_schedulers() -> None:
     assert stamps.arrival == 10.0
     no_front_end = engine_stamps(SimpleNamespace(queued_ts=10.03), link)
     assert no_front_end.arrival == 10.03  # only the scheduler's stamp: it stands in
+
+
+def test_a_wall_clock_step_after_linking_is_followed_by_the_request_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the front end stamps its arrival with time.time(); NTP stepping the wall clock by 158 ms
+    # between the link and a request (seen on a machine just booted) must not move the arrival
+    link = ClockLink(offset_s=0.0, wall_offset_s=time.perf_counter() - time.time())
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 0.158)
+    queued = time.monotonic()
+    metrics = SimpleNamespace(arrival_time=time.time(), queued_ts=queued + 1e-4)
+    stale = engine_stamps(metrics, link)
+    assert stale.received is not None and stale.received - queued > 0.15  # the step shows
+    fresh = engine_stamps(metrics, link.now())
+    assert fresh.received is not None and abs(fresh.received - queued) < 0.05
+    assert not out_of_order(fresh, queued - 1e-3, None, None)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 CHILD_CLOCK = ("-I", "-S", "-c", "import time; print(repr(time.monotonic()))")
@@ -48,6 +48,12 @@ class ClockLink:
     def wall_to_perf_counter(self, wall_s: float) -> float:
         """A ``time.time()`` reading of this process as a ``time.perf_counter()`` reading."""
         return wall_s + self.wall_offset_s
+
+    def now(self) -> ClockLink:
+        """This link with the wall clock's offset measured again, now: ``time.time()`` is not
+        monotonic (NTP steps it, as on a machine that has just booted), so a wall-clock stamp
+        is put on the run clock with the offset of the moment it was taken, not of the start."""
+        return replace(self, wall_offset_s=wall_offset_s(3))
 
 
 def wall_offset_s(samples: int = 7) -> float:

@@ -205,6 +205,10 @@ class OpenAIBackend(Backend):
         self._senders = SenderPool(lambda req: self._stream(req, self.recorder))
         self._loop: StreamLoop | None = None
         self._aclient: Any = None
+        self.wall_minus_perf_s = time.time() - time.perf_counter()
+        """``time.time() − time.perf_counter()`` here, for the server's wall-clock stamps;
+        measured again after the warm-up, next to the measured requests (NTP steps the wall
+        clock, as on a machine that has just booted)."""
 
     @property
     def knobs(self) -> HttpBackendConfig:
@@ -404,6 +408,7 @@ class OpenAIBackend(Backend):
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:
             self._stream(req, None)
+        self.wall_minus_perf_s = time.time() - time.perf_counter()
 
     def submit(self, request: BenchRequest) -> None:
         """Stamp the arrival and hand the request to the event loop (``backend.client=asyncio``)

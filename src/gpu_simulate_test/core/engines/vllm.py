@@ -30,7 +30,6 @@ import importlib.util
 import os
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,7 +97,6 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         self.record_offset = 0.0
         self.run_token = uuid.uuid4().hex[:8]
         """Tags this run's requests (``request_id``), so their spans are told from others'."""
-        self.wall_minus_perf_s = time.time() - time.perf_counter()
         self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
         self.front_spans: dict[int, otlp.RequestSpan] = {}  # for front_end_stamps.csv

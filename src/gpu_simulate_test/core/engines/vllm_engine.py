@@ -273,6 +273,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
         last_seen: float | None = None
         produced = 0
         last: Any = None
+        clock = self.clock.now()  # the wall clock's offset as vLLM stamps the arrival
         async for out in self.llm.generate(prompt, params, request_id=key):
             now = time.perf_counter()
             new = sum(len(choice.token_ids) for choice in out.outputs)
@@ -288,7 +289,7 @@ class VllmEngineBackend(VllmKnobs, Backend):
             num_tokens=produced,
             first_seen=first_seen,
             last_seen=last_seen,
-            stamps=engine_stamps(metrics, self.clock),
+            stamps=engine_stamps(metrics, clock),
             num_preemptions=int(getattr(metrics, "num_preemptions", 0) or 0),
             num_cached_tokens=int(getattr(last, "num_cached_tokens", 0) or 0),
         )
