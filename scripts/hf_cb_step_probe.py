@@ -22,7 +22,8 @@ batch size, inter-token medians) and ``profile_<phase>.txt``, and prints a table
 
     python scripts/hf_cb_step_probe.py --out tmp/step_probe model=qwen3_tiny hardware=cpu
     python scripts/hf_cb_step_probe.py --out $OUT model=qwen3_0_6b hardware=h100 \
-        backend.max_batch_tokens=512 backend.max_requests_per_batch=32 backend.num_blocks=4096
+        backend.max_num_batched_tokens=512 backend.max_num_seqs=32 \
+        backend.num_gpu_blocks_override=4096
 """
 
 from __future__ import annotations

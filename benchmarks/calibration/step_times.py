@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         decode = rows[rows["phase"] == "decode"]
         calibrated = dict(zip(decode["batch_size"].astype(int), decode["step_ms"], strict=True))
     backend_cfg = HfCbBackendConfig(
-        max_batch_tokens=args.max_batch_tokens,
-        max_requests_per_batch=args.max_requests,
-        num_blocks=args.num_blocks,
+        max_num_batched_tokens=args.max_batch_tokens,
+        max_num_seqs=args.max_requests,
+        num_gpu_blocks_override=args.num_blocks,
     )
     model, hardware = model_preset(args.model), hardware_preset(args.hardware)
     cfg = bench_config(EngineCalibrationConfig(backend=backend_cfg), model, hardware, "auto")

@@ -45,8 +45,8 @@ SPACE = [
     "tune.space.max_num_seqs=[2,8,32]",
     "tune.space.max_num_batched_tokens=[32,128,512]",
     "~tune.space.enable_prefix_caching",
-    "backend.max_requests_per_batch=8",  # the configured backend is in the space: s8-t128
-    "backend.max_batch_tokens=128",
+    "backend.max_num_seqs=8",  # the configured backend is in the space: s8-t128
+    "backend.max_num_batched_tokens=128",
 ]
 PROBE = "capacity.verify_seed=probe"
 """A grid that knows nothing of the simulation: each real search starts from a burst probe."""

@@ -29,7 +29,7 @@ def synthetic(tmp_path: Path) -> list[str]:
     write_synthetic_bundle(tmp_path / "profiles")
     return [
         "backend=hf_cb",
-        "backend.max_requests_per_batch=8",
+        "backend.max_num_seqs=8",
         "engine_overhead=false",  # the synthetic bundle has no engine calibration
         f"profiling_root={tmp_path / 'profiles'}",
     ]
@@ -58,7 +58,7 @@ def p90_ms_at(tmp_path: Path, qps: float, requests: int) -> dict[str, float]:
         if attempt:
             wait_for_quiet(QUIET_WAIT_S)
         run_cli("real_bench", "workload_dir=tmp/workload/probe", "backend=hf_cb",
-                "backend.max_requests_per_batch=8", "num_warmup_requests=1",
+                "backend.max_num_seqs=8", "num_warmup_requests=1",
                 f"output.run_id=probe{attempt}", "progress=false", cwd=tmp_path)  # fmt: skip
         real_dir = tmp_path / "tmp" / "real_bench" / f"probe{attempt}"
         if not verdict_of(real_dir)[0]:

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TINY = (
     "+experiment=fidelity_cpu_tiny",  # transformers' continuous batching, one torch thread
-    "backend.max_requests_per_batch=4",
+    "backend.max_num_seqs=4",
     "fidelity.probe_requests=8",
     "fidelity.num_requests=6",
     "fidelity.load_duration_s=0",  # exactly num_requests a load (a time-sized load: below)

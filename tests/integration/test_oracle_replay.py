@@ -105,7 +105,7 @@ def test_an_oracle_replay_refuses_a_knob_that_contradicts_the_run(project: Path)
     assert proc.returncode == 2
     assert (
         "vidur.scheduler.chunk_size=256 contradicts the run step_times_from=tmp/real_bench/v, "
-        "whose backend.max_batch_tokens gives chunk_size=128"
+        "whose backend.max_num_batched_tokens gives chunk_size=128"
     ) in proc.stdout
 
 

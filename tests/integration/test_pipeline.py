@@ -24,8 +24,8 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
         "profile.max_prefill_chunk=128",
         "profile.max_kv_cache_size=128",
         "profile.max_batch_size=16",
-        "backend.max_requests_per_batch=16",
-        "backend.max_batch_tokens=128",
+        "backend.max_num_seqs=16",
+        "backend.max_num_batched_tokens=128",
         "num_warmup_requests=1",
         "engine_overhead=false",  # one vLLM server start, not two (make run calibrates)
         "goodput.ttft=10000",
@@ -41,7 +41,7 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     real_meta = json.loads((root / "real_bench" / "e2e" / "run_meta.json").read_text())
     assert real_meta["backend"]["name"] == "vllm"  # the default truth
     assert sim_meta["arrivals_from"] == str(Path("tmp") / "real_bench" / "e2e")
-    assert sim_meta["scheduler"]["chunk_size"] == 128  # derived from backend.max_batch_tokens
+    assert sim_meta["scheduler"]["chunk_size"] == 128  # derived from backend.max_num_batched_tokens
     assert sim_meta["scheduler"]["block_size"] == 32  # vLLM's CPU block size
     assert sim_meta["scheduler"]["batch_size_cap"] == 16
     compare_dir = root / "compare" / "e2e"
@@ -89,11 +89,13 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert set(pipeline_meta["stages"]) >= {"workload", "vidur_simulate", "real_bench", "compare"}
     # the truth twice on one server (pipeline.real_repeat): its run-to-run difference beside
     # the simulator's error on both clocks, and the repeat recorded as its own stage run
-    repeat = root / "real_bench" / "e2e-r2"
+    # in the pipeline's own directory: real_bench/ and compare/ hold the main runs only
+    repeat = root / "pipeline" / "e2e" / "runs" / "real_bench" / "e2e-r2"
     assert json.loads((repeat / "run_meta.json").read_text())["status"] == "complete"
     assert pipeline_meta["stages"]["real_bench_repeat"]["path"] == str(
-        Path("tmp") / "real_bench" / "e2e-r2"
+        Path("tmp") / "pipeline" / "e2e" / "runs" / "real_bench" / "e2e-r2"
     )
+    assert sorted(p.name for p in (root / "real_bench").iterdir()) == ["e2e"]
     assert pipeline_meta["stages"]["real_bench"]["path"] == str(Path("tmp") / "real_bench" / "e2e")
     p50 = [row for row in data["clocks"] if row["stat"] == "p50"]
     assert {row["metric"] for row in p50} == {"ttft", "tpot", "e2e"}

@@ -238,7 +238,7 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
     of its own: the checked servers' recorded steps read against it, adopted when closer."""
     proc = run_cli(
         "tune", "tune.space.max_num_seqs=[2,32]", "~tune.space.max_num_batched_tokens",
-        "~tune.space.enable_prefix_caching", "backend.max_requests_per_batch=2",
+        "~tune.space.enable_prefix_caching", "backend.max_num_seqs=2",
         "tune.top_k=1", "capacity.verify_seconds=5", "workload.num_requests=200",
         "tune.recalibrate=always", "output.run_id=real", cwd=tmp_path,
         timeout_s=1200,  # a profile, two calibrations and the checks: 10 minutes on a busy host

@@ -43,7 +43,7 @@ def test_vllm_engine_replays_the_workload_with_the_engines_clock(tmp_path: Path)
         "real_bench",
         "workload_dir=tmp/workload/w",
         "backend=vllm_engine",
-        "backend.max_batch_tokens=128",  # prompts over 128 tokens are chunked
+        "backend.max_num_batched_tokens=128",  # prompts over 128 tokens are chunked
         "output.run_id=e",
         cwd=tmp_path,
     )

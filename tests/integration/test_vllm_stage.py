@@ -57,7 +57,7 @@ def test_a_real_vllm_server_replays_the_workload_exactly(tmp_path: Path) -> None
         "real_bench",
         "workload_dir=tmp/workload/w",
         "backend=vllm",
-        "backend.max_batch_tokens=128",  # prompts over 128 tokens are chunked
+        "backend.max_num_batched_tokens=128",  # prompts over 128 tokens are chunked
         "output.run_id=v",
         cwd=tmp_path,
     )

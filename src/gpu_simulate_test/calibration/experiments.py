@@ -91,8 +91,8 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
     over a cached prefix), each ``times(...)`` times, interleaved in rounds (every experiment
     once, then every one that still needs a run again, ...).
 
-    Prompts stay within one engine step: at most ``backend.max_batch_tokens`` for an engine that
-    chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers); a cached
+    Prompts stay within one engine step: at most ``backend.max_num_batched_tokens`` for an engine
+    that chunks (``hf_cb``), and at most ``max_prompt_tokens`` (what the bundle covers); a cached
     prefill's whole prompt (cached prefix and the prefilled rest) too.
     """
     backend = cfg.backend
@@ -104,7 +104,7 @@ def plan_experiments(cfg: EngineCalibrationConfig, max_prompt_tokens: int) -> li
     if too_long:
         raise ValueError(
             f"engine.prompt_lengths {too_long} exceed {limit} tokens (one engine step of "
-            f"{backend.name}: backend.max_batch_tokens, and the profiled prefill range)"
+            f"{backend.name}: backend.max_num_batched_tokens, and the profiled prefill range)"
         )
     cap = 1 if sequential else batch_cap
     batches = cfg.batch_sizes or auto_batch_sizes(cap)
@@ -172,7 +172,7 @@ def decode_contexts(short: int, longest_prompt: int, decode_tokens: int) -> tupl
 def kv_holds(backend: BackendConfig, tokens: int, batch: int) -> bool:
     """Whether the engine's KV blocks hold ``batch`` requests of ``tokens`` tokens each (no bound
     where the backend names no blocks)."""
-    blocks = getattr(backend, "num_blocks", 0) or 0
+    blocks = getattr(backend, "num_gpu_blocks_override", 0) or 0
     size = getattr(backend, "block_size", 0) or 0
     return not (blocks and size) or tokens * batch <= blocks * size
 

@@ -23,10 +23,8 @@ SCHEDULER = derived(
     ("backend.name",),
     "vllm -> vllm_v1, hf_cb -> sarathi, hf_generate -> cap 1",
 )
-CHUNK = derived("vidur.scheduler.chunk_size", ("backend.max_batch_tokens",), "the same value")
-CAP = derived(
-    "vidur.scheduler.batch_size_cap", ("backend.max_requests_per_batch",), "the same value"
-)
+CHUNK = derived("vidur.scheduler.chunk_size", ("backend.max_num_batched_tokens",), "the same value")
+CAP = derived("vidur.scheduler.batch_size_cap", ("backend.max_num_seqs",), "the same value")
 
 WORKLOAD = StageHelp(
     purpose=(
@@ -172,9 +170,9 @@ REAL_BENCH = StageHelp(
     knobs=(
         required("workload_dir", "a workload run, e.g. tmp/workload/demo"),
         knob("backend.name", "hf_cb", "the engine: vllm, vllm_engine, hf_cb, hf_generate, openai"),
-        knob("backend.max_batch_tokens", "256", "tokens per step"),
-        knob("backend.max_requests_per_batch", "32", "requests per step"),
-        knob("backend.num_blocks", "512", "KV cache blocks"),
+        knob("backend.max_num_batched_tokens", "256", "tokens per step"),
+        knob("backend.max_num_seqs", "32", "requests per step"),
+        knob("backend.num_gpu_blocks_override", "512", "KV cache blocks"),
         knob("dtype", "auto", "auto: bf16 on CUDA, fp32 on CPU"),
         knob("num_warmup_requests", "2", "run first and discarded"),
         RUN_ID,
@@ -241,7 +239,7 @@ PIPELINE = StageHelp(
     ),
     knobs=(
         knob("backend.name", "vllm", "the truth: a vLLM server started and stopped here"),
-        knob("backend.max_batch_tokens", "256", "vLLM's --max-num-batched-tokens"),
+        knob("backend.max_num_batched_tokens", "256", "vLLM's --max-num-batched-tokens"),
         knob("workload.num_requests", "40", "requests"),
         knob("workload.qps", "4.0", "mean arrival rate (req/s)"),
         knob("reuse_profile", "true", "reuse the bundle when it covers the run"),
@@ -319,7 +317,7 @@ CAPACITY = StageHelp(
         ),
         Example(f"{M}.capacity capacity.verify=search", "+ the search on the real engine"),
         Example(
-            f"{M}.capacity -m backend.max_requests_per_batch=8,16,32",
+            f"{M}.capacity -m backend.max_num_seqs=8,16,32",
             "one search per batch cap",
             more="output.run_id=cap",
         ),
@@ -379,7 +377,7 @@ TUNE = StageHelp(
         knob("capacity.slo.ttft_ms", "100.0", "the goals (capacity.slo.*)"),
         knob("capacity.slo.tpot_ms", "30.0", "TPOT goal (0: none)"),
         derived(
-            "backend.max_requests_per_batch",
+            "backend.max_num_seqs",
             ("tune.space.max_num_seqs",),
             "each configuration's own",
         ),

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 
 from omegaconf import MISSING
 
+from gpu_simulate_test.config.renamed import RENAMED_KNOBS, check_renamed, current_names
 from gpu_simulate_test.config.schema import (
     DEFAULT_BLOCK_SIZE,
     ConfigError,
@@ -190,26 +191,27 @@ class BatchingBackendConfig(BackendConfig):
     the knobs Vidur's scheduler mirrors one for one
     (:mod:`gpu_simulate_test.core.engines.knobs`)."""
 
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_num_batched_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     """Token budget of one step, long prefills chunked to fit (vLLM
-    ``--max-num-batched-tokens``; Vidur sarathi chunk_size)."""
-    max_requests_per_batch: int = DEFAULT_MAX_REQUESTS_PER_BATCH
+    ``--max-num-batched-tokens``; transformers ``max_batch_tokens``; Vidur sarathi
+    chunk_size)."""
+    max_num_seqs: int = DEFAULT_MAX_REQUESTS_PER_BATCH
     """Most requests in one step (vLLM ``--max-num-seqs``; Vidur batch_size_cap)."""
-    num_blocks: int = 512
-    """KV-cache blocks (vLLM ``--num-gpu-blocks-override``; Vidur num_blocks); set explicitly,
-    transformers' auto-sizing takes 60% of RAM."""
+    num_gpu_blocks_override: int = 512
+    """KV-cache blocks (vLLM ``--num-gpu-blocks-override``; transformers ``num_blocks``; Vidur
+    num_blocks); set explicitly, transformers' auto-sizing takes 60% of RAM."""
     block_size: int = DEFAULT_BLOCK_SIZE
     """Tokens per KV-cache block, transformers ``page_size`` (Vidur block_size)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("max_batch_tokens", "max_requests_per_batch", "num_blocks"):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override"):
             value = getattr(self, name)
             _check(value >= 1, f"backend.{name} must be >= 1, got {value}")
         check_block_size("backend.block_size", self.block_size)
 
     def step_limits(self) -> tuple[int, int]:
-        return self.max_batch_tokens, self.max_requests_per_batch
+        return self.max_num_batched_tokens, self.max_num_seqs
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,7 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
     server's engine core and scheduler, without its HTTP front end)."""
 
     name: str = "vllm_engine"
-    num_blocks: int = 256
+    num_gpu_blocks_override: int = 256
     block_size: int = 32
     """Tokens per KV-cache block (``--block-size``); vLLM's CPU attention needs a multiple of 32."""
     enable_prefix_caching: bool = False
@@ -252,7 +254,7 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
     """No torch.compile (ready in seconds instead of minutes on CPU)."""
     kv_cache_space_gib: int = 0
     """On CPU: ``VLLM_CPU_KVCACHE_SPACE``, the memory the KV cache may take (GiB); 0: what
-    ``num_blocks`` blocks of this model need, rounded up (at least 1)."""
+    ``num_gpu_blocks_override`` blocks of this model need, rounded up (at least 1)."""
     cpu_threads_bind: str = "auto"
     """On CPU: ``VLLM_CPU_OMP_THREADS_BIND``; auto leaves core 0 to the client (and the API
     server) and binds the engine to the others, or to core 0 on a one-core machine."""
@@ -422,7 +424,8 @@ def check_knobs(name: str, knobs: Mapping[str, Any], prefix: str = "backend") ->
 def backend_config(name: str = DEFAULT_BACKEND, **knobs: Any) -> BackendConfig:
     """Engine ``name``'s config with ``knobs`` (the rest its defaults); ``server`` as a mapping
     sets those of its knobs it holds over the engine's own server defaults. A knob of another
-    engine is refused by name (:func:`check_knobs`)."""
+    engine is refused by name (:func:`check_knobs`), one by its old name with its new one."""
+    check_renamed(knobs)
     check_knobs(name, knobs)
     server, default = knobs.get("server"), default_server(name)
     if isinstance(server, Mapping) and default is not None:
@@ -432,11 +435,13 @@ def backend_config(name: str = DEFAULT_BACKEND, **knobs: Any) -> BackendConfig:
 
 def own_knobs(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """A recorded backend config (``run_meta.json`` ``config.backend``, a bundle's calibration
-    settings) with only its engine's knobs: records made before one class per engine held
-    every engine's knobs, the others' at their defaults."""
+    settings) with only its engine's knobs, each under its name today: records made before one
+    class per engine held every engine's knobs, the others' at their defaults; records made
+    before vLLM's names, the old ones (:func:`current_names`)."""
+    recorded = current_names(recorded)
     name = recorded.get("name")
     if name not in BACKENDS:
-        return dict(recorded)
+        return recorded
     own = knob_names(str(name))
     return {k: v for k, v in recorded.items() if k in own}
 
@@ -468,6 +473,8 @@ def _knobs_schema() -> type:
         for f in dataclasses.fields(cls):
             fields.setdefault(f.name, (f.type, field(default=MISSING)))
     fields["server"] = (ServerKnobs, field(default_factory=ServerKnobs))
+    for old in RENAMED_KNOBS:  # accepted here to be refused by name (check_renamed)
+        fields[old] = (int, field(default=MISSING))
     return dataclasses.make_dataclass(
         "BackendKnobs",
         [(name, kind, default) for name, (kind, default) in fields.items()],

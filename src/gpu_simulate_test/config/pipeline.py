@@ -61,16 +61,17 @@ class PipelineStageConfig:
     over the limit redoes the calibration once, a second miss is a quality warning
     (:mod:`gpu_simulate_test.orchestrate.validation`). Synthetic workloads only."""
     real_repeat: bool = True
-    """Run the real bench a second time on the same workload (``real_bench/<run_id>-r2``) and
-    show the truth's run-to-run difference beside the simulator's error on each clock (the
-    noise floor: an error within it is within the truth's own spread). The pipeline's own; the
-    fidelity stage repeats its loads with ``fidelity.real_repeats``."""
+    """Run the real bench a second time on the same workload
+    (``pipeline/<run_id>/runs/real_bench/<run_id>-r2``) and show the truth's run-to-run
+    difference beside the simulator's error on each clock (the noise floor: an error within it
+    is within the truth's own spread). The pipeline's own; the fidelity stage repeats its loads
+    with ``fidelity.real_repeats``."""
     real_reruns: int = 1
     """Re-runs the real run (and its repeat) may each get when the real bench marks it
     disturbed (late sends, held-back streams, foreign CPU): the disturbed run is kept as
-    evidence (``real_bench/<id>-rerun<k>`` is the next), and ``summary.md``'s verdict says when
-    a judged run stayed disturbed; 0 marks it only. The pipeline's own; the fidelity stage
-    re-runs by ``fidelity.reruns``."""
+    evidence (``pipeline/<run_id>/runs/real_bench/<id>-rerun<k>`` is the next), and
+    ``summary.md``'s verdict says when a judged run stayed disturbed; 0 marks it only. The
+    pipeline's own; the fidelity stage re-runs by ``fidelity.reruns``."""
     calibrate_beside_neighbours: bool = False
     """``backend.servers=N``: calibrate the engine beside its N - 1 neighbours
     (``engine.beside_neighbours``, docs/fleet.md)."""

@@ -30,10 +30,10 @@ from gpu_simulate_test.config.vidur import (
 
 TUNE_KNOBS: Mapping[str, str] = MappingProxyType(
     {
-        "max_num_seqs": "max_requests_per_batch",
-        "max_num_batched_tokens": "max_batch_tokens",
+        "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens",
         "enable_chunked_prefill": "enable_chunked_prefill",
-        "num_gpu_blocks": "num_blocks",
+        "num_gpu_blocks_override": "num_gpu_blocks_override",
         "enable_prefix_caching": "enable_prefix_caching",
     }
 )
@@ -112,7 +112,7 @@ class TuneOptions:
 
     space: dict[str, Any] = field(default_factory=dict)
     """Knob (``vllm serve``'s name: max_num_seqs, max_num_batched_tokens,
-    enable_chunked_prefill, num_gpu_blocks, enable_prefix_caching; the fleet's: replicas,
+    enable_chunked_prefill, num_gpu_blocks_override, enable_prefix_caching; the fleet's: replicas,
     router) → a list of values, or a range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is
     one configuration (one replica needs no router: it is listed once); a knob left out keeps
     the backend's value (``backend.*``; one replica, or ``backend.data_parallel_size`` behind

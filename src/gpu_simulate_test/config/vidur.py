@@ -258,10 +258,10 @@ class VidurPredictorConfig:
 _CHUNKED: Mapping[str, str] = MappingProxyType(
     {
         "name": "backend.name",
-        "chunk_size": "backend.max_batch_tokens (vLLM's --max-num-batched-tokens)",
-        "batch_size_cap": "backend.max_requests_per_batch (vLLM's --max-num-seqs)",
+        "chunk_size": "backend.max_num_batched_tokens (vLLM's --max-num-batched-tokens)",
+        "batch_size_cap": "backend.max_num_seqs (vLLM's --max-num-seqs)",
         "block_size": "backend.block_size (vLLM's --block-size)",
-        "num_blocks": "backend.num_blocks (vLLM's --num-gpu-blocks-override)",
+        "num_blocks": "backend.num_gpu_blocks_override (vLLM's --num-gpu-blocks-override)",
     }
 )
 _VLLM: Mapping[str, str] = MappingProxyType(

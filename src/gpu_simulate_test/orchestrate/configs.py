@@ -17,7 +17,7 @@ from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig
+from gpu_simulate_test.config.schema import OutputConfig, WorkloadStageConfig, nested_output
 from gpu_simulate_test.config.vidur import (
     EngineCalibrationConfig,
     VidurConfig,
@@ -65,6 +65,13 @@ def at_run(
         run_id=run_id,
         overwrite=cfg.output.overwrite if overwrite is None else overwrite,
     )
+    return dataclasses.replace(cfg, output=output)
+
+
+def nested_in(cfg: PipelineStageConfig, root: Path | str) -> PipelineStageConfig:
+    """``cfg`` whose stage runs land under ``root`` (``<root>/<stage>/<run_id>/``, inside an
+    orchestrator's own run directory), sharing the outer engines' snapshots and caches."""
+    output = dataclasses.replace(nested_output(cfg.output, root), run_id=cfg.output.run_id)
     return dataclasses.replace(cfg, output=output)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpu_simulate_test.config.backends import BACKENDS, own_knobs
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.renamed import current_names
 from gpu_simulate_test.config.vidur import (
     ProfileRangesConfig,
     VidurProfileStageConfig,
@@ -29,7 +30,12 @@ from gpu_simulate_test.core.profiling.bundle import Bundle, BundleRanges, load_b
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, as_stored_json, read_json
-from gpu_simulate_test.orchestrate.configs import at_run, engine_calibration, stage_output
+from gpu_simulate_test.orchestrate.configs import (
+    at_run,
+    engine_calibration,
+    nested_in,
+    stage_output,
+)
 from gpu_simulate_test.orchestrate.steps import Stages
 from gpu_simulate_test.vidur_simulate import plan
 
@@ -61,7 +67,9 @@ def engine_identity(backend: Mapping[str, Any]) -> dict[str, Any]:
 
 def with_new_defaults(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """A recorded backend config with the knobs its engine gained since, at their defaults: a
-    calibration made before a knob existed ran the engine as that knob's default does."""
+    calibration made before a knob existed ran the engine as that knob's default does (a knob
+    renamed since is read under its name today, :func:`current_names`)."""
+    recorded = current_names(recorded)
     name = recorded.get("name")
     if name not in BACKENDS:
         return dict(recorded)
@@ -381,15 +389,18 @@ def check_calibration(
     from gpu_simulate_test.vidur_profile.stage import run as profile_run
 
     checks: list[dict[str, Any]] = []
+    # its stage runs go in the orchestrator's own directory and are listed in the check, not
+    # among the orchestrator's own stages
+    within = None if stages.record_in is None else stages.record_in.path / "runs"
     for attempt in (1, 2):
-        # its stage runs are listed in the check, not among the orchestrator's own stages
-        check = validation.validate(cfg, decided.scheduler, attempt)
+        check = validation.validate(cfg, decided.scheduler, attempt, within=within)
         checks.append(check)
         console.print(validation.describe(check))
         if check["passed"] is not False or attempt == 2:
             break
         console.print("[yellow]the calibration missed its validation replay: redoing it once")
         again = at_run(cfg, f"{cfg.output.run_id or 'profile'}-recalibration")
+        again = again if within is None else nested_in(again, within)
         redo = profile_config(again, decided.scheduler, decided.needs, workload_dir)
         bundle = stages.run("vidur_profile", profile_run, redo)
     failed = checks[-1]["passed"] is False

@@ -20,6 +20,7 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core.host.busy import wait_for_quiet
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
+from gpu_simulate_test.orchestrate.configs import nested_in
 from gpu_simulate_test.orchestrate.steps import QUIET, Stages, run_truth
 
 QUIET_WAIT_S = 60.0
@@ -118,11 +119,14 @@ def trusted_truth(
     reruns: int = 0,
     quiet_wait_s: float = QUIET_WAIT_S,
     label: str = "real_bench",
+    rerun_root: Path | None = None,
 ) -> Truth:
     """The real bench of ``cfg`` on ``workload_dir`` (:func:`.steps.run_truth`, recorded in
     ``stages`` as ``label``, a re-run as ``<label>_rerun<k>``), re-run while the real bench
-    marks it disturbed, ``reruns`` times at most (``<run_id>-rerun<k>``)."""
+    marks it disturbed, ``reruns`` times at most (``<run_id>-rerun<k>``, under ``rerun_root``
+    when given: an orchestrator's own run directory)."""
     base = run_id or cfg.output.run_id
+    again = cfg if rerun_root is None else nested_in(cfg, rerun_root)
     attempts: list[Attempt] = []
     for k in range(reruns + 1):
         waited = 0.0
@@ -130,7 +134,7 @@ def trusted_truth(
             _, waited = wait_for_quiet(quiet_wait_s)
         this_id = rerun_id(base or attempts[0].real_dir.name, k) if k else base
         name = label if k == 0 else f"{label}_rerun{k}"
-        real_dir = run_truth(cfg, workload_dir, stages, this_id, name)
+        real_dir = run_truth(again if k else cfg, workload_dir, stages, this_id, name)
         disturbed, reasons = verdict_of(real_dir)
         attempts.append(Attempt(real_dir, disturbed, reasons, waited))
         if not disturbed:

@@ -26,7 +26,7 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_json, write_json
-from gpu_simulate_test.orchestrate.configs import at_run, engine_calibration
+from gpu_simulate_test.orchestrate.configs import at_run, engine_calibration, nested_in
 from gpu_simulate_test.orchestrate.steps import QUIET, Stages, make_workload, simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 
@@ -92,8 +92,10 @@ def validate(
     scheduler: VidurSchedulerConfig,
     attempt: int,
     stages: Stages = QUIET,
+    within: Path | None = None,
 ) -> dict[str, Any]:
-    """Replay, simulate and compare the validation workload at the engine ``cfg`` points at;
+    """Replay, simulate and compare the validation workload at the engine ``cfg`` points at
+    (its stage runs under ``within`` when given: the orchestrator's own run directory);
     returns what the bundle records (``passed`` None when not judged)."""
     started = time.perf_counter()
     run_id = f"{cfg.output.run_id or 'profile'}-validation{attempt if attempt > 1 else ''}"
@@ -103,6 +105,7 @@ def validate(
         run_id,
         overwrite=True,
     )
+    at = at if within is None else nested_in(at, within)
     workload_dir = make_workload(at, stages)
     truth = trusted_truth(at, workload_dir, stages, run_id, reruns=1)
     _, compare_dir = simulate_and_compare(at, scheduler, workload_dir, truth.real_dir, stages)

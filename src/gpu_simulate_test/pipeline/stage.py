@@ -19,12 +19,17 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
-from gpu_simulate_test.orchestrate.configs import at_run
+from gpu_simulate_test.orchestrate.configs import at_run, nested_in
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
 from gpu_simulate_test.orchestrate.steps import Stages, make_workload, simulate_and_compare
-from gpu_simulate_test.orchestrate.truth import rerun_id, trusted_truth
+from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
+
+RUNS_DIR = "runs"
+"""Under the pipeline's own run directory: its other stage runs (the truth's repeat, the re-runs
+of a disturbed one, the calibration's validation replay), so that ``<root>/real_bench/`` and
+``<root>/compare/`` hold each pipeline's main runs only."""
 
 
 def repeat_id(run_id: str) -> str:
@@ -50,14 +55,8 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     will profile (decided on the workload it is about to generate, without writing it)."""
     if cfg.output.overwrite:
         return
+    # the repeat and the re-runs go in the pipeline's own directory (RUNS_DIR), one of these
     paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]
-    truths = [run_id, repeat_id(run_id)] if cfg.real_repeat else [run_id]
-    paths += [  # the repeat, and the re-runs a disturbed real run may get
-        layout.run_dir(cfg.output.root, "real_bench", rerun_id(truth, k))
-        for truth in truths
-        for k in range(cfg.real_reruns + 1)
-        if (truth, k) != (run_id, 0)  # the real run: a pipeline stage's directory already
-    ]
     profile_dir = layout.run_dir(cfg.output.root, "vidur_profile", run_id)
     if profile_dir.exists() and cfg.reuse_profile:
         from gpu_simulate_test.core.traffic.workloads import generate
@@ -90,13 +89,16 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 [layout.run_dir(cfg.output.root, "vidur_profile", run_id)],
                 "the workload stage ran, the pipeline stopped before profiling",
             )
+        within = p.path / RUNS_DIR
         with served(cfg, p.path, p, workload_dir) as at_server:
             ensure_bundle(at_server, decided, workload_dir, stages)
-            truth = trusted_truth(at_server, workload_dir, stages, run_id, cfg.real_reruns)
+            truth = trusted_truth(
+                at_server, workload_dir, stages, run_id, cfg.real_reruns, rerun_root=within
+            )
             repeat = (
                 trusted_truth(
-                    at_server, workload_dir, stages, repeat_id(run_id), cfg.real_reruns,
-                    label="real_bench_repeat",
+                    nested_in(at_server, within), workload_dir, stages, repeat_id(run_id),
+                    cfg.real_reruns, label="real_bench_repeat",
                 )
                 if cfg.real_repeat
                 else None

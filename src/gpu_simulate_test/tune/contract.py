@@ -13,7 +13,8 @@ TUNE_JSON = "tune.json"
 TUNE_PLOT = "tune.png"
 REPORT_MD = "report.md"
 POINTS_DIR = "points"
-TUNE_SCHEMA_VERSION = "1.1"
+TUNE_SCHEMA_VERSION = "2.0"
+"""2.0: ``num_gpu_blocks`` is ``num_gpu_blocks_override``, vLLM's name (one name per knob)."""
 
 TUNE_TABLE = TableSchema(
     name="tune",
@@ -31,7 +32,9 @@ TUNE_TABLE = TableSchema(
         Column("max_num_seqs", "int", "", "--max-num-seqs", min_value=1),
         Column("max_num_batched_tokens", "int", "tokens", "--max-num-batched-tokens", min_value=1),
         Column("enable_chunked_prefill", "bool", "", "--enable-chunked-prefill"),
-        Column("num_gpu_blocks", "int", "blocks", "--num-gpu-blocks-override", min_value=1),
+        Column(
+            "num_gpu_blocks_override", "int", "blocks", "--num-gpu-blocks-override", min_value=1
+        ),
         Column("enable_prefix_caching", "bool", "", "--enable-prefix-caching"),
         Column(
             "replicas", "int", "GPUs", "engines, one GPU each (tune.space.replicas)", min_value=1

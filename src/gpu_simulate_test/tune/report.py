@@ -41,7 +41,7 @@ def ranked_cells(
         binds = row["binding"] if isinstance(row["binding"], str) else ""
         rows.append([
             str(row["rank"]), name, str(row["max_num_seqs"]), str(row["max_num_batched_tokens"]),
-            "on" if row["enable_chunked_prefill"] else "off", str(row["num_gpu_blocks"]),
+            "on" if row["enable_chunked_prefill"] else "off", str(row["num_gpu_blocks_override"]),
             "on" if row["enable_prefix_caching"] else "off",
             f"refused: {refused}" if refused else _num(score),
             _num(row["ttft_ms"], ".1f"), _num(row["tpot_ms"], ".1f"), _num(row["e2e_ms"], ".1f"),
@@ -191,9 +191,10 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
     lines += [
         "Every configuration was simulated from one profile and one engine calibration, made "
         f"with max_num_seqs={cal['max_num_seqs']}, max_num_batched_tokens="
-        f"{cal['max_num_batched_tokens']}, num_gpu_blocks={cal['num_gpu_blocks']}, prefix "
-        f"caching {'on' if cal['enable_prefix_caching'] else 'off'} (the space's largest, so "
-        "that its experiments cover every configuration's steps).",
+        f"{cal['max_num_batched_tokens']}, num_gpu_blocks_override="
+        f"{cal['num_gpu_blocks_override']}, prefix caching "
+        f"{'on' if cal['enable_prefix_caching'] else 'off'} (the space's largest, so that its "
+        "experiments cover every configuration's steps).",
         "",
     ]
     if doc.get("shared_rate_qps") is not None and objective == "capacity":

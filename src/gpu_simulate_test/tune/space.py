@@ -21,7 +21,7 @@ SHORT: Mapping[str, str] = MappingProxyType(
     {
         "max_num_seqs": "s",
         "max_num_batched_tokens": "t",
-        "num_gpu_blocks": "b",
+        "num_gpu_blocks_override": "b",
     }
 )
 """A configuration's id names each varied number knob by a letter and its value (``s8-t128``);
@@ -159,14 +159,18 @@ def max_model_len(backend: VllmEngineBackendConfig, model: ModelConfig) -> int:
     (``backend.max_model_len``, or the longest sequence the model and the KV cache hold)."""
     if backend.max_model_len:
         return int(backend.max_model_len)
-    cache = (backend.num_blocks - 1) * backend.block_size if backend.num_blocks > 1 else 0
+    cache = (
+        (backend.num_gpu_blocks_override - 1) * backend.block_size
+        if backend.num_gpu_blocks_override > 1
+        else 0
+    )
     return min(model.max_position_embeddings, cache) if cache else model.max_position_embeddings
 
 
 def refusal(backend: VllmEngineBackendConfig, model: ModelConfig, longest: int) -> str:
     """Why vLLM 0.32 would refuse this configuration, or this workload on it (empty: neither);
     the rules of its ``SchedulerConfig.verify_max_model_len``."""
-    tokens, seqs = backend.max_batch_tokens, backend.max_requests_per_batch
+    tokens, seqs = backend.max_num_batched_tokens, backend.max_num_seqs
     limit = max_model_len(backend, model)
     if tokens < seqs:
         return f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs})"
@@ -242,9 +246,9 @@ def calibration_backend(found: list[Candidate]) -> Any:
     first = next((c.backend for c in valid if c.configured), valid[0].backend)
     return dataclasses.replace(
         fleet_backend(first, 1, DEFAULT_ROUTER),  # one engine: a fleet's engines are its copies
-        max_batch_tokens=max(c.backend.max_batch_tokens for c in valid),
-        max_requests_per_batch=max(c.backend.max_requests_per_batch for c in valid),
-        num_blocks=max(c.backend.num_blocks for c in valid),
+        max_num_batched_tokens=max(c.backend.max_num_batched_tokens for c in valid),
+        max_num_seqs=max(c.backend.max_num_seqs for c in valid),
+        num_gpu_blocks_override=max(c.backend.num_gpu_blocks_override for c in valid),
         enable_prefix_caching=any(c.backend.enable_prefix_caching for c in valid),
         enable_chunked_prefill=any(c.backend.enable_chunked_prefill for c in valid),
     )
@@ -255,7 +259,7 @@ def serve_flags(knobs: Mapping[str, Any]) -> list[str]:
     flags = [
         f"--max-num-seqs {knobs['max_num_seqs']}",
         f"--max-num-batched-tokens {knobs['max_num_batched_tokens']}",
-        f"--num-gpu-blocks-override {knobs['num_gpu_blocks']}",
+        f"--num-gpu-blocks-override {knobs['num_gpu_blocks_override']}",
     ]
     for name, flag in (
         ("enable_chunked_prefill", "enable-chunked-prefill"),

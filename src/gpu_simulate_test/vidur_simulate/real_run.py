@@ -7,11 +7,11 @@ must be that server's: ``vidur.scheduler.name=vllm_v1`` and the server's knobs, 
 ``run_meta.json`` holds (``config.backend``, paired with Vidur's knobs as everywhere else,
 :data:`gpu_simulate_test.core.engines.knobs.HF_CB_PAIRS`):
 
-- ``chunk_size`` ← ``max_batch_tokens`` (``--max-num-batched-tokens``),
-- ``batch_size_cap`` ← ``max_requests_per_batch`` (``--max-num-seqs``),
+- ``chunk_size`` ← ``max_num_batched_tokens`` (``--max-num-batched-tokens``),
+- ``batch_size_cap`` ← ``max_num_seqs`` (``--max-num-seqs``),
 - ``block_size`` ← ``block_size``,
-- ``num_blocks`` ← ``num_blocks`` (``--num-gpu-blocks-override``, always given: the backend
-  config requires ``num_blocks >= 1``),
+- ``num_blocks`` ← ``num_gpu_blocks_override`` (``--num-gpu-blocks-override``, always given: the
+  backend config requires it ``>= 1``),
 - ``enable_prefix_caching`` ← ``enable_prefix_caching``.
 
 **Given or left out**: a knob is taken as given when its value differs from
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.config.renamed import current_names
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig, VidurSimulateStageConfig
 from gpu_simulate_test.core.engines.knobs import HF_CB_PAIRS, VLLM_BACKENDS
@@ -53,7 +54,7 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
     complete or not of a vLLM backend."""
     meta = open_upstream_run(run_dir, "real_bench")
     where = Path(run_dir) / layout.RUN_META
-    backend = (meta.get("config") or {}).get("backend") or {}
+    backend = current_names((meta.get("config") or {}).get("backend") or {})
     name = backend.get("name")
     if name not in VLLM_BACKENDS:
         raise ArtifactError(

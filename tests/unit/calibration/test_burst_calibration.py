@@ -26,7 +26,7 @@ from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 
 def test_bursts_and_long_contexts_are_planned_within_one_step() -> None:
-    cfg = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=128), repeats=1)
+    cfg = EngineCalibrationConfig(backend=HfCbBackendConfig(max_num_batched_tokens=128), repeats=1)
     exps = set(plan_experiments(cfg, max_prompt_tokens=256))
     bursts = {e for e in exps if e.phase == "burst"}
     budget, cap = cfg.backend.step_limits()
@@ -48,7 +48,9 @@ def test_bursts_and_long_contexts_are_planned_within_one_step() -> None:
     by_context = {c: {e.batch_size for e in exps if e.phase == "decode" and e.prompt_tokens == c}
                   for c in (32, *contexts)}  # fmt: skip
     assert by_context[240] == {1, 4, 16, cap} and len(by_context[32]) > len(by_context[240])
-    off = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=128), bursts=False)
+    off = EngineCalibrationConfig(
+        backend=HfCbBackendConfig(max_num_batched_tokens=128), bursts=False
+    )
     assert not any(e.phase == "burst" for e in plan_experiments(off, 256))
     sequential = EngineCalibrationConfig(backend=HfGenerateBackendConfig(), repeats=1)
     assert not any(e.phase == "burst" for e in plan_experiments(sequential, 256))

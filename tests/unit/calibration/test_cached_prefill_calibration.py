@@ -49,7 +49,7 @@ def vllm(caching: bool | None = None) -> EngineCalibrationConfig:
 def test_cached_prefills_are_planned_only_with_prefix_caching() -> None:
     assert cached(plan_experiments(vllm(), 256)) == []
     assert cached(plan_experiments(vllm(caching=False), 256)) == []
-    hf_cb = EngineCalibrationConfig(backend=HfCbBackendConfig(max_batch_tokens=256))
+    hf_cb = EngineCalibrationConfig(backend=HfCbBackendConfig(max_num_batched_tokens=256))
     phases = {e.phase for e in plan_experiments(hf_cb, 256)}
     assert phases == {"prefill", "decode", "mixed", "burst"}
     # prompts 16, 40, 102, 256 (one step of 256 tokens); C = 1/4 and 1/2 of 256, whole blocks
@@ -73,7 +73,9 @@ def test_cached_prefills_are_planned_only_with_prefix_caching() -> None:
 
 def test_cached_prefixes_are_whole_blocks_and_fit_the_bundle() -> None:
     cfg = EngineCalibrationConfig(
-        backend=VllmBackendConfig(enable_prefix_caching=True, block_size=16, max_batch_tokens=100),
+        backend=VllmBackendConfig(
+            enable_prefix_caching=True, block_size=16, max_num_batched_tokens=100
+        ),
         prompt_lengths=(10, 60, 100),
     )
     # limit 100: 25 and 50 rounded down to blocks of 16 are 16 and 48; 48 + 100 > 120 dropped
@@ -82,7 +84,7 @@ def test_cached_prefixes_are_whole_blocks_and_fit_the_bundle() -> None:
         assert c % 16 == 0
     # under one block (40 // 4 and 40 // 2 against blocks of 32): no cached prefill at all
     short = EngineCalibrationConfig(
-        backend=VllmBackendConfig(enable_prefix_caching=True, max_batch_tokens=40)
+        backend=VllmBackendConfig(enable_prefix_caching=True, max_num_batched_tokens=40)
     )
     assert cached(plan_experiments(short, 256)) == []
 

@@ -366,7 +366,7 @@ def test_calibration_plan_fits_the_engine() -> None:
     lengths = auto_prompt_lengths(256)
     assert lengths[0] == 16 and lengths[-1] == 256 and len(lengths) == 4
     cb = EngineCalibrationConfig(
-        backend=HfCbBackendConfig(max_batch_tokens=128), repeats=2, bursts=False
+        backend=HfCbBackendConfig(max_num_batched_tokens=128), repeats=2, bursts=False
     )
     exps = plan_experiments(cb, max_prompt_tokens=1024)  # bursts: test_burst_calibration.py
     assert max(e.prompt_tokens for e in exps if e.phase == "prefill") == 128  # one engine step
@@ -400,7 +400,7 @@ def test_calibration_plan_fits_the_engine() -> None:
     with pytest.raises(ValueError, match=r"prompt_lengths \[512\] exceed 128"):
         plan_experiments(
             EngineCalibrationConfig(
-                backend=HfCbBackendConfig(max_batch_tokens=128), prompt_lengths=(16, 512)
+                backend=HfCbBackendConfig(max_num_batched_tokens=128), prompt_lengths=(16, 512)
             ),
             1024,
         )

@@ -35,7 +35,7 @@ from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 
 COMMON = {"name", "request_timeout_s", "gil_switch_interval_s", "warmup_shapes", "host_probe"}
-BATCHING = {"max_batch_tokens", "max_requests_per_batch", "num_blocks", "block_size"}
+BATCHING = {"max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override", "block_size"}
 HTTP = {"base_url", "served_model_name", "exact_length", "client", "server"}
 VLLM_ENGINE = {
     "enable_prefix_caching",
@@ -104,8 +104,8 @@ def test_each_yaml_lists_every_knob_of_its_engine(name: str) -> None:
             "backend.allow_block_sharing is an hf_cb knob; backend.name=vllm has no such knob",
         ),
         (
-            ["backend=hf_generate", "backend.max_batch_tokens=128"],
-            "backend.max_batch_tokens is a knob of hf_cb, openai, vllm, vllm_engine; "
+            ["backend=hf_generate", "backend.max_num_batched_tokens=128"],
+            "backend.max_num_batched_tokens is a knob of hf_cb, openai, vllm, vllm_engine; "
             "backend.name=hf_generate has no such knob",
         ),
         (
@@ -186,7 +186,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "capacity": CapacityStageConfig,
     "tune": TuneStageConfig,
 }
-H100_HF_CB = {"max_batch_tokens": 512, "max_requests_per_batch": 32, "num_blocks": 4096}
+H100_HF_CB = {"max_num_batched_tokens": 512, "max_num_seqs": 32, "num_gpu_blocks_override": 4096}
 
 
 def test_every_experiment_preset_is_listed() -> None:
@@ -199,34 +199,43 @@ def test_every_experiment_preset_is_listed() -> None:
         # the preset's own engine, a backend option of its own knobs
         ("qwen3_0_6b_h100", [], HfCbBackendConfig, {**H100_HF_CB, "use_cuda_graph": True}),
         ("fidelity_qwen3_0_6b_h100", [], HfCbBackendConfig, {**H100_HF_CB, "use_cuda_graph": True}),
-        ("fidelity_cpu_tiny", [], HfCbBackendConfig, {"max_requests_per_batch": 8}),
-        ("fidelity_cpu_tiny_vllm", [], VllmBackendConfig, {"max_batch_tokens": 256}),
-        ("fidelity_qwen3_0_6b_vllm", [], VllmBackendConfig, {"max_batch_tokens": 512}),
-        ("qwen3_tiny_cpu_sweep", [], VllmBackendConfig, {"max_batch_tokens": 256}),
+        ("fidelity_cpu_tiny", [], HfCbBackendConfig, {"max_num_seqs": 8}),
+        ("fidelity_cpu_tiny_vllm", [], VllmBackendConfig, {"max_num_batched_tokens": 256}),
+        ("fidelity_qwen3_0_6b_vllm", [], VllmBackendConfig, {"max_num_batched_tokens": 512}),
+        ("qwen3_tiny_cpu_sweep", [], VllmBackendConfig, {"max_num_batched_tokens": 256}),
         # backend=<engine> replaces the preset's engine and all its knobs (scripts/gpu_validate.sh
         # FIDELITY_BACKEND=hf_generate, docs/gpu.md, the presets' comments)
         ("fidelity_qwen3_0_6b_h100", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
         ("fidelity_qwen3_0_6b_h100", ["backend=hf_cb_h100"], HfCbBackendConfig, H100_HF_CB),
-        ("fidelity_qwen3_0_6b_h100", ["backend=hf_cb"], HfCbBackendConfig, {"num_blocks": 512}),
+        (
+            "fidelity_qwen3_0_6b_h100",
+            ["backend=hf_cb"],
+            HfCbBackendConfig,
+            {"num_gpu_blocks_override": 512},
+        ),
         ("fidelity_cpu_tiny", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
-        ("fidelity_cpu_tiny", ["backend=hf_cb"], HfCbBackendConfig, {"max_requests_per_batch": 32}),
+        ("fidelity_cpu_tiny", ["backend=hf_cb"], HfCbBackendConfig, {"max_num_seqs": 32}),
         ("qwen3_0_6b_h100", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
         (  # README, On your own GPU: vLLM with CUDA graphs
             "qwen3_0_6b_h100",
             [
                 "backend=vllm",
                 "backend.enforce_eager=false",
-                "backend.max_batch_tokens=512",
-                "backend.num_blocks=4096",
+                "backend.max_num_batched_tokens=512",
+                "backend.num_gpu_blocks_override=4096",
             ],
             VllmBackendConfig,
-            {"enforce_eager": False, "max_batch_tokens": 512, "num_blocks": 4096},
+            {
+                "enforce_eager": False,
+                "max_num_batched_tokens": 512,
+                "num_gpu_blocks_override": 4096,
+            },
         ),
         (  # README: the same fidelity campaign against vLLM on an H100
             "fidelity_qwen3_0_6b_vllm",
             ["hardware=h100", "backend.enforce_eager=false"],
             VllmBackendConfig,
-            {"enforce_eager": False, "max_batch_tokens": 512, "max_requests_per_batch": 32},
+            {"enforce_eager": False, "max_num_batched_tokens": 512, "max_num_seqs": 32},
         ),
         ("fidelity_qwen3_0_6b_vllm", ["backend=hf_generate"], HfGenerateBackendConfig, {}),
         # tune on your own GPU: vLLM with CUDA graphs, one server at a time on its memory share
@@ -334,15 +343,18 @@ def test_the_calibrations_engine_is_picked_by_name_with_its_defaults(compose_sta
     gen = compose_stage("vidur_profile", ["engine.backend.name=hf_generate"])
     assert to_typed(gen, VidurProfileStageConfig).engine.backend == HfGenerateBackendConfig()
     bad = compose_stage(
-        "vidur_profile", ["engine.backend.name=hf_generate", "engine.backend.num_blocks=3"]
+        "vidur_profile",
+        ["engine.backend.name=hf_generate", "engine.backend.num_gpu_blocks_override=3"],
     )
-    with pytest.raises(ConfigError, match=r"engine\.backend\.num_blocks is a knob of hf_cb"):
+    with pytest.raises(
+        ConfigError, match=r"engine\.backend\.num_gpu_blocks_override is a knob of hf_cb"
+    ):
         to_typed(bad, VidurProfileStageConfig)
 
 
 def test_in_python_a_wrong_knob_or_class_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"backend\.num_blocks is a knob of hf_cb"):
-        backend_config("hf_generate", num_blocks=8)
+    with pytest.raises(ConfigError, match=r"backend\.num_gpu_blocks_override is a knob of hf_cb"):
+        backend_config("hf_generate", num_gpu_blocks_override=8)
     with pytest.raises(
         ConfigError, match=r"backend\.name='vllm' takes VllmBackendConfig, not HfCbBackendConfig"
     ):
@@ -351,7 +363,9 @@ def test_in_python_a_wrong_knob_or_class_is_refused() -> None:
         ConfigError, match=r"backend\.name='hf_cb' takes HfCbBackendConfig, not BackendConfig"
     ):
         BackendConfig(name="hf_cb")
-    built = backend_config("vllm", max_batch_tokens=64, server={"kind": "external", "port": 9})
+    built = backend_config(
+        "vllm", max_num_batched_tokens=64, server={"kind": "external", "port": 9}
+    )
     assert isinstance(built, VllmBackendConfig)
     assert built.server == ServerConfig(kind="external", port=9, startup_timeout_s=300.0)
     with pytest.raises(ConfigError, match=r"backend\.server\.port is a knob of openai, vllm; "):
@@ -359,7 +373,7 @@ def test_in_python_a_wrong_knob_or_class_is_refused() -> None:
 
 
 def test_step_limits_are_the_engines_own_or_the_batching_defaults() -> None:
-    assert HfCbBackendConfig(max_batch_tokens=96, max_requests_per_batch=5).step_limits() == (96, 5)
+    assert HfCbBackendConfig(max_num_batched_tokens=96, max_num_seqs=5).step_limits() == (96, 5)
     assert HfGenerateBackendConfig().step_limits() == HfCbBackendConfig().step_limits()
 
 
@@ -370,7 +384,7 @@ def test_a_run_records_its_engines_knobs_only(compose_stage) -> None:
     typed = to_typed(cfg, RealBenchStageConfig)
     recorded = to_resolved(cfg, typed)["backend"]
     assert set(recorded) == OWN_KNOBS["openai"]
-    assert recorded["client"] == "asyncio" and recorded["max_batch_tokens"] == 256
+    assert recorded["client"] == "asyncio" and recorded["max_num_batched_tokens"] == 256
     assert "???" not in str(recorded)
     # and reads back as the same engine
     again = to_typed(OmegaConf.create({**to_resolved(cfg, typed)}), RealBenchStageConfig)
@@ -400,5 +414,6 @@ def test_a_gpu_tune_checks_one_server_at_a_time(compose_stage, size: str) -> Non
     assert cfg.model.name == f"qwen3_{size}"
     # the preset's lengths, not the tune's CPU defaults (a stage's own come after a group's)
     assert (cfg.workload.prompt_len.min, cfg.workload.prompt_len.max) == (32, 512)
-    assert isinstance(cfg.backend, VllmBackendConfig) and cfg.backend.num_blocks == 16384
+    assert isinstance(cfg.backend, VllmBackendConfig)
+    assert cfg.backend.num_gpu_blocks_override == 16384
     assert max(cfg.tune.space["max_num_batched_tokens"]) == 8192

@@ -57,7 +57,7 @@ def test_workload_dir_is_required(compose_stage) -> None:
     ("override", "message"),
     [
         ("backend.name=tgi", "backend.name='tgi'"),
-        ("backend.max_batch_tokens=0", "backend.max_batch_tokens must be >= 1"),
+        ("backend.max_num_batched_tokens=0", "backend.max_num_batched_tokens must be >= 1"),
         ("backend.block_size=2", "backend.block_size must be >= 4"),
         ("dtype=int8", "dtype='int8'"),
         ("attn_implementation=magic", "attn_implementation='magic'"),
@@ -77,15 +77,15 @@ def test_mistyped_key_and_wrong_type_fail(compose_stage) -> None:
 
     with pytest.raises(ConfigCompositionException, match="max_batch_token"):
         compose_stage("real_bench", ["workload_dir=w", "backend.max_batch_token=8"])
-    with pytest.raises(ConfigCompositionException, match="num_blocks"):
-        compose_stage("real_bench", ["workload_dir=w", "backend.num_blocks=many"])
+    with pytest.raises(ConfigCompositionException, match="num_gpu_blocks_override"):
+        compose_stage("real_bench", ["workload_dir=w", "backend.num_gpu_blocks_override=many"])
 
 
 def test_hf_cb_knobs_map_onto_transformers_names(compose_stage) -> None:
     cfg = to_typed(
         compose_stage(
             "real_bench",
-            ["workload_dir=w", "backend.max_batch_tokens=64", "backend.block_size=32"],
+            ["workload_dir=w", "backend.max_num_batched_tokens=64", "backend.block_size=32"],
         ),
         RealBenchStageConfig,
     )
@@ -95,4 +95,5 @@ def test_hf_cb_knobs_map_onto_transformers_names(compose_stage) -> None:
     cb, dropped = make_cb_config(cfg)
     assert dropped == {}
     assert isinstance(cfg.backend, HfCbBackendConfig)
-    assert (cb.max_batch_tokens, cb.page_size, cb.num_blocks) == (64, 32, cfg.backend.num_blocks)
+    blocks = cfg.backend.num_gpu_blocks_override
+    assert (cb.max_batch_tokens, cb.page_size, cb.num_blocks) == (64, 32, blocks)

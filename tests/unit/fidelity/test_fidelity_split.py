@@ -246,9 +246,9 @@ def test_phase_real_writes_the_manifest_after_every_load(
 def test_probe_size_by_backend(compose_stage: Any, tmp_path: Path) -> None:
     from gpu_simulate_test.fidelity.real_phase import probe_size
 
-    cfg = _cfg(compose_stage, tmp_path, "backend.max_requests_per_batch=8").pipeline()
+    cfg = _cfg(compose_stage, tmp_path, "backend.max_num_seqs=8").pipeline()
     assert probe_size(cfg, 0) == 64
-    wide = _cfg(compose_stage, tmp_path, "backend.max_requests_per_batch=32").pipeline()
+    wide = _cfg(compose_stage, tmp_path, "backend.max_num_seqs=32").pipeline()
     assert probe_size(wide, 0) == 96
     one = _cfg(compose_stage, tmp_path, "backend=hf_generate").pipeline()
     assert probe_size(one, 0) == 16

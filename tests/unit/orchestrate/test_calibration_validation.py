@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -83,10 +84,15 @@ class _Stages:
     def __init__(self, bundle: Path) -> None:
         self.bundle = bundle
         self.runs: list[tuple[str, str]] = []
+        self.roots: list[str] = []
         self.facts: dict[str, Any] = {}
+        self.record_in = SimpleNamespace(path=bundle.parent / "pipeline" / "main")
+        """The orchestrator's run: the checks' own stage runs go in its directory."""
+        self.within: list[Path | None] = []
 
     def run(self, name: str, _call: Any, stage_cfg: Any) -> Path:
         self.runs.append((name, stage_cfg.output.run_id))
+        self.roots.append(stage_cfg.output.root)
         write_json(self.bundle / layout.BUNDLE_META, {"quality_warnings": []})
         return self.bundle
 
@@ -99,10 +105,13 @@ def _run_check(cfg, tmp_path: Path, monkeypatch, worsts: list[float]) -> tuple[P
     bundle.mkdir()
     write_json(bundle / layout.BUNDLE_META, {"quality_warnings": []})
     answers = iter(worsts)
-    monkeypatch.setattr(
-        validation, "validate", lambda _c, _s, attempt: _check(attempt, next(answers))
-    )
     stages = _Stages(bundle)
+
+    def validate(_c: Any, _s: Any, attempt: int, within: Path | None = None) -> dict[str, Any]:
+        stages.within.append(within)
+        return _check(attempt, next(answers))
+
+    monkeypatch.setattr(validation, "validate", validate)
     decided = type("Decided", (), {"scheduler": None, "needs": None})()
     monkeypatch.setattr(
         "gpu_simulate_test.orchestrate.profiling.profile_config",
@@ -122,6 +131,9 @@ def test_a_passing_check_is_recorded_and_nothing_is_redone(cfg, tmp_path, monkey
 def test_a_miss_redoes_the_calibration_once(cfg, tmp_path, monkeypatch) -> None:
     bundle, stages = _run_check(cfg, tmp_path, monkeypatch, [4.44, 0.05])
     assert stages.runs == [("vidur_profile", "main-recalibration")]
+    # the validation replays and the redone profile run go in the orchestrator's directory
+    runs = tmp_path / "pipeline" / "main" / "runs"
+    assert stages.within == [runs, runs] and stages.roots == [str(runs)]
     meta = read_json(bundle / layout.BUNDLE_META)
     assert [c["passed"] for c in meta["validation"]["checks"]] == [False, True]
     assert meta["quality_warnings"] == []

@@ -23,7 +23,7 @@ from gpu_simulate_test.vidur_simulate.plan import Requirements
 
 def test_hf_cb_maps_to_sarathi_knob_for_knob() -> None:
     backend = HfCbBackendConfig(
-        max_batch_tokens=384, max_requests_per_batch=12, num_blocks=99, block_size=32
+        max_num_batched_tokens=384, max_num_seqs=12, num_gpu_blocks_override=99, block_size=32
     )
     sched, derived = derive_scheduler(backend, VidurSchedulerConfig(name="vllm"), 500)
     assert derived
@@ -41,12 +41,12 @@ def test_openai_keeps_the_given_scheduler_and_mismatches_are_named() -> None:
     base = VidurSchedulerConfig(batch_size_cap=8)
     assert derive_scheduler(OpenAIBackendConfig(), base, 10) == (base, False)
     found = knob_mismatches(
-        {"name": "hf_cb", "max_batch_tokens": 256, "max_requests_per_batch": 32, "block_size": 16,
-         "num_blocks": 512},
+        {"name": "hf_cb", "max_num_batched_tokens": 256, "max_num_seqs": 32, "block_size": 16,
+         "num_gpu_blocks_override": 512},
         {"name": "sarathi", "chunk_size": 512, "batch_size_cap": 32, "block_size": 16},
         num_blocks=512,
     )  # fmt: skip
-    assert found == {"max_batch_tokens ↔ chunk_size": (256, 512)}
+    assert found == {"max_num_batched_tokens ↔ chunk_size": (256, 512)}
 
 
 def test_profile_ranges_widen_to_the_needs() -> None:
@@ -104,10 +104,20 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
 
     assert "version 1" in calibrated(version=1, settings=settings)[0]
     assert calibrated(version=CALIBRATION_VERSION, settings=settings) == []
-    other = {**settings, "backend": {**settings["backend"], "max_requests_per_batch": 8}}
+    other = {**settings, "backend": {**settings["backend"], "max_num_seqs": 8}}
     assert calibrated(version=CALIBRATION_VERSION, settings=other) == [
         "engine calibration of hf_cb was made with other backend"
     ]
+    # one recorded under the knobs' old names stands for the same knobs under vLLM's names
+    renamed = {
+        "max_num_batched_tokens": "max_batch_tokens",
+        "max_num_seqs": "max_requests_per_batch",
+    }
+    old = {renamed.get(k, k): v for k, v in settings["backend"].items()}
+    assert "max_batch_tokens" in old
+    assert calibrated(version=CALIBRATION_VERSION, settings={**settings, "backend": old}) == []
+    old_other = {**old, "max_requests_per_batch": 8}
+    assert calibrated(version=CALIBRATION_VERSION, settings={**settings, "backend": old_other})
 
 
 def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: Path) -> None:
@@ -186,7 +196,7 @@ def test_an_older_calibration_is_simulated_with_and_says_what_it_lacks(tmp_path:
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
     assert CALIBRATION_VERSION == 11, "extend MEASURED_SINCE with what the new version measures"
-    backend = HfCbBackendConfig(max_batch_tokens=128, max_requests_per_batch=8)
+    backend = HfCbBackendConfig(max_num_batched_tokens=128, max_num_seqs=8)
     cfg = PipelineStageConfig(
         model=model_preset("qwen3_tiny"),
         hardware=hardware_preset("cpu"),
@@ -284,10 +294,11 @@ def test_a_derived_scheduler_knob_is_refused_naming_the_engine_s(compose_stage, 
 
     schema = {"pipeline": PipelineStageConfig, "fidelity": FidelityStageConfig,
               "capacity": CapacityStageConfig}[stage]  # fmt: skip
-    with pytest.raises(ConfigError, match=r"chunk_size=64 \(derived from backend.max_batch_tokens"):
+    derived = r"chunk_size=64 \(derived from backend.max_num_batched_tokens"
+    with pytest.raises(ConfigError, match=derived):
         to_typed(compose_stage(stage, ["vidur.scheduler.chunk_size=64"]), schema)
     # the engine's own name is the one to set; a knob no engine derives stays Vidur's
-    to_typed(compose_stage(stage, ["backend.max_batch_tokens=64"]), schema)
+    to_typed(compose_stage(stage, ["backend.max_num_batched_tokens=64"]), schema)
     to_typed(compose_stage(stage, ["vidur.scheduler.watermark_blocks_fraction=0.02"]), schema)
     # an engine Vidur's schedulers do not mirror (a server you run) takes them as given
     to_typed(compose_stage(stage, ["backend=openai", "vidur.scheduler.chunk_size=64"]), schema)

@@ -22,7 +22,7 @@ from gpu_simulate_test.tune.simulate import Simulated, fleet_groups, fleet_scale
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
 from tests.vidur_bundle_factory import QWEN3_TINY
 
-BACKEND = VllmBackendConfig(max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256)
+BACKEND = VllmBackendConfig(max_num_batched_tokens=128, max_num_seqs=8, num_gpu_blocks_override=256)
 
 
 def space(**knobs: Any) -> list[Any]:
@@ -67,14 +67,17 @@ def test_one_replica_is_listed_once_and_a_fleet_per_router() -> None:
     assert by_id["r1-s8"].checkable and by_id["r1-s8"].routed_by is None
     assert by_id["r2-rr-s8"].routed_by == "round_robin"
     # vLLM's engine in process has no data-parallel server: its fleets are simulated only
-    engine = VllmEngineBackendConfig(max_batch_tokens=128, max_requests_per_batch=8)
+    engine = VllmEngineBackendConfig(max_num_batched_tokens=128, max_num_seqs=8)
     fleet = candidates(TuneOptions(space={"replicas": [1, 2]}), engine, QWEN3_TINY, 80)
     assert [c.checkable for c in fleet] == [True, False]
 
 
 def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
     backend = VllmBackendConfig(
-        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256, data_parallel_size=2
+        max_num_batched_tokens=128,
+        max_num_seqs=8,
+        num_gpu_blocks_override=256,
+        data_parallel_size=2,
     )
     found = candidates(TuneOptions(space={"replicas": [1, 2, 4]}), backend, QWEN3_TINY, 80)
     assert [(c.config_id, c.configured) for c in found] == [
@@ -82,7 +85,7 @@ def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
     ]  # fmt: skip
     # N servers behind the client's router are a configured fleet too, and checkable
     served = VllmBackendConfig(
-        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256, servers=2,
+        max_num_batched_tokens=128, max_num_seqs=8, num_gpu_blocks_override=256, servers=2,
         router="least_outstanding",
     )  # fmt: skip
     opts = TuneOptions(space={"replicas": [1, 2], "router": ["vllm_dp", "least_outstanding"]})
@@ -92,7 +95,7 @@ def test_the_configured_fleet_is_the_backend_s_data_parallel_size() -> None:
     ]  # fmt: skip
     # servers you run yourself (server.kind=external) cannot be multiplied: simulated only
     external = VllmBackendConfig(
-        max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256,
+        max_num_batched_tokens=128, max_num_seqs=8, num_gpu_blocks_override=256,
         server=ServerConfig(kind="external"),
     )  # fmt: skip
     opts = TuneOptions(space={"replicas": [1, 2], "router": ["round_robin"]})

@@ -25,7 +25,7 @@ from gpu_simulate_test.tune.space import (
 from gpu_simulate_test.tune.verify import launch_delay
 from tests.vidur_bundle_factory import QWEN3_TINY
 
-BACKEND = VllmBackendConfig(max_batch_tokens=128, max_requests_per_batch=8, num_blocks=256)
+BACKEND = VllmBackendConfig(max_num_batched_tokens=128, max_num_seqs=8, num_gpu_blocks_override=256)
 
 
 def test_knob_values_take_lists_ranges_and_refuse_the_rest() -> None:
@@ -33,7 +33,7 @@ def test_knob_values_take_lists_ranges_and_refuse_the_rest() -> None:
     assert knob_values("max_num_seqs", "8:64:x2") == (8, 16, 32, 64)
     assert knob_values("max_num_batched_tokens", "64:256:+64") == (64, 128, 192, 256)
     assert knob_values("enable_prefix_caching", [False, True]) == (False, True)
-    assert knob_values("num_gpu_blocks", 512) == (512,)
+    assert knob_values("num_gpu_blocks_override", 512) == (512,)
     for name, given, said in (
         ("max_seqs", [8], "not a knob"),
         ("max_num_seqs", [], "empty"),
@@ -82,13 +82,13 @@ def test_one_calibration_covers_every_valid_configuration() -> None:
     )  # fmt: skip
     cal = calibration_backend(found)
     # s64-t32 is refused, so its 64 counts only with t512
-    assert (cal.max_requests_per_batch, cal.max_batch_tokens) == (64, 512)
+    assert (cal.max_num_seqs, cal.max_num_batched_tokens) == (64, 512)
     assert cal.enable_prefix_caching and cal.enable_chunked_prefill
-    assert cal.num_blocks == BACKEND.num_blocks
+    assert cal.num_gpu_blocks_override == BACKEND.num_gpu_blocks_override
 
 
 def test_each_configuration_s_scheduler_mirrors_its_knobs() -> None:
-    off = VllmBackendConfig(enable_chunked_prefill=False, max_batch_tokens=4096)
+    off = VllmBackendConfig(enable_chunked_prefill=False, max_num_batched_tokens=4096)
     scheduler, derived = derive_scheduler(off, VidurSchedulerConfig(), 64)
     assert derived and scheduler.name == "vllm_v1" and not scheduler.enable_chunked_prefill
     assert scheduler.chunk_size == 4096
@@ -115,7 +115,7 @@ def test_the_ranking_the_frontier_and_the_flags() -> None:
     order = [s.candidate.config_id for s in ranked(sims, "capacity", "ttft", 90)]
     assert order == ["c", "b", "a", "d", "e"]  # ties on capacity go to the lower latency
     assert pareto([("a", 10, 50), ("b", 20, 80), ("c", 20, 60)]) == ["a", "c"]
-    knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 128, "num_gpu_blocks": 256,
+    knobs = {"max_num_seqs": 8, "max_num_batched_tokens": 128, "num_gpu_blocks_override": 256,
              "enable_chunked_prefill": True, "enable_prefix_caching": False}  # fmt: skip
     flags = serve_flags(knobs)
     assert flags == ["--max-num-seqs 8", "--max-num-batched-tokens 128",

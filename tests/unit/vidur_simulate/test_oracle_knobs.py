@@ -45,8 +45,8 @@ def test_the_knobs_come_from_the_run(config: Callable[..., VidurSimulateStageCon
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("vidur.scheduler.chunk_size=256", "chunk_size=256 contradicts .* backend.max_batch_tokens "
-         "gives chunk_size=128"),
+        ("vidur.scheduler.chunk_size=256", "chunk_size=256 contradicts .* "
+         "backend.max_num_batched_tokens gives chunk_size=128"),
         ("vidur.scheduler.num_blocks=64", "num_blocks=64 contradicts .* gives num_blocks=16"),
         ("vidur.scheduler.name=orca", "name=orca contradicts .* backend vllm gives name=vllm_v1"),
     ],

@@ -48,9 +48,9 @@ def cb_config_kwargs(cfg: RealBenchStageConfig) -> dict[str, Any]:
     """Our knobs under the names transformers uses (``page_size`` was ``block_size`` before)."""
     b = as_engine(cfg.backend, HfCbBackendConfig)
     kwargs: dict[str, Any] = {
-        "num_blocks": b.num_blocks,
-        "max_batch_tokens": b.max_batch_tokens,
-        "max_requests_per_batch": b.max_requests_per_batch,
+        "num_blocks": b.num_gpu_blocks_override,
+        "max_batch_tokens": b.max_num_batched_tokens,
+        "max_requests_per_batch": b.max_num_seqs,
         "page_size": b.block_size,
         "allow_block_sharing": b.allow_block_sharing,
         "scheduler_type": "fifo",
@@ -106,11 +106,12 @@ class HfContinuousBatchingBackend(Backend):
         b = as_engine(self.cfg.backend, HfCbBackendConfig)
         longest = max(requests, key=lambda r: r.total_tokens)
         blocks = math.ceil(longest.total_tokens / b.block_size)
-        if blocks > b.num_blocks:
+        if blocks > b.num_gpu_blocks_override:
             raise ValueError(
                 f"request {longest.request_id} needs {blocks} KV-cache blocks of "
-                f"{b.block_size} tokens ({longest.total_tokens} tokens) but backend.num_blocks="
-                f"{b.num_blocks}; raise backend.num_blocks"
+                f"{b.block_size} tokens ({longest.total_tokens} tokens) but "
+                f"backend.num_gpu_blocks_override={b.num_gpu_blocks_override}; raise "
+                "backend.num_gpu_blocks_override"
             )
 
     def start(self, recorder: Recorder) -> None:

@@ -1,7 +1,8 @@
 """The real engine's knobs ↔ Vidur's scheduler knobs, so both sides model the same engine.
 
-``hf_cb`` (transformers continuous batching) ↔ Vidur ``sarathi``: chunk_size = max_batch_tokens,
-batch_size_cap = max_requests_per_batch, block_size = block_size, num_blocks = num_blocks.
+``hf_cb`` (transformers continuous batching) ↔ Vidur ``sarathi``: chunk_size =
+max_num_batched_tokens, batch_size_cap = max_num_seqs, block_size = block_size, num_blocks =
+num_gpu_blocks_override (the backend's knobs named as vLLM names them).
 ``vllm`` (V1 engine: chunked prefill, FCFS, running requests first, then waiting ones filling
 the token budget, preemption by recompute) ↔ ``vllm_v1``, vLLM's own scheduler in our event loop
 (:mod:`gpu_simulate_test.simulator.run`): chunk_size = ``--max-num-batched-tokens``,
@@ -21,13 +22,14 @@ from typing import Any
 
 from gpu_simulate_test.config.backends import VllmEngineBackendConfig
 from gpu_simulate_test.config.real_bench import BackendConfig
+from gpu_simulate_test.config.renamed import current_names
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 
 HF_CB_PAIRS: tuple[tuple[str, str], ...] = (
-    ("max_batch_tokens", "chunk_size"),
-    ("max_requests_per_batch", "batch_size_cap"),
+    ("max_num_batched_tokens", "chunk_size"),
+    ("max_num_seqs", "batch_size_cap"),
     ("block_size", "block_size"),
-    ("num_blocks", "num_blocks"),
+    ("num_gpu_blocks_override", "num_blocks"),
 )
 """(backend knob, Vidur scheduler knob) pairs that must be equal for hf_cb and vllm ↔ sarathi."""
 
@@ -66,9 +68,11 @@ def knob_mismatches(
 ) -> dict[str, tuple[Any, Any]]:
     """Knobs on which a real run's backend and a simulated run's scheduler model different engines.
 
-    ``backend`` is the real run's ``config.backend``; ``scheduler`` the simulated run's
-    ``scheduler`` (``num_blocks`` the number Vidur actually used, when known).
+    ``backend`` is the real run's ``config.backend`` (a record made before vLLM's names: read
+    under today's, :func:`current_names`); ``scheduler`` the simulated run's ``scheduler``
+    (``num_blocks`` the number Vidur actually used, when known).
     """
+    backend = current_names(backend)
     name = backend.get("name")
     out: dict[str, tuple[Any, Any]] = {}
     if name in CHUNKED_BACKENDS:

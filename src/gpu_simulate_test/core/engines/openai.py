@@ -272,9 +272,9 @@ class OpenAIBackend(Backend):
             "--cb-block-size",
             str(b.block_size),
             "--cb-num-blocks",
-            str(b.num_blocks),
+            str(b.num_gpu_blocks_override),
             "--cb-max-batch-tokens",
-            str(b.max_batch_tokens),
+            str(b.max_num_batched_tokens),
             "--attn-implementation",
             self.cfg.attn_implementation,
         ]

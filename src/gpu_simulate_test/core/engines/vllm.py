@@ -181,13 +181,13 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             "--max-model-len",
             str(self.max_model_len),
             "--max-num-batched-tokens",
-            str(b.max_batch_tokens),
+            str(b.max_num_batched_tokens),
             "--max-num-seqs",
-            str(b.max_requests_per_batch),
+            str(b.max_num_seqs),
             "--block-size",
             str(b.block_size),
             "--num-gpu-blocks-override",
-            str(b.num_blocks),
+            str(b.num_gpu_blocks_override),
             "--enable-chunked-prefill"
             if b.enable_chunked_prefill
             else "--no-enable-chunked-prefill",

@@ -140,7 +140,7 @@ class VllmFleetBackend(Backend):
         if getattr(self.router, "scrapes", False):
             b = as_engine(self.cfg.backend, VllmBackendConfig)
             urls = [s.base_url for s in self.starters]
-            self.loads = ServerLoads(urls, b.router_poll_s, b.num_blocks)
+            self.loads = ServerLoads(urls, b.router_poll_s, b.num_gpu_blocks_override)
             self.loads.start()
 
     def attach(self, k: int, starter: VllmBackend, recorder: Recorder) -> VllmBackend:

@@ -129,7 +129,11 @@ class VllmKnobs:
         b = self.knobs
         if b.max_model_len:
             return b.max_model_len
-        cache_tokens = (b.num_blocks - 1) * b.block_size if b.num_blocks > 1 else None
+        cache_tokens = (
+            (b.num_gpu_blocks_override - 1) * b.block_size
+            if b.num_gpu_blocks_override > 1
+            else None
+        )
         model_len = self.cfg.model.max_position_embeddings
         return min(model_len, cache_tokens) if cache_tokens else model_len
 
@@ -148,7 +152,7 @@ class VllmKnobs:
             return b.kv_cache_space_gib
         itemsize = 4 if self.dtype == "float32" else 2
         per_token = 2 * m.num_layers * m.num_key_value_heads * m.head_dim * itemsize
-        need = b.num_blocks * b.block_size * per_token * 1.25
+        need = b.num_gpu_blocks_override * b.block_size * per_token * 1.25
         return max(1, math.ceil(need / 2**30))
 
     def engine_env(self) -> dict[str, str]:

@@ -240,7 +240,11 @@ def test_context_and_kv_cache_checks_fail_before_the_run_exists(
     with pytest.raises(ValueError, match=r"over model qwen3_tiny's context of 8 tokens"):
         stage.run(cfg, {"x": 1})
     cfg = _bench_cfg(
-        compose_stage, tmp_path, workload_dir, "backend.num_blocks=1", "backend.block_size=4"
+        compose_stage,
+        tmp_path,
+        workload_dir,
+        "backend.num_gpu_blocks_override=1",
+        "backend.block_size=4",
     )
     with pytest.raises(ValueError, match=r"raise backend\.num_blocks"):
         stage.run(cfg, {"x": 1})

@@ -221,7 +221,7 @@ def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
 
 
 def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Path) -> None:
-    backend = VllmBackend(_cfg(compose_stage, "backend.max_batch_tokens=512"))
+    backend = VllmBackend(_cfg(compose_stage, "backend.max_num_batched_tokens=512"))
     cmd = backend.server_command(8000, tmp_path)
     pairs = dict(itertools.pairwise(cmd))
     assert pairs["--max-num-batched-tokens"] == "512"

@@ -26,7 +26,7 @@ from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_engine import STEP_LOGGER, VllmEngineBackend
 from gpu_simulate_test.real_bench.metrics import request_frame
 
-KNOBS = ("backend.max_batch_tokens=512", "backend.enable_chunked_prefill=false")
+KNOBS = ("backend.max_num_batched_tokens=512", "backend.enable_chunked_prefill=false")
 
 
 def _cfg(compose_stage, backend: str, *overrides: str) -> RealBenchStageConfig:
