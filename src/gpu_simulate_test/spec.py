@@ -117,7 +117,10 @@ the measured bracket's rates; null without one), `simulated_at_server_level_qps`
 capacity again with every step the judged `ratio` times as long); with an adopted second
 calibration also `first_calibration_qps` and `first_calibration_step_level`, the first's),
 `simulated_best`,
-`measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`,
+`measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`, the verdict's
+`judged_ranking` (`first calibration` after an adopted one, else `simulation`: the ranking whose
+picks were measured), `judged_top2`, `tied_best` (measured within `server_spread` of the best),
+`server_spread`, `winner` (null for a tie), `agrees` (the judged top 2 holds a tied best),
 `calibration_speed` (the checked servers' levels together: `pooled_level`, weighted by busy
 steps, `servers`, `range`, `one_sided`, and `note`, what to do when every server ran more than
 8% off the calibration on the same side; null without a level), `wall_time_s`), and

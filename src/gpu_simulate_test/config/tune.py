@@ -142,6 +142,14 @@ class TuneOptions:
     verify_margin: float = 0.15
     """``top_k``: the real search starts at the simulated capacity and steps by 1 + this, then
     bisects to it: a right prediction costs two rates (meets just below, misses just above)."""
+    server_spread: float = 0.35
+    """How far apart two servers' measured capacities may be and still be a tie: the check
+    names no winner among configurations whose measured capacity is within this share of the
+    best's (the best at most 1 + this times theirs; ``verify.tied_best``). The default is this
+    host's, rounded up: two fresh vLLM servers of the same engine (prefix caching on and off, no
+    shared prefixes, steps at 0.96–0.99× the model) measured 58.9 and 77.9 req/s, the best
+    1.32× the other, in one tune on 2 CPU cores; on a GPU set it from repeats of one
+    configuration."""
     verify_budget_s: float = 0.0
     """Wall seconds each configuration's real search may take (0: the capacity stage's
     ``capacity.verify_budget_s``)."""
@@ -253,6 +261,10 @@ class TuneOptions:
         for name in ("sim_step",):
             value = getattr(self, name)
             _check(math.isfinite(value) and value > 1, f"tune.{name}={value} must be > 1")
+        _check(
+            math.isfinite(self.server_spread) and 0 <= self.server_spread < 1,
+            f"tune.server_spread={self.server_spread} must be in [0, 1) (0: no tie)",
+        )
         for name in ("sim_bracket", "verify_margin"):
             value = getattr(self, name)
             _check(math.isfinite(value) and 0 < value < 1, f"tune.{name}={value} must be in (0, 1)")

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity.report import requests_judged
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
+from gpu_simulate_test.tune.verdict import verdict_lines
 
 SHOWN_ROWS = 12
 """Rows of the ranked table on the terminal (the report lists every configuration)."""
@@ -131,6 +132,8 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
         console.print(f"[bold]recommended:[/] {command_of(doc, best)}")
     else:
         console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
+    for line in verdict_lines(doc)[1:] if best else ():
+        console.print(f"[bold]verdict:[/] {line}")
     if doc.get("calibrations"):
         console.print(f"[bold]calibrations:[/] {calibrations_sentence(doc['calibrations'])}")
     verified = doc.get("verify")
@@ -147,12 +150,18 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
 
 
 def verify_sentence(verified: Mapping[str, Any]) -> str:
-    inside = verified.get("measured_best_in_sim_top2")
-    said = {True: "is among", False: "is NOT among", None: "cannot be compared with"}[inside]
+    tied = verified.get("tied_best") or []
+    agrees = verified.get("agrees", verified.get("measured_best_in_sim_top2"))
+    said = {True: "is among", False: "is NOT among", None: "cannot be compared with"}[agrees]
+    best = (
+        f"the measured best, {verified['measured_best']},"
+        if len(tied) <= 1
+        else f"a tied best ({', '.join(tied)}: within the spread between servers),"
+    )
+    ranking = verified.get("judged_ranking", "simulation")
     return (
         f"on the real engine ({verified['mode']}, {len(verified['configs'])} configurations, "
-        f"{verified['wall_time_s']:g} s): the measured best, {verified['measured_best']}, "
-        f"{said} the simulated top 2"
+        f"{verified['wall_time_s']:g} s): {best} {said} the {ranking}'s top 2"
     )
 
 
@@ -161,6 +170,8 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
     goals = ", ".join(f"{m.upper()} p{pct} ≤ {v:g} ms" for m, v in doc["slo"]["goals_ms"].items())
     lines = [
         f"# Tune: {run_id}",
+        "",
+        *(f"- {line}" for line in verdict_lines(doc)),
         "",
         f"{doc['model']} on {doc['hardware']}, vLLM ({doc['backend']}), "
         f"{requests_judged(doc)} of the workload per simulated rate; goals: {goals}; "

@@ -36,6 +36,7 @@ from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.orchestrate.serving import EarlyServer
 from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import Candidate
+from gpu_simulate_test.tune.verdict import judged
 
 RUNS_DIR = "runs"
 """Each checked configuration's real runs: ``runs/<config_id>/``, its server's logs in
@@ -354,7 +355,8 @@ def calibration_speed(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> dict[str, Any]:
     """The verify record: rows in the simulated order, the measured best and whether it is among
-    the simulated top 2 (of the rows checked), the measured ranking."""
+    the simulated top 2 (of the rows checked), the measured ranking, and the judgement that
+    names no winner inside the spread between servers (:func:`.verdict.judged`)."""
     measured = [r for r in rows if r["measured_qps"] is not None]
     best = max(measured, key=lambda r: r["measured_qps"], default=None)
     top2 = [r["config_id"] for r in rows[:2]]
@@ -370,4 +372,5 @@ def summary(rows: list[dict[str, Any]], cfg: TuneStageConfig, wall_s: float) -> 
         ],
         "calibration_speed": calibration_speed(rows),
         "wall_time_s": round(wall_s, 1),
+        **judged(rows, cfg.tune.server_spread),
     }

@@ -16,13 +16,14 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import CAPACITY_ONLY, TUNE_PROFILE, TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurConfig, VidurPredictorConfig
 
-TUNE_JOB_LINES = 115
+TUNE_JOB_LINES = 116
 """Issue 61 (settings by composition): ``tune --cfg job`` lists at most this many ``key: value``
 lines (208 when the tune inherited the pipeline's whole config; 103 then, and since issue 62 the
 fleet's ``tune.target_qps``; 109 with where the search runs: ``tune.workers``, ``executor``,
 ``ray_address``; 111 with the vLLM backend's ``servers`` and ``router``; 112 with its
 ``gpu_memory_utilization``; 115 with the three knobs' old names, unset, accepted only to be
-refused naming vLLM's, :mod:`gpu_simulate_test.config.renamed`)."""
+refused naming vLLM's, :mod:`gpu_simulate_test.config.renamed`; 116 with
+``tune.server_spread``, the tie between servers)."""
 PIPELINE_ONLY = ("compare", "goodput", "real_repeat")
 """The pipeline's own settings, which no search reads (it judges by ``capacity.slo``)."""
 CAPACITY_ONLY_KEYS = ("step_band", "verify", "verify_seed", "verify_probe_requests", "phase")
