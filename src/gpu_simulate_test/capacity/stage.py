@@ -105,11 +105,13 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         if source is not None:
             inner, decided, workload_dir = recorded_inputs(cfg, inner, source)
+            older = older_calibration(inner)  # simulated with it, said
             r.update_meta(
-                real_from=str(source.root),
-                recorded_config=as_resolved(inner),
-                older_calibration=older_calibration(inner),  # simulated with it, said
-            )
+                real_from=str(source.root), recorded_config=as_resolved(inner),
+                older_calibration=older,
+            )  # fmt: skip
+            if older is not None:
+                console.print(f"[yellow]{older}")
             # the report names the engine and device the real phase measured
             cfg = dataclasses.replace(
                 cfg, model=inner.model, hardware=inner.hardware, backend=inner.backend

@@ -128,6 +128,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             at_bundle = dataclasses.replace(sim_cfg, profiling_root=str(src / carried))
         if (older := older_calibration(at_bundle)) is not None:
             notes.append(older)
+            console.print(f"[yellow]{older}")
         cap = dict(rec["capacity"])
         if cap.get("probe_run"):
             cap["probe_run"] = str(src / cap["probe_run"])

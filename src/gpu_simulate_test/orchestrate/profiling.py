@@ -247,10 +247,9 @@ def recorded_plan(
     (``cfg.profiling_root``), which must cover it (a sim phase never profiles), with Vidur's
     scheduler derived again and checked against the one the real phase recorded in ``where``
     (empty: none recorded, nothing to check). An engine calibration by an older version of this
-    code is simulated with as it is (:func:`older_calibration` says what it lacks)."""
+    code is simulated with as it is (:func:`older_calibration` says what it lacks: the caller
+    says it, once for its run, not once per load)."""
     decided = profile_plan(cfg, workload_dir, accept_older=True)
-    if (note := older_calibration(cfg)) is not None:
-        console.print(f"[yellow]{note}")
     derived = as_stored_json(dataclasses.asdict(decided.scheduler))
     # a knob added since the real phase ran is held at its default there
     defaults = as_stored_json(dataclasses.asdict(VidurSchedulerConfig()))
