@@ -22,11 +22,12 @@ RUNS_DIR = "runs"
 """Stage runs of the campaign, ``runs/<stage>/<run_id>``: the directory is self-contained."""
 PROFILES_DIR = "profiles"
 COMBINED_SUFFIX = "combined"
-FIDELITY_SCHEMA_VERSION = "1.2"
+FIDELITY_SCHEMA_VERSION = "1.3"
 """Of ``fidelity.json`` and ``fidelity.csv`` (the argparse harness's reports had none); 1.1 adds
 the ``clock`` column (the engine's own clock beside the client's) and the loads' ``window``; 1.2
 adds ``mean_signed_error_pct`` to every spread in ``fidelity.json`` (the simulation's and the
-noise floor's)."""
+noise floor's); 1.3 each load simulated again at its real run's own step level
+(``sim_at_level_ms``, ``rel_error_at_level``, ``fidelity.json`` ``at_real_step_level``)."""
 
 __all__ = ("MANIFEST_FILE",)
 
@@ -42,7 +43,10 @@ FIDELITY_TABLE = TableSchema(
         "The fidelity stage's error table (`fidelity.csv`, the same rows as `fidelity.json` "
         "`rows`): per backend, load, metric and percentile, real against simulated. With "
         "`fidelity.real_repeats` >= 2 two more columns follow: `real_repeat_ms` (the repeat "
-        "furthest from the first real run) and `noise` (repeat / real - 1, the noise floor)."
+        "furthest from the first real run) and `noise` (repeat / real - 1, the noise floor). Where "
+        "the real runs recorded their steps (a started vLLM server), two more: "
+        "`sim_at_level_ms` (the load simulated again with every step as much longer as its real "
+        "run's steps took against the step model) and `rel_error_at_level` (that / real - 1)."
     ),
     columns=(
         Column("backend", "str", "", "the real engine (backend.name)"),

@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.core.metrics.window import STEADY_TREND
+from gpu_simulate_test.fidelity.at_level import at_level_lines
 from gpu_simulate_test.fidelity.tables import (
     REQUEST_UNIT,
     SUSTAINED_RATIO,
     clock_of,
     error_spread,
+    has_at_level,
     has_noise,
     headline,
     largest_abs_error,
@@ -179,6 +181,7 @@ def markdown(
     else:
         lines += disturbance_lines(setup.get("real_runs"))
     lines += table_lines(table)
+    lines += at_level_lines(table, capacity)
     lines += where_error_lives(capacity)
     lines += largest_lines(table)
     lines.append("")
@@ -264,7 +267,7 @@ def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def table_lines(table: pd.DataFrame) -> list[str]:
     """The report's table: per backend, clock (the engine's first), metric, percentile and load,
     with the real-vs-real noise floor beside the simulator's error when the truth was repeated."""
-    noisy = has_noise(table)
+    noisy, levelled = has_noise(table), has_at_level(table)
     lines = ["", "## Table (ms)", ""]
     lines += [
         "*engine*: the engine's own clock per request (what Vidur models); *client*: as the "
@@ -284,6 +287,9 @@ def table_lines(table: pd.DataFrame) -> list[str]:
         ]
     else:
         lines += [head, rule]
+    if levelled:  # each load again at its real run's step level (At the real runs' own ...)
+        lines[-2] += " at real step level | error there |"
+        lines[-1] += " --- | --- |"
     for rec in table.to_dict("records"):
         row = (
             f"| {rec['backend']} | {rec.get('clock', 'client')} | {rec['metric']} | "
@@ -292,6 +298,8 @@ def table_lines(table: pd.DataFrame) -> list[str]:
         )
         if noisy:
             row += f" {rec['real_repeat_ms']:.2f} | {_pct(rec['noise'])} |"
+        if levelled:
+            row += f" {rec['sim_at_level_ms']:.2f} | {_pct(rec['rel_error_at_level'])} |"
         lines.append(row)
     return lines
 

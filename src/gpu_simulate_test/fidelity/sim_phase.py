@@ -27,6 +27,7 @@ from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.fidelity import contract, report
 from gpu_simulate_test.fidelity import tables as fid
+from gpu_simulate_test.fidelity.at_level import at_level_json
 from gpu_simulate_test.fidelity.manifest import (
     PlannedLoad,
     load_plan,
@@ -46,6 +47,7 @@ from gpu_simulate_test.io.artifacts import (
 from gpu_simulate_test.io.runs import Run, open_upstream_run, package_versions
 from gpu_simulate_test.orchestrate.configs import recorded_pipeline
 from gpu_simulate_test.orchestrate.profiling import older_calibration, recorded_plan
+from gpu_simulate_test.orchestrate.step_level import at_real_step_level
 from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import Truth
 
@@ -54,6 +56,9 @@ Levels = list[tuple[str, float, float, pd.DataFrame]]
 percentiles)."""
 Noise = dict[tuple[str, float], list[dict[tuple[str, str, str], float]]]
 """(backend, load fraction) → each repeated real run's (clock, metric, stat) percentiles (ms)."""
+AtLevel = dict[tuple[str, float], tuple[dict[str, Any] | None, Path | None]]
+"""(backend, load fraction) → its real run's step level and the compare run of the load simulated
+at it (None, None: no level)."""
 
 
 def sim_source(src: Path) -> dict[str, Any]:
@@ -107,6 +112,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
     capacity: dict[str, dict[str, Any]] = {}
     levels: Levels = []
     noise: Noise = {}
+    at_level: AtLevel = {}
     plots: dict[str, str] = {}
     real_runs = real_run_records(load_plan(manifest))
     if real_runs and any(run["disturbed"] for run in real_runs):
@@ -119,7 +125,7 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
             cfg, rec["config"], src / contract.MANIFEST_FILE
         )
         compare_dirs = [
-            (load, simulate_load(cfg, sim_cfg, rec, load, src, r, noise))
+            (load, simulate_load(cfg, sim_cfg, rec, load, src, r, noise, at_level))
             for load in load_plan(manifest)
             if load.backend == backend
         ]
@@ -133,12 +139,18 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
         if cap.get("probe_run"):
             cap["probe_run"] = str(src / cap["probe_run"])
         capacity[backend], rows, plots[backend] = finish_backend(backend, cap, compare_dirs, r.path)
+        for record in capacity[backend]["loads"]:  # each load's real run's own step level
+            level, _ = at_level.get((backend, record["load_fraction"]), (None, None))
+            record["real_step_level"] = level
         levels += rows
     notes += load_notes(capacity)
     setup = setup_record(cfg, r, source, notes, real_runs, started)
     table = fid.fidelity_rows(levels)
     if noise:
         table = fid.add_noise(table, noise)
+    table = fid.add_at_level(
+        table, {key: level_percentiles(d) for key, (_, d) in at_level.items() if d is not None}
+    )
     write_report(r, setup, capacity, table, plots, cfg.progress)
 
 
@@ -150,10 +162,13 @@ def simulate_load(
     src: Path,
     r: Run,
     noise: Noise,
+    at_level: AtLevel,
 ) -> Path:
     """One load: its repeats' percentiles into ``noise`` (the real-vs-real floor), then Vidur on
     its workload with the recorded scheduler (checked) and compare against its real run, under
-    ``r.path/runs``; returns the compare run."""
+    ``r.path/runs``; then the same at the real run's own step level, into ``at_level``
+    (:func:`~gpu_simulate_test.orchestrate.step_level.at_real_step_level`); returns the compare
+    run."""
     backend = load.backend
     if cfg.progress:
         console.rule(
@@ -184,7 +199,24 @@ def simulate_load(
         load_cfg, workload_dir, load.scheduler, src / contract.MANIFEST_FILE, load.run_id
     )
     _, compare_dir = simulate_and_compare(load_cfg, decided.scheduler, workload_dir, real_dir)
+    at_level[(backend, load.load_fraction)] = at_real_step_level(
+        load_cfg, decided.scheduler, workload_dir, real_dir, load.run_id
+    )
     return compare_dir
+
+
+def level_percentiles(compare_dir: Path) -> dict[tuple[str, str, str], float]:
+    """A load simulated at its real run's step level: each (clock, metric, stat)'s simulated
+    milliseconds (:func:`clock_percentiles` of its compare run)."""
+    percentiles = read_csv(compare_dir / PERCENTILES_CSV, COMPARISON_PERCENTILES)
+    comparison = read_json(compare_dir / COMPARISON_JSON, required_keys=("offered_qps",))
+    frame = clock_percentiles(percentiles, comparison)
+    return {
+        (str(rec.get("clock", "client")), str(rec["metric"]), str(rec["stat"])): float(
+            rec["sim_ms"]
+        )
+        for rec in frame.to_dict("records")
+    }
 
 
 def load_notes(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -370,6 +402,8 @@ def write_report(
 ) -> None:
     """``fidelity.json``, ``fidelity.csv`` and ``report.md`` into the run, atomically each."""
     data = fid.fidelity_json(r.run_id, setup, capacity, table)
+    if (at_level := at_level_json(table, capacity)) is not None:
+        data["at_real_step_level"] = at_level
     write_csv(r.file(contract.FIDELITY_CSV), table, contract.FIDELITY_TABLE)
     write_json(r.file(contract.FIDELITY_JSON), data)
     with atomic_open(r.file(contract.REPORT_MD)) as handle:

@@ -163,6 +163,33 @@ def add_noise(
     return out
 
 
+def add_at_level(
+    table: pd.DataFrame, at_level: Mapping[tuple[str, float], Mapping[tuple[str, str, str], float]]
+) -> pd.DataFrame:
+    """Each row simulated again at its load's real run's own step level: ``sim_at_level_ms`` and
+    ``rel_error_at_level`` (= that / real − 1); ``at_level`` maps (backend, load fraction) to
+    (clock, metric, stat) → simulated ms. The table as it is when no load has a level."""
+    if not at_level:
+        return table
+    out = table.copy()
+    sims = []
+    for rec in out.to_dict("records"):
+        key = (str(rec.get("clock", "client")), str(rec["metric"]), str(rec["stat"]))
+        sims.append(
+            float(at_level.get((rec["backend"], rec["load_fraction"]), {}).get(key, np.nan))
+        )
+    out["sim_at_level_ms"] = sims
+    real = out["real_ms"].astype(float)
+    out["rel_error_at_level"] = np.where(real > 0, out["sim_at_level_ms"] / real - 1, np.nan)
+    return out
+
+
+def has_at_level(table: pd.DataFrame) -> bool:
+    return "rel_error_at_level" in table.columns and bool(
+        np.isfinite(table["rel_error_at_level"].astype(float)).any()
+    )
+
+
 def has_noise(table: pd.DataFrame) -> bool:
     return "noise" in table.columns and bool(np.isfinite(table["noise"].astype(float)).any())
 

@@ -71,8 +71,26 @@ def verdict_lines(table: pd.DataFrame, real_runs: Sequence[Mapping[str, Any]] | 
             f"rows within max(10%, real vs real); mean signed {np.mean(errors):+.1%}, "
             f"{sign_word(errors)}" + (f". Outside: {said}{tail}." if said else ".")
         )
+        lines += at_level_line(part)
     lines.append(truth_line(real_runs))
     return [*lines, ""]
+
+
+def at_level_line(part: pd.DataFrame) -> list[str]:
+    """The same rows simulated at their real runs' own step level (a diagnosis beside the
+    verdict, which judges the simulation as calibrated); nothing without it."""
+    if "rel_error_at_level" not in part.columns:
+        return []
+    errors = part["rel_error_at_level"].astype(float).to_numpy()
+    finite = np.isfinite(errors)
+    if not finite.any():
+        return []
+    within = int((np.abs(errors[finite]) <= part["band"].to_numpy()[finite]).sum())
+    return [
+        f"  - at the real runs' own step level (a diagnosis: the model's error once the host's "
+        f"speed is known): {within} of {int(finite.sum())} within; mean signed "
+        f"{np.mean(errors[finite]):+.1%}, {sign_word(errors[finite])}."
+    ]
 
 
 def truth_line(real_runs: Sequence[Mapping[str, Any]] | None) -> str:

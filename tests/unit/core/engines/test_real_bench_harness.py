@@ -246,6 +246,6 @@ def test_context_and_kv_cache_checks_fail_before_the_run_exists(
         "backend.num_gpu_blocks_override=1",
         "backend.block_size=4",
     )
-    with pytest.raises(ValueError, match=r"raise backend\.num_blocks"):
+    with pytest.raises(ValueError, match=r"raise backend\.num_gpu_blocks_override"):
         stage.run(cfg, {"x": 1})
     assert not (tmp_path / "tmp" / "real_bench").exists()

@@ -1,0 +1,78 @@
+"""A simulation at its real run's own step level: the model's error apart from the host's speed.
+
+The simulation runs at the speed its calibration saw; the real run it is compared with may have
+run its steps faster or slower (fresh servers on this host differ by about 15%, and near the
+knee a few percent of step time move latency many times over). :func:`real_step_level` times
+the real run's own steps (``engine_schedule.csv``) with the simulation's step model
+(:func:`~gpu_simulate_test.calibration.level.step_level`, as the tune's check reads its
+servers); :func:`at_real_step_level` simulates the same arrivals again with every step that much
+longer (``vidur.step_time_scale``) and compares. Against the truth, the simulation as calibrated
+says how far the answer is off; at the real run's level, how far the model is off once the
+host's speed is known. The second reads the judged run, so it is a diagnosis, never the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import read_csv
+from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
+from gpu_simulate_test.orchestrate.configs import at_run, simulate_config
+from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+
+AT_LEVEL_SUFFIX = "-at-level"
+"""The run id of a load simulated at its real run's step level: the load's, with this after."""
+
+
+def real_step_level(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path | str,
+    real_dir: Path | str,
+    model_dir: Path,
+) -> dict[str, Any] | None:
+    """The real run's busy steps against the step model the simulation of ``cfg`` times them
+    with (``ratio``: measured over modelled; ``steps``; ``per_run``); None without the run's
+    ``engine_schedule.csv``, a step model (a scheduler other than ``vllm_v1``) or enough busy
+    steps. ``model_dir``: where the model is built (Vidur's predictor files)."""
+    from gpu_simulate_test.calibration.level import step_level
+    from gpu_simulate_test.vidur_simulate.stage import prepare, step_model_of
+
+    path = Path(real_dir) / layout.ENGINE_SCHEDULE  # a started vLLM server's, with its clock
+    if not path.is_file():
+        return None
+    sim_cfg = simulate_config(cfg, scheduler, workload_dir, arrivals_from=real_dir)
+    if int(sim_cfg.fleet.replicas) > 1:  # a fleet's steps interleave engines: no one level
+        return None
+    inputs = prepare(sim_cfg)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    model = step_model_of(sim_cfg, inputs, model_dir)
+    if model is None:
+        return None
+    return step_level([read_csv(path, ENGINE_SCHEDULE)], model.step_s, model.serving)
+
+
+def at_real_step_level(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path | str,
+    real_dir: Path | str,
+    run_id: str,
+) -> tuple[dict[str, Any] | None, Path | None]:
+    """The real run's step level (:func:`real_step_level`) and the comparison of the arrivals
+    it sent simulated at that level (run id ``<run_id>-at-level``, under ``cfg.output``);
+    (None, None) where the run has no level."""
+    at_id = run_id + AT_LEVEL_SUFFIX
+    model_dir = Path(cfg.output.root) / "step_models" / at_id
+    level = real_step_level(cfg, scheduler, workload_dir, real_dir, model_dir)
+    if level is None:
+        return None, None
+    vidur = dataclasses.replace(cfg.vidur, step_time_scale=float(level["ratio"]))
+    at = at_run(dataclasses.replace(cfg, vidur=vidur), at_id, overwrite=True)
+    _, compare_dir = simulate_and_compare(at, scheduler, workload_dir, real_dir)
+    return level, compare_dir
