@@ -229,7 +229,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             None if repeat is None else repeat.requests,
         )
         data["clocks"] = clocks
-        parts = ttft_parts(inputs.real.path, inputs.real_requests, clocks)
+        parts = ttft_parts(inputs.real.path, inputs.real_requests, clocks, inputs.sim_requests)
         data["ttft_parts"] = parts and {k: v for k, v in parts.items() if k != "per_request"}
         if parts is not None and cfg.compare.plots:
             title = f"where the first token's time goes: {inputs.context['real'].get('backend')}"

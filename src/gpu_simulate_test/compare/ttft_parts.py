@@ -13,8 +13,14 @@ hops that add up to it:
 5. **API server → client**: streamed to the client and read there.
 
 The engine's stamps are on its own clock, the API server's on the wall clock and the client's
-on this process's: a hop below zero says how far they disagree (counted, never hidden). The
-simulation models hops 1, 2, 4 and 5 together as its front end (client − engine).
+on this process's: a hop below zero says how far they disagree (counted, never hidden).
+
+The simulation splits its first tokens three ways (its request table's ``frontend_input_s``,
+``held_back_s``, ``frontend_first_token_s``), which the real hops add up to
+(:data:`SIDES`): the send to the engine queueing the request (hops 1 and 2: the input's way in
+and the wait for the step that was running), the engine's own part (hop 3), and the first
+token's way back (hops 4 and 5). Beside each other they say which part of the client's TTFT the
+simulation gets wrong.
 """
 
 from __future__ import annotations
@@ -40,6 +46,62 @@ HOPS: tuple[tuple[str, str, str], ...] = (
 )
 """Each hop: its name, and the stamps it runs from and to (run clock, seconds)."""
 STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
+SIDES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("send → engine queued", ("client → API server", "API server → engine")),
+    ("engine (queue + first token)", ("engine (queue + first token)",)),
+    ("first token → client", ("engine → API server", "API server → client")),
+)
+"""The parts the simulation splits its first tokens into, each with the real hops it adds up."""
+SIM_COLUMNS: tuple[str, ...] = ("frontend_input_s", "held_back_s", "frontend_first_token_s")
+"""The simulated request table's split of its front end (:mod:`..vidur_simulate.metrics`)."""
+
+
+def sim_parts(sim: pd.DataFrame) -> pd.DataFrame:
+    """Per simulated ok request with the split: each of :data:`SIDES` in ms (the engine's part
+    is the TTFT less the others); empty without the split (an older run, no front end)."""
+    if not set(SIM_COLUMNS) <= set(sim.columns):
+        return pd.DataFrame()
+    ok = sim[sim["status"] == "ok"]
+    cols = ok[[*SIM_COLUMNS, "ttft_s"]].apply(pd.to_numeric, errors="coerce")
+    whole = cols.notna().all(axis=1)
+    cols = cols[whole]
+    into = cols["frontend_input_s"] + cols["held_back_s"]
+    back = cols["frontend_first_token_s"]
+    return pd.DataFrame(
+        {
+            "request_id": ok.loc[whole, "request_id"].to_numpy(),
+            SIDES[0][0]: 1e3 * into.to_numpy(),
+            SIDES[1][0]: 1e3 * (cols["ttft_s"] - into - back).to_numpy(),
+            SIDES[2][0]: 1e3 * back.to_numpy(),
+        }
+    )
+
+
+def side_by_side(hops: pd.DataFrame, sim: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Each of :data:`SIDES`, real (its hops added) against simulated, over the requests both
+    have: p50, p90 and mean in ms each; empty without the simulated split."""
+    parts = pd.DataFrame() if sim is None else sim_parts(sim)
+    if parts.empty:
+        return []
+    both = hops.merge(parts, on="request_id", how="inner", suffixes=("", " (sim)"))
+    if both.empty:
+        return []
+    out = []
+    for name, real_hops in SIDES:
+        real = both[list(real_hops)].sum(axis=1).to_numpy(dtype=float)
+        simulated = both[f"{name} (sim)" if name in hops.columns else name].to_numpy(dtype=float)
+        out.append(
+            {
+                "part": name,
+                "requests": len(both),
+                **{
+                    f"{side}_{s}": float(np.percentile(v, int(s[1:])) if s != "mean" else v.mean())
+                    for side, v in (("real", real), ("sim", simulated))
+                    for s in ("p50", "p90", "mean")
+                },
+            }
+        )
+    return out
 
 
 def hop_frame(requests: pd.DataFrame, front: pd.DataFrame) -> pd.DataFrame:
@@ -68,10 +130,13 @@ def ttft_parts(
     run_dir: Path,
     requests: pd.DataFrame,
     clocks: Sequence[Mapping[str, Any]] | None = None,
+    sim: pd.DataFrame | None = None,
 ) -> dict[str, Any] | None:
     """``comparison.json`` ``ttft_parts``: each hop's p50/p90/p99/mean (ms) and its share of
-    the mean client TTFT, the hops below zero, and the simulation's front end beside the real
-    one (``clocks``' TTFT rows); None without the API server's stamps."""
+    the mean client TTFT, the hops below zero, the simulation's front end beside the real one
+    (``clocks``' TTFT rows), and with ``sim`` (its request table) each part the simulation
+    splits its first tokens into beside the real hops it adds up (``simulated``,
+    :func:`side_by_side`); None without the API server's stamps."""
     front = read_front(run_dir)
     if front is None:
         return None
@@ -104,6 +169,7 @@ def ttft_parts(
         "hops": parts,
         "client_ttft_ms": {s: float(np.percentile(hops["total"], int(s[1:]))) for s in STATS[:3]},
         "front_end": front_end,
+        "simulated": side_by_side(hops, sim),
         "per_request": hops,
     }
 
@@ -141,6 +207,25 @@ def ttft_parts_markdown(record: Mapping[str, Any] | None, plot: str | None) -> s
             "",
             "The simulation's front end is hops 1, 2, 4 and 5 together (client − engine TTFT): "
             f"{said} ms.",
+        ]
+    simulated = record.get("simulated") or []
+    if simulated:
+        rows = [
+            [
+                str(p["part"]),
+                *(f"{p[f'real_{s}']:.2f} / {p[f'sim_{s}']:.2f}" for s in ("p50", "p90", "mean")),
+                f"{p['sim_mean'] - p['real_mean']:+.2f}",
+            ]
+            for p in simulated
+        ]
+        lines += [
+            "",
+            f"Real against simulated, part by part ({simulated[0]['requests']} requests, ms, "
+            "real / simulated): the simulation splits each first token into its way in to the "
+            "engine queueing it (the real hops 1 and 2, the wait for a running step included), "
+            "the engine's own part (hop 3), and its way back (hops 4 and 5).",
+            "",
+            markdown_table(["part", "p50", "p90", "mean", "mean: sim − real"], rows),
         ]
     if plot:
         lines += ["", f"![where the first token's time goes]({plot})"]

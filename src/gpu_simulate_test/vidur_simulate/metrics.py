@@ -53,10 +53,17 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "execution_time_s",
     "vidur_tpot_s",
     "frontend_delay_s",
+    "frontend_input_s",
+    "held_back_s",
+    "frontend_first_token_s",
 )
 """Written after the REQUEST_METRICS columns (and :data:`ENGINE_QUEUED_DELAY`), in this order.
 ``frontend_delay_s`` is the front end's share added to TTFT and E2E (0 without a front-end
-model): the simulated engine's own clock is TTFT and E2E minus it."""
+model): the simulated engine's own clock is TTFT and E2E minus it. Its parts, the simulated
+first token's hops (compare's ``ttft_parts``): ``frontend_input_s`` (the send to the engine
+taking the request in), ``held_back_s`` (waiting there for the step that was running) and
+``frontend_first_token_s`` (the first token's way back to the client); NaN where the simulation
+did not split it."""
 ENGINE_QUEUED_DELAY = "engine_scheduling_delay_s"
 """REQUEST_METRICS' optional column, written right after its required ones:
 ``scheduling_delay_s`` from the moment the engine queued the request (the vLLM-V1 loop queues a
@@ -131,6 +138,7 @@ def normalize(
     frontend_delay_s: float | np.ndarray = 0.0,
     held_back_s: float | np.ndarray = 0.0,
     frontend_last_s: float | np.ndarray | None = None,
+    frontend_first_s: float | np.ndarray | None = None,
 ) -> pd.DataFrame:
     """REQUEST_METRICS columns, :data:`ENGINE_QUEUED_DELAY`, then :data:`EXTRA_COLUMNS`, from
     checked Vidur rows.
@@ -143,7 +151,9 @@ def normalize(
     ran is queued when it ends): in ``frontend_delay_s``, so that the engine's clock starts
     where the real engine's does, and not added again. ``frontend_last_s``, where the last
     token's way back differs from the first's (the front end as a queue), is added to E2E
-    instead (None: ``frontend_delay_s``)."""
+    instead (None: ``frontend_delay_s``). ``frontend_first_s``, the first token's way back
+    within ``frontend_delay_s``, splits it into its hops (:data:`EXTRA_COLUMNS`; None: not
+    split)."""
     arrival = np.asarray(arrival_time_s, dtype=float)
     around = np.asarray(frontend_delay_s, dtype=float)
     around_last = around if frontend_last_s is None else np.asarray(frontend_last_s, dtype=float)
@@ -181,8 +191,27 @@ def normalize(
             "frontend_delay_s": np.broadcast_to(
                 around + np.asarray(held_back_s, dtype=float), arrival.shape
             ).astype(float),
+            **_hops(arrival.shape, around, held_back_s, frontend_first_s),
         }
     )
+
+
+def _hops(
+    shape: tuple[int, ...],
+    around: np.ndarray,
+    held_back_s: float | np.ndarray,
+    first_s: float | np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """The front end's share of TTFT split into its hops (NaN where ``first_s`` is None)."""
+    if first_s is None:
+        nan = np.full(shape, np.nan)
+        return {"frontend_input_s": nan, "held_back_s": nan, "frontend_first_token_s": nan}
+    first = np.broadcast_to(np.asarray(first_s, dtype=float), shape).astype(float)
+    return {
+        "frontend_input_s": np.broadcast_to(around, shape) - first,
+        "held_back_s": np.broadcast_to(np.asarray(held_back_s, dtype=float), shape).astype(float),
+        "frontend_first_token_s": first,
+    }
 
 
 def summarize(metrics: pd.DataFrame, goals: GoodputConfig | None = None) -> dict[str, Any]:

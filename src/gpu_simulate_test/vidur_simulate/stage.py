@@ -296,6 +296,7 @@ def simulate_inputs(
         arrival - sent + first_s,
         held,
         arrival - sent + last_s,
+        first_s,
     )
     for column in (V1_CACHED_TOKENS, ENGINE):
         if column in rows.columns:

@@ -95,3 +95,39 @@ def test_the_api_server_s_span_lands_on_the_run_clock() -> None:
     assert frame["front_arrival_time_s"].iloc[0] == pytest.approx(0.5)
     assert frame["front_first_token_time_s"].iloc[0] == pytest.approx(0.52)
     assert list(frame.columns) == FRONT_END_STAMPS.column_names
+
+
+def _sim(n: int = 20, split: bool = True) -> pd.DataFrame:
+    """The simulation's request table: 2 ms in, 1 ms held behind a running step, 6 ms back, and a
+    TTFT of 17 ms (the engine's part 8 ms), hand-made."""
+    frame = pd.DataFrame(
+        {"request_id": np.arange(n), "status": ["ok"] * n, "ttft_s": np.full(n, 0.017)}
+    )
+    if split:
+        frame["frontend_input_s"] = 0.002
+        frame["held_back_s"] = 0.001
+        frame["frontend_first_token_s"] = 0.006
+    return frame
+
+
+def test_the_simulated_parts_stand_beside_the_real_hops_they_add_up(tmp_path: Path) -> None:
+    write_csv(tmp_path / layout.FRONT_END_STAMPS, _front(), FRONT_END_STAMPS)
+    record = ttft_parts(tmp_path, _requests(), None, _sim())
+    assert record is not None
+    parts = {p["part"]: p for p in record["simulated"]}
+    assert list(parts) == ["send → engine queued", "engine (queue + first token)",
+                           "first token → client"]  # fmt: skip
+    into, engine, back = parts.values()
+    # real: 1 + 3 ms in; the engine 10..14 ms; back 8 + 8 ms (engine → API 8, API → client 8)
+    assert (into["real_p50"], into["sim_p50"]) == (pytest.approx(4.0), pytest.approx(3.0))
+    assert engine["real_mean"] == pytest.approx(10.0 + np.mean(np.arange(19) % 5))
+    assert engine["sim_mean"] == pytest.approx(17.0 - 3.0 - 6.0)
+    assert (back["real_p50"], back["sim_p50"]) == (pytest.approx(16.0), pytest.approx(6.0))
+    assert into["requests"] == 19  # only the requests both sides have
+    text = ttft_parts_markdown(record, None)
+    assert "| send → engine queued | 4.00 / 3.00 |" in text
+    assert "| first token → client | 16.00 / 6.00 | 16.00 / 6.00 | 16.00 / 6.00 | -10.00 |" in text
+    # a simulation without the split (an older run): the real hops alone
+    older = ttft_parts(tmp_path, _requests(), None, _sim(split=False))
+    assert older is not None and older["simulated"] == []
+    assert "Real against simulated" not in ttft_parts_markdown(older, None)

@@ -67,6 +67,22 @@ def test_rows_are_joined_by_request_order_and_normalized() -> None:
     summary = summarize(table)
     assert summary["makespan_s"] == pytest.approx(1.5)
     assert summary["throughput_output_tokens_per_s"] == pytest.approx(16 / 1.5)
+    assert table["frontend_input_s"].isna().all()  # no front end given: not split
+
+
+def test_the_front_end_is_split_into_its_hops() -> None:
+    # 3 ms in, then 5 ms back for the first token; request 2 held 40 ms behind a running step
+    rows = check_replay(vidur_rows(), PREFILL, DECODE, ARRIVALS, "x")
+    held = np.array([0.0, 0.0, 0.04])
+    first = np.array([0.005, 0.005, 0.005])
+    table = normalize(rows, PREFILL, DECODE, ARRIVALS, 0.003 + first, held, None, first)
+    assert table["frontend_input_s"].tolist() == pytest.approx([0.003] * 3)
+    assert table["held_back_s"].tolist() == pytest.approx([0.0, 0.0, 0.04])
+    assert table["frontend_first_token_s"].tolist() == pytest.approx([0.005] * 3)
+    # the parts add up to the front end's share, and the engine's part is the rest of TTFT
+    parts = table[["frontend_input_s", "held_back_s", "frontend_first_token_s"]].sum(axis=1)
+    assert parts.tolist() == pytest.approx(table["frontend_delay_s"].tolist())
+    assert table["ttft_s"].tolist() == pytest.approx([0.028, 0.308, 0.108])
 
 
 def test_a_missing_request_is_named() -> None:
