@@ -240,7 +240,11 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         "tune", "tune.space.max_num_seqs=[2,32]", "~tune.space.max_num_batched_tokens",
         "~tune.space.enable_prefix_caching", "backend.max_num_seqs=2",
         "tune.top_k=1", "capacity.verify_seconds=5", "workload.num_requests=200",
-        "tune.recalibrate=always", "output.run_id=real", cwd=tmp_path,
+        "tune.recalibrate=always", "output.run_id=real",
+        # the subject is the real check, not the calibration's quality: on the shared 2-core
+        # host a fresh calibration missed its validation replay twice, two-signed (engine E2E
+        # -28%, then client TTFT +34%; CI, 2026-12-03), which refuses the bundle
+        "accept_profile_warnings=true", cwd=tmp_path,
         timeout_s=1200,  # a profile, two calibrations and the checks: 10 minutes on a busy host
     )  # fmt: skip
     run = tmp_path / "tmp" / "tune" / "real"
