@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from gpu_simulate_test.config.backends import HttpBackendConfig, OpenAIBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines.base import Backend, BackendError
+from gpu_simulate_test.core.engines.engine_clock import wall_offset_s
 from gpu_simulate_test.core.engines.records import (
     STATUS_ERROR,
     STATUS_OK,
@@ -205,7 +206,7 @@ class OpenAIBackend(Backend):
         self._senders = SenderPool(lambda req: self._stream(req, self.recorder))
         self._loop: StreamLoop | None = None
         self._aclient: Any = None
-        self.wall_minus_perf_s = time.time() - time.perf_counter()
+        self.wall_minus_perf_s = -wall_offset_s()
         """``time.time() − time.perf_counter()`` here, for the server's wall-clock stamps;
         measured again after the warm-up, next to the measured requests (NTP steps the wall
         clock, as on a machine that has just booted)."""
@@ -408,7 +409,7 @@ class OpenAIBackend(Backend):
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         for req in requests:
             self._stream(req, None)
-        self.wall_minus_perf_s = time.time() - time.perf_counter()
+        self.wall_minus_perf_s = -wall_offset_s()
 
     def submit(self, request: BenchRequest) -> None:
         """Stamp the arrival and hand the request to the event loop (``backend.client=asyncio``)

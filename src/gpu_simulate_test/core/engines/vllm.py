@@ -99,8 +99,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         """Tags this run's requests (``request_id``), so their spans are told from others'."""
         self.reniced_threads = 0
         self.engine_clock: dict[str, Any] = {"source": None}
-        self.front_spans: dict[int, otlp.RequestSpan] = {}  # for front_end_stamps.csv
         """How the engine's clock was read: ``otlp`` and how many requests have one."""
+        self.front_spans: dict[int, otlp.RequestSpan] = {}  # for front_end_stamps.csv
         self.device_env: dict[str, str] = {}
         """Set last in the server's environment (a fleet's server: its own GPU)."""
         self.serves: Callable[[int], bool] | None = None
