@@ -60,7 +60,20 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
         if row["stat"] == "p50" and row["metric"] in METRICS
     }
     checks = meta.get("calibration_check") or []
+    ttft = {  # TTFT at p50/p90/p99 on both clocks, with the truth's own repeat beside
+        f"{clock}_{row['stat']}": {
+            "error": row.get(f"error_vs_{clock}"),
+            "real_vs_real": row.get(f"noise_vs_{clock}"),
+        }
+        for row in data["clocks"]
+        if row["metric"] == "ttft"
+        for clock in ("client", "engine")
+    }
+    parts = data.get("ttft_parts") or {}
     return {
+        "ttft": ttft,
+        "front_end": parts.get("front_end"),
+        "verdict": {k: (data.get("verdict") or {}).get(k) for k in ("within", "judged", "truth")},
         "run": run_id,
         "profile_s": stages["vidur_profile"]["wall_time_s"],
         "validation_s": sum(c.get("wall_time_s", 0.0) for c in checks),
@@ -148,6 +161,7 @@ def main() -> None:
             f"  {r['run']}: step time {fmt(r.get('step_time_error'))}, "
             f"host memory {' / '.join(ratios)}"
         )
+    ttft_targets(results)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
@@ -161,6 +175,56 @@ def main() -> None:
                 },
                 indent=1,
             )
+        )
+
+
+def ttft_targets(results: list[dict[str, Any]]) -> None:
+    """Issue 64's targets for the main job: client TTFT p50 and p90 each within max(10%, real vs
+    real) in 4 of 5 runs, their mean signed error within ±5%, and the simulated front end
+    (client − engine TTFT) within 20% of the real one at p50 / p90 / p99."""
+    with_ttft = [r for r in results if r.get("ttft")]
+    if not with_ttft:
+        return
+    print("\nclient TTFT, sim against real (real vs real), and the front end real / sim (ms):")
+    print("| run | " + " | ".join(f"client TTFT {q}" for q in ("p50", "p90", "p99"))
+          + " | front end p50 | p90 | p99 |")  # fmt: skip
+    print("|" + " --- |" * 7)
+    for r in with_ttft:
+        cells = []
+        for q in ("p50", "p90", "p99"):
+            row = r["ttft"].get(f"client_{q}") or {}
+            cells.append(f"{fmt(row.get('error'))} ({fmt(row.get('real_vs_real'))})")
+        front = r.get("front_end") or {}
+        sides = [
+            f"{(front.get(q) or {}).get('real_ms', float('nan')):.1f} / "
+            f"{(front.get(q) or {}).get('sim_ms', float('nan')):.1f}"
+            for q in ("p50", "p90", "p99")
+        ]
+        print(f"| {r['run']} | " + " | ".join(cells + sides) + " |")
+    for q in ("p50", "p90"):
+        rows = [r["ttft"].get(f"client_{q}") or {} for r in with_ttft]
+        errors = [row["error"] for row in rows if row.get("error") is not None]
+        within = sum(
+            abs(row["error"]) <= max(LIMIT, abs(row.get("real_vs_real") or 0.0))
+            for row in rows
+            if row.get("error") is not None
+        )
+        mean = sum(errors) / len(errors) if errors else float("nan")
+        print(
+            f"client TTFT {q}: within max({LIMIT:.0%}, real vs real) in {within} of "
+            f"{len(errors)}; mean signed {fmt(mean)} (target: 4 of 5, within ±5%)"
+        )
+    for q in ("p50", "p90", "p99"):
+        gaps = [
+            (r["front_end"][q]["sim_ms"] - r["front_end"][q]["real_ms"])
+            / r["front_end"][q]["real_ms"]
+            for r in with_ttft
+            if (r.get("front_end") or {}).get(q) and r["front_end"][q]["real_ms"]
+        ]
+        print(
+            f"front end {q}: simulated − real "
+            + ", ".join(fmt(g) for g in gaps)
+            + f"; within 20% in {sum(abs(g) <= 0.2 for g in gaps)} of {len(gaps)}"
         )
 
 

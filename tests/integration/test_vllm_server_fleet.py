@@ -7,13 +7,19 @@ client sent it."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
 
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json
-from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.io.schemas import (
+    ENGINE_SCHEDULE,
+    ENGINE_STEP_LOG,
+    REQUEST_METRICS,
+    ROUTER_READS,
+)
 from tests.conftest import run_cli
 from tests.vidur_bundle_factory import QWEN3_TINY, SyntheticRanges, write_synthetic_bundle
 
@@ -70,8 +76,9 @@ MOONCAKE = Path(__file__).parents[1] / "data" / "traces" / "mooncake_sample.json
 
 def test_two_servers_behind_prefix_affinity_and_their_oracle_replay(tmp_path: Path) -> None:
     """The client scores each server by llm-d's rule from its own block index and each server's
-    scraped ``/metrics``; the oracle replay, its engines scraped at the same interval, sends
-    (nearly) every request where the client did, and each replica's prefix cache hits alike."""
+    scraped ``/metrics``, and records what it read; the oracle replay, its router handed those
+    reads, sends every request where the client did (the same code on the same inputs: exact),
+    and each replica's prefix cache hits alike."""
     run_cli("workload", "workload=trace", f"workload.trace_file={MOONCAKE}",
             "workload.trace_block_tokens=32", "workload.num_requests=24",
             "workload.trace_target_qps=6", "output.run_id=w", "progress=false",
@@ -85,6 +92,9 @@ def test_two_servers_behind_prefix_affinity_and_their_oracle_replay(tmp_path: Pa
     assert scrapes["block_size"] == 32 and scrapes["num_gpu_blocks"] == [256, 256]
     requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
     assert (requests["status"] == "ok").all() and set(requests["engine"]) == {0, 1}
+    reads = read_csv(run / layout.ROUTER_READS, ROUTER_READS).set_index("request_id")
+    assert len(reads) == 24
+    assert (reads["engine"] == requests.set_index("request_id")["engine"]).all()
 
     ranges = SyntheticRanges(max_num_tokens=4096, max_kv_cache_size=4096, block_size=32)
     write_synthetic_bundle(tmp_path / "tmp" / "profiles", QWEN3_TINY, ranges=ranges, points=8)
@@ -96,6 +106,8 @@ def test_two_servers_behind_prefix_affinity_and_their_oracle_replay(tmp_path: Pa
     run_cli("compare", "real_run_dir=tmp/real_bench/pa", "sim_run_dir=tmp/vidur_simulate/oracle",
             "output.run_id=c", cwd=tmp_path)  # fmt: skip
     routing = read_json(tmp_path / "tmp" / "compare" / "c" / "comparison.json")["routing"]
+    oracle = read_json(tmp_path / "tmp" / "vidur_simulate" / "oracle" / layout.RUN_META)
+    assert "the real client's" in json.dumps(oracle)  # its router read the client's reads
     assert routing["compared"] == 24
-    assert routing["same_replica_fraction"] >= 0.8
+    assert routing["same_replica_fraction"] == 1.0
     assert routing["largest_hit_rate_gap_points"] <= 10.0

@@ -21,6 +21,7 @@ import pandas as pd
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS, sim_engine_metric
 from gpu_simulate_test.compare.prefix_cache import REAL_COLUMNS, SIM_COLUMNS, side_cached
+from gpu_simulate_test.core.engines.router_reads import READ_BY_CLIENT
 from gpu_simulate_test.core.metrics import percentiles as pct
 from gpu_simulate_test.core.reporting import markdown_table
 from gpu_simulate_test.io.schemas import FLEET_COLUMN
@@ -42,10 +43,14 @@ def engines_of(frame: pd.DataFrame | None, request_id: np.ndarray) -> np.ndarray
 
 
 def compare_routing(
-    real: pd.DataFrame, sim: pd.DataFrame, joined: m.JoinedRequests
+    real: pd.DataFrame,
+    sim: pd.DataFrame,
+    joined: m.JoinedRequests,
+    oracle: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The routing block of ``comparison.json`` (None where neither run is a fleet; a
-    ``skipped`` reason where only one is)."""
+    ``skipped`` reason where only one is); ``oracle``: the simulation's oracle replay report
+    (``run_meta.json``'s ``oracle``), which says whose load its router read."""
     ids = joined.request_id
     real_engine, sim_engine = engines_of(real, ids), engines_of(sim, ids)
     if real_engine is None and sim_engine is None:
@@ -95,6 +100,7 @@ def compare_routing(
         else None,
         "largest_count_gap_pct": float(100.0 * gap.max()) if len(gap) else None,
         "largest_hit_rate_gap_points": hit_rate_gap(rows),
+        "router_reads": (oracle or {}).get("router_reads"),
         "per_replica": rows,
     }
 
@@ -164,6 +170,13 @@ def routing_markdown(block: dict[str, Any] | None) -> str:
             else ""
         )
         + ". Latency on the engine's own clock."
+        + (
+            " The simulated router read the load the real client's router read "
+            "(`router_reads.csv`): the same code on the same inputs, so any request sent "
+            "elsewhere is a defect, not timing."
+            if block.get("router_reads") == READ_BY_CLIENT
+            else ""
+        )
     )
     return f"\n## Routing (a fleet)\n\n{lead}\n\n{markdown_table(header, body)}\n"
 

@@ -190,7 +190,7 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         prefix,
         turns,
         skipped,
-        compare_routing(real_requests, sim_requests, joined),
+        compare_routing(real_requests, sim_requests, joined, sim.meta.get("oracle")),
         per_engine,
     )
 

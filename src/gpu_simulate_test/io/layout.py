@@ -52,6 +52,8 @@ ENGINE_SCHEDULE = "engine_schedule.csv"
 """Every step a real vLLM engine's own scheduler took, on the engine's clock, request by request."""
 FRONT_END_STAMPS = "front_end_stamps.csv"
 """When a vLLM server's API server received each request and handled its first output."""
+ROUTER_READS = "router_reads.csv"
+"""What the client's router read of each server when it routed each request."""
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]{0,127}$")
 

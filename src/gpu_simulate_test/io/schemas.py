@@ -421,6 +421,36 @@ FRONT_END_STAMPS = TableSchema(
 )
 
 
+ROUTER_READS = TableSchema(
+    name="router_reads",
+    version="1.0",
+    description=(
+        "What the client's router read of each server when it routed a request "
+        "(``backend.router=prefix_affinity``: the servers' scraped ``/metrics``), and where it "
+        "sent it. An oracle replay's simulated router reads these instead of its engines' "
+        "state, so its decisions are held equal to the client's before time is judged."
+    ),
+    unique="request_id",
+    columns=(
+        Column("request_id", "int", "", "the request", min_value=0),
+        Column("routed_time_s", "float", "s", "when the router decided, run clock"),
+        Column("engine", "int", "", "the server it was sent to", min_value=0),
+        Column(
+            "num_waiting",
+            "str",
+            "",
+            "each server's vllm:num_requests_waiting as last scraped, space-separated by server",
+        ),
+        Column(
+            "kv_cache_usage",
+            "str",
+            "",
+            "each server's vllm:kv_cache_usage_perc (0..1) as last scraped, space-separated",
+        ),
+    ),
+)
+
+
 ALL_TABLES: tuple[TableSchema, ...] = (
     TRACE_LENGTHS,
     TRACE_INTERVALS,
@@ -430,4 +460,5 @@ ALL_TABLES: tuple[TableSchema, ...] = (
     ENGINE_STEP_LOG,
     ENGINE_SCHEDULE,
     FRONT_END_STAMPS,
+    ROUTER_READS,
 )

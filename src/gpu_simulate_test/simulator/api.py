@@ -37,6 +37,10 @@ class Workload:
     routed_at: np.ndarray | None = None
     """A fleet: when the router decides for each request, at or before its arrival at the
     engine (an oracle replay: when the client sent it; None: at its arrival)."""
+    router_reads: Sequence[list[tuple[int, float]] | None] | None = None
+    """A fleet's oracle replay: per request, the (waiting, KV usage) of each engine that the real
+    client's router read when it routed it; a router that reads the engines' load reads these
+    instead of the simulated engines' (None: the simulated engines', as for a request without)."""
 
     @classmethod
     def of(
@@ -139,10 +143,13 @@ def _simulate_fleet(
             f"a fleet of {fleet.replicas} engines is timed by a step model (a clock each) or by "
             f"{fleet.replicas} clocks, one per engine"
         )
+    router = ROUTERS[fleet.router](fleet.replicas, fleet.router_seed, fleet.poll_s)
+    if workload.router_reads is not None and getattr(router, "scrapes", False):
+        router.recorded = workload.router_reads  # type: ignore[attr-defined]
     result = run_fleet(
         engine.params,
         clocks,
-        ROUTERS[fleet.router](fleet.replicas, fleet.router_seed, fleet.poll_s),
+        router,
         workload.arrival_s,
         workload.prompt_tokens,
         workload.output_tokens,

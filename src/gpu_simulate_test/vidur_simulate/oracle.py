@@ -23,12 +23,14 @@ simulated fleet's engine ``k`` is timed by engine ``k``'s clock, and its router 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.core.engines.router_reads import READ_BY_CLIENT
 from gpu_simulate_test.core.engines.step_record import COMPOSITION, FOREIGN, parse_requests
 from gpu_simulate_test.simulator.types import Composition
 
@@ -178,6 +180,9 @@ class FleetOracle:
     routed_at: np.ndarray | None = None
     """When the real client sent each request (trace order): the simulated router decides
     then, as vLLM's API server routes a request before its engine core queues it."""
+    router_reads: Sequence[list[tuple[int, float]] | None] | None = None
+    """What the real client's router read of each engine for each request (trace order;
+    ``router_reads.csv``): the simulated router decides on these (None: on its engines')."""
 
     def report(self) -> dict[str, Any]:
         """The engines' reports summed (what :meth:`OracleClock.report` says of one), and each."""
@@ -195,6 +200,7 @@ class FleetOracle:
             "step_times": dict(used),
             "same_position_fraction": used["same position"] / total if total else None,
             "routed_at": "the client's send" if self.routed_at is not None else "engine arrival",
+            "router_reads": READ_BY_CLIENT if self.router_reads is not None else "simulated",
             "per_engine": each,
         }
 
@@ -205,6 +211,7 @@ def fleet_from_schedule(
     engine_of: np.ndarray,
     engines: int,
     sent_s: np.ndarray | None = None,
+    router_reads: Sequence[list[tuple[int, float]] | None] | None = None,
 ) -> FleetOracle:
     """A clock per engine of a data-parallel run's recorded schedule (its ``engine`` column);
     ``engine_of``: per request (as ``queued_s``), the engine that queued it; ``sent_s``: when
@@ -218,4 +225,5 @@ def fleet_from_schedule(
             for k in range(engines)
         ],
         sent_s,
+        router_reads,
     )

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.core.engines.knobs import VLLM_BACKENDS
+from gpu_simulate_test.core.engines.router_reads import read_router_reads
 from gpu_simulate_test.core.engines.step_record import parse_requests
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.io import layout
@@ -129,7 +130,13 @@ def _fleet_source(
     engine_of = requests[FLEET_COLUMN.name].reindex(ids).to_numpy(dtype=float)
     engine_of = np.where(np.isfinite(engine_of), engine_of, -1).astype(np.int64)
     engines = int(max(engine_of.max(initial=0), schedule[FLEET_COLUMN.name].max()) + 1)
-    clock = oracle.fleet_from_schedule(schedule, engine_s, engine_of, engines, client)
+    reads = read_router_reads(path, ids)
+    routed = client  # the router decides when the client sends
+    if reads is not None:  # ... as it recorded, where it did
+        routed = np.where(np.isfinite(reads.routed_s), reads.routed_s, client)
+    clock = oracle.fleet_from_schedule(
+        schedule, engine_s, engine_of, engines, routed, None if reads is None else reads.loads
+    )
     return ReplaySource(path, client, engine_s, clock, engine_of)
 
 

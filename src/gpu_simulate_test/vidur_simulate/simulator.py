@@ -62,6 +62,12 @@ class FleetReplayClock(Protocol):
         """When the router decides for each request (trace order; None: at its arrival)."""
         ...
 
+    @property
+    def router_reads(self) -> Sequence[list[tuple[int, float]] | None] | None:
+        """What the real client's router read of each engine for each request (trace order;
+        None: it read no load, the simulated router reads the simulated engines')."""
+        ...
+
     def report(self) -> dict[str, Any]:
         """Where the step times came from, for ``run_meta.json``'s ``oracle``."""
         ...

@@ -85,6 +85,7 @@ class VllmV1Simulator:
             workload = Workload(
                 arrived_at, prefill_tokens, decode_tokens, request.prompt_segments,
                 request.after, fleet_replay.routed_at if fleet_replay is not None else None,
+                fleet_replay.router_reads if fleet_replay is not None else None,
             )  # fmt: skip
             if fleet_replay is not None:  # an oracle replay: a clock per engine
                 timing: StepModel | list[StepClock] = list(fleet_replay.clocks)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.compare.routing import compare_routing, routing_markdown
+from gpu_simulate_test.core.engines.router_reads import READ_BY_CLIENT
 from tests.unit.compare.test_compare_clocks import _joined
 
 
@@ -84,3 +85,12 @@ def test_each_replica_s_prefix_cache_hit_rate_on_each_side() -> None:
     plain = compare_routing(_real([0, 1, 0, 1]), _sim([0, 1, 0, 1]), _joined(4))
     assert plain is not None and plain["largest_hit_rate_gap_points"] is None
     assert "hit rate" not in routing_markdown(plain)
+
+
+def test_a_replay_on_the_clients_reads_says_a_request_sent_elsewhere_is_a_defect() -> None:
+    real, sim, joined = _real([0, 1, 0, 1]), _sim([0, 1, 0, 1]), _joined(4)
+    on_reads = compare_routing(real, sim, joined, {"router_reads": READ_BY_CLIENT})
+    assert on_reads is not None and on_reads["router_reads"] == READ_BY_CLIENT
+    assert "same code on the same inputs" in routing_markdown(on_reads)
+    own = compare_routing(real, sim, joined, {"router_reads": "simulated"})
+    assert "same code on the same inputs" not in routing_markdown(own)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from gpu_simulate_test.core.engines.server_load import Scraped, ServerLoads
 from gpu_simulate_test.core.prefix_affinity import chained_blocks
@@ -86,3 +87,43 @@ def test_the_simulated_scrape_reads_the_last_tick() -> None:
     first = router.route(0, 0.09, fleet)  # type: ignore[arg-type]
     assert router.route(1, 0.10, fleet) == 1  # type: ignore[arg-type]  # the scrape at 0.10 saw it
     assert first in (0, 1)
+
+
+def test_an_oracle_replay_decides_on_what_the_client_read_not_on_its_own_engines() -> None:
+    """The client routes on its scrapes; the simulated router, its own engines' state different,
+    sends every request where the client did once handed the client's reads (and not without)."""
+    rng = np.random.default_rng(5)
+    engines, n, poll_s = 2, 200, 0.05
+    prefixes = [list(rng.integers(0, 1000, 64)) for _ in range(4)]
+    prompts = [prefixes[int(rng.integers(4))][: int(rng.integers(16, 65))] for _ in range(n)]
+    blocks = [chained_blocks(p, 16) for p in prompts]
+    times = np.cumsum(rng.exponential(0.02, n))
+
+    def changes() -> list[list[tuple[float, tuple[int, int, float]]]]:
+        return [
+            [(float(t), (int(rng.integers(0, 4)), 1, float(rng.uniform(0, 0.5)))) for t in
+             np.sort(rng.uniform(0, times[-1], 60))]
+            for _ in range(engines)
+        ]  # fmt: skip
+
+    real, own = _Fleet(changes(), blocks), _Fleet(changes(), blocks)  # two different histories
+    client = CLIENT_ROUTERS["prefix_affinity"](engines, 7)
+    loads = ServerLoads(["-"] * engines, poll_s, 64)
+    chosen, reads = [], []
+    for r, now in enumerate(times):
+        tick = np.floor(now / poll_s) * poll_s
+        loads.loads = [(w, u) for w, _, u in (real.published(k, tick) for k in range(engines))]
+        view = Scraped.of(prompts[r], 16, loads)
+        chosen.append(client.route(r, float(now), view))
+        reads.append(view.loads)
+    replayed = ROUTERS["prefix_affinity"](engines, 7, poll_s)
+    replayed.recorded = reads  # type: ignore[attr-defined]
+    on_reads = [replayed.route(r, float(t), own) for r, t in enumerate(times)]  # type: ignore[arg-type]
+    assert on_reads == chosen
+    alone = ROUTERS["prefix_affinity"](engines, 7, poll_s)
+    on_own = [alone.route(r, float(t), own) for r, t in enumerate(times)]  # type: ignore[arg-type]
+    assert on_own != chosen  # its own engines' state would have sent some elsewhere
+    short = ROUTERS["prefix_affinity"](engines, 7, poll_s)
+    short.recorded = [reads[0][:1]]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="read 1 engines' load, the fleet has 2"):
+        short.route(0, 0.0, own)  # type: ignore[arg-type]

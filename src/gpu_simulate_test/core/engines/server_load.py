@@ -116,20 +116,27 @@ class ServerLoads:
 
 @dataclass(frozen=True)
 class Scraped:
-    """One request's view for the router: its prompt's blocks and the servers' scraped load."""
+    """One request's view for the router: its prompt's blocks and the servers' load as last
+    scraped, copied when the request is routed (the poller may write a newer scrape meanwhile;
+    the copy is what the router read, :data:`ROUTER_READS`)."""
 
     blocks: list[int]
-    servers: ServerLoads
+    loads: list[tuple[int, float]]
+    num_gpu_blocks: list[int]
 
     @classmethod
     def of(cls, tokens: Sequence[int] | None, block_size: int, servers: ServerLoads) -> Scraped:
-        return cls(chained_blocks(tokens or (), block_size), servers)
+        return cls(
+            chained_blocks(tokens or (), block_size),
+            list(servers.loads),
+            list(servers.num_gpu_blocks),
+        )
 
     def prompt_blocks(self, r: int) -> list[int]:
         return self.blocks
 
     def polled(self, engine: int, now: float) -> tuple[int, float]:
-        return self.servers.loads[engine]
+        return self.loads[engine]
 
     def num_blocks(self, engine: int) -> int:
-        return self.servers.num_gpu_blocks[engine]
+        return self.num_gpu_blocks[engine]

@@ -33,6 +33,7 @@ from gpu_simulate_test.config.backends import VllmBackendConfig, as_engine
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.core.engines.base import Backend, BackendError
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
+from gpu_simulate_test.core.engines.router_reads import RouterRead, write_router_reads
 from gpu_simulate_test.core.engines.server_load import Scraped, ServerLoads
 from gpu_simulate_test.core.engines.vllm import SERVER_METRICS, VllmBackend
 from gpu_simulate_test.core.engines.vllm_knobs import cpu_threads_bind
@@ -86,6 +87,8 @@ class VllmFleetBackend(Backend):
         self.outstanding: set[int] = set()
         self.loads: ServerLoads | None = None
         """Each server's scraped load, for a router that reads it (``prefix_affinity``)."""
+        self.reads: dict[int, RouterRead] = {}
+        """Per request routed on scraped load: its server and the loads the router read."""
         self.recorder: Recorder | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -183,6 +186,8 @@ class VllmFleetBackend(Backend):
             k = self.router.route(request.request_id, now, view)
             self.routed[request.request_id] = k
             self.outstanding.add(request.request_id)
+        if view is not None:
+            self.reads[request.request_id] = RouterRead(self.recorder.rel(now), k, view.loads)
         self.recorder.engine_times(request.request_id, engine=k)
         self.members[k].submit(request)
 
@@ -242,6 +247,8 @@ class VllmFleetBackend(Backend):
             _read_json(run_dir / ENGINE_DIR.format(k=k) / SERVER_METRICS) for k in range(self.count)
         ]
         write_json(run_dir / SERVER_METRICS, {"servers": deltas})
+        if self.reads:
+            write_router_reads(run_dir, self.reads)
         return fleet_record(per_server)
 
     def describe(self) -> dict[str, Any]:

@@ -8,12 +8,15 @@ step). ``poll_s=0`` reads the engines live.
 
 The ticks fall at ``k * poll_s`` on the simulation's clock; a real client's poller runs at an
 unknown phase against the requests, so a decision may differ where a count changed between the
-two ticks (the staleness, as vLLM's coordinator's for ``vllm_dp``).
+two ticks (the staleness, as vLLM's coordinator's for ``vllm_dp``). An oracle replay of a real
+fleet hands the router what the real client read instead (:attr:`PrefixAffinity.recorded`,
+``router_reads.csv``), so that its decisions can be held equal to the client's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from gpu_simulate_test.core.prefix_affinity import POLL_S, WEIGHTS
 from gpu_simulate_test.core.prefix_affinity import PrefixAffinity as Scoring
@@ -44,7 +47,22 @@ class _Scraped:
         return self.fleet.engines[engine].params.num_blocks
 
 
+class _Recorded(_Scraped):
+    """A :class:`FleetView` whose load is what the real client's router read for one request."""
+
+    def __init__(self, fleet: FleetView, loads: list[tuple[int, float]]) -> None:
+        super().__init__(fleet, 0.0)
+        self.loads = loads
+
+    def polled(self, engine: int, now: float) -> tuple[int, float]:
+        return self.loads[engine]
+
+
 class PrefixAffinity(Scoring):
+    recorded: Sequence[list[tuple[int, float]] | None] | None = None
+    """Per request, the loads the real client's router read (an oracle replay); None: the
+    simulated engines' as scraped."""
+
     def __init__(
         self,
         engines: int,
@@ -56,4 +74,12 @@ class PrefixAffinity(Scoring):
         self.poll_s = poll_s
 
     def route(self, r: int, now: float, fleet: FleetView) -> int:  # type: ignore[override]
+        read = self.recorded[r] if self.recorded is not None else None
+        if read is not None:
+            if len(read) != len(self.index):
+                raise ValueError(
+                    f"request {r}: the real router read {len(read)} engines' load, the fleet "
+                    f"has {len(self.index)}"
+                )
+            return super().route(r, now, _Recorded(fleet, read))
         return super().route(r, now, _Scraped(fleet, self.poll_s))
