@@ -74,6 +74,36 @@ class FrontEndQueue:
         delays: np.ndarray = starts - ends + step_s + token_s * (tokens + 1.0) / 2.0
         return np.where(tokens > 0, delays, 0.0)
 
+    def input_waits_s(
+        self, sends_s: np.ndarray, step_end_s: np.ndarray, step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """Per send (in the order given; NaN for a NaN send): how long its request waits in the
+        queue before the server takes it in, behind the other requests' input and the stream
+        work of the steps that ended before it (as :meth:`delivery_delays_s` serves them)."""
+        ends = np.asarray(step_end_s, dtype=float)
+        tokens = np.asarray(step_tokens, dtype=float)
+        sent = np.asarray(sends_s, dtype=float)
+        request_s, step_s, token_s = (
+            self.request_ms / 1e3,
+            self.step_ms / 1e3,
+            self.token_ms / 1e3,
+        )
+        order = np.argsort(ends, kind="stable")
+        waits = np.full(len(sent), np.nan)
+        free, j = -np.inf, 0
+        for r in np.argsort(sent, kind="stable"):  # NaN sorts last
+            at = sent[r]
+            if at != at:
+                break
+            while j < len(order) and ends[order[j]] < at:  # steps that ended before it
+                k = order[j]
+                if tokens[k] > 0:
+                    free = max(free, ends[k]) + step_s + token_s * tokens[k]
+                j += 1
+            waits[r] = max(0.0, free - at)
+            free = max(free, at) + request_s
+        return waits
+
     def to_dict(self) -> dict[str, float]:
         return {k: round(float(getattr(self, k)), 4) for k in KEYS}
 
@@ -222,3 +252,16 @@ def request_delays_s(
     for rid, k in made.last_step.items():
         last[int(rid)] = delays[k]
     return first, last
+
+
+def input_waits_s(
+    queue: FrontEndQueue, schedule: pd.DataFrame, prompt_tokens: np.ndarray, sends_s: np.ndarray
+) -> np.ndarray:
+    """Each request's wait in ``queue`` before the server takes it in (seconds,
+    :meth:`FrontEndQueue.input_waits_s`), in a simulated schedule read as
+    :func:`request_delays_s` reads it."""
+    prompts = {str(i): int(p) for i, p in enumerate(np.asarray(prompt_tokens))}
+    made = emitted(schedule, prompts)
+    return queue.input_waits_s(
+        sends_s, schedule["end_time_s"].to_numpy(dtype=float), made.step_tokens
+    )

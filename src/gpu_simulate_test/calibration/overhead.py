@@ -394,6 +394,10 @@ class FrontEnd:
     output_ms: float
     input_per_running_ms: float = 0.0
     running_max: float = float("inf")
+    quiet_input_ms: float | None = None
+    """The input the calibration's experiments measured, each prompt sent on a quiet client
+    (``experiments_input.input_ms`` where the line came from the replays under load; None:
+    not recorded): ``vidur.frontend_input=queue``'s base, the wait behind other work apart."""
 
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
@@ -418,6 +422,11 @@ class FrontEnd:
                     f"{where}.measured_input_ms: expected running counts as keys, got "
                     f"{sorted(measured)!r}"
                 ) from exc
+        quiet = recorded.get("experiments_input")
+        if isinstance(quiet, dict):
+            values["quiet_input_ms"] = calibrated_ms(
+                quiet, ("input_ms",), f"{where}.experiments_input"
+            )["input_ms"]
         return cls(**values)
 
 

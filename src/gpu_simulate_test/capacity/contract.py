@@ -5,6 +5,7 @@ workload it scaled and any real check under ``runs/``, Vidur's raw output per ra
 
 from __future__ import annotations
 
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import Column, TableSchema
 
 CAPACITY_CSV = "capacity.csv"
@@ -13,7 +14,7 @@ CAPACITY_REAL_CSV = "capacity_real.csv"
 CAPACITY_JSON = "capacity.json"
 CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
-RUNS_DIR = "runs"
+RUNS_DIR = layout.RUNS_DIR
 POINTS_DIR = "points"
 CAPACITY_SCHEMA_VERSION = "1.5"
 """1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``); 1.3: its

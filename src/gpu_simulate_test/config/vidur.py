@@ -305,6 +305,10 @@ def check_scheduler_named_once(backend: BackendConfig, scheduler: VidurScheduler
     )
 
 
+FRONTEND_INPUTS: tuple[str, ...] = ("line", "queue")
+"""``vidur.frontend_input``'s models of a request's way in to the engine."""
+
+
 @dataclass(frozen=True)
 class VidurConfig:
     """Everything the simulator is told besides the model, device and workload.
@@ -356,6 +360,14 @@ class VidurConfig:
     step and per token streamed; meta.json ``engine_calibration.<backend>.frontend.queue``,
     fitted on the calibration replays under load) instead of one constant delay. The client's
     clock only: when a request reaches the engine is the same either way."""
+    frontend_input: str = "line"
+    """How long a request takes from its send to the engine's scheduler (with
+    ``frontend_latency``). ``line``: the calibrated line in the requests in flight at its send.
+    ``queue``: the input a quiet client measured (the calibration's experiments), plus the wait
+    behind the API server's other work, as the queue of ``frontend_queue`` serves it (the other
+    requests' input, each step's stream work); one engine, ``vllm_v1``, a bundle with both
+    readings. Not the default: on five main jobs it was worse, on a fidelity campaign better
+    (benchmarks/results/main_job_ttft_20261203)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity
@@ -394,6 +406,7 @@ class VidurConfig:
         )
         _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
         _check_choice("vidur.event_loop", self.event_loop, EVENT_LOOPS)
+        _check_choice("vidur.frontend_input", self.frontend_input, FRONTEND_INPUTS)
         _check(
             self.lean_metrics or self.event_loop == "vidur",
             "vidur.lean_metrics=false keeps Vidur's own metrics store, which only Vidur's loop "

@@ -11,6 +11,7 @@ campaign made for itself), and the report: ``fidelity.json``, ``fidelity.csv``, 
 from __future__ import annotations
 
 from gpu_simulate_test.fidelity.manifest import MANIFEST_FILE
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import Column, TableSchema
 
 FIDELITY_JSON = "fidelity.json"
@@ -18,7 +19,7 @@ FIDELITY_CSV = "fidelity.csv"
 REPORT_MD = "report.md"
 SUMMARY_MD = "summary.md"
 COMBINED_JSON = "combined.json"
-RUNS_DIR = "runs"
+RUNS_DIR = layout.RUNS_DIR
 """Stage runs of the campaign, ``runs/<stage>/<run_id>``: the directory is self-contained."""
 PROFILES_DIR = "profiles"
 COMBINED_SUFFIX = "combined"

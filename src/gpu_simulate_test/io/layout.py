@@ -52,6 +52,10 @@ ENGINE_SCHEDULE = "engine_schedule.csv"
 """Every step a real vLLM engine's own scheduler took, on the engine's clock, request by request."""
 FRONT_END_STAMPS = "front_end_stamps.csv"
 """When a vLLM server's API server received each request and handled its first output."""
+RUNS_DIR = "runs"
+"""An orchestrator's own stage runs (``<its run>/runs/<stage>/<run_id>/``): the pipeline's
+repeat, re-runs, validation and recalibration; fidelity's, capacity's and tune's real and
+simulated runs."""
 ROUTER_READS = "router_reads.csv"
 """What the client's router read of each server when it routed each request."""
 

@@ -68,9 +68,12 @@ def at_run(
     return dataclasses.replace(cfg, output=output)
 
 
-def nested_in(cfg: PipelineStageConfig, root: Path | str) -> PipelineStageConfig:
+def nested_in(cfg: PipelineStageConfig, root: Path | str | None) -> PipelineStageConfig:
     """``cfg`` whose stage runs land under ``root`` (``<root>/<stage>/<run_id>/``, inside an
-    orchestrator's own run directory), sharing the outer engines' snapshots and caches."""
+    orchestrator's own run directory), sharing the outer engines' snapshots and caches; ``cfg``
+    itself without a ``root``."""
+    if root is None:
+        return cfg
     output = dataclasses.replace(nested_output(cfg.output, root), run_id=cfg.output.run_id)
     return dataclasses.replace(cfg, output=output)
 

@@ -390,7 +390,7 @@ def check_calibration(
     checks: list[dict[str, Any]] = []
     # its stage runs go in the orchestrator's own directory and are listed in the check, not
     # among the orchestrator's own stages
-    within = None if stages.record_in is None else stages.record_in.path / "runs"
+    within = None if stages.record_in is None else stages.record_in.path / layout.RUNS_DIR
     for attempt in (1, 2):
         check = validation.validate(cfg, decided.scheduler, attempt, within=within)
         checks.append(check)
@@ -399,7 +399,7 @@ def check_calibration(
             break
         console.print("[yellow]the calibration missed its validation replay: redoing it once")
         again = at_run(cfg, f"{cfg.output.run_id or 'profile'}-recalibration")
-        again = again if within is None else nested_in(again, within)
+        again = nested_in(again, within)
         redo = profile_config(again, decided.scheduler, decided.needs, workload_dir)
         bundle = stages.run("vidur_profile", profile_run, redo)
     failed = checks[-1]["passed"] is False

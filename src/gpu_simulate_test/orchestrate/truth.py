@@ -126,7 +126,7 @@ def trusted_truth(
     marks it disturbed, ``reruns`` times at most (``<run_id>-rerun<k>``, under ``rerun_root``
     when given: an orchestrator's own run directory)."""
     base = run_id or cfg.output.run_id
-    again = cfg if rerun_root is None else nested_in(cfg, rerun_root)
+    again = nested_in(cfg, rerun_root)
     attempts: list[Attempt] = []
     for k in range(reruns + 1):
         waited = 0.0

@@ -105,7 +105,7 @@ def validate(
         run_id,
         overwrite=True,
     )
-    at = at if within is None else nested_in(at, within)
+    at = nested_in(at, within)
     workload_dir = make_workload(at, stages)
     truth = trusted_truth(at, workload_dir, stages, run_id, reruns=1)
     _, compare_dir = simulate_and_compare(at, scheduler, workload_dir, truth.real_dir, stages)

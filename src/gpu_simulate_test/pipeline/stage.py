@@ -26,7 +26,7 @@ from gpu_simulate_test.orchestrate.steps import Stages, make_workload, simulate_
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
 
-RUNS_DIR = "runs"
+RUNS_DIR = layout.RUNS_DIR
 """Under the pipeline's own run directory: its other stage runs (the truth's repeat, the re-runs
 of a disturbed one, the calibration's validation replay), so that ``<root>/real_bench/`` and
 ``<root>/compare/`` hold each pipeline's main runs only."""

@@ -32,6 +32,7 @@ from gpu_simulate_test.config.schema import ConfigError, nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console, progress_bar
 from gpu_simulate_test.core.traffic.workloads import load_workload
+from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import calibrations, contract
@@ -68,7 +69,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     space_checked = candidates(cfg.tune, cfg.backend, cfg.model, 1)  # the space, before any run
     with start_run(cfg.output.root, "tune", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
-        output = nested_output(cfg.output, r.file("runs"))
+        output = nested_output(cfg.output, r.file(layout.RUNS_DIR))
         inner = dataclasses.replace(cfg.pipeline(), output=output, progress=False)
         per_engine, most = 0, most_replicas(cfg)
         if most > 1 and inner.workload.num_requests > 0:  # the workload's requests per engine

@@ -38,7 +38,7 @@ from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import Candidate
 from gpu_simulate_test.tune.verdict import judged
 
-RUNS_DIR = "runs"
+RUNS_DIR = layout.RUNS_DIR
 """Each checked configuration's real runs: ``runs/<config_id>/``, its server's logs in
 ``runs/<config_id>/server``."""
 

@@ -51,18 +51,30 @@ class Inputs:
     """The bundle's calibration of ``vidur.engine_overhead`` (None: none)."""
     after: list[tuple[int, float]] | None = None
     """Multi-turn sessions: the closed loop (:func:`.prompt_origins.closed_loop`; None: open)."""
+    input_by_queue: bool = False
+    """``vidur.frontend_input=queue``: a request's input is the quiet client's plus its wait in
+    ``frontend_queue`` (else the line in the requests running at its send)."""
 
-    def scheduler_arrival_s(self, running: np.ndarray | None = None) -> np.ndarray:
+    def scheduler_arrival_s(
+        self, running: np.ndarray | None = None, waits: np.ndarray | None = None
+    ) -> np.ndarray:
         """When requests reach the simulated scheduler: sent, plus the front end's input for
-        ``running`` requests in flight at each send (None: none), in the workload's order; in an
-        oracle replay, when the real engine queued them."""
+        ``running`` requests in flight at each send (None: none) or, with
+        :attr:`input_by_queue`, the quiet client's input plus each request's ``waits`` in the
+        front end's queue (None: none), in the workload's order; in an oracle replay, when the
+        real engine queued them."""
         if self.replay is not None:
             return self.replay.engine_arrival_s
         if self.frontend is None:
             return self.arrival_time_s
-        if running is None:
-            running = np.zeros(len(self.arrival_time_s))
-        reached = self.arrival_time_s + self.frontend.input_delays_s(running)
+        if self.input_by_queue:
+            quiet = self.frontend.quiet_input_ms
+            base_s = (self.frontend.input_ms if quiet is None else quiet) / 1000.0
+            reached = self.arrival_time_s + base_s + (0.0 if waits is None else waits)
+        else:
+            if running is None:
+                running = np.zeros(len(self.arrival_time_s))
+            reached = self.arrival_time_s + self.frontend.input_delays_s(running)
         known = ~np.isnan(reached)  # a closed-loop turn's send is the simulation's to find
         reached[known] = np.maximum.accumulate(reached[known])  # handed on in order
         return reached

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration.frontend_queue import request_delays_s
+from gpu_simulate_test.calibration.frontend_queue import input_waits_s, request_delays_s
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
@@ -121,6 +121,14 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     serving = None
     if record is not None and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
         serving = record.serving_steps
+    by_queue = cfg.vidur.frontend_input == "queue" and frontend is not None and after is None
+    if by_queue and (queue is None or cfg.fleet.replicas > 1):
+        raise ConfigError(
+            "vidur.frontend_input=queue takes a request in through the front end's queue: it "
+            "needs vidur.frontend_queue=true, vidur.step_log=true, vidur.scheduler.name=vllm_v1, "
+            "one engine (fleet.replicas=1) and a calibration with frontend.queue; or set "
+            "vidur.frontend_input=line"
+        )
     return Inputs(
         calibration=record,
         serving_steps=serving,
@@ -139,6 +147,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         frontend_queue=queue,
         replay=replay,
         after=after,
+        input_by_queue=by_queue,
     )
 
 
@@ -210,6 +219,31 @@ def _request(
     )
 
 
+def next_arrivals(
+    cfg: VidurSimulateStageConfig, inputs: Inputs, arrival: np.ndarray, result: SimulationResult
+) -> np.ndarray:
+    """When requests reach the scheduler by the front end's input model, read off the last
+    simulation (``result``, at ``arrival``): the line in the requests in flight at each send,
+    or (``vidur.frontend_input=queue``) the wait behind the front end's other work."""
+    if not inputs.input_by_queue:
+        running = running_at_send(
+            inputs.arrival_time_s, arrival, result.raw_metrics, per_server=per_server(cfg)
+        )
+        return inputs.scheduler_arrival_s(running)
+    assert inputs.frontend_queue is not None and result.schedule is not None
+    raw = result.raw_metrics.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
+    scheduled = inputs.prefill  # a prompt's first token comes with its last chunk
+    if V1_CACHED_TOKENS in raw.columns:
+        scheduled = inputs.prefill - raw[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
+    waits = input_waits_s(
+        inputs.frontend_queue,
+        result.schedule.sort_values("end_time_s", kind="stable"),
+        scheduled,
+        inputs.arrival_time_s,
+    )
+    return inputs.scheduler_arrival_s(waits=waits)
+
+
 def simulate_inputs(
     cfg: VidurSimulateStageConfig,
     inputs: Inputs,
@@ -224,7 +258,7 @@ def simulate_inputs(
     trace, no Vidur config, no files: a tune's thousands of simulations)."""
     arrival = inputs.scheduler_arrival_s()
     grows = inputs.frontend is not None and inputs.frontend.input_per_running_ms > 0
-    grows = grows and inputs.after is None  # a closed loop: the front end at its idle delay
+    grows = (grows or inputs.input_by_queue) and inputs.after is None  # a closed loop: idle
     segments = prompt_segments(
         inputs.workload.lengths, inputs.prefill, inputs.workload.sessions, inputs.decode
     )
@@ -244,10 +278,7 @@ def simulate_inputs(
             result = simulate(_request(cfg, inputs, built.simulation_config, segments, step_model))
         if not grows:
             break
-        running = running_at_send(
-            inputs.arrival_time_s, arrival, result.raw_metrics, per_server=per_server(cfg)
-        )
-        moved = inputs.scheduler_arrival_s(running)
+        moved = next_arrivals(cfg, inputs, arrival, result)
         if np.max(np.abs(moved - arrival), initial=0.0) <= FRONTEND_TOLERANCE_S:
             break
         if done < FRONTEND_PASSES:
@@ -332,6 +363,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             arrivals_from=cfg.arrivals_from,
             step_times_from=cfg.step_times_from,
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
+            frontend_input="queue" if inputs.input_by_queue else "line",
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
             ),

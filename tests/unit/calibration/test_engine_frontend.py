@@ -119,6 +119,15 @@ def test_frontend_from_calibration_names_the_bad_field() -> None:
         )
 
 
+def test_the_quiet_clients_input_is_read_beside_the_replays_line() -> None:
+    where = "meta.json: engine_calibration.vllm.frontend"
+    recorded = {"input_ms": 8.2, "output_ms": 3.0, "experiments_input": {"input_ms": 3.58}}
+    assert FrontEnd.from_calibration(recorded, where).quiet_input_ms == 3.58
+    assert FrontEnd.from_calibration({"input_ms": 5, "output_ms": 1}, where).quiet_input_ms is None
+    with pytest.raises(ValueError, match=r"experiments_input\.input_ms: expected a finite"):
+        FrontEnd.from_calibration({**recorded, "experiments_input": {"input_ms": -1}}, where)
+
+
 def test_input_delay_grows_with_running_requests() -> None:
     front = FrontEnd(input_ms=4.0, output_ms=1.0, input_per_running_ms=2.0)
     assert front.input_delays_s(np.array([0, 1, 3])) == pytest.approx([0.004, 0.006, 0.010])

@@ -129,3 +129,39 @@ def test_too_few_tokens_fit_nothing() -> None:
         low.sends_s, low.step_end_s, low.step_tokens, low.token_step[:10], low.delay_s[:10]
     )
     assert fq.fit([few]) is None
+
+
+def test_a_send_waits_behind_the_stream_work_and_the_input_before_it() -> None:
+    queue = fq.FrontEndQueue(request_ms=4.0, step_ms=1.0, token_ms=2.0)
+    # a step ending at 1 ms with 3 tokens keeps the server busy 1..8 ms; a send at 2 ms waits
+    # 6 ms, its input takes it to 12 ms; a send at 5 ms waits 7 ms; a send at 30 ms, none; the
+    # step ending at 31 ms is after the last send; a NaN send (a closed loop's) has no wait
+    waits = queue.input_waits_s(
+        np.array([0.005, 0.002, np.nan, 0.030]),
+        np.array([0.031, 0.001]),
+        np.array([1, 3]),
+    )
+    assert waits[[1, 0, 3]] * 1e3 == pytest.approx([6.0, 7.0, 0.0])
+    assert np.isnan(waits[2])
+    # a step with no tokens makes no stream work
+    idle = queue.input_waits_s(np.array([0.002]), np.array([0.001]), np.array([0]))
+    assert idle.tolist() == [0.0]
+
+
+def test_input_waits_read_a_schedule_as_the_way_back_does() -> None:
+    requests, _, schedule = _run(sorted(p.name for p in DATA.iterdir() if p.is_dir())[0])
+    queue = fq.FrontEndQueue(request_ms=2.0, step_ms=1.0, token_ms=0.3)
+    ids = requests.request_id.to_numpy()
+    schedule = schedule.assign(requests=schedule.requests.map(
+        lambda text: " ".join(
+            f"{np.flatnonzero(ids == int(rid))[0]}:{n}" if rid.isdigit() else f"{rid}:{n}"
+            for rid, n in (item.split(":") for item in str(text).split())
+        )
+    ))  # fmt: skip
+    prompts = requests.num_prefill_tokens.to_numpy()
+    sends = requests.arrival_time_s.to_numpy()
+    waits = fq.input_waits_s(queue, schedule, prompts, sends)
+    made = fq.emitted(schedule, {str(i): int(p) for i, p in enumerate(prompts)})
+    direct = queue.input_waits_s(sends, schedule.end_time_s.to_numpy(), made.step_tokens)
+    assert waits == pytest.approx(direct)
+    assert (waits >= 0).all() and waits.max() > 0  # some sends found the server busy

@@ -186,6 +186,14 @@ def test_a_stored_config_with_fast_path_is_refused_naming_lean_metrics() -> None
         to_typed(stored, VidurConfig)
 
 
+def test_the_front_ends_input_model_is_one_of_its_names() -> None:
+    assert to_typed(OmegaConf.create({"frontend_input": "queue"}), VidurConfig).frontend_input == (
+        "queue"
+    )
+    with pytest.raises(ConfigError, match=r"frontend_input='fifo' is not one of line, queue"):
+        to_typed(OmegaConf.create({"frontend_input": "fifo"}), VidurConfig)
+
+
 def test_presets_load_the_shipped_group_files() -> None:
     from gpu_simulate_test.config.presets import hardware_preset, model_preset, preset_names
 

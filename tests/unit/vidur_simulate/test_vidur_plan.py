@@ -221,3 +221,25 @@ def test_the_front_end_delays_arrivals_at_the_scheduler_in_order(root: Path) -> 
     assert reached[0] == pytest.approx(ARRIVALS[0] + 0.302)
     assert np.all(np.diff(reached) >= 0)
     assert reached[-1] == pytest.approx(max(ARRIVALS[-1] + 0.002, reached[0]))
+
+
+def test_by_queue_a_request_reaches_the_scheduler_after_the_quiet_input_and_its_wait(
+    root: Path,
+) -> None:
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    front = replace(
+        inputs,
+        frontend=FrontEnd(input_ms=8.0, output_ms=1.0, input_per_running_ms=100.0,
+                          quiet_input_ms=3.0),
+        input_by_queue=True,
+    )  # fmt: skip
+    first = front.scheduler_arrival_s()  # the first pass: no waits yet, not the line's 8 ms
+    assert first == pytest.approx(np.maximum.accumulate(np.array(ARRIVALS) + 0.003))
+    waits = np.zeros(len(ARRIVALS))
+    waits[1] = 0.010
+    reached = front.scheduler_arrival_s(np.full(len(ARRIVALS), 5.0), waits)  # running unread
+    assert reached[1] == pytest.approx(ARRIVALS[1] + 0.013)
+    assert np.all(np.diff(reached) >= 0)  # handed on in order
+    line = replace(front, input_by_queue=False).scheduler_arrival_s(np.zeros(len(ARRIVALS)))
+    assert line[0] == pytest.approx(ARRIVALS[0] + 0.008)

@@ -1,0 +1,150 @@
+"""Stored main jobs simulated again under other settings: which setting brings the client's
+first tokens closer, judged on truths it was not calibrated on?
+
+Each RUN is a pipeline run id (``tmp/pipeline/<RUN>``, e.g. from ``bench_fresh_profiles``): its
+real run, its repeat and its workload are read back; the simulation and the comparison are made
+again, once per variant, with the bundle now under ``profiling_root`` (each variant sees the same
+bundle, so a difference between variants is the setting's, not the calibration's). Per variant
+and run: client TTFT p50 / p90 / p99 error with the truth's own repeat beside, the front end
+(client − engine TTFT) real / simulated; per variant the mean signed error and how many runs are
+within max(10%, real vs real).
+
+Run: ``python -m benchmarks.fidelity.bench_sim_variants RUN [RUN ...]
+--variant NAME=OVERRIDE[,OVERRIDE] [--variant ...] [--out F.json]``; the variant ``as_is``
+(no overrides) is always run first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpu_simulate_test.fidelity.bounds import LIMIT
+
+QUANTILES = ("p50", "p90", "p99")
+
+
+def pipeline_config(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
+    from gpu_simulate_test.config.pipeline import PipelineStageConfig
+    from gpu_simulate_test.config.registry import to_typed
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        composed = compose("pipeline", overrides=overrides)
+    return to_typed(composed, PipelineStageConfig)
+
+
+def one(run: str, variant: str, overrides: list[str]) -> dict[str, Any]:
+    from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+    from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+
+    meta = json.loads((Path("tmp") / "pipeline" / run / "run_meta.json").read_text())
+    stages = meta["stages"]
+    sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
+    scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
+    cfg = pipeline_config(
+        [
+            *overrides,
+            f"output.run_id=variant-{variant}-{run}",
+            "output.overwrite=true",
+            "progress=false",
+        ]
+    )
+    repeat = (stages.get("real_bench_repeat") or {}).get("path")
+    _, compare_dir = simulate_and_compare(
+        cfg,
+        scheduler,
+        stages["workload"]["path"],
+        stages["real_bench"]["path"],
+        repeat_dir=repeat,
+    )
+    data = json.loads((Path(compare_dir) / "comparison.json").read_text())
+    ttft = {
+        row["stat"]: {
+            "error": row.get("error_vs_client"),
+            "real_vs_real": row.get("noise_vs_client"),
+        }
+        for row in data["clocks"]
+        if row["metric"] == "ttft"
+    }
+    return {
+        "run": run,
+        "variant": variant,
+        "ttft": ttft,
+        "front_end": (data.get("ttft_parts") or {}).get("front_end"),
+    }
+
+
+def fmt(value: float | None) -> str:
+    return f"{value:+.1%}" if value is not None and value == value else "–"
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    for variant in dict.fromkeys(r["variant"] for r in results):
+        rows = [r for r in results if r["variant"] == variant]
+        print(f"\n### {variant}\n")
+        print("| run | client TTFT p50 | p90 | p99 | front end p50 real / sim (ms) | p90 | p99 |")
+        print("|" + " --- |" * 7)
+        for r in rows:
+            cells = [
+                f"{fmt(r['ttft'].get(q, {}).get('error'))} "
+                f"({fmt(r['ttft'].get(q, {}).get('real_vs_real'))})"
+                for q in QUANTILES
+            ]
+            front = r.get("front_end") or {}
+            cells += [
+                f"{(front.get(q) or {}).get('real_ms', float('nan')):.1f} / "
+                f"{(front.get(q) or {}).get('sim_ms', float('nan')):.1f}"
+                for q in QUANTILES
+            ]
+            print(f"| {r['run']} | " + " | ".join(cells) + " |")
+        for q in QUANTILES:
+            got = [r["ttft"].get(q) or {} for r in rows]
+            errors = [g["error"] for g in got if g.get("error") is not None]
+            within = sum(
+                abs(g["error"]) <= max(LIMIT, abs(g.get("real_vs_real") or 0.0))
+                for g in got
+                if g.get("error") is not None
+            )
+            mean = sum(errors) / len(errors) if errors else float("nan")
+            print(
+                f"- client TTFT {q}: mean signed {fmt(mean)}, within max({LIMIT:.0%}, real vs "
+                f"real) in {within} of {len(errors)}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="*")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME=OVERRIDE[,OVERRIDE...]")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--from", dest="stored", type=Path, default=None)
+    args = parser.parse_args()
+    if args.stored:
+        report(json.loads(args.stored.read_text())["results"])
+        return
+    variants: dict[str, list[str]] = {"as_is": []}
+    for text in args.variant:
+        name, _, overrides = text.partition("=")
+        variants[name] = [o for o in overrides.split(",") if o]
+    results = [one(run, name, ov) for name, ov in variants.items() for run in args.runs]
+    report(results)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        command = ["python -m benchmarks.fidelity.bench_sim_variants", *sys.argv[1:]]
+        args.out.write_text(
+            json.dumps({"command": " ".join(command), "date": stamp, "results": results}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
