@@ -186,35 +186,19 @@ def ttft_targets(results: list[dict[str, Any]]) -> None:
     if not with_ttft:
         return
     print("\nclient TTFT, sim against real (real vs real), and the front end real / sim (ms):")
-    print("| run | " + " | ".join(f"client TTFT {q}" for q in ("p50", "p90", "p99"))
+    print("| run | " + " | ".join(f"client TTFT {q}" for q in QUANTILES)
           + " | front end p50 | p90 | p99 |")  # fmt: skip
     print("|" + " --- |" * 7)
     for r in with_ttft:
-        cells = []
-        for q in ("p50", "p90", "p99"):
-            row = r["ttft"].get(f"client_{q}") or {}
-            cells.append(f"{fmt(row.get('error'))} ({fmt(row.get('real_vs_real'))})")
-        front = r.get("front_end") or {}
-        sides = [
-            f"{(front.get(q) or {}).get('real_ms', float('nan')):.1f} / "
-            f"{(front.get(q) or {}).get('sim_ms', float('nan')):.1f}"
-            for q in ("p50", "p90", "p99")
-        ]
-        print(f"| {r['run']} | " + " | ".join(cells + sides) + " |")
+        cells = [error_cell(r["ttft"].get(f"client_{q}")) for q in QUANTILES]
+        print(f"| {r['run']} | " + " | ".join(cells + front_cells(r.get("front_end"))) + " |")
     for q in ("p50", "p90"):
-        rows = [r["ttft"].get(f"client_{q}") or {} for r in with_ttft]
-        errors = [row["error"] for row in rows if row.get("error") is not None]
-        within = sum(
-            abs(row["error"]) <= max(LIMIT, abs(row.get("real_vs_real") or 0.0))
-            for row in rows
-            if row.get("error") is not None
-        )
-        mean = sum(errors) / len(errors) if errors else float("nan")
+        within, count, mean = judged([r["ttft"].get(f"client_{q}") for r in with_ttft])
         print(
             f"client TTFT {q}: within max({LIMIT:.0%}, real vs real) in {within} of "
-            f"{len(errors)}; mean signed {fmt(mean)} (target: 4 of 5, within ±5%)"
+            f"{count}; mean signed {fmt(mean)} (target: 4 of 5, within ±5%)"
         )
-    for q in ("p50", "p90", "p99"):
+    for q in QUANTILES:
         gaps = [
             (r["front_end"][q]["sim_ms"] - r["front_end"][q]["real_ms"])
             / r["front_end"][q]["real_ms"]
@@ -226,6 +210,34 @@ def ttft_targets(results: list[dict[str, Any]]) -> None:
             + ", ".join(fmt(g) for g in gaps)
             + f"; within 20% in {sum(abs(g) <= 0.2 for g in gaps)} of {len(gaps)}"
         )
+
+
+QUANTILES = ("p50", "p90", "p99")
+
+
+def error_cell(row: dict[str, Any] | None) -> str:
+    """``error (real vs real)`` of one figure (``error``, ``real_vs_real``)."""
+    row = row or {}
+    return f"{fmt(row.get('error'))} ({fmt(row.get('real_vs_real'))})"
+
+
+def front_cells(front: dict[str, Any] | None) -> list[str]:
+    """The front end's ``real / sim`` (ms) at p50, p90 and p99 of compare's ``ttft_parts``."""
+    front = front or {}
+    return [
+        f"{(front.get(q) or {}).get('real_ms', float('nan')):.1f} / "
+        f"{(front.get(q) or {}).get('sim_ms', float('nan')):.1f}"
+        for q in QUANTILES
+    ]
+
+
+def judged(rows: list[dict[str, Any] | None]) -> tuple[int, int, float]:
+    """Of figures with an ``error``: how many are within max(LIMIT, |real vs real|), how many
+    there are, and their mean signed error."""
+    errors = [r for r in rows if r and r.get("error") is not None]
+    within = sum(abs(r["error"]) <= max(LIMIT, abs(r.get("real_vs_real") or 0.0)) for r in errors)
+    mean = sum(r["error"] for r in errors) / len(errors) if errors else float("nan")
+    return within, len(errors), mean
 
 
 def fmt(value: float | None) -> str:

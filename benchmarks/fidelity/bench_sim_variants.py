@@ -23,9 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.fidelity.bench_fresh_profiles import (
+    QUANTILES,
+    error_cell,
+    fmt,
+    front_cells,
+    judged,
+)
 from gpu_simulate_test.fidelity.bounds import LIMIT
-
-QUANTILES = ("p50", "p90", "p99")
 
 
 def pipeline_config(overrides: list[str]) -> Any:
@@ -82,10 +87,6 @@ def one(run: str, variant: str, overrides: list[str]) -> dict[str, Any]:
     }
 
 
-def fmt(value: float | None) -> str:
-    return f"{value:+.1%}" if value is not None and value == value else "–"
-
-
 def report(results: list[dict[str, Any]]) -> None:
     for variant in dict.fromkeys(r["variant"] for r in results):
         rows = [r for r in results if r["variant"] == variant]
@@ -93,30 +94,13 @@ def report(results: list[dict[str, Any]]) -> None:
         print("| run | client TTFT p50 | p90 | p99 | front end p50 real / sim (ms) | p90 | p99 |")
         print("|" + " --- |" * 7)
         for r in rows:
-            cells = [
-                f"{fmt(r['ttft'].get(q, {}).get('error'))} "
-                f"({fmt(r['ttft'].get(q, {}).get('real_vs_real'))})"
-                for q in QUANTILES
-            ]
-            front = r.get("front_end") or {}
-            cells += [
-                f"{(front.get(q) or {}).get('real_ms', float('nan')):.1f} / "
-                f"{(front.get(q) or {}).get('sim_ms', float('nan')):.1f}"
-                for q in QUANTILES
-            ]
-            print(f"| {r['run']} | " + " | ".join(cells) + " |")
+            cells = [error_cell(r["ttft"].get(q)) for q in QUANTILES]
+            print(f"| {r['run']} | " + " | ".join(cells + front_cells(r.get("front_end"))) + " |")
         for q in QUANTILES:
-            got = [r["ttft"].get(q) or {} for r in rows]
-            errors = [g["error"] for g in got if g.get("error") is not None]
-            within = sum(
-                abs(g["error"]) <= max(LIMIT, abs(g.get("real_vs_real") or 0.0))
-                for g in got
-                if g.get("error") is not None
-            )
-            mean = sum(errors) / len(errors) if errors else float("nan")
+            within, count, mean = judged([r["ttft"].get(q) for r in rows])
             print(
                 f"- client TTFT {q}: mean signed {fmt(mean)}, within max({LIMIT:.0%}, real vs "
-                f"real) in {within} of {len(errors)}"
+                f"real) in {within} of {count}"
             )
 
 

@@ -52,25 +52,8 @@ class FrontEndQueue:
         """Per step: from its end to when its tokens reach the client, on average (seconds)."""
         ends = np.asarray(step_end_s, dtype=float)
         tokens = np.asarray(step_tokens, dtype=float)
-        sends = np.sort(np.asarray(sends_s, dtype=float))
-        order = np.argsort(ends, kind="stable")
-        request_s, step_s, token_s = (
-            self.request_ms / 1e3,
-            self.step_ms / 1e3,
-            self.token_ms / 1e3,
-        )
-        starts = np.empty(len(ends))
-        free, i = -np.inf, 0
-        for k in order:  # a send at a step's end is taken first (it was read before the step's)
-            end = ends[k]
-            while i < len(sends) and sends[i] <= end:
-                free = max(free, sends[i]) + request_s
-                i += 1
-            if tokens[k] <= 0:
-                starts[k] = end
-                continue
-            starts[k] = max(free, end)
-            free = starts[k] + step_s + token_s * tokens[k]
+        starts, _ = self._serve(sends_s, ends, tokens)
+        step_s, token_s = self.step_ms / 1e3, self.token_ms / 1e3
         delays: np.ndarray = starts - ends + step_s + token_s * (tokens + 1.0) / 2.0
         return np.where(tokens > 0, delays, 0.0)
 
@@ -80,29 +63,43 @@ class FrontEndQueue:
         """Per send (in the order given; NaN for a NaN send): how long its request waits in the
         queue before the server takes it in, behind the other requests' input and the stream
         work of the steps that ended before it (as :meth:`delivery_delays_s` serves them)."""
-        ends = np.asarray(step_end_s, dtype=float)
-        tokens = np.asarray(step_tokens, dtype=float)
+        _, waits = self._serve(
+            sends_s, np.asarray(step_end_s, dtype=float), np.asarray(step_tokens, dtype=float)
+        )
+        return waits
+
+    def _serve(
+        self, sends_s: np.ndarray, ends: np.ndarray, tokens: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The one server, first in first out: per step, when its stream work starts (its end
+        for a step without tokens); per send (in the order given), how long its input waited
+        (NaN for a NaN send). A send at a step's end is taken first (it was read before the
+        step's outputs)."""
         sent = np.asarray(sends_s, dtype=float)
+        by_time = np.argsort(sent, kind="stable")  # NaN sorts last and is never served
         request_s, step_s, token_s = (
             self.request_ms / 1e3,
             self.step_ms / 1e3,
             self.token_ms / 1e3,
         )
-        order = np.argsort(ends, kind="stable")
+        starts = np.empty(len(ends))
         waits = np.full(len(sent), np.nan)
-        free, j = -np.inf, 0
-        for r in np.argsort(sent, kind="stable"):  # NaN sorts last
-            at = sent[r]
-            if at != at:
+        times = sent[by_time].tolist()  # floats in a list: the loop reads them one by one
+        free, i, n = -np.inf, 0, int(np.count_nonzero(~np.isnan(sent)))
+        for k in [*np.argsort(ends, kind="stable").tolist(), -1]:  # -1: the sends after
+            end = float(ends[k]) if k >= 0 else np.inf
+            while i < n and times[i] <= end:
+                waits[by_time[i]] = max(0.0, free - times[i])
+                free = max(free, times[i]) + request_s
+                i += 1
+            if k < 0:
                 break
-            while j < len(order) and ends[order[j]] < at:  # steps that ended before it
-                k = order[j]
-                if tokens[k] > 0:
-                    free = max(free, ends[k]) + step_s + token_s * tokens[k]
-                j += 1
-            waits[r] = max(0.0, free - at)
-            free = max(free, at) + request_s
-        return waits
+            if tokens[k] <= 0:
+                starts[k] = end
+                continue
+            starts[k] = max(free, end)
+            free = starts[k] + step_s + token_s * tokens[k]
+        return starts, waits
 
     def to_dict(self) -> dict[str, float]:
         return {k: round(float(getattr(self, k)), 4) for k in KEYS}

@@ -219,6 +219,14 @@ def _request(
     )
 
 
+def scheduled_prompts(prefill: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+    """Each prompt's tokens the engine computed (``rows`` in the workload's order): its first
+    token comes with its last scheduled chunk, and a prefix-cache hit's part is not scheduled."""
+    if V1_CACHED_TOKENS not in rows.columns:
+        return prefill
+    return prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
+
+
 def next_arrivals(
     cfg: VidurSimulateStageConfig, inputs: Inputs, arrival: np.ndarray, result: SimulationResult
 ) -> np.ndarray:
@@ -232,13 +240,10 @@ def next_arrivals(
         return inputs.scheduler_arrival_s(running)
     assert inputs.frontend_queue is not None and result.schedule is not None
     raw = result.raw_metrics.sort_values(vidur_metrics.VIDUR_ID, kind="stable")
-    scheduled = inputs.prefill  # a prompt's first token comes with its last chunk
-    if V1_CACHED_TOKENS in raw.columns:
-        scheduled = inputs.prefill - raw[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
     waits = input_waits_s(
         inputs.frontend_queue,
         result.schedule.sort_values("end_time_s", kind="stable"),
-        scheduled,
+        scheduled_prompts(inputs.prefill, raw),
         inputs.arrival_time_s,
     )
     return inputs.scheduler_arrival_s(waits=waits)
@@ -297,10 +302,7 @@ def simulate_inputs(
     first_s: float | np.ndarray = output_s
     last_s: float | np.ndarray = output_s
     if inputs.frontend_queue is not None and result.schedule is not None and inputs.replay is None:
-        # a prompt's first token comes with its last scheduled chunk: the cached part is not
-        scheduled = inputs.prefill
-        if V1_CACHED_TOKENS in rows.columns:
-            scheduled = inputs.prefill - rows[V1_CACHED_TOKENS].to_numpy(dtype=np.int64)
+        scheduled = scheduled_prompts(inputs.prefill, rows)
         # vLLM -dp: one API server in front of the engines, their steps' outputs in time order;
         # N servers: each its own API server, its engine's steps only
         schedule = result.schedule.sort_values("end_time_s", kind="stable")
