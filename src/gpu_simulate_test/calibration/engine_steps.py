@@ -310,7 +310,10 @@ def read_steps(
     serving_table = None
     if recorded is not None:
         if run.windows:
-            serving_table = serving_replay.serving_steps(recorded, run.windows, cfg.backend.name)
+            sends = [r.arrival_s for r in recorder.snapshot() if r.arrival_s is not None]
+            serving_table = serving_replay.serving_steps(
+                recorded, run.windows, cfg.backend.name, sends
+            )
         recorded = recorded[recorded["end_time_s"] < run.experiments_end].reset_index(drop=True)
     reading = dataclasses.replace(reading, serving_steps=serving_table)
     costs, costs_from = (

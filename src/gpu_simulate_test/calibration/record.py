@@ -29,7 +29,7 @@ from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
-CALIBRATION_VERSION = 11
+CALIBRATION_VERSION = 12
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
@@ -40,7 +40,9 @@ as a queue fitted on those replays, ``frontend.queue``; 9: after a warm-up of ev
 :func:`~.engine_steps.calibration_shapes`; 10: with vLLM's prefix caching, prefills over a
 cached prefix, ``cached_prefill``; 11: bursts of 2, 4 and 8 prompts read step by step
 (``num_prompts``), decodes at the middle and longest context, and the front end's input line
-fitted on the replays under load); a bundle calibrated by another version
+fitted on the replays under load; 12: the client's sends beside the replays' steps,
+``serving_steps.csv`` ``client_sends``, for the intake a send adds to the step it falls in); a
+bundle calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
 
 
@@ -52,6 +54,8 @@ MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
         10: "prefills over a cached prefix (cached_prefill)",
         11: "bursts of 2, 4 and 8 prompts, decodes at the middle and longest context, and the "
         "front end's input hop under load",
+        12: "the client's sends beside the replays' steps (serving_steps.csv client_sends: "
+        "the API server's intake of a request, added to the step it falls in)",
     }
 )
 """What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s

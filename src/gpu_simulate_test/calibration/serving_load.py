@@ -18,6 +18,10 @@ step's time over its predicted time (``ratio``) is set against the candidates
   the cores the engine computes on), total time over total prediction so that long steps weigh
   what they last (a TPOT is a sum of steps, not a median), interpolated between the rates;
 - ``gap(req)``: the engine's pause between busy steps, the same way;
+- ``intake_ms``: what each request the client sends while a step runs adds to that step (the
+  API server parses, tokenizes and hands it over on the cores the engine computes on: on the
+  fidelity campaigns' truths, +0.9..2.1 ms a send at every load, +2.5..5 ms for two), from the
+  replays' sends beside their steps (calibration version 12 on; none before);
 - ``wake(idle)``: what a step that wakes an idle engine takes beyond ``stretch(0)`` of its
   prediction, a line in log10 of the idle time;
 - ``noise(seed)``: the slow moments, a spread in log time on busy steps whose slow part carries
@@ -30,12 +34,10 @@ The predictor-timed simulation of vLLM's V1 scheduler applies them per step
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +50,9 @@ MIN_BUSY_STEPS = 20
 """Busy steps needed to fit stretch and gap (fewer: a ratio of 1 and no pause)."""
 MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
+MIN_SEND_STEPS = 10
+"""Busy steps of one rate with exactly one send (and as many without) needed for that rate to
+count in ``intake_ms``."""
 RATIO_CLIP = (0.25, 4.0)
 """A step's ratio is clipped to this range before fitting (a preempted or disturbed step)."""
 CANDIDATES: Mapping[str, str] = MappingProxyType(
@@ -59,6 +64,7 @@ CANDIDATES: Mapping[str, str] = MappingProxyType(
         "arrivals": "requests the step saw for the first time",
         "finishing": "requests that ran for the last time in the step",
         "idle_ms": "how long the engine was idle before the step (0: busy)",
+        "client_sends": "requests the client sent while the step ran",
     }
 )
 """What the residual analysis sets each step's ratio against."""
@@ -71,6 +77,7 @@ AXIS_LABELS: Mapping[str, str] = MappingProxyType(
         "arrivals": "requests new in the step (requests)",
         "finishing": "requests finishing in the step (requests)",
         "idle_ms": "engine idle before the step (ms, log)",
+        "client_sends": "requests sent during the step (requests)",
     }
 )
 """Each candidate's axis label, in words with its unit (the plot's)."""
@@ -124,6 +131,11 @@ def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
             "arrivals": arrivals,
             "finishing": finishing,
             "decodes": decodes.astype(int),
+            "client_sends": (
+                schedule["client_sends"].to_numpy(dtype=float)
+                if "client_sends" in schedule.columns
+                else np.full(n, np.nan)
+            ),
             "chunks": chunks,
         }
     )
@@ -154,6 +166,9 @@ class ServingLoad:
     """Step-to-step carry-over of its slow part (slow moments last several steps)."""
     noise_slow_share: float = 0.0
     """The share of the spread's variance that is slow (the rest is new every step)."""
+    intake_ms: float = 0.0
+    """What each request the client sends while a step runs adds to the step (0: not
+    calibrated, a bundle before calibration version 12)."""
     window_s: float = WINDOW_S
 
     def noise(self, seed: int) -> Iterator[float]:
@@ -242,7 +257,8 @@ def fit(
     mean pause; between the rates the terms are interpolated (measured: flat up to about a
     quarter of capacity, then rising; a line through the rates missed both ends). Steps that
     woke the engine: what they took beyond the lowest rate's stretch, a line in log10 of the
-    idle time.
+    idle time. Where the replays' sends were recorded beside their steps: what one send adds to
+    a busy step (``intake_ms``), and the rates' stretch and the wake-ups without it.
     """
     body = features["body_s"].to_numpy(dtype=float)
     pred = np.asarray(predicted_s, dtype=float)
@@ -254,6 +270,43 @@ def fit(
     busy = features["busy"].to_numpy(dtype=bool) & ok
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
     labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
+    sends = _sends(features)
+    load = _rated(body, pred, req, gap, busy, labels)
+    intake_s = _intake_s(load, body, pred, req, busy, sends, labels)
+    sent = np.where(np.isfinite(sends), sends, 0.0)
+    if intake_s > 0:  # the rates' stretch without what the sends added
+        body = body - intake_s * sent
+        load = replace(_rated(body, pred, req, gap, busy, labels), intake_ms=intake_s * 1e3)
+    if load.rate_points:
+        load = _with_noise(load, body, pred, req, tok, busy)
+    idle_ms = features["idle_ms"].to_numpy(dtype=float)
+    woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
+    if woke.sum() >= MIN_IDLE_STEPS:
+        extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
+        w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
+        load = replace(
+            load, wake0_ms=w0, wake_per_decade_ms=w1, max_idle_ms=float(np.max(idle_ms[woke]))
+        )
+    return load
+
+
+def _sends(features: pd.DataFrame) -> np.ndarray:
+    """Each step's requests sent while it ran (NaN: not recorded)."""
+    if "client_sends" not in features.columns:
+        return np.full(len(features), np.nan)
+    return features["client_sends"].to_numpy(dtype=float)
+
+
+def _rated(
+    body: np.ndarray,
+    pred: np.ndarray,
+    req: np.ndarray,
+    gap: np.ndarray,
+    busy: np.ndarray,
+    labels: np.ndarray,
+) -> ServingLoad:
+    """Per replayed rate with enough busy steps: the mean requests taken in per second, the
+    busy steps' total time over their total prediction, the mean pause."""
     points = []
     for label in np.unique(labels):
         mine = busy & (labels == label)
@@ -266,28 +319,40 @@ def fit(
                 )
             )
     points.sort()
-    load = ServingLoad()
-    if points:
-        load = ServingLoad(
-            rate_points=tuple(p[0] for p in points),
-            stretch_points=tuple(p[1] for p in points),
-            gap_points_ms=tuple(p[2] for p in points),
-        )
-        load = _with_noise(load, body, pred, req, tok, busy)
-    idle_ms = features["idle_ms"].to_numpy(dtype=float)
-    woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
-    if woke.sum() >= MIN_IDLE_STEPS:
-        extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
-        w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
-        load = ServingLoad(
-            **{
-                **asdict(load),
-                "wake0_ms": w0,
-                "wake_per_decade_ms": w1,
-                "max_idle_ms": float(np.max(idle_ms[woke])),
-            }
-        )
-    return load
+    return ServingLoad(
+        rate_points=tuple(p[0] for p in points),
+        stretch_points=tuple(p[1] for p in points),
+        gap_points_ms=tuple(p[2] for p in points),
+    )
+
+
+def _intake_s(
+    load: ServingLoad,
+    body: np.ndarray,
+    pred: np.ndarray,
+    req: np.ndarray,
+    busy: np.ndarray,
+    sends: np.ndarray,
+    labels: np.ndarray,
+) -> float:
+    """What one send adds to a busy step: per replayed rate, the median time beyond the
+    stretched prediction of the busy steps during which the client sent one request less that
+    of those during which it sent none (within a rate, so that the rate's stretch, which still
+    carries the sends' time, cancels), weighed by the one-send steps; 0: too few of either at
+    every rate, or the sends not recorded."""
+    if not load.rate_points:
+        return 0.0
+    beyond = body - pred * np.array([load.stretch(r) for r in req])
+    diffs, weights = [], []
+    for label in np.unique(labels):
+        one = busy & (labels == label) & (sends == 1)
+        none = busy & (labels == label) & (sends == 0)
+        if one.sum() >= MIN_SEND_STEPS and none.sum() >= MIN_SEND_STEPS:
+            diffs.append(float(np.median(beyond[one]) - np.median(beyond[none])))
+            weights.append(float(one.sum()))
+    if not diffs:
+        return 0.0
+    return max(0.0, float(np.average(diffs, weights=weights)))
 
 
 NOISE_LAGS = (1, 4)
@@ -331,123 +396,21 @@ def _with_noise(
     )
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return None
-    rx = pd.Series(x).rank().to_numpy()
-    ry = pd.Series(y).rank().to_numpy()
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def residual_analysis(features: pd.DataFrame, ratio: np.ndarray) -> list[dict[str, Any]]:
-    """Per candidate: the rank correlation of the steps' ratio (measured over the model) with it,
-    and the mean ratio in its lowest and highest fifth (over steps where it varies)."""
-    ratio = np.asarray(ratio, dtype=float)
-    out = []
-    for name, what in CANDIDATES.items():
-        x = features[name].to_numpy(dtype=float)
-        keep = np.isfinite(x) & np.isfinite(ratio)
-        x, y = x[keep], ratio[keep]
-        row: dict[str, Any] = {"candidate": name, "what": what, "steps": len(x)}
-        row["spearman"] = _spearman(x, y)
-        if len(x) >= 10 and np.ptp(x) > 0:
-            lo, hi = np.quantile(x, [0.2, 0.8])
-            row["mean_ratio_low"] = float(np.mean(y[x <= lo]))
-            row["mean_ratio_high"] = float(np.mean(y[x >= hi]))
-        out.append(row)
-    return out
-
-
-def report(
-    load: ServingLoad,
-    features: pd.DataFrame,
-    predicted_s: np.ndarray,
-    calibrated_on: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What ``run_meta.json`` says: the terms, the steps behind them, the residual analysis
-    before and after the terms, and which runs calibrated them."""
-    pred = np.asarray(predicted_s, dtype=float)
-    known = np.isfinite(pred)
-    features, pred = features[known].reset_index(drop=True), pred[known]
-    body = features["body_s"].to_numpy(dtype=float)
-    modelled = modelled_s(load, features, pred)
-    return {
-        "terms": asdict(load),
-        "steps": len(features),
-        "steps_without_prediction": int((~known).sum()),
-        "busy_steps": int(features["busy"].sum()),
-        "mean_ratio": {
-            "composition_only": float(np.nanmean(body / pred)),
-            "with_serving_terms": float(np.nanmean(body / modelled)),
-        },
-        "total_time_ratio": {
-            "composition_only": float(np.sum(pred) / np.sum(body)),
-            "with_serving_terms": float(np.sum(modelled) / np.sum(body)),
-        },
-        "residuals": residual_analysis(features, body / pred),
-        "calibrated_on": calibrated_on or {},
-    }
-
-
 def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarray) -> np.ndarray:
-    """Each step's time as the serving model gives it: stretched, plus a wake-up when idle."""
+    """Each step's time as the serving model gives it: stretched, plus a wake-up when idle,
+    plus the intake of the requests sent while it ran."""
     req = features["arrival_rate"].to_numpy(dtype=float)
     tok = features["stream_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool)
     idle = features["idle_ms"].to_numpy(dtype=float) / 1e3
+    sends = _sends(features)
+    intake = load.intake_ms / 1e3 * np.where(np.isfinite(sends), sends, 0.0)
     out = np.empty(len(features))
     for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
         out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())
         if not busy[k] and np.isfinite(idle[k]):
             out[k] = max(0.5 * p, out[k] + load.wake_s(idle[k]))
-    return out
-
-
-def plot_residuals(
-    features: pd.DataFrame, ratio: np.ndarray, path: Any, title: str, model: str
-) -> None:
-    """One panel per candidate: each step's ratio over ``model`` against it, with the mean per
-    bin."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from gpu_simulate_test.io.artifacts import atomic_path
-
-    names = list(CANDIDATES)
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), constrained_layout=True)
-    ratio = np.asarray(ratio, dtype=float)
-    for ax in axes.flat[len(names) :]:
-        ax.axis("off")
-    for ax, name in zip(axes.flat, names, strict=False):
-        x = features[name].to_numpy(dtype=float)
-        keep = np.isfinite(x) & np.isfinite(ratio)
-        x, y = x[keep], ratio[keep]
-        log = name == "idle_ms"
-        if log:
-            idle = x > 0
-            x, y = x[idle], y[idle]
-            ax.set_xscale("log")
-        ax.scatter(x, y, s=4, alpha=0.25, color="tab:blue", rasterized=True)
-        if len(x) >= 10 and np.ptp(x) > 0:
-            edges = np.unique(np.quantile(x, np.linspace(0, 1, 9)))
-            mids, means = [], []
-            for a, b in itertools.pairwise(edges):
-                inside = (x >= a) & (x <= b)
-                if inside.any():
-                    mids.append(float(np.median(x[inside])))
-                    means.append(float(np.mean(y[inside])))
-            ax.plot(mids, means, "o-", color="tab:red", label="mean per bin")
-            ax.legend(loc="upper left", fontsize=8)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel(AXIS_LABELS[name])
-        ax.set_ylabel(f"measured step time / {model} (ratio)")
-        ax.set_ylim(0.5, 2.5)
-    fig.suptitle(title)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    return out + intake
 
 
 def predictions(

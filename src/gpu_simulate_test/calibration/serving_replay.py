@@ -27,6 +27,13 @@ from gpu_simulate_test.core.engines.harness import wait_until
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 START_LEAD_S = 0.05
+CLIENT_SENDS = "client_sends"
+"""``serving_steps.csv``'s column: requests the client sent while the step ran."""
+
+
+def sends_within(sent: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per step [start, end): how many of the sorted send times ``sent`` fall inside it."""
+    return np.searchsorted(sent, end, side="left") - np.searchsorted(sent, start, side="left")
 
 
 @dataclass(frozen=True)
@@ -163,13 +170,24 @@ def _span(values: np.ndarray) -> list[int]:
 
 
 def serving_steps(
-    schedule: pd.DataFrame, windows: Sequence[tuple[float, float, float]], backend: str
+    schedule: pd.DataFrame,
+    windows: Sequence[tuple[float, float, float]],
+    backend: str,
+    sends_s: Sequence[float] = (),
 ) -> pd.DataFrame:
-    """The recorded steps inside each replay's window, with the backend and the rate."""
+    """The recorded steps inside each replay's window, with the backend and the rate; and,
+    given the client's sends (``sends_s``, on the schedule's clock), each step's
+    ``client_sends``: how many requests the client sent while it ran (the API server takes
+    them in on the cores the engine computes on)."""
+    sent = np.sort(np.asarray([s for s in sends_s if s == s], dtype=float))
     parts = []
     for index, (rate, start, end) in enumerate(windows):
         inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
         part = inside.copy()
+        if len(sent):
+            part[CLIENT_SENDS] = sends_within(
+                sent, part["start_time_s"].to_numpy(dtype=float), part["end_time_s"].to_numpy()
+            )
         part.insert(0, "replay", index)
         part.insert(0, "rate_qps", rate)
         part.insert(0, "backend", backend)
@@ -194,10 +212,10 @@ def _over_composition(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, 
 def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
     """What besides composition moves a step: the residual analysis of the replays' steps
     against the median step of the same composition, and its plot."""
-    from gpu_simulate_test.calibration import serving_load
+    from gpu_simulate_test.calibration import serving_residuals
 
     frame, every, ratio = _over_composition(steps)
-    serving_load.plot_residuals(
+    serving_residuals.plot_residuals(
         frame,
         ratio,
         plot_path,
@@ -227,7 +245,7 @@ def bundle_report(steps: pd.DataFrame, plot_path: Any) -> dict[str, Any]:
         )
     return {
         "model": "the median step of the same composition over every replay",
-        "residuals": serving_load.residual_analysis(frame, ratio),
+        "residuals": serving_residuals.residual_analysis(frame, ratio),
         "by_rate": by_rate,
         "by_replay": by_replay,
         "drift": drift(by_replay),

@@ -41,6 +41,10 @@ class Workload:
     """A fleet's oracle replay: per request, the (waiting, KV usage) of each engine that the real
     client's router read when it routed it; a router that reads the engines' load reads these
     instead of the simulated engines' (None: the simulated engines', as for a request without)."""
+    sent_s: np.ndarray | None = None
+    """When the client sent each request (NaN: a closed loop's later turn): a step model with a
+    calibrated intake (:class:`~.step_model.StepModel`) adds each send's intake to the step it
+    falls in, a fleet's replica its share (None: no intake)."""
 
     @classmethod
     def of(
@@ -106,7 +110,9 @@ def simulate(
         return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)
     if isinstance(step_model, Sequence):
         raise ValueError("a clock per engine times a fleet: pass fleet=FleetSpec(replicas)")
-    clock = step_model.clock(seed) if isinstance(step_model, StepModel) else step_model
+    clock = (
+        step_model.clock(seed, workload.sent_s) if isinstance(step_model, StepModel) else step_model
+    )
     run = engines.get(engine.scheduler)
     return run(
         engine.params,
@@ -135,7 +141,8 @@ def _simulate_fleet(
         raise ValueError(f"a fleet runs vllm_v1 engines, not {engine.scheduler}")
     clocks: list[StepClock]
     if isinstance(step_model, StepModel):
-        clocks = [step_model.clock(seed + k) for k in range(fleet.replicas)]
+        share = 1.0 / fleet.replicas  # each replica's API server takes in about its share
+        clocks = [step_model.clock(seed + k, workload.sent_s, share) for k in range(fleet.replicas)]
     elif isinstance(step_model, Sequence) and len(step_model) == fleet.replicas:
         clocks = list(step_model)
     else:

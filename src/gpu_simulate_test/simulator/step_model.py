@@ -7,13 +7,15 @@ A step's body is Vidur's prediction of its shape with the fitted engine overhead
 (:class:`BatchTimer`). Where the bundle has calibration replays under load, the serving terms
 (:mod:`~..calibration.serving_load`) apply on top: the step stretched by the requests taken in
 and tokens streamed per second before it, a pause between busy steps, what waking an idle engine
-costs after that long idle, and the calibrated slow moments (a seeded factor of mean 1 that
+costs after that long idle, what each request the client sends while a step runs adds to it
+(given the sends), and the calibrated slow moments (a seeded factor of mean 1 that
 carries over from step to step). Without them, steps run back to back (gap and lead 0). The
 level (``vidur.step_time_scale``) multiplies every step and every pause.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -123,6 +125,8 @@ class PredictorClock:
         seed: int = 0,
         scale: float = 1.0,
         jitter: Callable[[], float] | None = None,
+        sends: Sequence[float] | np.ndarray | None = None,
+        send_share: float = 1.0,
     ) -> None:
         self.timer = timer
         self.jitter = jitter
@@ -136,6 +140,16 @@ class PredictorClock:
         self._taken = self._streamed = 0
         """Their sums."""
         self._end = 0.0
+        self._sends: list[float] = (
+            sorted(float(t) for t in np.asarray(sends, dtype=float) if t == t)
+            if sends is not None and serving is not None and serving.intake_ms > 0
+            else []
+        )
+        """The client's sends (its open loop's; a closed loop's later turns are not known
+        ahead), for the serving terms' intake."""
+        self._intake_s = 0.0 if serving is None else serving.intake_ms / 1e3 * send_share
+        """What one send adds to the step it falls in (``send_share``: this engine's share of
+        them, a fleet's replicas each taking in about theirs)."""
 
     def _rates(self, at: float) -> tuple[float, float]:
         """Requests taken in and tokens streamed per second over the window before ``at`` (no
@@ -189,6 +203,10 @@ class PredictorClock:
                 assert self._noise is not None
                 value = value * serving.stretch(*self._rates(start_s))
                 value = value * next(self._noise)
+        if self._sends:  # the API server takes in the requests sent while the step runs
+            end = start_s + value * self.scale
+            sent = bisect.bisect_left(self._sends, end) - bisect.bisect_left(self._sends, start_s)
+            value = value + self._intake_s * sent
         if self.jitter is not None:
             value = value * self.jitter()
         value = value * self.scale
@@ -247,12 +265,19 @@ class StepModel:
         """The same model on a host ``level`` times as slow (shares the memoized predictions)."""
         return replace(self, level=level)
 
-    def clock(self, seed: int) -> PredictorClock:
-        """A fresh clock for one engine: its own serving window and seeded draws."""
+    def clock(
+        self,
+        seed: int,
+        sends: Sequence[float] | np.ndarray | None = None,
+        send_share: float = 1.0,
+    ) -> PredictorClock:
+        """A fresh clock for one engine: its own serving window and seeded draws; with the
+        client's ``sends`` (seconds, NaN: not known ahead), each step also takes in the
+        requests sent while it runs (``send_share`` of them: one replica's share)."""
         draw = None
         if self.jitter is not None and self.timer.overhead is not None:
             draw = self.jitter.sampler(seed)
-        return PredictorClock(self.timer, self.serving, seed, self.level, draw)
+        return PredictorClock(self.timer, self.serving, seed, self.level, draw, sends, send_share)
 
     def describe(self) -> dict[str, Any]:
         """What the model is made of, for reports."""

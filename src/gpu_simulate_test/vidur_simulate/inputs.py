@@ -12,6 +12,7 @@ import pandas as pd
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.record import CalibrationRecord
+from gpu_simulate_test.calibration.serving_replay import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.simulator.types import ENGINE
@@ -135,3 +136,11 @@ def _in_flight(start: np.ndarray, done: np.ndarray, sent: np.ndarray) -> np.ndar
     ended = np.searchsorted(np.sort(done), sent, side="right")
     itself = (start <= sent) & (sent < done)
     return started - ended - itself.astype(int)
+
+
+def serving_steps_of(steps: pd.DataFrame | None, intake: bool) -> pd.DataFrame | None:
+    """The calibration replays' steps the serving terms are fitted on: without their sends
+    where the intake is off (``vidur.serving_intake=false``: fitted as before version 12)."""
+    if steps is None or intake or CLIENT_SENDS not in steps.columns:
+        return steps
+    return steps.drop(columns=[CLIENT_SENDS])

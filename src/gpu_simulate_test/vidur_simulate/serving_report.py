@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration import serving_load, serving_residuals
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open
@@ -35,7 +35,7 @@ def serving_report(
     calibrated_on = dict(calibration.serving or {})
     calibrated_on.pop("residuals", None)
     calibrated_on["bundle"] = str(calibration.bundle_path / layout.SERVING_STEPS)
-    serving_load.plot_residuals(
+    serving_residuals.plot_residuals(
         features,
         features["body_s"].to_numpy() / predicted,
         plot,
@@ -47,4 +47,4 @@ def serving_report(
     )
     with atomic_open(plot.with_name(SERVING_RESIDUALS)) as handle:
         table.to_csv(handle, index=False, lineterminator="\n")
-    return serving_load.report(load, features, predicted, calibrated_on)
+    return serving_residuals.report(load, features, predicted, calibrated_on)

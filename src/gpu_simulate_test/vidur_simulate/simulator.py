@@ -120,6 +120,9 @@ class SimulationRequest:
     simulations (None: built from this request's config and calibration)."""
     fleet: FleetSpec | None = None
     """vllm_v1: replicas behind a router (None or one replica: one engine)."""
+    sent_s: np.ndarray | None = None
+    """vllm_v1 timed by the step model: when the client sent each request (NaN: not known
+    ahead), for the serving terms' intake (None: none)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:

@@ -86,6 +86,7 @@ class VllmV1Simulator:
                 arrived_at, prefill_tokens, decode_tokens, request.prompt_segments,
                 request.after, fleet_replay.routed_at if fleet_replay is not None else None,
                 fleet_replay.router_reads if fleet_replay is not None else None,
+                request.sent_s,
             )  # fmt: skip
             if fleet_replay is not None:  # an oracle replay: a clock per engine
                 timing: StepModel | list[StepClock] = list(fleet_replay.clocks)
@@ -98,7 +99,7 @@ class VllmV1Simulator:
             )  # fmt: skip
         else:
             clock: StepClock = (
-                model.at_level(request.step_time_scale).clock(request.seed)
+                model.at_level(request.step_time_scale).clock(request.seed, request.sent_s)
                 if model is not None
                 else replay  # type: ignore[assignment]
             )

@@ -27,6 +27,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
+from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import CACHED_TOKENS as V1_CACHED_TOKENS
 from gpu_simulate_test.simulator.types import ENGINE
@@ -42,7 +43,7 @@ from gpu_simulate_test.vidur_simulate.contract import (
 )
 from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
 from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
-from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send
+from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send, serving_steps_of
 from gpu_simulate_test.vidur_simulate.prompt_origins import (
     known_arrivals,
     prefix_cache_meta,
@@ -120,7 +121,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         queue = record.frontend_queue if record is not None and cfg.vidur.step_log else None
     serving = None
     if record is not None and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
-        serving = record.serving_steps
+        serving = serving_steps_of(record.serving_steps, cfg.vidur.serving_intake)
     by_queue = cfg.vidur.frontend_input == "queue" and frontend is not None and after is None
     if by_queue and (queue is None or cfg.fleet.replicas > 1):
         raise ConfigError(
@@ -216,7 +217,13 @@ def _request(
         after=inputs.after,
         step_model=step_model,
         fleet=fleet_spec(cfg.fleet),
+        sent_s=client_sends(inputs),
     )
+
+
+def client_sends(inputs: Inputs) -> np.ndarray:
+    """When the client sent each request, a closed loop's later turns NaN (simulated)."""
+    return unsent_followers(inputs.arrival_time_s, inputs.after)
 
 
 def scheduled_prompts(prefill: np.ndarray, rows: pd.DataFrame) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration import serving_load, serving_residuals
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 from gpu_simulate_test.simulator.run import run_v1
 from gpu_simulate_test.simulator.types import ENGINE_QUEUED, V1Params
@@ -84,7 +84,7 @@ def test_fit_recovers_planted_terms() -> None:
     assert load.wake_per_decade_ms == pytest.approx(0.5, abs=0.05)
     assert load.wake_s(1e6) == load.wake_s(load.max_idle_ms / 1e3)
     assert 0 < load.noise_sigma < 0.05  # the planted 2% spread, nothing carried over
-    report = serving_load.report(load, frame, pred, {"seed": 7})
+    report = serving_residuals.report(load, frame, pred, {"seed": 7})
     assert report["calibrated_on"] == {"seed": 7}
     # the terms bring the modelled total to the measured one
     assert abs(report["total_time_ratio"]["with_serving_terms"] - 1) < 0.01
@@ -92,7 +92,7 @@ def test_fit_recovers_planted_terms() -> None:
     # steps without a prediction are left out of the figures, and counted
     gaps = pred.copy()
     gaps[:100] = np.nan
-    partial = serving_load.report(load, frame, gaps)
+    partial = serving_residuals.report(load, frame, gaps)
     assert partial["steps_without_prediction"] == 100
     assert abs(partial["total_time_ratio"]["with_serving_terms"] - 1) < 0.01
 
@@ -128,7 +128,9 @@ def test_residual_analysis_finds_the_candidate_that_matters() -> None:
     busy = frame["busy"].to_numpy()
     rows = {
         r["candidate"]: r
-        for r in serving_load.residual_analysis(frame[busy], frame["body_s"][busy] / pred[busy])
+        for r in serving_residuals.residual_analysis(
+            frame[busy], frame["body_s"][busy] / pred[busy]
+        )
     }
     assert set(rows) == set(serving_load.CANDIDATES) == set(serving_load.AXIS_LABELS)
     assert rows["arrival_rate"]["spearman"] > 0.6

@@ -161,6 +161,17 @@ SERVING_STEPS_TABLE = TableSchema(
         ),
         *ENGINE_SCHEDULE.columns,
     ),
+    optional=(
+        Column(
+            "client_sends",
+            "int",
+            "requests",
+            "requests the client sent while the step ran (calibration version 12 on; the API "
+            "server's intake shares the engine's cores; empty: not recorded)",
+            nullable=True,
+            min_value=0,
+        ),
+    ),
 )
 
 META_REQUIRED_KEYS: tuple[str, ...] = (
