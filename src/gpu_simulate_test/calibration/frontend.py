@@ -32,6 +32,7 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.common import windows
 from gpu_simulate_test.calibration.experiments import Experiment
+from gpu_simulate_test.calibration.input_spread import SPREAD_BUCKETS, SPREAD_LEVELS, spread_bucket
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
@@ -194,6 +195,7 @@ def frontend_from_engine_clock(
     return {
         "input_ms": line["input_ms"],
         "input_per_running_ms": line["input_per_running_ms"],
+        "input_residual_ms": line["input_residual_ms"],
         "output_ms": round(max(0.0, float(np.median(outputs))), 4),
         "source": "engine stamps",
         "requests": len(inputs),
@@ -203,13 +205,28 @@ def frontend_from_engine_clock(
     }
 
 
+MIN_SPREAD_SAMPLES = 20
+"""Hops a bucket of running requests needs for its spread to be kept."""
+
+
 def input_line(
     running: Sequence[int], hops_ms: Sequence[float], min_samples: int = 1
 ) -> dict[str, Any]:
-    """The input hop's Theil-Sen line over the requests running at each send, and the median
-    hop per running count with at least ``min_samples`` readings (what the line went through,
-    and how far the simulation follows it: ``running_max``)."""
+    """The input hop's Theil-Sen line over the requests running at each send, the median hop
+    per running count with at least ``min_samples`` readings (what the line went through, and
+    how far the simulation follows it: ``running_max``), and the hops' spread around the line
+    (``input_residual_ms``: per bucket of running requests, :data:`~.input_spread.SPREAD_BUCKETS`,
+    with at least :data:`MIN_SPREAD_SAMPLES` hops, the residuals' quantiles at
+    :data:`~.input_spread.SPREAD_LEVELS`)."""
     in_a, in_b = theil_sen(running, hops_ms)
+    at = np.asarray(running, dtype=float)
+    residuals = np.asarray(hops_ms, dtype=float) - (in_a + in_b * at)
+    bucket = spread_bucket(at)
+    spread = {
+        str(b): [round(float(v), 4) for v in np.quantile(residuals[bucket == b], SPREAD_LEVELS)]
+        for b in SPREAD_BUCKETS
+        if np.sum(bucket == b) >= MIN_SPREAD_SAMPLES
+    }
     by_running: dict[int, list[float]] = {}
     for n, value in zip(running, hops_ms, strict=True):
         by_running.setdefault(n, []).append(value)
@@ -219,6 +236,7 @@ def input_line(
         "input_per_running_ms": round(in_b, 4),
         "measured_input_ms": {str(n): round(float(np.median(v)), 4) for n, v in kept.items()},
         "samples": {str(n): len(v) for n, v in kept.items()},
+        "input_residual_ms": spread,
     }
 
 
@@ -357,6 +375,7 @@ INPUT_KEYS: tuple[str, ...] = (
     "input_per_running_ms",
     "measured_input_ms",
     "samples",
+    "input_residual_ms",
 )
 """What of the front end's reading is its input line."""
 

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls  # type: ignore[import-untyped]
 
+from gpu_simulate_test.calibration import input_spread
 from gpu_simulate_test.core.profiling.bundle import IDLE_PREFILL_PHASES
 
 MIN_STEPS = 3
@@ -398,6 +399,18 @@ class FrontEnd:
     """The input the calibration's experiments measured, each prompt sent on a quiet client
     (``experiments_input.input_ms`` where the line came from the replays under load; None:
     not recorded): ``vidur.frontend_input=queue``'s base, the wait behind other work apart."""
+    input_residual_ms: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """The measured hops around the input line: per bucket of running requests (its lower
+    bound, increasing), their quantiles at :data:`~.input_spread.SPREAD_LEVELS` (empty: not
+    recorded, a calibration before version 12): ``vidur.frontend_input_spread``'s draws."""
+
+    def input_spread_s(self, levels: np.ndarray, running: np.ndarray) -> np.ndarray:
+        """Per request, its ``levels`` (a seeded uniform draw, kept across the front end's
+        passes) read off the measured hops' spread for the requests ``running`` at its send
+        (seconds; :func:`~.input_spread.spread_s`): each request's way in as far above or below
+        the line as a calibrated request's was at that load, the API server's slow moments
+        included."""
+        return input_spread.spread_s(self.input_residual_ms, levels, running)
 
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
@@ -427,7 +440,8 @@ class FrontEnd:
             values["quiet_input_ms"] = calibrated_ms(
                 quiet, ("input_ms",), f"{where}.experiments_input"
             )["input_ms"]
-        return cls(**values)
+        residuals = input_spread.residuals(recorded.get("input_residual_ms"), where)
+        return cls(**values, input_residual_ms=residuals)
 
 
 def calibrated_ms(

@@ -41,8 +41,9 @@ as a queue fitted on those replays, ``frontend.queue``; 9: after a warm-up of ev
 cached prefix, ``cached_prefill``; 11: bursts of 2, 4 and 8 prompts read step by step
 (``num_prompts``), decodes at the middle and longest context, and the front end's input line
 fitted on the replays under load; 12: the client's sends beside the replays' steps,
-``serving_steps.csv`` ``client_sends``, for the intake a send adds to the step it falls in); a
-bundle calibrated by another version
+``serving_steps.csv`` ``client_sends``, for the intake a send adds to the step it falls in, and
+the input hops' spread around the line per load, ``frontend.input_residual_ms``); a bundle
+calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
 
 
@@ -55,7 +56,8 @@ MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
         11: "bursts of 2, 4 and 8 prompts, decodes at the middle and longest context, and the "
         "front end's input hop under load",
         12: "the client's sends beside the replays' steps (serving_steps.csv client_sends: "
-        "the API server's intake of a request, added to the step it falls in)",
+        "the API server's intake of a request, added to the step it falls in) and the input "
+        "hops' spread around the line (frontend.input_residual_ms)",
     }
 )
 """What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s

@@ -375,6 +375,14 @@ class VidurConfig:
     requests' input, each step's stream work); one engine, ``vllm_v1``, a bundle with both
     readings. Not the default: on five main jobs it was worse, on a fidelity campaign better
     (benchmarks/results/main_job_ttft_20261203)."""
+    frontend_input_spread: bool = False
+    """With ``frontend_input=line``: each request's way in is the line plus a seeded draw (by
+    ``seed``) from the calibration replays' hops around it at its load
+    (``frontend.input_residual_ms``, calibration version 12 on): the API server's slow moments,
+    which the line's median leaves out. Not the default: on the main job it turned client TTFT
+    p90's one-signed -15% into a two-signed -2.6%, but at 50-85% of capacity, where the line is
+    already too long, it made the front end longer still
+    (benchmarks/results/main_job_spread_20261203)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity

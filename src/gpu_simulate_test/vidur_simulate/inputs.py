@@ -11,6 +11,7 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+from gpu_simulate_test.calibration.input_spread import spread_levels
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.calibration.serving_replay import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
@@ -55,6 +56,12 @@ class Inputs:
     input_by_queue: bool = False
     """``vidur.frontend_input=queue``: a request's input is the quiet client's plus its wait in
     ``frontend_queue`` (else the line in the requests running at its send)."""
+    input_spread_levels: np.ndarray | None = None
+    """``vidur.frontend_input_spread``: per request, its seeded level in the measured spread
+    around the input line, added after the requests are put in order (the measured hops carry
+    the holdups behind slower ones already; None: on the line)."""
+    input_spread_note: str = "off"
+    """What ``run_meta.json`` says of the spread."""
 
     def scheduler_arrival_s(
         self, running: np.ndarray | None = None, waits: np.ndarray | None = None
@@ -78,6 +85,12 @@ class Inputs:
             reached = self.arrival_time_s + self.frontend.input_delays_s(running)
         known = ~np.isnan(reached)  # a closed-loop turn's send is the simulation's to find
         reached[known] = np.maximum.accumulate(reached[known])  # handed on in order
+        if self.input_spread_levels is not None and not self.input_by_queue:
+            # the measured hops already carry the holdups behind slower requests: spread after
+            # the order, never before the send
+            assert running is not None
+            spread = self.frontend.input_spread_s(self.input_spread_levels, running)
+            reached = np.maximum(reached + spread, self.arrival_time_s)
         return reached
 
 
@@ -102,6 +115,9 @@ def first_requests(inputs: Inputs, count: int) -> Inputs:
         prefill=inputs.prefill[:count],
         decode=inputs.decode[:count],
         arrival_time_s=inputs.arrival_time_s[:count],
+        input_spread_levels=(
+            None if inputs.input_spread_levels is None else inputs.input_spread_levels[:count]
+        ),
     )
 
 
@@ -144,3 +160,17 @@ def serving_steps_of(steps: pd.DataFrame | None, intake: bool) -> pd.DataFrame |
     if steps is None or intake or CLIENT_SENDS not in steps.columns:
         return steps
     return steps.drop(columns=[CLIENT_SENDS])
+
+
+def input_spread(
+    frontend: overhead.FrontEnd | None, enabled: bool, by_queue: bool, count: int, seed: int
+) -> tuple[np.ndarray | None, str]:
+    """``vidur.frontend_input_spread``'s seeded levels for ``count`` requests, and what
+    ``run_meta.json`` says of it (None: the way in stays on the line, and why)."""
+    if not enabled:
+        return None, "off"
+    if frontend is None or by_queue:
+        return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
+    if not frontend.input_residual_ms:
+        return None, "none: the calibration has no input_residual_ms (before version 12)"
+    return spread_levels(count, seed), f"drawn (seed {seed})"

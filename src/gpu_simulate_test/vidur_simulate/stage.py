@@ -43,7 +43,12 @@ from gpu_simulate_test.vidur_simulate.contract import (
 )
 from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
 from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
-from gpu_simulate_test.vidur_simulate.inputs import Inputs, running_at_send, serving_steps_of
+from gpu_simulate_test.vidur_simulate.inputs import (
+    Inputs,
+    input_spread,
+    running_at_send,
+    serving_steps_of,
+)
 from gpu_simulate_test.vidur_simulate.prompt_origins import (
     known_arrivals,
     prefix_cache_meta,
@@ -130,6 +135,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
             "one engine (fleet.replicas=1) and a calibration with frontend.queue; or set "
             "vidur.frontend_input=line"
         )
+    levels, spread_note = input_spread(
+        frontend, cfg.vidur.frontend_input_spread, by_queue, len(arrival), cfg.vidur.seed
+    )
     return Inputs(
         calibration=record,
         serving_steps=serving,
@@ -149,6 +157,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         replay=replay,
         after=after,
         input_by_queue=by_queue,
+        input_spread_levels=levels,
+        input_spread_note=spread_note,
     )
 
 
@@ -373,6 +383,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             step_times_from=cfg.step_times_from,
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
             frontend_input="queue" if inputs.input_by_queue else "line",
+            frontend_input_spread=inputs.input_spread_note,
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
             ),

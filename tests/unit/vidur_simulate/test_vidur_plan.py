@@ -243,3 +243,27 @@ def test_by_queue_a_request_reaches_the_scheduler_after_the_quiet_input_and_its_
     assert np.all(np.diff(reached) >= 0)  # handed on in order
     line = replace(front, input_by_queue=False).scheduler_arrival_s(np.zeros(len(ARRIVALS)))
     assert line[0] == pytest.approx(ARRIVALS[0] + 0.008)
+
+
+def test_a_request_drawn_slow_on_its_way_in_reaches_the_engine_that_much_later(root: Path) -> None:
+    """The spread is added after the requests are put in order (the measured hops already carry
+    the holdups behind slower ones), and never brings a request in before its send."""
+    from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+    from gpu_simulate_test.vidur_simulate.inputs import first_requests
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    spread = tuple(-5.0 if level < 0.99 else 500.0 for level in SPREAD_LEVELS)
+    front = replace(
+        inputs,
+        frontend=FrontEnd(input_ms=2.0, output_ms=1.0, input_residual_ms=((0, spread),)),
+        input_spread_levels=np.r_[0.999, np.full(len(ARRIVALS) - 1, 0.5)],
+    )
+    reached = front.scheduler_arrival_s(np.zeros(len(ARRIVALS)))
+    assert reached[0] == pytest.approx(ARRIVALS[0] + 0.502)  # its level: the slowest hop
+    assert reached[1:] == pytest.approx(np.array(ARRIVALS[1:]))  # -5 ms: at its send, no earlier
+    on_line = replace(front, input_spread_levels=None).scheduler_arrival_s()
+    assert on_line[0] == pytest.approx(ARRIVALS[0] + 0.002)
+    assert np.all(np.diff(on_line) >= 0)  # on the line, handed on in order
+    first = first_requests(front, 2).input_spread_levels
+    assert first is not None and first.tolist() == [0.999, 0.5]

@@ -1,0 +1,77 @@
+"""The front end's input spread (``vidur.frontend_input_spread``, calibration version 12): the
+calibration replays' input hops around the line, kept per bucket of requests running at the send
+as quantiles (``frontend.input_residual_ms``), read back and checked, and read off per request at
+a seeded level."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+SPREAD_LEVELS: tuple[float, ...] = (0.01, *(k / 20 for k in range(1, 20)), 0.99)
+"""Where the front end's input spread is read: the 1st, every 5th and the 99th percentile."""
+SPREAD_BUCKETS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
+"""The input spread is kept per bucket of requests running at the send: each bucket from its
+value up to the next (the last: and above)."""
+
+
+def spread_bucket(running: np.ndarray) -> np.ndarray:
+    """Each running count's bucket (its :data:`SPREAD_BUCKETS` lower bound)."""
+    edges = np.asarray(SPREAD_BUCKETS)
+    index = np.searchsorted(edges, np.asarray(running, dtype=float), side="right") - 1
+    return np.asarray(edges[np.maximum(index, 0)])
+
+
+INPUT_SPREAD_STREAM = 64
+"""The input spread's random stream beside ``vidur.seed`` (apart from the steps' draws)."""
+
+
+def spread_levels(count: int, seed: int) -> np.ndarray:
+    """``count`` seeded uniform levels, one per request, for the input spread."""
+    return np.random.default_rng([seed, INPUT_SPREAD_STREAM]).random(count)
+
+
+def residuals(recorded: Any, where: str) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """``input_residual_ms`` as the front end takes it: per bucket of running requests (a
+    count as key), one finite number per spread level, increasing (absent: none); ValueError
+    naming ``where`` and the bucket otherwise."""
+    if recorded is None:
+        return ()
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            f"{where}.input_residual_ms: expected a mapping of running counts to quantiles, "
+            f"got {recorded!r}"
+        )
+    out = []
+    for key, values in recorded.items():
+        at = f"{where}.input_residual_ms.{key}"
+        ok = isinstance(values, list) and len(values) == len(SPREAD_LEVELS)
+        numbers = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if not str(key).isdigit() or not numbers or not np.all(np.isfinite(values)):
+            raise ValueError(
+                f"{at}: expected a running count with {len(SPREAD_LEVELS)} finite milliseconds "
+                f"(the hops' spread around the input line), got {values!r}"
+            )
+        if np.any(np.diff(values) < 0):
+            raise ValueError(f"{at}: expected increasing quantiles, got {values!r}")
+        out.append((int(key), tuple(float(v) for v in values)))
+    return tuple(sorted(out))
+
+
+def spread_s(
+    residuals_ms: Sequence[tuple[int, Sequence[float]]], levels: np.ndarray, running: np.ndarray
+) -> np.ndarray:
+    """Per request, its ``levels`` read off the spread (``residuals_ms``: per bucket lower
+    bound, increasing, the quantiles at :data:`SPREAD_LEVELS`) of the bucket its ``running``
+    count falls in, the nearest measured below, else the lowest (seconds; zeros without one)."""
+    out = np.zeros(len(levels))
+    if not residuals_ms:
+        return out
+    lows = np.array([b for b, _ in residuals_ms], dtype=float)
+    which = np.maximum(np.searchsorted(lows, np.asarray(running, dtype=float), "right") - 1, 0)
+    for k, (_, quantiles) in enumerate(residuals_ms):
+        mine = which == k
+        out[mine] = np.interp(levels[mine], SPREAD_LEVELS, quantiles)
+    return out / 1000.0
