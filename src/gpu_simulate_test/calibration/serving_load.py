@@ -44,6 +44,9 @@ import pandas as pd
 
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
+CLIENT_SENDS = "client_sends"
+"""``serving_steps.csv``'s column and the step feature: requests the client sent while the step
+ran."""
 WINDOW_S = 0.5
 """Requests and tokens per second are counted over this window before a step's start."""
 MIN_BUSY_STEPS = 20
@@ -64,7 +67,7 @@ CANDIDATES: Mapping[str, str] = MappingProxyType(
         "arrivals": "requests the step saw for the first time",
         "finishing": "requests that ran for the last time in the step",
         "idle_ms": "how long the engine was idle before the step (0: busy)",
-        "client_sends": "requests the client sent while the step ran",
+        CLIENT_SENDS: "requests the client sent while the step ran",
     }
 )
 """What the residual analysis sets each step's ratio against."""
@@ -77,7 +80,7 @@ AXIS_LABELS: Mapping[str, str] = MappingProxyType(
         "arrivals": "requests new in the step (requests)",
         "finishing": "requests finishing in the step (requests)",
         "idle_ms": "engine idle before the step (ms, log)",
-        "client_sends": "requests sent during the step (requests)",
+        CLIENT_SENDS: "requests sent during the step (requests)",
     }
 )
 """Each candidate's axis label, in words with its unit (the plot's)."""
@@ -131,11 +134,7 @@ def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
             "arrivals": arrivals,
             "finishing": finishing,
             "decodes": decodes.astype(int),
-            "client_sends": (
-                schedule["client_sends"].to_numpy(dtype=float)
-                if "client_sends" in schedule.columns
-                else np.full(n, np.nan)
-            ),
+            CLIENT_SENDS: _sends(schedule),
             "chunks": chunks,
         }
     )
@@ -290,11 +289,12 @@ def fit(
     return load
 
 
-def _sends(features: pd.DataFrame) -> np.ndarray:
-    """Each step's requests sent while it ran (NaN: not recorded)."""
-    if "client_sends" not in features.columns:
-        return np.full(len(features), np.nan)
-    return features["client_sends"].to_numpy(dtype=float)
+def _sends(steps: pd.DataFrame) -> np.ndarray:
+    """Each step's requests sent while it ran, from a step table or its features (NaN: not
+    recorded)."""
+    if CLIENT_SENDS not in steps.columns:
+        return np.full(len(steps), np.nan)
+    return steps[CLIENT_SENDS].to_numpy(dtype=float)
 
 
 def _rated(

@@ -22,13 +22,12 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.common import random_prompt, wait
+from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.harness import wait_until
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 
 START_LEAD_S = 0.05
-CLIENT_SENDS = "client_sends"
-"""``serving_steps.csv``'s column: requests the client sent while the step ran."""
 
 
 def sends_within(sent: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

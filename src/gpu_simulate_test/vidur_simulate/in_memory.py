@@ -35,8 +35,7 @@ def workload_arrays(inputs: Inputs, arrival_s: np.ndarray, segments: Any) -> Wor
     them, a closed loop's later turns without an arrival (their sends are simulated)."""
     prompt, output = plan.vidur_token_counts(inputs.prefill, inputs.decode, inputs.max_tokens)
     arrived = unsent_followers(arrival_s, inputs.after)
-    sent = unsent_followers(inputs.arrival_time_s, inputs.after)
-    return Workload(arrived, prompt, output, segments, inputs.after, sent_s=sent)
+    return Workload(arrived, prompt, output, segments, inputs.after, sent_s=inputs.sent_s)
 
 
 def simulate_v1(

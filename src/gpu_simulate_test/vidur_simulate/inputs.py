@@ -13,9 +13,10 @@ from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.input_spread import spread_levels
 from gpu_simulate_test.calibration.record import CalibrationRecord
-from gpu_simulate_test.calibration.serving_replay import CLIENT_SENDS
+from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
+from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.types import ENGINE
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
@@ -62,6 +63,12 @@ class Inputs:
     the holdups behind slower ones already; None: on the line)."""
     input_spread_note: str = "off"
     """What ``run_meta.json`` says of the spread."""
+
+    @property
+    def sent_s(self) -> np.ndarray:
+        """When the client sent each request, a closed loop's later turns NaN (their sends are
+        simulated)."""
+        return unsent_followers(self.arrival_time_s, self.after)
 
     def scheduler_arrival_s(
         self, running: np.ndarray | None = None, waits: np.ndarray | None = None

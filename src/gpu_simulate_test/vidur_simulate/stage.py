@@ -27,7 +27,6 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv
 from gpu_simulate_test.io.runs import default_run_id, start_run
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG, REQUEST_METRICS
-from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.step_model import StepModel
 from gpu_simulate_test.simulator.types import CACHED_TOKENS as V1_CACHED_TOKENS
 from gpu_simulate_test.simulator.types import ENGINE
@@ -227,13 +226,8 @@ def _request(
         after=inputs.after,
         step_model=step_model,
         fleet=fleet_spec(cfg.fleet),
-        sent_s=client_sends(inputs),
+        sent_s=inputs.sent_s,
     )
-
-
-def client_sends(inputs: Inputs) -> np.ndarray:
-    """When the client sent each request, a closed loop's later turns NaN (simulated)."""
-    return unsent_followers(inputs.arrival_time_s, inputs.after)
 
 
 def scheduled_prompts(prefill: np.ndarray, rows: pd.DataFrame) -> np.ndarray:

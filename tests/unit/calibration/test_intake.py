@@ -27,11 +27,11 @@ def test_the_replays_steps_count_the_sends_that_fell_in_them() -> None:
     sends = [start[3] + 1e-6, start[3] + 2e-6, end[3], float("nan"), end[10] - 1e-6]
     windows = [(5.0, 0.0, float(end[-1]))]
     table = serving_replay.serving_steps(steps, windows, "vllm", sends)
-    counts = table[serving_replay.CLIENT_SENDS].to_numpy()
+    counts = table[serving_load.CLIENT_SENDS].to_numpy()
     assert counts[3] == 2  # a step is [start, end): a send at its end is not in it
     assert start[4] > end[3] and counts[4] == 0  # nor in the next: it fell between the two
     assert counts[10] == 1 and counts.sum() == 3  # NaN (no send) counts nowhere
-    assert serving_replay.CLIENT_SENDS not in serving_replay.serving_steps(steps, windows, "vllm")
+    assert serving_load.CLIENT_SENDS not in serving_replay.serving_steps(steps, windows, "vllm")
     features = serving_load.step_features(table[table["replay"] == 0].reset_index(drop=True))
     assert features["client_sends"].to_numpy() == pytest.approx(counts)
 
@@ -116,8 +116,8 @@ def test_the_intake_knob_fits_the_terms_as_before_version_12_when_off() -> None:
     steps = schedule().assign(client_sends=1)
     assert serving_steps_of(steps, intake=True) is steps
     off = serving_steps_of(steps, intake=False)
-    assert off is not None and serving_replay.CLIENT_SENDS not in off.columns
-    assert serving_replay.CLIENT_SENDS in steps.columns  # the bundle's table is left as it is
+    assert off is not None and serving_load.CLIENT_SENDS not in off.columns
+    assert serving_load.CLIENT_SENDS in steps.columns  # the bundle's table is left as it is
     assert serving_steps_of(None, intake=False) is None
     old = schedule()  # a bundle before version 12: nothing to drop
     assert serving_steps_of(old, intake=False) is old
