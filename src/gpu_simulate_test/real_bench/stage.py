@@ -191,7 +191,7 @@ def run(cfg: RealBenchStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         backend.log_dir = r.path
         session = _Session(info={"name": backend.name})
         try:
-            _replay(cfg, backend, recorder, requests, warmups + shapes, telemetry, r, session)
+            _replay(cfg, backend, recorder, requests, (warmups, shapes), telemetry, r, session)
         finally:
             summary, verdict = _write_what_was_measured(
                 cfg, r, backend, recorder, telemetry, session, extra
@@ -232,18 +232,25 @@ def _replay(
     backend: Backend,
     recorder: Recorder,
     requests: list[BenchRequest],
-    warmups: list[BenchRequest],
+    warmups: tuple[list[BenchRequest], list[BenchRequest]],
     telemetry: TelemetrySampler,
     r: Run,
     session: _Session,
 ) -> None:
-    """Start the backend, warm it up, then replay ``requests`` on the clock (the client on its
-    own cores, the GIL switch interval set, no GC), a multi-turn workload's sessions in a closed
-    loop (:mod:`~gpu_simulate_test.core.engines.closed_loop`); ``session`` says how far it got."""
+    """Start the backend, warm it up (``warmups``: the requests shaped like the first ones,
+    then the shape warm-up, less the sizes the engine has already run: a server that calibrated
+    or served an earlier run of this process paid their one-time costs), then replay
+    ``requests`` on the clock (the client on its own cores, the GIL switch interval set, no
+    GC), a multi-turn workload's sessions in a closed loop
+    (:mod:`~gpu_simulate_test.core.engines.closed_loop`); ``session`` says how far it got."""
     read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
     with _backend_session(backend, recorder) as info:
         session.info = info
-        backend.warmup(warmups)
+        first, shapes = warmups
+        ran = backend.sizes_run()
+        cold = [s for s in shapes if s.num_prefill_tokens not in ran]
+        r.update_meta(shape_warmups_skipped=len(shapes) - len(cold))
+        backend.warmup(first + cold)
         info.update(describe(backend))
         client_cpus = backend.client_cpus()
         info["client_cpus"] = sorted(client_cpus) if client_cpus else None

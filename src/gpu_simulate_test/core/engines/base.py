@@ -62,6 +62,11 @@ class Backend(ABC):
     def close(self, abort: bool = False) -> None:
         """Stop the engine (``abort``: drop in-flight work) and release it; idempotent."""
 
+    def sizes_run(self) -> frozenset[int]:
+        """The step sizes (tokens) the engine is known to have run since it started: a shape
+        warm-up of these would pay no one-time cost again; none known by default."""
+        return frozenset()
+
     def client_cpus(self) -> set[int] | None:
         """The cores the client should keep to during the replay, so that it neither steals the
         engine's cores nor waits for them (None: wherever the OS puts it)."""

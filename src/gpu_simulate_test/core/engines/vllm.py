@@ -55,7 +55,12 @@ from gpu_simulate_test.core.engines.vllm_knobs import (
     prefix_sharing,
     vllm_version,
 )
-from gpu_simulate_test.core.engines.vllm_log import StepLog, metrics_delta, parse_metrics
+from gpu_simulate_test.core.engines.vllm_log import (
+    StepLog,
+    metrics_delta,
+    read_metrics,
+    remote_version,
+)
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, ENGINE_STEP_LOG
@@ -278,12 +283,12 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
                 self.follower = LogFollower(self.log_path, self.steps.feed)
                 self.follower.start()
         super().start(recorder)
-        self.version = self.steps.version or self._remote_version() or vllm_version()
+        self.version = self.steps.version or remote_version(self.base_url) or vllm_version()
 
     def warmup(self, requests: Sequence[BenchRequest]) -> None:
         super().warmup(requests)
         self.prefix_cache_reset = self.reset_prefix_cache(sent=bool(requests))
-        self.metrics_before = self._metrics()  # the run's counters start after the warm-up
+        self.metrics_before = read_metrics(self.base_url)  # the run's counters start here
 
     def reset_prefix_cache(self, sent: bool) -> prefix_cache.Reset:
         """Empty the server's prefix cache before the measured requests, so a run and its
@@ -297,21 +302,12 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         prefix_cache.reset(self._client, self.base_url)
         return "endpoint"
 
-    def _remote_version(self) -> str | None:
-        import httpx
-
-        try:
-            return str(httpx.get(f"{self.base_url}/version", timeout=5).json().get("version"))
-        except (httpx.HTTPError, ValueError):
-            return None
-
-    def _metrics(self) -> dict[str, float]:
-        import httpx
-
-        try:
-            return parse_metrics(httpx.get(f"{self.base_url}/metrics", timeout=10).text)
-        except (httpx.HTTPError, ValueError):  # counters are a record, not the measurement
-            return {}
+    def sizes_run(self) -> frozenset[int]:
+        """Every step size this server ran, where this process has read its log since it
+        started (a server it started: its own, or the pipeline's shared one); else none."""
+        live = self.log_path is not None and self._live_logs.get(self.log_path.resolve())
+        known = self.starts_server or live is self.steps
+        return self.steps.sizes(self.ranks) if known else frozenset()
 
     # ------------------------------------------------------------------ requests
     def body(self, req: BenchRequest) -> dict[str, Any]:
@@ -398,7 +394,7 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
         if self._closed:
             return
         if self.failure() is None and self._client is not None:
-            self.metrics_after = self._metrics()
+            self.metrics_after = read_metrics(self.base_url)
             if not abort:
                 self.read_engine_clock()  # before the server (and its exporter) stops
         super().close(abort)

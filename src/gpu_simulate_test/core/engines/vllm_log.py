@@ -120,6 +120,14 @@ class StepLog:
             lines = [line for at, line in self.unreadable if at >= since]
         return len(lines), lines[:UNREADABLE_EXAMPLES]
 
+    def sizes(self, engines: int = 1) -> frozenset[int]:
+        """The step sizes (prompt plus decode tokens) read so far on every one of ``engines``
+        (a data-parallel server's engines each pay a size's one-time cost)."""
+        with self._lock:
+            seen = [(s.engine, s.num_prefill_tokens + s.num_decode_tokens) for _, s in self.steps]
+        each = [{n for e, n in seen if e == engine} for engine in range(engines)]
+        return frozenset(set.intersection(*each))
+
     def frame(self, origin: float, since: float, engines: int = 1) -> pd.DataFrame:
         """Steps read at or after ``since`` (``perf_counter``), times in seconds from ``origin``;
         with ``engines`` > 1 (a data-parallel server), each step's engine in an ``engine``
@@ -155,6 +163,27 @@ def parse_metrics(text: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
             out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
     return out
+
+
+def read_metrics(base_url: str) -> dict[str, float]:
+    """A server's ``/metrics`` (:func:`parse_metrics`); empty when it cannot be read (the
+    counters are a record, not the measurement)."""
+    import httpx
+
+    try:
+        return parse_metrics(httpx.get(f"{base_url}/metrics", timeout=10).text)
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+def remote_version(base_url: str) -> str | None:
+    """The vLLM version a server says of itself (``/version``); None when it does not answer."""
+    import httpx
+
+    try:
+        return str(httpx.get(f"{base_url}/version", timeout=5).json().get("version"))
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def metric_total(samples: Mapping[str, float], name: str) -> float | None:

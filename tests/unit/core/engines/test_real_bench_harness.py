@@ -233,6 +233,27 @@ def test_stage_completes_with_a_healthy_backend(
     assert not (path / stage.TELEMETRY_CSV).exists()  # no GPU, no telemetry file
 
 
+def test_the_shape_warm_up_leaves_out_the_sizes_the_engine_has_run(
+    compose_stage, tmp_path: Path, workload_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[BenchRequest] = []
+
+    class Warm(FakeBackend):
+        def sizes_run(self) -> frozenset[int]:
+            return frozenset({1, 2, 3})
+
+        def warmup(self, requests: Sequence[BenchRequest]) -> None:
+            sent.extend(requests)
+
+    monkeypatch.setattr(stage, "get_backend", lambda name: Warm)
+    path = stage.run(_bench_cfg(compose_stage, tmp_path, workload_dir), {"x": 1})
+    meta = read_json(path / layout.RUN_META)
+    sizes = [r.num_prefill_tokens for r in sent]
+    assert meta["num_shape_warmups"] > 3 and meta["shape_warmups_skipped"] == 3
+    assert len(sizes) == meta["num_shape_warmups"] - 3 and not {1, 2, 3} & set(sizes)
+    assert all(r.num_decode_tokens == 1 for r in sent)
+
+
 def test_context_and_kv_cache_checks_fail_before_the_run_exists(
     compose_stage, tmp_path: Path, workload_dir: Path
 ) -> None:

@@ -90,6 +90,47 @@ def test_a_data_parallel_server_s_step_lines_say_their_engine() -> None:
     assert "engine" not in log.frame(0.0, 0.0).columns
 
 
+def test_the_sizes_a_server_ran_are_read_off_its_step_lines_on_every_engine() -> None:
+    """What the real bench's shape warm-up leaves out: a size counts once every engine of the
+    server ran a step of it (prompt plus decode tokens)."""
+    log = _feed_fixture_log()
+    expected = {s.num_prefill_tokens + s.num_decode_tokens for _, s in log.steps}
+    assert log.sizes() == expected and 128 in expected
+    dp = StepLog()
+    lines = (DATA / "step_record_dp2" / "server_iteration_lines.log").read_text().splitlines()
+    one = "1 generation requests, 1 generation tokens"  # engine 0 also ran a step of 2 tokens
+    lines[0] = lines[0].replace(one, "2 generation requests, 2 generation tokens")
+    for i, line in enumerate(lines):
+        dp.feed(line, float(i))
+    per_engine = [
+        {s.num_prefill_tokens + s.num_decode_tokens for _, s in dp.steps if s.engine == e}
+        for e in (0, 1)
+    ]
+    assert per_engine[0] != per_engine[1]  # else the test could not tell one from both
+    assert dp.sizes(2) == per_engine[0] & per_engine[1]
+    assert dp.sizes(1) == per_engine[0]
+
+
+def test_only_a_server_whose_log_this_process_read_from_its_start_says_its_sizes(
+    compose_stage, tmp_path: Path
+) -> None:
+    owner = VllmBackend(_cfg(compose_stage))  # starts its own server: read from birth
+    owner.steps = _feed_fixture_log()
+    assert owner.sizes_run() == owner.steps.sizes() != frozenset()
+    log = tmp_path / "server.log"
+    shared = VllmBackend(
+        _cfg(compose_stage, "backend.server.kind=external", f"backend.server.log_file={log}")
+    )
+    shared.log_path = log
+    shared.steps = owner.steps
+    assert shared.sizes_run() == frozenset()  # a file followed from elsewhere: unknown
+    VllmBackend._live_logs[log.resolve()] = owner.steps  # the pipeline's own server
+    try:
+        assert shared.sizes_run() == owner.steps.sizes()
+    finally:
+        VllmBackend._live_logs.pop(log.resolve())
+
+
 def changed_format_lines() -> list[str]:
     """Two step lines of the real log as a vLLM whose format changed would print them: the
     prefill counts renamed, and a line cut short before its time."""
