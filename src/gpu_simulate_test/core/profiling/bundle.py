@@ -102,7 +102,9 @@ ENGINE_STEPS_TABLE = TableSchema(
         "inter-token time), a mixed row is one prompt of num_q_tokens prefilled next to "
         "batch_size - 1 decodes with context_tokens each (the decoders' gap around it), a "
         "cached_prefill row is a prefill row whose prompt's first context_tokens - num_q_tokens "
-        "tokens were already in the prefix cache (only num_q_tokens computed)."
+        "tokens were already in the prefix cache (only num_q_tokens computed); a row with "
+        "num_prompts k > 1 is read off a burst: k prompts in the one step (a mixed row's next "
+        "to batch_size - k decodes; calibration version 11 on)."
     ),
     columns=(
         Column("backend", "str", "", "real-bench backend (hf_cb, hf_generate, ...)"),
