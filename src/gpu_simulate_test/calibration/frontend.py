@@ -278,8 +278,9 @@ def queue_from_replays(
     """The front end as a queue (:mod:`gpu_simulate_test.calibration.frontend_queue`), fitted on the
     calibration replays under load: every request sent inside a replay's window, every step of
     the window (``schedule`` on the recorder's clock), each streamed token's delay from its step's
-    end to the client. A stream chunk carrying several tokens counts once, at its last token.
-    None without replays or with too few tokens."""
+    end to the client. A stream chunk carrying several tokens counts once, at its last token;
+    each stream's first chunk is marked, for its extra cost (``first_ms``). None without replays
+    or with too few tokens."""
     from gpu_simulate_test.calibration import frontend_queue
 
     runs = []
@@ -292,12 +293,14 @@ def queue_from_replays(
         made = frontend_queue.emitted(inside.reset_index(drop=True), prompts)
         engine: list[float] = []
         client: list[float] = []
+        first: list[bool] = []  # the stream's first chunk
         for r in recs:
             last = np.cumsum(r.event_num_tokens) - 1
-            for at, index in zip(r.event_times_s, last, strict=True):
+            for n, (at, index) in enumerate(zip(r.event_times_s, last, strict=True)):
                 if 0 <= index < len(r.engine_token_times_s):
                     engine.append(r.engine_token_times_s[int(index)])
                     client.append(at)
+                    first.append(n == 0)
         runs.append(
             frontend_queue.observed(
                 [r.arrival_s for r in recs if r.arrival_s is not None],
@@ -305,6 +308,7 @@ def queue_from_replays(
                 made.step_tokens,
                 engine,
                 client,
+                first,
             )
         )
     fitted = frontend_queue.fit(runs)

@@ -14,7 +14,10 @@ the client, on average, once its job has started and done ``step_ms`` plus half 
 (they go out one by one). It moves the client's clock only: when a request reaches the engine
 stays the calibrated input model's (:class:`~.overhead.FrontEnd`), so the
 engine-clock comparison is untouched. :func:`fit` finds the three costs on a recorded run: each
-token's delay from its step's end (the engine's stamp) to the client.
+token's delay from its step's end (the engine's stamp) to the client. A request's first token
+also pays its first stream chunk's extra work (``first_ms``: the first server-sent event of a
+stream costs the API server more than a later one), read off the same run's first tokens
+apart from the later ones once the three are fitted.
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ from gpu_simulate_test.core.engines.step_record import parse_requests
 
 KEYS: tuple[str, ...] = ("request_ms", "step_ms", "token_ms")
 """The queue's three costs, as the calibration stores them (milliseconds)."""
+FIRST_KEY = "first_ms"
+"""The first chunk's extra delay, stored beside them (calibration version 13 on; 0 before)."""
 MIN_TOKENS = 50
 """Fewer observed tokens than this fit nothing."""
+MIN_FIRST_TOKENS = 20
+"""Fewer observed first tokens than this: no first-chunk term (``first_ms`` 0)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class FrontEndQueue:
     """A step's outputs' work before its first token goes out."""
     token_ms: float
     """Each token a step streams."""
+    first_ms: float = 0.0
+    """A request's first token's delay beyond a later token's of the same step (its stream's
+    first chunk)."""
 
     def delivery_delays_s(
         self, sends_s: np.ndarray, step_end_s: np.ndarray, step_tokens: np.ndarray
@@ -102,12 +112,13 @@ class FrontEndQueue:
         return starts, waits
 
     def to_dict(self) -> dict[str, float]:
-        return {k: round(float(getattr(self, k)), 4) for k in KEYS}
+        return {k: round(float(getattr(self, k)), 4) for k in (*KEYS, FIRST_KEY)}
 
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEndQueue:
-        """From ``engine_calibration.<backend>.frontend.queue``; ValueError naming ``where``."""
-        return cls(**calibrated_ms(recorded, KEYS, where))
+        """From ``engine_calibration.<backend>.frontend.queue`` (without ``first_ms``, a
+        calibration before version 13: 0); ValueError naming ``where``."""
+        return cls(**calibrated_ms(recorded, KEYS, where, optional=(FIRST_KEY,)))
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,8 @@ class Observed:
     """Per observed token, its step (row position)."""
     delay_s: np.ndarray
     """Per observed token, from its step's end to the client."""
+    first: np.ndarray
+    """Per observed token, whether it is its request's first."""
 
 
 def observed(
@@ -161,10 +174,12 @@ def observed(
     step_tokens: np.ndarray,
     token_engine_s: Sequence[float],
     token_client_s: Sequence[float],
+    token_first: Sequence[bool] | None = None,
     tolerance_s: float = 1e-4,
 ) -> Observed:
     """Pair each token's engine stamp with its step (the step ending at the stamp, within
-    ``tolerance_s``); tokens with no such step are left out."""
+    ``tolerance_s``); tokens with no such step are left out. ``token_first``: per token,
+    whether it is its request's first (None: none is)."""
     ends = np.asarray(step_end_s, dtype=float)
     engine = np.asarray(token_engine_s, dtype=float)
     client = np.asarray(token_client_s, dtype=float)
@@ -182,6 +197,7 @@ def observed(
         np.asarray(step_tokens, dtype=float),
         order[nearer[ok]],
         client[ok] - engine[ok],
+        (np.zeros(len(engine), bool) if token_first is None else np.asarray(token_first, bool))[ok],
     )
 
 
@@ -211,9 +227,15 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
     best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 0.02, "fatol": 1e-6})
     queue = FrontEndQueue(*np.abs(best.x).tolist())
     errors = _errors(queue, runs)
+    first = np.concatenate([r.first for r in runs])
+    if np.count_nonzero(first) >= MIN_FIRST_TOKENS:  # the first chunk, over the three's
+        beyond = max(0.0, -float(np.median(errors[first])))
+        queue = FrontEndQueue(queue.request_ms, queue.step_ms, queue.token_ms, 1e3 * beyond)
+        errors = errors + np.where(first, beyond, 0.0)
     constant = float(np.median(delays))
     return {
         **queue.to_dict(),
+        "first_tokens": int(np.count_nonzero(first)),
         "tokens": len(delays),
         "steps": int(sum(len(r.step_end_s) for r in runs)),
         "mean_abs_error_ms": round(1e3 * float(np.mean(np.abs(errors))), 4),
@@ -244,10 +266,11 @@ def request_delays_s(
     )
     first = np.full(len(prompts), np.nan)
     last = np.full(len(prompts), np.nan)
+    chunk_s = queue.first_ms / 1e3
     for rid, k in made.first_step.items():
-        first[int(rid)] = delays[k]
-    for rid, k in made.last_step.items():
-        last[int(rid)] = delays[k]
+        first[int(rid)] = delays[k] + chunk_s
+    for rid, k in made.last_step.items():  # a request whose last token is its first pays it too
+        last[int(rid)] = delays[k] + (chunk_s if made.first_step.get(rid) == k else 0.0)
     return first, last
 
 

@@ -108,6 +108,14 @@ class View:
         return len(listed) - len(self.info["experiments"])
 
 
+def _v13(view: View) -> list[str]:
+    queue = view.frontend.get("queue")
+    if not isinstance(queue, dict) or queue.pop("first_ms", None) is None:
+        return []
+    queue.pop("first_tokens", None)
+    return ["frontend.queue.first_ms: no first-chunk cost on the way back"]
+
+
 def _v12(view: View) -> list[str]:
     sends = view.serving.clear(CLIENT_SENDS, view.backend) if view.serving else 0
     done = [f"serving_steps.csv {CLIENT_SENDS} ({sends} steps): no intake"] if sends else []
@@ -175,7 +183,7 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
 )
 """What each version added, taken out of a view older than it."""
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.calibration import serving_replay
+from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
 from gpu_simulate_test.calibration.record import CALIBRATION_VERSION, CalibrationRecord
 from gpu_simulate_test.core.profiling.bundle import SERVING_STEPS_TABLE, load_bundle
@@ -62,6 +63,7 @@ FRONT_V12 = {
     "input_residual_ms": SPREAD,
     "experiments_input": {**QUIET, "input_residual_ms": {}},
 }
+FRONT_V13 = {**FRONT_V12, "queue": {**QUEUE, "first_ms": 1.2, "first_tokens": 30}}
 EXPERIMENTS_V10 = [["cached_prefill", 1, 16, 64], ["decode", 1, 32], ["prefill", 1, 16]]
 ANALYSIS_V11 = [{"candidate": "arrival_rate", "steps": 9}]
 
@@ -70,7 +72,7 @@ def info(version: int) -> dict[str, Any]:
     """vllm's meta.json entry as calibration ``version`` writes it, from its literal parts."""
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
-    frontend: dict[str, Any] = {12: FRONT_V12, 11: FRONT_V11}.get(version, FRONT_V10)
+    frontend: dict[str, Any] = {13: FRONT_V13, 12: FRONT_V12, 11: FRONT_V11}.get(version, FRONT_V10)
     if version >= 11:
         settings["bursts"] = True
         experiments = [["burst", 0, 16, 2], *experiments, ["decode", 4, 240]]
@@ -155,7 +157,25 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
     )
     assert ("10: engine_steps.csv: 1 cached_prefill rows (1 experiments)" in said) == (version < 10)
     assert ("8: frontend.queue: no front end as a queue" in said) == (version < 8)
-    assert sorted({int(line.split(":")[0]) for line in said}) == list(range(version + 1, 13))
+    assert "13: frontend.queue.first_ms: no first-chunk cost on the way back" in said
+    assert sorted({int(line.split(":")[0]) for line in said}) == list(
+        range(version + 1, CALIBRATION_VERSION + 1)
+    )
+
+
+def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
+    bundle = current(tmp_path / "profiles")
+    lines = tool.older_view(bundle, tmp_path / "view", 12)
+    view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
+    assert lines[:-1] == ["13: frontend.queue.first_ms: no first-chunk cost on the way back"]
+    assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(12)}
+    for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
+        assert (view / name).read_bytes() == (bundle / name).read_bytes()
+    record = CalibrationRecord.load(load_bundle(view), "vllm")
+    assert record.frontend_queue is not None and record.frontend_queue.first_ms == 0.0
+    assert CalibrationRecord.load(load_bundle(bundle), "vllm").frontend_queue == FrontEndQueue(
+        0.3, 0.5, 0.05, 1.2
+    )
 
 
 def test_the_command_prints_what_it_took_out(
@@ -166,7 +186,8 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("12: serving_steps.csv client_sends (")
+    assert printed[0] == "13: frontend.queue.first_ms: no first-chunk cost on the way back"
+    assert printed[1].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -175,8 +196,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 11"),
-        (12, ("vllm",), None, r"version 12: a view is of 7 to 11"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 12"),
+        (13, ("vllm",), None, r"version 13: a view is of 7 to 12"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
