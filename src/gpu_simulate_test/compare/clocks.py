@@ -36,15 +36,27 @@ def sim_engine_metric(
 ) -> np.ndarray:
     """The simulated engine's own clock of ``metric`` for the joined requests: TTFT and E2E
     without the front-end delay the simulation added (``frontend_delay_s``; none added where
-    the run has no such column), TPOT as it is (a difference of token times)."""
+    the run has no such column). Where the run splits the first and the last token's way back
+    (``frontend_first_token_s``, ``frontend_last_token_s``: the front end as a queue delivers
+    them apart), E2E less the last token's instead of the first's, and TPOT less the
+    difference spread over the later tokens; else TPOT as it is (a difference of token
+    times)."""
     values = joined.sim.metric(metric)
-    if metric == "tpot" or sim is None or "frontend_delay_s" not in sim.columns:
+    if sim is None or "frontend_delay_s" not in sim.columns:
         return values
-    delay = pd.to_numeric(
-        sim.set_index("request_id").reindex(joined.request_id)["frontend_delay_s"],
-        errors="coerce",
-    ).to_numpy(dtype=float)
-    return values - np.nan_to_num(delay)
+    frame = sim.set_index("request_id").reindex(joined.request_id)
+
+    def column(name: str) -> np.ndarray:
+        if name not in frame.columns:
+            return np.full(len(frame), np.nan)
+        return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+
+    apart = np.nan_to_num(column("frontend_last_token_s") - column("frontend_first_token_s"))
+    if metric == "tpot":
+        later = np.asarray(joined.num_decode_tokens, dtype=float) - 1.0
+        return values - np.divide(apart, later, out=np.zeros(len(apart)), where=later > 0)
+    delay = np.nan_to_num(column("frontend_delay_s"))
+    return values - (delay + apart if metric == "e2e" else delay)
 
 
 def repeat_values(frame: pd.DataFrame, column: str) -> np.ndarray:

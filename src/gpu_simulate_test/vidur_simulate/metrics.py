@@ -56,6 +56,7 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "frontend_input_s",
     "held_back_s",
     "frontend_first_token_s",
+    "frontend_last_token_s",
 )
 """Written after the REQUEST_METRICS columns (and :data:`ENGINE_QUEUED_DELAY`), in this order.
 ``frontend_delay_s`` is the front end's share added to TTFT and E2E (0 without a front-end
@@ -63,7 +64,8 @@ model): the simulated engine's own clock is TTFT and E2E minus it. Its parts, th
 first token's hops (compare's ``ttft_parts``): ``frontend_input_s`` (the send to the engine
 taking the request in), ``held_back_s`` (waiting there for the step that was running) and
 ``frontend_first_token_s`` (the first token's way back to the client); NaN where the simulation
-did not split it."""
+did not split it. ``frontend_last_token_s``: the last token's way back, E2E's share beyond the
+engine with the first two (the simulated engine's E2E is E2E less those three)."""
 ENGINE_QUEUED_DELAY = "engine_scheduling_delay_s"
 """REQUEST_METRICS' optional column, written right after its required ones:
 ``scheduling_delay_s`` from the moment the engine queued the request (the vLLM-V1 loop queues a
@@ -192,8 +194,22 @@ def normalize(
                 around + np.asarray(held_back_s, dtype=float), arrival.shape
             ).astype(float),
             **_hops(arrival.shape, around, held_back_s, frontend_first_s),
+            "frontend_last_token_s": _last_hop(
+                arrival.shape, around_last - around, frontend_first_s
+            ),
         }
     )
+
+
+def _last_hop(
+    shape: tuple[int, ...], beyond_first: np.ndarray, first_s: float | np.ndarray | None
+) -> np.ndarray:
+    """The last token's way back: the first's plus what E2E's front end adds beyond TTFT's
+    (NaN where the first's is not split out)."""
+    if first_s is None:
+        return np.full(shape, np.nan)
+    first = np.broadcast_to(np.asarray(first_s, dtype=float), shape)
+    return (first + np.broadcast_to(beyond_first, shape)).astype(float)
 
 
 def _hops(

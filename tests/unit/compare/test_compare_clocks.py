@@ -74,6 +74,27 @@ def test_the_simulated_engine_is_judged_without_the_front_end_it_added() -> None
     assert tpot["sim_engine_s"] == pytest.approx(tpot["sim_s"])  # a difference: unchanged
 
 
+def test_the_simulated_engine_s_e2e_is_less_its_last_token_s_way_back() -> None:
+    """The front end as a queue delivers a request's first token 5 ms after the engine made it
+    and its last 12 ms after: TTFT's share is 3 ms in + 5 ms back, E2E's 3 + 12."""
+    real = _engine_clock([0, 1, 2, 3])
+    sim = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "frontend_delay_s": [0.008] * 4,
+            "frontend_first_token_s": [0.005] * 4,
+            "frontend_last_token_s": [0.012] * 4,
+        }
+    )
+    rows = clock_rows(real, _joined(), sim)
+    assert rows is not None
+    by = {(r["metric"], r["stat"]): r for r in rows}
+    assert by[("ttft", "p50")]["sim_engine_s"] == pytest.approx(0.022 - 0.008)
+    assert by[("e2e", "p50")]["sim_engine_s"] == pytest.approx(0.090 - 0.015)
+    # (E2E − TTFT) on the engine's clock over the 7 later tokens: 7 ms less than the client's
+    assert by[("tpot", "p50")]["sim_engine_s"] == pytest.approx(0.009 - 0.007 / 7)
+
+
 def test_without_an_engine_clock_there_is_no_table() -> None:
     no_columns = pd.DataFrame({"request_id": [0, 1, 2, 3]})
     assert clock_rows(no_columns, _joined()) is None

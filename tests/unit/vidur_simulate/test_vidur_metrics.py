@@ -83,6 +83,12 @@ def test_the_front_end_is_split_into_its_hops() -> None:
     parts = table[["frontend_input_s", "held_back_s", "frontend_first_token_s"]].sum(axis=1)
     assert parts.tolist() == pytest.approx(table["frontend_delay_s"].tolist())
     assert table["ttft_s"].tolist() == pytest.approx([0.028, 0.308, 0.108])
+    assert table["frontend_last_token_s"].tolist() == pytest.approx([0.005] * 3)  # no queue
+    # the front end as a queue: the last token's way back apart from the first's
+    last = np.array([0.009, 0.005, 0.012])
+    apart = normalize(rows, PREFILL, DECODE, ARRIVALS, 0.003 + first, held, 0.003 + last, first)
+    assert apart["frontend_last_token_s"].tolist() == pytest.approx(last.tolist())
+    assert apart["frontend_first_token_s"].tolist() == pytest.approx(first.tolist())
 
 
 def test_a_missing_request_is_named() -> None:
