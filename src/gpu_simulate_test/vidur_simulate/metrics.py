@@ -193,40 +193,35 @@ def normalize(
             "frontend_delay_s": np.broadcast_to(
                 around + np.asarray(held_back_s, dtype=float), arrival.shape
             ).astype(float),
-            **_hops(arrival.shape, around, held_back_s, frontend_first_s),
-            "frontend_last_token_s": _last_hop(
-                arrival.shape, around_last - around, frontend_first_s
-            ),
+            **_hops(arrival.shape, around, around_last, held_back_s, frontend_first_s),
         }
     )
-
-
-def _last_hop(
-    shape: tuple[int, ...], beyond_first: np.ndarray, first_s: float | np.ndarray | None
-) -> np.ndarray:
-    """The last token's way back: the first's plus what E2E's front end adds beyond TTFT's
-    (NaN where the first's is not split out)."""
-    if first_s is None:
-        return np.full(shape, np.nan)
-    first = np.broadcast_to(np.asarray(first_s, dtype=float), shape)
-    return (first + np.broadcast_to(beyond_first, shape)).astype(float)
 
 
 def _hops(
     shape: tuple[int, ...],
     around: np.ndarray,
+    around_last: np.ndarray,
     held_back_s: float | np.ndarray,
     first_s: float | np.ndarray | None,
 ) -> dict[str, np.ndarray]:
-    """The front end's share of TTFT split into its hops (NaN where ``first_s`` is None)."""
+    """The front end's share of TTFT split into its hops, and the last token's way back (the
+    first's plus what E2E's share, ``around_last``, adds beyond TTFT's); NaN where ``first_s``
+    is None."""
     if first_s is None:
         nan = np.full(shape, np.nan)
-        return {"frontend_input_s": nan, "held_back_s": nan, "frontend_first_token_s": nan}
+        return {
+            "frontend_input_s": nan,
+            "held_back_s": nan,
+            "frontend_first_token_s": nan,
+            "frontend_last_token_s": nan,
+        }
     first = np.broadcast_to(np.asarray(first_s, dtype=float), shape).astype(float)
     return {
         "frontend_input_s": np.broadcast_to(around, shape) - first,
         "held_back_s": np.broadcast_to(np.asarray(held_back_s, dtype=float), shape).astype(float),
         "frontend_first_token_s": first,
+        "frontend_last_token_s": first + np.broadcast_to(around_last - around, shape),
     }
 
 
