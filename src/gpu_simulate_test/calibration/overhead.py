@@ -388,7 +388,8 @@ class FrontEnd:
     """The serving front end's latency around the engine (milliseconds): a request reaches the
     scheduler ``input_ms + input_per_running_ms · min(running, running_max)`` after it was sent
     (``running``: the requests in flight when it was sent; ``running_max``: the most the
-    calibration measured at, never extrapolated past), and each token reaches the client
+    calibration measured at, never extrapolated past; with none running, ``input_idle_ms``
+    where measured), and each token reaches the client
     ``output_ms`` after its step (and the engine loop) ended."""
 
     input_ms: float
@@ -399,6 +400,9 @@ class FrontEnd:
     """The input the calibration's experiments measured, each prompt sent on a quiet client
     (``experiments_input.input_ms`` where the line came from the replays under load; None:
     not recorded): ``vidur.frontend_input=queue``'s base, the wait behind other work apart."""
+    input_idle_ms: float | None = None
+    """A request sent to an idle engine (none in flight): its own measured way in instead of
+    the line's (``input_idle_ms``, calibration version 14 on; None: the line's)."""
     input_residual_ms: tuple[tuple[int, tuple[float, ...]], ...] = ()
     """The measured hops around the input line: per bucket of running requests (its lower
     bound, increasing), their quantiles at :data:`~.input_spread.SPREAD_LEVELS` (empty: not
@@ -414,8 +418,11 @@ class FrontEnd:
 
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
-        held = np.minimum(np.asarray(running, dtype=float), self.running_max)
-        return (self.input_ms + self.input_per_running_ms * held) / 1000.0
+        at = np.asarray(running, dtype=float)
+        ms = self.input_ms + self.input_per_running_ms * np.minimum(at, self.running_max)
+        if self.input_idle_ms is not None:
+            ms = np.where(at == 0, self.input_idle_ms, ms)
+        return ms / 1000.0
 
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEnd:
@@ -423,8 +430,11 @@ class FrontEnd:
         holds up to the most running requests it was measured at (``measured_input_ms``'s keys):
         a straight line through 0, 1 and 4 running is no guide to 15."""
         # input_per_running_ms may be absent: an older calibration, no growth with load
-        values = calibrated_ms(
-            recorded, ("input_ms", "output_ms"), where, optional=("input_per_running_ms",)
+        values: dict[str, Any] = calibrated_ms(
+            recorded,
+            ("input_ms", "output_ms"),
+            where,
+            optional=("input_per_running_ms", "input_idle_ms"),
         )
         measured = recorded.get("measured_input_ms")
         if isinstance(measured, dict) and measured:

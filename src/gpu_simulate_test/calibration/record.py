@@ -29,7 +29,7 @@ from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
-CALIBRATION_VERSION = 13
+CALIBRATION_VERSION = 14
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
@@ -43,8 +43,9 @@ cached prefix, ``cached_prefill``; 11: bursts of 2, 4 and 8 prompts read step by
 fitted on the replays under load; 12: the client's sends beside the replays' steps,
 ``serving_steps.csv`` ``client_sends``, for the intake a send adds to the step it falls in, and
 the input hops' spread around the line per load, ``frontend.input_residual_ms``; 13: a
-stream's first chunk's extra delay on the way back, ``frontend.queue.first_ms``); a bundle
-calibrated by another version
+stream's first chunk's extra delay on the way back, ``frontend.queue.first_ms``; 14: the way
+in of a request sent to an idle engine apart from the input line, ``frontend.input_idle_ms``,
+the line fitted on the other sends); a bundle calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
 
 
@@ -60,6 +61,8 @@ MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
         "the API server's intake of a request, added to the step it falls in) and the input "
         "hops' spread around the line (frontend.input_residual_ms)",
         13: "a stream's first chunk's extra delay on the way back (frontend.queue.first_ms)",
+        14: "the way in of a request sent to an idle engine, apart from the input line "
+        "(frontend.input_idle_ms)",
     }
 )
 """What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s

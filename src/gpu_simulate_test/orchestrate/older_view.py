@@ -108,6 +108,23 @@ class View:
         return len(listed) - len(self.info["experiments"])
 
 
+def _v14(view: View) -> list[str]:
+    front = view.frontend
+    if front.pop("input_idle_ms", None) is None:
+        return []
+    front.pop("input_idle_requests", None)
+    line = front.pop("input_all_sends", None) or {}
+    front.update(line)
+    done = [
+        "frontend.input_idle_ms: the idle engine's way in on the line, the line over every send "
+        f"put back (input_ms {front.get('input_ms')}, input_per_running_ms "
+        f"{front.get('input_per_running_ms')})"
+    ]
+    if front.get("input_residual_ms"):
+        done.append("kept: frontend.input_residual_ms, the spread around the two-piece way in")
+    return done
+
+
 def _v13(view: View) -> list[str]:
     queue = view.frontend.get("queue")
     if not isinstance(queue, dict) or queue.pop("first_ms", None) is None:
@@ -183,7 +200,7 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
 )
 """What each version added, taken out of a view older than it."""
 

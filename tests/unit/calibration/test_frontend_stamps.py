@@ -169,3 +169,34 @@ def test_the_replays_give_the_input_line_the_judged_runs_see() -> None:
     assert front["experiments_input"]["input_ms"] == 3.7
     assert front["input_source"] == "calibration replays under load"
     assert with_replay_input(experiments, None) is experiments
+
+
+def test_a_send_to_an_idle_engine_is_read_apart_from_the_line() -> None:
+    from gpu_simulate_test.calibration.frontend import input_line, with_replay_input
+    from gpu_simulate_test.calibration.overhead import FrontEnd
+
+    # this host's pattern: the idle engine's hop longer than with one to three running
+    rng = np.random.default_rng(3)
+    running = np.concatenate([np.zeros(40, int), rng.integers(1, 12, 200)])
+    hops = np.where(running == 0, 4.0, 2.8 + 0.2 * running) + rng.normal(0, 0.05, len(running))
+    line = input_line(running.tolist(), hops.tolist(), idle=True)
+    assert line["input_idle_ms"] == pytest.approx(4.0, abs=0.05)
+    assert line["input_idle_requests"] == 40
+    assert line["input_ms"] == pytest.approx(2.8, abs=0.05)
+    assert line["input_per_running_ms"] == pytest.approx(0.2, abs=0.01)
+    every = line["input_all_sends"]  # one line through both: short when idle, long when busy
+    assert every["input_ms"] < 3.5 and every["input_ms"] > line["input_ms"]
+    assert abs(line["input_residual_ms"]["0"][len(line["input_residual_ms"]["0"]) // 2]) < 0.1
+    front = FrontEnd.from_calibration(
+        with_replay_input({"input_ms": 3.0, "output_ms": 1.0}, {**line, "requests": 240}), "fe"
+    )
+    assert front.input_delays_s(np.array([0, 1, 5])) == pytest.approx(
+        [0.004, 0.003, 0.0038], abs=1e-4
+    )
+    # too few idle sends, or the busy ones at one load: one line, no idle reading
+    few = input_line([0] * 9 + [1, 2, 3] * 10, [4.0] * 9 + [3.0] * 30, idle=True)
+    assert "input_idle_ms" not in few
+    flat = input_line([0] * 20 + [2] * 20, [4.0] * 20 + [3.0] * 20, idle=True)
+    assert "input_idle_ms" not in flat
+    assert "input_idle_ms" not in input_line(running.tolist(), hops.tolist())  # not asked
+    assert FrontEnd(3.0, 1.0).input_idle_ms is None

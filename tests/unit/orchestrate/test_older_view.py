@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpu_simulate_test.calibration import serving_replay
@@ -64,6 +65,14 @@ FRONT_V12 = {
     "experiments_input": {**QUIET, "input_residual_ms": {}},
 }
 FRONT_V13 = {**FRONT_V12, "queue": {**QUEUE, "first_ms": 1.2, "first_tokens": 30}}
+FRONT_V14 = {  # the line refitted without the idle sends, the one over every send beside
+    **FRONT_V13,
+    "input_ms": 3.2,
+    "input_per_running_ms": 0.25,
+    "input_idle_ms": 4.1,
+    "input_idle_requests": 20,
+    "input_all_sends": {"input_ms": 3.7, "input_per_running_ms": 0.19},
+}
 EXPERIMENTS_V10 = [["cached_prefill", 1, 16, 64], ["decode", 1, 32], ["prefill", 1, 16]]
 ANALYSIS_V11 = [{"candidate": "arrival_rate", "steps": 9}]
 
@@ -72,7 +81,9 @@ def info(version: int) -> dict[str, Any]:
     """vllm's meta.json entry as calibration ``version`` writes it, from its literal parts."""
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
-    frontend: dict[str, Any] = {13: FRONT_V13, 12: FRONT_V12, 11: FRONT_V11}.get(version, FRONT_V10)
+    frontend: dict[str, Any] = {14: FRONT_V14, 13: FRONT_V13, 12: FRONT_V12, 11: FRONT_V11}.get(
+        version, FRONT_V10
+    )
     if version >= 11:
         settings["bursts"] = True
         experiments = [["burst", 0, 16, 2], *experiments, ["decode", 4, 240]]
@@ -157,17 +168,39 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
     )
     assert ("10: engine_steps.csv: 1 cached_prefill rows (1 experiments)" in said) == (version < 10)
     assert ("8: frontend.queue: no front end as a queue" in said) == (version < 8)
-    assert "13: frontend.queue.first_ms: no first-chunk cost on the way back" in said
+    assert FIRST_CHUNK in said and IDLE_LINE in said
     assert sorted({int(line.split(":")[0]) for line in said}) == list(
         range(version + 1, CALIBRATION_VERSION + 1)
     )
+
+
+IDLE_LINE = (
+    "14: frontend.input_idle_ms: the idle engine's way in on the line, the line over every send "
+    "put back (input_ms 3.7, input_per_running_ms 0.19)"
+)
+SPREAD_KEPT = "14: kept: frontend.input_residual_ms, the spread around the two-piece way in"
+FIRST_CHUNK = "13: frontend.queue.first_ms: no first-chunk cost on the way back"
+
+
+def test_a_version_13_view_puts_the_idle_way_in_back_on_the_line(tmp_path: Path) -> None:
+    bundle = current(tmp_path / "profiles")
+    lines = tool.older_view(bundle, tmp_path / "view", 13)
+    view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
+    assert lines[:-1] == [IDLE_LINE, SPREAD_KEPT]
+    assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(13)}
+    front = CalibrationRecord.load(load_bundle(view), "vllm").frontend
+    assert front is not None and front.input_idle_ms is None
+    assert front.input_delays_s(np.array([0, 8])) == pytest.approx([0.0037, 0.0037 + 8 * 0.00019])
+    now = CalibrationRecord.load(load_bundle(bundle), "vllm").frontend
+    assert now is not None and now.input_idle_ms == 4.1
+    assert now.input_delays_s(np.array([0, 8])) == pytest.approx([0.0041, 0.0032 + 8 * 0.00025])
 
 
 def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 12)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == ["13: frontend.queue.first_ms: no first-chunk cost on the way back"]
+    assert lines[:-1] == [IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(12)}
     for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
         assert (view / name).read_bytes() == (bundle / name).read_bytes()
@@ -186,8 +219,8 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == "13: frontend.queue.first_ms: no first-chunk cost on the way back"
-    assert printed[1].startswith("12: serving_steps.csv client_sends (")
+    assert printed[:3] == [IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert printed[3].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -196,8 +229,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 12"),
-        (13, ("vllm",), None, r"version 13: a view is of 7 to 12"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 13"),
+        (14, ("vllm",), None, r"version 14: a view is of 7 to 13"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
