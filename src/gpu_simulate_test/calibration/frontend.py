@@ -117,7 +117,9 @@ def frontend_latency(
     }
 
 
-def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+def theil_sen(
+    x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray
+) -> tuple[float, float]:
     """``(intercept, slope)``: the median of the pairwise slopes (pairs with different x), the
     median of ``y - slope · x``; both clamped at 0 (a flat line at the median with one x)."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
