@@ -416,6 +416,13 @@ class FrontEnd:
         included."""
         return input_spread.spread_s(self.input_residual_ms, levels, running)
 
+    @property
+    def moves_with_load(self) -> bool:
+        """Whether a request's way in depends on the requests in flight at its send (a line
+        that grows, or an idle engine's way in of its own): the simulation then passes again
+        with the counts the last pass gave."""
+        return self.input_per_running_ms > 0 or self.input_idle_ms is not None
+
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
         at = np.asarray(running, dtype=float)

@@ -273,10 +273,7 @@ def simulate_inputs(
     it built once (:func:`step_model_of`); with no ``out_dir``, ``vllm_v1`` runs in memory (no
     trace, no Vidur config, no files: a tune's thousands of simulations)."""
     arrival = inputs.scheduler_arrival_s()
-    front = inputs.frontend
-    grows = front is not None and (
-        front.input_per_running_ms > 0 or front.input_idle_ms is not None
-    )
+    grows = inputs.frontend is not None and inputs.frontend.moves_with_load
     grows = (grows or inputs.input_by_queue) and inputs.after is None  # a closed loop: idle
     segments = prompt_segments(
         inputs.workload.lengths, inputs.prefill, inputs.workload.sessions, inputs.decode

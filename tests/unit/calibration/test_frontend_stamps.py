@@ -200,3 +200,7 @@ def test_a_send_to_an_idle_engine_is_read_apart_from_the_line() -> None:
     assert "input_idle_ms" not in flat
     assert "input_idle_ms" not in input_line(running.tolist(), hops.tolist())  # not asked
     assert FrontEnd(3.0, 1.0).input_idle_ms is None
+    # the simulation passes again with the counts in flight whenever they move the way in
+    assert front.moves_with_load and FrontEnd(3.0, 1.0, input_idle_ms=4.0).moves_with_load
+    assert FrontEnd(3.0, 1.0, input_per_running_ms=0.2).moves_with_load
+    assert not FrontEnd(3.0, 1.0).moves_with_load
