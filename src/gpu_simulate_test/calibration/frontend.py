@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import input_steps
 from gpu_simulate_test.calibration.common import windows
 from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.calibration.input_spread import SPREAD_BUCKETS, SPREAD_LEVELS, spread_bucket
@@ -366,7 +367,9 @@ def input_from_replays(
     sent inside a replay's window, its hop (:func:`hop_s`: send to the engine core, the wait for
     a step in progress left out) against the requests in flight at its send (reached the engine,
     not finished), a Theil-Sen line as :func:`frontend_from_engine_clock` fits, the sends to an
-    idle engine apart (:func:`input_line`'s ``idle``).
+    idle engine apart (:func:`input_line`'s ``idle``), then the line fitted again through the
+    recorded steps (:func:`~.input_steps.through_steps`: the window's middle overestimates a
+    held request's hop).
 
     The replays send as the real bench does (an open loop at a rate, the sender waking at each
     request's time, other requests streaming): on the main job's host the hop of a request sent
@@ -376,6 +379,8 @@ def input_from_replays(
     spans = schedule[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
     running: list[int] = []
     hops: list[float] = []
+    sent: list[float] = []
+    queued: list[float] = []
     for _, start, end in windows:
         recs = [
             r
@@ -388,9 +393,13 @@ def input_from_replays(
             assert r.arrival_s is not None and r.engine_arrival_s is not None
             running.append(int(np.sum((reached < r.arrival_s) & (done > r.arrival_s))))
             hops.append(1000.0 * hop_s(r.arrival_s, r.engine_arrival_s, spans))
+            sent.append(r.arrival_s)
+            queued.append(r.engine_arrival_s)
     if len(hops) < MIN_REPLAY_REQUESTS:
         return None
-    return {**input_line(running, hops, MIN_INPUT_SAMPLES, idle=True), "requests": len(hops)}
+    line = input_line(running, hops, MIN_INPUT_SAMPLES, idle=True)
+    fitted = input_steps.through_steps(line, sent, queued, running, spans)
+    return {**fitted, "requests": len(hops)}
 
 
 def with_replay_input(frontend: dict[str, Any], replayed: dict[str, Any] | None) -> dict[str, Any]:
@@ -402,7 +411,7 @@ def with_replay_input(frontend: dict[str, Any], replayed: dict[str, Any] | None)
     return {
         **frontend,
         **{k: replayed[k] for k in INPUT_KEYS},
-        **{k: replayed[k] for k in IDLE_KEYS if k in replayed},
+        **{k: replayed[k] for k in REPLAY_KEYS if k in replayed},
         "input_source": "calibration replays under load",
         "input_requests": replayed["requests"],
         "experiments_input": kept,
@@ -416,8 +425,15 @@ INPUT_KEYS: tuple[str, ...] = (
     "samples",
     "input_residual_ms",
 )
-IDLE_KEYS: tuple[str, ...] = ("input_idle_ms", "input_idle_requests", "input_all_sends")
-"""The idle way in apart from the line (calibration version 14 on), where the replays give it."""
+REPLAY_KEYS: tuple[str, ...] = (
+    "input_idle_ms",
+    "input_idle_requests",
+    "input_all_sends",
+    "input_midpoint",
+    "input_through_steps",
+)
+"""What the replays add beside the line, where they give it: the idle way in apart (calibration
+version 14 on) and the line fitted through the steps (version 15 on)."""
 """What of the front end's reading is its input line."""
 
 

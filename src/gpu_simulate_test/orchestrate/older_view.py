@@ -108,6 +108,18 @@ class View:
         return len(listed) - len(self.info["experiments"])
 
 
+def _v15(view: View) -> list[str]:
+    front = view.frontend
+    if front.pop("input_through_steps", None) is None:
+        return []
+    front.update(front.pop("input_midpoint", None) or {})
+    return [
+        "frontend.input_through_steps: the input line through the windows' middles put back "
+        f"(input_ms {front.get('input_ms')}, input_per_running_ms "
+        f"{front.get('input_per_running_ms')})"
+    ]
+
+
 def _v14(view: View) -> list[str]:
     front = view.frontend
     if front.pop("input_idle_ms", None) is None:
@@ -200,7 +212,7 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
 )
 """What each version added, taken out of a view older than it."""
 

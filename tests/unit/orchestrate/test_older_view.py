@@ -73,6 +73,17 @@ FRONT_V14 = {  # the line refitted without the idle sends, the one over every se
     "input_idle_requests": 20,
     "input_all_sends": {"input_ms": 3.7, "input_per_running_ms": 0.19},
 }
+FRONT_V15 = {  # the line fitted through the steps, the one through the windows' middles beside
+    **FRONT_V14,
+    "input_ms": 2.6,
+    "input_per_running_ms": 0.02,
+    "input_midpoint": {"input_ms": 3.2, "input_per_running_ms": 0.25},
+    "input_through_steps": {
+        "mean_abs_error_ms": 0.8,
+        "midpoint_mean_abs_error_ms": 1.5,
+        "requests": 40,
+    },
+}
 EXPERIMENTS_V10 = [["cached_prefill", 1, 16, 64], ["decode", 1, 32], ["prefill", 1, 16]]
 ANALYSIS_V11 = [{"candidate": "arrival_rate", "steps": 9}]
 
@@ -81,9 +92,13 @@ def info(version: int) -> dict[str, Any]:
     """vllm's meta.json entry as calibration ``version`` writes it, from its literal parts."""
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
-    frontend: dict[str, Any] = {14: FRONT_V14, 13: FRONT_V13, 12: FRONT_V12, 11: FRONT_V11}.get(
-        version, FRONT_V10
-    )
+    frontend: dict[str, Any] = {
+        15: FRONT_V15,
+        14: FRONT_V14,
+        13: FRONT_V13,
+        12: FRONT_V12,
+        11: FRONT_V11,
+    }.get(version, FRONT_V10)
     if version >= 11:
         settings["bursts"] = True
         experiments = [["burst", 0, 16, 2], *experiments, ["decode", 4, 240]]
@@ -168,7 +183,7 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
     )
     assert ("10: engine_steps.csv: 1 cached_prefill rows (1 experiments)" in said) == (version < 10)
     assert ("8: frontend.queue: no front end as a queue" in said) == (version < 8)
-    assert FIRST_CHUNK in said and IDLE_LINE in said
+    assert FIRST_CHUNK in said and IDLE_LINE in said and STEPS_LINE in said
     assert sorted({int(line.split(":")[0]) for line in said}) == list(
         range(version + 1, CALIBRATION_VERSION + 1)
     )
@@ -178,6 +193,10 @@ IDLE_LINE = (
     "14: frontend.input_idle_ms: the idle engine's way in on the line, the line over every send "
     "put back (input_ms 3.7, input_per_running_ms 0.19)"
 )
+STEPS_LINE = (
+    "15: frontend.input_through_steps: the input line through the windows' middles put back "
+    "(input_ms 3.2, input_per_running_ms 0.25)"
+)
 SPREAD_KEPT = "14: kept: frontend.input_residual_ms, the spread around the two-piece way in"
 FIRST_CHUNK = "13: frontend.queue.first_ms: no first-chunk cost on the way back"
 
@@ -186,21 +205,21 @@ def test_a_version_13_view_puts_the_idle_way_in_back_on_the_line(tmp_path: Path)
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 13)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [IDLE_LINE, SPREAD_KEPT]
+    assert lines[:-1] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(13)}
     front = CalibrationRecord.load(load_bundle(view), "vllm").frontend
     assert front is not None and front.input_idle_ms is None
     assert front.input_delays_s(np.array([0, 8])) == pytest.approx([0.0037, 0.0037 + 8 * 0.00019])
     now = CalibrationRecord.load(load_bundle(bundle), "vllm").frontend
     assert now is not None and now.input_idle_ms == 4.1
-    assert now.input_delays_s(np.array([0, 8])) == pytest.approx([0.0041, 0.0032 + 8 * 0.00025])
+    assert now.input_delays_s(np.array([0, 8])) == pytest.approx([0.0041, 0.0026 + 8 * 0.00002])
 
 
 def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 12)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert lines[:-1] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(12)}
     for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
         assert (view / name).read_bytes() == (bundle / name).read_bytes()
@@ -219,8 +238,8 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:3] == [IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
-    assert printed[3].startswith("12: serving_steps.csv client_sends (")
+    assert printed[:4] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert printed[4].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -229,8 +248,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 13"),
-        (14, ("vllm",), None, r"version 14: a view is of 7 to 13"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 14"),
+        (15, ("vllm",), None, r"version 15: a view is of 7 to 14"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
