@@ -425,6 +425,7 @@ INPUT_KEYS: tuple[str, ...] = (
     "samples",
     "input_residual_ms",
 )
+"""What of the front end's reading is its input line."""
 REPLAY_KEYS: tuple[str, ...] = (
     "input_idle_ms",
     "input_idle_requests",
@@ -434,7 +435,6 @@ REPLAY_KEYS: tuple[str, ...] = (
 )
 """What the replays add beside the line, where they give it: the idle way in apart (calibration
 version 14 on) and the line fitted through the steps (version 15 on)."""
-"""What of the front end's reading is its input line."""
 
 
 def measured(
