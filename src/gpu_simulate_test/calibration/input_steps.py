@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from gpu_simulate_test.calibration.overhead import running_max
+
 COARSE_MS = 0.25
 """The first grid's step for the line's intercept (ms); its slope's is a fifth of it."""
 FINE_STEPS = 10
@@ -124,7 +126,6 @@ def through_steps(
     how close each comes (``input_through_steps``); unchanged with too few sends to fit."""
     at = np.asarray(running, dtype=int)
     busy = at > 0 if "input_idle_ms" in line else np.ones(len(at), dtype=bool)
-    counts = [int(n) for n in line["measured_input_ms"]]
     midpoint = (float(line["input_ms"]), float(line["input_per_running_ms"]))
     fitted = fit_through_steps(
         np.asarray(sent_s, dtype=float)[busy],
@@ -132,7 +133,7 @@ def through_steps(
         at[busy],
         spans,
         midpoint,
-        float(max(counts)) if counts else float("inf"),
+        running_max(line["measured_input_ms"]),
     )
     if fitted is None:
         return line

@@ -437,21 +437,20 @@ class FrontEnd:
         holds up to the most running requests it was measured at (``measured_input_ms``'s keys):
         a straight line through 0, 1 and 4 running is no guide to 15."""
         # input_per_running_ms may be absent: an older calibration, no growth with load
-        values: dict[str, Any] = calibrated_ms(
+        values = calibrated_ms(
             recorded,
             ("input_ms", "output_ms"),
             where,
             optional=("input_per_running_ms", "input_idle_ms"),
         )
         measured = recorded.get("measured_input_ms")
-        if isinstance(measured, dict) and measured:
-            try:
-                values["running_max"] = float(max(int(n) for n in measured))
-            except ValueError as exc:
-                raise ValueError(
-                    f"{where}.measured_input_ms: expected running counts as keys, got "
-                    f"{sorted(measured)!r}"
-                ) from exc
+        try:
+            values["running_max"] = running_max(measured)
+        except ValueError as exc:
+            raise ValueError(
+                f"{where}.measured_input_ms: expected running counts as keys, got "
+                f"{sorted(measured)!r}"
+            ) from exc
         quiet = recorded.get("experiments_input")
         if isinstance(quiet, dict):
             values["quiet_input_ms"] = calibrated_ms(
@@ -459,6 +458,15 @@ class FrontEnd:
             )["input_ms"]
         residuals = input_spread.residuals(recorded.get("input_residual_ms"), where)
         return cls(**values, input_residual_ms=residuals)
+
+
+def running_max(measured: Any) -> float:
+    """The most running requests the input line was measured at (``measured_input_ms``'s keys,
+    running counts): how far the line is followed, the same in the calibration's fits and the
+    simulation (inf without readings); ValueError for a key that is not a count."""
+    if not isinstance(measured, dict) or not measured:
+        return float("inf")
+    return float(max(int(n) for n in measured))
 
 
 def calibrated_ms(

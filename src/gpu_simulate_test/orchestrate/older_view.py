@@ -108,15 +108,20 @@ class View:
         return len(listed) - len(self.info["experiments"])
 
 
+def _put_back(front: dict[str, Any], kept: str) -> str:
+    """Put the input line kept beside under ``kept`` back in ``front``; says which it is."""
+    front.update(front.pop(kept, None) or {})
+    slope = front.get("input_per_running_ms")
+    return f"(input_ms {front.get('input_ms')}, input_per_running_ms {slope})"
+
+
 def _v15(view: View) -> list[str]:
     front = view.frontend
     if front.pop("input_through_steps", None) is None:
         return []
-    front.update(front.pop("input_midpoint", None) or {})
+    line = _put_back(front, "input_midpoint")
     return [
-        "frontend.input_through_steps: the input line through the windows' middles put back "
-        f"(input_ms {front.get('input_ms')}, input_per_running_ms "
-        f"{front.get('input_per_running_ms')})"
+        f"frontend.input_through_steps: the input line through the windows' middles put back {line}"
     ]
 
 
@@ -125,12 +130,10 @@ def _v14(view: View) -> list[str]:
     if front.pop("input_idle_ms", None) is None:
         return []
     front.pop("input_idle_requests", None)
-    line = front.pop("input_all_sends", None) or {}
-    front.update(line)
+    line = _put_back(front, "input_all_sends")
     done = [
         "frontend.input_idle_ms: the idle engine's way in on the line, the line over every send "
-        f"put back (input_ms {front.get('input_ms')}, input_per_running_ms "
-        f"{front.get('input_per_running_ms')})"
+        f"put back {line}"
     ]
     if front.get("input_residual_ms"):
         done.append("kept: frontend.input_residual_ms, the spread around the two-piece way in")
