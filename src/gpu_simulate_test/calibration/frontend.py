@@ -33,7 +33,12 @@ import pandas as pd
 from gpu_simulate_test.calibration import input_steps
 from gpu_simulate_test.calibration.common import windows
 from gpu_simulate_test.calibration.experiments import Experiment
-from gpu_simulate_test.calibration.input_spread import SPREAD_BUCKETS, SPREAD_LEVELS, spread_bucket
+from gpu_simulate_test.calibration.input_spread import (
+    MIN_SPREAD_SAMPLES,
+    SPREAD_BUCKETS,
+    SPREAD_LEVELS,
+    spread_bucket,
+)
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
@@ -208,10 +213,6 @@ def frontend_from_engine_clock(
     }
 
 
-MIN_SPREAD_SAMPLES = 20
-"""Hops a bucket of running requests needs for its spread to be kept."""
-
-
 MIN_IDLE_SAMPLES = 10
 """Hops sent to an idle engine (no request in flight) needed for the idle way in to be kept
 apart from the line (``input_idle_ms``)."""
@@ -304,6 +305,26 @@ def sent_within(recorder: Recorder, start: float, end: float) -> list[Any]:
     ]
 
 
+def in_flight_at_sends(recs: Sequence[Any]) -> list[int]:
+    """Per recorded request, how many of ``recs`` were in flight at its send: reached the engine
+    before it, finished after it (-1 for one without a send or the engine's stamps)."""
+    stamped = [
+        (r.engine_arrival_s, r.engine_last_token)
+        for r in recs
+        if r.engine_arrival_s is not None and r.engine_last_token is not None
+    ]
+    reached = np.array([a for a, _ in stamped], dtype=float)
+    done = np.array([d for _, d in stamped], dtype=float)
+    return [
+        int(np.sum((reached < r.arrival_s) & (done > r.arrival_s)))
+        if r.arrival_s is not None
+        and r.engine_arrival_s is not None
+        and r.engine_last_token is not None
+        else -1
+        for r in recs
+    ]
+
+
 def queue_from_replays(
     recorder: Recorder,
     schedule: pd.DataFrame,
@@ -313,8 +334,9 @@ def queue_from_replays(
     calibration replays under load: every request sent inside a replay's window, every step of
     the window (``schedule`` on the recorder's clock), each streamed token's delay from its step's
     end to the client. A stream chunk carrying several tokens counts once, at its last token;
-    each stream's first chunk is marked, for its extra cost (``first_ms``). None without replays
-    or with too few tokens."""
+    each stream's first chunk is marked, for its extra cost (``first_ms``), and the first chunk
+    of a request sent to an idle engine for the way back's spread there
+    (``first_idle_residual_ms``). None without replays or with too few tokens."""
     from gpu_simulate_test.calibration import frontend_queue
 
     runs = []
@@ -328,13 +350,15 @@ def queue_from_replays(
         engine: list[float] = []
         client: list[float] = []
         first: list[bool] = []  # the stream's first chunk
-        for r in recs:
+        idle: list[bool] = []  # ... of a request sent to an idle engine
+        for r, running in zip(recs, in_flight_at_sends(recs), strict=True):
             last = np.cumsum(r.event_num_tokens) - 1
             for n, (at, index) in enumerate(zip(r.event_times_s, last, strict=True)):
                 if 0 <= index < len(r.engine_token_times_s):
                     engine.append(r.engine_token_times_s[int(index)])
                     client.append(at)
                     first.append(n == 0)
+                    idle.append(n == 0 and running == 0)
         runs.append(
             frontend_queue.observed(
                 [r.arrival_s for r in recs if r.arrival_s is not None],
@@ -343,6 +367,7 @@ def queue_from_replays(
                 engine,
                 client,
                 first,
+                token_idle=idle,
             )
         )
     fitted = frontend_queue.fit(runs)
@@ -387,11 +412,9 @@ def input_from_replays(
             for r in sent_within(recorder, start, end)
             if r.engine_arrival_s is not None and r.engine_last_token is not None
         ]
-        reached = np.array([r.engine_arrival_s for r in recs], dtype=float)
-        done = np.array([r.engine_last_token for r in recs], dtype=float)
-        for r in recs:
+        for r, n in zip(recs, in_flight_at_sends(recs), strict=True):
             assert r.arrival_s is not None and r.engine_arrival_s is not None
-            running.append(int(np.sum((reached < r.arrival_s) & (done > r.arrival_s))))
+            running.append(n)
             hops.append(1000.0 * hop_s(r.arrival_s, r.engine_arrival_s, spans))
             sent.append(r.arrival_s)
             queued.append(r.engine_arrival_s)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import input_spread
 from gpu_simulate_test.calibration.overhead import calibrated_ms
 from gpu_simulate_test.core.engines.step_record import parse_requests
 
@@ -40,6 +41,9 @@ MIN_TOKENS = 50
 """Fewer observed tokens than this fit nothing."""
 MIN_FIRST_TOKENS = 20
 """Fewer observed first tokens than this: no first-chunk term (``first_ms`` 0)."""
+IDLE_SPREAD_KEY = "first_idle_residual_ms"
+"""The first tokens' spread around the queue's delay, of the requests sent to an idle engine
+(calibration version 16 on): their quantiles at :data:`~.input_spread.SPREAD_LEVELS`."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,10 @@ class FrontEndQueue:
     first_ms: float = 0.0
     """A request's first token's delay beyond a later token's of the same step (its stream's
     first chunk)."""
+    first_idle_residual_ms: tuple[float, ...] = ()
+    """A request sent to an idle engine: its first token's measured delay less the queue's, at
+    :data:`~.input_spread.SPREAD_LEVELS` (empty: not recorded, before version 16):
+    ``vidur.frontend_idle_spread``'s draws for the way back."""
 
     def delivery_delays_s(
         self, sends_s: np.ndarray, step_end_s: np.ndarray, step_tokens: np.ndarray
@@ -111,14 +119,23 @@ class FrontEndQueue:
             free = starts[k] + step_s + token_s * tokens[k]
         return starts, waits
 
-    def to_dict(self) -> dict[str, float]:
-        return {k: round(float(getattr(self, k)), 4) for k in (*KEYS, FIRST_KEY)}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: round(float(getattr(self, k)), 4) for k in (*KEYS, FIRST_KEY)}
+        if self.first_idle_residual_ms:
+            out[IDLE_SPREAD_KEY] = list(self.first_idle_residual_ms)
+        return out
 
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEndQueue:
         """From ``engine_calibration.<backend>.frontend.queue`` (without ``first_ms``, a
-        calibration before version 13: 0); ValueError naming ``where``."""
-        return cls(**calibrated_ms(recorded, KEYS, where, optional=(FIRST_KEY,)))
+        calibration before version 13: 0; without ``first_idle_residual_ms``, before 16: no
+        spread); ValueError naming ``where``."""
+        values = calibrated_ms(recorded, KEYS, where, optional=(FIRST_KEY,))
+        spread = recorded.get(IDLE_SPREAD_KEY)
+        if spread is None:
+            return cls(**values)
+        at, what = f"{where}.{IDLE_SPREAD_KEY}", "an idle engine's first tokens' spread"
+        return cls(**values, first_idle_residual_ms=input_spread.quantiles(spread, at, what))
 
 
 @dataclass(frozen=True)
@@ -166,6 +183,9 @@ class Observed:
     """Per observed token, from its step's end to the client."""
     first: np.ndarray
     """Per observed token, whether it is its request's first."""
+    idle: np.ndarray | None = None
+    """Per observed token, whether it is the first of a request sent to an idle engine (None:
+    none is)."""
 
 
 def observed(
@@ -176,10 +196,12 @@ def observed(
     token_client_s: Sequence[float],
     token_first: Sequence[bool] | None = None,
     tolerance_s: float = 1e-4,
+    token_idle: Sequence[bool] | None = None,
 ) -> Observed:
     """Pair each token's engine stamp with its step (the step ending at the stamp, within
     ``tolerance_s``); tokens with no such step are left out. ``token_first``: per token,
-    whether it is its request's first (None: none is)."""
+    whether it is its request's first (None: none is); ``token_idle``: whether it is the first
+    of a request sent to an idle engine (None: none is)."""
     ends = np.asarray(step_end_s, dtype=float)
     engine = np.asarray(token_engine_s, dtype=float)
     client = np.asarray(token_client_s, dtype=float)
@@ -198,6 +220,7 @@ def observed(
         order[nearer[ok]],
         client[ok] - engine[ok],
         (np.zeros(len(engine), bool) if token_first is None else np.asarray(token_first, bool))[ok],
+        (np.zeros(len(engine), bool) if token_idle is None else np.asarray(token_idle, bool))[ok],
     )
 
 
@@ -233,8 +256,15 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
         queue = FrontEndQueue(queue.request_ms, queue.step_ms, queue.token_ms, 1e3 * beyond)
         errors = errors + np.where(first, beyond, 0.0)
     constant = float(np.median(delays))
+    idle = np.concatenate([_idle(r) for r in runs])
+    spread = {}
+    if np.count_nonzero(idle) >= input_spread.MIN_SPREAD_SAMPLES:  # measured - the queue's
+        levels = np.quantile(-errors[idle], input_spread.SPREAD_LEVELS)
+        spread = {IDLE_SPREAD_KEY: [round(1e3 * float(v), 4) for v in levels]}
     return {
         **queue.to_dict(),
+        **spread,
+        "first_idle_tokens": int(np.count_nonzero(idle)),
         "first_tokens": int(np.count_nonzero(first)),
         "tokens": len(delays),
         "steps": int(sum(len(r.step_end_s) for r in runs)),
@@ -246,6 +276,10 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
             round(1e3 * float(v), 4) for v in np.percentile(errors + delays, [50, 90])
         ],
     }
+
+
+def _idle(run: Observed) -> np.ndarray:
+    return np.zeros(len(run.delay_s), bool) if run.idle is None else run.idle
 
 
 def request_delays_s(

@@ -12,6 +12,9 @@ import numpy as np
 
 SPREAD_LEVELS: tuple[float, ...] = (0.01, *(k / 20 for k in range(1, 20)), 0.99)
 """Where the front end's input spread is read: the 1st, every 5th and the 99th percentile."""
+MIN_SPREAD_SAMPLES = 20
+"""Readings a spread needs to be kept (a bucket of running requests' hops, the idle first
+tokens' way back)."""
 SPREAD_BUCKETS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
 """The input spread is kept per bucket of requests running at the send: each bucket from its
 value up to the next (the last: and above)."""
@@ -26,11 +29,14 @@ def spread_bucket(running: np.ndarray) -> np.ndarray:
 
 INPUT_SPREAD_STREAM = 64
 """The input spread's random stream beside ``vidur.seed`` (apart from the steps' draws)."""
+FIRST_SPREAD_STREAM = 65
+"""The idle first tokens' way-back spread's stream (apart from the way in's)."""
 
 
-def spread_levels(count: int, seed: int) -> np.ndarray:
-    """``count`` seeded uniform levels, one per request, for the input spread."""
-    return np.random.default_rng([seed, INPUT_SPREAD_STREAM]).random(count)
+def spread_levels(count: int, seed: int, stream: int = INPUT_SPREAD_STREAM) -> np.ndarray:
+    """``count`` seeded uniform levels, one per request, for the input spread (or another
+    ``stream``)."""
+    return np.random.default_rng([seed, stream]).random(count)
 
 
 def residuals(recorded: Any, where: str) -> tuple[tuple[int, tuple[float, ...]], ...]:
@@ -47,17 +53,26 @@ def residuals(recorded: Any, where: str) -> tuple[tuple[int, tuple[float, ...]],
     out = []
     for key, values in recorded.items():
         at = f"{where}.input_residual_ms.{key}"
-        ok = isinstance(values, list) and len(values) == len(SPREAD_LEVELS)
-        numbers = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-        if not str(key).isdigit() or not numbers or not np.all(np.isfinite(values)):
-            raise ValueError(
-                f"{at}: expected a running count with {len(SPREAD_LEVELS)} finite milliseconds "
-                f"(the hops' spread around the input line), got {values!r}"
-            )
-        if np.any(np.diff(values) < 0):
-            raise ValueError(f"{at}: expected increasing quantiles, got {values!r}")
-        out.append((int(key), tuple(float(v) for v in values)))
+        if not str(key).isdigit():
+            raise ValueError(f"{at}: expected a running count as key, got {key!r}")
+        spread = quantiles(values, at, "the hops' spread around the input line")
+        out.append((int(key), spread))
     return tuple(sorted(out))
+
+
+def quantiles(values: Any, at: str, what: str) -> tuple[float, ...]:
+    """A kept spread: one finite number of milliseconds per :data:`SPREAD_LEVELS`, increasing;
+    ValueError naming ``at`` and ``what`` it is otherwise."""
+    ok = isinstance(values, list) and len(values) == len(SPREAD_LEVELS)
+    numbers = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if not numbers or not np.all(np.isfinite(values)):
+        raise ValueError(
+            f"{at}: expected a list of {len(SPREAD_LEVELS)} finite milliseconds ({what}), got "
+            f"{values!r}"
+        )
+    if np.any(np.diff(values) < 0):
+        raise ValueError(f"{at}: expected increasing quantiles, got {values!r}")
+    return tuple(float(v) for v in values)
 
 
 def spread_s(

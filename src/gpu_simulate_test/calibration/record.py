@@ -29,7 +29,7 @@ from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
-CALIBRATION_VERSION = 15
+CALIBRATION_VERSION = 16
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
@@ -46,7 +46,10 @@ the input hops' spread around the line per load, ``frontend.input_residual_ms``;
 stream's first chunk's extra delay on the way back, ``frontend.queue.first_ms``; 14: the way
 in of a request sent to an idle engine apart from the input line, ``frontend.input_idle_ms``,
 the line fitted on the other sends; 15: the input line fitted through the recorded steps,
-``frontend.input_through_steps``, not through the middles of the held requests' windows); a
+``frontend.input_through_steps``, not through the middles of the held requests' windows; 16:
+the first token's way back of a request sent to an idle engine, its spread around the queue's,
+``frontend.queue.first_idle_residual_ms``, and a replay at 2% of capacity for the wake-ups
+after long idles); a
 bundle calibrated by another version
 is not reused by the pipeline, one by a later version is not read."""
 
@@ -67,6 +70,9 @@ MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
         "(frontend.input_idle_ms)",
         15: "the input line fitted through the engine's recorded steps, not the middles of the "
         "held requests' windows (frontend.input_through_steps)",
+        16: "the spread of an idle engine's first token's way back around the queue's "
+        "(frontend.queue.first_idle_residual_ms), and a replay at 2% of capacity for the "
+        "wake-ups after long idles",
     }
 )
 """What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s

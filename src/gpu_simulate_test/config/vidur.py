@@ -107,10 +107,12 @@ class EngineCalibrationConfig:
     """Output tokens per calibration request; the first half is skipped as ramp-up."""
     repeats: int = 3
     """Each experiment runs this often; the step time is the median over all repeats."""
-    serving_rates: tuple[float, ...] = (0.05, 0.3, 0.6)
+    serving_rates: tuple[float, ...] = (0.02, 0.05, 0.3, 0.6)
     """Calibration replays under load (a vLLM server that records its steps): Poisson
     workloads at these fractions of the capacity the decode experiments imply; their steps
-    (``serving_steps.csv``) calibrate what serving adds to a step's time. () skips them."""
+    (``serving_steps.csv``) calibrate what serving adds to a step's time. () skips them. The
+    quietest (2%, calibration version 16 on) is for the wake-ups after long idles: at 5% most
+    idles were under 200 ms, where a main job's are 100 ms to a second."""
     serving_duration_s: float = 3.0
     """Each calibration replay lasts about this long (at least 8 requests)."""
     serving_rounds: int = 3
@@ -383,6 +385,13 @@ class VidurConfig:
     p90's one-signed -15% into a two-signed -2.6%, but at 50-85% of capacity, where the line is
     already too long, it made the front end longer still
     (benchmarks/results/main_job_spread_20261203)."""
+    frontend_idle_spread: bool = False
+    """With ``frontend_input=line``: each request sent to an idle engine (none in flight) draws
+    its way in from the calibration's idle sends around ``input_idle_ms``
+    (``frontend.input_residual_ms``'s bucket 0, seeded by ``seed``), a busy engine's stays on
+    the line. An idle engine stamps a request on arrival, so these hops are read exactly where
+    a busy engine's are only known within the step in progress. ``frontend_input_spread``
+    spreads every load (the idle sends included)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity

@@ -115,6 +115,32 @@ def _put_back(front: dict[str, Any], kept: str) -> str:
     return f"(input_ms {front.get('input_ms')}, input_per_running_ms {slope})"
 
 
+QUIET_RATES = 4
+"""Version 16 replays at four rates, the quietest (2%) for the wake-ups after long idles."""
+
+
+def _v16(view: View) -> list[str]:
+    done = []
+    queue = view.frontend.get("queue")
+    if isinstance(queue, dict) and queue.pop("first_idle_residual_ms", None) is not None:
+        queue.pop("first_idle_tokens", None)
+        done.append("frontend.queue.first_idle_residual_ms: no spread on an idle engine's way back")
+    serving = view.serving
+    if serving is None:
+        return done
+    mine = [r for r in serving.rows if serving.cell(r, "backend") == view.backend]
+    rates = sorted({float(serving.cell(r, "rate_qps")) for r in mine})
+    if len(rates) == QUIET_RATES:
+        quiet = [r for r in mine if float(serving.cell(r, "rate_qps")) == rates[0]]
+        taken = {id(r) for r in quiet}
+        serving.rows = [r for r in serving.rows if id(r) not in taken]
+        done.append(
+            f"serving_steps.csv: the quietest replays ({rates[0]:.3g} req/s, {len(quiet)} steps) "
+            "taken out; kept: the front end's readings, fitted with them"
+        )
+    return done
+
+
 def _v15(view: View) -> list[str]:
     front = view.frontend
     if front.pop("input_through_steps", None) is None:
@@ -215,7 +241,7 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {16: _v16, 15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
 )
 """What each version added, taken out of a view older than it."""
 

@@ -11,7 +11,11 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
-from gpu_simulate_test.calibration.input_spread import spread_levels
+from gpu_simulate_test.calibration.input_spread import (
+    FIRST_SPREAD_STREAM,
+    SPREAD_LEVELS,
+    spread_levels,
+)
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
@@ -63,6 +67,21 @@ class Inputs:
     the holdups behind slower ones already; None: on the line)."""
     input_spread_note: str = "off"
     """What ``run_meta.json`` says of the spread."""
+    input_spread_idle_only: bool = False
+    """``vidur.frontend_idle_spread`` alone: only a request sent to an idle engine is spread."""
+    first_spread_levels: np.ndarray | None = None
+    """``vidur.frontend_idle_spread``: per request, its seeded level in the measured spread of
+    an idle engine's first token's way back around the queue's (None: the queue's)."""
+
+    def first_token_spread_s(self, running: np.ndarray) -> np.ndarray | float:
+        """Per request, how much later than the queue says its first token reaches the client:
+        its level read off the idle first tokens' measured spread where nothing was in flight at
+        its send (``running``), else 0 (seconds; 0.0 without the spread)."""
+        queue = self.frontend_queue
+        if self.first_spread_levels is None or queue is None or not queue.first_idle_residual_ms:
+            return 0.0
+        drawn = np.interp(self.first_spread_levels, SPREAD_LEVELS, queue.first_idle_residual_ms)
+        return np.where(np.asarray(running) == 0, drawn / 1000.0, 0.0)
 
     @property
     def sent_s(self) -> np.ndarray:
@@ -97,6 +116,8 @@ class Inputs:
             # the order, never before the send
             assert running is not None
             spread = self.frontend.input_spread_s(self.input_spread_levels, running)
+            if self.input_spread_idle_only:
+                spread = np.where(np.asarray(running) == 0, spread, 0.0)
             reached = np.maximum(reached + spread, self.arrival_time_s)
         return reached
 
@@ -124,6 +145,9 @@ def first_requests(inputs: Inputs, count: int) -> Inputs:
         arrival_time_s=inputs.arrival_time_s[:count],
         input_spread_levels=(
             None if inputs.input_spread_levels is None else inputs.input_spread_levels[:count]
+        ),
+        first_spread_levels=(
+            None if inputs.first_spread_levels is None else inputs.first_spread_levels[:count]
         ),
     )
 
@@ -170,14 +194,35 @@ def serving_steps_of(steps: pd.DataFrame | None, intake: bool) -> pd.DataFrame |
 
 
 def input_spread(
-    frontend: overhead.FrontEnd | None, enabled: bool, by_queue: bool, count: int, seed: int
+    frontend: overhead.FrontEnd | None,
+    enabled: bool,
+    by_queue: bool,
+    count: int,
+    seed: int,
+    idle: bool = False,
 ) -> tuple[np.ndarray | None, str]:
-    """``vidur.frontend_input_spread``'s seeded levels for ``count`` requests, and what
+    """``vidur.frontend_input_spread``'s (``enabled``) or ``vidur.frontend_idle_spread``'s
+    (``idle``: the sends to an idle engine only) seeded levels for ``count`` requests, and what
     ``run_meta.json`` says of it (None: the way in stays on the line, and why)."""
-    if not enabled:
+    if not enabled and not idle:
         return None, "off"
     if frontend is None or by_queue:
         return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
-    if not frontend.input_residual_ms:
+    buckets = dict(frontend.input_residual_ms)
+    if not buckets:
         return None, "none: the calibration has no input_residual_ms (before version 12)"
-    return spread_levels(count, seed), f"drawn (seed {seed})"
+    if not enabled and 0 not in buckets:
+        return None, "none: the calibration's replays have too few sends to an idle engine"
+    where = "" if enabled else ", the sends to an idle engine"
+    return spread_levels(count, seed), f"drawn (seed {seed}{where})"
+
+
+def first_spread(
+    queue: FrontEndQueue | None, idle: bool, count: int, seed: int
+) -> np.ndarray | None:
+    """``vidur.frontend_idle_spread``'s seeded levels for the first tokens' way back (a stream of
+    their own), None where it is off or the calibration has no such spread (before version
+    16)."""
+    if not idle or queue is None or not queue.first_idle_residual_ms:
+        return None
+    return spread_levels(count, seed, FIRST_SPREAD_STREAM)

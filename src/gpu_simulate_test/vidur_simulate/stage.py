@@ -44,6 +44,7 @@ from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
 from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
 from gpu_simulate_test.vidur_simulate.inputs import (
     Inputs,
+    first_spread,
     input_spread,
     running_at_send,
     serving_steps_of,
@@ -134,8 +135,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
             "one engine (fleet.replicas=1) and a calibration with frontend.queue; or set "
             "vidur.frontend_input=line"
         )
+    spread_all, spread_idle = cfg.vidur.frontend_input_spread, cfg.vidur.frontend_idle_spread
     levels, spread_note = input_spread(
-        frontend, cfg.vidur.frontend_input_spread, by_queue, len(arrival), cfg.vidur.seed
+        frontend, spread_all, by_queue, len(arrival), cfg.vidur.seed, idle=spread_idle
     )
     return Inputs(
         calibration=record,
@@ -158,6 +160,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         input_by_queue=by_queue,
         input_spread_levels=levels,
         input_spread_note=spread_note,
+        input_spread_idle_only=spread_idle and not spread_all,
+        first_spread_levels=first_spread(queue, spread_idle, len(arrival), cfg.vidur.seed),
     )
 
 
@@ -328,6 +332,9 @@ def simulate_inputs(
                 last_s = np.where(engine_of == k, last_k, last_s)
         else:
             first_s, last_s = request_delays_s(inputs.frontend_queue, schedule, scheduled, sent)
+        if inputs.first_spread_levels is not None:  # an idle engine's way back, as measured
+            running = running_at_send(sent, arrival, result.raw_metrics, per_server(cfg))
+            first_s = np.maximum(first_s + inputs.first_token_spread_s(running), 0.0)
     held = np.zeros(len(arrival))
     if V1_ENGINE_QUEUED in rows.columns and inputs.replay is None:
         # held back while a step ran: on the client's clock, not the engine's (as vLLM stamps)
@@ -346,6 +353,15 @@ def simulate_inputs(
         if column in rows.columns:
             table[column] = rows[column].to_numpy(dtype=np.int64)
     return Simulated(table, result, arrival, done, notes, first_s)
+
+
+def first_spread_note(cfg: VidurSimulateStageConfig, inputs: Inputs) -> str:
+    """What ``run_meta.json`` says of ``vidur.frontend_idle_spread``'s way back."""
+    if inputs.first_spread_levels is not None:
+        return f"drawn (seed {cfg.vidur.seed}, the first tokens of requests sent to an idle engine)"
+    if not cfg.vidur.frontend_idle_spread:
+        return "off"
+    return "none: no frontend.queue.first_idle_residual_ms (a calibration before version 16)"
 
 
 def per_server(cfg: VidurSimulateStageConfig) -> bool:
@@ -378,6 +394,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
             frontend_input="queue" if inputs.input_by_queue else "line",
             frontend_input_spread=inputs.input_spread_note,
+            frontend_first_token_spread=first_spread_note(cfg, inputs),
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None
             ),

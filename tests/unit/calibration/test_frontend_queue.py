@@ -28,17 +28,28 @@ def _prompts(requests: pd.DataFrame) -> dict[str, int]:
     return {str(r): int(p) for r, p in zip(ids, lengths, strict=True)}
 
 
-def _observed(name: str) -> fq.Observed:
+def _observed(name: str, quiet: int = 0) -> fq.Observed:
+    """A real run's tokens; marked as sent to an idle engine: the first tokens of requests sent
+    with at most ``quiet`` others in flight."""
     requests, tokens, schedule = _run(name)
     prompts = _prompts(requests)
     made = fq.emitted(schedule, prompts)
+    sent = requests.arrival_time_s.to_numpy()
+    reached = requests.engine_arrival_time_s.to_numpy()
+    done = requests.engine_last_token_time_s.to_numpy()
+    idle = {  # in flight at its send: reached the engine before it, finished after
+        str(r): np.sum((reached < t) & (done > t)) <= quiet
+        for r, t in zip(requests.request_id, sent, strict=True)
+    }
+    first = (tokens.token_index == 0).to_numpy()
     return fq.observed(
-        requests.arrival_time_s.tolist(),
+        sent.tolist(),
         schedule.end_time_s.to_numpy(),
         made.step_tokens,
         tokens.engine_time_s.tolist(),
         tokens.time_s.tolist(),
-        (tokens.token_index == 0).tolist(),
+        first.tolist(),
+        token_idle=(first & tokens.request_id.astype(str).map(idle).to_numpy(bool)).tolist(),
     )
 
 
@@ -216,3 +227,36 @@ def test_input_waits_read_a_schedule_as_the_way_back_does() -> None:
     direct = queue.input_waits_s(sends, schedule.end_time_s.to_numpy(), made.step_tokens)
     assert waits == pytest.approx(direct)
     assert (waits >= 0).all() and waits.max() > 0  # some sends found the server busy
+
+
+def test_an_idle_engines_first_tokens_keep_their_spread_around_the_queue() -> None:
+    """The marked first tokens (the calibration marks those of requests sent to an idle
+    engine; these real runs at 20 and 50 req/s have 3 such sends, so here: with at most four in
+    flight): their measured delay less the queue's, kept as quantiles for the simulation to draw
+    from (calibration version 16); read back, and a bad record refused by name."""
+    assert fq.fit([_observed("q20"), _observed("q50")]).get(fq.IDLE_SPREAD_KEY) is None  # 3
+    runs = [_observed("q20", quiet=4), _observed("q50", quiet=4)]
+    fitted = fq.fit(runs)
+    assert fitted is not None
+    idle = np.concatenate([r.idle for r in runs if r.idle is not None])
+    assert fitted["first_idle_tokens"] == int(np.count_nonzero(idle)) >= 20
+    spread = fitted[fq.IDLE_SPREAD_KEY]
+    assert len(spread) == 21 and spread == sorted(spread)
+    queue = fq.FrontEndQueue.from_calibration(fitted, "test")
+    measured = np.concatenate(
+        [
+            r.delay_s
+            - queue.delivery_delays_s(r.sends_s, r.step_end_s, r.step_tokens)[r.token_step]
+            - queue.first_ms / 1e3
+            for r in runs
+        ]
+    )[idle]
+    assert 1e3 * float(np.median(measured)) == pytest.approx(spread[10], abs=1e-3)
+    assert spread[-1] - spread[10] > 0.2  # the slow first tokens, above the queue's
+    assert queue.first_idle_residual_ms == tuple(spread)
+    assert queue.to_dict()[fq.IDLE_SPREAD_KEY] == spread
+    blind = fq.fit([dataclasses.replace(r, idle=None) for r in runs])
+    assert blind is not None and fq.IDLE_SPREAD_KEY not in blind  # none marked: none kept
+    for bad, message in (([1.0] * 20, "21 finite"), (spread[::-1], "increasing")):
+        with pytest.raises(ValueError, match=rf"q\.first_idle_residual_ms: expected .*{message}"):
+            fq.FrontEndQueue.from_calibration({**fitted, fq.IDLE_SPREAD_KEY: bad}, "q")

@@ -75,3 +75,21 @@ def test_the_spread_applies_where_it_can_and_says_why_not() -> None:
     for args in ((front, True), (None, False), (FrontEnd(5.0, 1.0), False)):
         levels, note = input_spread(args[0], enabled=True, by_queue=args[1], count=4, seed=0)
         assert levels is None and note.startswith("none: ")
+
+
+def test_the_idle_spread_needs_the_idle_sends_spread_and_says_so() -> None:
+    from gpu_simulate_test.config.vidur import VidurConfig
+
+    assert VidurConfig().frontend_idle_spread is False
+    q = tuple(float(k) for k in range(len(SPREAD_LEVELS)))
+    idle = FrontEnd(5.0, 1.0, input_residual_ms=((0, q), (4, q)))
+    levels, note = input_spread(idle, enabled=False, by_queue=False, count=4, seed=1, idle=True)
+    assert levels is not None and np.array_equal(levels, spread_levels(4, 1))
+    assert note == "drawn (seed 1, the sends to an idle engine)"
+    busy_only = FrontEnd(5.0, 1.0, input_residual_ms=((4, q),))
+    levels, note = input_spread(
+        busy_only, enabled=False, by_queue=False, count=4, seed=1, idle=True
+    )
+    assert levels is None and "too few sends to an idle engine" in note
+    levels, note = input_spread(busy_only, enabled=True, by_queue=False, count=4, seed=1, idle=True)
+    assert levels is not None and note == "drawn (seed 1)"  # every load: the idle sends too

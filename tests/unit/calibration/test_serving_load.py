@@ -4,6 +4,7 @@ that matters, and the engine clock of a simulated request starting where vLLM's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -95,6 +96,29 @@ def test_fit_recovers_planted_terms() -> None:
     partial = serving_residuals.report(load, frame, gaps)
     assert partial["steps_without_prediction"] == 100
     assert abs(partial["total_time_ratio"]["with_serving_terms"] - 1) < 0.01
+
+
+def test_the_wake_up_follows_the_idle_bands_where_a_line_in_log_idle_cannot() -> None:
+    """Planted as the main job's truths measured it: flat to 50 ms idle, +3.5 ms by 300 ms,
+    flat after. The bands' medians give it within 0.3 ms at 10, 300 and 900 ms idle; the line
+    through the same wake-ups misses 300 ms by more than 0.5 ms. With fewer than two bands
+    measured, the line is kept."""
+    frame, pred, group = planted()
+    idle = frame["idle_ms"].to_numpy()
+    woke = idle > 0
+
+    def truth(ms: np.ndarray) -> np.ndarray:  # ms of wake-up beyond the prediction
+        return 3.5 / (1 + np.exp(-(np.log10(np.maximum(ms, 1)) - 1.9) * 8))
+
+    frame["body_s"] = np.where(woke, pred + truth(idle) / 1e3, frame["body_s"])
+    load = serving_load.fit(frame, pred, group)
+    assert len(load.wake_idle_ms) == len(serving_load.WAKE_BANDS_MS) - 1
+    for ms in (10.0, 300.0, 900.0):
+        assert load.wake_s(ms / 1e3) * 1e3 == pytest.approx(truth(np.array([ms]))[0], abs=0.3)
+    line = dataclasses.replace(load, wake_idle_ms=(), wake_points_ms=())
+    assert abs(line.wake_s(0.3) * 1e3 - truth(np.array([300.0]))[0]) > 0.5
+    few = serving_load.wake_curve(np.array([5.0, 6.0, 7.0, 300.0]), np.array([0.0, 0.0, 0, 3]))
+    assert few == {}  # one band with three: the line
 
 
 def test_slow_moments_carry_over_as_calibrated() -> None:

@@ -84,6 +84,14 @@ FRONT_V15 = {  # the line fitted through the steps, the one through the windows'
         "requests": 40,
     },
 }
+FRONT_V16 = {  # an idle engine's first token's spread around the queue's way back
+    **FRONT_V15,
+    "queue": {
+        **FRONT_V15["queue"],
+        "first_idle_residual_ms": [round(-0.5 + 0.1 * k, 2) for k in range(21)],
+        "first_idle_tokens": 25,
+    },
+}
 EXPERIMENTS_V10 = [["cached_prefill", 1, 16, 64], ["decode", 1, 32], ["prefill", 1, 16]]
 ANALYSIS_V11 = [{"candidate": "arrival_rate", "steps": 9}]
 
@@ -93,6 +101,7 @@ def info(version: int) -> dict[str, Any]:
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
     frontend: dict[str, Any] = {
+        16: FRONT_V16,
         15: FRONT_V15,
         14: FRONT_V14,
         13: FRONT_V13,
@@ -183,7 +192,7 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
     )
     assert ("10: engine_steps.csv: 1 cached_prefill rows (1 experiments)" in said) == (version < 10)
     assert ("8: frontend.queue: no front end as a queue" in said) == (version < 8)
-    assert FIRST_CHUNK in said and IDLE_LINE in said and STEPS_LINE in said
+    assert FIRST_CHUNK in said and IDLE_LINE in said and STEPS_LINE in said and IDLE_BACK in said
     assert sorted({int(line.split(":")[0]) for line in said}) == list(
         range(version + 1, CALIBRATION_VERSION + 1)
     )
@@ -197,6 +206,7 @@ STEPS_LINE = (
     "15: frontend.input_through_steps: the input line through the windows' middles put back "
     "(input_ms 3.2, input_per_running_ms 0.25)"
 )
+IDLE_BACK = "16: frontend.queue.first_idle_residual_ms: no spread on an idle engine's way back"
 SPREAD_KEPT = "14: kept: frontend.input_residual_ms, the spread around the two-piece way in"
 FIRST_CHUNK = "13: frontend.queue.first_ms: no first-chunk cost on the way back"
 
@@ -205,7 +215,7 @@ def test_a_version_13_view_puts_the_idle_way_in_back_on_the_line(tmp_path: Path)
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 13)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT]
+    assert lines[:-1] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(13)}
     front = CalibrationRecord.load(load_bundle(view), "vllm").frontend
     assert front is not None and front.input_idle_ms is None
@@ -219,14 +229,14 @@ def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 12)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert lines[:-1] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(12)}
     for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
         assert (view / name).read_bytes() == (bundle / name).read_bytes()
     record = CalibrationRecord.load(load_bundle(view), "vllm")
     assert record.frontend_queue is not None and record.frontend_queue.first_ms == 0.0
     assert CalibrationRecord.load(load_bundle(bundle), "vllm").frontend_queue == FrontEndQueue(
-        0.3, 0.5, 0.05, 1.2
+        0.3, 0.5, 0.05, 1.2, tuple(FRONT_V16["queue"]["first_idle_residual_ms"])
     )
 
 
@@ -238,8 +248,8 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:4] == [STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
-    assert printed[4].startswith("12: serving_steps.csv client_sends (")
+    assert printed[:5] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert printed[5].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -248,8 +258,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 14"),
-        (15, ("vllm",), None, r"version 15: a view is of 7 to 14"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 15"),
+        (16, ("vllm",), None, r"version 16: a view is of 7 to 15"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
@@ -281,3 +291,14 @@ def test_a_column_another_backend_fills_is_kept(tmp_path: Path) -> None:
     assert table.clear("num_prompts", "vllm") == 1
     table.write()
     assert path.read_text() == "backend,phase,num_prompts\nvllm,prefill,\nhf_cb,mixed,2\n"
+
+
+def test_a_version_15_view_loses_only_the_idle_way_backs_spread(tmp_path: Path) -> None:
+    bundle = current(tmp_path / "profiles")
+    lines = tool.older_view(bundle, tmp_path / "view", 15)
+    view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
+    assert lines[:-1] == [IDLE_BACK]
+    assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(15)}
+    queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
+    assert queue is not None and queue.first_idle_residual_ms == ()
+    assert queue.to_dict() == {k: FRONT_V15["queue"].get(k, 0.0) for k in queue.to_dict()}

@@ -267,3 +267,57 @@ def test_a_request_drawn_slow_on_its_way_in_reaches_the_engine_that_much_later(r
     assert np.all(np.diff(on_line) >= 0)  # on the line, handed on in order
     first = first_requests(front, 2).input_spread_levels
     assert first is not None and first.tolist() == [0.999, 0.5]
+
+
+def test_the_idle_spread_draws_only_for_requests_sent_to_an_idle_engine(root: Path) -> None:
+    """``vidur.frontend_idle_spread``: a request sent with nothing in flight reads its level off
+    the idle sends' spread; one sent to a busy engine stays on the line (its hop was only read
+    within the step in progress)."""
+    from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    spread = tuple(4.0 for _ in SPREAD_LEVELS)
+    front = replace(
+        inputs,
+        frontend=FrontEnd(input_ms=2.0, output_ms=1.0,
+                          input_residual_ms=((0, spread), (1, spread))),
+        input_spread_levels=np.full(len(ARRIVALS), 0.5),
+        input_spread_idle_only=True,
+    )  # fmt: skip
+    running = np.zeros(len(ARRIVALS))
+    running[1] = 2
+    reached = front.scheduler_arrival_s(running)
+    assert reached[0] == pytest.approx(ARRIVALS[0] + 0.006)  # idle: the line's 2 + its 4 ms
+    assert reached[1] == pytest.approx(max(ARRIVALS[1] + 0.002, reached[0]))  # busy: the line
+    every = replace(front, input_spread_idle_only=False).scheduler_arrival_s(running)
+    assert every[1] == pytest.approx(max(ARRIVALS[1], ARRIVALS[0]) + 0.006)  # busy spread too
+
+
+def test_an_idle_engines_first_token_draws_its_way_back_from_the_measured_spread(
+    root: Path,
+) -> None:
+    """``vidur.frontend_idle_spread`` with a calibration of version 16 on: a request sent to an
+    idle engine reads its own level off the first tokens' spread around the queue's way back;
+    one sent to a busy engine keeps the queue's."""
+    from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+    from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS, spread_levels
+    from gpu_simulate_test.vidur_simulate.inputs import first_requests, first_spread
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    spread = tuple(10.0 * level for level in SPREAD_LEVELS)  # 0.1 .. 9.9 ms, linear
+    queue = FrontEndQueue(1.0, 0.5, 0.2, 0.4, first_idle_residual_ms=spread)
+    assert first_spread(queue, False, 4, 7) is None  # off
+    assert first_spread(replace(queue, first_idle_residual_ms=()), True, 4, 7) is None  # v15
+    levels = first_spread(queue, True, len(ARRIVALS), 7)
+    assert levels is not None and not np.array_equal(levels, spread_levels(len(ARRIVALS), 7))
+    drawn = replace(inputs, frontend_queue=queue, first_spread_levels=levels)
+    running = np.zeros(len(ARRIVALS))
+    running[0] = 1
+    extra = drawn.first_token_spread_s(running)
+    assert isinstance(extra, np.ndarray) and extra[0] == 0.0  # busy at its send: the queue's
+    assert extra[1:] == pytest.approx(np.interp(levels[1:], SPREAD_LEVELS, spread) / 1e3)
+    assert inputs.first_token_spread_s(running) == 0.0  # no levels: no spread
+    kept = first_requests(drawn, 2).first_spread_levels
+    assert kept is not None and kept.tolist() == levels[:2].tolist()
