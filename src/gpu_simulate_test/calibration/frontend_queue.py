@@ -131,11 +131,13 @@ class FrontEndQueue:
         calibration before version 13: 0; without ``first_idle_residual_ms``, before 16: no
         spread); ValueError naming ``where``."""
         values = calibrated_ms(recorded, KEYS, where, optional=(FIRST_KEY,))
+        costs = (values["request_ms"], values["step_ms"], values["token_ms"])
+        first = values.get(FIRST_KEY, 0.0)
         spread = recorded.get(IDLE_SPREAD_KEY)
         if spread is None:
-            return cls(**values)
+            return cls(*costs, first)
         at, what = f"{where}.{IDLE_SPREAD_KEY}", "an idle engine's first tokens' spread"
-        return cls(**values, first_idle_residual_ms=input_spread.quantiles(spread, at, what))
+        return cls(*costs, first, input_spread.quantiles(spread, at, what))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ step's time over its predicted time (``ratio``) is set against the candidates
   truths the wake-up is no line: a prompt's step took 6.4 ms after under 20 ms idle, 6.7 ms
   after 20–50, 8.0 after 50–100, 9.6 after 100–200, 10.6 after 200–400 and 11.2 after more
   (ten real runs, 2026-12-03), flat, then steep, then flat; a line fitted where most wake-ups
-  are short put it at 1.7–3.3 ms at 300 ms idle where the truths took 4.2;
+  are short put it at 1.7–3.5 ms at 300 ms idle where the truths took 4.2;
 - ``noise(seed)``: the slow moments, a spread in log time on busy steps whose slow part carries
   over from step to step.
 
@@ -305,20 +305,24 @@ def fit(
     if woke.sum() >= MIN_IDLE_STEPS:
         extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
         w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
+        bands, points = wake_curve(idle_ms[woke], extra_ms)
         load = replace(
             load,
             wake0_ms=w0,
             wake_per_decade_ms=w1,
             max_idle_ms=float(np.max(idle_ms[woke])),
-            **wake_curve(idle_ms[woke], extra_ms),
+            wake_idle_ms=bands,
+            wake_points_ms=points,
         )
     return load
 
 
-def wake_curve(idle_ms: np.ndarray, extra_ms: np.ndarray) -> dict[str, tuple[float, ...]]:
+def wake_curve(
+    idle_ms: np.ndarray, extra_ms: np.ndarray
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The wake-up per band of idle time (:data:`WAKE_BANDS_MS`, each with at least
-    :data:`MIN_WAKE_STEPS`): its median idle and median extra time; none (the line) with fewer
-    than two such bands."""
+    :data:`MIN_WAKE_STEPS`): the bands' median idle and median extra time; both empty (the
+    line) with fewer than two such bands."""
     band = np.searchsorted(np.asarray(WAKE_BANDS_MS), idle_ms, side="right") - 1
     idle, extra = [], []
     for b in range(len(WAKE_BANDS_MS) - 1):
@@ -327,8 +331,8 @@ def wake_curve(idle_ms: np.ndarray, extra_ms: np.ndarray) -> dict[str, tuple[flo
             idle.append(float(np.median(idle_ms[mine])))
             extra.append(float(np.median(extra_ms[mine])))
     if len(idle) < 2:
-        return {}
-    return {"wake_idle_ms": tuple(idle), "wake_points_ms": tuple(extra)}
+        return (), ()
+    return tuple(idle), tuple(extra)
 
 
 def _sends(steps: pd.DataFrame) -> np.ndarray:

@@ -118,7 +118,7 @@ def test_the_wake_up_follows_the_idle_bands_where_a_line_in_log_idle_cannot() ->
     line = dataclasses.replace(load, wake_idle_ms=(), wake_points_ms=())
     assert abs(line.wake_s(0.3) * 1e3 - truth(np.array([300.0]))[0]) > 0.5
     few = serving_load.wake_curve(np.array([5.0, 6.0, 7.0, 300.0]), np.array([0.0, 0.0, 0, 3]))
-    assert few == {}  # one band with three: the line
+    assert few == ((), ())  # one band with three: the line
 
 
 def test_slow_moments_carry_over_as_calibrated() -> None:

@@ -302,3 +302,27 @@ def test_a_version_15_view_loses_only_the_idle_way_backs_spread(tmp_path: Path) 
     queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
     assert queue is not None and queue.first_idle_residual_ms == ()
     assert queue.to_dict() == {k: FRONT_V15["queue"].get(k, 0.0) for k in queue.to_dict()}
+
+
+def test_a_version_15_view_takes_the_quietest_replays_out(tmp_path: Path) -> None:
+    """Version 16 replays at four rates, the quietest for the wake-ups after long idles: a
+    version 15 view takes that rate's steps out and keeps the other three rates' as they were."""
+    bundle = current(tmp_path / "profiles")
+    steps = schedule()
+    edges = np.linspace(steps["start_time_s"].min(), steps["end_time_s"].max() + 1e-3, 5)
+    windows = [(rate, float(a), float(b)) for rate, a, b in
+               zip((2.0, 5.0, 30.0, 60.0), edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    replayed = serving_replay.serving_steps(steps, windows, "vllm", [])
+    write_csv(bundle / layout.SERVING_STEPS, replayed, SERVING_STEPS_TABLE)
+    quiet = int((replayed["rate_qps"] == 2.0).sum())
+    assert 0 < quiet < len(replayed)
+    lines = tool.older_view(bundle, tmp_path / "view", 15)
+    assert lines[:-1] == [
+        IDLE_BACK,
+        f"16: serving_steps.csv: the quietest replays (2 req/s, {quiet} steps) taken out; "
+        "kept: the front end's readings, fitted with them",
+    ]
+    view = load_bundle(tmp_path / "view" / "cpu" / QWEN3_TINY.name)
+    kept = CalibrationRecord.load(view, "vllm").serving_steps
+    assert kept is not None and sorted(set(kept["rate_qps"])) == [5.0, 30.0, 60.0]
+    assert len(kept) == len(replayed) - quiet
