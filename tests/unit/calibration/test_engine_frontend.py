@@ -197,3 +197,23 @@ def test_running_at_send_counts_as_a_scan_of_every_request_would() -> None:
         for i, t in enumerate(sent)
     ]
     assert running_at_send(sent, reached, raw).tolist() == scan
+
+
+def test_in_flight_at_each_send_counts_the_others_reached_and_not_finished() -> None:
+    """What the replays' way in and the idle first tokens are read by: at its send, the other
+    requests that had reached the engine and not finished; -1 for one without the stamps."""
+    from types import SimpleNamespace
+
+    from gpu_simulate_test.calibration.frontend import in_flight_at_sends
+
+    def rec(sent: float | None, reached: float | None, done: float | None) -> Any:
+        return SimpleNamespace(arrival_s=sent, engine_arrival_s=reached, engine_last_token=done)
+
+    recs = [
+        rec(0.0, 0.003, 0.050),  # alone: idle
+        rec(0.010, 0.013, 0.060),  # the first in flight
+        rec(0.055, 0.058, 0.070),  # the second still in flight, the first done
+        rec(0.100, None, None),  # never reached: -1, and not counted for the others
+        rec(0.101, 0.104, 0.110),  # nothing in flight
+    ]
+    assert in_flight_at_sends(recs) == [0, 1, 1, -1, 0]
