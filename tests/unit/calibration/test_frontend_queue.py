@@ -234,7 +234,8 @@ def test_an_idle_engines_first_tokens_keep_their_spread_around_the_queue() -> No
     engine; these real runs at 20 and 50 req/s have 3 such sends, so here: with at most four in
     flight): their measured delay less the queue's, kept as quantiles for the simulation to draw
     from (calibration version 16); read back, and a bad record refused by name."""
-    assert fq.fit([_observed("q20"), _observed("q50")]).get(fq.IDLE_SPREAD_KEY) is None  # 3
+    three = fq.fit([_observed("q20"), _observed("q50")])
+    assert three is not None and fq.IDLE_SPREAD_KEY not in three  # 3 idle sends: too few
     runs = [_observed("q20", quiet=4), _observed("q50", quiet=4)]
     fitted = fq.fit(runs)
     assert fitted is not None

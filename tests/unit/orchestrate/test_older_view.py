@@ -64,7 +64,8 @@ FRONT_V12 = {
     "input_residual_ms": SPREAD,
     "experiments_input": {**QUIET, "input_residual_ms": {}},
 }
-FRONT_V13 = {**FRONT_V12, "queue": {**QUEUE, "first_ms": 1.2, "first_tokens": 30}}
+QUEUE_V13: dict[str, float] = {**QUEUE, "first_ms": 1.2, "first_tokens": 30}
+FRONT_V13 = {**FRONT_V12, "queue": QUEUE_V13}
 FRONT_V14 = {  # the line refitted without the idle sends, the one over every send beside
     **FRONT_V13,
     "input_ms": 3.2,
@@ -84,13 +85,10 @@ FRONT_V15 = {  # the line fitted through the steps, the one through the windows'
         "requests": 40,
     },
 }
+IDLE_BACK_SPREAD = [round(-0.5 + 0.1 * k, 2) for k in range(21)]
 FRONT_V16 = {  # an idle engine's first token's spread around the queue's way back
     **FRONT_V15,
-    "queue": {
-        **FRONT_V15["queue"],
-        "first_idle_residual_ms": [round(-0.5 + 0.1 * k, 2) for k in range(21)],
-        "first_idle_tokens": 25,
-    },
+    "queue": {**QUEUE_V13, "first_idle_residual_ms": IDLE_BACK_SPREAD, "first_idle_tokens": 25},
 }
 EXPERIMENTS_V10 = [["cached_prefill", 1, 16, 64], ["decode", 1, 32], ["prefill", 1, 16]]
 ANALYSIS_V11 = [{"candidate": "arrival_rate", "steps": 9}]
@@ -236,7 +234,7 @@ def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     record = CalibrationRecord.load(load_bundle(view), "vllm")
     assert record.frontend_queue is not None and record.frontend_queue.first_ms == 0.0
     assert CalibrationRecord.load(load_bundle(bundle), "vllm").frontend_queue == FrontEndQueue(
-        0.3, 0.5, 0.05, 1.2, tuple(FRONT_V16["queue"]["first_idle_residual_ms"])
+        0.3, 0.5, 0.05, 1.2, tuple(IDLE_BACK_SPREAD)
     )
 
 
@@ -301,7 +299,7 @@ def test_a_version_15_view_loses_only_the_idle_way_backs_spread(tmp_path: Path) 
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(15)}
     queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
     assert queue is not None and queue.first_idle_residual_ms == ()
-    assert queue.to_dict() == {k: FRONT_V15["queue"].get(k, 0.0) for k in queue.to_dict()}
+    assert queue.to_dict() == {k: QUEUE_V13.get(k, 0.0) for k in queue.to_dict()}
 
 
 def test_a_version_15_view_takes_the_quietest_replays_out(tmp_path: Path) -> None:
