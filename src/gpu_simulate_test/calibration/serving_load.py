@@ -39,6 +39,7 @@ The predictor-timed simulation of vLLM's V1 scheduler applies them per step
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -221,9 +222,10 @@ class ServingLoad:
         decades = math.log10(max(1.0, min(idle_s * 1e3, self.max_idle_ms)))
         return (self.wake0_ms + self.wake_per_decade_ms * decades) / 1e3
 
-    @property
+    @functools.cached_property
     def wake_log_idle(self) -> tuple[float, ...]:
-        """:attr:`wake_idle_ms` in log10 (where the curve is interpolated)."""
+        """:attr:`wake_idle_ms` in log10 (where the curve is interpolated; once per model, not
+        per idle step)."""
         return tuple(math.log10(max(1.0, v)) for v in self.wake_idle_ms)
 
 

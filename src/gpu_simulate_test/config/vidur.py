@@ -388,10 +388,12 @@ class VidurConfig:
     frontend_idle_spread: bool = False
     """With ``frontend_input=line``: each request sent to an idle engine (none in flight) draws
     its way in from the calibration's idle sends around ``input_idle_ms``
-    (``frontend.input_residual_ms``'s bucket 0, seeded by ``seed``), a busy engine's stays on
-    the line. An idle engine stamps a request on arrival, so these hops are read exactly where
-    a busy engine's are only known within the step in progress. ``frontend_input_spread``
-    spreads every load (the idle sends included)."""
+    (``frontend.input_residual_ms``'s bucket 0) and, from calibration version 16 on, its first
+    token's way back from those sends' first tokens around the queue's
+    (``frontend.queue.first_idle_residual_ms``), each seeded by ``seed``; a busy engine's stay
+    on the line and the queue. An idle engine stamps a request on arrival, so these are read
+    exactly where a busy engine's hop is only known within the step in progress.
+    ``frontend_input_spread`` spreads every load's way in (the idle sends included)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity

@@ -11,11 +11,8 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
-from gpu_simulate_test.calibration.input_spread import (
-    FIRST_SPREAD_STREAM,
-    SPREAD_LEVELS,
-    spread_levels,
-)
+from gpu_simulate_test.calibration.input_spread import FIRST_SPREAD_STREAM, spread_levels
+from gpu_simulate_test.calibration.input_spread import spread_s as input_spread_s
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
@@ -80,8 +77,9 @@ class Inputs:
         queue = self.frontend_queue
         if self.first_spread_levels is None or queue is None or not queue.first_idle_residual_ms:
             return 0.0
-        drawn = np.interp(self.first_spread_levels, SPREAD_LEVELS, queue.first_idle_residual_ms)
-        return np.where(np.asarray(running) == 0, drawn / 1000.0, 0.0)
+        spread = ((0, queue.first_idle_residual_ms),)  # one spread: the idle sends'
+        drawn = input_spread_s(spread, self.first_spread_levels, np.asarray(running))
+        return np.where(np.asarray(running) == 0, drawn, 0.0)
 
     @property
     def sent_s(self) -> np.ndarray:
