@@ -159,3 +159,8 @@ def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project
     a = read_csv(with_terms / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
     b = read_csv(without / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
     assert not np.allclose(a["end_time_s"].iloc[:20], b["end_time_s"].iloc[:20])
+    # vidur.wake_spread: this record has fewer wake-ups than a curve needs (none kept), so the
+    # option has none to draw and moves no step
+    assert report["terms"]["wake_residual_ms"] is None
+    drawn = simulate("wake", "vidur.wake_spread=true") / layout.ENGINE_SCHEDULE
+    assert read_csv(drawn, ENGINE_SCHEDULE)["end_time_s"].equals(a["end_time_s"])

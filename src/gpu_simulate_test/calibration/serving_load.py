@@ -23,8 +23,8 @@ step's time over its predicted time (``ratio``) is set against the candidates
   fidelity campaigns' truths, +0.9..2.1 ms a send at every load, +2.5..5 ms for two), from the
   replays' sends beside their steps (calibration version 12 on; none before);
 - ``wake(idle)``: what a step that wakes an idle engine takes beyond ``stretch(0)`` of its
-  prediction: per band of idle time (:data:`WAKE_BANDS_MS`) the median, interpolated in log10
-  of the idle time (a line in log10 where fewer than two bands are measured). On the main job's
+  prediction: per band of idle time (:mod:`.wake`) the median, interpolated in log10 of the
+  idle time (a line in log10 where fewer than two bands are measured). On the main job's
   truths the wake-up is no line: a prompt's step took 6.4 ms after under 20 ms idle, 6.7 ms
   after 20–50, 8.0 after 50–100, 9.6 after 100–200, 10.6 after 200–400 and 11.2 after more
   (ten real runs, 2026-12-03), flat, then steep, then flat; a line fitted where most wake-ups
@@ -48,6 +48,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration import wake
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -59,10 +60,6 @@ MIN_BUSY_STEPS = 20
 """Busy steps needed to fit stretch and gap (fewer: a ratio of 1 and no pause)."""
 MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
-WAKE_BANDS_MS: tuple[float, ...] = (0.0, 20.0, 50.0, 100.0, 200.0, 400.0, math.inf)
-"""The bands of idle time the wake-up is read in (each from its value up to the next)."""
-MIN_WAKE_STEPS = 3
-"""Wake-ups a band needs to count in the wake-up's curve."""
 MIN_SEND_STEPS = 10
 """Busy steps of one rate with exactly one send (and as many without) needed for that rate to
 count in ``intake_ms``."""
@@ -169,10 +166,13 @@ class ServingLoad:
     max_idle_ms: float = 0.0
     """The longest idle calibrated."""
     wake_idle_ms: tuple[float, ...] = ()
-    """Per band of idle time with wake-ups (:data:`WAKE_BANDS_MS`), their median idle,
+    """Per band of idle time with wake-ups (:data:`~.wake.WAKE_BANDS_MS`), their median idle,
     increasing (empty: the line)."""
     wake_points_ms: tuple[float, ...] = ()
     """At each: the median wake-up beyond the prediction."""
+    wake_residual_ms: tuple[float, ...] = ()
+    """The calibration's wake-ups beyond :meth:`wake_s`, sorted (:mod:`.wake`): what a
+    simulation with ``vidur.wake_spread`` draws one of per idle step."""
     noise_sigma: float = 0.0
     """Spread of a busy step's log time around the model (the slow moments a composition does
     not explain: the API server's bursts on the engine's cores)."""
@@ -307,7 +307,7 @@ def fit(
     if woke.sum() >= MIN_IDLE_STEPS:
         extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
         w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
-        bands, points = wake_curve(idle_ms[woke], extra_ms)
+        bands, points = wake.curve(idle_ms[woke], extra_ms)
         load = replace(
             load,
             wake0_ms=w0,
@@ -316,25 +316,9 @@ def fit(
             wake_idle_ms=bands,
             wake_points_ms=points,
         )
+        residual = wake.residuals(idle_ms[woke], extra_ms, load.wake_s)
+        load = replace(load, wake_residual_ms=residual)
     return load
-
-
-def wake_curve(
-    idle_ms: np.ndarray, extra_ms: np.ndarray
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The wake-up per band of idle time (:data:`WAKE_BANDS_MS`, each with at least
-    :data:`MIN_WAKE_STEPS`): the bands' median idle and median extra time; both empty (the
-    line) with fewer than two such bands."""
-    band = np.searchsorted(np.asarray(WAKE_BANDS_MS), idle_ms, side="right") - 1
-    idle, extra = [], []
-    for b in range(len(WAKE_BANDS_MS) - 1):
-        mine = band == b
-        if np.count_nonzero(mine) >= MIN_WAKE_STEPS:
-            idle.append(float(np.median(idle_ms[mine])))
-            extra.append(float(np.median(extra_ms[mine])))
-    if len(idle) < 2:
-        return (), ()
-    return tuple(idle), tuple(extra)
 
 
 def _sends(steps: pd.DataFrame) -> np.ndarray:

@@ -67,7 +67,7 @@ def report(
     body = features["body_s"].to_numpy(dtype=float)
     modelled = modelled_s(load, features, pred)
     return {
-        "terms": asdict(load),
+        "terms": _terms(load),
         "steps": len(features),
         "steps_without_prediction": int((~known).sum()),
         "busy_steps": int(features["busy"].sum()),
@@ -129,3 +129,16 @@ def plot_residuals(
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def _terms(load: ServingLoad) -> dict[str, Any]:
+    """The terms as ``run_meta.json`` keeps them: the wake-ups' residuals by their count and
+    deciles, not one by one."""
+    terms = asdict(load)
+    residual = np.asarray(terms.pop("wake_residual_ms"), dtype=float)
+    terms["wake_residual_ms"] = (
+        {"n": len(residual), **{f"p{q}": float(np.percentile(residual, q)) for q in (10, 50, 90)}}
+        if len(residual)
+        else None
+    )
+    return terms

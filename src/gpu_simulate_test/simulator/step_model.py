@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import serving_load
+from gpu_simulate_test.calibration import serving_load, wake
 from gpu_simulate_test.calibration.overhead import StepJitter, StepOverhead, step_s
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.simulator.types import Composition
@@ -135,6 +135,12 @@ class PredictorClock:
         self.scale = scale
         """``vidur.step_time_scale``: every step and every pause between steps, times this."""
         self._noise = serving.noise(seed) if serving is not None else None
+        self._wake = (
+            wake.Draws(serving.wake_residual_ms, seed)
+            if serving is not None and serving.wake_residual_ms
+            else None
+        )
+        """Each wake-up's seeded spread around the curve (None: on the curve)."""
         self._recent: deque[tuple[float, int, int]] = deque()
         """(end, requests taken in, tokens streamed) of the steps in the serving window."""
         self._taken = self._streamed = 0
@@ -197,8 +203,8 @@ class PredictorClock:
         serving = self.serving
         if serving is not None:
             if idle_s > 0:
-                stretched = value * serving.stretch()
-                value = max(0.5 * value, stretched + serving.wake_s(idle_s))
+                woken = value * serving.stretch() + serving.wake_s(idle_s)
+                value = max(0.5 * value, woken + (self._wake() if self._wake else 0.0))
             else:  # the slow moments were measured on busy steps
                 assert self._noise is not None
                 value = value * serving.stretch(*self._rates(start_s))

@@ -123,6 +123,9 @@ class SimulationRequest:
     sent_s: np.ndarray | None = None
     """vllm_v1 timed by the step model: when the client sent each request (NaN: not known
     ahead), for the serving terms' intake (None: none)."""
+    wake_spread: bool = True
+    """vllm_v1 with the serving terms: each wake-up drawn around the curve
+    (``vidur.wake_spread``; False: on it)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:

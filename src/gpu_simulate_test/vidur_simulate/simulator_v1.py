@@ -7,6 +7,7 @@ replay's clock). Vidur has no such scheduler, so it runs in our loop only.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -42,9 +43,12 @@ def build_step_model(request: SimulationRequest) -> StepModel:
     serving_fit = None
     if request.serving_steps is not None and fitted.report is not None:
         serving_fit = fit_serving(timer, request.serving_steps)
+    serving = serving_fit[0] if serving_fit is not None else None
+    if serving is not None and not request.wake_spread:  # each wake-up on the curve
+        serving = dataclasses.replace(serving, wake_residual_ms=())
     return StepModel(
         timer,
-        serving=serving_fit[0] if serving_fit is not None else None,
+        serving=serving,
         jitter=request.step_jitter if fitted.overhead is not None else None,
         overhead_report=fitted.report,
         overhead_fit=fitted.table,

@@ -231,6 +231,7 @@ def _request(
         step_model=step_model,
         fleet=fleet_spec(cfg.fleet),
         sent_s=inputs.sent_s,
+        wake_spread=cfg.vidur.wake_spread,
     )
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.calibration import serving_load, serving_residuals
+from gpu_simulate_test.calibration import serving_load, serving_residuals, wake
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 from gpu_simulate_test.simulator.run import run_v1
 from gpu_simulate_test.simulator.types import ENGINE_QUEUED, V1Params
@@ -112,12 +112,12 @@ def test_the_wake_up_follows_the_idle_bands_where_a_line_in_log_idle_cannot() ->
 
     frame["body_s"] = np.where(woke, pred + truth(idle) / 1e3, frame["body_s"])
     load = serving_load.fit(frame, pred, group)
-    assert len(load.wake_idle_ms) == len(serving_load.WAKE_BANDS_MS) - 1
+    assert len(load.wake_idle_ms) == len(wake.WAKE_BANDS_MS) - 1
     for ms in (10.0, 300.0, 900.0):
         assert load.wake_s(ms / 1e3) * 1e3 == pytest.approx(truth(np.array([ms]))[0], abs=0.3)
     line = dataclasses.replace(load, wake_idle_ms=(), wake_points_ms=())
     assert abs(line.wake_s(0.3) * 1e3 - truth(np.array([300.0]))[0]) > 0.5
-    few = serving_load.wake_curve(np.array([5.0, 6.0, 7.0, 300.0]), np.array([0.0, 0.0, 0, 3]))
+    few = wake.curve(np.array([5.0, 6.0, 7.0, 300.0]), np.array([0.0, 0.0, 0, 3]))
     assert few == ((), ())  # one band with three: the line
 
 
