@@ -385,20 +385,19 @@ class VidurConfig:
     p90's one-signed -15% into a two-signed -2.6%, but at 50-85% of capacity, where the line is
     already too long, it made the front end longer still
     (benchmarks/results/main_job_spread_20261203)."""
-    frontend_idle_spread: bool = False
+    frontend_idle_spread: bool = True
     """With ``frontend_input=line``: each request sent to an idle engine (none in flight) draws
     its way in from the calibration's idle sends around ``input_idle_ms``
     (``frontend.input_residual_ms``'s bucket 0) and, from calibration version 16 on, its first
     token's way back from those sends' first tokens around the queue's
     (``frontend.queue.first_idle_residual_ms``), each seeded by ``seed``; a busy engine's stay
     on the line and the queue. An idle engine stamps a request on arrival, so these are read
-    exactly where a busy engine's hop is only known within the step in progress.
-    ``frontend_input_spread`` spreads every load's way in (the idle sends included)."""
+    exactly where a busy engine's hop is only known within the step in progress; a bundle
+    without them says why in ``run_meta.json``. ``frontend_input_spread`` spreads every load's
+    way in (the idle sends included)."""
     wake_spread: bool = True
-    """Each step that wakes an idle engine draws, seeded by ``seed``, one of the calibration
-    replays' wake-ups beyond the wake-up curve (:mod:`~..calibration.wake`); false: on the
-    curve. ``vllm_v1`` with the serving terms. On five main jobs client TTFT p90 went from
-    -7.2% to -4.7% mean signed (benchmarks/results/wake_spread_20261204)."""
+    """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
+    the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity

@@ -80,7 +80,7 @@ def test_the_spread_applies_where_it_can_and_says_why_not() -> None:
 def test_the_idle_spread_needs_the_idle_sends_spread_and_says_so() -> None:
     from gpu_simulate_test.config.vidur import VidurConfig
 
-    assert VidurConfig().frontend_idle_spread is False
+    assert VidurConfig().frontend_idle_spread is True
     q = tuple(float(k) for k in range(len(SPREAD_LEVELS)))
     idle = FrontEnd(5.0, 1.0, input_residual_ms=((0, q), (4, q)))
     levels, note = input_spread(idle, enabled=False, by_queue=False, count=4, seed=1, idle=True)
