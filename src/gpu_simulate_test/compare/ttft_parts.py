@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.compare import send_state
 from gpu_simulate_test.core.reporting import markdown_table
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
@@ -104,6 +105,23 @@ def side_by_side(hops: pd.DataFrame, sim: pd.DataFrame | None) -> list[dict[str,
     return out
 
 
+def by_send_state(
+    hops: pd.DataFrame, requests: pd.DataFrame, sim: pd.DataFrame | None
+) -> list[dict[str, Any]]:
+    """Each of :data:`SIDES` real against simulated per engine state at the send
+    (:mod:`.send_state`); empty without the simulated split or the real engine's stamps."""
+    parts = pd.DataFrame() if sim is None else sim_parts(sim)
+    real_state = send_state.real_states(requests)
+    sim_state = None if sim is None else send_state.sim_states(sim)
+    if parts.empty or real_state is None or sim_state is None:
+        return []
+    real = pd.DataFrame(
+        {"request_id": hops["request_id"].to_numpy()}
+        | {name: hops[list(real_hops)].sum(axis=1).to_numpy() for name, real_hops in SIDES}
+    )
+    return send_state.by_state(real, real_state, parts, sim_state, [n for n, _ in SIDES])
+
+
 def hop_frame(requests: pd.DataFrame, front: pd.DataFrame) -> pd.DataFrame:
     """Per ok request with every stamp: each hop in ms, and the client TTFT (``total``)."""
     joined = requests[requests["status"] == "ok"].merge(front, on="request_id", how="inner")
@@ -170,6 +188,7 @@ def ttft_parts(
         "client_ttft_ms": {s: float(np.percentile(hops["total"], int(s[1:]))) for s in STATS[:3]},
         "front_end": front_end,
         "simulated": side_by_side(hops, sim),
+        "by_send_state": by_send_state(hops, requests, sim),
         "per_request": hops,
     }
 
@@ -227,6 +246,7 @@ def ttft_parts_markdown(record: Mapping[str, Any] | None, plot: str | None) -> s
             "",
             markdown_table(["part", "p50", "p90", "mean", "mean: sim − real"], rows),
         ]
+        lines += send_state.markdown(record.get("by_send_state") or [], [n for n, _ in SIDES])
     if plot:
         lines += ["", f"![where the first token's time goes]({plot})"]
     return "\n".join(lines) + "\n"
