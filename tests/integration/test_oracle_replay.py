@@ -164,3 +164,10 @@ def test_serving_terms_fitted_on_a_bundle_s_replays_reach_the_simulation(project
     assert report["terms"]["wake_residual_ms"] is None
     drawn = simulate("wake", "vidur.wake_spread=true") / layout.ENGINE_SCHEDULE
     assert read_csv(drawn, ENGINE_SCHEDULE)["end_time_s"].equals(a["end_time_s"])
+    # vidur.busy_spread: the busy steps' fast part from the record's own steps per band of
+    # decodes (fitted and reported either way; off by default: the lognormal's)
+    bands = report["terms"]["busy_residual"]
+    assert bands[0]["n"] >= 30 and bands[0]["p10"] < 0 < bands[0]["p90"]
+    busy = simulate("busy", "vidur.busy_spread=true")
+    spread = read_csv(busy / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)["end_time_s"]
+    assert not spread.equals(a["end_time_s"])

@@ -48,7 +48,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import wake
+from gpu_simulate_test.calibration import busy_spread, wake
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -180,23 +180,28 @@ class ServingLoad:
     """Step-to-step carry-over of its slow part (slow moments last several steps)."""
     noise_slow_share: float = 0.0
     """The share of the spread's variance that is slow (the rest is new every step)."""
+    busy_residual: tuple[tuple[float, ...], ...] = ()
+    """Per band of decodes (:mod:`.busy_spread`), the busy steps' log time beyond the model:
+    what a simulation with ``vidur.busy_spread`` draws a busy step's fast part from."""
     intake_ms: float = 0.0
     """What each request the client sends while a step runs adds to the step (0: not
     calibrated, a bundle before calibration version 12)."""
     window_s: float = WINDOW_S
 
-    def noise(self, seed: int) -> Iterator[float]:
+    def noise(self, seed: int, fast: bool = True) -> Iterator[float]:
         """Per step, a factor of mean 1: in log time, a slow AR(1) part (``noise_phi``, a
         ``noise_slow_share`` of the variance) plus a part new every step, seeded (1.0 forever
-        without a spread)."""
+        without a spread); ``fast=False``: the slow part alone (the fast one drawn apart, from
+        :attr:`busy_residual`), the same slow draws."""
         sigma, phi, share = self.noise_sigma, self.noise_phi, self.noise_slow_share
         rng = np.random.default_rng(seed)
         slow_sd, fast_sd = sigma * math.sqrt(share), sigma * math.sqrt(1.0 - share)
         innovation = slow_sd * math.sqrt(max(0.0, 1.0 - phi * phi))
         slow = float(rng.normal(0.0, slow_sd)) if slow_sd > 0 else 0.0
+        spread = sigma * sigma if fast else slow_sd * slow_sd
         while True:
-            fast = float(rng.normal(0.0, fast_sd)) if fast_sd > 0 else 0.0
-            yield math.exp(slow + fast - sigma * sigma / 2.0)
+            drawn = float(rng.normal(0.0, fast_sd)) if fast_sd > 0 else 0.0
+            yield math.exp(slow + (drawn if fast else 0.0) - spread / 2.0)
             if slow_sd > 0:
                 slow = phi * slow + innovation * float(rng.normal())
 
@@ -302,6 +307,11 @@ def fit(
         load = replace(_rated(body, pred, req, gap, busy, labels), intake_ms=intake_s * 1e3)
     if load.rate_points:
         load = _with_noise(load, body, pred, req, tok, busy)
+        if "decodes" in features:  # a step record's features (a planted frame may not)
+            stretch = np.array([load.stretch(r) for r in req[busy]])
+            decodes = features["decodes"].to_numpy(dtype=float)[busy]
+            log_residual = np.log(body[busy] / (pred[busy] * stretch))
+            load = replace(load, busy_residual=busy_spread.residuals(decodes, log_residual))
     idle_ms = features["idle_ms"].to_numpy(dtype=float)
     woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
     if woke.sum() >= MIN_IDLE_STEPS:

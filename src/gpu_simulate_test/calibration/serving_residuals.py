@@ -141,4 +141,8 @@ def _terms(load: ServingLoad) -> dict[str, Any]:
         if len(residual)
         else None
     )
+    terms["busy_residual"] = [  # per band of decodes: its steps and log residual's deciles
+        {"n": len(v), **{f"p{q}": float(np.percentile(v, q)) for q in (10, 50, 90, 99)}}
+        for v in terms.pop("busy_residual")
+    ] or None
     return terms

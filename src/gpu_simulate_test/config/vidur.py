@@ -378,13 +378,9 @@ class VidurConfig:
     readings. Not the default: on five main jobs it was worse, on a fidelity campaign better
     (benchmarks/results/main_job_ttft_20261203)."""
     frontend_input_spread: bool = False
-    """With ``frontend_input=line``: each request's way in is the line plus a seeded draw (by
-    ``seed``) from the calibration replays' hops around it at its load
-    (``frontend.input_residual_ms``, calibration version 12 on): the API server's slow moments,
-    which the line's median leaves out. Not the default: on the main job it turned client TTFT
-    p90's one-signed -15% into a two-signed -2.6%, but at 50-85% of capacity, where the line is
-    already too long, it made the front end longer still
-    (benchmarks/results/main_job_spread_20261203)."""
+    """With ``frontend_input=line``: each way in is the line plus a seeded draw from the
+    replays' hops around it at its load (``frontend.input_residual_ms``). Off: at 50-85% of
+    capacity it made the too-long front end longer (results/main_job_spread_20261203)."""
     frontend_idle_spread: bool = True
     """With ``frontend_input=line``: each request sent to an idle engine (none in flight) draws
     its way in from the calibration's idle sends around ``input_idle_ms``
@@ -398,6 +394,10 @@ class VidurConfig:
     wake_spread: bool = True
     """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
     the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""
+    busy_spread: bool = False
+    """A busy step's fast spread drawn from the calibration's busy steps of its band of decodes,
+    right tail and stalls included, seeded (:mod:`~..calibration.busy_spread`; false: the
+    lognormal noise)."""
     step_time_scale: float = 1.0
     """Every simulated step takes this many times its calibrated time (the pause between busy
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity

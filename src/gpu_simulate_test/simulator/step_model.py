@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import serving_load, wake
+from gpu_simulate_test.calibration import busy_spread, serving_load, wake
 from gpu_simulate_test.calibration.overhead import StepJitter, StepOverhead, step_s
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.simulator.types import Composition
@@ -134,7 +134,13 @@ class PredictorClock:
         self.serving = serving
         self.scale = scale
         """``vidur.step_time_scale``: every step and every pause between steps, times this."""
-        self._noise = serving.noise(seed) if serving is not None else None
+        self._busy = (
+            busy_spread.Draws(serving.busy_residual, serving.noise_slow_share, seed)
+            if serving is not None and serving.busy_residual
+            else None
+        )
+        """Each busy step's fast spread from its band's calibrated steps (None: the noise's)."""
+        self._noise = serving.noise(seed, self._busy is None) if serving is not None else None
         self._wake = (
             wake.Draws(serving.wake_residual_ms, seed)
             if serving is not None and serving.wake_residual_ms
@@ -209,6 +215,8 @@ class PredictorClock:
                 assert self._noise is not None
                 value = value * serving.stretch(*self._rates(start_s))
                 value = value * next(self._noise)
+                if self._busy is not None:
+                    value = value * self._busy(decodes)
         if self._sends:  # the API server takes in the requests sent while the step runs
             end = start_s + value * self.scale
             sent = bisect.bisect_left(self._sends, end) - bisect.bisect_left(self._sends, start_s)

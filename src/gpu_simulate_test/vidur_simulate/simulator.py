@@ -126,6 +126,9 @@ class SimulationRequest:
     wake_spread: bool = True
     """vllm_v1 with the serving terms: each wake-up drawn around the curve
     (``vidur.wake_spread``; False: on it)."""
+    busy_spread: bool = False
+    """vllm_v1 with the serving terms: each busy step's fast spread drawn from its band's
+    calibrated steps (``vidur.busy_spread``; False: the lognormal noise)."""
 
     def __post_init__(self) -> None:
         if self.replay_clock is not None and self.step_time_scale != 1.0:

@@ -46,6 +46,8 @@ def build_step_model(request: SimulationRequest) -> StepModel:
     serving = serving_fit[0] if serving_fit is not None else None
     if serving is not None and not request.wake_spread:  # each wake-up on the curve
         serving = dataclasses.replace(serving, wake_residual_ms=())
+    if serving is not None and not request.busy_spread:  # the lognormal noise
+        serving = dataclasses.replace(serving, busy_residual=())
     return StepModel(
         timer,
         serving=serving,

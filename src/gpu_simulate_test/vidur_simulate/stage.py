@@ -232,6 +232,7 @@ def _request(
         fleet=fleet_spec(cfg.fleet),
         sent_s=inputs.sent_s,
         wake_spread=cfg.vidur.wake_spread,
+        busy_spread=cfg.vidur.busy_spread,
     )
 
 
