@@ -331,6 +331,8 @@ class TuneSimulatorConfig:
     predictor: TunePredictorConfig = field(default_factory=TunePredictorConfig)
     step_jitter: bool = False
     """Every simulated step times a factor drawn from the calibrated decode steps' spread."""
+    busy_spread: bool = False
+    """``vidur.busy_spread``: a busy step's fast spread from its band's calibrated steps."""
     seed: int = 42
 
     def vidur(self) -> VidurConfig:
@@ -338,7 +340,12 @@ class TuneSimulatorConfig:
         predictor = VidurPredictorConfig(
             num_training_job_threads=self.predictor.num_training_job_threads
         )
-        return VidurConfig(predictor=predictor, step_jitter=self.step_jitter, seed=self.seed)
+        return VidurConfig(
+            predictor=predictor,
+            step_jitter=self.step_jitter,
+            busy_spread=self.busy_spread,
+            seed=self.seed,
+        )
 
 
 @dataclass(frozen=True)
