@@ -16,14 +16,15 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import CAPACITY_ONLY, TUNE_PROFILE, TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurConfig, VidurPredictorConfig
 
-TUNE_JOB_LINES = 116
+TUNE_JOB_LINES = 117
 """Issue 61 (settings by composition): ``tune --cfg job`` lists at most this many ``key: value``
 lines (208 when the tune inherited the pipeline's whole config; 103 then, and since issue 62 the
 fleet's ``tune.target_qps``; 109 with where the search runs: ``tune.workers``, ``executor``,
 ``ray_address``; 111 with the vLLM backend's ``servers`` and ``router``; 112 with its
 ``gpu_memory_utilization``; 115 with the three knobs' old names, unset, accepted only to be
 refused naming vLLM's, :mod:`gpu_simulate_test.config.renamed`; 116 with
-``tune.server_spread``, the tie between servers)."""
+``tune.server_spread``, the tie between servers; 117 with ``vidur.busy_spread``, a busy
+step's measured tail, which acts at the tune's high-concurrency capacities)."""
 PIPELINE_ONLY = ("compare", "goodput", "real_repeat")
 """The pipeline's own settings, which no search reads (it judges by ``capacity.slo``)."""
 CAPACITY_ONLY_KEYS = ("step_band", "verify", "verify_seed", "verify_probe_requests", "phase")
@@ -37,7 +38,7 @@ def test_the_tunes_job_config_is_short(compose_stage) -> None:
     composed = compose_stage("tune")
     assert len(_lines(composed)) <= TUNE_JOB_LINES
     # the simulator's scheduler is each configuration's own; the profile's ranges the tune's
-    assert set(composed.vidur) == {"predictor", "step_jitter", "seed"}
+    assert set(composed.vidur) == {"predictor", "step_jitter", "busy_spread", "seed"}
     assert "profile" not in composed and "profiling" not in composed
     assert not set(CAPACITY_ONLY_KEYS) & set(composed.capacity)
 
