@@ -103,7 +103,10 @@ load ran), `backends` (per backend: `config`, the pipeline config the loads were
 `simulations`, `shared_rate_qps` (where every configuration's latency is read: the configured
 backend's simulated capacity, or `tune.qps`), `calibrated_with` (the knobs the one calibration
 was made with), `best` (`config_id`, `knobs`, `score`, `flags`: the `vllm serve` flags) or null,
-`configured_score`, `ranking` (config ids, best first), `pareto` (the ids on the frontier),
+`configured_score`, `sim_seeds` (`count`, `seeds`, the noise seeds each configuration was
+searched under, the median one answering; `scores`, per configuration one capacity per seed,
+-1 where it met no rate, absent with one seed; `spread`, per configuration max / min − 1;
+`median_spread`), `ranking` (config ids, best first), `pareto` (the ids on the frontier),
 `note` (why no configuration meets the goals; empty otherwise), `num_requests`, `sim_window`
 (null: every simulated rate judged the whole workload; with `capacity.sim_window`: `seconds`,
 `min_requests`, `max_requests`, each rate judged the workload's first requests_at(rate)),

@@ -70,6 +70,16 @@ def test_the_space_ranked_with_its_recommendation(project: Path) -> None:
     assert best["config_id"] in doc["pareto"]
     assert doc["calibrated_with"]["max_num_seqs"] == 32  # the configured backend's is largest
     assert doc["simulations"] == frame["simulations"].sum() > 7
+    # three noise seeds each (tune.sim_seeds): the median one's capacity, their range beside
+    seeds = doc["sim_seeds"]
+    assert seeds["count"] == 3 and seeds["seeds"] == [42, 43, 44]
+    for _, row in valid.iterrows():
+        scores = sorted(seeds["scores"][row["config_id"]])
+        assert len(scores) == 3 and row["capacity_qps"] == scores[1]
+        assert (row["capacity_seed_low_qps"], row["capacity_seed_high_qps"]) == (
+            scores[0],
+            scores[2],
+        )
     assert (run / contract.TUNE_PLOT).stat().st_size > 10_000
     report = (run / contract.REPORT_MD).read_text()
     assert "vllm serve qwen3_tiny --max-num-seqs" in report and "![pareto](tune.png)" in report
@@ -82,7 +92,8 @@ def test_goodput_at_a_rate(project: Path) -> None:
     assert doc["objective"] == "goodput" and doc["shared_rate_qps"] == 200
     frame = read_csv(project / "tmp" / "tune" / "g" / contract.TUNE_CSV, contract.TUNE_TABLE)
     valid = frame[frame["invalid"].isna()]
-    assert valid["goodput_qps"].notna().all() and (valid["simulations"] == 1).all()
+    # one rate, under each of the three noise seeds
+    assert valid["goodput_qps"].notna().all() and (valid["simulations"] == 3).all()
     goodput = valid["goodput_qps"].to_numpy()
     assert (goodput[:-1] >= goodput[1:]).all()
 

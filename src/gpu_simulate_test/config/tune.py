@@ -133,6 +133,11 @@ class TuneOptions:
     up or down by this factor until a pass and a miss bracket the knee, ..."""
     sim_bracket: float = 0.05
     """... then bisection until high / low <= 1 + this."""
+    sim_seeds: int = 3
+    """Each configuration searched under this many noise seeds (``vidur.seed``, +1, ...), the
+    later ones from the first's answer; its answer is the median seed's, every seed's capacity
+    beside it (``tune.csv`` ``capacity_seed_low_qps`` / ``_high_qps``). Near the knee one seed
+    moves a capacity by several percent (the simulated steps' slow moments and stalls). 1: one."""
     verify: str = "top_k"
     """``top_k``: the best ``top_k`` configurations and the configured one, each on a real
     server of its own, rates bracketing the simulated capacity (``verify_margin``); ``grid``:
@@ -258,6 +263,12 @@ class TuneOptions:
             "tune.target_qps asks for the fewest GPUs whose capacity meets the goals: set "
             "tune.objective=capacity",
         )
+        _check(
+            isinstance(self.sim_seeds, int) and not isinstance(self.sim_seeds, bool)
+            and self.sim_seeds >= 1,
+            f"tune.sim_seeds={self.sim_seeds} must be a whole number >= 1 (noise seeds per "
+            "configuration)",
+        )  # fmt: skip
         for name in ("sim_step",):
             value = getattr(self, name)
             _check(math.isfinite(value) and value > 1, f"tune.{name}={value} must be > 1")

@@ -13,8 +13,10 @@ TUNE_JSON = "tune.json"
 TUNE_PLOT = "tune.png"
 REPORT_MD = "report.md"
 POINTS_DIR = "points"
-TUNE_SCHEMA_VERSION = "2.0"
-"""2.0: ``num_gpu_blocks`` is ``num_gpu_blocks_override``, vLLM's name (one name per knob)."""
+TUNE_SCHEMA_VERSION = "2.1"
+"""2.0: ``num_gpu_blocks`` is ``num_gpu_blocks_override``, vLLM's name (one name per knob).
+2.1: ``capacity_seed_low_qps`` / ``capacity_seed_high_qps``, the capacity's range over the
+noise seeds (``tune.sim_seeds``), and ``tune.json`` ``sim_seeds``."""
 
 TUNE_TABLE = TableSchema(
     name="tune",
@@ -59,6 +61,23 @@ TUNE_TABLE = TableSchema(
             "float",
             "req/s",
             "simulated: the lowest rate that missed a goal (the bracket's top)",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "capacity_seed_low_qps",
+            "float",
+            "req/s",
+            "simulated: the lowest capacity over the noise seeds (tune.sim_seeds; capacity_qps "
+            "is the median one's); empty with one seed",
+            nullable=True,
+            min_value=0,
+        ),
+        Column(
+            "capacity_seed_high_qps",
+            "float",
+            "req/s",
+            "simulated: the highest capacity over the noise seeds; empty with one seed",
             nullable=True,
             min_value=0,
         ),

@@ -71,6 +71,8 @@ def table(
         row["replicas"], row["router"] = c.replicas, c.routed_by
         row["capacity_qps"] = None if answer is None else answer.qps
         row["capacity_high_qps"] = None if answer is None else answer.bracket[1]
+        low, high = seed_range(sim) if answer is not None else (None, None)
+        row["capacity_seed_low_qps"], row["capacity_seed_high_qps"] = low, high
         per_gpu = None if answer is None or answer.qps is None else answer.qps / c.replicas
         row["capacity_per_gpu_qps"] = None if per_gpu is None else round(per_gpu, 3)
         row["rate_qps"] = None if sim.at_rate is None else sim.at_rate.qps
@@ -89,6 +91,31 @@ def table(
         row["invalid"] = sim.error
         rows.append(row)
     return pd.DataFrame(rows, columns=contract.TUNE_TABLE.column_names)
+
+
+def seed_range(sim: Simulated) -> tuple[float | None, float | None]:
+    """The lowest and highest score over a result's noise seeds that met the goals (None, None:
+    one seed, or none met them)."""
+    met = [v for v in sim.seed_scores if v > 0]
+    return (min(met), max(met)) if met else (None, None)
+
+
+def seeds_record(order: list[Simulated], count: int, first_seed: int) -> dict[str, Any]:
+    """``tune.json`` ``sim_seeds``: the seeds, each configuration's score under each (-1: no
+    rate met the goals), the spread of each (max / min − 1) and its median over the space."""
+    scores = {s.candidate.config_id: list(s.seed_scores) for s in order if s.seed_scores}
+    spread = {}
+    for config_id, values in scores.items():
+        met = [v for v in values if v > 0]
+        spread[config_id] = round(max(met) / min(met) - 1, 4) if len(met) > 1 else None
+    known = sorted(v for v in spread.values() if v is not None)
+    return {
+        "count": count,
+        "seeds": list(range(first_seed, first_seed + count)),
+        "scores": scores,
+        "spread": spread,
+        "median_spread": known[(len(known) - 1) // 2] if known else None,
+    }
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

@@ -44,7 +44,7 @@ def ranked_cells(
             str(row["rank"]), name, str(row["max_num_seqs"]), str(row["max_num_batched_tokens"]),
             "on" if row["enable_chunked_prefill"] else "off", str(row["num_gpu_blocks_override"]),
             "on" if row["enable_prefix_caching"] else "off",
-            f"refused: {refused}" if refused else _num(score),
+            f"refused: {refused}" if refused else _num(score) + seed_cell(row, compact),
             _num(row["ttft_ms"], ".1f"), _num(row["tpot_ms"], ".1f"), _num(row["e2e_ms"], ".1f"),
             binds, _num(row["measured_qps"]),
         ])  # fmt: skip
@@ -115,6 +115,33 @@ def gpu_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def seed_cell(row: pd.Series, compact: bool) -> str:
+    """`` (low–high)``: a capacity's range over the noise seeds, in the report's table."""
+    low, high = row.get("capacity_seed_low_qps"), row.get("capacity_seed_high_qps")
+    known = all(isinstance(v, float) and math.isfinite(v) for v in (low, high))
+    return "" if compact or not known else f" ({low:g}–{high:g})"
+
+
+def seeds_sentence(record: Mapping[str, Any]) -> str:
+    """``tune.json`` ``sim_seeds`` in one line, for the terminal and the report."""
+    seeds = record["seeds"]
+    spread = record.get("median_spread")
+    worst = max(
+        record["spread"].items(), key=lambda kv: -1.0 if kv[1] is None else kv[1], default=None
+    )
+    said = (
+        f"; over them a configuration's capacity spreads {100 * spread:.0f}% (median, max / "
+        f"min − 1), {100 * (worst[1] or 0.0):.0f}% at most ({worst[0]})"
+        if spread is not None and worst is not None
+        else ""
+    )
+    return (
+        f"each configuration simulated with {record['count']} noise seeds ({seeds[0]}–"
+        f"{seeds[-1]}), the median one answering{said}: two capacities closer than that are "
+        "not told apart by the simulation"
+    )
+
+
 def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> None:
     pct, objective = doc["slo"]["percentile"], doc["objective"]
     header, rows = ranked_cells(frame, objective, SHOWN_ROWS, compact=True)
@@ -134,6 +161,9 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
         console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
     for line in verdict_lines(doc)[1:] if best else ():
         console.print(f"[bold]verdict:[/] {line}")
+    seeds = doc.get("sim_seeds") or {}
+    if seeds.get("count", 1) > 1:
+        console.print(f"[bold]seeds:[/] {seeds_sentence(seeds)}")
     if doc.get("calibrations"):
         console.print(f"[bold]calibrations:[/] {calibrations_sentence(doc['calibrations'])}")
     verified = doc.get("verify")
@@ -216,6 +246,9 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
         ]
     header, rows = ranked_cells(frame, objective)
     lines += ["## Ranked", "", markdown_table(header, rows), "", "![pareto](tune.png)", ""]
+    seeds = doc.get("sim_seeds") or {}
+    if seeds.get("count", 1) > 1:
+        lines += [f"**Seeds:** {seeds_sentence(seeds)}.", ""]
     if doc.get("calibrations"):
         lines += [f"**Calibrations:** {calibrations_sentence(doc['calibrations'])}.", ""]
     if doc.get("recalibration"):

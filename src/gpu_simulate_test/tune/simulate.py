@@ -53,6 +53,9 @@ class Simulated:
     error: str = ""
     """Why it was not simulated (vLLM refuses it, or the bundle cannot simulate it)."""
     simulations: int = 0
+    seed_scores: tuple[float, ...] = ()
+    """``tune.sim_seeds`` > 1: the capacity (or goodput) under each noise seed, ``vidur.seed``
+    first (-1: no rate met the goals); this result is the median one's. Empty: one seed."""
 
     @property
     def capacity(self) -> float | None:
@@ -92,7 +95,8 @@ def model_for(
     simulation config at level 1, which names the bundle, the calibration and the knobs)."""
     from gpu_simulate_test.vidur_simulate.stage import step_model_of
 
-    level_one = dataclasses.replace(sim_cfg.vidur, step_time_scale=1.0)
+    # the seed is drawn when a simulation runs, not when its step model is built
+    level_one = dataclasses.replace(sim_cfg.vidur, step_time_scale=1.0, seed=0)
     # one engine's model: a fleet's engines are its copies (the fleet is the simulation's)
     key = repr(dataclasses.replace(sim_cfg, vidur=level_one, fleet=FleetConfig()))
     if key not in tuned.models:
@@ -101,10 +105,12 @@ def model_for(
     return tuned.models[key]
 
 
-def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]:
+def scheduler_inputs(
+    tuned: TuneInputs, candidate: Candidate, seed_offset: int = 0
+) -> tuple[Any, Any]:
     """The simulation config and checked inputs of one configuration (its Vidur scheduler
-    derived from its knobs, its fleet from its replicas and router); ConfigError or
-    ArtifactError when it cannot be simulated."""
+    derived from its knobs, its fleet from its replicas and router; its noise seed
+    ``vidur.seed + seed_offset``); ConfigError or ArtifactError when it cannot be simulated."""
     from gpu_simulate_test.vidur_simulate.inputs import first_requests
     from gpu_simulate_test.vidur_simulate.stage import prepare
 
@@ -112,7 +118,8 @@ def scheduler_inputs(tuned: TuneInputs, candidate: Candidate) -> tuple[Any, Any]
     scheduler, _ = derive_scheduler(candidate.backend, inner.vidur.scheduler, tuned.longest_prompt)
     at = dataclasses.replace(inner, backend=candidate.backend)
     sim_cfg = simulate_config(at, scheduler, workload_dir)
-    vidur = dataclasses.replace(sim_cfg.vidur, step_log=False)
+    seed = sim_cfg.vidur.seed + seed_offset
+    vidur = dataclasses.replace(sim_cfg.vidur, step_log=False, seed=seed)
     sim_cfg = dataclasses.replace(sim_cfg, vidur=vidur, fleet=candidate.fleet)
     inputs = prepare(sim_cfg)
     if tuned.per_engine:
@@ -286,18 +293,62 @@ def one_configuration(
     seed: float | None,
     grid: bool,
 ) -> Simulated:
-    """One configuration: the goodput at ``tune.qps``, or its capacity (the grid search when
-    ``grid`` or without a seed, else a bracket search from ``seed``) and its latency at the
-    shared rate (simulated there when the search did not reach it)."""
+    """One configuration (:func:`one_search`) under each of ``tune.sim_seeds`` noise seeds, the
+    later ones seeded at the first's answer; the median one's result (the lower middle for an
+    even count) with every seed's score. A configuration that no rate serves under the first
+    seed is not searched again."""
+    first = one_search(tuned, candidate, shared, seed, grid)
+    count = tuned.cfg.tune.sim_seeds
+    if count <= 1 or first.error or noise_score(first) <= 0:
+        return first
+    start = first.capacity if first.capacity is not None else seed
+    runs = [first]
+    runs += [one_search(tuned, candidate, shared, start, False, k) for k in range(1, count)]
+    return median_seed(runs)
+
+
+def noise_score(sim: Simulated) -> float:
+    """A result's score for the median over seeds: its capacity, else its goodput; -1: none."""
+    value = sim.capacity if sim.answer is not None else sim.goodput
+    return -1.0 if value is None else float(value)
+
+
+def median_seed(runs: list[Simulated]) -> Simulated:
+    """The median of one configuration's results under several seeds (the lower middle one for
+    an even count), carrying every seed's score and every seed's simulations."""
+    scores = [noise_score(s) for s in runs]
+    order = sorted(range(len(runs)), key=lambda i: scores[i])
+    chosen = runs[order[(len(order) - 1) // 2]]
+    return dataclasses.replace(
+        chosen,
+        seed_scores=tuple(scores),
+        simulations=sum(s.simulations for s in runs),
+    )
+
+
+def one_search(
+    tuned: TuneInputs,
+    candidate: Candidate,
+    shared: float | None,
+    seed: float | None,
+    grid: bool,
+    seed_offset: int = 0,
+) -> Simulated:
+    """One configuration under the noise seed ``vidur.seed + seed_offset``: the goodput at
+    ``tune.qps``, or its capacity (the grid search when ``grid`` or without a seed, else a
+    bracket search from ``seed``) and its latency at the shared rate (simulated there when the
+    search did not reach it)."""
     if candidate.invalid:
         return Simulated(candidate, error=candidate.invalid)
     try:
-        sim_cfg, inputs = scheduler_inputs(tuned, candidate)
+        sim_cfg, inputs = scheduler_inputs(tuned, candidate, seed_offset)
     except (ConfigError, ArtifactError) as exc:
         return Simulated(candidate, error=str(exc))
     opts, capacity = tuned.cfg.tune, tuned.cfg.capacity
     model = model_for(tuned, candidate, sim_cfg, inputs)
     where = None if model is not None else tuned.points_dir / candidate.config_id
+    if where is not None and seed_offset:
+        where = where / f"seed-{sim_cfg.vidur.seed}"
     count = 0
 
     def evaluate(qps: float, phase: str) -> Point:

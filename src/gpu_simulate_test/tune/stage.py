@@ -37,7 +37,15 @@ from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.tune import calibrations, contract
 from gpu_simulate_test.tune.fleet import frontier, most_replicas, target_answer
-from gpu_simulate_test.tune.rank import latency_at, pareto, ranked, score, spearman, table
+from gpu_simulate_test.tune.rank import (
+    latency_at,
+    pareto,
+    ranked,
+    score,
+    seeds_record,
+    spearman,
+    table,
+)
 from gpu_simulate_test.tune.recalibrate import (
     adopt_rows,
     adopted_models,
@@ -246,6 +254,7 @@ def document(
         "target": target,
         "gpu_frontier": frontier(order) if fleets else None,
         "configured_score": None if configured is None else score(configured, objective),
+        "sim_seeds": seeds_record(order, cfg.tune.sim_seeds, cfg.vidur.seed),
         "ranking": [s.candidate.config_id for s in order],
         "pareto": pareto(points),
         "note": note,

@@ -16,7 +16,7 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.tune import CAPACITY_ONLY, TUNE_PROFILE, TuneStageConfig
 from gpu_simulate_test.config.vidur import VidurConfig, VidurPredictorConfig
 
-TUNE_JOB_LINES = 117
+TUNE_JOB_LINES = 118
 """Issue 61 (settings by composition): ``tune --cfg job`` lists at most this many ``key: value``
 lines (208 when the tune inherited the pipeline's whole config; 103 then, and since issue 62 the
 fleet's ``tune.target_qps``; 109 with where the search runs: ``tune.workers``, ``executor``,
@@ -24,7 +24,8 @@ fleet's ``tune.target_qps``; 109 with where the search runs: ``tune.workers``, `
 ``gpu_memory_utilization``; 115 with the three knobs' old names, unset, accepted only to be
 refused naming vLLM's, :mod:`gpu_simulate_test.config.renamed`; 116 with
 ``tune.server_spread``, the tie between servers; 117 with ``vidur.busy_spread``, a busy
-step's measured tail, which acts at the tune's high-concurrency capacities)."""
+step's measured tail, which acts at the tune's high-concurrency capacities; 118 with
+``tune.sim_seeds``, the noise seeds each configuration is searched under)."""
 PIPELINE_ONLY = ("compare", "goodput", "real_repeat")
 """The pipeline's own settings, which no search reads (it judges by ``capacity.slo``)."""
 CAPACITY_ONLY_KEYS = ("step_band", "verify", "verify_seed", "verify_probe_requests", "phase")
