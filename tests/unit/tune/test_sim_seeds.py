@@ -30,7 +30,7 @@ def _candidate(config_id: str = "s8") -> Any:
 
 def _run(capacity: float | None, simulations: int = 4, config_id: str = "s8") -> Simulated:
     point = Point(capacity or 1.0, "bracket", {"ttft_p90": 50.0}, capacity is not None)
-    answer = Answer(capacity, (capacity, None), (point,))
+    answer = Answer(capacity, (capacity or 1.0, None), (point,))
     return Simulated(_candidate(config_id), answer, point, simulations=simulations)
 
 
