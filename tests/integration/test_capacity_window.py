@@ -89,6 +89,14 @@ def test_without_the_window_every_rate_judges_the_whole_workload(root: Path) -> 
     doc = json.loads((run / contract.CAPACITY_JSON).read_text())
     assert doc["sim_window"] is None
     assert f"{REQUESTS} requests per rate" in (run / contract.REPORT_MD).read_text()
+    # the search under three noise seeds (capacity.sim_seeds), the median one answering
+    seeds = doc["sim_seeds"]
+    assert seeds["count"] == 3 and seeds["seeds"] == [42, 43, 44]
+    assert doc["answer_qps"] == sorted(seeds["answers_qps"])[1]
+    assert seeds["chosen_seed"] == 42 + seeds["answers_qps"].index(doc["answer_qps"])
+    for seed in (43, 44):  # a later seed's own points
+        assert (run / contract.POINTS_DIR / f"seed-{seed}").is_dir()
+    assert "Seeds: the search under 3 noise seeds (42–44)" in (run / contract.REPORT_MD).read_text()
 
 
 def test_first_requests_slices_every_per_request_field(root: Path, compose_stage: Any) -> None:

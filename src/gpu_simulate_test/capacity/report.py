@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import band_cells, band_markdown
+from gpu_simulate_test.capacity.seeds import seeds_sentence
 from gpu_simulate_test.capacity.sessions import REQUEST_UNIT, answer_in_load, unsteady_lines
 from gpu_simulate_test.core.reporting import console, print_table
 
@@ -64,6 +65,8 @@ def report_markdown(
         lines += unsteady_lines(sessions["at_answer"])
     if doc["note"]:
         lines += ["", f"Note: {doc['note']}."]
+    if doc.get("sim_seeds"):
+        lines += ["", f"Seeds: {seeds_sentence(doc['sim_seeds'], unit)}."]
     verified = doc.get("verify")
     lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"), unit)
     if verified and verified.get("mode") == "search":
@@ -161,6 +164,10 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
         if load.get("steady") is False:
             rows[-1][1] += " (not steady: report.md)"
     rows.append(["limited by", "; ".join(doc["binding"]) or "–"])
+    seeds = doc.get("sim_seeds")
+    if seeds:
+        said = ", ".join("none" if v is None else f"{v:g}" for v in seeds["answers_qps"])
+        rows.append([f"answer per noise seed ({unit})", f"{said} (seed {seeds['chosen_seed']})"])
     if doc.get("step_band"):
         pct = f"{doc['step_band']['fraction']:.0%}"
         rows.append([f"answer with steps ±{pct} ({unit})", band_cells(doc["step_band"])])

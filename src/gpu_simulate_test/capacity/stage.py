@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from gpu_simulate_test.capacity.search import (
     judged_point,
     search,
 )
+from gpu_simulate_test.capacity.seeds import median_seed, seeds_record
 from gpu_simulate_test.capacity.sessions import (
     REQUEST_UNIT,
     SESSION_UNIT,
@@ -143,15 +145,18 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         from gpu_simulate_test.vidur_simulate.stage import step_model_of
 
         model = step_model_of(sim_cfg, inputs, r.file(contract.POINTS_DIR))
-        answers, sessions = simulated_searches(cfg, sim_cfg, inputs, r, model)
+        found = simulated_searches(cfg, sim_cfg, inputs, r, model)
+        answers, sessions = found.answers, found.sessions
         answer = answers[0]
         band = band_record(opts.step_band, *answers) if len(answers) == 3 else None
         unit = REQUEST_UNIT if sessions is None else SESSION_UNIT
+        at_cfg, at_inputs = found.chosen_cfg, found.chosen_inputs
 
         def simulate_at(qps: float) -> Point:
-            """The simulated search's evaluation at a rate it did not run (a real one)."""
+            """The simulated search's evaluation at a rate it did not run (a real one), under
+            the seed that answered."""
             where = r.file(contract.POINTS_DIR)
-            return simulated_rate(sim_cfg, inputs, qps, "real-rate", where, opts, model)[0]
+            return simulated_rate(at_cfg, at_inputs, qps, "real-rate", where, opts, model)[0]
 
         verified, measured = check_answer(cfg, inner, answer, band, source, r, unit, simulate_at)
         doc = write_outputs(
@@ -164,6 +169,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             measured,
             band,
             sessions,
+            found.seeds,
         )
     if cfg.progress:
         print_result(doc, r.path)
@@ -207,57 +213,82 @@ def at_rate(inputs: Inputs, qps: float) -> Inputs:
     return dataclasses.replace(inputs, arrival_time_s=inputs.arrival_time_s * (REFERENCE_QPS / qps))
 
 
+@dataclass(frozen=True)
+class Searched:
+    """The simulated searches: the answer (the median seed's) and, with ``capacity.step_band``,
+    the slower and the faster one; a multi-turn search's curve in sessions; the seeds' record
+    (None: one seed) and the simulation config and inputs of the seed that answered."""
+
+    answers: list[Answer]
+    sessions: SessionCurve | None
+    seeds: dict[str, Any] | None
+    chosen_cfg: VidurSimulateStageConfig
+    chosen_inputs: Inputs
+
+
 def simulated_searches(
     cfg: CapacityStageConfig,
     sim_cfg: VidurSimulateStageConfig,
     inputs: Inputs,
     r: Run,
     model: StepModel | None = None,
-) -> tuple[list[Answer], SessionCurve | None]:
+) -> Searched:
     """The search by simulation (:mod:`.search`), each rate the one workload's arrivals scaled
-    (:func:`at_rate`); with ``capacity.step_band``, again with every step ``1 ± step_band`` as
-    long (the band). With sessions, the main search's rates in requests and users too."""
+    (:func:`at_rate`), once per noise seed (``capacity.sim_seeds``: the median seed's answers,
+    :mod:`.seeds`; a later seed's points under ``points/seed-<seed>/``); with
+    ``capacity.step_band``, again under the answering seed with every step ``1 ± step_band`` as
+    long (the band). With sessions, the answering search's rates in requests and users too."""
+    from gpu_simulate_test.vidur_simulate.stage import prepare
+
     opts = cfg.capacity
     sessions = inputs.workload.sessions
     request_ids = inputs.workload.lengths["request_id"].to_numpy()
-    loads: dict[float, SessionLoad] = {}
-    scales = [1.0] + ([1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else [])
-    total = (opts.points + opts.refine + opts.extend) * len(scales)
-    answers = []
+    scales = [1.0 + opts.step_band, 1.0 - opts.step_band] if opts.step_band else []
+    total = (opts.points + opts.refine + opts.extend) * (opts.sim_seeds + len(scales))
+    first_seed = sim_cfg.vidur.seed
     with progress_bar("simulating rates", total, cfg.progress) as advance:
-        for scale in scales:
-            scaled_cfg = dataclasses.replace(
-                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, step_time_scale=scale)
-            )
-            points_dir = r.file(contract.POINTS_DIR)
-            if scale != 1.0:  # the band's searches: points/steps-x1.1/<qps>
-                points_dir = points_dir / f"steps-x{scale:g}"
 
-            def evaluate(
-                qps: float,
-                phase: str,
-                at: Any = scaled_cfg,
-                where: Path = points_dir,
-                main: bool = scale == 1.0,
-            ) -> Point:
-                point, table = simulated_rate(at, inputs, qps, phase, where, opts, model)
+        def searched(
+            at: VidurSimulateStageConfig, at_inputs: Inputs, where: Path, loads: dict | None
+        ) -> Answer:
+            def evaluate(qps: float, phase: str) -> Point:
+                point, table = simulated_rate(at, at_inputs, qps, phase, where, opts, model)
                 advance(1)
-                if sessions is not None and main:  # the band's rates are not reported so
+                if sessions is not None and loads is not None:
                     loads[qps] = session_load(qps, table, request_ids, sessions)
                 return point
 
-            answers.append(
-                search(
-                    evaluate,
-                    opts.qps_min,
-                    opts.qps_max,
-                    opts.points,
-                    opts.refine,
-                    opts.extend,
-                    unit=rate_unit(sessions),
-                )
+            return search(
+                evaluate, opts.qps_min, opts.qps_max, opts.points, opts.refine, opts.extend,
+                unit=rate_unit(sessions),
+            )  # fmt: skip
+
+        runs: list[tuple[Answer, VidurSimulateStageConfig, Inputs, dict[float, SessionLoad]]] = []
+        for k in range(opts.sim_seeds):
+            seeded = dataclasses.replace(
+                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, seed=first_seed + k)
             )
-    return answers, None if sessions is None else SessionCurve(sessions.num_sessions, loads)
+            seeded_inputs = inputs if k == 0 else prepare(seeded)  # the seed's draws
+            where = r.file(contract.POINTS_DIR)
+            if k:
+                where = where / f"seed-{first_seed + k}"
+            loads: dict[float, SessionLoad] = {}
+            found = searched(seeded, seeded_inputs, where, loads)
+            runs.append((found, seeded, seeded_inputs, loads))
+        chosen = median_seed([run[0] for run in runs])
+        answer, chosen_cfg, chosen_inputs, chosen_loads = runs[chosen]
+        answers = [answer]
+        for scale in scales:  # the band's searches: points/steps-x1.1/<qps>
+            scaled = dataclasses.replace(
+                chosen_cfg, vidur=dataclasses.replace(chosen_cfg.vidur, step_time_scale=scale)
+            )
+            where = r.file(contract.POINTS_DIR) / f"steps-x{scale:g}"
+            answers.append(searched(scaled, chosen_inputs, where, None))
+    record = None
+    if opts.sim_seeds > 1:
+        record = seeds_record([run[0] for run in runs], first_seed, chosen)
+    curve = None if sessions is None else SessionCurve(sessions.num_sessions, chosen_loads)
+    return Searched(answers, curve, record, chosen_cfg, chosen_inputs)
 
 
 def simulated_rate(
@@ -380,6 +411,7 @@ def write_outputs(
     measured: Answer | None = None,
     band: dict[str, Any] | None = None,
     sessions: SessionCurve | None = None,
+    seeds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """capacity.csv, capacity.json, the plot and report.md (and, after a real search, its
     curve in capacity_real.csv); returns the JSON document. ``sessions``: a multi-turn search's
@@ -406,6 +438,7 @@ def write_outputs(
         "slo": {"percentile": slo.percentile, "goals_ms": slo.goals()},
         "binding": binding(answer),
         "step_band": band,
+        "sim_seeds": seeds,
         "num_requests": num_requests,
         "sim_window": cfg.capacity.window_record(),
         "model": cfg.model.name,

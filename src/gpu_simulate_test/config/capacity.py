@@ -48,6 +48,11 @@ class CapacityOptions(SearchOptions):
     """The search again with every simulated step this fraction longer, and again this fraction
     shorter (``vidur.step_time_scale``): how far a step-time error of that size moves the
     answer (``capacity.json`` ``step_band``, a shaded band on the plot); 0: not run."""
+    sim_seeds: int = 3
+    """The simulated search under this many noise seeds (``vidur.seed``, +1, ...); the median
+    seed's search answers, every seed's answer beside it (``capacity.json`` ``sim_seeds``,
+    :mod:`gpu_simulate_test.capacity.seeds`): near the knee one seed moves an answer by several
+    percent. 1: one search."""
     verify: str = "false"
     """``answer`` (or ``true``): replay the workload at the answer on the real engine
     (backend.*) and check the goals; ``search``: run the same search on the real engine and set
@@ -74,6 +79,11 @@ class CapacityOptions(SearchOptions):
             math.isfinite(self.step_band) and 0 <= self.step_band < 1,
             f"capacity.step_band={self.step_band} must be a fraction in [0, 1) (0: no band)",
         )
+        _check(
+            isinstance(self.sim_seeds, int) and not isinstance(self.sim_seeds, bool)
+            and self.sim_seeds >= 1,
+            f"capacity.sim_seeds={self.sim_seeds} must be a whole number >= 1 (noise seeds)",
+        )  # fmt: skip
         # capacity.verify=true from the command line arrives as "True"
         mode = {"true": "answer", "false": "false"}.get(str(self.verify).lower(), self.verify)
         _check(

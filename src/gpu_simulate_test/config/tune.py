@@ -304,6 +304,7 @@ defaults on CPU); widened to what the workload and the space's largest knobs nee
 CAPACITY_ONLY: Mapping[str, Any] = MappingProxyType(
     {
         "step_band": 0.0,
+        "sim_seeds": 1,
         "verify": "false",
         "verify_seed": "auto",
         "verify_probe_requests": 0,

@@ -317,8 +317,7 @@ def median_seed(runs: list[Simulated]) -> Simulated:
     """The median of one configuration's results under several seeds (the lower middle one for
     an even count), carrying every seed's score and every seed's simulations."""
     scores = [noise_score(s) for s in runs]
-    order = sorted(range(len(runs)), key=lambda i: scores[i])
-    chosen = runs[order[(len(order) - 1) // 2]]
+    chosen = runs[scores.index(sorted(scores)[(len(scores) - 1) // 2])]  # alike: the first
     return dataclasses.replace(
         chosen,
         seed_scores=tuple(scores),

@@ -28,7 +28,14 @@ step's measured tail, which acts at the tune's high-concurrency capacities; 118 
 ``tune.sim_seeds``, the noise seeds each configuration is searched under)."""
 PIPELINE_ONLY = ("compare", "goodput", "real_repeat")
 """The pipeline's own settings, which no search reads (it judges by ``capacity.slo``)."""
-CAPACITY_ONLY_KEYS = ("step_band", "verify", "verify_seed", "verify_probe_requests", "phase")
+CAPACITY_ONLY_KEYS = (
+    "step_band",
+    "sim_seeds",
+    "verify",
+    "verify_seed",
+    "verify_probe_requests",
+    "phase",
+)
 
 
 def _lines(composed: object) -> list[str]:

@@ -1,0 +1,51 @@
+"""``capacity.sim_seeds``: the simulated search run under several noise seeds, the median one
+answering.
+
+The simulated steps carry the calibration's slow moments and spreads, drawn from
+``vidur.seed``; near the knee one seed moves an answer by several percent (on the tune
+benchmark's bundle, twelve seeds put one configuration's capacity between 129 and 169 req/s,
+benchmarks/results/tune_seeds_20261204). The search runs once per seed (``vidur.seed``, +1, ...)
+and answers with the median seed's search (the lower middle one for an even count), its curve
+and its binding goals from that one search; ``capacity.json`` ``sim_seeds`` keeps every seed's
+answer and their spread beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpu_simulate_test.capacity.search import Answer
+
+
+def median_seed(answers: Sequence[Answer]) -> int:
+    """The position of the median answer (the lower middle one for an even count; a search
+    that met no rate counts lowest; of seeds that answered alike, the first)."""
+    values = [-1.0 if a.qps is None else float(a.qps) for a in answers]
+    return values.index(sorted(values)[(len(values) - 1) // 2])
+
+
+def seeds_record(answers: Sequence[Answer], first_seed: int, chosen: int) -> dict[str, Any]:
+    """``capacity.json`` ``sim_seeds``: the seeds, each one's answer (null: no rate met the
+    goals), the seed that answers, and the answers' spread (max / min − 1; null under two
+    answers)."""
+    met = [float(a.qps) for a in answers if a.qps is not None]
+    return {
+        "count": len(answers),
+        "seeds": list(range(first_seed, first_seed + len(answers))),
+        "answers_qps": [a.qps for a in answers],
+        "chosen_seed": first_seed + chosen,
+        "spread": round(max(met) / min(met) - 1, 4) if len(met) > 1 else None,
+    }
+
+
+def seeds_sentence(record: Mapping[str, Any], unit: str) -> str:
+    """``sim_seeds`` in one line, for the terminal and the report."""
+    seeds = record["seeds"]
+    said = ", ".join("none" if v is None else f"{v:g}" for v in record["answers_qps"])
+    spread = record.get("spread")
+    apart = "" if spread is None else f", {100 * spread:.0f}% apart"
+    return (
+        f"the search under {record['count']} noise seeds ({seeds[0]}–{seeds[-1]}) answered "
+        f"{said} {unit}{apart}; the median one (seed {record['chosen_seed']}) answers"
+    )
