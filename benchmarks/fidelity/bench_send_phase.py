@@ -16,7 +16,9 @@ stamps):
 - the step each request reaches the engine in (its send plus the line), its length and what is
   left of it, real and simulated;
 - where in its step each send and each API-server arrival (``front_end_stamps.csv``) falls, in
-  fifths of the step (a send independent of the steps falls in each fifth a fifth of the time).
+  fifths of the step (a send independent of the steps falls in each fifth a fifth of the time);
+- how much longer a decode-only step with one send in it runs than the median step of the same
+  composition without a send, by how far into the step the send fell (``stretch``).
 
 Run: ``python -m benchmarks.fidelity.bench_send_phase CAMPAIGN [CAMPAIGN ...]
 [--sim CAMPAIGN=SIMULATED_CAMPAIGN ...] [--out F.json]``; ``--sim`` reads the simulation from
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -38,8 +41,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.input_steps import queued_at
+from gpu_simulate_test.calibration.serving_replay import sends_within
 
 FIFTHS = 5
+INTO_STEP_MS = (0.0, 1.0, 2.0, 3.0, 5.0, float("inf"))
+"""The bins of how far into its step a send fell (ms from the step's start), for the stretch."""
+RANDOM_TIMES = 20_000
+"""Random times the stretch is read at as well, in the steps without a send (its baseline)."""
 
 
 def _spans(run: Path) -> np.ndarray:
@@ -66,6 +74,59 @@ def fifths(phase: np.ndarray) -> list[float]:
     known = phase[~np.isnan(phase)]
     counts = np.histogram(known, bins=FIFTHS, range=(0.0, 1.0))[0]
     return [round(float(c) / max(1, len(known)), 3) for c in counts]
+
+
+def stretch(run: Path) -> dict[str, Any]:
+    """A real run's decode-only steps with exactly one send in them: per bin of how far into
+    the step the send fell (:data:`INTO_STEP_MS`), their count and their median time beyond the
+    median step of the same composition (prompt requests, prompt tokens in 16s, decodes) with
+    no send (ms)."""
+    steps = pd.read_csv(run / "engine_schedule.csv")
+    start = steps["start_time_s"].to_numpy(dtype=float)
+    end = steps["end_time_s"].to_numpy(dtype=float)
+    length = (end - start) * 1e3
+    sent = np.sort(pd.read_csv(run / "request_metrics.csv")["arrival_time_s"].to_numpy(float))
+    count = sends_within(sent, start, end)
+    key = pd.Series(
+        [
+            f"{a}:{b // 16}:{c}"
+            for a, b, c in zip(
+                steps["num_prefill_requests"], steps["num_prefill_tokens"],
+                steps["num_decode_requests"], strict=True,
+            )
+        ]
+    )  # fmt: skip
+    quiet = count == 0
+    base = pd.Series(length)[quiet].groupby(key[quiet]).median()
+    beyond = length - key.map(base).to_numpy(dtype=float)
+    k = np.clip(np.searchsorted(end, sent, side="right"), 0, len(end) - 1)
+    one = (
+        (sent >= start[k]) & (sent < end[k]) & (count[k] == 1)
+        & (steps["num_prefill_requests"].to_numpy()[k] == 0) & ~np.isnan(beyond[k])
+    )  # fmt: skip
+    # the same read at random times in the steps without a send: a time far into a step falls
+    # only in a long one, so a late send's step is long by selection alone
+    times = np.sort(np.random.default_rng(0).uniform(start[0], end[-1], RANDOM_TIMES))
+    j = np.clip(np.searchsorted(end, times, side="right"), 0, len(end) - 1)
+    fake = (
+        (times >= start[j]) & (times < end[j]) & quiet[j]
+        & (steps["num_prefill_requests"].to_numpy()[j] == 0) & ~np.isnan(beyond[j])
+    )  # fmt: skip
+
+    def binned(into: np.ndarray, extra: np.ndarray) -> dict[str, dict[str, Any]]:
+        bins = {}
+        for lo, hi in itertools.pairwise(INTO_STEP_MS):
+            inside = (into >= lo) & (into < hi)
+            bins[f"{lo:g}-{hi:g}"] = {
+                "steps": int(inside.sum()),
+                "beyond_ms": round(float(np.median(extra[inside])), 3) if inside.any() else None,
+            }
+        return bins
+
+    return {
+        "by_ms_into_step": binned((sent - start[k])[one] * 1e3, beyond[k][one]),
+        "random_times": binned((times - start[j])[fake] * 1e3, beyond[j][fake]),
+    }
 
 
 def line_of(campaign: Path) -> tuple[float, float]:
@@ -119,6 +180,7 @@ def one_load(real: Path, sim: Path, line: tuple[float, float]) -> dict[str, Any]
             "simulated_reach": fifths(sim_phase[b]),
         },
         "send_to_api_server_ms": ms((front_s - sent)[b]),
+        "stretch": stretch(real),
     }
 
 
@@ -202,7 +264,21 @@ def main() -> None:
                 f"{one['step_at_reach_ms']['real']['length']:.2f}, simulated "
                 f"{one['step_at_reach_ms']['simulated']['left']:.2f} of "
                 f"{one['step_at_reach_ms']['simulated']['length']:.2f}; fifths: sends "
-                f"{one['fifths']['real_send']}, API server {one['fifths']['real_api_server']}",
+                f"{one['fifths']['real_send']}, API server {one['fifths']['real_api_server']}; "
+                "a decode step with one send, beyond its composition's median, by ms into the "
+                "step: "
+                + ", ".join(
+                    f"{span} {cell['beyond_ms']:+.2f} ({cell['steps']})"
+                    for span, cell in one["stretch"]["by_ms_into_step"].items()
+                    if cell["beyond_ms"] is not None
+                )
+                + " (random times: "
+                + ", ".join(
+                    f"{span} {cell['beyond_ms']:+.2f}"
+                    for span, cell in one["stretch"]["random_times"].items()
+                    if cell["beyond_ms"] is not None
+                )
+                + ")",
                 flush=True,
             )
         doc["campaigns"][name] = {"line_ms": list(line), "loads": loads}
