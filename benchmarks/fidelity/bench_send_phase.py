@@ -145,8 +145,8 @@ def one_load(real: Path, sim: Path, line: tuple[float, float]) -> dict[str, Any]
     sent = rows["arrival_time_s"].to_numpy(dtype=float)
     queued = rows["engine_arrival_time_s"].to_numpy(dtype=float)
     done = rows["engine_last_token_time_s"].to_numpy(dtype=float)
-    busy = np.array([np.any((queued <= t) & (t < done)) for t in sent])
     running = np.array([np.sum((queued <= t) & (t < done)) for t in sent])
+    busy = running > 0
     real_spans, sim_spans = _spans(real), _spans(sim)
     line_s = (line[0] + line[1] * running) / 1e3
     on_real = queued_at(sent + line_s, real_spans)

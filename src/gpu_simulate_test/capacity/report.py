@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity import contract
 from gpu_simulate_test.capacity.band import band_cells, band_markdown
-from gpu_simulate_test.capacity.seeds import seeds_sentence
+from gpu_simulate_test.capacity.seeds import answers_text, seeds_sentence
 from gpu_simulate_test.capacity.sessions import REQUEST_UNIT, answer_in_load, unsteady_lines
 from gpu_simulate_test.core.reporting import console, print_table
 
@@ -166,8 +166,8 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     rows.append(["limited by", "; ".join(doc["binding"]) or "–"])
     seeds = doc.get("sim_seeds")
     if seeds:
-        said = ", ".join("none" if v is None else f"{v:g}" for v in seeds["answers_qps"])
-        rows.append([f"answer per noise seed ({unit})", f"{said} (seed {seeds['chosen_seed']})"])
+        said = f"{answers_text(seeds)} (seed {seeds['chosen_seed']})"
+        rows.append([f"answer per noise seed ({unit})", said])
     if doc.get("step_band"):
         pct = f"{doc['step_band']['fraction']:.0%}"
         rows.append([f"answer with steps ±{pct} ({unit})", band_cells(doc["step_band"])])

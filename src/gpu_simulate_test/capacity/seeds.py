@@ -18,31 +18,45 @@ from typing import Any
 from gpu_simulate_test.capacity.search import Answer
 
 
+def median_position(values: Sequence[float]) -> int:
+    """The position of the median value (the lower middle one for an even count; of equal
+    values, the first): the seed that answers, in the capacity stage and the tune alike."""
+    return list(values).index(sorted(values)[(len(values) - 1) // 2])
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """max / min − 1 of ``values`` (rounded to 4 places; None under two values)."""
+    return round(max(values) / min(values) - 1, 4) if len(values) > 1 else None
+
+
 def median_seed(answers: Sequence[Answer]) -> int:
-    """The position of the median answer (the lower middle one for an even count; a search
-    that met no rate counts lowest; of seeds that answered alike, the first)."""
-    values = [-1.0 if a.qps is None else float(a.qps) for a in answers]
-    return values.index(sorted(values)[(len(values) - 1) // 2])
+    """The position of the median answer (:func:`median_position`; a search that met no rate
+    counts lowest)."""
+    return median_position([-1.0 if a.qps is None else float(a.qps) for a in answers])
 
 
 def seeds_record(answers: Sequence[Answer], first_seed: int, chosen: int) -> dict[str, Any]:
     """``capacity.json`` ``sim_seeds``: the seeds, each one's answer (null: no rate met the
     goals), the seed that answers, and the answers' spread (max / min − 1; null under two
     answers)."""
-    met = [float(a.qps) for a in answers if a.qps is not None]
     return {
         "count": len(answers),
         "seeds": list(range(first_seed, first_seed + len(answers))),
         "answers_qps": [a.qps for a in answers],
         "chosen_seed": first_seed + chosen,
-        "spread": round(max(met) / min(met) - 1, 4) if len(met) > 1 else None,
+        "spread": spread([float(a.qps) for a in answers if a.qps is not None]),
     }
+
+
+def answers_text(record: Mapping[str, Any]) -> str:
+    """Each seed's answer, in seed order (``none``: no rate met the goals)."""
+    return ", ".join("none" if v is None else f"{v:g}" for v in record["answers_qps"])
 
 
 def seeds_sentence(record: Mapping[str, Any], unit: str) -> str:
     """``sim_seeds`` in one line, for the terminal and the report."""
     seeds = record["seeds"]
-    said = ", ".join("none" if v is None else f"{v:g}" for v in record["answers_qps"])
+    said = answers_text(record)
     spread = record.get("spread")
     apart = "" if spread is None else f", {100 * spread:.0f}% apart"
     return (

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.capacity.seeds import spread
 from gpu_simulate_test.capacity.split import bundle_and_workload
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
@@ -186,10 +187,7 @@ def ensemble_record(
         for s in results:
             value = score(s, objective)
             scores.setdefault(s.candidate.config_id, []).append(value if value > 0 else None)
-    spread = {}
-    for config_id, values in scores.items():
-        known = [v for v in values if v is not None]
-        spread[config_id] = round(max(known) / min(known) - 1, 4) if len(known) > 1 else None
+    spreads = {c: spread([v for v in values if v is not None]) for c, values in scores.items()}
     chosen_level = levels[at] if levels else None
     return {
         "count": len(runs),
@@ -199,5 +197,5 @@ def ensemble_record(
         "levels": [round(v / chosen_level, 4) for v in levels] if chosen_level else None,
         "judged_on": common,
         "scores": scores,
-        "spread": spread,
+        "spread": spreads,
     }

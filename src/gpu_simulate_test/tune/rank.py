@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.capacity.search import METRICS
+from gpu_simulate_test.capacity.seeds import spread
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import TUNE_KNOBS_ORDER
@@ -104,16 +105,13 @@ def seeds_record(order: list[Simulated], count: int, first_seed: int) -> dict[st
     """``tune.json`` ``sim_seeds``: the seeds, each configuration's score under each (-1: no
     rate met the goals), the spread of each (max / min − 1) and its median over the space."""
     scores = {s.candidate.config_id: list(s.seed_scores) for s in order if s.seed_scores}
-    spread = {}
-    for config_id, values in scores.items():
-        met = [v for v in values if v > 0]
-        spread[config_id] = round(max(met) / min(met) - 1, 4) if len(met) > 1 else None
-    known = sorted(v for v in spread.values() if v is not None)
+    spreads = {c: spread([v for v in values if v > 0]) for c, values in scores.items()}
+    known = sorted(v for v in spreads.values() if v is not None)
     return {
         "count": count,
         "seeds": list(range(first_seed, first_seed + count)),
         "scores": scores,
-        "spread": spread,
+        "spread": spreads,
         "median_spread": known[(len(known) - 1) // 2] if known else None,
     }
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
+from gpu_simulate_test.capacity.seeds import median_position
 from gpu_simulate_test.capacity.stage import simulated_rate
 from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
@@ -317,7 +318,7 @@ def median_seed(runs: list[Simulated]) -> Simulated:
     """The median of one configuration's results under several seeds (the lower middle one for
     an even count), carrying every seed's score and every seed's simulations."""
     scores = [noise_score(s) for s in runs]
-    chosen = runs[scores.index(sorted(scores)[(len(scores) - 1) // 2])]  # alike: the first
+    chosen = runs[median_position(scores)]
     return dataclasses.replace(
         chosen,
         seed_scores=tuple(scores),
