@@ -48,7 +48,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import busy_spread, wake
+from gpu_simulate_test.calibration import busy_spread, intake_phase, wake
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -60,9 +60,6 @@ MIN_BUSY_STEPS = 20
 """Busy steps needed to fit stretch and gap (fewer: a ratio of 1 and no pause)."""
 MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
-MIN_SEND_STEPS = 10
-"""Busy steps of one rate with exactly one send (and as many without) needed for that rate to
-count in ``intake_ms``."""
 RATIO_CLIP = (0.25, 4.0)
 """A step's ratio is clipped to this range before fitting (a preempted or disturbed step)."""
 CANDIDATES: Mapping[str, str] = MappingProxyType(
@@ -142,6 +139,15 @@ def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
             "finishing": finishing,
             "decodes": decodes.astype(int),
             CLIENT_SENDS: _sends(schedule),
+            **(
+                {
+                    intake_phase.CLIENT_SEND_OFFSETS: schedule[
+                        intake_phase.CLIENT_SEND_OFFSETS
+                    ].to_numpy()
+                }
+                if intake_phase.CLIENT_SEND_OFFSETS in schedule.columns
+                else {}
+            ),
             "chunks": chunks,
         }
     )
@@ -186,6 +192,9 @@ class ServingLoad:
     intake_ms: float = 0.0
     """What each request the client sends while a step runs adds to the step (0: not
     calibrated, a bundle before calibration version 12)."""
+    intake_free_ms: float = 0.0
+    """A send in a step's first this many ms adds nothing to it (the step's free part,
+    :mod:`.intake_phase`; 0: every send adds ``intake_ms``, a bundle before version 17)."""
     window_s: float = WINDOW_S
 
     def noise(self, seed: int, fast: bool = True) -> Iterator[float]:
@@ -300,11 +309,21 @@ def fit(
     labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
     sends = _sends(features)
     load = _rated(body, pred, req, gap, busy, labels)
-    intake_s = _intake_s(load, body, pred, req, busy, sends, labels)
-    sent = np.where(np.isfinite(sends), sends, 0.0)
+    intake_s = free_ms = 0.0
+    if load.rate_points:  # within a rate, so that the rate's stretch (it carries them) cancels
+        beyond = body - pred * np.array([load.stretch(r) for r in req])
+        offsets = intake_phase.step_offsets(features)
+        length_ms = features["body_s"].to_numpy(dtype=float) * 1e3
+        phase = intake_phase.fit(beyond, length_ms, busy, offsets, labels, sends)
+        intake_s, free_ms = (0.0, 0.0) if phase is None else (phase.intake_s, phase.free_ms)
+    sent = _late(features, sends, free_ms)
     if intake_s > 0:  # the rates' stretch without what the sends added
         body = body - intake_s * sent
-        load = replace(_rated(body, pred, req, gap, busy, labels), intake_ms=intake_s * 1e3)
+        load = replace(
+            _rated(body, pred, req, gap, busy, labels),
+            intake_ms=intake_s * 1e3,
+            intake_free_ms=free_ms,
+        )
     if load.rate_points:
         load = _with_noise(load, body, pred, req, tok, busy)
         if "decodes" in features:  # a step record's features (a planted frame may not)
@@ -329,6 +348,15 @@ def fit(
         residual = wake.residuals(idle_ms[woke], extra_ms, load.wake_s)
         load = replace(load, wake_residual_ms=residual)
     return load
+
+
+def _late(steps: pd.DataFrame, sends: np.ndarray, free_ms: float) -> np.ndarray:
+    """Each step's sends that add their intake: those past the free part where the offsets
+    were recorded, else all of them (0 where none were recorded)."""
+    offsets = intake_phase.step_offsets(steps)
+    if offsets is not None:
+        return intake_phase.late_sends(offsets, free_ms)
+    return np.where(np.isfinite(sends), sends, 0.0)
 
 
 def _sends(steps: pd.DataFrame) -> np.ndarray:
@@ -366,35 +394,6 @@ def _rated(
         stretch_points=tuple(p[1] for p in points),
         gap_points_ms=tuple(p[2] for p in points),
     )
-
-
-def _intake_s(
-    load: ServingLoad,
-    body: np.ndarray,
-    pred: np.ndarray,
-    req: np.ndarray,
-    busy: np.ndarray,
-    sends: np.ndarray,
-    labels: np.ndarray,
-) -> float:
-    """What one send adds to a busy step: per replayed rate, the median time beyond the
-    stretched prediction of the busy steps during which the client sent one request less that
-    of those during which it sent none (within a rate, so that the rate's stretch, which still
-    carries the sends' time, cancels), weighed by the one-send steps; 0: too few of either at
-    every rate, or the sends not recorded."""
-    if not load.rate_points:
-        return 0.0
-    beyond = body - pred * np.array([load.stretch(r) for r in req])
-    diffs, weights = [], []
-    for label in np.unique(labels):
-        one = busy & (labels == label) & (sends == 1)
-        none = busy & (labels == label) & (sends == 0)
-        if one.sum() >= MIN_SEND_STEPS and none.sum() >= MIN_SEND_STEPS:
-            diffs.append(float(np.median(beyond[one]) - np.median(beyond[none])))
-            weights.append(float(one.sum()))
-    if not diffs:
-        return 0.0
-    return max(0.0, float(np.average(diffs, weights=weights)))
 
 
 NOISE_LAGS = (1, 4)
@@ -445,8 +444,7 @@ def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarra
     tok = features["stream_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool)
     idle = features["idle_ms"].to_numpy(dtype=float) / 1e3
-    sends = _sends(features)
-    intake = load.intake_ms / 1e3 * np.where(np.isfinite(sends), sends, 0.0)
+    intake = load.intake_ms / 1e3 * _late(features, _sends(features), load.intake_free_ms)
     out = np.empty(len(features))
     for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
         out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.common import random_prompt, wait
+from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS, offsets_within
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.config.vidur import EngineCalibrationConfig
 from gpu_simulate_test.core.engines.harness import wait_until
@@ -33,6 +34,18 @@ START_LEAD_S = 0.05
 def sends_within(sent: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per step [start, end): how many of the sorted send times ``sent`` fall inside it."""
     return np.searchsorted(sent, end, side="left") - np.searchsorted(sent, start, side="left")
+
+
+def with_sends(schedule: pd.DataFrame, sent: np.ndarray) -> pd.DataFrame:
+    """``schedule`` (an ``engine_schedule`` table) with each step's ``client_sends`` and their
+    offsets into it (:data:`~.intake_phase.CLIENT_SEND_OFFSETS`) from the sorted send times
+    ``sent`` on the schedule's clock."""
+    start = schedule["start_time_s"].to_numpy(dtype=float)
+    end = schedule["end_time_s"].to_numpy(dtype=float)
+    out = schedule.copy()
+    out[CLIENT_SENDS] = sends_within(sent, start, end)
+    out[CLIENT_SEND_OFFSETS] = offsets_within(sent, start, end)
+    return out
 
 
 @dataclass(frozen=True)
@@ -177,16 +190,14 @@ def serving_steps(
     """The recorded steps inside each replay's window, with the backend and the rate; and,
     given the client's sends (``sends_s``, on the schedule's clock), each step's
     ``client_sends``: how many requests the client sent while it ran (the API server takes
-    them in on the cores the engine computes on)."""
+    them in on the cores the engine computes on), and how far into it each fell."""
     sent = np.sort(np.asarray([s for s in sends_s if s == s], dtype=float))
     parts = []
     for index, (rate, start, end) in enumerate(windows):
         inside = schedule[(schedule["start_time_s"] >= start) & (schedule["end_time_s"] <= end)]
         part = inside.copy()
         if len(sent):
-            part[CLIENT_SENDS] = sends_within(
-                sent, part["start_time_s"].to_numpy(dtype=float), part["end_time_s"].to_numpy()
-            )
+            part = with_sends(part, sent)
         part.insert(0, "replay", index)
         part.insert(0, "rate_qps", rate)
         part.insert(0, "backend", backend)

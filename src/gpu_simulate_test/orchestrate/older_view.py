@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpu_simulate_test.calibration import record
+from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 from gpu_simulate_test.calibration.record import CALIBRATION_VERSION, CalibrationRecord, where
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.config.backends import backend_config
@@ -117,6 +118,12 @@ def _put_back(front: dict[str, Any], kept: str) -> str:
 
 QUIET_RATES = 4
 """Version 16 replays at four rates, the quietest (2%) for the wake-ups after long idles."""
+
+
+def _v17(view: View) -> list[str]:
+    steps = view.serving.clear(CLIENT_SEND_OFFSETS, view.backend) if view.serving else 0
+    where = f"serving_steps.csv {CLIENT_SEND_OFFSETS} ({steps} steps)"
+    return [f"{where}: the intake wherever a send falls"] if steps else []
 
 
 def _v16(view: View) -> list[str]:
@@ -241,7 +248,7 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {16: _v16, 15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {17: _v17, 16: _v16, 15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
 )
 """What each version added, taken out of a view older than it."""
 

@@ -17,6 +17,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.io import layout
@@ -54,7 +57,23 @@ def real_step_level(
     model = step_model_of(sim_cfg, inputs, model_dir)
     if model is None:
         return None
-    return step_level([read_csv(path, ENGINE_SCHEDULE)], model.step_s, model.serving)
+    return step_level([run_schedule(Path(real_dir))], model.step_s, model.serving)
+
+
+def run_schedule(real_dir: Path) -> pd.DataFrame:
+    """A real run's ``engine_schedule`` with the client's sends beside its steps (each step's
+    sends and how far into it they fell, as the calibration replays record them), so that the
+    step model times each step with the intake of the sends that fell in it: the level is then
+    the steps' speed alone, not the intake counted once in the level and again in the
+    simulation. Without the run's request table, the steps alone."""
+    from gpu_simulate_test.calibration.serving_replay import with_sends
+
+    schedule = read_csv(real_dir / layout.ENGINE_SCHEDULE, ENGINE_SCHEDULE)
+    requests = real_dir / layout.REQUEST_METRICS
+    if not requests.is_file():
+        return schedule
+    sent = pd.read_csv(requests, usecols=["arrival_time_s"])["arrival_time_s"].to_numpy(float)
+    return with_sends(schedule, np.sort(sent[np.isfinite(sent)]))
 
 
 def at_real_step_level(

@@ -160,6 +160,8 @@ class PredictorClock:
         """The client's sends (its open loop's; a closed loop's later turns are not known
         ahead), for the serving terms' intake."""
         self._intake_s = 0.0 if serving is None else serving.intake_ms / 1e3 * send_share
+        self._free_s = 0.0 if serving is None else serving.intake_free_ms / 1e3
+        """A send in a step's first this long adds nothing (the step's free part)."""
         """What one send adds to the step it falls in (``send_share``: this engine's share of
         them, a fleet's replicas each taking in about theirs)."""
 
@@ -219,8 +221,9 @@ class PredictorClock:
                     value = value * self._busy(decodes)
         if self._sends:  # the API server takes in the requests sent while the step runs
             end = start_s + value * self.scale
-            sent = bisect.bisect_left(self._sends, end) - bisect.bisect_left(self._sends, start_s)
-            value = value + self._intake_s * sent
+            past = start_s + self._free_s  # the sends past the step's free part
+            sent = bisect.bisect_left(self._sends, end) - bisect.bisect_left(self._sends, past)
+            value = value + self._intake_s * max(0, sent)
         if self.jitter is not None:
             value = value * self.jitter()
         value = value * self.scale

@@ -30,10 +30,9 @@ from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.tune import TuneStageConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.runs import Run
-from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.orchestrate.serving import EarlyServer
+from gpu_simulate_test.orchestrate.step_level import run_schedule
 from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import Candidate
 from gpu_simulate_test.tune.verdict import judged
@@ -252,9 +251,9 @@ def server_level(model: tuple[Predict, Any] | None, found: RealSearch) -> dict[s
         return None
     sums: list[tuple[float, tuple[float, float, int]]] = []  # per run: its rate, its sums
     for run in found.runs:
-        path = Path(str(run.get("real_run", ""))) / layout.ENGINE_SCHEDULE
-        if path.is_file():
-            sums.append((float(run["qps"]), run_sums(read_csv(path, ENGINE_SCHEDULE), *model)))
+        real = Path(str(run.get("real_run", "")))
+        if (real / layout.ENGINE_SCHEDULE).is_file():
+            sums.append((float(run["qps"]), run_sums(run_schedule(real), *model)))
     level = level_of([s for _, s in sums])
     if level is None:
         return None

@@ -13,6 +13,7 @@ from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.input_spread import FIRST_SPREAD_STREAM, spread_levels
 from gpu_simulate_test.calibration.input_spread import spread_s as input_spread_s
+from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
 from gpu_simulate_test.core.profiling.bundle import Bundle
@@ -188,7 +189,7 @@ def serving_steps_of(steps: pd.DataFrame | None, intake: bool) -> pd.DataFrame |
     where the intake is off (``vidur.serving_intake=false``: fitted as before version 12)."""
     if steps is None or intake or CLIENT_SENDS not in steps.columns:
         return steps
-    return steps.drop(columns=[CLIENT_SENDS])
+    return steps.drop(columns=[CLIENT_SENDS, CLIENT_SEND_OFFSETS], errors="ignore")
 
 
 def input_spread(

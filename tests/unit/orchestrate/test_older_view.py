@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpu_simulate_test.calibration import serving_replay
@@ -99,6 +100,7 @@ def info(version: int) -> dict[str, Any]:
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
     frontend: dict[str, Any] = {
+        17: FRONT_V16,
         16: FRONT_V16,
         15: FRONT_V15,
         14: FRONT_V14,
@@ -139,6 +141,22 @@ def current(root: Path, backends: tuple[str, ...] = ("vllm",)) -> Path:
     return path
 
 
+def offsets_line(bundle: Path) -> str:
+    """Version 17's line for ``bundle``'s serving steps: its steps with a send emptied."""
+    table = pd.read_csv(bundle / layout.SERVING_STEPS, keep_default_na=False)
+    return OFFSETS_LINE.format(int((table["client_send_offsets_ms"] != "").sum()))
+
+
+def test_a_version_16_view_loses_only_the_sends_offsets(tmp_path: Path) -> None:
+    bundle = current(tmp_path / "profiles")
+    lines = tool.older_view(bundle, tmp_path / "view", 16)
+    assert lines[:-1] == [offsets_line(bundle)]
+    view = load_bundle(tmp_path / "view" / "cpu" / QWEN3_TINY.name)
+    steps = CalibrationRecord.load(view, "vllm").serving_steps
+    assert steps is not None and "client_send_offsets_ms" not in steps
+    assert steps["client_sends"].sum() > 0  # the counts kept: the intake wherever a send falls
+
+
 def without_last_column(lines: list[str]) -> str:
     return "".join(line.rsplit(",", 1)[0] + "\n" for line in lines)
 
@@ -161,8 +179,10 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
         kept = [line for line in ENGINE_STEPS if line not in gone]
         assert (view / layout.ENGINE_STEPS).read_text() == without_last_column(kept)
     serving = before[layout.SERVING_STEPS].decode().splitlines()
-    assert serving[0].endswith(",client_sends")
-    assert (view / layout.SERVING_STEPS).read_text() == without_last_column(serving)
+    assert serving[0].endswith(",client_sends,client_send_offsets_ms")
+    assert (view / layout.SERVING_STEPS).read_text() == without_last_column(
+        without_last_column(serving).splitlines()
+    )
     meta = read_json(view / layout.BUNDLE_META)
     assert meta.pop("engine_calibration") == {"vllm": info(version)}
     assert meta == {k: v for k, v in read_json(bundle / layout.BUNDLE_META).items()
@@ -205,6 +225,9 @@ STEPS_LINE = (
     "(input_ms 3.2, input_per_running_ms 0.25)"
 )
 IDLE_BACK = "16: frontend.queue.first_idle_residual_ms: no spread on an idle engine's way back"
+OFFSETS_LINE = (
+    "17: serving_steps.csv client_send_offsets_ms ({} steps): the intake wherever a send falls"
+)
 SPREAD_KEPT = "14: kept: frontend.input_residual_ms, the spread around the two-piece way in"
 FIRST_CHUNK = "13: frontend.queue.first_ms: no first-chunk cost on the way back"
 
@@ -213,7 +236,7 @@ def test_a_version_13_view_puts_the_idle_way_in_back_on_the_line(tmp_path: Path)
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 13)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT]
+    assert lines[:-1] == [offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(13)}
     front = CalibrationRecord.load(load_bundle(view), "vllm").frontend
     assert front is not None and front.input_idle_ms is None
@@ -227,10 +250,13 @@ def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 12)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
+    assert lines[:-1] == [
+        offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK
+    ]  # fmt: skip
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(12)}
-    for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
-        assert (view / name).read_bytes() == (bundle / name).read_bytes()
+    assert (view / layout.ENGINE_STEPS).read_bytes() == (bundle / layout.ENGINE_STEPS).read_bytes()
+    serving = (bundle / layout.SERVING_STEPS).read_text().splitlines()
+    assert (view / layout.SERVING_STEPS).read_text() == without_last_column(serving)
     record = CalibrationRecord.load(load_bundle(view), "vllm")
     assert record.frontend_queue is not None and record.frontend_queue.first_ms == 0.0
     assert CalibrationRecord.load(load_bundle(bundle), "vllm").frontend_queue == FrontEndQueue(
@@ -246,8 +272,10 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:5] == [IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK]
-    assert printed[5].startswith("12: serving_steps.csv client_sends (")
+    assert printed[:6] == [
+        offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK
+    ]  # fmt: skip
+    assert printed[6].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -256,8 +284,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 15"),
-        (16, ("vllm",), None, r"version 16: a view is of 7 to 15"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 16"),
+        (17, ("vllm",), None, r"version 17: a view is of 7 to 16"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
@@ -295,7 +323,7 @@ def test_a_version_15_view_loses_only_the_idle_way_backs_spread(tmp_path: Path) 
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 15)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [IDLE_BACK]
+    assert lines[:-1] == [offsets_line(bundle), IDLE_BACK]
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(15)}
     queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
     assert queue is not None and queue.first_idle_residual_ms == ()
@@ -316,7 +344,7 @@ def test_a_version_15_view_takes_the_quietest_replays_out(tmp_path: Path) -> Non
     assert 0 < quiet < len(replayed)
     lines = tool.older_view(bundle, tmp_path / "view", 15)
     assert lines[:-1] == [
-        IDLE_BACK,
+        IDLE_BACK,  # the replays written here without sends: no offsets to take out
         f"16: serving_steps.csv: the quietest replays (2 req/s, {quiet} steps) taken out; "
         "kept: the front end's readings, fitted with them",
     ]

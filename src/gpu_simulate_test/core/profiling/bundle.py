@@ -173,6 +173,14 @@ SERVING_STEPS_TABLE = TableSchema(
             nullable=True,
             min_value=0,
         ),
+        Column(
+            "client_send_offsets_ms",
+            "str",
+            "ms",
+            "how far into the step each of those sends fell, ';'-separated (calibration version "
+            "17 on: a send in the step's first part adds nothing to it; empty: none)",
+            nullable=True,
+        ),
     ),
 )
 
