@@ -32,8 +32,12 @@ def make_run(
     qps: float = 2.0,
     statuses: dict[int, str] | None = None,
     fail: bool = False,
+    engine_stamps: bool = False,
 ) -> Path:
-    """A finished run of ``stage`` with a request table whose latencies grow with prompt length."""
+    """A finished run of ``stage`` with a request table whose latencies grow with prompt length;
+    ``engine_stamps``: with hf_cb's stamps of each first token (the client's send and receipt,
+    the engine's queueing 0.05 ms after the send and its first token 0.4 ms before the
+    receipt)."""
     rng = np.random.default_rng(0)
     prompt = rng.integers(16, 256, N)
     decode = rng.integers(2, 40, N)
@@ -54,6 +58,10 @@ def make_run(
             "status": status,
         }
     )
+    if engine_stamps:
+        frame["first_token_time_s"] = arrival + frame["ttft_s"]
+        frame["engine_arrival_time_s"] = arrival + 5e-5
+        frame["engine_first_token_time_s"] = frame["first_token_time_s"] - 4e-4
     config: dict[str, dict[str, object]] = {
         "model": {"name": "qwen3_tiny"},
         "hardware": {"name": "cpu"},
@@ -76,7 +84,8 @@ def make_run(
 
 
 def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
-    real = make_run(tmp_path / "tmp", "real_bench", "r", statuses={3: "error", 7: "timeout"})
+    real = make_run(tmp_path / "tmp", "real_bench", "r", statuses={3: "error", 7: "timeout"},
+                    engine_stamps=True)  # fmt: skip
     sim = make_run(tmp_path / "tmp", "vidur_simulate", "s", scale=0.77)
     proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", "output.run_id=c",
                    "goodput.e2el=1e9", cwd=tmp_path)  # fmt: skip
@@ -103,6 +112,18 @@ def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
         png = (out / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     assert len(pd.read_csv(out / "requests.csv")) == N - 2
+    # hf_cb has no API server: its own stamps split each first token into three hops
+    assert not (real / "front_end_stamps.csv").exists()
+    parts = data["ttft_parts"]
+    assert parts["source"] == "in_process" and parts["requests"] == N - 2
+    assert [h["hop"] for h in parts["hops"]] == ["client → engine queued",
+        "engine (queue + first token)", "engine → client"]  # fmt: skip
+    assert [h["p50"] for h in parts["hops"]][::2] == [pytest.approx(0.05), pytest.approx(0.4)]
+    assert sum(h["mean"] for h in parts["hops"]) == pytest.approx(  # ms, the metrics in s
+        1e3 * data["metrics"]["ttft"]["real"]["mean"]
+    )
+    assert "*Source:* an in-process engine's own stamps" in summary
+    assert (out / "ttft_parts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(

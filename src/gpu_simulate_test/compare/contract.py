@@ -109,4 +109,5 @@ SWEEP_PLOT = "sweep_latency_vs_load.png"
 TURN_PLOT = "ttft_by_turn.png"
 """A multi-turn workload's TTFT by turn, real vs simulated, per clock (:mod:`.multi_turn`)."""
 TTFT_PARTS_PLOT = "ttft_parts.png"
-"""Every real request's first token, hop by hop, in order of its TTFT (:mod:`.ttft_parts`)."""
+"""Every real request's first token, hop by hop, in order of its TTFT (:mod:`.ttft_parts`;
+the API server's hops or an in-process engine's own stamps)."""

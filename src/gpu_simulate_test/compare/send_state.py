@@ -6,7 +6,7 @@ sent to an idle engine wakes it, and its way in and its first step take the long
 the engine slept (the main job's truths: a prompt's step 6.5 ms after under 20 ms idle, 11.3 ms
 after more than 400 ms; the way in 2.2–2.4 ms after under 50 ms, 3.3–3.5 ms after more than
 200 ms). A simulation can be right on the whole and wrong in each state, so compare splits each
-part of the first token (:data:`~.ttft_parts.SIDES`) by the state at the send, on each side's own
+part of the first token (:data:`~.ttft_parts.PARTS`) by the state at the send, on each side's own
 timeline: the real run's engine stamps, the simulation's own queueing and finishing.
 """
 

@@ -74,7 +74,8 @@ from gpu_simulate_test.compare.step_inputs import (
 )
 from gpu_simulate_test.compare.steps import StepComparison
 from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
-from gpu_simulate_test.compare.ttft_parts import plot_ttft_parts, ttft_parts, ttft_parts_markdown
+from gpu_simulate_test.compare.ttft_parts import behind_api_server, ttft_parts
+from gpu_simulate_test.compare.ttft_parts_report import plot_ttft_parts, ttft_parts_markdown
 from gpu_simulate_test.compare.verdict import run_state, verdict, verdict_markdown
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.engines.knobs import knob_mismatches
@@ -229,7 +230,13 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             None if repeat is None else repeat.requests,
         )
         data["clocks"] = clocks
-        parts = ttft_parts(inputs.real.path, inputs.real_requests, clocks, inputs.sim_requests)
+        parts = ttft_parts(
+            real.path,
+            inputs.real_requests,
+            clocks,
+            inputs.sim_requests,
+            api_server=behind_api_server(real.meta),
+        )
         data["ttft_parts"] = parts and {k: v for k, v in parts.items() if k != "per_request"}
         if parts is not None and cfg.compare.plots:
             title = f"where the first token's time goes: {inputs.context['real'].get('backend')}"

@@ -12,7 +12,8 @@ import pytest
 
 from gpu_simulate_test.compare import send_state
 from gpu_simulate_test.compare.send_state import STATES, states
-from gpu_simulate_test.compare.ttft_parts import ttft_parts, ttft_parts_markdown
+from gpu_simulate_test.compare.ttft_parts import ttft_parts
+from gpu_simulate_test.compare.ttft_parts_report import ttft_parts_markdown
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv
 from gpu_simulate_test.io.schemas import FRONT_END_STAMPS

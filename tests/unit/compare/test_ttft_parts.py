@@ -1,6 +1,6 @@
 """Where the first token's time goes: the client's, the API server's and the engine's stamps
-split each client TTFT into five hops that add up to it; a run without the API server's stamps
-has no such section."""
+split each client TTFT into five hops that add up to it; a server's run without the API server's
+stamps has no such section (an in-process engine's own stamps: test_ttft_parts_in_process)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.compare.ttft_parts import (
-    HOPS,
-    plot_ttft_parts,
-    ttft_parts,
-    ttft_parts_markdown,
-)
+from gpu_simulate_test.compare.ttft_parts import HOPS, ttft_parts
+from gpu_simulate_test.compare.ttft_parts_report import plot_ttft_parts, ttft_parts_markdown
 from gpu_simulate_test.core.engines.front_end import front_end_frame
 from gpu_simulate_test.core.engines.otlp import RequestSpan
 from gpu_simulate_test.io import layout
@@ -53,6 +49,7 @@ def test_the_hops_add_up_to_the_client_ttft(tmp_path: Path) -> None:
     clocks = [{"metric": "ttft", "stat": "p50", "front_end_s": 0.018, "sim_front_end_s": 0.009}]
     record = ttft_parts(tmp_path, _requests(), clocks)
     assert record is not None and record["requests"] == 19  # the failed one left out
+    assert record["source"] == "api_server"
     hops = {h["hop"]: h for h in record["hops"]}
     assert [h["hop"] for h in record["hops"]] == [name for name, _, _ in HOPS]
     assert hops["client → API server"]["p50"] == pytest.approx(1.0)
@@ -69,6 +66,8 @@ def test_the_hops_add_up_to_the_client_ttft(tmp_path: Path) -> None:
     assert all(h["below_zero"] == 0 for h in record["hops"])
     text = ttft_parts_markdown(record, "ttft_parts.png")
     assert "## Where the first token's time goes (real, ms)" in text
+    assert "*Source:* API server hops (`ttft_parts.source`: `api_server`)" in text
+    assert "front end is hops 1, 2, 4 and 5 together" in text
     assert "p50 18.0 real / 9.0 simulated ms" in text
     plot_ttft_parts(record, tmp_path / "ttft_parts.png", "test")
     assert (tmp_path / "ttft_parts.png").stat().st_size > 10_000

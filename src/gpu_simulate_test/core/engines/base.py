@@ -27,6 +27,10 @@ class Backend(ABC):
     name: ClassVar[str]
     in_process: ClassVar[bool] = True
     """Runs the model in this process (the harness lowers the GIL switch interval then)."""
+    api_server: ClassVar[bool] = False
+    """Reaches its engine through an API server (HTTP): the client's stamps and the engine's
+    then straddle that server, so only its own stamps split a first token (compare's
+    ``ttft_parts``); without one the request table's stamps do."""
     serves_sessions: ClassVar[bool] = False
     """Runs a multi-turn workload's sessions (:mod:`.closed_loop`): its streams report the output
     token ids (``Recorder.finish(output_token_ids=...)``) a later turn's prompt is built from."""

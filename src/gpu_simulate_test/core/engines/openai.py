@@ -190,6 +190,7 @@ class OpenAIBackend(Backend):
 
     name: ClassVar[str] = "openai"
     in_process: ClassVar[bool] = False
+    api_server: ClassVar[bool] = True
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         super().__init__(cfg)

@@ -71,6 +71,7 @@ class VllmFleetBackend(Backend):
 
     name: ClassVar[str] = "vllm"
     in_process: ClassVar[bool] = False
+    api_server: ClassVar[bool] = True
 
     def __init__(self, cfg: RealBenchStageConfig) -> None:
         super().__init__(cfg)
