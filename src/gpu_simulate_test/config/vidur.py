@@ -355,9 +355,11 @@ class VidurConfig:
     """With ``serving_load``: each request the client sends while a step runs adds the intake
     the calibration replays measured to that step (the API server takes it in on the engine's
     cores; calibration version 12 on, ``serving_steps.csv`` ``client_sends``), and the rates'
-    stretch is fitted without it. Off by default: measured on 10 main jobs and a fidelity
-    campaign (2026-12-03), it moved no figure outside the truth's spread (client TTFT p90 mean
-    signed -14.4% with it, -13.6% without)."""
+    stretch is fitted without it. From calibration version 17 only a send past the step's free
+    part adds it (``client_send_offsets_ms``; :mod:`~..calibration.intake_phase`: the step's
+    scheduling leaves a core free, its forward does not). Off by default: measured on 10 main
+    jobs and a fidelity campaign (2026-12-03), the intake wherever a send falls moved no figure
+    outside the truth's spread (client TTFT p90 mean signed -14.4% with it, -13.6% without)."""
     frontend_latency: bool = True
     """With ``engine_overhead``, delay every request's arrival at the scheduler and every
     token's delivery by the front end's latency the calibration measured (meta.json

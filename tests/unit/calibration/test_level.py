@@ -4,6 +4,7 @@ read 1.2 times that, the serving terms divide the level, and too few steps give 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -87,3 +88,33 @@ def test_the_report_cell() -> None:
     # judged over every run: nothing more to say
     two = {"ratio": 1.0935, "steps": 2797, "per_run": [0.9973, 1.1763], "judged": judged}
     assert level_cell(two) == "1.09× (runs 1.00–1.18)"
+
+
+def test_a_real_runs_sends_are_timed_in_its_steps_not_in_its_level(tmp_path: Path) -> None:
+    """The intake a send adds to its step is the model's (with ``vidur.serving_intake``): the
+    real run's steps are timed with the sends that fell in them, so a step the send stretched
+    reads at the level of the others and the simulation does not add the intake twice."""
+    import shutil
+
+    from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
+    from gpu_simulate_test.orchestrate.step_level import run_schedule
+
+    for name in ("engine_schedule.csv", "request_metrics.csv"):
+        shutil.copy(DATA / name, tmp_path / name)
+    steps = run_schedule(tmp_path)
+    sent = pd.read_csv(DATA / "request_metrics.csv")["arrival_time_s"].to_numpy(float)
+    inside = (sent >= steps["start_time_s"].min()) & (sent < steps["end_time_s"].max())
+    assert 0 < steps["client_sends"].sum() <= inside.sum()
+    with_offsets = steps[steps[CLIENT_SEND_OFFSETS] != ""]
+    assert len(with_offsets) == int((steps["client_sends"] > 0).sum())
+    predict = fitted_model(schedule())
+    load = ServingLoad(rate_points=(1.0,), stretch_points=(1.0,), gap_points_ms=(0.0,))
+    intake = dataclasses.replace(load, intake_ms=2.0)
+    plain = step_level([steps], predict, load)
+    counted = step_level([steps], predict, intake)
+    blind = step_level([schedule()], predict, intake)  # no sends beside the steps
+    assert plain is not None and counted is not None and blind is not None
+    assert counted["ratio"] < plain["ratio"] - 0.005
+    assert blind["ratio"] == pytest.approx(plain["ratio"])
+    (tmp_path / "request_metrics.csv").unlink()
+    assert "client_sends" not in run_schedule(tmp_path)
