@@ -351,15 +351,14 @@ class VidurConfig:
     the bundle's calibration replays under load (``serving_steps.csv``; a bundle without them
     simulates as before): a step stretched by the requests taken in per second, a pause between
     busy steps, and waking an idle engine after that long idle."""
-    serving_intake: bool = False
-    """With ``serving_load``: each request the client sends while a step runs adds the intake
-    the calibration replays measured to that step (the API server takes it in on the engine's
-    cores; calibration version 12 on, ``serving_steps.csv`` ``client_sends``), and the rates'
-    stretch is fitted without it. From calibration version 17 only a send past the step's free
-    part adds it (``client_send_offsets_ms``; :mod:`~..calibration.intake_phase`: the step's
-    scheduling leaves a core free, its forward does not). Off by default: measured on 10 main
-    jobs and a fidelity campaign (2026-12-03), the intake wherever a send falls moved no figure
-    outside the truth's spread (client TTFT p90 mean signed -14.4% with it, -13.6% without)."""
+    serving_intake: bool = True
+    """With ``serving_load``: a request the client sends while a step runs adds the intake the
+    calibration replays measured to that step (the API server takes it in on the engine's cores;
+    ``serving_steps.csv`` ``client_sends``), and the rates' stretch is fitted without it; from
+    calibration 17 only a send past the step's free part (:mod:`~..calibration.intake_phase`),
+    before it (12 to 16) wherever it falls. On by default since 2026-12-04 (three campaigns:
+    client TTFT p50 at 20% within 10% at level 3 of 3, 0 of 3 without; main jobs moved both ways;
+    benchmarks/results/intake_phase_20261204)."""
     frontend_latency: bool = True
     """With ``engine_overhead``, delay every request's arrival at the scheduler and every
     token's delivery by the front end's latency the calibration measured (meta.json

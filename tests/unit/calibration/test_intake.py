@@ -112,7 +112,7 @@ def test_the_intake_knob_fits_the_terms_as_before_version_12_when_off() -> None:
     from gpu_simulate_test.config.vidur import VidurConfig
     from gpu_simulate_test.vidur_simulate.inputs import serving_steps_of
 
-    assert VidurConfig().serving_intake is False  # measured, no gain yet (docs)
+    assert VidurConfig().serving_intake is True  # by phase since calibration 17 (docs)
     steps = schedule().assign(client_sends=1)
     assert serving_steps_of(steps, intake=True) is steps
     off = serving_steps_of(steps, intake=False)

@@ -1,0 +1,68 @@
+"""Fidelity campaigns' sim phases over the same truth, side by side: which setting is closer?
+
+Each RUN is a fidelity run directory (``tmp/fidelity/<id>``) whose ``fidelity.csv`` holds the
+rows of one simulation of a campaign's real runs (the campaign itself, or its sim phase again
+with other settings: ``fidelity.phase=sim fidelity.real_from=...``). Prints every row's signed
+error as calibrated and at the real runs' step level per run, the truth's own repeat beside,
+and per run and clock the mean signed error and how many rows (and TTFT rows at the level) are
+within max(10%, real vs real).
+
+Run: ``python -m benchmarks.fidelity.bench_campaign_variants RUN [RUN ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+KEY = ["clock", "metric", "stat", "load_fraction"]
+LIMIT = 0.10
+
+
+def side_by_side(runs: list[Path]) -> pd.DataFrame:
+    """Every row's error (percent) per run, as calibrated and at the level, with ``rr``."""
+    out: pd.DataFrame | None = None
+    for run in runs:
+        rows = pd.read_csv(run / "fidelity.csv").set_index(KEY)
+        cols = rows[["rel_error", "rel_error_at_level"]] * 100
+        cols.columns = [run.name, f"{run.name}@lvl"]
+        if out is None:
+            out = rows[["noise"]].rename(columns={"noise": "rr"}) * 100
+        out = out.join(cols)
+    assert out is not None
+    return out.round(1)
+
+
+def summary(run: Path) -> list[str]:
+    """Per clock: mean signed and rows within, as calibrated and at the level."""
+    rows = pd.read_csv(run / "fidelity.csv")
+    lines = []
+    for clock in ("engine", "client"):
+        g = rows[rows.clock == clock]
+        limit = g["noise"].abs().clip(lower=LIMIT)
+        within = g.rel_error.abs() <= limit
+        at = g.rel_error_at_level.abs() <= limit
+        ttft = at & (g.metric == "ttft")
+        lines.append(
+            f"{run.name} {clock}: mean signed {100 * g.rel_error.mean():+.1f}%, within "
+            f"{int(within.sum())}/{len(g)}; at level {100 * g.rel_error_at_level.mean():+.1f}%, "
+            f"within {int(at.sum())}/{len(g)}, TTFT rows {int(ttft.sum())}/"
+            f"{int((g.metric == 'ttft').sum())}"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    args = parser.parse_args()
+    with pd.option_context("display.width", 250, "display.max_columns", 20):
+        print(side_by_side(args.runs).to_string())
+    for run in args.runs:
+        print("\n".join(summary(run)))
+
+
+if __name__ == "__main__":
+    main()
