@@ -308,15 +308,15 @@ def fit(
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
     labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
     sends = _sends(features)
+    offsets = intake_phase.step_offsets(features)  # parsed once: the fit and the late sends
     load = _rated(body, pred, req, gap, busy, labels)
     intake_s = free_ms = 0.0
     if load.rate_points:  # within a rate, so that the rate's stretch (it carries them) cancels
         beyond = body - pred * np.array([load.stretch(r) for r in req])
-        offsets = intake_phase.step_offsets(features)
         length_ms = features["body_s"].to_numpy(dtype=float) * 1e3
         phase = intake_phase.fit(beyond, length_ms, busy, offsets, labels, sends)
         intake_s, free_ms = (0.0, 0.0) if phase is None else (phase.intake_s, phase.free_ms)
-    sent = _late(features, sends, free_ms)
+    sent = _late(offsets, sends, free_ms)
     if intake_s > 0:  # the rates' stretch without what the sends added
         body = body - intake_s * sent
         load = replace(
@@ -350,10 +350,10 @@ def fit(
     return load
 
 
-def _late(steps: pd.DataFrame, sends: np.ndarray, free_ms: float) -> np.ndarray:
+def _late(offsets: Sequence[np.ndarray] | None, sends: np.ndarray, free_ms: float) -> np.ndarray:
     """Each step's sends that add their intake: those past the free part where the offsets
-    were recorded, else all of them (0 where none were recorded)."""
-    offsets = intake_phase.step_offsets(steps)
+    were recorded (:func:`~.intake_phase.step_offsets`), else all of them (0 where none were
+    recorded)."""
     if offsets is not None:
         return intake_phase.late_sends(offsets, free_ms)
     return np.where(np.isfinite(sends), sends, 0.0)
@@ -444,7 +444,8 @@ def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarra
     tok = features["stream_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool)
     idle = features["idle_ms"].to_numpy(dtype=float) / 1e3
-    intake = load.intake_ms / 1e3 * _late(features, _sends(features), load.intake_free_ms)
+    offsets = intake_phase.step_offsets(features)
+    intake = load.intake_ms / 1e3 * _late(offsets, _sends(features), load.intake_free_ms)
     out = np.empty(len(features))
     for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
         out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())

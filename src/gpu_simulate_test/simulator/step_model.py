@@ -160,10 +160,10 @@ class PredictorClock:
         """The client's sends (its open loop's; a closed loop's later turns are not known
         ahead), for the serving terms' intake."""
         self._intake_s = 0.0 if serving is None else serving.intake_ms / 1e3 * send_share
-        self._free_s = 0.0 if serving is None else serving.intake_free_ms / 1e3
-        """A send in a step's first this long adds nothing (the step's free part)."""
         """What one send adds to the step it falls in (``send_share``: this engine's share of
         them, a fleet's replicas each taking in about theirs)."""
+        self._free_s = 0.0 if serving is None else serving.intake_free_ms / 1e3
+        """A send in a step's first this long adds nothing (the step's free part)."""
 
     def _rates(self, at: float) -> tuple[float, float]:
         """Requests taken in and tokens streamed per second over the window before ``at`` (no
