@@ -5,7 +5,9 @@ rows of one simulation of a campaign's real runs (the campaign itself, or its si
 with other settings: ``fidelity.phase=sim fidelity.real_from=...``). Prints every row's signed
 error as calibrated and at the real runs' step level per run, the truth's own repeat beside,
 and per run and clock the mean signed error and how many rows (and TTFT rows at the level) are
-within max(10%, real vs real).
+within max(10%, real vs real); then, pooled over every run, each metric's median and largest
+absolute error as calibrated and at the level, and the truth's own repeat (the README's
+accuracy table reads these).
 
 Run: ``python -m benchmarks.fidelity.bench_campaign_variants RUN [RUN ...]``
 """
@@ -54,6 +56,21 @@ def summary(run: Path) -> list[str]:
     return lines
 
 
+def pooled(runs: list[Path]) -> list[str]:
+    """Per metric over every run's rows (both clocks): median / largest absolute error as
+    calibrated and at the level; the noise floor's the same."""
+    rows = pd.concat([pd.read_csv(run / "fidelity.csv") for run in runs])
+
+    def spread(x: pd.Series) -> str:
+        return f"{100 * x.abs().median():.1f}% / {100 * x.abs().max():.1f}%"
+
+    lines = [
+        f"{metric}: as calibrated {spread(g.rel_error)}, at level {spread(g.rel_error_at_level)}"
+        for metric, g in rows.groupby("metric", sort=False)
+    ]
+    return [*lines, f"real vs real: {spread(rows['noise'].dropna())}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
@@ -62,6 +79,8 @@ def main() -> None:
         print(side_by_side(args.runs).to_string())
     for run in args.runs:
         print("\n".join(summary(run)))
+    print("pooled, median / largest absolute:")
+    print("\n".join(pooled(args.runs)))
 
 
 if __name__ == "__main__":

@@ -36,14 +36,13 @@ from typing import Any
 from gpu_simulate_test.core.engines.base import Backend
 from gpu_simulate_test.core.engines.harness import (
     POLL_S,
-    SPIN_WINDOW_OUT_OF_PROCESS_S,
-    SPIN_WINDOW_S,
     START_LEAD_S,
     ProgressFn,
     ReplayOutcome,
     Watch,
     cancel_in_flight,
     raise_if_dead,
+    spin_window_s,
     wait_until,
 )
 from gpu_simulate_test.core.engines.records import (
@@ -191,7 +190,7 @@ def replay_sessions(
     Raises BackendError when the engine dies; on that, on Ctrl-C and on any other exception,
     in-flight requests are closed (``cancelled``) so that what was measured can be written."""
     loop = SessionLoop(requests)
-    spin = SPIN_WINDOW_S if backend.in_process else SPIN_WINDOW_OUT_OF_PROCESS_S
+    spin = spin_window_s(backend)
     recorder.track_closes(loop.following)
     started = time.perf_counter()
     recorder.origin = started + START_LEAD_S

@@ -40,6 +40,13 @@ POLL_S = 0.05
 ProgressFn = Callable[[Recorder], None]
 
 
+def spin_window_s(backend: Backend) -> float:
+    """How long a client of ``backend`` spins before each send: :data:`SPIN_WINDOW_S` in
+    process, :data:`SPIN_WINDOW_OUT_OF_PROCESS_S` against a server (every sender of requests
+    waits the same way: the real bench, the closed loop and the calibration replays)."""
+    return SPIN_WINDOW_S if backend.in_process else SPIN_WINDOW_OUT_OF_PROCESS_S
+
+
 def wait_until(target: float, spin_window_s: float = SPIN_WINDOW_S) -> float:
     """Return at ``perf_counter() >= target`` (sleep, then spin the last ``spin_window_s``);
     returns the time it woke."""
@@ -208,7 +215,7 @@ def replay(
     on that, on Ctrl-C and on any other exception, in-flight requests are closed (``error`` or
     ``cancelled``) so that what was measured can be written.
     """
-    spin = SPIN_WINDOW_S if backend.in_process else SPIN_WINDOW_OUT_OF_PROCESS_S
+    spin = spin_window_s(backend)
     started = time.perf_counter()
     recorder.origin = started + START_LEAD_S
     watch = Watch(backend, recorder, request_timeout_s, progress, progress_every_s)
