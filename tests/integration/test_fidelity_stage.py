@@ -24,6 +24,7 @@ TINY = (
     "fidelity.warmup_s=0.05",
     "fidelity.loads=[0.3,0.7]",
     "fidelity.real_repeats=2",
+    "fidelity.calibrate_each_load=true",  # the default campaign's (the preset profiles once)
     "workload.output_len.max=6",
     "num_warmup_requests=1",
 )
@@ -47,7 +48,7 @@ def test_real_phase_then_sim_phase_elsewhere(tmp_path: Path) -> None:
     rec = manifest["backends"]["hf_cb"]
     assert rec["capacity"]["probe_requests"] == 8 and rec["capacity"]["capacity_qps"] > 0
     assert rec["profiling_root"] == "profiles"  # its bundle travels with it
-    # the default campaign calibrates right before each load, into the load's own bundle
+    # calibrated right before each load, into the load's own bundle
     assert [load["profiling_root"] for load in rec["loads"]] == ["profiles/load0", "profiles/load1"]
     assert all((real / "profiles" / f"load{k}").is_dir() for k in (0, 1))
     assert [load["real_dir"] for load in rec["loads"]] == [

@@ -32,6 +32,16 @@ def _typed(compose_stage: Any, stage: str, overrides: list[str]) -> Any:
     return to_typed(compose_stage(stage, overrides), STAGE_SCHEMAS[stage])
 
 
+def test_the_default_campaign_calibrates_before_each_load(compose_stage: Any) -> None:
+    """On this project's CPU host the default campaign calibrates right before each load (the
+    calibration's server against the judged servers moved the 85% rows); the presets below
+    profile once."""
+    assert _typed(compose_stage, "fidelity", []).fidelity.calibrate_each_load
+    assert not _typed(
+        compose_stage, "fidelity", ["fidelity.calibrate_each_load=false"]
+    ).fidelity.calibrate_each_load
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_one_profile_serves_both_real_phases(compose_stage: Any, preset: str) -> None:
     """The profile preset's bundle is the one the fidelity and capacity presets would reuse: the
@@ -48,6 +58,8 @@ def test_one_profile_serves_both_real_phases(compose_stage: Any, preset: str) ->
         assert cfg.backend == profile.engine.backend, said
         assert cfg.profiling.dtype == profile.profiling.dtype, said
         assert cfg.profile == profile.profile, said
+        if stage == "fidelity":  # profiled once for the session, not again before each load
+            assert not cfg.fidelity.calibrate_each_load, said
         assert cfg.workload.prompt_len == lengths.prompt_len, said
         assert cfg.workload.output_len == lengths.output_len, said
         # the bundle covers the longest requests the engine's scheduler can batch
