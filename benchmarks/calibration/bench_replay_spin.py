@@ -14,7 +14,7 @@ and ``output.run_id`` where the bundle goes; the bundle's ``serving_steps.csv`` 
 from __future__ import annotations
 
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +30,29 @@ ARGS = (
     "engine.serving_rates=[0.5]",
     "engine.serving_rounds=12",
 )
+Run = Callable[[Any, Any, Any, float], list[tuple[float, float, float]]]
 
 
-def alternating_run(
-    backend: Any, recorder: Any, replays: Any, timeout_s: float
-) -> list[tuple[float, float, float]]:
-    """:func:`gpu_simulate_test.calibration.serving_replay.run`, the spin alternating."""
+def alternating(run: Run) -> Run:
+    """``run`` (:func:`gpu_simulate_test.calibration.serving_replay.run` itself) one replay at a
+    time, the spin alternating between them."""
     from gpu_simulate_test.calibration import serving_replay
-    from gpu_simulate_test.calibration.common import wait
-    from gpu_simulate_test.core.engines.harness import wait_until
 
-    windows = []
-    for k, replay in enumerate(replays):
-        origin = time.perf_counter() + serving_replay.START_LEAD_S
-        for req in replay.requests:
-            wait_until(origin + req.scheduled_arrival_s, SPINS_S[k % 2])
-            backend.submit(req)
-        ids = [r.request_id for r in replay.requests]
-        wait(backend, recorder, ids, timeout_s, during="a spin replay", what="spin replay")
-        windows.append((replay.rate_qps, recorder.rel(origin), recorder.rel(time.perf_counter())))
-    return windows
+    def each(
+        backend: Any, recorder: Any, replays: Any, timeout_s: float
+    ) -> list[tuple[float, float, float]]:
+        windows = []
+        for k, replay in enumerate(replays):
+            spin = SPINS_S[k % 2]
+
+            def spun(backend: Any, spin: float = spin) -> float:
+                return spin
+
+            serving_replay.spin_window_s = spun
+            windows += run(backend, recorder, [replay], timeout_s)
+        return windows
+
+    return each
 
 
 def by_replay(steps: pd.DataFrame) -> pd.DataFrame:
@@ -81,7 +84,7 @@ def main() -> None:
     from gpu_simulate_test.calibration import serving_replay
     from gpu_simulate_test.cli import vidur_profile
 
-    serving_replay.run = alternating_run
+    serving_replay.run = alternating(serving_replay.run)  # type: ignore[assignment]
     overrides = sys.argv[1:]
     sys.argv = [sys.argv[0], *ARGS, *overrides]
     try:

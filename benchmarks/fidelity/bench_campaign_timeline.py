@@ -43,10 +43,9 @@ def timeline(run: Path) -> list[tuple[str, str, list[float | None]]]:
         steps = pd.read_csv(steps_csv)
         quiet = steps[steps["client_sends"] == 0] if "client_sends" in steps else steps
         where = steps_csv.parent.relative_to(run / "profiles")
+        own = f" {where.parts[0]}" if len(where.parts) > 2 else ""  # calibrate_each_load
         for rate, one in quiet.groupby("rate_qps"):
-            own = f" {where.parts[0]}" if len(where.parts) > 2 else ""  # calibrate_each_load
-            label = f"calibration{own} {rate:.1f}/s"
-            rows.append((meta["created_at"], label, _medians(one)))
+            rows.append((meta["created_at"], f"calibration{own} {rate:.1f}/s", _medians(one)))
     for meta_json in sorted(run.glob("runs/real_bench/*/run_meta.json")):
         schedule = meta_json.parent / "engine_schedule.csv"
         if not schedule.is_file():

@@ -123,8 +123,9 @@ def run(
     """Replay each rate's requests at their arrivals (after the previous rate's are done);
     returns (rate, first send, last token) per replay on the recorder's clock."""
     windows = []
-    spin = spin_window_s(backend)  # as the real bench sends (2 ms spun against a server: 1.6%
-    # slower steps at half the capacity, within the noise, but not the truth's way of sending)
+    # as the real bench sends (2 ms spun against a server: 1.6% slower steps at half the
+    # capacity, within the noise, but not the truth's way of sending)
+    spin = spin_window_s(backend)
     for replay in replays:
         origin = time.perf_counter() + START_LEAD_S
         for req in replay.requests:
