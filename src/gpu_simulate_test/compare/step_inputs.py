@@ -11,7 +11,9 @@ import pandas as pd
 
 from gpu_simulate_test.calibration.record import SimulatedCalibration
 from gpu_simulate_test.compare.alignment import StepAlignment, align
+from gpu_simulate_test.compare.clocks import ENGINE_COLUMNS, sim_engine_metric
 from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.compare.metrics import JoinedRequests
 from gpu_simulate_test.compare.steps import StepComparison, compare_steps
 from gpu_simulate_test.core.run_inputs import RunInput
 from gpu_simulate_test.io import layout
@@ -41,14 +43,35 @@ def load_steps(
         "sim": _mean_ms(comparison.joined.sim.scheduling_delay_s),
         "source": "the server's own count",
     }
+    joined = comparison.joined
     ttft = {
-        "client": float(np.nanmean(comparison.joined.real.ttft_s) * 1000),
+        "client": float(np.nanmean(joined.real.ttft_s) * 1000),
         "server": engine_log.get("mean_server_ttft_ms"),
-        "sim": float(np.nanmean(comparison.joined.sim.ttft_s) * 1000),
+        "sim": float(np.nanmean(joined.sim.ttft_s) * 1000),
+        **engine_ttft_ms(real.requests, sim.requests, joined),
     }
     if (frontend_ms := used.frontend_ttft_ms) is not None:
         ttft["sim_frontend"] = frontend_ms
     return real_steps, sim_steps, compare_steps(real_steps, sim_steps, queue, ttft)
+
+
+def engine_ttft_ms(
+    real: pd.DataFrame, sim: pd.DataFrame, joined: JoinedRequests
+) -> dict[str, float]:
+    """Mean TTFT on each side's engine clock over the joined requests (ms): ``engine``, the
+    real engine's own (``engine_ttft_s``), and ``sim_engine``, the simulation's without the
+    front end it added (:func:`~.clocks.sim_engine_metric`). Client minus engine is then the
+    front end on both sides, the same span (the API server's own TTFT metric starts inside
+    the front end and is not it). Empty without the real engine's clock."""
+    column = ENGINE_COLUMNS["ttft"]
+    if column not in real.columns:
+        return {}
+    frame = real.set_index("request_id").reindex(joined.request_id)
+    engine = _mean_ms(pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float))
+    if engine is None:
+        return {}
+    sim_engine = _mean_ms(sim_engine_metric(sim, joined, "ttft"))
+    return {"engine": engine} | ({} if sim_engine is None else {"sim_engine": sim_engine})
 
 
 def _mean_ms(values: np.ndarray) -> float | None:

@@ -212,21 +212,46 @@ def step_findings(groups: pd.DataFrame, totals: Mapping[str, Any]) -> list[str]:
             f"time queued before the first step, mean: {queue['sim']:.2f} ms simulated vs "
             f"{queue['real']:.2f} ms real ({source})"
         )
-    ttft = totals.get("ttft_ms") or {}
-    if all(ttft.get(k) is not None for k in ("client", "server", "sim")):
-        modelled = ttft.get("sim_frontend")
-        out.append(
-            f"TTFT, mean: {ttft['client']:.1f} ms at the client, {ttft['server']:.1f} ms on the "
-            f"server's own clock, {ttft['sim']:.1f} ms simulated; "
-            f"{ttft['client'] - ttft['server']:.1f} ms of each first token is spent outside the "
-            "server (HTTP, streaming, the client), "
-            + (
-                "which Vidur does not model"
-                if modelled is None
-                else f"against {modelled:.1f} ms of calibrated front end in the simulation"
-            )
-        )
+    if (line := ttft_finding(totals.get("ttft_ms") or {})) is not None:
+        out.append(line)
     return out
+
+
+def ttft_finding(ttft: Mapping[str, float | None]) -> str | None:
+    """The mean TTFT on both clocks and the front end (client − engine) on both sides, the same
+    span; a comparison from before the engine-clock means (no ``engine``) against the server's
+    own TTFT metric and the calibrated front end, as it was written then."""
+    client, sim = ttft.get("client"), ttft.get("sim")
+    if client is None or sim is None:
+        return None
+    engine, sim_engine = ttft.get("engine"), ttft.get("sim_engine")
+    if engine is not None and sim_engine is not None:
+        real_fe, sim_fe = client - engine, sim - sim_engine
+        return (
+            f"TTFT, mean: {client:.1f} ms at the client, {engine:.1f} ms on the engine's own "
+            f"clock; simulated {sim:.1f} and {sim_engine:.1f} ms; the front end (client − "
+            f"engine: HTTP, the API server, streaming, the client) {real_fe:.1f} ms real, "
+            f"{sim_fe:.1f} ms simulated ({relative(sim_fe, real_fe)})"
+        )
+    server, modelled = ttft.get("server"), ttft.get("sim_frontend")
+    if server is None:
+        return None
+    return (
+        f"TTFT, mean: {client:.1f} ms at the client, {server:.1f} ms on the "
+        f"server's own clock, {sim:.1f} ms simulated; "
+        f"{client - server:.1f} ms of each first token is spent outside the "
+        "server (HTTP, streaming, the client), "
+        + (
+            "which Vidur does not model"
+            if modelled is None
+            else f"against {modelled:.1f} ms of calibrated front end in the simulation"
+        )
+    )
+
+
+def relative(value: float, reference: float) -> str:
+    """``value`` against ``reference`` as a signed percentage ("–" without a reference)."""
+    return f"{value / reference - 1:+.0%}" if reference > 0 else "–"
 
 
 def markdown_rows(groups: pd.DataFrame) -> Sequence[Sequence[str]]:

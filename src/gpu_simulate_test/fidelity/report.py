@@ -90,7 +90,8 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "faster or slower Vidur's steps are than the engine's for the same compositions (engine "
         "loop included); *steps* and *busy time* compare the step count and the total time the "
         "engine was busy (scheduling shows in the count); *front end* is the mean TTFT the "
-        "client saw beyond the server's own TTFT, against what the simulation adds for it; "
+        "client saw beyond the engine's own clock (HTTP, the API server, streaming, the "
+        "client), real and simulated, the same span on both sides; "
         "*host memory* is how long the host took to read one LM head around the real run over "
         "how long it took around the calibration (recorded, not judged: core/host/host_probe.py).",
         "",

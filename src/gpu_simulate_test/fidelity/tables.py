@@ -325,18 +325,24 @@ def step_attribution(
 ) -> dict[str, float | None]:
     """A load's step-level attribution (``comparison.json`` ``steps.totals`` of its compare run):
     step time vs scheduling vs the front end; with its ``host_memory``, the truth's host
-    reading over the calibration's."""
+    reading over the calibration's. The front end is the mean TTFT at the client less the
+    mean on the engine's own clock, on each side (one span, both sides); from a comparison
+    before those means, the client less the server's own TTFT metric against the calibrated
+    front end, as it was reported then."""
 
     def num(value: Any) -> float | None:
         return float(value) if isinstance(value, int | float) and np.isfinite(value) else None
 
     ttft = totals.get("ttft_ms") or {}
-    client, server = num(ttft.get("client")), num(ttft.get("server"))
+    client, engine = num(ttft.get("client")), num(ttft.get("engine"))
+    sim, sim_engine = num(ttft.get("sim")), num(ttft.get("sim_engine"))
+    if engine is None or sim_engine is None:  # a comparison from before the engine-clock means
+        engine, sim, sim_engine = num(ttft.get("server")), num(ttft.get("sim_frontend")), 0.0
     return {
         "step_time_error": num(totals.get("step_time_error")),
         "step_count_error": num(totals.get("step_count_error")),
         "busy_time_error": num(totals.get("busy_time_error")),
-        "real_frontend_ms": client - server if client is not None and server is not None else None,
-        "sim_frontend_ms": num(ttft.get("sim_frontend")),
+        "real_frontend_ms": client - engine if client is not None and engine is not None else None,
+        "sim_frontend_ms": sim - sim_engine if sim is not None and sim_engine is not None else None,
         "host_memory_ratio": num(((host_memory or {}).get("real") or {}).get("ratio")),
     }

@@ -137,3 +137,16 @@ def test_a_repeated_real_run_gives_the_noise_floor_on_each_clock() -> None:
     assert row in text
     # without a repeat: no such column
     assert "real vs real" not in clocks_markdown(clock_rows(real, _joined()) or [])
+
+
+def test_the_front_end_means_are_client_less_engine_on_both_sides() -> None:
+    from gpu_simulate_test.compare.step_inputs import engine_ttft_ms
+
+    real = _engine_clock([3, 2, 1, 0])
+    sim = pd.DataFrame(
+        {"request_id": [0, 1, 2, 3], "frontend_delay_s": [0.004, 0.006, 0.008, 0.010]}
+    )
+    means = engine_ttft_ms(real, sim, _joined())
+    # the real engine's 20 ms; the simulation's 22 ms client TTFT less the 7 ms it added
+    assert means == pytest.approx({"engine": 20.0, "sim_engine": 15.0})
+    assert engine_ttft_ms(real.drop(columns="engine_ttft_s"), sim, _joined()) == {}

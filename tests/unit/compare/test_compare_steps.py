@@ -107,3 +107,15 @@ def test_the_latency_table_sets_the_engine_queued_delay_against_the_real_stamps(
     assert list(sim_scheduling_delay_s(sim)) == [0.0, 0.0]
     older = sim.drop(columns="engine_scheduling_delay_s")
     assert list(sim_scheduling_delay_s(older)) == [0.012, 0.0]
+
+
+def test_the_front_end_finding_sets_the_same_span_side_by_side() -> None:
+    from gpu_simulate_test.compare.steps import ttft_finding
+
+    line = ttft_finding(
+        {"client": 30.0, "server": 27.0, "sim": 26.0, "engine": 20.0, "sim_engine": 18.0}
+    )
+    assert line is not None
+    assert "30.0 ms at the client, 20.0 ms on the engine's own clock" in line
+    assert "10.0 ms real, 8.0 ms simulated (-20%)" in line
+    assert ttft_finding({"client": 30.0, "sim": 26.0}) is None  # neither clock to set it against

@@ -255,3 +255,14 @@ def test_real_percentiles_read_the_engine_clock_after_the_warm_up() -> None:
     assert pct[("client", "ttft", "p50")] == pytest.approx(30.0)
     assert pct[("engine", "ttft", "p50")] == pytest.approx(20.0)
     assert fid.real_percentiles(requests)[("engine", "ttft", "p90")] > 1000  # with it
+
+
+def test_the_front_end_attribution_is_one_span_on_both_sides() -> None:
+    ttft = {"client": 30.0, "server": 27.0, "sim": 26.0, "sim_frontend": 4.0}
+    now = fid.step_attribution({"ttft_ms": {**ttft, "engine": 20.0, "sim_engine": 18.0}})
+    assert now["real_frontend_ms"] == pytest.approx(10.0)
+    assert now["sim_frontend_ms"] == pytest.approx(8.0)
+    # a comparison from before the engine-clock means reads as it was reported then
+    before = fid.step_attribution({"ttft_ms": ttft})
+    assert before["real_frontend_ms"] == pytest.approx(3.0)
+    assert before["sim_frontend_ms"] == pytest.approx(4.0)
