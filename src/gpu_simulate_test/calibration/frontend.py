@@ -336,7 +336,8 @@ def queue_from_replays(
     end to the client. A stream chunk carrying several tokens counts once, at its last token;
     each stream's first chunk is marked, for its extra cost (``first_ms``), and the first chunk
     of a request sent to an idle engine for the way back's spread there
-    (``first_idle_residual_ms``). None without replays or with too few tokens."""
+    (``first_idle_residual_ms``), to a busy one for its spread per bucket of requests in flight
+    (``first_busy_residual_ms``). None without replays or with too few tokens."""
     from gpu_simulate_test.calibration import frontend_queue
 
     runs = []
@@ -351,6 +352,7 @@ def queue_from_replays(
         client: list[float] = []
         first: list[bool] = []  # the stream's first chunk
         idle: list[bool] = []  # ... of a request sent to an idle engine
+        in_flight: list[int] = []  # requests in flight at its request's send
         for r, running in zip(recs, in_flight_at_sends(recs), strict=True):
             last = np.cumsum(r.event_num_tokens) - 1
             for n, (at, index) in enumerate(zip(r.event_times_s, last, strict=True)):
@@ -359,6 +361,7 @@ def queue_from_replays(
                     client.append(at)
                     first.append(n == 0)
                     idle.append(n == 0 and running == 0)
+                    in_flight.append(running)
         runs.append(
             frontend_queue.observed(
                 [r.arrival_s for r in recs if r.arrival_s is not None],
@@ -368,6 +371,7 @@ def queue_from_replays(
                 client,
                 first,
                 token_idle=idle,
+                token_running=in_flight,
             )
         )
     fitted = frontend_queue.fit(runs)

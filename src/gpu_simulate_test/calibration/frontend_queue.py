@@ -44,6 +44,9 @@ MIN_FIRST_TOKENS = 20
 IDLE_SPREAD_KEY = "first_idle_residual_ms"
 """The first tokens' spread around the queue's delay, of the requests sent to an idle engine
 (calibration version 16 on): their quantiles at :data:`~.input_spread.SPREAD_LEVELS`."""
+BUSY_SPREAD_KEY = "first_busy_residual_ms"
+"""The same of the requests sent to a busy engine, per bucket of requests in flight at the send
+(:data:`~.input_spread.SPREAD_BUCKETS` from 1; calibration version 18 on)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,12 @@ class FrontEndQueue:
     """A request sent to an idle engine: its first token's measured delay less the queue's, at
     :data:`~.input_spread.SPREAD_LEVELS` (empty: not recorded, before version 16):
     ``vidur.frontend_idle_spread``'s draws for the way back."""
+    first_busy_residual_ms: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """The same of a request sent to a busy engine, per bucket of requests in flight at its send
+    (its lower bound, increasing; empty: not recorded, before version 18):
+    ``vidur.frontend_busy_spread``'s draws. The queue's costs give a step's mean delay; a first
+    token's spreads around it, the more so the busier the engine (the API server shares its
+    core with the engine core and the client)."""
 
     def delivery_delays_s(
         self, sends_s: np.ndarray, step_end_s: np.ndarray, step_tokens: np.ndarray
@@ -123,21 +132,29 @@ class FrontEndQueue:
         out: dict[str, Any] = {k: round(float(getattr(self, k)), 4) for k in (*KEYS, FIRST_KEY)}
         if self.first_idle_residual_ms:
             out[IDLE_SPREAD_KEY] = list(self.first_idle_residual_ms)
+        if self.first_busy_residual_ms:
+            out[BUSY_SPREAD_KEY] = {str(k): list(v) for k, v in self.first_busy_residual_ms}
         return out
 
     @classmethod
     def from_calibration(cls, recorded: Any, where: str) -> FrontEndQueue:
         """From ``engine_calibration.<backend>.frontend.queue`` (without ``first_ms``, a
-        calibration before version 13: 0; without ``first_idle_residual_ms``, before 16: no
-        spread); ValueError naming ``where``."""
+        calibration before version 13: 0; without ``first_idle_residual_ms``, before 16, or
+        ``first_busy_residual_ms``, before 18: no such spread); ValueError naming ``where``."""
         values = calibrated_ms(recorded, KEYS, where, optional=(FIRST_KEY,))
         costs = (values["request_ms"], values["step_ms"], values["token_ms"])
         first = values.get(FIRST_KEY, 0.0)
-        spread = recorded.get(IDLE_SPREAD_KEY)
-        if spread is None:
-            return cls(*costs, first)
-        at, what = f"{where}.{IDLE_SPREAD_KEY}", "an idle engine's first tokens' spread"
-        return cls(*costs, first, input_spread.quantiles(spread, at, what))
+        idle: tuple[float, ...] = ()
+        if (spread := recorded.get(IDLE_SPREAD_KEY)) is not None:
+            at, what = f"{where}.{IDLE_SPREAD_KEY}", "an idle engine's first tokens' spread"
+            idle = input_spread.quantiles(spread, at, what)
+        busy = input_spread.residuals(
+            recorded.get(BUSY_SPREAD_KEY),
+            where,
+            BUSY_SPREAD_KEY,
+            "a busy engine's first tokens' spread around the queue's",
+        )
+        return cls(*costs, first, idle, busy)
 
 
 @dataclass(frozen=True)
@@ -188,6 +205,9 @@ class Observed:
     idle: np.ndarray | None = None
     """Per observed token, whether it is the first of a request sent to an idle engine (None:
     none is)."""
+    running: np.ndarray | None = None
+    """Per observed token, the requests in flight at its request's send (-1: not known; None:
+    not recorded)."""
 
 
 def observed(
@@ -199,11 +219,13 @@ def observed(
     token_first: Sequence[bool] | None = None,
     tolerance_s: float = 1e-4,
     token_idle: Sequence[bool] | None = None,
+    token_running: Sequence[int] | None = None,
 ) -> Observed:
     """Pair each token's engine stamp with its step (the step ending at the stamp, within
     ``tolerance_s``); tokens with no such step are left out. ``token_first``: per token,
     whether it is its request's first (None: none is); ``token_idle``: whether it is the first
-    of a request sent to an idle engine (None: none is)."""
+    of a request sent to an idle engine (None: none is); ``token_running``: the requests in
+    flight at its request's send (None: not recorded)."""
     ends = np.asarray(step_end_s, dtype=float)
     engine = np.asarray(token_engine_s, dtype=float)
     client = np.asarray(token_client_s, dtype=float)
@@ -223,6 +245,7 @@ def observed(
         client[ok] - engine[ok],
         (np.zeros(len(engine), bool) if token_first is None else np.asarray(token_first, bool))[ok],
         (np.zeros(len(engine), bool) if token_idle is None else np.asarray(token_idle, bool))[ok],
+        None if token_running is None else np.asarray(token_running, dtype=np.int64)[ok],
     )
 
 
@@ -259,14 +282,18 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
         errors = errors + np.where(first, beyond, 0.0)
     constant = float(np.median(delays))
     idle = np.concatenate([_idle(r) for r in runs])
-    spread = {}
+    spread: dict[str, Any] = {}
     if np.count_nonzero(idle) >= input_spread.MIN_SPREAD_SAMPLES:  # measured - the queue's
         levels = np.quantile(-errors[idle], input_spread.SPREAD_LEVELS)
         spread = {IDLE_SPREAD_KEY: [round(1e3 * float(v), 4) for v in levels]}
+    running = np.concatenate([_running(r) for r in runs])
+    if busy := busy_spread_ms(-errors, first & (running > 0), running):
+        spread[BUSY_SPREAD_KEY] = busy
     return {
         **queue.to_dict(),
         **spread,
         "first_idle_tokens": int(np.count_nonzero(idle)),
+        "first_busy_tokens": int(np.count_nonzero(first & (running > 0))),
         "first_tokens": int(np.count_nonzero(first)),
         "tokens": len(delays),
         "steps": int(sum(len(r.step_end_s) for r in runs)),
@@ -282,6 +309,27 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
 
 def _idle(run: Observed) -> np.ndarray:
     return np.zeros(len(run.delay_s), bool) if run.idle is None else run.idle
+
+
+def _running(run: Observed) -> np.ndarray:
+    return np.full(len(run.delay_s), -1) if run.running is None else run.running
+
+
+def busy_spread_ms(
+    beyond_s: np.ndarray, first_busy: np.ndarray, running: np.ndarray
+) -> dict[str, list[float]]:
+    """Per bucket of requests in flight at the send (:func:`~.input_spread.spread_bucket`) with
+    at least :data:`~.input_spread.MIN_SPREAD_SAMPLES` first tokens of requests sent to a busy
+    engine (``first_busy``): the quantiles of their delay beyond the queue's (``beyond_s``,
+    measured less modelled) at :data:`~.input_spread.SPREAD_LEVELS`, in milliseconds."""
+    buckets = input_spread.spread_bucket(running)
+    out = {}
+    for bucket in np.unique(buckets[first_busy]):
+        mine = first_busy & (buckets == bucket)
+        if np.count_nonzero(mine) >= input_spread.MIN_SPREAD_SAMPLES:
+            levels = np.quantile(beyond_s[mine], input_spread.SPREAD_LEVELS)
+            out[str(int(bucket))] = [round(1e3 * float(v), 4) for v in levels]
+    return out
 
 
 def request_delays_s(

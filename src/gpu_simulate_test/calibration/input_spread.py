@@ -39,24 +39,28 @@ def spread_levels(count: int, seed: int, stream: int = INPUT_SPREAD_STREAM) -> n
     return np.random.default_rng([seed, stream]).random(count)
 
 
-def residuals(recorded: Any, where: str) -> tuple[tuple[int, tuple[float, ...]], ...]:
-    """``input_residual_ms`` as the front end takes it: per bucket of running requests (a
-    count as key), one finite number per spread level, increasing (absent: none); ValueError
-    naming ``where`` and the bucket otherwise."""
+def residuals(
+    recorded: Any,
+    where: str,
+    key: str = "input_residual_ms",
+    what: str = "the hops' spread around the input line",
+) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """A spread kept per bucket of running requests (``key``: ``input_residual_ms`` or another)
+    as the simulation takes it: per bucket (a count as key), one finite number per spread
+    level, increasing (absent: none); ValueError naming ``where``, ``key`` and the bucket
+    otherwise."""
     if recorded is None:
         return ()
     if not isinstance(recorded, dict):
         raise ValueError(
-            f"{where}.input_residual_ms: expected a mapping of running counts to quantiles, "
-            f"got {recorded!r}"
+            f"{where}.{key}: expected a mapping of running counts to quantiles, got {recorded!r}"
         )
     out = []
-    for key, values in recorded.items():
-        at = f"{where}.input_residual_ms.{key}"
-        if not str(key).isdigit():
-            raise ValueError(f"{at}: expected a running count as key, got {key!r}")
-        spread = quantiles(values, at, "the hops' spread around the input line")
-        out.append((int(key), spread))
+    for bucket, values in recorded.items():
+        at = f"{where}.{key}.{bucket}"
+        if not str(bucket).isdigit():
+            raise ValueError(f"{at}: expected a running count as key, got {bucket!r}")
+        out.append((int(bucket), quantiles(values, at, what)))
     return tuple(sorted(out))
 
 

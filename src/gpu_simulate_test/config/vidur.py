@@ -387,11 +387,13 @@ class VidurConfig:
     its way in from the calibration's idle sends around ``input_idle_ms``
     (``frontend.input_residual_ms``'s bucket 0) and, from calibration version 16 on, its first
     token's way back from those sends' first tokens around the queue's
-    (``frontend.queue.first_idle_residual_ms``), each seeded by ``seed``; a busy engine's stay
-    on the line and the queue. An idle engine stamps a request on arrival, so these are read
-    exactly where a busy engine's hop is only known within the step in progress; a bundle
-    without them says why in ``run_meta.json``. ``frontend_input_spread`` spreads every load's
-    way in (the idle sends included)."""
+    (``frontend.queue.first_idle_residual_ms``), each seeded by ``seed``. An idle engine stamps
+    a request on arrival: read exactly (a busy engine's hop only within the step in progress);
+    a bundle without them says why in ``run_meta.json``."""
+    frontend_busy_spread: bool = True
+    """A request sent to a busy engine draws its first token's way back beyond the queue's from
+    the replays' first tokens sent with as many in flight (``frontend.queue.
+    first_busy_residual_ms``, version 18 on), seeded by ``seed``; off: the queue's mean."""
     wake_spread: bool = True
     """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
     the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""

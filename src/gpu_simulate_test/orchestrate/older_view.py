@@ -120,6 +120,14 @@ QUIET_RATES = 4
 """Version 16 replays at four rates, the quietest (2%) for the wake-ups after long idles."""
 
 
+def _v18(view: View) -> list[str]:
+    queue = view.frontend.get("queue")
+    if not isinstance(queue, dict) or queue.pop("first_busy_residual_ms", None) is None:
+        return []
+    queue.pop("first_busy_tokens", None)
+    return ["frontend.queue.first_busy_residual_ms: no spread on a busy engine's way back"]
+
+
 def _v17(view: View) -> list[str]:
     steps = view.serving.clear(CLIENT_SEND_OFFSETS, view.backend) if view.serving else 0
     where = f"serving_steps.csv {CLIENT_SEND_OFFSETS} ({steps} steps)"
@@ -248,7 +256,19 @@ def _v8(view: View) -> list[str]:
 
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
-    {17: _v17, 16: _v16, 15: _v15, 14: _v14, 13: _v13, 12: _v12, 11: _v11, 10: _v10, 9: _v9, 8: _v8}
+    {
+        18: _v18,
+        17: _v17,
+        16: _v16,
+        15: _v15,
+        14: _v14,
+        13: _v13,
+        12: _v12,
+        11: _v11,
+        10: _v10,
+        9: _v9,
+        8: _v8,
+    }
 )
 """What each version added, taken out of a view older than it."""
 

@@ -68,19 +68,33 @@ class Inputs:
     input_spread_idle_only: bool = False
     """``vidur.frontend_idle_spread`` alone: only a request sent to an idle engine is spread."""
     first_spread_levels: np.ndarray | None = None
-    """``vidur.frontend_idle_spread``: per request, its seeded level in the measured spread of
-    an idle engine's first token's way back around the queue's (None: the queue's)."""
+    """``vidur.frontend_idle_spread`` or ``vidur.frontend_busy_spread``: per request, its
+    seeded level in the measured spread of its first token's way back around the queue's (None:
+    the queue's)."""
+    first_spread_busy: bool = False
+    """``vidur.frontend_busy_spread``: a request sent to a busy engine draws too (else only one
+    sent to an idle engine does, with ``vidur.frontend_idle_spread``)."""
+    first_spread_idle: bool = True
+    """``vidur.frontend_idle_spread``: a request sent to an idle engine draws."""
 
     def first_token_spread_s(self, running: np.ndarray) -> np.ndarray | float:
         """Per request, how much later than the queue says its first token reaches the client:
-        its level read off the idle first tokens' measured spread where nothing was in flight at
-        its send (``running``), else 0 (seconds; 0.0 without the spread)."""
-        queue = self.frontend_queue
-        if self.first_spread_levels is None or queue is None or not queue.first_idle_residual_ms:
+        its level read off the measured spread of the first tokens sent with as many requests in
+        flight (``running``): an idle engine's (``first_idle_residual_ms``), a busy one's per
+        bucket of requests in flight (``first_busy_residual_ms``), each where drawn, else 0
+        (seconds; 0.0 without a spread)."""
+        queue, levels = self.frontend_queue, self.first_spread_levels
+        if levels is None or queue is None:
             return 0.0
-        spread = ((0, queue.first_idle_residual_ms),)  # one spread: the idle sends'
-        drawn = input_spread_s(spread, self.first_spread_levels, np.asarray(running))
-        return np.where(np.asarray(running) == 0, drawn, 0.0)
+        running = np.asarray(running)
+        out = np.zeros(len(running))
+        if self.first_spread_idle and queue.first_idle_residual_ms:
+            idle = ((0, queue.first_idle_residual_ms),)
+            out = np.where(running == 0, input_spread_s(idle, levels, running), out)
+        if self.first_spread_busy and queue.first_busy_residual_ms:
+            busy = input_spread_s(queue.first_busy_residual_ms, levels, running)
+            out = np.where(running > 0, busy, out)
+        return out
 
     @property
     def sent_s(self) -> np.ndarray:
@@ -217,11 +231,14 @@ def input_spread(
 
 
 def first_spread(
-    queue: FrontEndQueue | None, idle: bool, count: int, seed: int
+    queue: FrontEndQueue | None, idle: bool, count: int, seed: int, busy: bool = False
 ) -> np.ndarray | None:
-    """``vidur.frontend_idle_spread``'s seeded levels for the first tokens' way back (a stream of
-    their own), None where it is off or the calibration has no such spread (before version
-    16)."""
-    if not idle or queue is None or not queue.first_idle_residual_ms:
+    """``vidur.frontend_idle_spread``'s (``idle``) or ``vidur.frontend_busy_spread``'s
+    (``busy``) seeded levels for the first tokens' way back (a stream of their own), None where
+    both are off or the calibration has neither spread (an idle engine's before version 16, a
+    busy one's before 18)."""
+    if queue is None:
+        return None
+    if not (idle and queue.first_idle_residual_ms) and not (busy and queue.first_busy_residual_ms):
         return None
     return spread_levels(count, seed, FIRST_SPREAD_STREAM)

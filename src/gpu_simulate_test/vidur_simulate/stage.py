@@ -161,7 +161,11 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         input_spread_levels=levels,
         input_spread_note=spread_note,
         input_spread_idle_only=spread_idle and not spread_all,
-        first_spread_levels=first_spread(queue, spread_idle, len(arrival), cfg.vidur.seed),
+        first_spread_levels=first_spread(
+            queue, spread_idle, len(arrival), cfg.vidur.seed, busy=cfg.vidur.frontend_busy_spread
+        ),
+        first_spread_idle=spread_idle,
+        first_spread_busy=cfg.vidur.frontend_busy_spread,
     )
 
 
@@ -334,7 +338,7 @@ def simulate_inputs(
                 last_s = np.where(engine_of == k, last_k, last_s)
         else:
             first_s, last_s = request_delays_s(inputs.frontend_queue, schedule, scheduled, sent)
-        if inputs.first_spread_levels is not None:  # an idle engine's way back, as measured
+        if inputs.first_spread_levels is not None:  # the first token's way back, as measured
             running = running_at_send(sent, arrival, result.raw_metrics, per_server(cfg))
             first_s = np.maximum(first_s + inputs.first_token_spread_s(running), 0.0)
     held = np.zeros(len(arrival))
@@ -358,12 +362,20 @@ def simulate_inputs(
 
 
 def first_spread_note(cfg: VidurSimulateStageConfig, inputs: Inputs) -> str:
-    """What ``run_meta.json`` says of ``vidur.frontend_idle_spread``'s way back."""
-    if inputs.first_spread_levels is not None:
-        return f"drawn (seed {cfg.vidur.seed}, the first tokens of requests sent to an idle engine)"
-    if not cfg.vidur.frontend_idle_spread:
+    """What ``run_meta.json`` says of the first tokens' way back spread
+    (``vidur.frontend_idle_spread``, ``vidur.frontend_busy_spread``)."""
+    queue = inputs.frontend_queue
+    idle = cfg.vidur.frontend_idle_spread and queue is not None and queue.first_idle_residual_ms
+    busy = cfg.vidur.frontend_busy_spread and queue is not None and queue.first_busy_residual_ms
+    if inputs.first_spread_levels is not None and (idle or busy):
+        sent = " and ".join(w for w, on in (("an idle", idle), ("a busy", busy)) if on)
+        return f"drawn (seed {cfg.vidur.seed}, the first tokens of requests sent to {sent} engine)"
+    if not (cfg.vidur.frontend_idle_spread or cfg.vidur.frontend_busy_spread):
         return "off"
-    return "none: no frontend.queue.first_idle_residual_ms (a calibration before version 16)"
+    return (
+        "none: no frontend.queue.first_idle_residual_ms (a calibration before version 16) or "
+        "first_busy_residual_ms (before 18)"
+    )
 
 
 def per_server(cfg: VidurSimulateStageConfig) -> bool:

@@ -41,6 +41,10 @@ def _observed(name: str, quiet: int = 0) -> fq.Observed:
         str(r): np.sum((reached < t) & (done > t)) <= quiet
         for r, t in zip(requests.request_id, sent, strict=True)
     }
+    running = {
+        str(r): int(np.sum((reached < t) & (done > t)))
+        for r, t in zip(requests.request_id, sent, strict=True)
+    }
     first = (tokens.token_index == 0).to_numpy()
     return fq.observed(
         sent.tolist(),
@@ -50,6 +54,7 @@ def _observed(name: str, quiet: int = 0) -> fq.Observed:
         tokens.time_s.tolist(),
         first.tolist(),
         token_idle=(first & tokens.request_id.astype(str).map(idle).to_numpy(bool)).tolist(),
+        token_running=tokens.request_id.astype(str).map(running).tolist(),
     )
 
 
@@ -261,3 +266,48 @@ def test_an_idle_engines_first_tokens_keep_their_spread_around_the_queue() -> No
     for bad, message in (([1.0] * 20, "21 finite"), (spread[::-1], "increasing")):
         with pytest.raises(ValueError, match=rf"q\.first_idle_residual_ms: expected .*{message}"):
             fq.FrontEndQueue.from_calibration({**fitted, fq.IDLE_SPREAD_KEY: bad}, "q")
+
+
+def test_a_busy_engines_first_tokens_keep_their_spread_per_requests_in_flight() -> None:
+    """The first tokens of requests sent with others in flight (the two real runs at 20 and 50
+    req/s): their measured delay less the queue's, kept per bucket of requests in flight as
+    quantiles (calibration version 18); the busier buckets spread wider; read back, round
+    tripped, and a bad record refused by name and bucket."""
+    from gpu_simulate_test.calibration.input_spread import spread_bucket
+
+    runs = [_observed("q20"), _observed("q50")]
+    fitted = fq.fit(runs)
+    assert fitted is not None
+    busy = fitted[fq.BUSY_SPREAD_KEY]
+    first = np.concatenate([r.first for r in runs])
+    running = np.concatenate([r.running for r in runs if r.running is not None])
+    assert fitted["first_busy_tokens"] == int(np.count_nonzero(first & (running > 0)))
+    kept = {str(b) for b in spread_bucket(running[first & (running > 0)])}
+    assert set(busy) <= kept and len(busy) >= 2 and "0" not in busy
+    queue = fq.FrontEndQueue.from_calibration(fitted, "q")
+    assert [k for k, _ in queue.first_busy_residual_ms] == sorted(int(k) for k in busy)
+    for key, spread in busy.items():
+        assert len(spread) == 21 and spread == sorted(spread)
+        modelled = np.concatenate(
+            [
+                r.delay_s
+                - queue.delivery_delays_s(r.sends_s, r.step_end_s, r.step_tokens)[r.token_step]
+                - queue.first_ms / 1e3
+                for r in runs
+            ]
+        )
+        mine = first & (running > 0) & (spread_bucket(running) == int(key))
+        assert 1e3 * float(np.median(modelled[mine])) == pytest.approx(spread[10], abs=1e-3)
+    widths = [v[-2] - v[1] for _, v in queue.first_busy_residual_ms]
+    assert widths[-1] > widths[0]  # the busier, the wider
+    assert queue.to_dict()[fq.BUSY_SPREAD_KEY] == busy
+    blind = fq.fit([dataclasses.replace(r, running=None) for r in runs])
+    assert blind is not None and fq.BUSY_SPREAD_KEY not in blind  # not recorded: none kept
+    one = next(iter(busy))
+    for bad, message in (
+        ({one: [1.0] * 20}, rf"q\.first_busy_residual_ms\.{one}: expected .*21 finite"),
+        ({"x": busy[one]}, r"q\.first_busy_residual_ms\.x: expected a running count"),
+        ([1.0], r"q\.first_busy_residual_ms: expected a mapping"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            fq.FrontEndQueue.from_calibration({**fitted, fq.BUSY_SPREAD_KEY: bad}, "q")

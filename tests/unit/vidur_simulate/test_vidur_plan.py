@@ -321,3 +321,37 @@ def test_an_idle_engines_first_token_draws_its_way_back_from_the_measured_spread
     assert inputs.first_token_spread_s(running) == 0.0  # no levels: no spread
     kept = first_requests(drawn, 2).first_spread_levels
     assert kept is not None and kept.tolist() == levels[:2].tolist()
+
+
+def test_a_busy_engines_first_token_draws_from_its_bucket_of_requests_in_flight(
+    root: Path,
+) -> None:
+    """``vidur.frontend_busy_spread`` with a calibration of version 18 on: a request sent with
+    requests in flight reads its level off the spread of its bucket (the nearest measured
+    below); with the idle spread off, one sent to an idle engine keeps the queue's."""
+    from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+    from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+    from gpu_simulate_test.vidur_simulate.inputs import first_spread
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    low = tuple(1.0 * level for level in SPREAD_LEVELS)  # 0.01 .. 0.99 ms
+    high = tuple(20.0 * level for level in SPREAD_LEVELS)  # 0.2 .. 19.8 ms
+    queue = FrontEndQueue(1.0, 0.5, 0.2, 0.4, first_busy_residual_ms=((1, low), (8, high)))
+    assert first_spread(queue, True, 4, 7) is None  # the idle spread alone: none recorded
+    levels = first_spread(queue, False, len(ARRIVALS), 7, busy=True)
+    assert levels is not None
+    drawn = replace(
+        inputs,
+        frontend_queue=queue,
+        first_spread_levels=levels,
+        first_spread_idle=False,
+        first_spread_busy=True,
+    )
+    running = np.array([0, 1, 5, 12] + [0] * (len(ARRIVALS) - 4))
+    extra = drawn.first_token_spread_s(running)
+    assert isinstance(extra, np.ndarray) and extra[0] == 0.0  # idle at its send: the queue's
+    assert extra[1:3] == pytest.approx(np.interp(levels[1:3], SPREAD_LEVELS, low) / 1e3)
+    assert extra[3] == pytest.approx(np.interp(levels[3], SPREAD_LEVELS, high) / 1e3)
+    off = replace(drawn, first_spread_busy=False).first_token_spread_s(running)
+    assert np.all(np.asarray(off) == 0.0)
