@@ -287,13 +287,14 @@ def fit(runs: Sequence[Observed]) -> dict[str, Any] | None:
         levels = np.quantile(-errors[idle], input_spread.SPREAD_LEVELS)
         spread = {IDLE_SPREAD_KEY: [round(1e3 * float(v), 4) for v in levels]}
     running = np.concatenate([_running(r) for r in runs])
-    if busy := busy_spread_ms(-errors, first & (running > 0), running):
+    first_busy = first & (running > 0)
+    if busy := busy_spread_ms(-errors, first_busy, running):
         spread[BUSY_SPREAD_KEY] = busy
     return {
         **queue.to_dict(),
         **spread,
         "first_idle_tokens": int(np.count_nonzero(idle)),
-        "first_busy_tokens": int(np.count_nonzero(first & (running > 0))),
+        "first_busy_tokens": int(np.count_nonzero(first_busy)),
         "first_tokens": int(np.count_nonzero(first)),
         "tokens": len(delays),
         "steps": int(sum(len(r.step_end_s) for r in runs)),

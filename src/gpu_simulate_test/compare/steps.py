@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.compare.metrics import relative_error
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 from gpu_simulate_test.core.metrics import percentiles as pct
 
@@ -227,11 +228,12 @@ def ttft_finding(ttft: Mapping[str, float | None]) -> str | None:
     engine, sim_engine = ttft.get("engine"), ttft.get("sim_engine")
     if engine is not None and sim_engine is not None:
         real_fe, sim_fe = client - engine, sim - sim_engine
+        error = relative_error(sim_fe, real_fe) if real_fe > 0 else float("nan")
         return (
             f"TTFT, mean: {client:.1f} ms at the client, {engine:.1f} ms on the engine's own "
             f"clock; simulated {sim:.1f} and {sim_engine:.1f} ms; the front end (client − "
             f"engine: HTTP, the API server, streaming, the client) {real_fe:.1f} ms real, "
-            f"{sim_fe:.1f} ms simulated ({relative(sim_fe, real_fe)})"
+            f"{sim_fe:.1f} ms simulated ({'–' if np.isnan(error) else f'{error:+.0%}'})"
         )
     server, modelled = ttft.get("server"), ttft.get("sim_frontend")
     if server is None:
@@ -247,11 +249,6 @@ def ttft_finding(ttft: Mapping[str, float | None]) -> str | None:
             else f"against {modelled:.1f} ms of calibrated front end in the simulation"
         )
     )
-
-
-def relative(value: float, reference: float) -> str:
-    """``value`` against ``reference`` as a signed percentage ("–" without a reference)."""
-    return f"{value / reference - 1:+.0%}" if reference > 0 else "–"
 
 
 def markdown_rows(groups: pd.DataFrame) -> Sequence[Sequence[str]]:

@@ -120,11 +120,19 @@ QUIET_RATES = 4
 """Version 16 replays at four rates, the quietest (2%) for the wake-ups after long idles."""
 
 
-def _v18(view: View) -> list[str]:
+def _take_queue_reading(view: View, key: str, count: str) -> bool:
+    """Take ``frontend.queue.<key>`` and the count it was read from out of ``view``; whether
+    it was there."""
     queue = view.frontend.get("queue")
-    if not isinstance(queue, dict) or queue.pop("first_busy_residual_ms", None) is None:
+    if not isinstance(queue, dict) or queue.pop(key, None) is None:
+        return False
+    queue.pop(count, None)
+    return True
+
+
+def _v18(view: View) -> list[str]:
+    if not _take_queue_reading(view, "first_busy_residual_ms", "first_busy_tokens"):
         return []
-    queue.pop("first_busy_tokens", None)
     return ["frontend.queue.first_busy_residual_ms: no spread on a busy engine's way back"]
 
 
@@ -136,9 +144,7 @@ def _v17(view: View) -> list[str]:
 
 def _v16(view: View) -> list[str]:
     done = []
-    queue = view.frontend.get("queue")
-    if isinstance(queue, dict) and queue.pop("first_idle_residual_ms", None) is not None:
-        queue.pop("first_idle_tokens", None)
+    if _take_queue_reading(view, "first_idle_residual_ms", "first_idle_tokens"):
         done.append("frontend.queue.first_idle_residual_ms: no spread on an idle engine's way back")
     serving = view.serving
     if serving is None:
@@ -182,10 +188,8 @@ def _v14(view: View) -> list[str]:
 
 
 def _v13(view: View) -> list[str]:
-    queue = view.frontend.get("queue")
-    if not isinstance(queue, dict) or queue.pop("first_ms", None) is None:
+    if not _take_queue_reading(view, "first_ms", "first_tokens"):
         return []
-    queue.pop("first_tokens", None)
     return ["frontend.queue.first_ms: no first-chunk cost on the way back"]
 
 
