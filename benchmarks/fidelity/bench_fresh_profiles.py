@@ -2,7 +2,8 @@
 
 Runs the pipeline (``make run``'s job: tiny Qwen3 on CPU against a vLLM server, 40 requests at
 4 req/s) ``--runs`` times, each with a fresh profile and engine calibration
-(``reuse_profile=false``), one at a time, and prints per run the calibrated front end (its
+(``reuse_profile=false``) under its own profiling root (``tmp/profiles/fresh/<run>``, kept
+for ``bench_sim_variants``), one at a time, and prints per run the calibrated front end (its
 source, the line, the iteration log's reading beside it and whether they agree) and the
 simulation's p50 errors of TTFT, TPOT and E2E against the real run, on the client's clock and
 on the engine's, and the calibration's own check (the profile stage's and the validation
@@ -29,9 +30,16 @@ from gpu_simulate_test.fidelity.bounds import LIMIT, METRICS, passes
 
 
 def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
+    # each run calibrates into its own profiling root, so that bench_sim_variants can later
+    # re-simulate every run on its own bundle (a paired A/B), not on the last run's
+    own_root = (
+        []
+        if any(o.startswith("profiling_root=") for o in overrides)
+        else [f"profiling_root=tmp/profiles/fresh/{run_id}"]
+    )
     cmd = [
         sys.executable, "-m", "gpu_simulate_test.cli.pipeline", "reuse_profile=false",
-        f"output.run_id={run_id}", "progress=false", *overrides,
+        f"output.run_id={run_id}", "progress=false", *own_root, *overrides,
     ]  # fmt: skip
     print("$ " + " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -3,8 +3,10 @@ first tokens closer, judged on truths it was not calibrated on?
 
 Each RUN is a pipeline run id (``tmp/pipeline/<RUN>``, e.g. from ``bench_fresh_profiles``): its
 real run, its repeat and its workload are read back; the simulation and the comparison are made
-again, once per variant, with the bundle now under ``profiling_root`` (each variant sees the same
-bundle, so a difference between variants is the setting's, not the calibration's). Per variant
+again, once per variant, with the run's own bundle (the ``vidur_profile`` path its pipeline
+recorded; ``bench_fresh_profiles`` gives each run its own profiling root), so every variant of a
+run sees that run's calibration and a difference between variants is the setting's. A variant
+may name another ``profiling_root`` (e.g. an older view of each bundle). Per variant
 and run: client TTFT p50 / p90 / p99 error with the truth's own repeat beside, the front end
 (client − engine TTFT) real / simulated; per variant the mean signed error and how many runs are
 within max(10%, real vs real).
@@ -54,8 +56,11 @@ def one(run: str, variant: str, overrides: list[str]) -> dict[str, Any]:
     stages = meta["stages"]
     sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
     scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
+    # the bundle sits at <profiling_root>/<hardware>/<model>: this run's own calibration
+    root = Path(stages["vidur_profile"]["path"]).parent.parent
     cfg = pipeline_config(
         [
+            f"profiling_root={root}",
             *overrides,
             f"output.run_id=variant-{variant}-{run}",
             "output.overwrite=true",
