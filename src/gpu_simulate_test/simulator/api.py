@@ -111,7 +111,9 @@ def simulate(
     if isinstance(step_model, Sequence):
         raise ValueError("a clock per engine times a fleet: pass fleet=FleetSpec(replicas)")
     clock = (
-        step_model.clock(seed, workload.sent_s) if isinstance(step_model, StepModel) else step_model
+        step_model.clock(seed, workload.sent_s, arrivals=workload.arrival_s)
+        if isinstance(step_model, StepModel)
+        else step_model
     )
     run = engines.get(engine.scheduler)
     return run(

@@ -28,6 +28,7 @@ import pandas as pd
 from gpu_simulate_test.calibration import busy_spread, serving_load, wake
 from gpu_simulate_test.calibration.overhead import StepJitter, StepOverhead, step_s
 from gpu_simulate_test.calibration.serving_load import ServingLoad
+from gpu_simulate_test.simulator import intake_catch
 from gpu_simulate_test.simulator.types import Composition
 
 BasePredict = Callable[[Any, int], Any]
@@ -127,6 +128,7 @@ class PredictorClock:
         jitter: Callable[[], float] | None = None,
         sends: Sequence[float] | np.ndarray | None = None,
         send_share: float = 1.0,
+        arrivals: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         self.timer = timer
         self.jitter = jitter
@@ -164,6 +166,8 @@ class PredictorClock:
         them, a fleet's replicas each taking in about theirs)."""
         self._free_s = 0.0 if serving is None else serving.intake_free_ms / 1e3
         """A send in a step's first this long adds nothing (the step's free part)."""
+        self._catch = intake_catch.Intakes.of(sends, arrivals)
+        """The requests' intakes a step's end waits for (None: ends as timed)."""
 
     def _rates(self, at: float) -> tuple[float, float]:
         """Requests taken in and tokens streamed per second over the window before ``at`` (no
@@ -200,7 +204,7 @@ class PredictorClock:
         value = timer.decodes.get((requests, mean_kv))
         if value is None:
             value = timer.decodes[requests, mean_kv] = timer.time(requests, requests, mean_kv, ())
-        if self.serving is None and self.jitter is None:
+        if self.serving is None and self.jitter is None and self._catch is None:
             return value * self.scale
         return self._timed(value, start_s, 0.0, 0, requests)
 
@@ -227,6 +231,8 @@ class PredictorClock:
         if self.jitter is not None:
             value = value * self.jitter()
         value = value * self.scale
+        if self._catch is not None:  # a step's end waits for the intakes under way
+            value = self._catch.end_s(start_s + value) - start_s
         if serving is not None:
             self._end = start_s + value
             # taken in: first-scheduled requests (a prefix-cache hit's chunk is not q == kv)
@@ -272,6 +278,10 @@ class StepModel:
     """The serving terms' fit: the replays' step features and each step's prediction."""
     cache_hit: bool = False
     """Whether Vidur's prediction tables came from its cache (none trained)."""
+    intake_catch: bool = False
+    """``vidur.intake_catch``: a step whose end falls while the API server is taking a
+    request in ends when that request reaches the engine (:mod:`.intake_catch`);
+    needs the clock's ``arrivals``."""
 
     def step_s(self, chunks: Sequence[tuple[int, int]]) -> float:
         """Seconds of a step of these (query tokens, KV tokens after the step) chunks, as the
@@ -287,14 +297,20 @@ class StepModel:
         seed: int,
         sends: Sequence[float] | np.ndarray | None = None,
         send_share: float = 1.0,
+        arrivals: Sequence[float] | np.ndarray | None = None,
     ) -> PredictorClock:
         """A fresh clock for one engine: its own serving window and seeded draws; with the
         client's ``sends`` (seconds, NaN: not known ahead), each step also takes in the
-        requests sent while it runs (``send_share`` of them: one replica's share)."""
+        requests sent while it runs (``send_share`` of them: one replica's share); with
+        :attr:`intake_catch` and the requests' ``arrivals`` at this engine (in the order of
+        ``sends``), a step's end waits for the intakes under way."""
         draw = None
         if self.jitter is not None and self.timer.overhead is not None:
             draw = self.jitter.sampler(seed)
-        return PredictorClock(self.timer, self.serving, seed, self.level, draw, sends, send_share)
+        caught = arrivals if self.intake_catch else None
+        return PredictorClock(
+            self.timer, self.serving, seed, self.level, draw, sends, send_share, caught
+        )
 
     def describe(self) -> dict[str, Any]:
         """What the model is made of, for reports."""

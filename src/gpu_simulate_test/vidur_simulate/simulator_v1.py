@@ -56,6 +56,7 @@ def build_step_model(request: SimulationRequest) -> StepModel:
         overhead_fit=fitted.table,
         serving_fit=serving_fit,
         cache_hit=bool(predictor.cache_hit),
+        intake_catch=request.intake_catch,
     )
 
 
@@ -105,7 +106,9 @@ class VllmV1Simulator:
             )  # fmt: skip
         else:
             clock: StepClock = (
-                model.at_level(request.step_time_scale).clock(request.seed, request.sent_s)
+                model.at_level(request.step_time_scale).clock(
+                    request.seed, request.sent_s, arrivals=arrived_at
+                )
                 if model is not None
                 else replay  # type: ignore[assignment]
             )

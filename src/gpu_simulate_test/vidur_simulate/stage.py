@@ -237,6 +237,7 @@ def _request(
         sent_s=inputs.sent_s,
         wake_spread=cfg.vidur.wake_spread,
         busy_spread=cfg.vidur.busy_spread,
+        intake_catch=cfg.vidur.intake_catch,
     )
 
 
