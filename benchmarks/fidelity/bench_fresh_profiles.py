@@ -23,9 +23,11 @@ import datetime as dt
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.compare.ttft_parts import repeat_front_end
 from gpu_simulate_test.fidelity.bounds import LIMIT, METRICS, passes
 
 
@@ -189,7 +191,8 @@ def main() -> None:
 def ttft_targets(results: list[dict[str, Any]]) -> None:
     """Issue 64's targets for the main job: client TTFT p50 and p90 each within max(10%, real vs
     real) in 4 of 5 runs, their mean signed error within ±5%, and the simulated front end
-    (client − engine TTFT) within 20% of the real one at p50 / p90 / p99."""
+    (client − engine TTFT) within 20% of the real one at p50 / p90 / p99, counted strictly and
+    within max(20%, the truth's own repeat of it), as every other target is judged."""
     with_ttft = [r for r in results if r.get("ttft")]
     if not with_ttft:
         return
@@ -207,17 +210,43 @@ def ttft_targets(results: list[dict[str, Any]]) -> None:
             f"{count}; mean signed {fmt(mean)} (target: 4 of 5, within ±5%)"
         )
     for q in QUANTILES:
-        gaps = [
-            (r["front_end"][q]["sim_ms"] - r["front_end"][q]["real_ms"])
-            / r["front_end"][q]["real_ms"]
-            for r in with_ttft
-            if (r.get("front_end") or {}).get(q) and r["front_end"][q]["real_ms"]
+        fronts = [front_end_of(r).get(q) for r in with_ttft]
+        rows = [
+            {
+                "error": (f["sim_ms"] - f["real_ms"]) / f["real_ms"],
+                "real_vs_real": (
+                    (f["repeat_ms"] - f["real_ms"]) / f["real_ms"] if "repeat_ms" in f else None
+                ),
+            }
+            for f in fronts
+            if f and f["real_ms"]
         ]
+        strict = sum(abs(row["error"]) <= FRONT_LIMIT for row in rows)
+        within, count, mean = judged(rows, FRONT_LIMIT)
         print(
-            f"front end {q}: simulated − real "
-            + ", ".join(fmt(g) for g in gaps)
-            + f"; within 20% in {sum(abs(g) <= 0.2 for g in gaps)} of {len(gaps)}"
+            f"front end {q}: simulated − real (real vs real) "
+            + ", ".join(f"{fmt(row['error'])} ({fmt(row['real_vs_real'])})" for row in rows)
+            + f"; within {FRONT_LIMIT:.0%} in {strict} of {count}, within max({FRONT_LIMIT:.0%}, "
+            f"real vs real) in {within}; mean signed {fmt(mean)}"
         )
+
+
+FRONT_LIMIT = 0.20
+"""Issue 64's bound on the simulated front end against the real one."""
+
+
+def front_end_of(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's front end (compare's ``ttft_parts.front_end``) with the truth's repeat
+    (``repeat_ms``); a run stored before the repeat was kept reads it from its comparison under
+    ``tmp/compare`` where that is still there."""
+    front: dict[str, Any] = result.get("front_end") or {}
+    if front and not any("repeat_ms" in v for v in front.values()):
+        stored = Path("tmp") / "compare" / result["run"] / "comparison.json"
+        if stored.is_file():
+            rows = json.loads(stored.read_text()).get("clocks") or []
+            repeats = {r["stat"]: repeat_front_end(r) for r in rows if r["metric"] == "ttft"}
+            front = {q: {**v, **repeats.get(q, {})} for q, v in front.items()}
+    return front
 
 
 QUANTILES = ("p50", "p90", "p99")
@@ -239,11 +268,11 @@ def front_cells(front: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def judged(rows: list[dict[str, Any] | None]) -> tuple[int, int, float]:
-    """Of figures with an ``error``: how many are within max(LIMIT, |real vs real|), how many
+def judged(rows: Sequence[dict[str, Any] | None], limit: float = LIMIT) -> tuple[int, int, float]:
+    """Of figures with an ``error``: how many are within max(limit, |real vs real|), how many
     there are, and their mean signed error."""
     errors = [r for r in rows if r and r.get("error") is not None]
-    within = sum(abs(r["error"]) <= max(LIMIT, abs(r.get("real_vs_real") or 0.0)) for r in errors)
+    within = sum(abs(r["error"]) <= max(limit, abs(r.get("real_vs_real") or 0.0)) for r in errors)
     mean = sum(r["error"] for r in errors) / len(errors) if errors else float("nan")
     return within, len(errors), mean
 

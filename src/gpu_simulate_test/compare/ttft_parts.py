@@ -284,6 +284,7 @@ def ttft_parts(
         row["stat"]: {
             "real_ms": 1e3 * float(row["front_end_s"]),
             "sim_ms": 1e3 * float(row["sim_front_end_s"]),
+            **repeat_front_end(row),
         }
         for row in clocks or ()
         if row["metric"] == "ttft"
@@ -298,3 +299,12 @@ def ttft_parts(
         "by_send_state": by_send_state(hops, requests, sim, source.sides),
         "per_request": hops,
     }
+
+
+def repeat_front_end(row: Mapping[str, Any]) -> dict[str, float]:
+    """The truth's repeat's front end (its client less its engine TTFT at the row's stat), in
+    ms, beside the run's: ``{"repeat_ms": ...}``; empty without a repeat."""
+    client, engine = row.get("repeat_client_s"), row.get("repeat_engine_s")
+    if client is None or engine is None or not np.isfinite(client - engine):
+        return {}
+    return {"repeat_ms": 1e3 * float(client - engine)}

@@ -58,6 +58,7 @@ def ttft_parts_markdown(record: Mapping[str, Any] | None, plot: str | None) -> s
     if front:
         said = ", ".join(
             f"{stat} {v['real_ms']:.1f} real / {v['sim_ms']:.1f} simulated"
+            + (f" (the truth's repeat {v['repeat_ms']:.1f})" if "repeat_ms" in v else "")
             for stat, v in front.items()
         )
         outside = [name for name, _, _ in source.hops if name != ENGINE_HOP]

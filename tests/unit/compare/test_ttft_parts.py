@@ -46,7 +46,11 @@ def _front(n: int = 20) -> pd.DataFrame:
 
 def test_the_hops_add_up_to_the_client_ttft(tmp_path: Path) -> None:
     write_csv(tmp_path / layout.FRONT_END_STAMPS, _front(), FRONT_END_STAMPS)
-    clocks = [{"metric": "ttft", "stat": "p50", "front_end_s": 0.018, "sim_front_end_s": 0.009}]
+    clocks = [
+        {"metric": "ttft", "stat": "p50", "front_end_s": 0.018, "sim_front_end_s": 0.009},
+        {"metric": "ttft", "stat": "p90", "front_end_s": 0.020, "sim_front_end_s": 0.011,
+         "repeat_client_s": 0.050, "repeat_engine_s": 0.026},
+    ]  # fmt: skip
     record = ttft_parts(tmp_path, _requests(), clocks)
     assert record is not None and record["requests"] == 19  # the failed one left out
     assert record["source"] == "api_server"
@@ -68,7 +72,12 @@ def test_the_hops_add_up_to_the_client_ttft(tmp_path: Path) -> None:
     assert "## Where the first token's time goes (real, ms)" in text
     assert "*Source:* API server hops (`ttft_parts.source`: `api_server`)" in text
     assert "front end is hops 1, 2, 4 and 5 together" in text
-    assert "p50 18.0 real / 9.0 simulated ms" in text
+    assert record["front_end"]["p90"]["repeat_ms"] == pytest.approx(24.0)  # its own repeat
+    assert "repeat_ms" not in record["front_end"]["p50"]  # none recorded
+    assert (
+        "p50 18.0 real / 9.0 simulated, p90 20.0 real / 11.0 simulated (the truth's "
+        "repeat 24.0) ms" in text
+    )
     plot_ttft_parts(record, tmp_path / "ttft_parts.png", "test")
     assert (tmp_path / "ttft_parts.png").stat().st_size > 10_000
 
