@@ -69,3 +69,14 @@ def test_a_request_sent_late_in_a_step_goes_into_the_next_step_with_the_catch() 
     assert np.any(np.isclose(starts, 0.026))  # the third step ended at the arrival
     first = caught.requests[ttft].to_numpy()[0]
     assert first == pytest.approx(plain.requests[ttft].to_numpy()[0])  # nothing sent before it
+
+
+def test_the_catch_is_off_by_default_and_reaches_the_stage_s_step_model() -> None:
+    """Off by default (over-corrects on the main jobs: benchmarks/results/intake_catch_20261205);
+    the stage's knob reaches the simulation request the step model is built from."""
+    from gpu_simulate_test.config.vidur import VidurConfig
+    from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest
+
+    assert VidurConfig().intake_catch is False
+    fields = SimulationRequest.__dataclass_fields__
+    assert "intake_catch" in fields and fields["intake_catch"].default is False
