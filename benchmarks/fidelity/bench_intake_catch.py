@@ -10,8 +10,14 @@ stamps). Simulated: its simulation, and each ``bench_sim_variants`` variant name
 On this project's CPU host the real ends pile up 2–3.5 ms after the send and almost none fall
 0.7–2 ms after it: a step's end waits for the API server's intake (``vidur.intake_catch``).
 
+With ``--bundles``: the same read off calibration bundles' replays instead (their
+``serving_steps.csv``: each busy step with one client send, the send's offset into it, and the
+next request first scheduled; caught when that is the very next step, busy back to back).
+
 Run: ``python -m benchmarks.fidelity.bench_intake_catch RUN [RUN ...] [--variant NAME ...]``
-(RUN: a pipeline run id under ``tmp/pipeline``, e.g. from ``bench_fresh_profiles``).
+(RUN: a pipeline run id under ``tmp/pipeline``, e.g. from ``bench_fresh_profiles``), or
+``python -m benchmarks.fidelity.bench_intake_catch --bundles BUNDLE [BUNDLE ...]`` (a bundle
+directory, e.g. ``tmp/profiles/fresh/<run>/cpu/qwen3_tiny``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,44 @@ def busy_sends(run_dir: Path, sim: bool) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["end_ms", "way_in_ms", "caught"])
 
 
+def replay_sends(bundle: Path) -> pd.DataFrame:
+    """Per one-send busy step of a bundle's calibration replays followed at once by another
+    step: ``end_ms`` (the step's end after the send) and ``caught`` (the next request first
+    scheduled in the very next step); no way in (the replays keep no request stamps)."""
+    steps = pd.read_csv(bundle / "serving_steps.csv")
+    rows = []
+    for _, replay in steps.groupby("replay", sort=False):
+        replay = replay.sort_values("step_index").reset_index(drop=True)
+        seen: set[str] = set()
+        new_at = []  # the steps that schedule a request for the first time
+        for i, cell in enumerate(replay["requests"].fillna("").astype(str)):
+            ids = {token.split(":")[0] for token in cell.split()}
+            if ids - seen:
+                new_at.append(i)
+            seen |= ids
+        start = replay["start_time_s"].to_numpy()
+        end = replay["end_time_s"].to_numpy()
+        for i, row in enumerate(replay.to_dict("records")):
+            offset = row.get("client_send_offsets_ms")
+            if row["client_sends"] != 1 or not isinstance(offset, str) or not offset.strip():
+                continue
+            later = [k for k in new_at if k > i]
+            if not later or i + 1 >= len(replay) or start[i + 1] - end[i] > BACK_TO_BACK_S:
+                continue
+            rows.append(
+                {
+                    "end_ms": 1e3 * (end[i] - start[i]) - float(offset),
+                    "way_in_ms": float("nan"),
+                    "caught": later[0] == i + 1,
+                }
+            )
+    return pd.DataFrame(rows, columns=["end_ms", "way_in_ms", "caught"])
+
+
+BACK_TO_BACK_S = 0.002
+"""A step followed this soon by the next: the engine stayed busy."""
+
+
 def side(name: str, frames: list[pd.DataFrame]) -> None:
     table = pd.concat(frames, ignore_index=True)
     if table.empty:
@@ -62,7 +106,10 @@ def side(name: str, frames: list[pd.DataFrame]) -> None:
     binned = pd.cut(table["end_ms"], list(BINS_MS))
     counts = table.groupby(binned, observed=False)["caught"].agg(["count", "sum"])
     cells = " | ".join(f"{int(c['sum'])} / {int(c['count'])}" for _, c in counts.iterrows())
-    way = table["way_in_ms"].to_numpy()
+    way = table["way_in_ms"].dropna().to_numpy()
+    if not len(way):  # a calibration's replays: no way in
+        print(f"| {name} | {len(table)} | {cells} | – | – | – |")
+        return
     quantiles = np.percentile(way, [50, 90, 99])
     print(
         f"| {name} | {len(table)} | {cells} | {way.mean():.2f} | "
@@ -71,11 +118,29 @@ def side(name: str, frames: list[pd.DataFrame]) -> None:
     )
 
 
+def header() -> str:
+    bins = [f"{lo:g}–{hi:g}" for lo, hi in itertools.pairwise(BINS_MS)]
+    return "\n".join(
+        [
+            "busy sends: where the step under way ended after the send (ms), caught / all per bin;",
+            f"the way in (send → queued, ms): mean, p50 / p90 / p99; waits over {MISSED_MS:g} ms",
+            "",
+            "| side | sends | " + " | ".join(bins) + " | mean | p50 / p90 / p99 | waits |",
+            "|" + " --- |" * (len(bins) + 5),
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+")
+    parser.add_argument("runs", nargs="*")
     parser.add_argument("--variant", action="append", default=[])
+    parser.add_argument("--bundles", nargs="+", type=Path, default=None)
     args = parser.parse_args()
+    if args.bundles:
+        print(header())
+        side("calibration replays", [replay_sends(b) for b in args.bundles])
+        return
     real: list[pd.DataFrame] = []
     simulated: list[pd.DataFrame] = []
     variants: dict[str, list[pd.DataFrame]] = {v: [] for v in args.variant}
@@ -89,13 +154,7 @@ def main() -> None:
             variants[v].append(
                 busy_sends(Path("tmp") / "vidur_simulate" / f"variant-{v}-{run}", sim=True)
             )
-    bins = [f"{lo:g}–{hi:g}" for lo, hi in itertools.pairwise(BINS_MS)]
-    print(
-        "busy sends: where the step under way ended after the send (ms), caught / all per bin;\n"
-        f"the way in (send → queued, ms): mean, p50 / p90 / p99; waits over {MISSED_MS:g} ms\n"
-    )
-    print("| side | sends | " + " | ".join(bins) + " | mean | p50 / p90 / p99 | waits |")
-    print("|" + " --- |" * (len(bins) + 5))
+    print(header())
     side("real", real)
     side("simulated", simulated)
     for v, frames in variants.items():
