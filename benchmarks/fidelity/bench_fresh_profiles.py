@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.compare.metrics import relative_error
 from gpu_simulate_test.compare.ttft_parts import repeat_front_end
 from gpu_simulate_test.fidelity.bounds import LIMIT, METRICS, passes
 
@@ -211,11 +212,11 @@ def ttft_targets(results: list[dict[str, Any]]) -> None:
         )
     for q in QUANTILES:
         fronts = [front_end_of(r).get(q) for r in with_ttft]
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
-                "error": (f["sim_ms"] - f["real_ms"]) / f["real_ms"],
+                "error": relative_error(f["sim_ms"], f["real_ms"]),
                 "real_vs_real": (
-                    (f["repeat_ms"] - f["real_ms"]) / f["real_ms"] if "repeat_ms" in f else None
+                    relative_error(f["repeat_ms"], f["real_ms"]) if "repeat_ms" in f else None
                 ),
             }
             for f in fronts

@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS, parse_offsets
+
 BINS_MS = (0.0, 0.7, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 20.0)
 """Where the step running at the send ended, ms after the send."""
 CAUGHT_MS = 1.0
@@ -56,7 +58,8 @@ def busy_sends(run_dir: Path, sim: bool) -> pd.DataFrame:
         if not len(under):
             continue
         e = end[under[0]]
-        rows.append({"end_ms": 1e3 * (e - a), "way_in_ms": 1e3 * (q - a), "caught": q - e < 1e-3})
+        caught = q - e < CAUGHT_MS / 1e3
+        rows.append({"end_ms": 1e3 * (e - a), "way_in_ms": 1e3 * (q - a), "caught": caught})
     return pd.DataFrame(rows, columns=["end_ms", "way_in_ms", "caught"])
 
 
@@ -78,15 +81,15 @@ def replay_sends(bundle: Path) -> pd.DataFrame:
         start = replay["start_time_s"].to_numpy()
         end = replay["end_time_s"].to_numpy()
         for i, row in enumerate(replay.to_dict("records")):
-            offset = row.get("client_send_offsets_ms")
-            if row["client_sends"] != 1 or not isinstance(offset, str) or not offset.strip():
+            offsets = parse_offsets(row.get(CLIENT_SEND_OFFSETS))
+            if len(offsets) != 1:
                 continue
             later = [k for k in new_at if k > i]
             if not later or i + 1 >= len(replay) or start[i + 1] - end[i] > BACK_TO_BACK_S:
                 continue
             rows.append(
                 {
-                    "end_ms": 1e3 * (end[i] - start[i]) - float(offset),
+                    "end_ms": 1e3 * (end[i] - start[i]) - float(offsets[0]),
                     "way_in_ms": float("nan"),
                     "caught": later[0] == i + 1,
                 }
