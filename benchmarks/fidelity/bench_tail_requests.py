@@ -14,9 +14,11 @@ simulated one (ms, median and mean), by kind: prompt or decode, busy or after an
 step that first scheduled a request or not, and whether a client send fell in the step (real /
 simulated). A one-signed difference where the step model's terms say nothing is a model gap.
 
-Run: ``python -m benchmarks.fidelity.bench_tail_requests RUN [RUN ...] [--root tmp]
-[--out F.json]``, each RUN a pipeline run id (its real and simulated runs read from its
-``run_meta.json``) or ``REAL_DIR:SIM_DIR``.
+Run: ``python -m benchmarks.fidelity.bench_tail_requests RUN [RUN ...] [--variant NAME]
+[--root tmp] [--out F.json]``, each RUN a pipeline run id (its real and simulated runs read from
+its ``run_meta.json``) or ``REAL_DIR:SIM_DIR``; with ``--variant``, each run's simulation by
+``bench_sim_variants`` under that name instead (``tmp/vidur_simulate/variant-<NAME>-<RUN>``,
+e.g. another ``vidur.seed``: a one-signed gap of one seed may be that seed's draws).
 """
 
 from __future__ import annotations
@@ -50,9 +52,17 @@ def spacing_ms(real_dir: Path) -> pd.Series:
     return gap.reindex(r.index.sort_values())
 
 
-def requests_of(spec: str, root: Path) -> pd.DataFrame:
-    """One run's requests: real and simulated parts side by side, with the send spacing."""
+def dirs_of(spec: str, root: Path, variant: str | None) -> tuple[Path, Path]:
+    """(real, simulated) run directories of a run, the simulation ``variant``'s if named."""
     real_dir, sim_dir = run_dirs(spec, root)
+    if variant is not None:
+        sim_dir = root / "vidur_simulate" / f"variant-{variant}-{spec}"
+    return real_dir, sim_dir
+
+
+def requests_of(spec: str, root: Path, variant: str | None = None) -> pd.DataFrame:
+    """One run's requests: real and simulated parts side by side, with the send spacing."""
+    real_dir, sim_dir = dirs_of(spec, root, variant)
     real, sim = real_parts(real_dir), sim_parts(sim_dir)
     ids = real.index.intersection(sim.index)
     out = real.loc[ids].add_suffix("_real").join(sim.loc[ids].add_suffix("_sim"))
@@ -108,8 +118,8 @@ def steps_of(run_dir: Path, sends: np.ndarray) -> pd.DataFrame:
     return t
 
 
-def matched_steps(spec: str, root: Path) -> pd.DataFrame:
-    real_dir, sim_dir = run_dirs(spec, root)
+def matched_steps(spec: str, root: Path, variant: str | None = None) -> pd.DataFrame:
+    real_dir, sim_dir = dirs_of(spec, root, variant)
     sends = np.sort(pd.read_csv(real_dir / "request_metrics.csv")["arrival_time_s"].to_numpy())
     real, sim = steps_of(real_dir, sends), steps_of(sim_dir, sends)
     both = real.merge(sim, on=["requests", "occurrence"], suffixes=("_real", "_sim"))
@@ -158,11 +168,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+")
+    parser.add_argument("--variant", default=None)
     parser.add_argument("--root", type=Path, default=Path("tmp"))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    table = pd.concat([requests_of(r, args.root) for r in args.runs])
-    steps = pd.concat([matched_steps(r, args.root) for r in args.runs], ignore_index=True)
+    table = pd.concat([requests_of(r, args.root, args.variant) for r in args.runs])
+    steps = pd.concat(
+        [matched_steps(r, args.root, args.variant) for r in args.runs], ignore_index=True
+    )
     spacing, step_table = by_spacing(table), step_rows(steps)
     top = [tail(table, "real"), tail(table, "sim")]
     print(f"{len(args.runs)} runs, {len(table)} requests; by time since the previous send (ms),")
@@ -175,7 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     print("steps of the same requests and tokens, real less simulated (ms):\n")
     print(markdown(step_table))
     if args.out is not None:
-        result = {"runs": args.runs, "by_spacing": spacing, "tail": top, "steps": step_table}
+        result = {
+            "runs": args.runs,
+            "variant": args.variant,
+            "by_spacing": spacing,
+            "tail": top,
+            "steps": step_table,
+        }
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

@@ -104,6 +104,20 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     for row in p50:
         assert -2 / 3 < row["noise_vs_engine"] < 2.0 and -2 / 3 < row["noise_vs_client"] < 2.0
     assert "real vs real (engine)" in (compare_dir / "summary.md").read_text()
+    # the simulation again with two other seeds (pipeline.sim_seeds): the range of its error
+    # over its own draws on each clock, beside the truth's; recorded in the pipeline's own dir
+    for k in (1, 2):
+        seeded = root / "pipeline" / "e2e" / "runs" / "vidur_simulate" / f"e2e-seed{k}"
+        seed_meta = json.loads((seeded / "run_meta.json").read_text())
+        assert seed_meta["status"] == "complete" and seed_meta["config"]["vidur"]["seed"] == 42 + k
+        assert pipeline_meta["stages"][f"vidur_simulate_seed{k}"]["path"] == str(
+            Path("tmp") / "pipeline" / "e2e" / "runs" / "vidur_simulate" / f"e2e-seed{k}"
+        )
+    assert sorted(p.name for p in (root / "vidur_simulate").iterdir()) == ["e2e"]
+    for row in data["clocks"]:
+        low, high = row["seeds_vs_client"]
+        assert low <= row["error_vs_client"] <= high and len(row["seeds_sim_s"]) == 2
+    assert "over its seeds (client)" in (compare_dir / "summary.md").read_text()
     assert "real vs real" in proc.stdout
     # the shape warm-up ran before the clock: one request per step size, 1 up to the longest
     # prompt + a decode per other request in a batch (16), within the 128-token step budget and

@@ -132,8 +132,9 @@ def clock_rows(
     return rows
 
 
-def clocks_markdown(rows: list[dict[str, Any]] | None) -> str:
-    """The ``summary.md`` section (empty without an engine clock)."""
+def clocks_markdown(rows: list[dict[str, Any]] | None, seeds_note: str = "") -> str:
+    """The ``summary.md`` section (empty without an engine clock); with the seeds' ranges
+    (:func:`~.seeds.with_seeds`) a column per clock and ``seeds_note`` saying what it is."""
     if not rows:
         return ""
 
@@ -143,18 +144,26 @@ def clocks_markdown(rows: list[dict[str, Any]] | None) -> str:
     def pct(value: float) -> str:
         return f"{value:+.1%}" if np.isfinite(value) else "n/a"
 
+    def spread(values: list[float]) -> str:
+        return f"{pct(values[0])}..{pct(values[1])}"
+
     repeated = "noise_vs_engine" in rows[0]
+    seeded = "seeds_vs_engine" in rows[0]
     header = ["metric", "stat", "engine", "simulated engine", "sim vs engine"]
+    header += ["over its seeds (engine)"] if seeded else []
     header += ["real vs real (engine)"] if repeated else []
     header += ["client", "simulated client", "sim vs client"]
+    header += ["over its seeds (client)"] if seeded else []
     header += ["real vs real (client)"] if repeated else []
     header += ["front end", "simulated front end"]
     body = []
     for r in rows:
         line = [m.METRIC_LABELS[r["metric"]], r["stat"], ms(r["engine_s"]), ms(r["sim_engine_s"]),
                 pct(r["error_vs_engine"])]  # fmt: skip
+        line += [spread(r["seeds_vs_engine"])] if seeded else []
         line += [pct(r["noise_vs_engine"])] if repeated else []
         line += [ms(r["client_s"]), ms(r["sim_s"]), pct(r["error_vs_client"])]
+        line += [spread(r["seeds_vs_client"])] if seeded else []
         line += [pct(r["noise_vs_client"])] if repeated else []
         line += [ms(r["front_end_s"]), ms(r["sim_front_end_s"])]
         body.append(line)
@@ -170,6 +179,7 @@ def clocks_markdown(rows: list[dict[str, Any]] | None) -> str:
         "engine's beside it (without the front-end delay the simulation adds); then the client's "
         "clock, real and simulated, with the front end (client − engine)."
         + noise
+        + (seeds_note if seeded else "")
         + "\n\n"
         + markdown_table(header, body)
         + "\n"

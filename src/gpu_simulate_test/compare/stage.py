@@ -66,6 +66,7 @@ from gpu_simulate_test.compare.prefix_cache import (
     prefix_cache_markdown,
 )
 from gpu_simulate_test.compare.routing import compare_routing, routing_markdown
+from gpu_simulate_test.compare.seeds import SeedRun, load_seeds, seeds_note, with_seeds
 from gpu_simulate_test.compare.step_inputs import (
     Aligned,
     Steps,
@@ -138,6 +139,8 @@ class Inputs:
     fleet_aligned: list[dict[str, Any]] | None = None
     """A fleet on both sides: each engine's step-by-step alignment (:func:`.step_inputs.
     load_alignment`)."""
+    seeds: tuple[SeedRun, ...] = ()
+    """``sim_seed_dirs``: the same workload simulated with other seeds (:mod:`.seeds`)."""
 
 
 def prepare(cfg: CompareStageConfig) -> Inputs:
@@ -173,6 +176,7 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
     findings += calibration_findings(used)
     memory = host_memory(used, real.meta, None if repeat is None else repeat.meta)
     aligned, per_engine = load_alignment(real, sim)
+    seeds = tuple(load_seeds(cfg.sim_seed_dirs, real, real_requests))
     return Inputs(
         real,
         sim,
@@ -193,6 +197,7 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         skipped,
         compare_routing(real_requests, sim_requests, joined, sim.meta.get("oracle")),
         per_engine,
+        seeds,
     )
 
 
@@ -214,6 +219,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             num_excluded=len(inputs.excluded),
             num_warmup_excluded=inputs.warmup,
             real_repeat_dir=None if repeat is None else str(repeat.path),
+            sim_seed_dirs=[str(seed.path) for seed in inputs.seeds],
         )
         write_csv(
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
@@ -229,7 +235,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             inputs.sim_requests,
             None if repeat is None else repeat.requests,
         )
-        data["clocks"] = clocks
+        data["clocks"] = clocks = with_seeds(clocks, inputs.seeds)
         parts = ttft_parts(
             real.path,
             inputs.real_requests,
@@ -325,7 +331,7 @@ def summary_text(
             "every figure above and below (`compare.warmup_s`).\n"
         )
     text += goodput_markdown(good)
-    text += clocks_markdown(clocks)
+    text += clocks_markdown(clocks, seeds_note(inputs.seeds) if inputs.seeds else "")
     text += ttft_parts_markdown(parts, TTFT_PARTS_PLOT if cfg.compare.plots else None)
     text += prefix_cache_markdown(inputs.prefix_cache)
     turn_plot = TURN_PLOT if cfg.compare.plots else None

@@ -49,6 +49,10 @@ class CompareStageConfig:
     real_repeat_dir: str | None = None
     """A second real_bench run of the same workload (the pipeline's ``<run_id>-r2``): the
     truth's run-to-run difference, beside the simulator's error on each clock."""
+    sim_seed_dirs: tuple[str, ...] = ()
+    """More vidur_simulate runs of the same workload and bundle with other seeds (the
+    pipeline's ``<run_id>-seed<k>``): the range of the simulator's error over its own draws,
+    beside the truth's run-to-run difference on each clock (reported, not judged)."""
     replaced_runs: tuple[str, ...] = ()
     """Real runs of this workload a re-run replaced because the host disturbed them (the
     pipeline's ``<run_id>-rerun<k>`` attempts; kept as evidence): the verdict names them."""
@@ -64,10 +68,11 @@ class CompareStageConfig:
 
     def __post_init__(self) -> None:
         if self.sweep_dirs:
-            if self.real_run_dir or self.sim_run_dir or self.real_repeat_dir:
+            if self.real_run_dir or self.sim_run_dir or self.real_repeat_dir or self.sim_seed_dirs:
                 raise ConfigError(
                     "pass either sweep_dirs=[...] (a sweep report) or real_run_dir= and "
-                    "sim_run_dir= (one comparison, real_repeat_dir= optional), not both"
+                    "sim_run_dir= (one comparison, real_repeat_dir= and sim_seed_dirs= optional), "
+                    "not both"
                 )
             return
         if not (self.real_run_dir and self.sim_run_dir):

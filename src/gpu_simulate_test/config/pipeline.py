@@ -66,6 +66,14 @@ class PipelineStageConfig:
     difference beside the simulator's error on each clock (the noise floor: an error within it
     is within the truth's own spread). The pipeline's own; the fidelity stage repeats its loads
     with ``fidelity.real_repeats``."""
+    sim_seeds: int = 2
+    """Simulate the same real arrivals again with this many other seeds (``vidur.seed`` + 1,
+    + 2, …; ``pipeline/<run_id>/runs/vidur_simulate/<run_id>-seed<k>``) and show the range of
+    the simulator's error over all its seeds beside the truth's run-to-run difference: the
+    simulation's own draws (the step spread, the front end's, the wake-ups) moved the main
+    job's client TTFT p90 by 4–16 points between four seeds of one run
+    (benchmarks/results/tail_requests_20261205). Reported, not judged; 0: none. The
+    pipeline's own; the tune searches under its own seeds (``tune.sim_seeds``)."""
     real_reruns: int = 1
     """Re-runs the real run (and its repeat) may each get when the real bench marks it
     disturbed (late sends, held-back streams, foreign CPU): the disturbed run is kept as
@@ -99,6 +107,7 @@ class PipelineStageConfig:
         )
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+        _check(self.sim_seeds >= 0, "sim_seeds must be >= 0 (0: the one simulation only)")
         _check(self.real_reruns >= 0, "real_reruns must be >= 0 (0: mark disturbed runs only)")
         check_scheduler_named_once(self.backend, self.vidur.scheduler)
 

@@ -22,6 +22,7 @@ from gpu_simulate_test.orchestrate.configs import (
     as_resolved,
     at_run,
     compare_config,
+    nested_in,
     real_bench_config,
     simulate_config,
     workload_config,
@@ -93,17 +94,34 @@ def simulate_and_compare(
     stages: Stages = QUIET,
     repeat_dir: Path | str | None = None,
     replaced: tuple[Path, ...] = (),
+    seeds: int = 0,
+    seeds_root: Path | None = None,
 ) -> tuple[Path, Path]:
     """Vidur on ``workload_dir`` at the arrivals the real run in ``real_dir`` sent (the load the
     engine was really offered), then the comparison (with ``repeat_dir``, a second real run of
     the workload, the truth's run-to-run difference beside it; ``replaced``: the disturbed real
-    runs re-runs replaced, named by the verdict); returns (simulate, compare) run dirs."""
+    runs re-runs replaced, named by the verdict; with ``seeds``, Vidur again with as many other
+    seeds, ``vidur.seed`` + 1, + 2, …, into ``seeds_root`` as ``<run_id>-seed<k>``, the range
+    of the simulator's error over its own draws beside it); returns (simulate, compare) run
+    dirs."""
     from gpu_simulate_test.compare.stage import run as compare_run
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     sim_cfg = simulate_config(cfg, scheduler, workload_dir, arrivals_from=real_dir)
     sim_dir = stages.run("vidur_simulate", simulate_run, sim_cfg)
-    compare_dir = stages.run(
-        "compare", compare_run, compare_config(cfg, real_dir, sim_dir, repeat_dir, replaced)
-    )
+    seed_dirs = []
+    for k in range(1, seeds + 1):
+        at = nested_in(at_run(cfg, seed_id(cfg.output.run_id, k)), seeds_root)
+        other = simulate_config(at, scheduler, workload_dir, arrivals_from=real_dir)
+        vidur = dataclasses.replace(other.vidur, seed=other.vidur.seed + k)
+        other = dataclasses.replace(other, vidur=vidur)
+        seed_dirs.append(stages.run(f"vidur_simulate_seed{k}", simulate_run, other))
+    compare_cfg = compare_config(cfg, real_dir, sim_dir, repeat_dir, replaced)
+    compare_cfg = dataclasses.replace(compare_cfg, sim_seed_dirs=tuple(map(str, seed_dirs)))
+    compare_dir = stages.run("compare", compare_run, compare_cfg)
     return sim_dir, compare_dir
+
+
+def seed_id(run_id: str | None, k: int) -> str:
+    """The run id of the ``k``-th other seed's simulation (``pipeline.sim_seeds``)."""
+    return f"{run_id}-seed{k}"

@@ -114,6 +114,8 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             stages,
             None if repeat is None else repeat.real_dir,
             replaced,
+            seeds=cfg.sim_seeds,
+            seeds_root=within,
         )
         p.update_meta(compare_dir=str(compare_dir))
     latest = ""

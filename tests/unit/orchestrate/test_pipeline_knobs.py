@@ -323,3 +323,13 @@ def test_what_the_config_says_is_derived_is_what_is_derived() -> None:
         sched, _ = derive_scheduler(backend_config(name, **knobs), base, 6)
         changed = {f for f in vars(base) if getattr(sched, f) != getattr(base, f)}
         assert changed | {"name"} == set(derived) | {"name"}, name  # vllm_v1 is vLLM's own
+
+
+def test_the_pipeline_simulates_two_other_seeds_unless_told_and_refuses_fewer_than_none(
+    compose_stage,
+) -> None:
+    cfg = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    assert cfg.sim_seeds == 2
+    assert to_typed(compose_stage("pipeline", ["sim_seeds=0"]), PipelineStageConfig).sim_seeds == 0
+    with pytest.raises(ConfigError, match="sim_seeds must be >= 0"):
+        to_typed(compose_stage("pipeline", ["sim_seeds=-1"]), PipelineStageConfig)

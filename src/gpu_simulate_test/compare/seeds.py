@@ -1,0 +1,112 @@
+"""The simulation's own draws beside the truth's (``compare.sim_seed_dirs``): the same workload
+simulated with other seeds, and per metric and statistic the range of the simulator's error over
+all its seeds on each clock.
+
+The truth's repeat says how far one real run is from another; the seeds say how far one
+simulated run is from another. A simulation draws the steps' spread, the front end's and the
+wake-ups per seed, and on the main job's 40 requests four seeds of one run moved its client
+TTFT p90 by 4–16 points (benchmarks/results/tail_requests_20261205): an error inside that range
+says as little about the model as one inside the truth's. Reported beside the verdict, never
+judged: the verdict stays the main simulation's against max(band, real vs real).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.clocks import sim_engine_metric
+from gpu_simulate_test.compare.comparison import join_requests
+from gpu_simulate_test.core.run_inputs import RunInput, check_same_workload, load_run
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One more simulation of the workload, joined to the real run's requests."""
+
+    path: Path
+    seed: int | None
+    """Its ``vidur.seed`` (None where its run_meta does not say)."""
+    requests: pd.DataFrame
+    joined: m.JoinedRequests
+
+
+def seed_of(run: RunInput) -> int | None:
+    """The ``vidur.seed`` a simulation ran with, from its resolved config."""
+    seed = run.meta.get("config", {}).get("vidur", {}).get("seed")
+    return int(seed) if isinstance(seed, int) else None
+
+
+def load_seeds(dirs: Sequence[str], real: RunInput, real_requests: pd.DataFrame) -> list[SeedRun]:
+    """Each run of ``dirs`` (vidur_simulate runs of ``real``'s workload), joined to the real
+    requests kept after the warm-up; ValueError naming the run where one is of another
+    workload or its requests do not match."""
+    seeds = []
+    for d in dirs:
+        run = load_run(d, "vidur_simulate")
+        check_same_workload(real, run)
+        kept = run.requests[run.requests["request_id"].isin(real_requests["request_id"])]
+        joined, _ = join_requests(real_requests, kept, where=f"{real.path} vs {run.path}")
+        seeds.append(SeedRun(run.path, seed_of(run), kept, joined))
+    return seeds
+
+
+def with_seeds(
+    rows: list[dict[str, Any]] | None, seeds: Sequence[SeedRun]
+) -> list[dict[str, Any]] | None:
+    """The clocks rows (:func:`~.clocks.clock_rows`) with, per row, each seed's simulated
+    value on both clocks (``seeds_sim_s``, ``seeds_sim_engine_s``) and the range of the error
+    over the main simulation and every seed (``seeds_vs_engine``, ``seeds_vs_client``: [lowest,
+    highest]); the rows as they are without seeds."""
+    if not rows or not seeds:
+        return rows
+    values: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for seed in seeds:
+        for metric in {r["metric"] for r in rows}:
+            on_client = m.distribution(seed.joined.sim.metric(metric))
+            on_engine = m.distribution(sim_engine_metric(seed.requests, seed.joined, metric))
+            for stat in {r["stat"] for r in rows if r["metric"] == metric}:
+                pair = values.setdefault((metric, stat), ([], []))
+                pair[0].append(float(getattr(on_client, stat)))
+                pair[1].append(float(getattr(on_engine, stat)))
+    out = []
+    for row in rows:
+        client, engine = values[row["metric"], row["stat"]]
+        out.append(
+            {
+                **row,
+                "seeds_sim_s": client,
+                "seeds_sim_engine_s": engine,
+                "seeds_vs_engine": error_range(row["sim_engine_s"], engine, row["engine_s"]),
+                "seeds_vs_client": error_range(row["sim_s"], client, row["client_s"]),
+            }
+        )
+    return out
+
+
+def error_range(main: float, others: Sequence[float], real: float) -> list[float]:
+    """[lowest, highest] error against ``real`` over ``main`` and ``others`` (NaN for none
+    finite)."""
+    errors = [m.relative_error(v, real) for v in (main, *others)]
+    finite = [e for e in errors if np.isfinite(e)]
+    if not finite:
+        return [float("nan"), float("nan")]
+    return [min(finite), max(finite)]
+
+
+def seeds_note(seeds: Sequence[SeedRun]) -> str:
+    """What the seeds' column says, for ``summary.md``."""
+    named = [str(s.seed) for s in seeds if s.seed is not None]
+    which = f" (seeds {', '.join(named)})" if len(named) == len(seeds) else ""
+    return (
+        f" *Over its seeds*: the simulation run again with {len(seeds)} other seed"
+        f"{'s' if len(seeds) != 1 else ''}{which} on the same arrivals and bundle, the range of "
+        "its error over all of them: the simulator's own draws, as real vs real is the truth's "
+        "(reported, not judged)."
+    )
