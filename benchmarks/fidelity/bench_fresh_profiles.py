@@ -79,6 +79,7 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
                 relative_error(v, row[f"{clock}_s"])
                 for v in row.get("seeds_sim_s" if clock == "client" else "seeds_sim_engine_s", [])
             ],
+            "pooled": row.get(f"pooled_vs_{clock}"),  # every seed's requests together
         }
         for row in data["clocks"]
         if row["metric"] == "ttft"
@@ -253,6 +254,14 @@ def seed_lines(rows: Sequence[dict[str, Any] | None]) -> str:
         ]
         within, count, mean = judged(mine)
         out.append(f"seed +{k + 1} {within} of {count}, {fmt(mean)}")
+    pooled = [
+        {"error": r["pooled"], "real_vs_real": r.get("real_vs_real")}
+        for r in rows
+        if r and r.get("pooled") is not None
+    ]
+    if pooled:
+        within, count, mean = judged(pooled)
+        out.append(f"every seed's requests pooled {within} of {count}, {fmt(mean)}")
     return "; ".join(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -117,6 +118,7 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     for row in data["clocks"]:
         low, high = row["seeds_vs_client"]
         assert low <= row["error_vs_client"] <= high and len(row["seeds_sim_s"]) == 2
+        assert np.isfinite(row["pooled_vs_client"]) and np.isfinite(row["pooled_vs_engine"])
     assert "over its seeds (client)" in (compare_dir / "summary.md").read_text()
     assert "real vs real" in proc.stdout
     # the shape warm-up ran before the clock: one request per step size, 1 up to the longest

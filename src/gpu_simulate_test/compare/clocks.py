@@ -144,8 +144,9 @@ def clocks_markdown(rows: list[dict[str, Any]] | None, seeds_note: str = "") -> 
     def pct(value: float) -> str:
         return f"{value:+.1%}" if np.isfinite(value) else "n/a"
 
-    def spread(values: list[float]) -> str:
-        return f"{pct(values[0])}..{pct(values[1])}"
+    def spread(values: list[float], pooled: float | None) -> str:
+        text = f"{pct(values[0])}..{pct(values[1])}"
+        return text if pooled is None else f"{text}, pooled {pct(pooled)}"
 
     repeated = "noise_vs_engine" in rows[0]
     seeded = "seeds_vs_engine" in rows[0]
@@ -160,10 +161,10 @@ def clocks_markdown(rows: list[dict[str, Any]] | None, seeds_note: str = "") -> 
     for r in rows:
         line = [m.METRIC_LABELS[r["metric"]], r["stat"], ms(r["engine_s"]), ms(r["sim_engine_s"]),
                 pct(r["error_vs_engine"])]  # fmt: skip
-        line += [spread(r["seeds_vs_engine"])] if seeded else []
+        line += [spread(r["seeds_vs_engine"], r.get("pooled_vs_engine"))] if seeded else []
         line += [pct(r["noise_vs_engine"])] if repeated else []
         line += [ms(r["client_s"]), ms(r["sim_s"]), pct(r["error_vs_client"])]
-        line += [spread(r["seeds_vs_client"])] if seeded else []
+        line += [spread(r["seeds_vs_client"], r.get("pooled_vs_client"))] if seeded else []
         line += [pct(r["noise_vs_client"])] if repeated else []
         line += [ms(r["front_end_s"]), ms(r["sim_front_end_s"])]
         body.append(line)

@@ -235,7 +235,8 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             inputs.sim_requests,
             None if repeat is None else repeat.requests,
         )
-        data["clocks"] = clocks = with_seeds(clocks, inputs.seeds)
+        main = SeedRun(sim.path, None, inputs.sim_requests, inputs.joined)
+        data["clocks"] = clocks = with_seeds(clocks, inputs.seeds, main)
         parts = ttft_parts(
             real.path,
             inputs.real_requests,

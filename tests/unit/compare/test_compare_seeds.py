@@ -68,6 +68,27 @@ def test_the_error_over_the_seeds_spans_every_seed_on_each_clock() -> None:
     assert "| -20.0%..+10.0% |" in text and "(seeds 43)" in text
 
 
+def test_pooled_the_seeds_requests_are_read_as_one_distribution() -> None:
+    """Two seeds of four requests each beside the main one's four: the pooled p50 is the
+    median of all twelve, not the median of the three medians."""
+    main_sim = pd.DataFrame({"request_id": range(4), "frontend_delay_s": [0.0] * 4})
+    main = SeedRun(Path("sim"), None, main_sim, _joined(0.024))
+    rows = clock_rows(_real(), main.joined, main_sim)
+    low = SeedRun(Path("s1"), 43, main_sim, _joined(0.021))
+    seeded = with_seeds(rows, [low, _seed(0.033, 0.0, 44)], main)
+    assert seeded is not None
+    ttft = next(r for r in seeded if r["metric"] == "ttft" and r["stat"] == "p50")
+    assert ttft["pooled_sim_s"] == pytest.approx(0.024)  # 21, 24, 33 ms four times each
+    assert ttft["pooled_vs_client"] == pytest.approx(0.024 / 0.030 - 1)
+    assert ttft["pooled_vs_engine"] == pytest.approx(0.024 / 0.020 - 1)
+    p99 = next(r for r in seeded if r["metric"] == "ttft" and r["stat"] == "p99")
+    assert p99["pooled_sim_s"] == pytest.approx(0.033)
+    assert ", pooled -20.0% |" in clocks_markdown(seeded)
+    # without the main simulation's requests there is no pooled figure
+    alone = with_seeds(rows, [low])
+    assert alone is not None and "pooled_vs_client" not in alone[0]
+
+
 def test_without_seeds_the_rows_and_the_table_are_as_before() -> None:
     rows = clock_rows(_real(), _joined(0.024))
     assert with_seeds(rows, []) is rows
