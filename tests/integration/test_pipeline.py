@@ -120,6 +120,8 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
         assert low <= row["error_vs_client"] <= high and len(row["seeds_sim_s"]) == 2
         assert np.isfinite(row["pooled_vs_client"]) and np.isfinite(row["pooled_vs_engine"])
     assert "over its seeds (client)" in (compare_dir / "summary.md").read_text()
+    assert any(line.startswith("- **Over its 3 seeds:** ") for line in head), head
+    assert data["verdict"]["pooled"]["judged"] == 12
     assert "real vs real" in proc.stdout
     # the shape warm-up ran before the clock: one request per step size, 1 up to the longest
     # prompt + a decode per other request in a batch (16), within the 128-token step budget and

@@ -103,6 +103,34 @@ def figures(clocks: Sequence[Mapping[str, Any]] | None, comparison: Comparison) 
     return found
 
 
+def pooled_figures(clocks: Sequence[Mapping[str, Any]] | None) -> list[Figure]:
+    """The judged figures read off every seed's requests pooled (``pooled_vs_<clock>``, where
+    the comparison had the simulation's other seeds), each in the band its main figure has."""
+    found: list[Figure] = []
+    for clock in ("engine", "client"):
+        for row in clocks or ():
+            if row["metric"] not in JUDGED_METRICS or row["stat"] not in JUDGED_STATS:
+                continue
+            error = _number(row.get(f"pooled_vs_{clock}"))
+            if error is not None:
+                noise = _number(row.get(f"noise_vs_{clock}"))
+                found.append(Figure(clock, row["metric"], row["stat"], error, noise))
+    return found
+
+
+def seeds_line(record: Mapping[str, Any]) -> str | None:
+    """What the verdict says of the simulation's other seeds (None without them): reported,
+    never the verdict."""
+    pooled = record.get("pooled")
+    if not pooled:
+        return None
+    return (
+        f"**Over its {pooled['seeds']} seeds:** every seed's requests pooled, "
+        f"{pooled['within']} of {pooled['judged']} figures within the same bands "
+        "(reported, not judged)"
+    )
+
+
 def largest_gap(judged: Sequence[Figure]) -> Figure | None:
     """The figure furthest outside its band (the largest error when every one is within)."""
     if not judged:
@@ -199,6 +227,8 @@ def verdict(
     real runs' disturbance."""
     judged = figures(clocks, comparison)
     gap = largest_gap(judged)
+    pooled = pooled_figures(clocks)
+    seeds = 1 + max((len(r.get("seeds_sim_s") or []) for r in clocks or ()), default=0)
     return {
         "rule": f"|error| <= max({NOISE_FLOOR:.0%}, |real vs real|) on the same clock",
         "figures": [f.to_dict() for f in judged],
@@ -214,11 +244,17 @@ def verdict(
         "disturbed": [r.name for r in runs if r.disturbed],
         "truth": disturbance_line(runs, replaced),
         "repeat": any(f.noise is not None for f in judged),
+        "pooled": (
+            {"seeds": seeds, "within": sum(f.within for f in pooled), "judged": len(pooled)}
+            if pooled
+            else None
+        ),
     }
 
 
 def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
-    """The verdict's lines (a list of three), for the top of ``summary.md``."""
+    """The verdict's lines (three, a fourth with the simulation's other seeds, and an empty
+    one), for the top of ``summary.md``."""
     if not record["judged"]:
         return ["- **Verdict:** no figure could be judged (no simulated latency).", ""]
     band = "max(10%, real vs real)" if record["repeat"] else "10% (no repeat of the truth)"
@@ -230,5 +266,7 @@ def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
     lines = [head]
     if record["largest_gap"]:
         lines.append(f"**Largest gap:** {record['largest_gap']}: {record['cause']}.")
+    if (seeds := seeds_line(record)) is not None:
+        lines.append(f"{seeds}.")
     lines.append(record["truth"])
     return [*(f"- {line}" for line in lines), ""]

@@ -73,6 +73,27 @@ def test_a_client_gap_with_the_engine_within_is_the_front_end() -> None:
     assert len(lines) <= 5  # the first 10 lines of summary.md hold the verdict
 
 
+def test_the_pooled_seeds_are_said_beside_the_verdict_and_never_change_it() -> None:
+    """Client TTFT p90 -18% on the main seed (outside +4%), -6% with every seed's requests
+    pooled: the verdict stays 11 of 12, the line beside it says 12 of 12 over 3 seeds."""
+    clocks = _clocks(error_vs_client=-0.18)
+    for row in clocks:
+        row.update(seeds_sim_s=[0.01, 0.01], pooled_vs_engine=0.02, pooled_vs_client=0.03)
+    clocks[1]["pooled_vs_client"] = -0.06  # TTFT p90
+    record = verdict(_comparison(), clocks, STEPS, CALM)
+    assert (record["within"], record["judged"]) == (11, 12)
+    assert record["pooled"] == {"seeds": 3, "within": 12, "judged": 12}
+    lines = verdict_markdown(record)
+    assert lines[2] == (
+        "- **Over its 3 seeds:** every seed's requests pooled, 12 of 12 figures within the same "
+        "bands (reported, not judged)."
+    )
+    assert lines[3].startswith("- **Truth:**") and len(lines) <= 6
+    # without the seeds, no such line and no pooled record
+    plain = verdict(_comparison(), _clocks(error_vs_client=-0.18), STEPS, CALM)
+    assert plain["pooled"] is None and not any("seeds" in line for line in verdict_markdown(plain))
+
+
 def test_the_truth_s_own_spread_widens_the_band_and_p99_is_not_judged() -> None:
     # -18% on the engine's clock where the truth's repeat moved -19%: within its noise
     clocks = _clocks(error_vs_engine=-0.18, noise_vs_engine=-0.19)
