@@ -82,17 +82,9 @@ def _number(value: Any) -> float | None:
 def figures(clocks: Sequence[Mapping[str, Any]] | None, comparison: Comparison) -> list[Figure]:
     """Every judged figure: both clocks from the clocks table; the client's alone (from the
     latency table) where the real run has no engine clock."""
-    found: list[Figure] = []
     if clocks:
-        for clock in ("engine", "client"):
-            for row in clocks:
-                if row["metric"] not in JUDGED_METRICS or row["stat"] not in JUDGED_STATS:
-                    continue
-                error = _number(row.get(f"error_vs_{clock}"))
-                if error is not None:
-                    noise = _number(row.get(f"noise_vs_{clock}"))
-                    found.append(Figure(clock, row["metric"], row["stat"], error, noise))
-        return found
+        return clock_figures(clocks, "error")
+    found: list[Figure] = []
     for item in comparison.metrics:
         if item.metric not in JUDGED_METRICS or not item.available_sim:
             continue
@@ -103,18 +95,20 @@ def figures(clocks: Sequence[Mapping[str, Any]] | None, comparison: Comparison) 
     return found
 
 
-def pooled_figures(clocks: Sequence[Mapping[str, Any]] | None) -> list[Figure]:
-    """The judged figures read off every seed's requests pooled (``pooled_vs_<clock>``, where
-    the comparison had the simulation's other seeds), each in the band its main figure has."""
+def clock_figures(clocks: Sequence[Mapping[str, Any]] | None, error: str) -> list[Figure]:
+    """The judged figures of the clocks table on both clocks, each read from its row's
+    ``<error>_vs_<clock>`` (``error``: the main simulation's; ``pooled``: every seed's requests
+    pooled, where the comparison had the simulation's other seeds) in the band of the truth's
+    own difference on that clock."""
     found: list[Figure] = []
     for clock in ("engine", "client"):
         for row in clocks or ():
             if row["metric"] not in JUDGED_METRICS or row["stat"] not in JUDGED_STATS:
                 continue
-            error = _number(row.get(f"pooled_vs_{clock}"))
-            if error is not None:
+            value = _number(row.get(f"{error}_vs_{clock}"))
+            if value is not None:
                 noise = _number(row.get(f"noise_vs_{clock}"))
-                found.append(Figure(clock, row["metric"], row["stat"], error, noise))
+                found.append(Figure(clock, row["metric"], row["stat"], value, noise))
     return found
 
 
@@ -227,7 +221,7 @@ def verdict(
     real runs' disturbance."""
     judged = figures(clocks, comparison)
     gap = largest_gap(judged)
-    pooled = pooled_figures(clocks)
+    pooled = clock_figures(clocks, "pooled")
     seeds = 1 + max((len(r.get("seeds_sim_s") or []) for r in clocks or ()), default=0)
     return {
         "rule": f"|error| <= max({NOISE_FLOOR:.0%}, |real vs real|) on the same clock",
