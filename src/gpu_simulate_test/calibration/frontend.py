@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import input_steps
+from gpu_simulate_test.calibration import busy_hop, input_steps
 from gpu_simulate_test.calibration.common import windows
 from gpu_simulate_test.calibration.experiments import Experiment
 from gpu_simulate_test.calibration.input_spread import (
@@ -39,6 +39,7 @@ from gpu_simulate_test.calibration.input_spread import (
     SPREAD_LEVELS,
     spread_bucket,
 )
+from gpu_simulate_test.calibration.overhead import running_max
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 
@@ -426,7 +427,9 @@ def input_from_replays(
         return None
     line = input_line(running, hops, MIN_INPUT_SAMPLES, idle=True)
     fitted = input_steps.through_steps(line, sent, queued, running, spans)
-    return {**fitted, "requests": len(hops)}
+    top = running_max(fitted.get("measured_input_ms"))
+    spread = busy_hop.busy_hop_spread(sent, queued, running, spans, fitted, HELD_BACK_S, top)
+    return {**fitted, **spread, "requests": len(hops)}
 
 
 def with_replay_input(frontend: dict[str, Any], replayed: dict[str, Any] | None) -> dict[str, Any]:
@@ -459,9 +462,11 @@ REPLAY_KEYS: tuple[str, ...] = (
     "input_all_sends",
     "input_midpoint",
     "input_through_steps",
+    busy_hop.KEY,
+    busy_hop.COUNT_KEY,
 )
-"""What the replays add beside the line, where they give it: the idle way in apart (calibration
-version 14 on) and the line fitted through the steps (version 15 on)."""
+"""What the replays add beside the line, where they give it: the idle way in apart (version 14
+on), the line fitted through the steps (15 on), the busy sends' spread around it (19 on)."""
 
 
 def measured(

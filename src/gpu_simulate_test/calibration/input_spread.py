@@ -31,6 +31,9 @@ INPUT_SPREAD_STREAM = 64
 """The input spread's random stream beside ``vidur.seed`` (apart from the steps' draws)."""
 FIRST_SPREAD_STREAM = 65
 """The idle first tokens' way-back spread's stream (apart from the way in's)."""
+BUSY_HOP_STREAM = 66
+"""The busy sends' way-in spread's stream (``vidur.frontend_busy_hop``; apart from the
+others)."""
 
 
 def spread_levels(count: int, seed: int, stream: int = INPUT_SPREAD_STREAM) -> np.ndarray:

@@ -54,6 +54,7 @@ import pandas as pd
 from scipy.optimize import nnls  # type: ignore[import-untyped]
 
 from gpu_simulate_test.calibration import input_spread
+from gpu_simulate_test.calibration.busy_hop import KEY as BUSY_HOP_KEY
 from gpu_simulate_test.core.profiling.bundle import IDLE_PREFILL_PHASES
 
 MIN_STEPS = 3
@@ -407,6 +408,10 @@ class FrontEnd:
     """The measured hops around the input line: per bucket of running requests (its lower
     bound, increasing), their quantiles at :data:`~.input_spread.SPREAD_LEVELS` (empty: not
     recorded, a calibration before version 12): ``vidur.frontend_input_spread``'s draws."""
+    busy_hop_residual_ms: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """The hops of the requests sent to a busy engine around the line, fitted through the
+    engine's steps (:mod:`~.busy_hop`; one bucket, from 1 running; empty: before version 19):
+    ``vidur.frontend_busy_hop``'s draws."""
 
     def input_spread_s(self, levels: np.ndarray, running: np.ndarray) -> np.ndarray:
         """Per request, its ``levels`` (a seeded uniform draw, kept across the front end's
@@ -419,9 +424,10 @@ class FrontEnd:
     @property
     def moves_with_load(self) -> bool:
         """Whether a request's way in depends on the requests in flight at its send (a line
-        that grows, or an idle engine's way in of its own): the simulation then passes again
-        with the counts the last pass gave."""
-        return self.input_per_running_ms > 0 or self.input_idle_ms is not None
+        that grows, an idle engine's way in of its own, a busy one's spread): the simulation
+        then passes again with the counts the last pass gave."""
+        moves = self.input_per_running_ms > 0 or self.input_idle_ms is not None
+        return moves or bool(self.busy_hop_residual_ms)
 
     def input_delays_s(self, running: np.ndarray) -> np.ndarray:
         """Each request's input delay (seconds) given the requests running at its send."""
@@ -457,7 +463,13 @@ class FrontEnd:
                 quiet, ("input_ms",), f"{where}.experiments_input"
             )["input_ms"]
         residuals = input_spread.residuals(recorded.get("input_residual_ms"), where)
-        return cls(**values, input_residual_ms=residuals)
+        busy = input_spread.residuals(
+            recorded.get(BUSY_HOP_KEY),
+            where,
+            key=BUSY_HOP_KEY,
+            what="the busy sends' hops around the input line",
+        )
+        return cls(**values, input_residual_ms=residuals, busy_hop_residual_ms=busy)
 
 
 def running_max(measured: Any) -> float:

@@ -270,6 +270,13 @@ class VidurConfig:
     """A request sent to a busy engine draws its first token's way back beyond the queue's from
     the replays' first tokens sent with as many in flight (``frontend.queue.
     first_busy_residual_ms``, version 18 on), seeded by ``seed``; off: the queue's mean."""
+    frontend_busy_hop: bool = True
+    """With ``frontend_input=line``: each request sent to a busy engine (others in flight) draws
+    its way in around the line from the calibration replays' busy sends, their hops estimated
+    through the engine's steps (``frontend.busy_hop_residual_ms``, version 19 on;
+    :mod:`~..calibration.busy_hop`), seeded by ``seed``: a hop longer than the step in
+    progress's remainder misses that step's end as often as the replays' did. Off, or with
+    ``frontend_input_spread`` (which spreads every send): on the line."""
     wake_spread: bool = True
     """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
     the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gpu_simulate_test.calibration import record
+from gpu_simulate_test.calibration import busy_hop, record
 from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 from gpu_simulate_test.calibration.record import CALIBRATION_VERSION, CalibrationRecord, where
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
@@ -128,6 +128,13 @@ def _take_queue_reading(view: View, key: str, count: str) -> bool:
         return False
     queue.pop(count, None)
     return True
+
+
+def _v19(view: View) -> list[str]:
+    if view.frontend.pop(busy_hop.KEY, None) is None:
+        return []
+    view.frontend.pop(busy_hop.COUNT_KEY, None)
+    return [f"frontend.{busy_hop.KEY}: a busy engine's way in on the line"]
 
 
 def _v18(view: View) -> list[str]:
@@ -261,6 +268,7 @@ def _v8(view: View) -> list[str]:
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
     {
+        19: _v19,
         18: _v18,
         17: _v17,
         16: _v16,

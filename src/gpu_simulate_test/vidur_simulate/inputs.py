@@ -11,7 +11,11 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
-from gpu_simulate_test.calibration.input_spread import FIRST_SPREAD_STREAM, spread_levels
+from gpu_simulate_test.calibration.input_spread import (
+    BUSY_HOP_STREAM,
+    FIRST_SPREAD_STREAM,
+    spread_levels,
+)
 from gpu_simulate_test.calibration.input_spread import spread_s as input_spread_s
 from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 from gpu_simulate_test.calibration.record import CalibrationRecord
@@ -67,6 +71,12 @@ class Inputs:
     """What ``run_meta.json`` says of the spread."""
     input_spread_idle_only: bool = False
     """``vidur.frontend_idle_spread`` alone: only a request sent to an idle engine is spread."""
+    busy_hop_levels: np.ndarray | None = None
+    """``vidur.frontend_busy_hop``: per request, its seeded level in the busy sends' measured
+    hops around the line (``frontend.busy_hop_residual_ms``), drawn where it is sent to a busy
+    engine, after the order like the input spread (None: on the line)."""
+    busy_hop_note: str = "off"
+    """What ``run_meta.json`` says of it."""
     first_spread_levels: np.ndarray | None = None
     """``vidur.frontend_idle_spread`` or ``vidur.frontend_busy_spread``: per request, its
     seeded level in the measured spread of its first token's way back around the queue's (None:
@@ -132,6 +142,11 @@ class Inputs:
             if self.input_spread_idle_only:
                 spread = np.where(np.asarray(running) == 0, spread, 0.0)
             reached = np.maximum(reached + spread, self.arrival_time_s)
+        if self.busy_hop_levels is not None and not self.input_by_queue:
+            assert running is not None
+            busy = np.asarray(running) > 0
+            hop = input_spread_s(self.frontend.busy_hop_residual_ms, self.busy_hop_levels, running)
+            reached = np.maximum(reached + np.where(busy, hop, 0.0), self.arrival_time_s)
         return reached
 
 
@@ -161,6 +176,9 @@ def first_requests(inputs: Inputs, count: int) -> Inputs:
         ),
         first_spread_levels=(
             None if inputs.first_spread_levels is None else inputs.first_spread_levels[:count]
+        ),
+        busy_hop_levels=(
+            None if inputs.busy_hop_levels is None else inputs.busy_hop_levels[:count]
         ),
     )
 
@@ -228,6 +246,28 @@ def input_spread(
         return None, "none: the calibration's replays have too few sends to an idle engine"
     where = "" if enabled else ", the sends to an idle engine"
     return spread_levels(count, seed), f"drawn (seed {seed}{where})"
+
+
+def busy_hop(
+    frontend: overhead.FrontEnd | None,
+    enabled: bool,
+    by_queue: bool,
+    spread_all: bool,
+    count: int,
+    seed: int,
+) -> tuple[np.ndarray | None, str]:
+    """``vidur.frontend_busy_hop``'s seeded levels for ``count`` requests (a stream of their
+    own) and what ``run_meta.json`` says of it (None: the busy sends' way in stays on the line,
+    and why)."""
+    if not enabled:
+        return None, "off"
+    if frontend is None or by_queue:
+        return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
+    if spread_all:
+        return None, "none: vidur.frontend_input_spread spreads every send"
+    if not frontend.busy_hop_residual_ms:
+        return None, "none: the calibration has no busy_hop_residual_ms (before version 19)"
+    return spread_levels(count, seed, BUSY_HOP_STREAM), f"drawn (seed {seed}, the busy sends)"
 
 
 def first_spread(

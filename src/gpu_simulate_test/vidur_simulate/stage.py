@@ -44,6 +44,7 @@ from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
 from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
 from gpu_simulate_test.vidur_simulate.inputs import (
     Inputs,
+    busy_hop,
     first_spread,
     input_spread,
     running_at_send,
@@ -139,6 +140,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     levels, spread_note = input_spread(
         frontend, spread_all, by_queue, len(arrival), cfg.vidur.seed, idle=spread_idle
     )
+    hop_levels, hop_note = busy_hop(
+        frontend, cfg.vidur.frontend_busy_hop, by_queue, spread_all, len(arrival), cfg.vidur.seed
+    )
     return Inputs(
         calibration=record,
         serving_steps=serving,
@@ -161,6 +165,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         input_spread_levels=levels,
         input_spread_note=spread_note,
         input_spread_idle_only=spread_idle and not spread_all,
+        busy_hop_levels=hop_levels,
+        busy_hop_note=hop_note,
         first_spread_levels=first_spread(
             queue, spread_idle, len(arrival), cfg.vidur.seed, busy=cfg.vidur.frontend_busy_spread
         ),
@@ -409,6 +415,7 @@ def run(cfg: VidurSimulateStageConfig, resolved_config: Mapping[str, Any]) -> Pa
             frontend=asdict(inputs.frontend) if inputs.frontend is not None else None,
             frontend_input="queue" if inputs.input_by_queue else "line",
             frontend_input_spread=inputs.input_spread_note,
+            frontend_busy_hop=inputs.busy_hop_note,
             frontend_first_token_spread=first_spread_note(cfg, inputs),
             frontend_queue=(
                 inputs.frontend_queue.to_dict() if inputs.frontend_queue is not None else None

@@ -355,3 +355,45 @@ def test_a_busy_engines_first_token_draws_from_its_bucket_of_requests_in_flight(
     assert extra[3] == pytest.approx(np.interp(levels[3], SPREAD_LEVELS, high) / 1e3)
     off = replace(drawn, first_spread_busy=False).first_token_spread_s(running)
     assert np.all(np.asarray(off) == 0.0)
+
+
+def test_a_busy_engines_way_in_draws_from_the_spread_fitted_through_the_steps(
+    root: Path,
+) -> None:
+    """``vidur.frontend_busy_hop`` with a calibration of version 19 on: a request sent with
+    others in flight reaches the scheduler at the line plus its level read off the busy sends'
+    spread, after the order and never before its send; one sent to an idle engine stays on its
+    way in; off, beside the every-send spread, or a calibration without it: on the line, and
+    ``run_meta.json`` says why."""
+    from gpu_simulate_test.calibration.input_spread import (
+        BUSY_HOP_STREAM,
+        SPREAD_LEVELS,
+        spread_levels,
+    )
+    from gpu_simulate_test.calibration.overhead import FrontEnd
+    from gpu_simulate_test.vidur_simulate.inputs import busy_hop, first_requests
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    spread = tuple(-3.0 + 10.0 * level for level in SPREAD_LEVELS)  # -2.9 .. +6.9 ms
+    front = FrontEnd(input_ms=2.0, output_ms=1.0, busy_hop_residual_ms=((1, spread),))
+    n = len(ARRIVALS)
+    assert busy_hop(front, False, False, False, n, 7) == (None, "off")
+    assert busy_hop(front, True, True, False, n, 7)[0] is None  # the way in by the queue
+    assert "spreads every send" in busy_hop(front, True, False, True, n, 7)[1]
+    assert "before version 19" in busy_hop(replace(front, busy_hop_residual_ms=()),
+                                           True, False, False, n, 7)[1]  # fmt: skip
+    levels, note = busy_hop(front, True, False, False, n, 7)
+    assert note == "drawn (seed 7, the busy sends)" and levels is not None
+    assert levels.tolist() == spread_levels(n, 7, BUSY_HOP_STREAM).tolist()
+    drawn = replace(inputs, frontend=front, busy_hop_levels=levels)
+    running = np.zeros(n)
+    running[1:] = 3
+    reached = drawn.scheduler_arrival_s(running)
+    line = replace(inputs, frontend=front).scheduler_arrival_s(running)
+    assert reached[0] == pytest.approx(line[0])  # idle at its send: its own way in
+    hop_s = np.interp(levels[1:], SPREAD_LEVELS, spread) / 1e3
+    assert reached[1:] == pytest.approx(np.maximum(line[1:] + hop_s, ARRIVALS[1:]))
+    assert np.all(reached >= ARRIVALS) and np.any(hop_s != 0.0)
+    kept = first_requests(drawn, 2).busy_hop_levels
+    assert kept is not None and kept.tolist() == levels[:2].tolist()

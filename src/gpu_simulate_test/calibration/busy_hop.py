@@ -1,0 +1,131 @@
+"""The way in of a request sent to a busy engine, its spread fitted through the steps
+(calibration version 19, issue 64).
+
+A request sent while the engine steps reaches the engine core's input after its hop (the API
+server's intake), and the engine takes it in only between steps. Its hop is therefore seen only
+as a window: a request queued at a step's end arrived while that step ran, so its hop lies
+between the step's start (or its send) and its end; one queued between steps arrived then, its
+hop exact. :func:`~.input_steps.fit_through_steps` fits the line (the typical hop) through those
+windows. The spread around the line matters as much: on twenty main-job truths a request sent
+2.5–3.5 ms before the step in progress ended missed that step's end in 21 of 77 sends, one sent
+4–7 ms before in 6 of 133; the simulation, every hop on the line, in 2 of 44 and 0 of 132. A
+missed step end costs a whole step (7–10 ms), and those misses are the client TTFT's tail.
+
+:func:`busy_hop_spread` estimates the hops' distribution from the windows without taking any
+point in them (Turnbull's self-consistent estimate for interval-censored data: the distribution
+whose probability of each request's window, all together, is largest), less each request's line,
+and keeps its quantiles at :data:`~.input_spread.SPREAD_LEVELS`. The simulation draws each busy
+send's way in from it (``vidur.frontend_busy_hop``), so a hop longer than the step in progress's
+remainder misses that step as often as the replays' did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+
+KEY = "busy_hop_residual_ms"
+"""``frontend.<KEY>``: the busy sends' hops less the line, quantiles per bucket of running
+requests (one bucket, from 1: every busy send)."""
+COUNT_KEY = "busy_hop_requests"
+"""``frontend.<COUNT_KEY>``: how many busy sends it was read from."""
+MIN_BUSY_HOPS = 50
+"""Fewer busy sends than this: no spread (a window each says little alone)."""
+GRID_MS = 0.05
+"""The estimate's support: hops on this grid (ms)."""
+MAX_HOP_MS = 60.0
+"""The longest hop the grid holds (a longer window is cut there)."""
+ITERATIONS = 300
+"""Self-consistency iterations (the masses settle well before: a change under 1e-6)."""
+
+
+def hop_windows_ms(
+    sent_s: np.ndarray, queued_s: np.ndarray, spans: np.ndarray, held_back_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, the window its hop lies in (ms, low <= high): queued within ``held_back_s``
+    of the end of a step that ended after its send, it arrived while that step ran (from the
+    step's start or its send, whichever is later, to the step's end); otherwise on arrival (low
+    = high, exact). ``spans``: the recorded steps, (start, end) rows in time order (seconds)."""
+    sent = np.asarray(sent_s, dtype=float)
+    queued = np.asarray(queued_s, dtype=float)
+    low, high = queued - sent, queued - sent
+    if len(spans):
+        spans = np.asarray(spans, dtype=float)
+        spans = spans[np.argsort(spans[:, 1], kind="stable")]
+        ends = spans[:, 1]
+        k = np.searchsorted(ends, queued, side="right") - 1
+        ok = k >= 0
+        kk = np.maximum(k, 0)
+        held = ok & (queued - ends[kk] <= held_back_s) & (ends[kk] > sent)
+        start = np.maximum(np.asarray(spans[kk, 0], dtype=float), sent)
+        low = np.where(held, start - sent, low)
+        high = np.where(held, ends[kk] - sent, high)
+    return 1e3 * np.maximum(low, 0.0), 1e3 * np.maximum(high, 0.0)
+
+
+def self_consistent(low: np.ndarray, high: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Turnbull's estimate: masses on ``grid`` whose probability of every window [low, high]
+    (an exact reading: the grid point nearest it) is largest together."""
+    inside = (grid[None, :] >= low[:, None] - 1e-9) & (grid[None, :] <= high[:, None] + 1e-9)
+    nearest = np.abs(grid[None, :] - low[:, None]).argmin(axis=1)
+    empty = ~inside.any(axis=1) | (high - low < GRID_MS / 2)  # exact, or narrower than the grid
+    inside[empty] = False
+    inside[np.flatnonzero(empty), nearest[empty]] = True
+    member = inside.astype(float)
+    masses = np.full(len(grid), 1.0 / len(grid))
+    for _ in range(ITERATIONS):
+        weights = member * masses
+        weights /= weights.sum(axis=1, keepdims=True)
+        updated = weights.mean(axis=0)
+        settled = float(np.abs(updated - masses).max()) < 1e-6
+        masses = updated
+        if settled:
+            break
+    return masses
+
+
+def quantiles_at(grid: np.ndarray, masses: np.ndarray, levels: tuple[float, ...]) -> list[float]:
+    """The estimate's quantiles at ``levels`` (the first grid point whose cumulative mass
+    reaches each), increasing."""
+    cumulative = np.cumsum(masses)
+    index = np.minimum(np.searchsorted(cumulative, np.asarray(levels) - 1e-12), len(grid) - 1)
+    return [float(v) for v in np.maximum.accumulate(grid[index])]
+
+
+def busy_hop_spread(
+    sent_s: Sequence[float] | np.ndarray,
+    queued_s: Sequence[float] | np.ndarray,
+    running: Sequence[int] | np.ndarray,
+    spans: np.ndarray,
+    line: dict[str, Any],
+    held_back_s: float,
+    running_max: float = float("inf"),
+) -> dict[str, Any]:
+    """``frontend``'s busy-hop entries (empty under :data:`MIN_BUSY_HOPS` busy sends): the hops
+    of the requests sent with others in flight (``running`` > 0), each request's window less
+    its line (``line``'s ``input_ms + input_per_running_ms · min(running, running_max)``, as the
+    simulation draws around it), estimated through ``spans`` (:func:`self_consistent`), its
+    quantiles at the spread levels (ms)."""
+    at = np.asarray(running, dtype=float)
+    busy = at > 0
+    if int(busy.sum()) < MIN_BUSY_HOPS:
+        return {}
+    low, high = hop_windows_ms(
+        np.asarray(sent_s, dtype=float)[busy],
+        np.asarray(queued_s, dtype=float)[busy],
+        np.asarray(spans, dtype=float),
+        held_back_s,
+    )
+    slope = float(line.get("input_per_running_ms", 0.0))
+    on_line = float(line["input_ms"]) + slope * np.minimum(at[busy], running_max)
+    low, high = low - on_line, high - on_line
+    floor = float(-on_line.max())  # no hop below zero
+    grid = np.arange(floor, MAX_HOP_MS + GRID_MS / 2, GRID_MS)
+    low, high = np.clip(low, floor, MAX_HOP_MS), np.clip(high, floor, MAX_HOP_MS)
+    masses = self_consistent(low, high, grid)
+    residual = quantiles_at(grid, masses, SPREAD_LEVELS)
+    return {KEY: {"1": [round(r, 4) for r in residual]}, COUNT_KEY: int(busy.sum())}

@@ -1,0 +1,89 @@
+"""The busy sends' way in, its spread fitted through the steps (calibration version 19)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_simulate_test.calibration import busy_hop
+from gpu_simulate_test.calibration.frontend import HELD_BACK_S
+from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+from gpu_simulate_test.calibration.input_steps import queued_at
+from gpu_simulate_test.calibration.overhead import FrontEnd
+
+
+def back_to_back(seconds: float, seed: int = 0) -> np.ndarray:
+    """Steps of 7-9 ms, one after another, as (start, end) rows."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.uniform(0.007, 0.009, int(seconds / 0.007))
+    ends = np.cumsum(lengths)
+    return np.c_[ends - lengths, ends]
+
+
+def sent_through(spans: np.ndarray, hops_s: np.ndarray, seed: int = 1) -> tuple[np.ndarray, ...]:
+    """Sends spread over the steps, queued where a hop of ``hops_s`` lands them."""
+    rng = np.random.default_rng(seed)
+    sent = np.sort(rng.uniform(0.1, spans[-1, 1] - 1.0, len(hops_s)))
+    return sent, queued_at(sent + hops_s, spans)
+
+
+def test_windows_follow_the_engine_stamps() -> None:
+    spans = np.array([[0.0, 0.008], [0.008, 0.016]])
+    sent = np.array([0.001, 0.002, 0.020])
+    queued = np.array([0.008, 0.016, 0.023])  # held for step 0; missed it; idle: exact
+    low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S)
+    assert low == pytest.approx([0.0, 6.0, 3.0])
+    assert high == pytest.approx([7.0, 14.0, 3.0])
+
+
+def test_a_known_spread_is_read_back_through_the_steps() -> None:
+    """Hops of 2.3 ms plus a long tail for a fifth of them, seen only through 7-9 ms steps: the
+    spread read back puts the tail where it was (the line: 2.5 ms, so residuals around it)."""
+    spans = back_to_back(30.0)
+    rng = np.random.default_rng(2)
+    n = 1200
+    tail = rng.random(n) < 0.2
+    hops = 2.3e-3 + np.where(tail, rng.exponential(2e-3, n), rng.uniform(0, 0.6e-3, n))
+    sent, queued = sent_through(spans, hops)
+    line = {"input_ms": 2.5, "input_per_running_ms": 0.0}
+    out = busy_hop.busy_hop_spread(sent, queued, np.ones(n), spans, line, HELD_BACK_S)
+    assert out[busy_hop.COUNT_KEY] == n
+    read = np.array(out[busy_hop.KEY]["1"]) + 2.5
+    true = np.quantile(1e3 * hops, SPREAD_LEVELS)
+    at = {level: k for k, level in enumerate(SPREAD_LEVELS)}
+    assert read[at[0.5]] == pytest.approx(true[at[0.5]], abs=0.3)
+    assert read[at[0.95]] == pytest.approx(true[at[0.95]], abs=1.0)
+    assert read[at[0.95]] > read[at[0.5]] + 2.0  # the tail is there, not the window's middles
+    assert np.all(np.diff(read) >= 0)
+
+
+def test_a_constant_hop_reads_narrow() -> None:
+    spans = back_to_back(20.0, seed=3)
+    hops = np.full(600, 3.0e-3)
+    sent, queued = sent_through(spans, hops, seed=4)
+    line = {"input_ms": 3.0, "input_per_running_ms": 0.0}
+    out = busy_hop.busy_hop_spread(sent, queued, np.full(600, 2), spans, line, HELD_BACK_S)
+    residual = np.array(out[busy_hop.KEY]["1"])
+    assert np.abs(residual[1:-1]).max() < 0.5
+
+
+def test_idle_sends_and_too_few_busy_ones_give_none() -> None:
+    spans = back_to_back(5.0)
+    hops = np.full(100, 2.0e-3)
+    sent, queued = sent_through(spans, hops)
+    line = {"input_ms": 2.0}
+    running = np.zeros(100)
+    assert busy_hop.busy_hop_spread(sent, queued, running, spans, line, HELD_BACK_S) == {}
+    running[: busy_hop.MIN_BUSY_HOPS - 1] = 1
+    assert busy_hop.busy_hop_spread(sent, queued, running, spans, line, HELD_BACK_S) == {}
+
+
+def test_the_front_end_reads_it_back_and_names_a_bad_one() -> None:
+    spread = [round(-1.0 + 0.2 * k, 2) for k in range(len(SPREAD_LEVELS))]
+    recorded = {"input_ms": 2.5, "output_ms": 1.0, busy_hop.KEY: {"1": spread}}
+    front = FrontEnd.from_calibration(recorded, "meta.json engine_calibration.vllm.frontend")
+    assert front.busy_hop_residual_ms == ((1, tuple(spread)),)
+    assert front.moves_with_load
+    recorded[busy_hop.KEY] = {"1": spread[::-1]}
+    with pytest.raises(ValueError, match=r"frontend\.busy_hop_residual_ms\.1: expected increasing"):
+        FrontEnd.from_calibration(recorded, "meta.json engine_calibration.vllm.frontend")
