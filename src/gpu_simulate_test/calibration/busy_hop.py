@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+from gpu_simulate_test.calibration.input_spread import SPREAD_BUCKETS, SPREAD_LEVELS, spread_bucket
 
 KEY = "busy_hop_residual_ms"
 """``frontend.<KEY>``: the busy sends' hops less the line, quantiles per bucket of running
-requests (one bucket, from 1: every busy send)."""
+requests (:func:`merged_buckets`)."""
 COUNT_KEY = "busy_hop_requests"
 """``frontend.<COUNT_KEY>``: how many busy sends it was read from."""
 MIN_BUSY_HOPS = 50
@@ -96,6 +96,29 @@ def quantiles_at(grid: np.ndarray, masses: np.ndarray, levels: tuple[float, ...]
     return [float(v) for v in np.maximum.accumulate(grid[index])]
 
 
+def merged_buckets(running: np.ndarray, least: int) -> list[tuple[int, np.ndarray]]:
+    """The busy sends' buckets of running requests (:data:`~.input_spread.SPREAD_BUCKETS` from
+    1), each merged with the ones above it until it holds ``least`` sends (the last, short,
+    into the one below): (the lowest bucket with a send in it, which sends), increasing."""
+    which = spread_bucket(np.maximum(running, 1))
+    out: list[tuple[int, np.ndarray]] = []
+    low, taken = None, np.zeros(len(running), dtype=bool)
+    for b in (b for b in SPREAD_BUCKETS if b >= 1):
+        mine = which == b
+        if low is None and mine.any():
+            low = b
+        taken |= mine
+        if low is not None and int(taken.sum()) >= least:
+            out.append((low, taken))
+            low, taken = None, np.zeros(len(running), dtype=bool)
+    if low is not None:
+        if out:
+            out[-1] = (out[-1][0], out[-1][1] | taken)
+        else:
+            out.append((low, taken))
+    return out
+
+
 def busy_hop_spread(
     sent_s: Sequence[float] | np.ndarray,
     queued_s: Sequence[float] | np.ndarray,
@@ -108,8 +131,9 @@ def busy_hop_spread(
     """``frontend``'s busy-hop entries (empty under :data:`MIN_BUSY_HOPS` busy sends): the hops
     of the requests sent with others in flight (``running`` > 0), each request's window less
     its line (``line``'s ``input_ms + input_per_running_ms · min(running, running_max)``, as the
-    simulation draws around it), estimated through ``spans`` (:func:`self_consistent`), its
-    quantiles at the spread levels (ms)."""
+    simulation draws around it), estimated through ``spans`` (:func:`self_consistent`) per
+    bucket of running requests (:func:`merged_buckets`: the API server's intake waits the
+    longer the more it streams), its quantiles at the spread levels (ms)."""
     at = np.asarray(running, dtype=float)
     busy = at > 0
     if int(busy.sum()) < MIN_BUSY_HOPS:
@@ -126,6 +150,8 @@ def busy_hop_spread(
     floor = float(-on_line.max())  # no hop below zero
     grid = np.arange(floor, MAX_HOP_MS + GRID_MS / 2, GRID_MS)
     low, high = np.clip(low, floor, MAX_HOP_MS), np.clip(high, floor, MAX_HOP_MS)
-    masses = self_consistent(low, high, grid)
-    residual = quantiles_at(grid, masses, SPREAD_LEVELS)
-    return {KEY: {"1": [round(r, 4) for r in residual]}, COUNT_KEY: int(busy.sum())}
+    spread = {}
+    for bucket, mine in merged_buckets(at[busy], MIN_BUSY_HOPS):
+        masses = self_consistent(low[mine], high[mine], grid)
+        spread[str(bucket)] = [round(r, 4) for r in quantiles_at(grid, masses, SPREAD_LEVELS)]
+    return {KEY: spread, COUNT_KEY: int(busy.sum())}

@@ -87,3 +87,31 @@ def test_the_front_end_reads_it_back_and_names_a_bad_one() -> None:
     recorded[busy_hop.KEY] = {"1": spread[::-1]}
     with pytest.raises(ValueError, match=r"frontend\.busy_hop_residual_ms\.1: expected increasing"):
         FrontEnd.from_calibration(recorded, "meta.json engine_calibration.vllm.frontend")
+
+
+def test_buckets_merge_upward_until_each_holds_enough_sends() -> None:
+    running = np.array([1] * 30 + [2] * 25 + [3] * 10 + [5] * 60 + [9] * 10 + [20] * 5 + [40] * 3)
+    merged = [
+        (b, sorted(set(running[m].tolist()))) for b, m in busy_hop.merged_buckets(running, 50)
+    ]
+    assert merged == [(1, [1, 2, 3]), (4, [5, 9, 20, 40])]  # 8 and up too few: into the one below
+    few = np.array([6] * 20 + [1] * 5)
+    assert [(b, int(m.sum())) for b, m in busy_hop.merged_buckets(few, 50)] == [(1, 25)]
+    high = np.array([9] * 60 + [40] * 70)
+    assert [(b, int(m.sum())) for b, m in busy_hop.merged_buckets(high, 50)] == [(8, 60), (32, 70)]
+
+
+def test_a_busier_bucket_keeps_its_own_longer_hops() -> None:
+    """Hops of 2.3 ms with one running, 5 ms with eight: each bucket reads its own."""
+    spans = back_to_back(40.0, seed=5)
+    n = 1000
+    running = np.where(np.arange(n) % 2 == 0, 1, 8)
+    hops = np.where(running == 1, 2.3e-3, 5.0e-3)
+    sent, queued = sent_through(spans, hops, seed=6)
+    line = {"input_ms": 2.0, "input_per_running_ms": 0.0}
+    out = busy_hop.busy_hop_spread(sent, queued, running, spans, line, HELD_BACK_S)
+    spread = out[busy_hop.KEY]
+    assert sorted(spread) == ["1", "8"]
+    median = SPREAD_LEVELS.index(0.5)
+    assert spread["1"][median] + 2.0 == pytest.approx(2.3, abs=0.4)
+    assert spread["8"][median] + 2.0 == pytest.approx(5.0, abs=0.6)
