@@ -63,7 +63,8 @@ def test_a_constant_hop_reads_narrow() -> None:
     sent, queued = sent_through(spans, hops, seed=4)
     line = {"input_ms": 3.0, "input_per_running_ms": 0.0}
     out = busy_hop.busy_hop_spread(sent, queued, np.full(600, 2), spans, line, HELD_BACK_S)
-    residual = np.array(out[busy_hop.KEY]["1"])
+    assert list(out[busy_hop.KEY]) == ["2"]  # every send with two running: that bucket alone
+    residual = np.array(out[busy_hop.KEY]["2"])
     assert np.abs(residual[1:-1]).max() < 0.5
 
 
