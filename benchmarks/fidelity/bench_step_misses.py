@@ -13,7 +13,8 @@ simulation lacks.
 
 Run: ``python -m benchmarks.fidelity.bench_step_misses RUN [RUN ...] [--variant NAME]
 [--root tmp] [--out F.json]``, each RUN a pipeline run id (or ``REAL_DIR:SIM_DIR``); with
-``--variant``, each run's simulation by ``bench_sim_variants`` under that name.
+``--variant``, each run's simulation by ``bench_sim_variants`` under that name. One engine
+per run (a fleet's steps would be read as one engine's).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def way_in(real: pd.DataFrame, sim: pd.DataFrame) -> list[dict[str, Any]]:
     return [
         {
             "side": side,
-            **{f"p{q}_ms": round(float(np.percentile(t["way_in_ms"], q)), 2) for q in QUANTILES},
+            **{f"p{q}_ms": round(float(np.nanpercentile(t["way_in_ms"], q)), 2) for q in QUANTILES},
         }
         for side, t in (("real", real), ("sim", sim))
     ]

@@ -38,7 +38,7 @@ MIN_BUSY_HOPS = 50
 GRID_MS = 0.05
 """The estimate's support: hops on this grid (ms)."""
 MAX_HOP_MS = 60.0
-"""The longest hop the grid holds (a longer window is cut there)."""
+"""The most a hop may lie above its line (ms): a window reaching further is cut there."""
 ITERATIONS = 300
 """Self-consistency iterations (the masses settle well before: a change under 1e-6)."""
 
@@ -47,9 +47,10 @@ def hop_windows_ms(
     sent_s: np.ndarray, queued_s: np.ndarray, spans: np.ndarray, held_back_s: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per request, the window its hop lies in (ms, low <= high): queued within ``held_back_s``
-    of the end of a step that ended after its send, it arrived while that step ran (from the
-    step's start or its send, whichever is later, to the step's end); otherwise on arrival (low
-    = high, exact). ``spans``: the recorded steps, (start, end) rows in time order (seconds)."""
+    of the end of a step that ended after its send, it arrived while that step ran or in the
+    moment after it (from the step's start or its send, whichever is later, to its queue stamp);
+    otherwise on arrival (low = high, exact). ``spans``: the recorded steps, (start, end) rows
+    (seconds)."""
     sent = np.asarray(sent_s, dtype=float)
     queued = np.asarray(queued_s, dtype=float)
     low, high = queued - sent, queued - sent
@@ -63,7 +64,7 @@ def hop_windows_ms(
         held = ok & (queued - ends[kk] <= held_back_s) & (ends[kk] > sent)
         start = np.maximum(np.asarray(spans[kk, 0], dtype=float), sent)
         low = np.where(held, start - sent, low)
-        high = np.where(held, ends[kk] - sent, high)
+        high = np.where(held, queued - sent, high)  # stamped up to held_back_s after the end
     return 1e3 * np.maximum(low, 0.0), 1e3 * np.maximum(high, 0.0)
 
 
@@ -148,8 +149,9 @@ def busy_hop_spread(
     on_line = float(line["input_ms"]) + slope * np.minimum(at[busy], running_max)
     low, high = low - on_line, high - on_line
     floor = float(-on_line.max())  # no hop below zero
-    grid = np.arange(floor, MAX_HOP_MS + GRID_MS / 2, GRID_MS)
     low, high = np.clip(low, floor, MAX_HOP_MS), np.clip(high, floor, MAX_HOP_MS)
+    # the windows' own span only: every mass outside it is zero
+    grid = np.arange(float(low.min()), float(high.max()) + GRID_MS / 2, GRID_MS)
     spread = {}
     for bucket, mine in merged_buckets(at[busy], MIN_BUSY_HOPS):
         masses = self_consistent(low[mine], high[mine], grid)

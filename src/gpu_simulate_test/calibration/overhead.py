@@ -410,7 +410,8 @@ class FrontEnd:
     recorded, a calibration before version 12): ``vidur.frontend_input_spread``'s draws."""
     busy_hop_residual_ms: tuple[tuple[int, tuple[float, ...]], ...] = ()
     """The hops of the requests sent to a busy engine around the line, fitted through the
-    engine's steps (:mod:`~.busy_hop`; one bucket, from 1 running; empty: before version 19):
+    engine's steps (:mod:`~.busy_hop`; per bucket of running requests, merged until each
+    holds enough sends; empty: before version 19):
     ``vidur.frontend_busy_hop``'s draws."""
 
     def input_spread_s(self, levels: np.ndarray, running: np.ndarray) -> np.ndarray:

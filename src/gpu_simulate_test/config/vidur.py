@@ -275,8 +275,9 @@ class VidurConfig:
     its way in around the line from the calibration replays' busy sends, their hops estimated
     through the engine's steps (``frontend.busy_hop_residual_ms``, version 19 on;
     :mod:`~..calibration.busy_hop`), seeded by ``seed``: a hop longer than the step in
-    progress's remainder misses that step's end as often as the replays' did. Off, or with
-    ``frontend_input_spread`` (which spreads every send): on the line."""
+    progress's remainder misses that step's end as often as the replays' did. Not drawn with
+    ``frontend_input_spread`` (which spreads every send by the windows' middles instead), with
+    ``frontend_input=queue`` or in a closed loop (multi-turn sessions)."""
     wake_spread: bool = True
     """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
     the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""

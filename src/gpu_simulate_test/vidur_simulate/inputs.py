@@ -255,14 +255,19 @@ def busy_hop(
     spread_all: bool,
     count: int,
     seed: int,
+    closed_loop: bool = False,
 ) -> tuple[np.ndarray | None, str]:
     """``vidur.frontend_busy_hop``'s seeded levels for ``count`` requests (a stream of their
     own) and what ``run_meta.json`` says of it (None: the busy sends' way in stays on the line,
     and why)."""
     if not enabled:
         return None, "off"
-    if frontend is None or by_queue:
+    if frontend is None:
+        return None, "none: no front end's way in (vidur.frontend_latency off, or a replay)"
+    if by_queue:
         return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
+    if closed_loop:
+        return None, "none: a closed loop's way in is taken at its send, not by the load"
     if spread_all:
         return None, "none: vidur.frontend_input_spread spreads every send"
     if not frontend.busy_hop_residual_ms:

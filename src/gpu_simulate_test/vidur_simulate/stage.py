@@ -140,9 +140,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     levels, spread_note = input_spread(
         frontend, spread_all, by_queue, len(arrival), cfg.vidur.seed, idle=spread_idle
     )
-    hop_levels, hop_note = busy_hop(
-        frontend, cfg.vidur.frontend_busy_hop, by_queue, spread_all, len(arrival), cfg.vidur.seed
-    )
+    hop_levels, hop_note = busy_hop(frontend, cfg.vidur.frontend_busy_hop, by_queue, spread_all,
+                                    len(arrival), cfg.vidur.seed, after is not None)  # fmt: skip
     return Inputs(
         calibration=record,
         serving_steps=serving,

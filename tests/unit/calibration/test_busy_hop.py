@@ -29,11 +29,13 @@ def sent_through(spans: np.ndarray, hops_s: np.ndarray, seed: int = 1) -> tuple[
 
 def test_windows_follow_the_engine_stamps() -> None:
     spans = np.array([[0.0, 0.008], [0.008, 0.016]])
-    sent = np.array([0.001, 0.002, 0.020])
-    queued = np.array([0.008, 0.016, 0.023])  # held for step 0; missed it; idle: exact
+    sent = np.array([0.001, 0.002, 0.020, 0.003])
+    # held for step 0; missed it; idle: exact; stamped 0.3 ms after step 1's end: it may have
+    # arrived in that moment, so the window reaches its stamp, not the step's end
+    queued = np.array([0.008, 0.016, 0.023, 0.0163])
     low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S)
-    assert low == pytest.approx([0.0, 6.0, 3.0])
-    assert high == pytest.approx([7.0, 14.0, 3.0])
+    assert low == pytest.approx([0.0, 6.0, 3.0, 5.0])
+    assert high == pytest.approx([7.0, 14.0, 3.0, 13.3])
 
 
 def test_a_known_spread_is_read_back_through_the_steps() -> None:

@@ -380,6 +380,9 @@ def test_a_busy_engines_way_in_draws_from_the_spread_fitted_through_the_steps(
     n = len(ARRIVALS)
     assert busy_hop(front, False, False, False, n, 7) == (None, "off")
     assert busy_hop(front, True, True, False, n, 7)[0] is None  # the way in by the queue
+    assert busy_hop(None, True, False, False, n, 7)[1].startswith("none: no front end")
+    closed = busy_hop(front, True, False, False, n, 7, closed_loop=True)
+    assert closed[0] is None and "closed loop" in closed[1]  # its sends are taken as idle
     assert "spreads every send" in busy_hop(front, True, False, True, n, 7)[1]
     assert "before version 19" in busy_hop(replace(front, busy_hop_residual_ms=()),
                                            True, False, False, n, 7)[1]  # fmt: skip
