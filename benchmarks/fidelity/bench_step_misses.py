@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.fidelity.bench_tail_requests import dirs_of
+from benchmarks.fidelity.bench_tail_requests import dirs_of, markdown
 
 REMAINDER_MS: tuple[float, ...] = (0.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 7.0, np.inf)
 """Bands of the step in progress's remainder at a send (ms)."""
@@ -100,13 +100,6 @@ def way_in(real: pd.DataFrame, sim: pd.DataFrame) -> list[dict[str, Any]]:
         }
         for side, t in (("real", real), ("sim", sim))
     ]
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
-    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,20 +134,22 @@ class Inputs:
             reached = self.arrival_time_s + self.frontend.input_delays_s(running)
         known = ~np.isnan(reached)  # a closed-loop turn's send is the simulation's to find
         reached[known] = np.maximum.accumulate(reached[known])  # handed on in order
-        if self.input_spread_levels is not None and not self.input_by_queue:
-            # the measured hops already carry the holdups behind slower requests: spread after
-            # the order, never before the send
-            assert running is not None
+        levels = (self.input_spread_levels, self.busy_hop_levels)
+        if self.input_by_queue or all(v is None for v in levels):
+            return reached
+        # the measured hops already carry the holdups behind slower requests: spread after the
+        # order, never before the send (the every-send spread and the busy one never both drawn)
+        assert running is not None
+        at = np.asarray(running)
+        spread = np.zeros(len(reached))
+        if self.input_spread_levels is not None:
             spread = self.frontend.input_spread_s(self.input_spread_levels, running)
             if self.input_spread_idle_only:
-                spread = np.where(np.asarray(running) == 0, spread, 0.0)
-            reached = np.maximum(reached + spread, self.arrival_time_s)
-        if self.busy_hop_levels is not None and not self.input_by_queue:
-            assert running is not None
-            busy = np.asarray(running) > 0
+                spread = np.where(at == 0, spread, 0.0)
+        if self.busy_hop_levels is not None:
             hop = input_spread_s(self.frontend.busy_hop_residual_ms, self.busy_hop_levels, running)
-            reached = np.maximum(reached + np.where(busy, hop, 0.0), self.arrival_time_s)
-        return reached
+            spread = spread + np.where(at > 0, hop, 0.0)
+        return np.maximum(reached + spread, self.arrival_time_s)
 
 
 def first_requests(inputs: Inputs, count: int) -> Inputs:
