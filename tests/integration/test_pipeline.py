@@ -122,6 +122,19 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "over its seeds (client)" in (compare_dir / "summary.md").read_text()
     assert any(line.startswith("- **Over its 3 seeds:** ") for line in head), head
     assert data["verdict"]["pooled"]["judged"] == 12
+    # the same arrivals at the real run's own step level (pipeline.at_level), beside the answer:
+    # its level recorded, every step that much longer, its errors per figure, never the verdict
+    level = pipeline_meta["at_real_step_level"]
+    at_dir = root / "pipeline" / "e2e" / "runs" / "vidur_simulate" / "e2e-at-level"
+    at_meta = json.loads((at_dir / "run_meta.json").read_text())
+    assert at_meta["config"]["vidur"]["step_time_scale"] == pytest.approx(level["ratio"])
+    # (no engine calibration here: the layer profile alone, the real steps ~16x as long)
+    assert 0.2 < level["ratio"] < 100 and level["steps"] >= 20
+    assert data["at_real_step_level"]["ratio"] == pytest.approx(level["ratio"])
+    assert all(np.isfinite(row["at_level_vs_client"]) for row in data["clocks"])
+    assert data["verdict"]["at_level"]["judged"] == 12
+    assert "## At the real run's step level" in (compare_dir / "summary.md").read_text()
+    assert any(line.startswith("- **At the real run's step level** (") for line in head), head
     assert "real vs real" in proc.stdout
     # the shape warm-up ran before the clock: one request per step size, 1 up to the longest
     # prompt + a decode per other request in a batch (16), within the 128-token step budget and

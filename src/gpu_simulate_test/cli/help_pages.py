@@ -246,6 +246,7 @@ PIPELINE = StageHelp(
         knob("reuse_profile", "true", "reuse the bundle when it covers the run"),
         knob("real_repeat", "true", "run the truth twice"),
         knob("sim_seeds", "2", "simulate again with other seeds: the simulator's own spread"),
+        knob("at_level", "true", "simulate again at the real run's step level (a diagnosis)"),
         SCHEDULER,
         CHUNK,
         CAP,

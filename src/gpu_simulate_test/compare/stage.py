@@ -21,6 +21,13 @@ from gpu_simulate_test.compare.alignment import (
     alignment_markdown,
     plot_alignment,
 )
+from gpu_simulate_test.compare.at_level import (
+    AtLevelRun,
+    at_level_json,
+    at_level_markdown,
+    load_at_level,
+    with_at_level,
+)
 from gpu_simulate_test.compare.calibration import (
     calibration_findings,
     host_memory,
@@ -73,8 +80,7 @@ from gpu_simulate_test.compare.step_inputs import (
     load_alignment,
     load_steps,
 )
-from gpu_simulate_test.compare.steps import StepComparison
-from gpu_simulate_test.compare.steps import markdown_rows as steps_rows
+from gpu_simulate_test.compare.steps import steps_markdown
 from gpu_simulate_test.compare.ttft_parts import behind_api_server, ttft_parts
 from gpu_simulate_test.compare.ttft_parts_report import plot_ttft_parts, ttft_parts_markdown
 from gpu_simulate_test.compare.verdict import run_state, verdict, verdict_markdown
@@ -83,7 +89,7 @@ from gpu_simulate_test.core.engines.knobs import knob_mismatches
 from gpu_simulate_test.core.host import host_probe
 from gpu_simulate_test.core.metrics import window
 from gpu_simulate_test.core.metrics.goodput import goals_text
-from gpu_simulate_test.core.reporting import console, markdown_table, print_table
+from gpu_simulate_test.core.reporting import console, print_table
 from gpu_simulate_test.core.run_inputs import (
     RunInput,
     check_same_workload,
@@ -141,6 +147,8 @@ class Inputs:
     load_alignment`)."""
     seeds: tuple[SeedRun, ...] = ()
     """``sim_seed_dirs``: the same workload simulated with other seeds (:mod:`.seeds`)."""
+    at_level: AtLevelRun | None = None
+    """``at_level_dir``: the workload simulated at the real run's step level (:mod:`.at_level`)."""
 
 
 def prepare(cfg: CompareStageConfig) -> Inputs:
@@ -198,6 +206,7 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
         compare_routing(real_requests, sim_requests, joined, sim.meta.get("oracle")),
         per_engine,
         seeds,
+        load_at_level(cfg.at_level_dir, real, real_requests),
     )
 
 
@@ -220,6 +229,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             num_warmup_excluded=inputs.warmup,
             real_repeat_dir=None if repeat is None else str(repeat.path),
             sim_seed_dirs=[str(seed.path) for seed in inputs.seeds],
+            at_level_dir=cfg.at_level_dir,
         )
         write_csv(
             r.file(PERCENTILES_CSV), report.percentile_frame(comparison), COMPARISON_PERCENTILES
@@ -236,7 +246,9 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             None if repeat is None else repeat.requests,
         )
         main = SeedRun(sim.path, None, inputs.sim_requests, inputs.joined)
-        data["clocks"] = clocks = with_seeds(clocks, inputs.seeds, main)
+        clocks = with_at_level(with_seeds(clocks, inputs.seeds, main), inputs.at_level)
+        data["clocks"] = clocks
+        data["at_real_step_level"] = at_level_json(inputs.at_level)
         parts = ttft_parts(
             real.path,
             inputs.real_requests,
@@ -285,7 +297,8 @@ def verdict_of(
         runs.append(run_state("repeat", inputs.repeat.path))
     replaced = [run_state("replaced", path) for path in cfg.replaced_runs]
     totals = None if steps is None else steps.get("totals")
-    return verdict(inputs.comparison, clocks, totals, runs, replaced)
+    ratio = None if inputs.at_level is None else inputs.at_level.ratio
+    return verdict(inputs.comparison, clocks, totals, runs, replaced, ratio)
 
 
 def write_steps(r: Run, cfg: CompareStageConfig, inputs: Inputs, data: dict[str, Any]) -> None:
@@ -333,6 +346,7 @@ def summary_text(
         )
     text += goodput_markdown(good)
     text += clocks_markdown(clocks, seeds_note(inputs.seeds) if inputs.seeds else "")
+    text += at_level_markdown(clocks, inputs.at_level)
     text += ttft_parts_markdown(parts, TTFT_PARTS_PLOT if cfg.compare.plots else None)
     text += prefix_cache_markdown(inputs.prefix_cache)
     turn_plot = TURN_PLOT if cfg.compare.plots else None
@@ -340,7 +354,7 @@ def summary_text(
     text += host_memory_markdown(inputs.memory)
     text += routing_markdown(inputs.routing)
     if inputs.steps is not None:
-        text += steps_markdown(inputs.steps[2], cfg.compare.plots)
+        text += steps_markdown(inputs.steps[2], STEPS_PLOT if cfg.compare.plots else None)
     if inputs.aligned is not None:
         plot = ALIGNMENT_PLOT if cfg.compare.plots else None
         text += alignment_markdown(inputs.aligned[2], inputs.sim.meta.get("oracle"), plot)
@@ -378,38 +392,6 @@ def print_progress(
             f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
             f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
         )
-
-
-def steps_markdown(result: StepComparison, with_plot: bool) -> str:
-    """The ``## Engine steps`` section of ``summary.md``."""
-    lines = [
-        "",
-        "## Engine steps: step time or scheduling?",
-        "",
-        "The real engine's own per-step log against Vidur's batches, grouped by composition "
-        "(decode-only steps by requests, steps with prompt tokens by tokens in the step). A "
-        "real step's time is its full cost: the engine's timed step plus its loop around it "
-        "(the gap between back-to-back steps' log lines).",
-        "",
-        *(f"- {line}" for line in result.findings),
-        "",
-        markdown_table(
-            [
-                "group",
-                "real steps",
-                "simulated steps",
-                "real median (ms)",
-                "of which the engine's timed step (ms)",
-                "sim median (ms)",
-                "error",
-            ],
-            steps_rows(result.groups),
-        ),
-        "",
-    ]
-    if with_plot:
-        lines += [f"![engine steps]({STEPS_PLOT})", ""]
-    return "\n".join(lines)
 
 
 def repeat_metrics(repeat: pd.DataFrame, joined: JoinedRequests) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ import pandas as pd
 from gpu_simulate_test.compare.metrics import relative_error
 from gpu_simulate_test.core.engines.vllm_log import step_cost_ms
 from gpu_simulate_test.core.metrics import percentiles as pct
+from gpu_simulate_test.core.reporting import markdown_table
 
 DECODE_BUCKETS: tuple[tuple[int, int], ...] = (
     (1, 1),
@@ -272,3 +273,36 @@ def markdown_rows(groups: pd.DataFrame) -> Sequence[Sequence[str]]:
         ]
         for _, r in groups.iterrows()
     ]
+
+
+def steps_markdown(result: StepComparison, plot: str | None = None) -> str:
+    """The ``## Engine steps`` section of ``summary.md`` (with ``plot``: the steps' figure,
+    relative to the run)."""
+    lines = [
+        "",
+        "## Engine steps: step time or scheduling?",
+        "",
+        "The real engine's own per-step log against Vidur's batches, grouped by composition "
+        "(decode-only steps by requests, steps with prompt tokens by tokens in the step). A "
+        "real step's time is its full cost: the engine's timed step plus its loop around it "
+        "(the gap between back-to-back steps' log lines).",
+        "",
+        *(f"- {line}" for line in result.findings),
+        "",
+        markdown_table(
+            [
+                "group",
+                "real steps",
+                "simulated steps",
+                "real median (ms)",
+                "of which the engine's timed step (ms)",
+                "sim median (ms)",
+                "error",
+            ],
+            markdown_rows(result.groups),
+        ),
+        "",
+    ]
+    if plot is not None:
+        lines += [f"![engine steps]({plot})", ""]
+    return "\n".join(lines)

@@ -125,6 +125,20 @@ def seeds_line(record: Mapping[str, Any]) -> str | None:
     )
 
 
+def at_level_line(record: Mapping[str, Any]) -> str | None:
+    """What the verdict says of the simulation at the real run's step level (None without it):
+    a diagnosis that reads the judged run, never the verdict."""
+    at = record.get("at_level")
+    if not at:
+        return None
+    ratio = at.get("ratio")
+    steps = f"the real steps {ratio:.3f}× the model's; " if isinstance(ratio, float) else ""
+    return (
+        f"**At the real run's step level** ({steps}a diagnosis, not judged): "
+        f"{at['within']} of {at['judged']} figures within the same bands"
+    )
+
+
 def largest_gap(judged: Sequence[Figure]) -> Figure | None:
     """The figure furthest outside its band (the largest error when every one is within)."""
     if not judged:
@@ -216,12 +230,15 @@ def verdict(
     steps: Mapping[str, Any] | None,
     runs: Sequence[RunState],
     replaced: Sequence[RunState] = (),
+    at_level_ratio: float | None = None,
 ) -> dict[str, Any]:
     """``comparison.json`` ``verdict``: each judged figure, the largest gap and its cause, the
-    real runs' disturbance."""
+    real runs' disturbance; beside them, reported, the simulation's other seeds pooled and the
+    simulation at the real run's step level (``at_level_ratio``: its level)."""
     judged = figures(clocks, comparison)
     gap = largest_gap(judged)
     pooled = clock_figures(clocks, "pooled")
+    at_level = clock_figures(clocks, "at_level")
     seeds = 1 + max((len(r.get("seeds_sim_s") or []) for r in clocks or ()), default=0)
     return {
         "rule": f"|error| <= max({NOISE_FLOOR:.0%}, |real vs real|) on the same clock",
@@ -243,12 +260,22 @@ def verdict(
             if pooled
             else None
         ),
+        "at_level": (
+            {
+                "ratio": at_level_ratio,
+                "within": sum(f.within for f in at_level),
+                "judged": len(at_level),
+                "figures": [f.to_dict() for f in at_level],
+            }
+            if at_level
+            else None
+        ),
     }
 
 
 def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
-    """The verdict's lines (three, a fourth with the simulation's other seeds, and an empty
-    one), for the top of ``summary.md``."""
+    """The verdict's lines (three, one more with the simulation's other seeds and one with it
+    at the real run's step level, and an empty one), for the top of ``summary.md``."""
     if not record["judged"]:
         return ["- **Verdict:** no figure could be judged (no simulated latency).", ""]
     band = "max(10%, real vs real)" if record["repeat"] else "10% (no repeat of the truth)"
@@ -260,7 +287,8 @@ def verdict_markdown(record: Mapping[str, Any]) -> list[str]:
     lines = [head]
     if record["largest_gap"]:
         lines.append(f"**Largest gap:** {record['largest_gap']}: {record['cause']}.")
-    if (seeds := seeds_line(record)) is not None:
-        lines.append(f"{seeds}.")
+    for extra in (seeds_line(record), at_level_line(record)):
+        if extra is not None:
+            lines.append(f"{extra}.")
     lines.append(record["truth"])
     return [*(f"- {line}" for line in lines), ""]

@@ -53,6 +53,10 @@ class CompareStageConfig:
     """More vidur_simulate runs of the same workload and bundle with other seeds (the
     pipeline's ``<run_id>-seed<k>``): the range of the simulator's error over its own draws,
     beside the truth's run-to-run difference on each clock (reported, not judged)."""
+    at_level_dir: str | None = None
+    """The same workload simulated at the real run's own step level (the pipeline's
+    ``<run_id>-at-level``, ``vidur.step_time_scale``): the model's error apart from the host's
+    speed, beside the answer on each clock (a diagnosis, not judged; docs/compare.md)."""
     replaced_runs: tuple[str, ...] = ()
     """Real runs of this workload a re-run replaced because the host disturbed them (the
     pipeline's ``<run_id>-rerun<k>`` attempts; kept as evidence): the verdict names them."""
@@ -68,11 +72,12 @@ class CompareStageConfig:
 
     def __post_init__(self) -> None:
         if self.sweep_dirs:
-            if self.real_run_dir or self.sim_run_dir or self.real_repeat_dir or self.sim_seed_dirs:
+            one = (self.real_run_dir, self.sim_run_dir, self.real_repeat_dir, self.at_level_dir)
+            if any(one) or self.sim_seed_dirs:
                 raise ConfigError(
                     "pass either sweep_dirs=[...] (a sweep report) or real_run_dir= and "
-                    "sim_run_dir= (one comparison, real_repeat_dir= and sim_seed_dirs= optional), "
-                    "not both"
+                    "sim_run_dir= (one comparison, real_repeat_dir=, sim_seed_dirs= and "
+                    "at_level_dir= optional), not both"
                 )
             return
         if not (self.real_run_dir and self.sim_run_dir):

@@ -74,6 +74,14 @@ class PipelineStageConfig:
     job's client TTFT p90 by 4–16 points between four seeds of one run
     (benchmarks/results/tail_requests_20261205). Reported, not judged; 0: none. The
     pipeline's own; the tune searches under its own seeds (``tune.sim_seeds``)."""
+    at_level: bool = True
+    """Simulate the same real arrivals again at the real run's own step level (its busy steps
+    over the step model's for the same steps, ``vidur.step_time_scale``;
+    ``pipeline/<run_id>/runs/vidur_simulate/<run_id>-at-level``) and show that simulation's
+    error beside the answer on each clock: the model's error apart from the host's speed
+    (docs/compare.md, *At the real run's step level*). A diagnosis that reads the judged run,
+    reported beside the verdict, never judged; a run without the engine's step record (hf_cb)
+    or a fleet has none. The pipeline's own; the fidelity stage does the same per load."""
     real_reruns: int = 1
     """Re-runs the real run (and its repeat) may each get when the real bench marks it
     disturbed (late sends, held-back streams, foreign CPU): the disturbed run is kept as

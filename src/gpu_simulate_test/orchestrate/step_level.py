@@ -25,8 +25,8 @@ from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
-from gpu_simulate_test.orchestrate.configs import at_run, simulate_config
-from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+from gpu_simulate_test.orchestrate.configs import at_run, nested_in, simulate_config
+from gpu_simulate_test.orchestrate.steps import QUIET, Stages, simulate_and_compare
 
 AT_LEVEL_SUFFIX = "-at-level"
 """The run id of a load simulated at its real run's step level: the load's, with this after."""
@@ -95,3 +95,29 @@ def at_real_step_level(
     at = at_run(dataclasses.replace(cfg, vidur=vidur), at_id, overwrite=True)
     _, compare_dir = simulate_and_compare(at, scheduler, workload_dir, real_dir)
     return level, compare_dir
+
+
+def simulate_at_level(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path | str,
+    real_dir: Path | str,
+    root: Path | None = None,
+    stages: Stages = QUIET,
+) -> tuple[dict[str, Any] | None, Path | None]:
+    """The real run's step level (:func:`real_step_level`) and the arrivals it sent simulated at
+    that level, without a comparison (run id ``<run_id>-at-level``, under ``root`` where given:
+    the pipeline's own runs); (None, None) where the run has no level (no step record, a
+    scheduler other than ``vllm_v1``, a fleet, too few busy steps)."""
+    from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
+
+    at = nested_in(at_run(cfg, f"{cfg.output.run_id}{AT_LEVEL_SUFFIX}"), root)
+    model_dir = Path(at.output.root) / "step_models" / str(at.output.run_id)
+    level = real_step_level(at, scheduler, workload_dir, real_dir, model_dir)
+    if level is None:
+        return None, None
+    vidur = dataclasses.replace(at.vidur, step_time_scale=float(level["ratio"]))
+    sim_cfg = simulate_config(
+        dataclasses.replace(at, vidur=vidur), scheduler, workload_dir, arrivals_from=real_dir
+    )
+    return level, stages.run("vidur_simulate_at_level", simulate_run, sim_cfg)

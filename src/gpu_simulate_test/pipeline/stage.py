@@ -116,6 +116,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             replaced,
             seeds=cfg.sim_seeds,
             seeds_root=within,
+            at_level=cfg.at_level,
         )
         p.update_meta(compare_dir=str(compare_dir))
     latest = ""

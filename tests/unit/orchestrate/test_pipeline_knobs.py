@@ -333,3 +333,9 @@ def test_the_pipeline_simulates_two_other_seeds_unless_told_and_refuses_fewer_th
     assert to_typed(compose_stage("pipeline", ["sim_seeds=0"]), PipelineStageConfig).sim_seeds == 0
     with pytest.raises(ConfigError, match="sim_seeds must be >= 0"):
         to_typed(compose_stage("pipeline", ["sim_seeds=-1"]), PipelineStageConfig)
+
+
+def test_the_pipeline_simulates_at_the_real_run_s_level_unless_told(compose_stage) -> None:
+    assert to_typed(compose_stage("pipeline"), PipelineStageConfig).at_level
+    off = to_typed(compose_stage("pipeline", ["at_level=false"]), PipelineStageConfig)
+    assert off.at_level is False

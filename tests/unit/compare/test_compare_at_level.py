@@ -1,0 +1,130 @@
+"""The simulation at the real run's own step level beside the one as calibrated: per figure its
+error on both clocks, what the verdict says of it (reported, never judged) and the summary's
+section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_simulate_test.compare import metrics as m
+from gpu_simulate_test.compare.at_level import (
+    AtLevelRun,
+    at_level_json,
+    at_level_markdown,
+    with_at_level,
+)
+from gpu_simulate_test.compare.clocks import clock_rows
+from gpu_simulate_test.compare.seeds import SeedRun
+from gpu_simulate_test.compare.verdict import verdict_markdown
+from gpu_simulate_test.config.compare import CompareStageConfig
+from gpu_simulate_test.config.schema import ConfigError
+
+
+def _side(ttft: float, n: int = 4) -> m.SideTimes:
+    return m.SideTimes(
+        arrival_time_s=np.arange(n, dtype=float),
+        ttft_s=np.full(n, ttft),
+        tpot_s=np.full(n, 0.009),
+        e2e_s=np.full(n, 0.090),
+        scheduling_delay_s=np.full(n, np.nan),
+    )
+
+
+def _joined(sim_ttft: float, n: int = 4) -> m.JoinedRequests:
+    return m.JoinedRequests(
+        request_id=np.arange(n, dtype=np.int64),
+        num_prefill_tokens=np.full(n, 16, dtype=np.int64),
+        num_decode_tokens=np.full(n, 8, dtype=np.int64),
+        real=_side(0.030, n),  # the client's clock
+        sim=_side(sim_ttft, n),
+    )
+
+
+def _real() -> pd.DataFrame:
+    """The engine's clock: TTFT 20 ms for every request."""
+    return pd.DataFrame(
+        {
+            "request_id": range(4),
+            "engine_ttft_s": [0.020] * 4,
+            "engine_tpot_s": [0.009] * 4,
+            "engine_e2e_s": [0.085] * 4,
+        }
+    )
+
+
+def _at_level(sim_ttft: float, frontend_s: float, ratio: float | None) -> AtLevelRun:
+    requests = pd.DataFrame({"request_id": range(4), "frontend_delay_s": [frontend_s] * 4})
+    return AtLevelRun(SeedRun(Path("run-at-level"), 42, requests, _joined(sim_ttft)), ratio)
+
+
+def _rows() -> list[dict[str, object]]:
+    main_sim = pd.DataFrame({"request_id": range(4), "frontend_delay_s": [0.004] * 4})
+    rows = clock_rows(_real(), _joined(0.024), main_sim)  # engine 20 ms, client 30 ms
+    assert rows is not None
+    return rows
+
+
+def test_the_level_s_errors_sit_beside_the_answer_on_both_clocks() -> None:
+    # at the level the client reads 33 ms (+10%) and the engine 33 - 6 = 27 ms (+35%)
+    rows = with_at_level(_rows(), _at_level(0.033, 0.006, 1.08))
+    assert rows is not None
+    ttft = next(r for r in rows if r["metric"] == "ttft" and r["stat"] == "p90")
+    assert ttft["at_level_sim_s"] == pytest.approx(0.033)
+    assert ttft["at_level_sim_engine_s"] == pytest.approx(0.027)
+    assert ttft["at_level_vs_client"] == pytest.approx(0.033 / 0.030 - 1)
+    assert ttft["at_level_vs_engine"] == pytest.approx(0.027 / 0.020 - 1)
+    assert ttft["error_vs_client"] == pytest.approx(0.024 / 0.030 - 1)  # the answer unmoved
+    text = at_level_markdown(rows, _at_level(0.033, 0.006, 1.08))
+    assert "## At the real run's step level (a diagnosis)" in text
+    assert "(the real steps 1.080× the model's)" in text and "`run-at-level`" in text
+    assert "| TTFT | p90 | +0.0% | +35.0% | n/a | -20.0% | +10.0% | n/a |" in text
+
+
+def test_without_the_run_the_rows_and_the_summary_are_as_before() -> None:
+    rows = _rows()
+    assert with_at_level(rows, None) is rows
+    assert with_at_level(None, _at_level(0.033, 0.0, 1.0)) is None
+    assert at_level_markdown(rows, None) == ""
+    assert at_level_markdown(rows, _at_level(0.033, 0.0, 1.0)) == ""  # rows without its columns
+    assert at_level_json(None) is None
+    record = at_level_json(_at_level(0.033, 0.0, None))
+    assert record is not None and record["ratio"] is None
+    assert record["sim_run_dir"] == "run-at-level" and "never the answer" in record["convention"]
+
+
+def test_the_verdict_reports_the_level_s_count_but_judges_the_answer() -> None:
+    from gpu_simulate_test.compare.verdict import clock_figures
+
+    rows = with_at_level(_rows(), _at_level(0.030, 0.010, 0.95))
+    judged = clock_figures(rows, "error")
+    at_level = clock_figures(rows, "at_level")
+    assert sum(f.within for f in judged) < sum(f.within for f in at_level)
+    record = {
+        "judged": len(judged),
+        "within": sum(f.within for f in judged),
+        "repeat": False,
+        "outside": [f.text() for f in judged if not f.within],
+        "largest_gap": None,
+        "truth": "**Truth:** undisturbed.",
+        "at_level": {
+            "ratio": 0.95,
+            "within": sum(f.within for f in at_level),
+            "judged": len(at_level),
+        },
+    }
+    lines = verdict_markdown(record)
+    assert lines[0].startswith(f"- **Verdict:** {record['within']} of 12")
+    assert any(
+        "**At the real run's step level** (the real steps 0.950× the model's; a diagnosis, not "
+        f"judged): {record['at_level']['within']} of 12 figures" in line
+        for line in lines
+    )
+
+
+def test_a_sweep_refuses_a_level_run() -> None:
+    with pytest.raises(ConfigError, match="at_level_dir= optional"):
+        CompareStageConfig(sweep_dirs=("tmp/compare/q-*",), at_level_dir="tmp/vidur_simulate/x")
