@@ -5,6 +5,7 @@ section."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -103,24 +104,25 @@ def test_the_verdict_reports_the_level_s_count_but_judges_the_answer() -> None:
     judged = clock_figures(rows, "error")
     at_level = clock_figures(rows, "at_level")
     assert sum(f.within for f in judged) < sum(f.within for f in at_level)
-    record = {
+    within, within_at_level = sum(f.within for f in judged), sum(f.within for f in at_level)
+    record: dict[str, Any] = {
         "judged": len(judged),
-        "within": sum(f.within for f in judged),
+        "within": within,
         "repeat": False,
         "outside": [f.text() for f in judged if not f.within],
         "largest_gap": None,
         "truth": "**Truth:** undisturbed.",
         "at_level": {
             "ratio": 0.95,
-            "within": sum(f.within for f in at_level),
+            "within": within_at_level,
             "judged": len(at_level),
         },
     }
     lines = verdict_markdown(record)
-    assert lines[0].startswith(f"- **Verdict:** {record['within']} of 12")
+    assert lines[0].startswith(f"- **Verdict:** {within} of 12")
     assert any(
         "**At the real run's step level** (the real steps 0.950× the model's; a diagnosis, not "
-        f"judged): {record['at_level']['within']} of 12 figures" in line
+        f"judged): {within_at_level} of 12 figures" in line
         for line in lines
     )
 
