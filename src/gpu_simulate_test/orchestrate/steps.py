@@ -96,17 +96,17 @@ def simulate_and_compare(
     replaced: tuple[Path, ...] = (),
     seeds: int = 0,
     seeds_root: Path | None = None,
-    at_level: bool = False,
+    at_level_dir: Path | None = None,
 ) -> tuple[Path, Path]:
     """Vidur on ``workload_dir`` at the arrivals the real run in ``real_dir`` sent (the load the
     engine was really offered), then the comparison (with ``repeat_dir``, a second real run of
     the workload, the truth's run-to-run difference beside it; ``replaced``: the disturbed real
     runs re-runs replaced, named by the verdict; with ``seeds``, Vidur again with as many other
     seeds, ``vidur.seed`` + 1, + 2, …, into ``seeds_root`` as ``<run_id>-seed<k>``, the range
-    of the simulator's error over its own draws beside it; with ``at_level``, Vidur again at the
-    real run's own step level into ``seeds_root`` as ``<run_id>-at-level``, the model's error
-    apart from the host's speed beside it, its level recorded in ``stages`` as
-    ``at_real_step_level``); returns (simulate, compare) run dirs."""
+    of the simulator's error over its own draws beside it; ``at_level_dir``: the same arrivals
+    simulated at the real run's own step level, the model's error apart from the host's speed
+    beside it, :func:`~.step_level.simulate_at_level`); returns (simulate, compare) run
+    dirs."""
     from gpu_simulate_test.compare.stage import run as compare_run
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
@@ -119,14 +119,6 @@ def simulate_and_compare(
         vidur = dataclasses.replace(other.vidur, seed=other.vidur.seed + k)
         other = dataclasses.replace(other, vidur=vidur)
         seed_dirs.append(stages.run(f"vidur_simulate_seed{k}", simulate_run, other))
-    at_level_dir = None
-    if at_level:
-        from gpu_simulate_test.orchestrate.step_level import simulate_at_level
-
-        level, at_level_dir = simulate_at_level(
-            cfg, scheduler, workload_dir, real_dir, seeds_root, stages
-        )
-        stages.record(at_real_step_level=level)
     compare_cfg = compare_config(cfg, real_dir, sim_dir, repeat_dir, replaced)
     compare_cfg = dataclasses.replace(
         compare_cfg,

@@ -22,6 +22,7 @@ from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import at_run, nested_in
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
+from gpu_simulate_test.orchestrate.step_level import simulate_at_level
 from gpu_simulate_test.orchestrate.steps import Stages, make_workload, simulate_and_compare
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
@@ -106,6 +107,12 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         truths = [t for t in (truth, repeat) if t is not None]
         p.update_meta(truth=[t.to_dict() for t in truths])
         replaced = tuple(a.real_dir for t in truths for a in t.attempts[:-1])
+        at_level_dir = None
+        if cfg.at_level:  # the same arrivals at the real run's own step level: a diagnosis
+            level, at_level_dir = simulate_at_level(
+                cfg, decided.scheduler, workload_dir, truth.real_dir, within, stages
+            )
+            p.update_meta(at_real_step_level=level)
         _, compare_dir = simulate_and_compare(
             cfg,
             decided.scheduler,
@@ -116,7 +123,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
             replaced,
             seeds=cfg.sim_seeds,
             seeds_root=within,
-            at_level=cfg.at_level,
+            at_level_dir=at_level_dir,
         )
         p.update_meta(compare_dir=str(compare_dir))
     latest = ""

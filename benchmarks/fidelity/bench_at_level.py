@@ -1,0 +1,132 @@
+"""Stored main jobs simulated at their real run's own step level: how much of the main job's
+error is the host's speed, how much the model's?
+
+Each RUN is a pipeline run id (``tmp/pipeline/<RUN>``, e.g. from ``bench_fresh_profiles``). Its
+real run's steps are timed with the step model of its own bundle (the ``vidur_profile`` path its
+pipeline recorded), the same arrivals simulated again with every step that much longer
+(:func:`~gpu_simulate_test.orchestrate.step_level.at_real_step_level`, as ``pipeline.at_level``
+does since 2026-12-05), and set beside the simulation as calibrated, made again with the same
+code (so that both columns are this checkout's model). Per run: the level, client TTFT p50 and
+p90 as calibrated and at the level with the truth's repeat beside; then per figure how many runs
+are within max(10%, real vs real), the mean signed error and its spread over the runs, both
+ways. At the level is a diagnosis (it reads the judged run), never the answer.
+
+Run: ``python -m benchmarks.fidelity.bench_at_level RUN [RUN ...] [--out F.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.fidelity.bench_fresh_profiles import fmt, judged
+from benchmarks.fidelity.bench_sim_variants import pipeline_config
+from gpu_simulate_test.fidelity.bounds import LIMIT
+
+FIGURES = ("p50", "p90")
+
+
+def ttft_errors(compare_dir: Path | str) -> dict[str, dict[str, Any]]:
+    """Client TTFT error and the truth's repeat per statistic of one comparison."""
+    data = json.loads((Path(compare_dir) / "comparison.json").read_text())
+    return {
+        row["stat"]: {
+            "error": row.get("error_vs_client"),
+            "real_vs_real": row.get("noise_vs_client"),
+        }
+        for row in data["clocks"]
+        if row["metric"] == "ttft"
+    }
+
+
+def one(run: str) -> dict[str, Any] | None:
+    from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+    from gpu_simulate_test.orchestrate.step_level import at_real_step_level
+    from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+
+    meta = json.loads((Path("tmp") / "pipeline" / run / "run_meta.json").read_text())
+    stages = meta["stages"]
+    sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
+    scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
+    root = Path(stages["vidur_profile"]["path"]).parent.parent  # the run's own bundle
+    cfg = pipeline_config(
+        [
+            f"profiling_root={root}",
+            f"output.run_id=atl-{run}",
+            "output.overwrite=true",
+            "progress=false",
+        ]
+    )
+    workload, real = stages["workload"]["path"], stages["real_bench"]["path"]
+    repeat = (stages.get("real_bench_repeat") or {}).get("path")
+    _, as_is = simulate_and_compare(cfg, scheduler, workload, real, repeat_dir=repeat)
+    level, at_dir = at_real_step_level(cfg, scheduler, workload, real, f"atl-{run}")
+    if level is None or at_dir is None:
+        return None
+    calibrated, at_level = ttft_errors(as_is), ttft_errors(at_dir)
+    return {
+        "run": run,
+        "level": level["ratio"],
+        "as_calibrated": calibrated,
+        "at_level": {  # its comparison has no repeat: the truth's own beside it
+            q: {**v, "real_vs_real": calibrated.get(q, {}).get("real_vs_real")}
+            for q, v in at_level.items()
+        },
+    }
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    print("| run | level | client TTFT p50: as calibrated / at the level (real vs real) | p90 |")
+    print("| --- | --- | --- | --- |")
+    for r in results:
+        cells = [
+            f"{fmt(r['as_calibrated'][q]['error'])} / {fmt(r['at_level'][q]['error'])} "
+            f"({fmt(r['as_calibrated'][q]['real_vs_real'])})"
+            for q in FIGURES
+        ]
+        print(f"| {r['run']} | {r['level']:.3f} | " + " | ".join(cells) + " |")
+    levels = [r["level"] for r in results]
+    if len(levels) > 1:
+        print(
+            f"levels: mean {statistics.mean(levels):.3f}, sd {statistics.stdev(levels):.3f}, "
+            f"{min(levels):.3f}..{max(levels):.3f} over {len(levels)} runs"
+        )
+    for q in FIGURES:
+        for way in ("as_calibrated", "at_level"):
+            rows = [r[way][q] for r in results]
+            within, count, mean = judged(rows)
+            errors = [row["error"] for row in rows if row.get("error") is not None]
+            sd = statistics.stdev(errors) if len(errors) > 1 else float("nan")
+            print(
+                f"client TTFT {q} {way.replace('_', ' ')}: within max({LIMIT:.0%}, real vs real) "
+                f"in {within} of {count}; mean signed {fmt(mean)}, sd {sd:.1%}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    results = []
+    for run in args.runs:
+        done = one(run)
+        if done is None:
+            print(f"{run}: no step level (no step record, or too few busy steps)", flush=True)
+            continue
+        results.append(done)
+        print(f"{run}: level {done['level']:.3f}", flush=True)
+    report(results)
+    if args.out is not None:
+        stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        record = {"date": stamp, "command": " ".join(sys.argv), "results": results}
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
