@@ -91,7 +91,10 @@ def one(run_id: str, overrides: list[str]) -> dict[str, Any]:
     return {
         "ttft": ttft,
         "front_end": parts.get("front_end"),
-        "verdict": {k: (data.get("verdict") or {}).get(k) for k in ("within", "judged", "truth")},
+        "verdict": {
+            k: (data.get("verdict") or {}).get(k) for k in ("within", "judged", "truth", "at_level")
+        },
+        "step_level": (data.get("at_real_step_level") or {}).get("ratio"),
         "run": run_id,
         "profile_s": stages["vidur_profile"]["wall_time_s"],
         "validation_s": sum(c.get("wall_time_s", 0.0) for c in checks),
@@ -246,8 +249,6 @@ def seed_lines(rows: Sequence[dict[str, Any] | None]) -> str:
     runs that simulated it, every seed's requests pooled, and the simulation at the real run's
     own step level (``pipeline.at_level``; a diagnosis that reads the judged run)."""
     k_max = max((len((r or {}).get("seeds") or []) for r in rows), default=0)
-    if not k_max:
-        return "none simulated"
     out = []
     for k in range(k_max):
         mine = [
@@ -273,7 +274,7 @@ def seed_lines(rows: Sequence[dict[str, Any] | None]) -> str:
     if at_level:
         within, count, mean = judged(at_level)
         out.append(f"at the real run's step level {within} of {count}, {fmt(mean)} (a diagnosis)")
-    return "; ".join(out)
+    return "; ".join(out) or "none simulated"
 
 
 FRONT_LIMIT = 0.20

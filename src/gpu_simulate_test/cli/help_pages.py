@@ -212,6 +212,7 @@ COMPARE = StageHelp(
         knob("sim_run_dir", "null", "a vidur_simulate run of the same workload"),
         knob("real_repeat_dir", "null", "a second real run: the truth's own spread"),
         knob("sim_seed_dirs", "[]", "more simulations, other seeds: the simulator's own spread"),
+        knob("at_level_dir", "null", "a simulation at the real run's step level: a diagnosis"),
         knob("sweep_dirs", "[]", "compare runs (globs): a sweep report instead"),
         knob("compare.sweep_x", "offered_qps", "the sweep's x: offered_qps, batch_size_cap, run"),
         knob("compare.warmup_s", "0.0", "leave out requests arriving in the first seconds"),

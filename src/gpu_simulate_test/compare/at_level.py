@@ -2,7 +2,7 @@
 (``compare.at_level_dir``): the model's error apart from the host's speed.
 
 The simulation runs its steps at the speed its calibration saw; the real run may have run them
-faster or slower minutes later (fresh servers on this host differ by about 15%, and on 35 main
+faster or slower minutes later (fresh servers on this host differ by about 15%, and on 40 main
 jobs the real run's steps over the model's for the same steps spread 0.82–1.14, sd 0.06, mean
 1.00: benchmarks/results/main_at_level_20261205). Simulated again with every step that much
 longer (``vidur.step_time_scale``: the pipeline's ``<run_id>-at-level``,
@@ -50,8 +50,8 @@ def load_at_level(
     if not path:
         return None
     (run,) = load_seeds([path], real, real_requests)
-    scale = load_run(path, "vidur_simulate").meta.get("config", {}).get("vidur", {})
-    ratio = scale.get("step_time_scale")
+    vidur = load_run(path, "vidur_simulate").meta.get("config", {}).get("vidur", {})
+    ratio = vidur.get("step_time_scale")  # (load_seeds keeps the requests, not the meta)
     return AtLevelRun(run, float(ratio) if isinstance(ratio, int | float) else None)
 
 

@@ -27,6 +27,7 @@ from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE
 from gpu_simulate_test.orchestrate.configs import at_run, nested_in, simulate_config
 from gpu_simulate_test.orchestrate.steps import QUIET, Stages, simulate_and_compare
+from gpu_simulate_test.simulator.types import NAME as V1_NAME
 
 AT_LEVEL_SUFFIX = "-at-level"
 """The run id of a load simulated at its real run's step level: the load's, with this after."""
@@ -51,6 +52,8 @@ def real_step_level(
         return None
     sim_cfg = simulate_config(cfg, scheduler, workload_dir, arrivals_from=real_dir)
     if int(sim_cfg.fleet.replicas) > 1:  # a fleet's steps interleave engines: no one level
+        return None
+    if sim_cfg.vidur.scheduler.name != V1_NAME:  # Vidur's own schedulers: no step model
         return None
     inputs = prepare(sim_cfg)
     model_dir.mkdir(parents=True, exist_ok=True)

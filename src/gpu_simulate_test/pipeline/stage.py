@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.runs import RunExistsError, default_run_id, start_run
+from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import at_run, nested_in
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
@@ -69,6 +70,31 @@ def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     check_runs_free(paths)
 
 
+def at_level(
+    cfg: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path,
+    real_dir: Path,
+    p: Run,
+    stages: Stages,
+) -> Path | None:
+    """The real run's arrivals simulated at its own step level, into the pipeline's own runs
+    (:func:`~gpu_simulate_test.orchestrate.step_level.simulate_at_level`), its level recorded
+    as ``at_real_step_level``; None where the run has none. A diagnosis beside the answer, so a
+    failure here is said (on the terminal and as the record's ``error``) and the pipeline goes
+    on to its answer without it."""
+    try:
+        level, at_dir = simulate_at_level(
+            cfg, scheduler, workload_dir, real_dir, p.path / RUNS_DIR, stages
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        console.print(f"[yellow]the simulation at the real run's step level failed: {exc}")
+        p.update_meta(at_real_step_level={"error": f"{type(exc).__name__}: {exc}"})
+        return None
+    p.update_meta(at_real_step_level=level)
+    return at_dir
+
+
 def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Run every stage; returns the compare run directory (with ``summary.md``)."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
@@ -109,10 +135,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         replaced = tuple(a.real_dir for t in truths for a in t.attempts[:-1])
         at_level_dir = None
         if cfg.at_level:  # the same arrivals at the real run's own step level: a diagnosis
-            level, at_level_dir = simulate_at_level(
-                cfg, decided.scheduler, workload_dir, truth.real_dir, within, stages
-            )
-            p.update_meta(at_real_step_level=level)
+            at_level_dir = at_level(cfg, decided.scheduler, workload_dir, truth.real_dir, p, stages)
         _, compare_dir = simulate_and_compare(
             cfg,
             decided.scheduler,
