@@ -258,22 +258,18 @@ def seed_lines(rows: Sequence[dict[str, Any] | None]) -> str:
         ]
         within, count, mean = judged(mine)
         out.append(f"seed +{k + 1} {within} of {count}, {fmt(mean)}")
-    pooled = [
-        {"error": r["pooled"], "real_vs_real": r.get("real_vs_real")}
-        for r in rows
-        if r and r.get("pooled") is not None
-    ]
-    if pooled:
-        within, count, mean = judged(pooled)
-        out.append(f"every seed's requests pooled {within} of {count}, {fmt(mean)}")
-    at_level = [
-        {"error": r["at_level"], "real_vs_real": r.get("real_vs_real")}
-        for r in rows
-        if r and r.get("at_level") is not None
-    ]
-    if at_level:
-        within, count, mean = judged(at_level)
-        out.append(f"at the real run's step level {within} of {count}, {fmt(mean)} (a diagnosis)")
+    for key, label, after in (
+        ("pooled", "every seed's requests pooled", ""),
+        ("at_level", "at the real run's step level", " (a diagnosis)"),
+    ):
+        mine = [
+            {"error": r[key], "real_vs_real": r.get("real_vs_real")}
+            for r in rows
+            if r and r.get(key) is not None
+        ]
+        if mine:
+            within, count, mean = judged(mine)
+            out.append(f"{label} {within} of {count}, {fmt(mean)}{after}")
     return "; ".join(out) or "none simulated"
 
 

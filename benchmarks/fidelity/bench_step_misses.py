@@ -19,7 +19,6 @@ per run (a fleet's steps would be read as one engine's).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.fidelity.bench_tail_requests import dirs_of, markdown
+from benchmarks.fidelity.bench_tail_requests import dirs_of, markdown, run_args
 
 REMAINDER_MS: tuple[float, ...] = (0.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 7.0, np.inf)
 """Bands of the step in progress's remainder at a send (ms)."""
@@ -103,12 +102,7 @@ def way_in(real: pd.DataFrame, sim: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+")
-    parser.add_argument("--variant", default=None)
-    parser.add_argument("--root", type=Path, default=Path("tmp"))
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+    args = run_args(__doc__, argv)
     real, sim = [], []
     for run in args.runs:
         real_dir, sim_dir = dirs_of(run, args.root, args.variant)

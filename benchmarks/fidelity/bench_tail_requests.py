@@ -165,13 +165,20 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The stored-runs benchmarks' arguments (this one's and ``bench_step_misses``'): pipeline
+    run ids, ``--variant`` (a ``bench_sim_variants`` variant's simulation), ``--root``,
+    ``--out``; the description is ``doc``'s first paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--variant", default=None)
     parser.add_argument("--root", type=Path, default=Path("tmp"))
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = run_args(__doc__, argv)
     table = pd.concat([requests_of(r, args.root, args.variant) for r in args.runs])
     steps = pd.concat(
         [matched_steps(r, args.root, args.variant) for r in args.runs], ignore_index=True

@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.clocks import sim_engine_metric
-from gpu_simulate_test.compare.seeds import SeedRun, load_seeds
+from gpu_simulate_test.compare.seeds import SeedRun, seed_run
 from gpu_simulate_test.core.reporting import markdown_table
 from gpu_simulate_test.core.run_inputs import RunInput, load_run
 
@@ -45,14 +45,16 @@ class AtLevelRun:
 def load_at_level(
     path: str | None, real: RunInput, real_requests: pd.DataFrame
 ) -> AtLevelRun | None:
-    """The vidur_simulate run at ``path`` (of ``real``'s workload, checked as a seed's run is),
+    """The vidur_simulate run at ``path`` (of ``real``'s workload, checked as a seed's run is:
+    :func:`~.seeds.seed_run`),
     or None without one."""
     if not path:
         return None
-    (run,) = load_seeds([path], real, real_requests)
-    vidur = load_run(path, "vidur_simulate").meta.get("config", {}).get("vidur", {})
-    ratio = vidur.get("step_time_scale")  # (load_seeds keeps the requests, not the meta)
-    return AtLevelRun(run, float(ratio) if isinstance(ratio, int | float) else None)
+    run = load_run(path, "vidur_simulate")
+    ratio = run.meta.get("config", {}).get("vidur", {}).get("step_time_scale")
+    return AtLevelRun(
+        seed_run(run, real, real_requests), float(ratio) if isinstance(ratio, int | float) else None
+    )
 
 
 def with_at_level(

@@ -47,14 +47,16 @@ def load_seeds(dirs: Sequence[str], real: RunInput, real_requests: pd.DataFrame)
     """Each run of ``dirs`` (vidur_simulate runs of ``real``'s workload), joined to the real
     requests kept after the warm-up; ValueError naming the run where one is of another
     workload or its requests do not match."""
-    seeds = []
-    for d in dirs:
-        run = load_run(d, "vidur_simulate")
-        check_same_workload(real, run)
-        kept = run.requests[run.requests["request_id"].isin(real_requests["request_id"])]
-        joined, _ = join_requests(real_requests, kept, where=f"{real.path} vs {run.path}")
-        seeds.append(SeedRun(run.path, seed_of(run), kept, joined))
-    return seeds
+    return [seed_run(load_run(d, "vidur_simulate"), real, real_requests) for d in dirs]
+
+
+def seed_run(run: RunInput, real: RunInput, real_requests: pd.DataFrame) -> SeedRun:
+    """One loaded vidur_simulate ``run`` of ``real``'s workload, joined to the real requests
+    kept after the warm-up (ValueError as :func:`load_seeds`)."""
+    check_same_workload(real, run)
+    kept = run.requests[run.requests["request_id"].isin(real_requests["request_id"])]
+    joined, _ = join_requests(real_requests, kept, where=f"{real.path} vs {run.path}")
+    return SeedRun(run.path, seed_of(run), kept, joined)
 
 
 def with_seeds(

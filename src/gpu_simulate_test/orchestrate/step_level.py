@@ -89,15 +89,30 @@ def at_real_step_level(
     """The real run's step level (:func:`real_step_level`) and the comparison of the arrivals
     it sent simulated at that level (run id ``<run_id>-at-level``, under ``cfg.output``);
     (None, None) where the run has no level."""
-    at_id = run_id + AT_LEVEL_SUFFIX
-    model_dir = Path(cfg.output.root) / "step_models" / at_id
-    level = real_step_level(cfg, scheduler, workload_dir, real_dir, model_dir)
-    if level is None:
+    at = at_run(cfg, run_id + AT_LEVEL_SUFFIX, overwrite=True)
+    leveled = at_level_config(at, scheduler, workload_dir, real_dir)
+    if leveled is None:
         return None, None
-    vidur = dataclasses.replace(cfg.vidur, step_time_scale=float(level["ratio"]))
-    at = at_run(dataclasses.replace(cfg, vidur=vidur), at_id, overwrite=True)
+    level, at = leveled
     _, compare_dir = simulate_and_compare(at, scheduler, workload_dir, real_dir)
     return level, compare_dir
+
+
+def at_level_config(
+    at: PipelineStageConfig,
+    scheduler: VidurSchedulerConfig,
+    workload_dir: Path | str,
+    real_dir: Path | str,
+) -> tuple[dict[str, Any], PipelineStageConfig] | None:
+    """The real run's step level (:func:`real_step_level`, its model built under
+    ``<at's root>/step_models/<at's run id>``) and ``at`` with every step that much longer
+    (``vidur.step_time_scale``); None where the run has no level."""
+    model_dir = Path(at.output.root) / "step_models" / str(at.output.run_id)
+    level = real_step_level(at, scheduler, workload_dir, real_dir, model_dir)
+    if level is None:
+        return None
+    vidur = dataclasses.replace(at.vidur, step_time_scale=float(level["ratio"]))
+    return level, dataclasses.replace(at, vidur=vidur)
 
 
 def simulate_at_level(
@@ -115,12 +130,9 @@ def simulate_at_level(
     from gpu_simulate_test.vidur_simulate.stage import run as simulate_run
 
     at = nested_in(at_run(cfg, f"{cfg.output.run_id}{AT_LEVEL_SUFFIX}"), root)
-    model_dir = Path(at.output.root) / "step_models" / str(at.output.run_id)
-    level = real_step_level(at, scheduler, workload_dir, real_dir, model_dir)
-    if level is None:
+    leveled = at_level_config(at, scheduler, workload_dir, real_dir)
+    if leveled is None:
         return None, None
-    vidur = dataclasses.replace(at.vidur, step_time_scale=float(level["ratio"]))
-    sim_cfg = simulate_config(
-        dataclasses.replace(at, vidur=vidur), scheduler, workload_dir, arrivals_from=real_dir
-    )
+    level, at = leveled
+    sim_cfg = simulate_config(at, scheduler, workload_dir, arrivals_from=real_dir)
     return level, stages.run("vidur_simulate_at_level", simulate_run, sim_cfg)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.at_level import (
     AtLevelRun,
     at_level_json,
@@ -22,38 +20,7 @@ from gpu_simulate_test.compare.seeds import SeedRun
 from gpu_simulate_test.compare.verdict import verdict, verdict_markdown
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.config.schema import ConfigError
-
-
-def _side(ttft: float, n: int = 4) -> m.SideTimes:
-    return m.SideTimes(
-        arrival_time_s=np.arange(n, dtype=float),
-        ttft_s=np.full(n, ttft),
-        tpot_s=np.full(n, 0.009),
-        e2e_s=np.full(n, 0.090),
-        scheduling_delay_s=np.full(n, np.nan),
-    )
-
-
-def _joined(sim_ttft: float, n: int = 4) -> m.JoinedRequests:
-    return m.JoinedRequests(
-        request_id=np.arange(n, dtype=np.int64),
-        num_prefill_tokens=np.full(n, 16, dtype=np.int64),
-        num_decode_tokens=np.full(n, 8, dtype=np.int64),
-        real=_side(0.030, n),  # the client's clock
-        sim=_side(sim_ttft, n),
-    )
-
-
-def _real() -> pd.DataFrame:
-    """The engine's clock: TTFT 20 ms for every request."""
-    return pd.DataFrame(
-        {
-            "request_id": range(4),
-            "engine_ttft_s": [0.020] * 4,
-            "engine_tpot_s": [0.009] * 4,
-            "engine_e2e_s": [0.085] * 4,
-        }
-    )
+from tests.unit.compare.test_compare_seeds import _joined, _real
 
 
 def _at_level(sim_ttft: float, frontend_s: float, ratio: float | None) -> AtLevelRun:
