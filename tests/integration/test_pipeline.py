@@ -82,6 +82,11 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert hops["requests"] == 12 and len(hops["hops"]) == 5
     assert sum(h["share_of_mean"] for h in hops["hops"]) == pytest.approx(1.0)
     assert "## Where the first token's time goes" in (compare_dir / "summary.md").read_text()
+    # each request's own front end (client − engine TTFT), real, simulated and the repeat
+    front = data["front_end_requests"]
+    assert front["requests"] == 12 and set(front["sim_vs_real"]) == {"p50", "p90", "p99", "mean"}
+    assert 0 < front["real_ms"]["p50"] <= front["real_ms"]["p99"] and "repeat_ms" in front
+    assert "*Each request's own front end*" in (compare_dir / "summary.md").read_text()
     # tmp/latest is the newest pipeline's compare, and the last line says where the summary is
     assert (root / "latest").resolve() == compare_dir.resolve()
     assert proc.stdout.strip().splitlines()[-1].startswith("summary: ")

@@ -58,6 +58,8 @@ from gpu_simulate_test.compare.contract import (
     TTFT_PARTS_PLOT,
     TURN_PLOT,
 )
+from gpu_simulate_test.compare.front_end import front_end_requests
+from gpu_simulate_test.compare.front_end import markdown as front_end_markdown
 from gpu_simulate_test.compare.goodput import compare_goodput, goodput_markdown
 from gpu_simulate_test.compare.groups import ttft_clocks
 from gpu_simulate_test.compare.metrics import JoinedRequests
@@ -249,6 +251,10 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         clocks = with_at_level(with_seeds(clocks, inputs.seeds, main), inputs.at_level)
         data["clocks"] = clocks
         data["at_real_step_level"] = at_level_json(inputs.at_level)
+        again_requests = None if repeat is None else repeat.requests
+        data["front_end_requests"] = front = front_end_requests(
+            inputs.real_requests, inputs.joined, inputs.sim_requests, again_requests
+        )
         parts = ttft_parts(
             real.path,
             inputs.real_requests,
@@ -274,7 +280,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         write_steps(r, cfg, inputs, data)
         data["verdict"] = judged = verdict_of(cfg, inputs, clocks, data.get("steps"))
         write_json(r.file(COMPARISON_JSON), data)
-        text = summary_text(cfg, inputs, drawn, clocks, good, judged, parts)
+        text = summary_text(cfg, inputs, drawn, clocks, good, judged, parts, front)
         with open(r.file(SUMMARY_MD), "w", encoding="utf-8") as handle:
             handle.write(text)
     if cfg.progress:
@@ -332,9 +338,11 @@ def summary_text(
     good: dict[str, Any] | None,
     judged: Mapping[str, Any] | None = None,
     parts: Mapping[str, Any] | None = None,
+    front: Mapping[str, Any] | None = None,
 ) -> str:
     """``summary.md``: the verdict (``judged``), the report's sections, then the warm-up,
-    goodput, both clocks and the first token's hops (``parts``), the prefix cache, multi-turn
+    goodput, both clocks with each request's own front end (``front``) and the first token's
+    hops (``parts``), the prefix cache, multi-turn
     sessions, the host's memory, the engine steps and the step-by-step alignment."""
     lines = verdict_markdown(judged) if judged is not None else []
     text = report.summary_markdown(inputs.comparison, inputs.context, inputs.findings, drawn, lines)
@@ -346,6 +354,7 @@ def summary_text(
         )
     text += goodput_markdown(good)
     text += clocks_markdown(clocks, seeds_note(inputs.seeds) if inputs.seeds else "")
+    text += front_end_markdown(front)
     text += at_level_markdown(clocks, inputs.at_level)
     text += ttft_parts_markdown(parts, TTFT_PARTS_PLOT if cfg.compare.plots else None)
     text += prefix_cache_markdown(inputs.prefix_cache)
