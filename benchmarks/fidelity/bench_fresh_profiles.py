@@ -11,6 +11,10 @@ replay's wall time, the replay's largest p50 error and verdict). Issue 28's targ
 within ±10% on every fresh profile; calibration plus validation within 2 minutes. Beside the
 simulation's count it prints the truth's: how many real runs landed within the same ±10% of their
 own repeat (``pipeline.real_repeat``), which bounds what the simulation's count can show.
+Then issue 64's client TTFT targets and its front end's, the front end read both as the
+two-clocks table's difference of percentiles and per request (``front_end_requests``, from the
+runs' stored tables: per run, and over the batch's requests pooled, each seed apart and at the
+real run's step level).
 
 Run: ``python -m benchmarks.fidelity.bench_fresh_profiles [--runs 5] [--out F.json]
 [overrides...]``, or ``--from F.json [G.json ...]`` to print runs stored before, pooled.
@@ -268,8 +272,9 @@ def front_end_sides(run: str, root: Path = Path("tmp")) -> dict[str, pd.Series] 
     stages = json.loads(meta.read_text())["stages"]
 
     def table(key: str) -> pd.DataFrame | None:
-        path = Path((stages.get(key) or {}).get("path") or "/nonexistent") / "request_metrics.csv"
-        return pd.read_csv(path) if path.is_file() else None
+        where = (stages.get(key) or {}).get("path")
+        path = None if where is None else Path(where) / "request_metrics.csv"
+        return pd.read_csv(path) if path is not None and path.is_file() else None
 
     out: dict[str, pd.Series] = {}
     for side, key in (("real", "real_bench"), ("repeat", "real_bench_repeat")):
@@ -310,10 +315,9 @@ def front_end_targets(results: list[dict[str, Any]]) -> None:
         )
     for side, _ in SIM_SIDES:
         mine = [{**s, "sim": s[side]} for _, s in kept if side in s]
-        pooled = front_end.pooled(mine)
-        if pooled is None:
+        record = front_end.pooled(mine)
+        if record is None:
             continue
-        record: dict[str, Any] = pooled
 
         repeat = (
             f", the truth's repeat {triple(record, 'repeat_ms')} "

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import metrics as m
-from gpu_simulate_test.compare.clocks import repeat_values, sim_engine_metric
+from gpu_simulate_test.core.metrics import percentiles as pct
 
-STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
+STATS: tuple[str, ...] = (*(f"p{q}" for q in pct.select(50, 90, 99)), "mean")
 SIDES: tuple[str, ...] = ("real", "sim", "repeat")
 
 
@@ -42,8 +42,9 @@ def real_front_end_s(requests: pd.DataFrame) -> pd.Series:
 
 def sim_front_end_s(sim: pd.DataFrame) -> pd.Series:
     """A simulation's per-request front end (the delay it added before the first token,
-    ``frontend_delay_s``: the way in, the wait for a step and the way back; seconds) by request
-    id; empty where the simulation added none."""
+    ``frontend_delay_s``: the way in, the wait for a step and the way back; zero without a
+    front-end model; seconds) by request id, its ok requests with a finite one; empty where the
+    run has no such column (an older run)."""
     if "frontend_delay_s" not in sim.columns:
         return pd.Series(dtype=float)
     ok = sim[sim["status"] == "ok"]
@@ -58,22 +59,40 @@ def stats_ms(values_s: Sequence[float] | np.ndarray) -> dict[str, float]:
     return {s: 1e3 * float(getattr(d, s)) for s in STATS}
 
 
-def summary(values: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
-    """Per side of :data:`SIDES` present in ``values`` (seconds per request, the same
-    requests), its :data:`STATS` in ms, and the simulation's and the repeat's error against the
-    real run per stat (``sim_vs_real``, ``repeat_vs_real``); None without a real and a
-    simulated side."""
-    if len(values.get("real", ())) == 0 or len(values.get("sim", ())) == 0:
+def errors(side: Mapping[str, float], real: Mapping[str, float]) -> dict[str, float]:
+    """Per stat, ``side`` against ``real`` (``side / real − 1``)."""
+    return {s: m.relative_error(side[s], real[s]) for s in STATS}
+
+
+def pooled(runs: Sequence[Mapping[str, pd.Series]]) -> dict[str, Any] | None:
+    """Each request's front end over every run's requests together (ms): ``runs`` each a side's
+    per-request front end by request id (:func:`real_front_end_s`, :func:`sim_front_end_s`;
+    ``real``, ``sim`` and optionally ``repeat``). The real and the simulated side are read over
+    the requests both have in each run, the repeat against the real side over the requests all
+    three have (``repeat_requests``), so that each error compares the same requests: ``real_ms``,
+    ``sim_ms``, ``sim_vs_real``, and with a repeat ``repeat_ms`` and ``repeat_vs_real``. None
+    without a request on both sides."""
+    real: list[np.ndarray] = []
+    sim: list[np.ndarray] = []
+    again: list[np.ndarray] = []
+    again_real: list[np.ndarray] = []
+    for run in runs:
+        both = run["real"].index.intersection(run["sim"].index)
+        real.append(run["real"].reindex(both).to_numpy(dtype=float))
+        sim.append(run["sim"].reindex(both).to_numpy(dtype=float))
+        if "repeat" in run:
+            three = both.intersection(run["repeat"].index)
+            again.append(run["repeat"].reindex(three).to_numpy(dtype=float))
+            again_real.append(run["real"].reindex(three).to_numpy(dtype=float))
+    if not real or sum(len(v) for v in real) == 0:
         return None
-    out: dict[str, Any] = {"requests": len(values["real"])}
-    for side in SIDES:
-        if side in values and len(values[side]):
-            out[f"{side}_ms"] = stats_ms(values[side])
-    for side in ("sim", "repeat"):
-        if f"{side}_ms" in out:
-            out[f"{side}_vs_real"] = {
-                s: m.relative_error(out[f"{side}_ms"][s], out["real_ms"][s]) for s in STATS
-            }
+    out: dict[str, Any] = {"requests": int(sum(len(v) for v in real))}
+    out["real_ms"], out["sim_ms"] = stats_ms(np.concatenate(real)), stats_ms(np.concatenate(sim))
+    out["sim_vs_real"] = errors(out["sim_ms"], out["real_ms"])
+    if again and sum(len(v) for v in again):
+        out["repeat_requests"] = int(sum(len(v) for v in again))
+        out["repeat_ms"] = stats_ms(np.concatenate(again))
+        out["repeat_vs_real"] = errors(out["repeat_ms"], stats_ms(np.concatenate(again_real)))
     return out
 
 
@@ -83,40 +102,21 @@ def front_end_requests(
     sim: pd.DataFrame | None,
     repeat: pd.DataFrame | None = None,
 ) -> dict[str, Any] | None:
-    """``comparison.json`` ``front_end_requests``: over the compared requests with the engine's
-    clock on the real side, each request's front end's :data:`STATS` real, simulated and (with
-    ``repeat``) on the truth's repeat, and their errors against the real run (:func:`summary`);
-    None without an engine clock or a simulated front end."""
-    if sim is None or "frontend_delay_s" not in sim.columns or "engine_ttft_s" not in real.columns:
+    """``comparison.json`` ``front_end_requests``: over the compared requests (``joined``)
+    with the engine's clock on the real side and a finite simulated front end, each request's
+    front end's :data:`STATS` (ms) real, simulated and (with ``repeat``) on the truth's repeat,
+    with their errors against the real run over the same requests (:func:`pooled` of this one
+    run); None without the engine's clock or the simulation's ``frontend_delay_s``."""
+    if sim is None:
         return None
-    frame = real.set_index("request_id").reindex(joined.request_id)
-    engine = pd.to_numeric(frame["engine_ttft_s"], errors="coerce").to_numpy(dtype=float)
-    client = np.asarray(joined.real.metric("ttft"), dtype=float)
-    sim_front = np.asarray(joined.sim.metric("ttft"), dtype=float) - sim_engine_metric(
-        sim, joined, "ttft"
-    )
-    keep = np.isfinite(engine) & np.isfinite(client) & np.isfinite(sim_front)
-    values = {"real": (client - engine)[keep], "sim": sim_front[keep]}
+    ids = pd.Index(joined.request_id)
+    run = {"real": real_front_end_s(real), "sim": sim_front_end_s(sim)}
     if repeat is not None:
-        again = repeat.set_index("request_id").reindex(joined.request_id)
-        front = repeat_values(again, "ttft_s") - repeat_values(again, "engine_ttft_s")
-        values["repeat"] = front[keep & np.isfinite(front)]
-    return summary(values)
-
-
-def pooled(runs: Sequence[Mapping[str, pd.Series]]) -> dict[str, Any] | None:
-    """:func:`summary` over every run's requests together: ``runs`` each a side's per-request
-    front end (:func:`real_front_end_s`, :func:`sim_front_end_s`; ``real``, ``sim`` and
-    optionally ``repeat``), each run's sides over the requests its real and simulated side
-    share. ``runs`` an empty sequence: None."""
-    sides: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
-    for run in runs:
-        both = run["real"].index.intersection(run["sim"].index)
-        for side in SIDES:
-            if side in run:
-                mine = run[side]
-                sides[side].append(mine.reindex(both).dropna().to_numpy(dtype=float))
-    return summary({side: np.concatenate(v) for side, v in sides.items() if v})
+        run["repeat"] = real_front_end_s(repeat)
+    run = {side: values[values.index.isin(ids)] for side, values in run.items()}
+    if run["real"].empty or run["sim"].empty:
+        return None
+    return pooled([run])
 
 
 def markdown(record: Mapping[str, Any] | None) -> str:
@@ -124,14 +124,15 @@ def markdown(record: Mapping[str, Any] | None) -> str:
     if not record:
         return ""
 
-    def side(name: str, stat: str) -> str:
-        return f"{record[f'{name}_ms'][stat]:.1f}"
+    def pct_text(value: float) -> str:
+        return f"{value:+.1%}" if np.isfinite(value) else "n/a"
 
     said = ", ".join(
-        f"{s} {side('real', s)} real / {side('sim', s)} simulated "
-        f"({record['sim_vs_real'][s]:+.1%}"
+        f"{s} {record['real_ms'][s]:.1f} ms real / {record['sim_ms'][s]:.1f} simulated "
+        f"({pct_text(record['sim_vs_real'][s])}"
         + (
-            f"; the truth's repeat {side('repeat', s)}, {record['repeat_vs_real'][s]:+.1%}"
+            f"; the truth's repeat {record['repeat_ms'][s]:.1f}, "
+            f"{pct_text(record['repeat_vs_real'][s])}"
             if "repeat_ms" in record
             else ""
         )
@@ -141,5 +142,5 @@ def markdown(record: Mapping[str, Any] | None) -> str:
     return (
         "\n*Each request's own front end* (its client less its engine TTFT, then the "
         f"percentiles over the {record['requests']} requests; the table's front end is the two "
-        f"percentiles' difference, two different requests at p90 and p99): {said} ms.\n"
+        f"percentiles' difference, two different requests at p90 and p99): {said}.\n"
     )

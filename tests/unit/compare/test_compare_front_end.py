@@ -4,6 +4,8 @@ requests, and only the per-request reading says what a simulated front end has t
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,7 +88,7 @@ def test_a_short_tail_and_the_truth_s_repeat_are_read_per_request() -> None:
     assert record["repeat_vs_real"]["p90"] == pytest.approx(0.1)
     text = front_end.markdown(record)
     assert "*Each request's own front end*" in text and f"over the {N} requests" in text
-    assert "p99 23.2 real / 9.6 simulated (-58.8%; the truth's repeat 25.5, +10.0%)" in text
+    assert "p99 23.2 ms real / 9.6 simulated (-58.8%; the truth's repeat 25.5, +10.0%)" in text
 
 
 def test_without_a_simulated_front_end_or_an_engine_clock_there_is_no_record() -> None:
@@ -103,11 +105,11 @@ def test_without_a_simulated_front_end_or_an_engine_clock_there_is_no_record() -
 
 def test_runs_pooled_read_every_request_of_every_run_over_what_both_sides_share() -> None:
     ids = pd.Index(range(N))
-    one = {
+    one = {  # a run without a repeat
         "real": pd.Series(FRONT_MS / 1e3, index=ids),
         "sim": pd.Series(FRONT_MS / 1e3, index=ids),
     }
-    two = {  # a second run: only its first five requests were simulated
+    two = {  # a second run: only its first five requests were simulated, its repeat the same
         "real": pd.Series(np.full(N, 0.008), index=ids),
         "sim": pd.Series(np.full(5, 0.004), index=ids[:5]),
         "repeat": pd.Series(np.full(N, 0.008), index=ids),
@@ -118,8 +120,26 @@ def test_runs_pooled_read_every_request_of_every_run_over_what_both_sides_share(
     sim = np.concatenate([FRONT_MS, np.full(5, 4.0)])
     assert record["real_ms"]["mean"] == pytest.approx(real.mean())
     assert record["sim_ms"]["p50"] == pytest.approx(np.percentile(sim, 50))
-    assert record["repeat_ms"]["mean"] == pytest.approx(8.0)  # the run that has one
+    # the repeat against the real side over the requests both (and the simulation) have: the
+    # second run's five, where it equals the truth, not the first run's, which has none
+    assert record["repeat_requests"] == 5 and record["repeat_ms"]["mean"] == pytest.approx(8.0)
+    assert record["repeat_vs_real"] == pytest.approx({s: 0.0 for s in front_end.STATS})
     assert front_end.pooled([]) is None
+    assert front_end.pooled([{**one, "sim": pd.Series(dtype=float)}]) is None
+
+
+def test_only_compared_requests_with_a_finite_simulated_front_end_count() -> None:
+    sim = _sim(FRONT_MS)
+    sim.loc[3, "frontend_delay_s"] = np.nan  # request 3's long front end was not simulated
+    joined = _joined(FRONT_MS)
+    record = front_end.front_end_requests(_real(), joined, sim)
+    assert record is not None and record["requests"] == N - 1
+    assert record["real_ms"]["p99"] == pytest.approx(5.0)  # request 3 left out on both sides
+    warm = dataclasses.replace(joined, request_id=joined.request_id[4:])  # a warm-up left out
+    record = front_end.front_end_requests(_real(), warm, _sim(FRONT_MS))
+    assert record is not None and record["requests"] == N - 4
+    assert record["sim_vs_real"]["mean"] == pytest.approx(0.0)
+    assert record["real_ms"]["p99"] == pytest.approx(5.0)  # request 3 was in the warm-up
 
 
 def test_a_run_s_tables_give_its_per_request_front_end() -> None:
