@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.fidelity.bench_fresh_profiles import fmt, judged
-from benchmarks.fidelity.bench_sim_variants import pipeline_config
+from benchmarks.fidelity.bench_sim_variants import pipeline_config, stored_run
 from gpu_simulate_test.fidelity.bounds import LIMIT
 
 FIGURES = ("p50", "p90")
@@ -45,15 +45,11 @@ def ttft_errors(compare_dir: Path | str) -> dict[str, dict[str, Any]]:
 
 
 def one(run: str) -> dict[str, Any] | None:
-    from gpu_simulate_test.config.vidur import VidurSchedulerConfig
     from gpu_simulate_test.orchestrate.step_level import at_real_step_level
     from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 
-    meta = json.loads((Path("tmp") / "pipeline" / run / "run_meta.json").read_text())
+    meta, scheduler, root = stored_run(run)  # the run's own bundle
     stages = meta["stages"]
-    sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
-    scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
-    root = Path(stages["vidur_profile"]["path"]).parent.parent  # the run's own bundle
     cfg = pipeline_config(
         [
             f"profiling_root={root}",

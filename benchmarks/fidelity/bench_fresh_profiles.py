@@ -243,14 +243,7 @@ def ttft_targets(results: list[dict[str, Any]]) -> None:
             for f in fronts
             if f and f["real_ms"]
         ]
-        strict = sum(abs(row["error"]) <= FRONT_LIMIT for row in rows)
-        within, count, mean = judged(rows, FRONT_LIMIT)
-        print(
-            f"front end {q}: simulated − real (real vs real) "
-            + ", ".join(f"{fmt(row['error'])} ({fmt(row['real_vs_real'])})" for row in rows)
-            + f"; within {FRONT_LIMIT:.0%} in {strict} of {count}, within max({FRONT_LIMIT:.0%}, "
-            f"real vs real) in {within}; mean signed {fmt(mean)}"
-        )
+        print(front_line(f"front end {q}", rows))
 
 
 SIM_SIDES: tuple[tuple[str, str], ...] = (
@@ -305,20 +298,12 @@ def front_end_targets(results: list[dict[str, Any]]) -> None:
             if "sim_vs_real" in one:
                 again = (one.get("repeat_vs_real") or {}).get(q)
                 rows.append({"error": one["sim_vs_real"][q], "real_vs_real": again})
-        strict = sum(abs(row["error"]) <= FRONT_LIMIT for row in rows)
-        within, count, mean = judged(rows, FRONT_LIMIT)
-        print(
-            f"  {q}: simulated − real (real vs real) "
-            + ", ".join(f"{fmt(row['error'])} ({fmt(row['real_vs_real'])})" for row in rows)
-            + f"; within {FRONT_LIMIT:.0%} in {strict} of {count}, within max({FRONT_LIMIT:.0%}, "
-            f"real vs real) in {within}; mean signed {fmt(mean)}"
-        )
+        print(front_line(f"  {q}", rows))
     for side, _ in SIM_SIDES:
         mine = [{**s, "sim": s[side]} for _, s in kept if side in s]
         record = front_end.pooled(mine)
         if record is None:
             continue
-
         repeat = (
             f", the truth's repeat {triple(record, 'repeat_ms')} "
             f"({triple(record, 'repeat_vs_real')})"
@@ -330,6 +315,20 @@ def front_end_targets(results: list[dict[str, Any]]) -> None:
             f"real {triple(record, 'real_ms')} ms, simulated {triple(record, 'sim_ms')} "
             f"({triple(record, 'sim_vs_real')}){repeat}"
         )
+
+
+def front_line(label: str, rows: Sequence[dict[str, Any]]) -> str:
+    """One front-end figure over the runs (``rows``: each ``error`` and ``real_vs_real``): each
+    run's, how many are within :data:`FRONT_LIMIT` and within max(it, real vs real), and the
+    mean signed error."""
+    strict = sum(abs(row["error"]) <= FRONT_LIMIT for row in rows)
+    within, count, mean = judged(rows, FRONT_LIMIT)
+    return (
+        f"{label}: simulated − real (real vs real) "
+        + ", ".join(f"{fmt(row['error'])} ({fmt(row['real_vs_real'])})" for row in rows)
+        + f"; within {FRONT_LIMIT:.0%} in {strict} of {count}, within max({FRONT_LIMIT:.0%}, "
+        f"real vs real) in {within}; mean signed {fmt(mean)}"
+    )
 
 
 def triple(record: dict[str, Any], key: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.fidelity.bench_sim_variants import pipeline_config
+from benchmarks.fidelity.bench_sim_variants import pipeline_config, stored_run
 
 SIDES = ("truth", "repeat", "validation")
 POWERS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -34,14 +34,10 @@ POWERS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 def levels(run: str, model_root: Path) -> dict[str, Any]:
     """One stored run's three levels (None where a run or its level is missing)."""
-    from gpu_simulate_test.config.vidur import VidurSchedulerConfig
     from gpu_simulate_test.orchestrate.step_level import real_step_level
 
-    meta = json.loads((Path("tmp") / "pipeline" / run / "run_meta.json").read_text())
+    meta, scheduler, root = stored_run(run)
     stages = meta["stages"]
-    sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
-    scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
-    root = Path(stages["vidur_profile"]["path"]).parent.parent
     cfg = pipeline_config([f"profiling_root={root}", "progress=false"])
     checks = meta.get("calibration_check") or []
     check = (checks[-1].get("runs") or {}) if checks else {}

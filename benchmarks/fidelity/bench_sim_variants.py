@@ -48,16 +48,24 @@ def pipeline_config(overrides: list[str]) -> Any:
     return to_typed(composed, PipelineStageConfig)
 
 
-def one(run: str, variant: str, overrides: list[str]) -> dict[str, Any]:
+def stored_run(run: str) -> tuple[dict[str, Any], Any, Path]:
+    """A stored pipeline run (``tmp/pipeline/<run>``): its ``run_meta.json``, the scheduler its
+    simulation ran with (a ``VidurSchedulerConfig``) and the profiling root of its own bundle
+    (the bundle sits at ``<profiling_root>/<hardware>/<model>``: this run's own calibration)."""
     from gpu_simulate_test.config.vidur import VidurSchedulerConfig
-    from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 
     meta = json.loads((Path("tmp") / "pipeline" / run / "run_meta.json").read_text())
     stages = meta["stages"]
     sim_meta = json.loads((Path(stages["vidur_simulate"]["path"]) / "run_meta.json").read_text())
     scheduler = VidurSchedulerConfig(**sim_meta["config"]["vidur"]["scheduler"])
-    # the bundle sits at <profiling_root>/<hardware>/<model>: this run's own calibration
-    root = Path(stages["vidur_profile"]["path"]).parent.parent
+    return meta, scheduler, Path(stages["vidur_profile"]["path"]).parent.parent
+
+
+def one(run: str, variant: str, overrides: list[str]) -> dict[str, Any]:
+    from gpu_simulate_test.orchestrate.steps import simulate_and_compare
+
+    meta, scheduler, root = stored_run(run)
+    stages = meta["stages"]
     cfg = pipeline_config(
         [
             f"profiling_root={root}",

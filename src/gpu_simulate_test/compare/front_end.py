@@ -24,7 +24,6 @@ from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.core.metrics import percentiles as pct
 
 STATS: tuple[str, ...] = (*(f"p{q}" for q in pct.select(50, 90, 99)), "mean")
-SIDES: tuple[str, ...] = ("real", "sim", "repeat")
 
 
 def real_front_end_s(requests: pd.DataFrame) -> pd.Series:
