@@ -1,13 +1,20 @@
 """The way in of a request sent to a busy engine, its spread fitted through the steps
-(calibration version 19, issue 64).
+(calibration version 19, issue 64; its drains read as drains, version 20).
 
 A request sent while the engine steps reaches the engine core's input after its hop (the API
 server's intake), and the engine takes it in only between steps. Its hop is therefore seen only
 as a window: a request queued at a step's end arrived while that step ran, so its hop lies
-between the step's start (or its send) and its end; one queued between steps arrived then, its
-hop exact. :func:`~.input_steps.fit_through_steps` fits the line (the typical hop) through those
-windows. The spread around the line matters as much: on twenty main-job truths a request sent
-2.5–3.5 ms before the step in progress ended missed that step's end in 21 of 77 sends, one sent
+between the step's start (or its send) and its end; one queued between steps on an idle engine
+arrived then, its hop exact. An engine with work never waits for input (vLLM's busy loop drains
+its input queue between steps and steps again), so a stamp after a step's end while it had other
+requests is that drain, however late after the end it came (:func:`engine_working`): on a dumped
+calibration 121 of 634 busy sends were stamped 0.5-2.4 ms after their step's end, 105 of them
+behind another request in the same drain (each intake costs the loop about 1 ms); read as
+exact (version 19), each put its hop at its window's top, and the spread put 9% of the hops of
+one to three running requests 3 ms or more above the line where the drains put none.
+:func:`~.input_steps.fit_through_steps` fits the line (the typical hop) through those windows.
+The spread around the line matters as much: on twenty main-job truths a request sent 2.5–3.5 ms
+before the step in progress ended missed that step's end in 21 of 77 sends, one sent
 4–7 ms before in 6 of 133; the simulation, every hop on the line, in 2 of 44 and 0 of 132. A
 missed step end costs a whole step (7–10 ms), and those misses are the client TTFT's tail.
 
@@ -43,14 +50,29 @@ ITERATIONS = 300
 """Self-consistency iterations (the masses settle well before: a change under 1e-6)."""
 
 
+def engine_working(queued_s: np.ndarray, done_s: np.ndarray) -> np.ndarray:
+    """Per request, whether the engine had another request at its queue stamp (queued before
+    it, not yet finished: ``done_s``, its last token's stamp): such an engine never waits for
+    input, so the stamp is where it drained its input between steps, not the arrival."""
+    queued = np.asarray(queued_s, dtype=float)
+    done = np.asarray(done_s, dtype=float)
+    other = (queued[None, :] < queued[:, None]) & (done[None, :] > queued[:, None])
+    return np.asarray(other.any(axis=1))
+
+
 def hop_windows_ms(
-    sent_s: np.ndarray, queued_s: np.ndarray, spans: np.ndarray, held_back_s: float
+    sent_s: np.ndarray,
+    queued_s: np.ndarray,
+    spans: np.ndarray,
+    held_back_s: float,
+    working: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per request, the window its hop lies in (ms, low <= high): queued within ``held_back_s``
-    of the end of a step that ended after its send, it arrived while that step ran or in the
-    moment after it (from the step's start or its send, whichever is later, to its queue stamp);
-    otherwise on arrival (low = high, exact). ``spans``: the recorded steps, (start, end) rows
-    (seconds)."""
+    """Per request, the window its hop lies in (ms, low <= high): queued after the end of a step
+    that ended after its send, within ``held_back_s`` of it or while the engine had other work
+    (``working``, :func:`engine_working`: a drain between steps), it arrived while that step ran
+    or before the drain (from the step's start or its send, whichever is later, to its queue
+    stamp); otherwise on arrival (low = high, exact). ``spans``: the recorded steps, (start,
+    end) rows (seconds)."""
     sent = np.asarray(sent_s, dtype=float)
     queued = np.asarray(queued_s, dtype=float)
     low, high = queued - sent, queued - sent
@@ -61,7 +83,10 @@ def hop_windows_ms(
         k = np.searchsorted(ends, queued, side="right") - 1
         ok = k >= 0
         kk = np.maximum(k, 0)
-        held = ok & (queued - ends[kk] <= held_back_s) & (ends[kk] > sent)
+        drained = queued - ends[kk] <= held_back_s
+        if working is not None:
+            drained = drained | np.asarray(working, dtype=bool)
+        held = ok & drained & (ends[kk] > sent)
         start = np.maximum(np.asarray(spans[kk, 0], dtype=float), sent)
         low = np.where(held, start - sent, low)
         high = np.where(held, queued - sent, high)  # stamped up to held_back_s after the end
@@ -128,22 +153,28 @@ def busy_hop_spread(
     line: dict[str, Any],
     held_back_s: float,
     running_max: float = float("inf"),
+    done_s: Sequence[float] | np.ndarray | None = None,
 ) -> dict[str, Any]:
     """``frontend``'s busy-hop entries (empty under :data:`MIN_BUSY_HOPS` busy sends): the hops
     of the requests sent with others in flight (``running`` > 0), each request's window less
     its line (``line``'s ``input_ms + input_per_running_ms · min(running, running_max)``, as the
     simulation draws around it), estimated through ``spans`` (:func:`self_consistent`) per
     bucket of running requests (:func:`merged_buckets`: the API server's intake waits the
-    longer the more it streams), its quantiles at the spread levels (ms)."""
+    longer the more it streams), its quantiles at the spread levels (ms). ``done_s``: each
+    request's last token's stamp, for which stamps are drains (:func:`engine_working`; without
+    it, only those within ``held_back_s`` of a step's end)."""
     at = np.asarray(running, dtype=float)
     busy = at > 0
     if int(busy.sum()) < MIN_BUSY_HOPS:
         return {}
+    queued = np.asarray(queued_s, dtype=float)
+    working = None if done_s is None else engine_working(queued, np.asarray(done_s, dtype=float))
     low, high = hop_windows_ms(
         np.asarray(sent_s, dtype=float)[busy],
-        np.asarray(queued_s, dtype=float)[busy],
+        queued[busy],
         np.asarray(spans, dtype=float),
         held_back_s,
+        None if working is None else working[busy],
     )
     slope = float(line.get("input_per_running_ms", 0.0))
     on_line = float(line["input_ms"]) + slope * np.minimum(at[busy], running_max)

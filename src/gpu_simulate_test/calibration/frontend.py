@@ -411,6 +411,7 @@ def input_from_replays(
     hops: list[float] = []
     sent: list[float] = []
     queued: list[float] = []
+    done: list[float] = []
     for _, start, end in windows:
         recs = [
             r
@@ -423,12 +424,15 @@ def input_from_replays(
             hops.append(1000.0 * hop_s(r.arrival_s, r.engine_arrival_s, spans))
             sent.append(r.arrival_s)
             queued.append(r.engine_arrival_s)
+            done.append(r.engine_last_token)
     if len(hops) < MIN_REPLAY_REQUESTS:
         return None
     line = input_line(running, hops, MIN_INPUT_SAMPLES, idle=True)
     fitted = input_steps.through_steps(line, sent, queued, running, spans)
     top = running_max(fitted.get("measured_input_ms"))
-    spread = busy_hop.busy_hop_spread(sent, queued, running, spans, fitted, HELD_BACK_S, top)
+    spread = busy_hop.busy_hop_spread(
+        sent, queued, running, spans, fitted, HELD_BACK_S, top, done_s=done
+    )
     return {**fitted, **spread, "requests": len(hops)}
 
 

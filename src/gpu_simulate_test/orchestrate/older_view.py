@@ -130,6 +130,15 @@ def _take_queue_reading(view: View, key: str, count: str) -> bool:
     return True
 
 
+def _v20(view: View) -> list[str]:
+    if not view.frontend.get(busy_hop.KEY):
+        return []
+    return [
+        f"kept: frontend.{busy_hop.KEY}, read with a working engine's late stamps as drains "
+        "(version 19 read them as arrivals; the bundle holds no stamps to read it again)"
+    ]
+
+
 def _v19(view: View) -> list[str]:
     if view.frontend.pop(busy_hop.KEY, None) is None:
         return []
@@ -268,6 +277,7 @@ def _v8(view: View) -> list[str]:
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
     {
+        20: _v20,
         19: _v19,
         18: _v18,
         17: _v17,

@@ -1,4 +1,5 @@
-"""The busy sends' way in, its spread fitted through the steps (calibration version 19)."""
+"""The busy sends' way in, its spread fitted through the steps (calibration version 19; a
+working engine's stamps read as drains, version 20)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,63 @@ def test_windows_follow_the_engine_stamps() -> None:
     low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S)
     assert low == pytest.approx([0.0, 6.0, 3.0, 5.0])
     assert high == pytest.approx([7.0, 14.0, 3.0, 13.3])
+
+
+def drained_through(
+    spans: np.ndarray, hops_s: np.ndarray, seed: int = 7
+) -> tuple[np.ndarray, np.ndarray]:
+    """As vLLM's busy loop stamps them with work in hand: every request that reached the
+    input before a drain (0.1 ms after a step's end) queued there, one after another 1 ms
+    apart (each intake costs the loop that much), the next step starting after the last."""
+    rng = np.random.default_rng(seed)
+    sent = np.sort(rng.uniform(0.1, spans[-1, 1] - 1.0, len(hops_s)))
+    drains = spans[:, 1] + 1e-4
+    k = np.searchsorted(drains, sent + hops_s, side="left")
+    queued = drains[k].copy()
+    for step in np.unique(k):
+        mine = np.flatnonzero(k == step)
+        queued[mine] += 1e-3 * np.arange(len(mine))
+    return sent, queued
+
+
+def test_a_working_engines_late_stamps_are_drains_not_arrivals() -> None:
+    spans = np.array([[0.0, 0.008], [0.009, 0.017]])
+    sent = np.array([0.001, 0.002])
+    # two requests drained after step 0, the second stamped 1.1 ms after its end (behind the
+    # first's intake): with work in hand that is the drain, its hop anywhere up to its stamp
+    queued = np.array([0.0081, 0.0091])
+    low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S)
+    assert low[1] == pytest.approx(high[1]) == pytest.approx(7.1)  # read as an arrival
+    low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S, np.array([True, True]))
+    assert low == pytest.approx([0.0, 0.0]) and high == pytest.approx([7.1, 7.1])
+    # an engine with nothing else to do waits for input: its stamp is the arrival
+    low, high = busy_hop.hop_windows_ms(sent, queued, spans, HELD_BACK_S, np.array([True, False]))
+    assert low[1] == pytest.approx(high[1]) == pytest.approx(7.1)
+    done = np.array([0.030, 0.031])  # each still running at the other's stamp
+    assert busy_hop.engine_working(queued, done).tolist() == [False, True]
+    assert busy_hop.engine_working(queued, np.array([0.0085, 0.031])).tolist() == [False, False]
+
+
+def test_a_constant_hop_through_drains_reads_narrow_only_with_them() -> None:
+    """A 3 ms hop for every busy send, stamped where a working engine drains its input (the
+    second of a drain 1 ms after the first): read as arrivals, the late stamps make a tail
+    that is not there; read as drains, the spread stays on the line."""
+    spans = back_to_back(20.0, seed=8)
+    n = 1500
+    hops = np.full(n, 3.0e-3)
+    sent, queued = drained_through(spans, hops)
+    late = queued - spans[np.searchsorted(spans[:, 1], queued) - 1, 1] > HELD_BACK_S
+    assert late.mean() > 0.03  # enough second-in-a-drain stamps to matter
+    line = {"input_ms": 3.0, "input_per_running_ms": 0.0}
+    done = queued + 1.0  # every request still running at every other's stamp
+    as_arrivals = busy_hop.busy_hop_spread(sent, queued, np.ones(n), spans, line, HELD_BACK_S)
+    as_drains = busy_hop.busy_hop_spread(
+        sent, queued, np.ones(n), spans, line, HELD_BACK_S, done_s=done
+    )
+    p95 = SPREAD_LEVELS.index(0.95)
+    assert as_arrivals[busy_hop.KEY]["1"][-1] > 3.0  # a phantom tail
+    assert abs(as_drains[busy_hop.KEY]["1"][p95]) < 0.5
+    assert as_drains[busy_hop.KEY]["1"][-1] < as_arrivals[busy_hop.KEY]["1"][-1] - 2.0
 
 
 def test_a_known_spread_is_read_back_through_the_steps() -> None:
