@@ -397,14 +397,13 @@ def input_from_replays(
     sent inside a replay's window, its hop (:func:`hop_s`: send to the engine core, the wait for
     a step in progress left out) against the requests in flight at its send (reached the engine,
     not finished), a Theil-Sen line as :func:`frontend_from_engine_clock` fits, the sends to an
-    idle engine apart (:func:`input_line`'s ``idle``), then the line fitted again through the
-    recorded steps (:func:`~.input_steps.through_steps`: the window's middle overestimates a
-    held request's hop).
+    idle engine apart (:func:`input_line`'s ``idle``), the line fitted again through the recorded
+    steps (:func:`~.input_steps.through_steps`), and the busy sends' spread around it
+    (:func:`~.busy_hop.busy_hop_spread`, each request's last token telling drains from arrivals).
 
-    The replays send as the real bench does (an open loop at a rate, the sender waking at each
-    request's time, other requests streaming): on the main job's host the hop of a request sent
-    to an idle engine was 5.0 ms there against 3.7 ms for the experiments' prompts, each sent on
-    a quiet client right after the one before ended (benchmarks/results/ttft_bias_20261127).
+    The replays send as the real bench does (an open loop at a rate, other requests streaming):
+    on the main job's host an idle engine's hop read 5.0 ms there against 3.7 ms for the
+    experiments' prompts, each sent on a quiet client (benchmarks/results/ttft_bias_20261127).
     None with fewer than :data:`MIN_REPLAY_REQUESTS` stamped requests."""
     spans = schedule[["start_time_s", "end_time_s"]].to_numpy(dtype=float)
     running: list[int] = []
@@ -430,9 +429,7 @@ def input_from_replays(
     line = input_line(running, hops, MIN_INPUT_SAMPLES, idle=True)
     fitted = input_steps.through_steps(line, sent, queued, running, spans)
     top = running_max(fitted.get("measured_input_ms"))
-    spread = busy_hop.busy_hop_spread(
-        sent, queued, running, spans, fitted, HELD_BACK_S, top, done_s=done
-    )
+    spread = busy_hop.busy_hop_spread(sent, queued, running, spans, fitted, HELD_BACK_S, top, done)
     return {**fitted, **spread, "requests": len(hops)}
 
 
