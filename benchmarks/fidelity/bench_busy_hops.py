@@ -15,9 +15,12 @@ its way to the API server (send to the API server's arrival stamp, the client an
 remainder left at that arrival. Printed: by the remainder at the send, each side's sends, share
 missed and median way to the API server; by the remainder at the API server's arrival, the share
 missed (the API server's part alone); per run, the truth's median way to the API server less the
-replays' (remainders 2.5-10 ms); and how many of the server's queue stamps were drains with work
-in hand (between two steps that share a request) later than ``frontend.HELD_BACK_S`` after their
-step's end, which calibration version 19 read as arrivals.
+replays' (remainders 2.5-10 ms); and how many of the server's queue stamps (its whole life) were
+drains with work in hand (between two steps that share a request) later than
+``frontend.HELD_BACK_S`` after their step's end, which calibration version 19 read as arrivals
+where they were a replayed busy send's. A replayed send is paired with the calibration's one
+API-server arrival within :data:`FRONT_AFTER_SEND_S` after it, sends with another close by left
+out; the truth's by request id. One engine per server (a fleet's steps would interleave).
 
 Run: ``python -m benchmarks.fidelity.bench_busy_hops RUN [RUN ...] [--root tmp] [--out F.json]``,
 each RUN a pipeline run id whose ``tmp/pipeline/<run>`` holds the server's files.
@@ -34,7 +37,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.fidelity.bench_sim_variants import stored_run
 from benchmarks.fidelity.bench_step_misses import AFTER_S
 from benchmarks.fidelity.bench_tail_requests import markdown
 from gpu_simulate_test.calibration.frontend import HELD_BACK_S
@@ -49,8 +51,12 @@ SHARES: tuple[tuple[float, str], ...] = ((0.1, "replays <=10%"), (0.45, "replays
 above the last: ``replays ~60%``."""
 COMPARED_MS = (2.5, 10.0)
 """The remainders over which each run's way to the API server is compared."""
-FRONT_AFTER_SEND_S = 0.02
-"""A send's API-server arrival is the first one within this after it (calibration replays)."""
+FRONT_AFTER_SEND_S = 0.01
+"""A replayed send's API-server arrival: the one calibration request the API server stamped
+within this after it; a send with none or two there (another send's close by) is left out."""
+MAX_OFFSET_SPREAD_S = 1e-3
+"""The truth's requests' wall-clock arrivals less their stamps on the run's clock: one offset,
+within this, or the run token is not the truth's."""
 
 
 def server_life(run_dir: Path) -> tuple[np.ndarray, dict[str, float], pd.DataFrame]:
@@ -64,7 +70,11 @@ def server_life(run_dir: Path) -> tuple[np.ndarray, dict[str, float], pd.DataFra
                 queued[str(entry["q"]).rsplit("-", 1)[0]] = float(entry["t"])
             elif "s" in entry and "e" in entry:
                 steps.append((float(entry["s"]), float(entry["e"])))
-    spans = [json.loads(line) for line in (run_dir / "otlp_spans.jsonl").open()]
+    path = run_dir / "otlp_spans.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the server's spans are needed (a vLLM server run here)")
+    with path.open() as handle:
+        spans = [json.loads(line) for line in handle]
     front = pd.DataFrame(
         {
             "tag": [s["request_id"] for s in spans],
@@ -76,9 +86,11 @@ def server_life(run_dir: Path) -> tuple[np.ndarray, dict[str, float], pd.DataFra
 
 
 def late_drains(run_dir: Path) -> dict[str, Any]:
-    """The server's queue stamps between two steps that share a request (the engine had work,
-    so the stamp is a drain of its input, not an arrival): how many, and how many came later
-    than ``frontend.HELD_BACK_S`` after the step's end (version 19 read those as arrivals)."""
+    """Every queue stamp of the server's life (calibration experiments and replays, truth and
+    repeat) that lies between two steps sharing a request (the engine had work, so the stamp is
+    a drain of its input, not an arrival): how many, and how many came later than
+    ``frontend.HELD_BACK_S`` after the step's end (where a busy send's, version 19 read it as
+    the arrival)."""
     steps: list[tuple[float, float, frozenset[str]]] = []
     stamps: list[float] = []
     with (run_dir / "engine_steps.jsonl").open() as handle:
@@ -142,8 +154,7 @@ def busy_sends(
 
 def one_run(run: str, root: Path) -> pd.DataFrame:
     """Both sides' busy sends of one stored pipeline run."""
-    meta, _, _ = stored_run(run)
-    stages = meta["stages"]
+    stages = json.loads((root / "pipeline" / run / "run_meta.json").read_text())["stages"]
     steps, queued, front = server_life(root / "pipeline" / run)
     real_dir = Path(stages["real_bench"]["path"])
     truth = pd.read_csv(real_dir / "request_metrics.csv").set_index("request_id").sort_index()
@@ -156,11 +167,15 @@ def one_run(run: str, root: Path) -> pd.DataFrame:
         tok: g.set_index("id")["wall_s"] for tok, g in front.groupby("run") if len(g) >= 10
     }
     fit = {tok: stamps["front_arrival_time_s"].reindex(w.index) - w for tok, w in wall.items()}
-    best = min(fit, key=lambda tok: (-fit[tok].count(), float(fit[tok].std() or 0.0)))
+    spread = {tok: float(f.std()) if f.count() >= 10 else float("inf") for tok, f in fit.items()}
+    best = min(spread, key=lambda tok: (spread[tok], -fit[tok].count()), default=None)
+    if best is None or not spread[best] <= MAX_OFFSET_SPREAD_S:
+        raise ValueError(f"{real_dir}: no run token's API-server arrivals match its stamps")
     front["engine_s"] = front["wall_s"] + float(fit[best].median()) + to_engine
     front["queued"] = front["tag"].map(queued)
     mine = front[front["run"] == best].set_index("id")
-    ids = truth.index.intersection(mine.index)
+    stamped = truth[["arrival_time_s", "engine_arrival_time_s"]].notna().all(axis=1)
+    ids = truth.index[stamped].intersection(mine.index[mine["engine_s"].notna()])
     real = busy_sends(
         truth.loc[ids, "arrival_time_s"].to_numpy(dtype=float) + to_engine,
         mine.loc[ids, "engine_s"].to_numpy(dtype=float),
@@ -168,12 +183,14 @@ def one_run(run: str, root: Path) -> pd.DataFrame:
         steps,
     ).assign(side="truth")
     bundle = Path(stages["vidur_profile"]["path"])  # this run's own calibration
-    return pd.concat([real, replay_sends(bundle, steps, front)]).assign(run=run)
+    calibration = front[front["run"] == front["run"].value_counts().idxmax()]  # most requests
+    return pd.concat([real, replay_sends(bundle, steps, calibration)]).assign(run=run)
 
 
 def replay_sends(bundle: Path, steps: np.ndarray, front: pd.DataFrame) -> pd.DataFrame:
     """The calibration replays' busy sends (``serving_steps.csv`` ``client_send_offsets_ms``),
-    each paired with the first API-server arrival after it, by the replay's rate."""
+    each paired with the calibration's one API-server arrival within
+    :data:`FRONT_AFTER_SEND_S` after it (none or two: left out), by the replay's rate."""
     table = pd.read_csv(bundle / "serving_steps.csv", keep_default_na=False)
     calibration = json.loads((bundle / "meta.json").read_text())["engine_calibration"]
     capacity = float(next(iter(calibration.values()))["serving"]["capacity_qps_estimate"])
@@ -191,8 +208,10 @@ def replay_sends(bundle: Path, steps: np.ndarray, front: pd.DataFrame) -> pd.Dat
             rate.append(qps)
     ordered = front.dropna(subset=["queued"]).sort_values("engine_s")
     arrivals = ordered["engine_s"].to_numpy(dtype=float)
-    at = np.clip(np.searchsorted(arrivals, np.asarray(sent)), 0, len(arrivals) - 1)
-    paired = arrivals[at] - np.asarray(sent) < FRONT_AFTER_SEND_S
+    at = np.searchsorted(arrivals, np.asarray(sent), side="left")
+    within = np.searchsorted(arrivals, np.asarray(sent) + FRONT_AFTER_SEND_S, side="left") - at
+    paired = within == 1
+    at = np.minimum(at, len(arrivals) - 1)
     out = busy_sends(
         np.asarray(sent)[paired],
         arrivals[at][paired],

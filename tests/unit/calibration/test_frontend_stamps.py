@@ -171,6 +171,27 @@ def test_the_replays_give_the_input_line_the_judged_runs_see() -> None:
     assert with_replay_input(experiments, None) is experiments
 
 
+def test_the_replays_hand_the_busy_spread_each_requests_last_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Version 20: the busy sends' spread tells drains from arrivals by each replayed request's
+    last token, in the same order as its send and queue stamps."""
+    from gpu_simulate_test.calibration import busy_hop, frontend
+
+    seen: dict[str, list[float]] = {}
+
+    def spy(sent, queued, running, spans, line, held_back_s, running_max, done_s=None):
+        seen.update(sent=list(sent), queued=list(queued), done=list(done_s))
+        return {}
+
+    monkeypatch.setattr(busy_hop, "busy_hop_spread", spy)
+    rec, schedule = replayed(30, 5.0, 2.0)
+    assert frontend.input_from_replays(rec, schedule, [(1.0, 0.5, 100.0)]) is not None
+    records = [rec.records[i] for i in range(30)]
+    assert seen["sent"] == [r.arrival_s for r in records]
+    assert seen["done"] == [r.engine_last_token for r in records]
+
+
 def test_a_send_to_an_idle_engine_is_read_apart_from_the_line() -> None:
     from gpu_simulate_test.calibration.frontend import input_line, with_replay_input
     from gpu_simulate_test.calibration.overhead import FrontEnd

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from benchmarks.fidelity import bench_busy_hops as bench
 
@@ -53,3 +54,22 @@ def test_busy_sends_reads_the_remainders_and_the_misses() -> None:
     assert out["at_front_ms"].to_numpy() == pytest.approx([4.0, 2.0])
     assert out["missed"].tolist() == [False, True]
     assert out["to_front_ms"].to_numpy() == pytest.approx([2.0, 2.0])
+
+
+def test_a_replayed_send_is_paired_only_with_a_lone_arrival(tmp_path: Path) -> None:
+    """Each replayed busy send takes the calibration's one API-server arrival within 10 ms after
+    it; a send with two there (another send close by) is left out, not paired by guess."""
+    steps = np.array([[0.0, 0.008], [0.009, 0.017], [0.020, 0.028], [0.029, 0.037]])
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    header = "backend,rate_qps,start_time_s,client_send_offsets_ms\n"
+    rows = "vllm,5.0,0.0,1.0\nvllm,40.0,0.020,1.0;1.5\n"  # one send alone, two close together
+    (bundle / "serving_steps.csv").write_text(header + rows)
+    meta = {"engine_calibration": {"vllm": {"serving": {"capacity_qps_estimate": 80.0}}}}
+    (bundle / "meta.json").write_text(json.dumps(meta))
+    front = pd.DataFrame({"engine_s": [0.003, 0.023, 0.0235], "queued": [0.0081, 0.0281, 0.0282]})
+    out = bench.replay_sends(bundle, steps, front)
+    assert len(out) == 1  # the two close sends each see two arrivals
+    assert out["to_front_ms"].to_numpy() == pytest.approx([2.0])
+    assert out["side"].tolist() == ["replays <=10%"]
+    assert not out["missed"].any()
