@@ -28,9 +28,9 @@ each RUN a pipeline run id whose ``tmp/pipeline/<run>`` holds the server's files
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.fidelity.bench_step_misses import AFTER_S
-from benchmarks.fidelity.bench_tail_requests import markdown
+from benchmarks.fidelity.bench_tail_requests import markdown, run_args
 from gpu_simulate_test.calibration.frontend import HELD_BACK_S
 from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 
@@ -59,17 +59,37 @@ MAX_OFFSET_SPREAD_S = 1e-3
 within this, or the run token is not the truth's."""
 
 
-def server_life(run_dir: Path) -> tuple[np.ndarray, dict[str, float], pd.DataFrame]:
-    """The server's recorded steps ((start, end) rows, engine clock, in time order), queue
-    stamps by request tag, and the API server's arrivals (``tag``, ``wall_s``)."""
-    steps, queued = [], {}
-    with (run_dir / "engine_steps.jsonl").open() as handle:
-        for line in handle:
-            entry = json.loads(line)
-            if "q" in entry:
-                queued[str(entry["q"]).rsplit("-", 1)[0]] = float(entry["t"])
-            elif "s" in entry and "e" in entry:
-                steps.append((float(entry["s"]), float(entry["e"])))
+@dataclass(frozen=True)
+class ServerLog:
+    """A server's ``engine_steps.jsonl`` (the engine core's clock): its steps, in start order,
+    with the requests each ran, and every queue stamp (request tag, time) in the file's order."""
+
+    steps: np.ndarray
+    """(start, end) rows."""
+    ran: list[frozenset[str]]
+    queued: list[tuple[str, float]]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> ServerLog:
+        steps: list[tuple[float, float, frozenset[str]]] = []
+        queued: list[tuple[str, float]] = []
+        with (run_dir / "engine_steps.jsonl").open() as handle:
+            for line in handle:
+                entry = json.loads(line)
+                if "q" in entry:
+                    queued.append((str(entry["q"]).rsplit("-", 1)[0], float(entry["t"])))
+                elif "s" in entry and "e" in entry:
+                    ids = frozenset(str(r[0]) for r in entry.get("r") or [])
+                    steps.append((float(entry["s"]), float(entry["e"]), ids))
+        steps.sort(key=lambda step: step[:2])
+        spans = np.array([step[:2] for step in steps], dtype=float).reshape(-1, 2)
+        return cls(spans, [step[2] for step in steps], queued)
+
+
+def api_arrivals(run_dir: Path) -> pd.DataFrame:
+    """The API server's arrival stamp of each request (``tag``, ``wall_s``), from the server's
+    ``otlp_spans.jsonl``; a tag served twice (a warm-up and the request of the same id): the
+    later, as the queue stamps' reading keeps."""
     path = run_dir / "otlp_spans.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the server's spans are needed (a vLLM server run here)")
@@ -81,36 +101,24 @@ def server_life(run_dir: Path) -> tuple[np.ndarray, dict[str, float], pd.DataFra
             "wall_s": [float(s["front_arrival_wall_s"]) for s in spans],
         }
     )
-    # a tag served twice (a warm-up and the request of the same id): the later, as the queue's
-    return np.array(sorted(steps)), queued, front.drop_duplicates("tag", keep="last")
+    return front.drop_duplicates("tag", keep="last")
 
 
-def late_drains(run_dir: Path) -> dict[str, Any]:
+def late_drains(log: ServerLog) -> dict[str, Any]:
     """Every queue stamp of the server's life (calibration experiments and replays, truth and
     repeat) that lies between two steps sharing a request (the engine had work, so the stamp is
     a drain of its input, not an arrival): how many, and how many came later than
     ``frontend.HELD_BACK_S`` after the step's end (where a busy send's, version 19 read it as
     the arrival)."""
-    steps: list[tuple[float, float, frozenset[str]]] = []
-    stamps: list[float] = []
-    with (run_dir / "engine_steps.jsonl").open() as handle:
-        for line in handle:
-            entry = json.loads(line)
-            if "q" in entry:
-                stamps.append(float(entry["t"]))
-            elif "s" in entry and "e" in entry:
-                ids = frozenset(str(r[0]) for r in entry.get("r") or [])
-                steps.append((float(entry["s"]), float(entry["e"]), ids))
-    steps.sort(key=lambda step: step[0])
-    ends = np.array([step[1] for step in steps])
+    ends = log.steps[:, 1]
     late_ms = []
-    for t in stamps:
+    for _, t in log.queued:
         k = int(np.searchsorted(ends, t, side="right")) - 1
-        if 0 <= k < len(steps) - 1 and steps[k + 1][0] >= t and steps[k][2] & steps[k + 1][2]:
+        if 0 <= k < len(ends) - 1 and log.steps[k + 1, 0] >= t and log.ran[k] & log.ran[k + 1]:
             late_ms.append(1e3 * (t - ends[k]))
     late = np.asarray(late_ms)
     return {
-        "stamps": len(stamps),
+        "stamps": len(log.queued),
         "drains_with_work": len(late),
         "after_held_back": int((late > 1e3 * HELD_BACK_S).sum()),
         "after_end_p50_p90_ms": [round(float(v), 3) for v in np.percentile(late, [50, 90])]
@@ -152,10 +160,11 @@ def busy_sends(
     )[busy]
 
 
-def one_run(run: str, root: Path) -> pd.DataFrame:
-    """Both sides' busy sends of one stored pipeline run."""
+def one_run(run: str, root: Path, log: ServerLog) -> pd.DataFrame:
+    """Both sides' busy sends of one stored pipeline run (``log``: its server's)."""
     stages = json.loads((root / "pipeline" / run / "run_meta.json").read_text())["stages"]
-    steps, queued, front = server_life(root / "pipeline" / run)
+    steps, queued = log.steps, dict(log.queued)  # a tag queued twice: the later
+    front = api_arrivals(root / "pipeline" / run)
     real_dir = Path(stages["real_bench"]["path"])
     truth = pd.read_csv(real_dir / "request_metrics.csv").set_index("request_id").sort_index()
     schedule = pd.read_csv(real_dir / "engine_schedule.csv")
@@ -264,16 +273,13 @@ def per_run(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+")
-    parser.add_argument("--root", type=Path, default=Path("tmp"))
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    table = pd.concat([one_run(run, args.root) for run in args.runs], ignore_index=True)
+    args = run_args(__doc__, argv, variant=False)
+    logs = {run: ServerLog.read(args.root / "pipeline" / run) for run in args.runs}
+    table = pd.concat([one_run(run, args.root, logs[run]) for run in args.runs], ignore_index=True)
     at_send = banded(table, "remainder_ms", REMAINDER_MS)
     at_front = banded(table, "at_front_ms", AT_FRONT_MS)
     runs = per_run(table)
-    drains = {run: late_drains(args.root / "pipeline" / run) for run in args.runs}
+    drains = {run: late_drains(log) for run, log in logs.items()}
     print(f"{len(args.runs)} runs; busy sends by the step in progress's remainder at the send:\n")
     print(markdown(at_send))
     print("\nby the remainder left at the API server's arrival stamp (its part alone):\n")

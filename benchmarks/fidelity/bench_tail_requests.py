@@ -165,13 +165,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
-    """The stored-runs benchmarks' arguments (this one's and ``bench_step_misses``'): pipeline
-    run ids, ``--variant`` (a ``bench_sim_variants`` variant's simulation), ``--root``,
-    ``--out``; the description is ``doc``'s first paragraph."""
+def run_args(doc: str, argv: list[str] | None, variant: bool = True) -> argparse.Namespace:
+    """The stored-runs benchmarks' arguments (this one's, ``bench_step_misses``' and
+    ``bench_busy_hops``'): pipeline run ids, ``--variant`` (a ``bench_sim_variants`` variant's
+    simulation; with ``variant``), ``--root``, ``--out``; the description is ``doc``'s first
+    paragraph."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("runs", nargs="+")
-    parser.add_argument("--variant", default=None)
+    if variant:
+        parser.add_argument("--variant", default=None)
     parser.add_argument("--root", type=Path, default=Path("tmp"))
     parser.add_argument("--out", type=Path, default=None)
     return parser.parse_args(argv)

@@ -89,7 +89,7 @@ def hop_windows_ms(
         held = ok & drained & (ends[kk] > sent)
         start = np.maximum(np.asarray(spans[kk, 0], dtype=float), sent)
         low = np.where(held, start - sent, low)
-        high = np.where(held, queued - sent, high)  # stamped up to held_back_s after the end
+        high = np.where(held, queued - sent, high)  # a drain: up to its stamp, not the end
     return 1e3 * np.maximum(low, 0.0), 1e3 * np.maximum(high, 0.0)
 
 

@@ -29,7 +29,7 @@ def write_server(run_dir: Path) -> None:
 
 def test_late_drains_counts_stamps_between_steps_that_share_a_request(tmp_path: Path) -> None:
     write_server(tmp_path / "run")
-    out = bench.late_drains(tmp_path / "run")
+    out = bench.late_drains(bench.ServerLog.read(tmp_path / "run"))
     assert out["stamps"] == 3
     assert out["drains_with_work"] == 2  # d's steps share nothing: an idle engine's arrival
     assert out["after_held_back"] == 1  # c, 1.2 ms after its step's end
