@@ -136,6 +136,9 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     at_dir = root / "pipeline" / "e2e" / "runs" / "vidur_simulate" / "e2e-at-level"
     at_meta = json.loads((at_dir / "run_meta.json").read_text())
     assert at_meta["config"]["vidur"]["step_time_scale"] == pytest.approx(level["ratio"])
+    # on the host's CPU the API server shares the engine's cores: its front end scaled too
+    assert level["front_end"] is True
+    assert at_meta["config"]["vidur"]["frontend_time_scale"] == pytest.approx(level["ratio"])
     # (no engine calibration here: the layer profile alone, the real steps ~16x as long)
     assert 0.2 < level["ratio"] < 100 and level["steps"] >= 20
     assert data["at_real_step_level"]["ratio"] == pytest.approx(level["ratio"])

@@ -40,6 +40,9 @@ class AtLevelRun:
     ratio: float | None
     """Its ``vidur.step_time_scale``: the real run's busy steps over the step model's for the
     same steps (None where its run_meta does not say)."""
+    front_end_scale: float = 1.0
+    """Its ``vidur.frontend_time_scale``: the front end scaled with the steps where the engine
+    shares the host's CPU (1: as calibrated)."""
 
 
 def load_at_level(
@@ -51,9 +54,12 @@ def load_at_level(
     if not path:
         return None
     run = load_run(path, "vidur_simulate")
-    ratio = run.meta.get("config", {}).get("vidur", {}).get("step_time_scale")
+    vidur = run.meta.get("config", {}).get("vidur", {})
+    ratio, front = vidur.get("step_time_scale"), vidur.get("frontend_time_scale", 1.0)
     return AtLevelRun(
-        seed_run(run, real, real_requests), float(ratio) if isinstance(ratio, int | float) else None
+        seed_run(run, real, real_requests),
+        float(ratio) if isinstance(ratio, int | float) else None,
+        float(front) if isinstance(front, int | float) else 1.0,
     )
 
 
@@ -92,19 +98,24 @@ def at_level_json(at: AtLevelRun | None) -> dict[str, Any] | None:
     return {
         "sim_run_dir": str(at.run.path),
         "ratio": at.ratio,
+        "frontend_time_scale": at.front_end_scale,
         "convention": (
             "the same arrivals simulated with every step ratio times as long (the real run's "
-            "busy steps over the step model's for the same steps); the clocks rows' at_level_* "
-            "columns; a diagnosis that reads the judged run, never the answer"
+            "busy steps over the step model's for the same steps), and the front end "
+            "frontend_time_scale times (the level where the engine shares the host's CPU, else "
+            "1); the clocks rows' at_level_* columns; a diagnosis that reads the judged run, "
+            "never the answer"
         ),
     }
 
 
-def level_text(ratio: float | None) -> str:
-    """How the real run's steps stood to the model's, in words."""
+def level_text(ratio: float | None, front_end_scale: float = 1.0) -> str:
+    """How the real run's steps stood to the model's, in words (and the front end, where it was
+    scaled with them)."""
+    front = "" if front_end_scale == 1.0 else f", the front end {front_end_scale:.3f}× too"
     if ratio is None:
-        return "at its real run's step level"
-    return f"at its real run's step level (the real steps {ratio:.3f}× the model's)"
+        return "at its real run's step level" + (f" ({front[2:]})" if front else "")
+    return f"at its real run's step level (the real steps {ratio:.3f}× the model's{front})"
 
 
 def at_level_markdown(rows: Sequence[Mapping[str, Any]] | None, at: AtLevelRun | None) -> str:
@@ -129,8 +140,10 @@ def at_level_markdown(rows: Sequence[Mapping[str, Any]] | None, at: AtLevelRun |
     ]
     return (
         "\n## At the real run's step level (a diagnosis)\n\n"
-        f"The same arrivals simulated again {level_text(at.ratio)}: every step that much longer "
-        f"(`vidur.step_time_scale`, `{at.run.path.name}`). As calibrated is the answer; at the "
+        f"The same arrivals simulated again {level_text(at.ratio, at.front_end_scale)}: every "
+        "step that much longer (`vidur.step_time_scale`; on the host's CPU, whose cores the API "
+        f"server shares, the front end too: `vidur.frontend_time_scale`; `{at.run.path.name}`). "
+        "As calibrated is the answer; at the "
         "level, how far the model is off once the host's speed is known. It reads the judged "
         "run, so it is never the answer (docs/compare.md, *At the real run's step level*).\n\n"
         + markdown_table(header, body)

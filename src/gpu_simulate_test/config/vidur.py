@@ -290,6 +290,11 @@ class VidurConfig:
     steps too): a what-if for a slower (> 1) or faster (< 1) host or device, and how the capacity
     stage asks what a step-time error would do to its answer (``capacity.step_band``). 1: as
     calibrated."""
+    frontend_time_scale: float = 1.0
+    """Every calibrated front-end cost (the way in, its spreads, the API server's queue, the way
+    back) takes this many times its time (:mod:`~..calibration.frontend_scale`): the simulation
+    at a real run's own step level sets it to the level where the engine runs on the host's CPU,
+    whose cores the API server shares. 1: as calibrated."""
     seed: int = 42
     chrome_trace: bool = False
     """Vidur's chrome trace (large and slow): off by default."""
@@ -320,6 +325,11 @@ class VidurConfig:
             math.isfinite(self.step_time_scale) and self.step_time_scale > 0,
             f"vidur.step_time_scale={self.step_time_scale} must be a positive factor (1: every "
             "step as calibrated)",
+        )
+        _check(
+            math.isfinite(self.frontend_time_scale) and self.frontend_time_scale > 0,
+            f"vidur.frontend_time_scale={self.frontend_time_scale} must be a positive factor (1: "
+            "the front end as calibrated)",
         )
         _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
         _check_choice("vidur.event_loop", self.event_loop, EVENT_LOOPS)

@@ -6,9 +6,11 @@ knee a few percent of step time move latency many times over). :func:`real_step_
 the real run's own steps (``engine_schedule.csv``) with the simulation's step model
 (:func:`~gpu_simulate_test.calibration.level.step_level`, as the tune's check reads its
 servers); :func:`at_real_step_level` simulates the same arrivals again with every step that much
-longer (``vidur.step_time_scale``) and compares. Against the truth, the simulation as calibrated
-says how far the answer is off; at the real run's level, how far the model is off once the
-host's speed is known. The second reads the judged run, so it is a diagnosis, never the answer.
+longer (``vidur.step_time_scale``; on the host's CPU its front end too,
+:mod:`~gpu_simulate_test.calibration.frontend_scale`) and compares. Against the truth, the
+simulation as calibrated says how far the answer is off; at the real run's level, how far the
+model is off once the host's speed is known. The second reads the judged run, so it is a
+diagnosis, never the answer.
 """
 
 from __future__ import annotations
@@ -106,12 +108,21 @@ def at_level_config(
 ) -> tuple[dict[str, Any], PipelineStageConfig] | None:
     """The real run's step level (:func:`real_step_level`, its model built under
     ``<at's root>/step_models/<at's run id>``) and ``at`` with every step that much longer
-    (``vidur.step_time_scale``); None where the run has no level."""
+    (``vidur.step_time_scale``), and, where the engine runs on the host's CPU, the front end
+    too (``vidur.frontend_time_scale``; the level's ``front_end``: whether it did); None where
+    the run has no level."""
+    from gpu_simulate_test.calibration.frontend_scale import follows_steps
+
     model_dir = Path(at.output.root) / "step_models" / str(at.output.run_id)
     level = real_step_level(at, scheduler, workload_dir, real_dir, model_dir)
     if level is None:
         return None
-    vidur = dataclasses.replace(at.vidur, step_time_scale=float(level["ratio"]))
+    ratio = float(level["ratio"])
+    front_end = follows_steps(at.hardware.device)
+    level = {**level, "front_end": front_end}
+    vidur = dataclasses.replace(
+        at.vidur, step_time_scale=ratio, frontend_time_scale=ratio if front_end else 1.0
+    )
     return level, dataclasses.replace(at, vidur=vidur)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.frontend_queue import input_waits_s, request_delays_s
+from gpu_simulate_test.calibration.frontend_scale import scaled_front_end, scaled_queue
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
@@ -117,14 +118,15 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     engine_steps = record.steps if record is not None else None
     jitter = record.require_step_jitter() if record is not None and cfg.vidur.step_jitter else None
     frontend = (
-        record.frontend
+        scaled_front_end(record.frontend, cfg.vidur.frontend_time_scale)
         if record is not None and cfg.vidur.frontend_latency and replay is None
         else None
     )
     after = session_loop(workload.sessions, knobs.name, frontend, replay is not None)
     queue = None
     if frontend is not None and cfg.vidur.frontend_queue and cfg.vidur.scheduler.name == V1_NAME:
-        queue = record.frontend_queue if record is not None and cfg.vidur.step_log else None
+        logged = record.frontend_queue if record is not None and cfg.vidur.step_log else None
+        queue = scaled_queue(logged, cfg.vidur.frontend_time_scale)
     serving = None
     if record is not None and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
         serving = serving_steps_of(record.serving_steps, cfg.vidur.serving_intake)

@@ -51,6 +51,22 @@ def test_the_level_s_errors_sit_beside_the_answer_on_both_clocks() -> None:
     assert "| TTFT | p90 | +0.0% | +35.0% | n/a | -20.0% | +10.0% | n/a |" in text
 
 
+def test_a_front_end_scaled_with_the_steps_is_said() -> None:
+    """On the host's CPU the level's simulation scales the front end too: the summary and
+    ``comparison.json`` say by how much; without it, the steps alone."""
+    base = _at_level(0.033, 0.006, 1.08)
+    scaled = AtLevelRun(base.run, 1.08, 1.08)
+    text = at_level_markdown(with_at_level(_rows(), scaled), scaled)
+    assert "(the real steps 1.080× the model's, the front end 1.080× too)" in text
+    assert "`vidur.frontend_time_scale`" in text
+    record = at_level_json(scaled)
+    assert record is not None and record["frontend_time_scale"] == 1.08
+    plain = at_level_json(base)
+    assert plain is not None and plain["frontend_time_scale"] == 1.0
+    unscaled = at_level_markdown(with_at_level(_rows(), base), base)
+    assert "(the real steps 1.080× the model's)" in unscaled and "front end 1" not in unscaled
+
+
 def test_without_the_run_the_rows_and_the_summary_are_as_before() -> None:
     rows = _rows()
     assert with_at_level(rows, None) is rows

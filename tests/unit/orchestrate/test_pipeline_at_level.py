@@ -59,3 +59,31 @@ def test_a_failed_level_is_said_and_the_answer_goes_on(
         "error": "ValueError: engine_schedule.csv: start_time_s is not a number"
     }
     assert "the simulation at the real run's step level failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("device", "front_end"), [("cpu", True), ("cuda", False)])
+def test_the_level_scales_the_front_end_where_the_engine_shares_the_hosts_cpu(
+    tmp_path: Path,
+    compose_stage: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    device: str,
+    front_end: bool,
+) -> None:
+    """On the host's CPU the API server shares the engine's cores: the level's simulation takes
+    its front end that much slower too, and says so; on a GPU only the steps."""
+    import dataclasses
+
+    from gpu_simulate_test.orchestrate import step_level
+
+    def level(*args: Any) -> dict[str, Any]:
+        return {"ratio": 1.25, "steps": 400, "per_run": [1.25]}
+
+    monkeypatch.setattr(step_level, "real_step_level", level)
+    cfg = to_typed(compose_stage("pipeline"), PipelineStageConfig)
+    cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, device=device))
+    got = step_level.at_level_config(cfg, VidurSchedulerConfig(), tmp_path / "w", tmp_path / "r")
+    assert got is not None
+    recorded, at = got
+    assert recorded == {"ratio": 1.25, "steps": 400, "per_run": [1.25], "front_end": front_end}
+    assert at.vidur.step_time_scale == 1.25
+    assert at.vidur.frontend_time_scale == (1.25 if front_end else 1.0)
