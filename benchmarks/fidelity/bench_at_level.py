@@ -9,7 +9,10 @@ does since 2026-12-05), and set beside the simulation as calibrated, made again 
 code (so that both columns are this checkout's model). Per run: the level, client TTFT p50 and
 p90 as calibrated and at the level with the truth's repeat beside; then per figure how many runs
 are within max(10%, real vs real), the mean signed error and its spread over the runs, both
-ways. At the level is a diagnosis (it reads the judged run), never the answer.
+ways; and each request's own front end (client less engine TTFT) over every run's requests
+pooled, real against each simulation (where the engine runs on the host's CPU the level's
+simulation scales its front end too, ``vidur.frontend_time_scale``). At the level is a
+diagnosis (it reads the judged run), never the answer.
 
 Run: ``python -m benchmarks.fidelity.bench_at_level RUN [RUN ...] [--out F.json]``.
 """
@@ -23,6 +26,9 @@ import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from benchmarks.fidelity.bench_fresh_profiles import fmt, judged
 from benchmarks.fidelity.bench_sim_variants import pipeline_config, stored_run
@@ -42,6 +48,48 @@ def ttft_errors(compare_dir: Path | str) -> dict[str, dict[str, Any]]:
         for row in data["clocks"]
         if row["metric"] == "ttft"
     }
+
+
+def front_end_ms(compare_dir: Path | str) -> dict[str, list[float]]:
+    """A comparison's per-request front end (ms) on its real and its simulated side, over the
+    requests both have (:mod:`gpu_simulate_test.compare.front_end`), in request order."""
+    from gpu_simulate_test.compare import front_end
+
+    config = json.loads((Path(compare_dir) / "run_meta.json").read_text())["config"]
+    real = front_end.real_front_end_s(
+        pd.read_csv(Path(config["real_run_dir"]) / "request_metrics.csv")
+    )
+    sim = front_end.sim_front_end_s(
+        pd.read_csv(Path(config["sim_run_dir"]) / "request_metrics.csv")
+    )
+    ids = real.index.intersection(sim.index).sort_values()
+    return {
+        "real": [round(1e3 * float(v), 4) for v in real[ids]],
+        "sim": [round(1e3 * float(v), 4) for v in sim[ids]],
+    }
+
+
+def pooled_front_end(results: list[dict[str, Any]]) -> list[str]:
+    """Each way's per-request front end over every run's requests: real and simulated p50 / p90
+    / p99 and mean (ms), and the simulated over the real less 1."""
+    lines = []
+    for way in ("as_calibrated", "at_level"):
+        sides = [r.get("front_end_ms", {}).get(way) for r in results]
+        kept = [s for s in sides if s and s["real"]]
+        if not kept:
+            continue
+        real = np.concatenate([s["real"] for s in kept])
+        sim = np.concatenate([s["sim"] for s in kept])
+        figures = []
+        for name, pick in (("p50", 50), ("p90", 90), ("p99", 99), ("mean", None)):
+            r = float(real.mean() if pick is None else np.percentile(real, pick))
+            s = float(sim.mean() if pick is None else np.percentile(sim, pick))
+            figures.append(f"{name} {r:.2f} / {s:.2f} ({fmt(s / r - 1.0)})")
+        lines.append(
+            f"each request's front end, {way.replace('_', ' ')}, {len(real)} requests pooled, "
+            "real / simulated ms: " + ", ".join(figures)
+        )
+    return lines
 
 
 def one(run: str) -> dict[str, Any] | None:
@@ -68,6 +116,8 @@ def one(run: str) -> dict[str, Any] | None:
     return {
         "run": run,
         "level": level["ratio"],
+        "front_end_scaled": level.get("front_end"),
+        "front_end_ms": {"as_calibrated": front_end_ms(as_is), "at_level": front_end_ms(at_dir)},
         "as_calibrated": calibrated,
         "at_level": {  # its comparison has no repeat: the truth's own beside it
             q: {**v, "real_vs_real": calibrated.get(q, {}).get("real_vs_real")}
@@ -102,6 +152,8 @@ def report(results: list[dict[str, Any]]) -> None:
                 f"client TTFT {q} {way.replace('_', ' ')}: within max({LIMIT:.0%}, real vs real) "
                 f"in {within} of {count}; mean signed {fmt(mean)}, sd {sd:.1%}"
             )
+    for line in pooled_front_end(results):
+        print(line)
 
 
 def main() -> None:

@@ -142,6 +142,7 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     # (no engine calibration here: the layer profile alone, the real steps ~16x as long)
     assert 0.2 < level["ratio"] < 100 and level["steps"] >= 20
     assert data["at_real_step_level"]["ratio"] == pytest.approx(level["ratio"])
+    assert data["at_real_step_level"]["frontend_time_scale"] == pytest.approx(level["ratio"])
     assert all(np.isfinite(row["at_level_vs_client"]) for row in data["clocks"])
     assert data["verdict"]["at_level"]["judged"] == 12
     assert "## At the real run's step level" in (compare_dir / "summary.md").read_text()

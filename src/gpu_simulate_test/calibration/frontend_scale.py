@@ -4,7 +4,7 @@
 On this project's CPU host the engine core, its API server and the client share two cores, so a
 host that runs the engine's steps slower than its calibration runs the API server's intake and
 streaming slower too: over twenty main jobs the real front end per request (client less engine
-TTFT) moved with the truth's step level at an elasticity of 1.09 (the steps' own part, queued to
+TTFT) moved with the truth's step level at an elasticity of 1.10 (the steps' own part, queued to
 the first token, at 0.87). The simulation at a real run's own step level (``pipeline.at_level``,
 the fidelity stage's) therefore scales the front end with the steps where the engine runs on the
 host's CPU (:func:`follows_steps`); on a GPU the steps' level says nothing of the CPU's front

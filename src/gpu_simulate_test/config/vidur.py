@@ -388,6 +388,12 @@ class VidurSimulateStageConfig:
                 "one of the two out",
             )
             _check(
+                self.vidur.frontend_time_scale == 1.0,
+                f"step_times_from={self.step_times_from} replays the engine's own clock, without "
+                f"the front end: vidur.frontend_time_scale={self.vidur.frontend_time_scale} "
+                "would do nothing: leave it out",
+            )
+            _check(
                 not self.arrivals_from,
                 "step_times_from takes the arrivals from the same run (when its engine queued "
                 "each request): leave arrivals_from out",

@@ -48,11 +48,17 @@ def at_level_json(
     return {
         "convention": (
             "each load simulated again with every step ratio times as long (its real run's busy "
-            "steps over the step model's for the same steps); a diagnosis that reads the judged "
+            "steps over the step model's for the same steps), and where front_end is true (the "
+            "engine on the host's CPU) its front end too; a diagnosis that reads the judged "
             "run, never the answer"
         ),
         "levels": [
-            {"backend": b, "load_fraction": f, "ratio": None if lv is None else lv.get("ratio")}
+            {
+                "backend": b,
+                "load_fraction": f,
+                "ratio": None if lv is None else lv.get("ratio"),
+                "front_end": None if lv is None else lv.get("front_end"),
+            }
             for b, f, lv in _levels(capacity)
         ],
         "spread_by_clock": spreads,

@@ -422,7 +422,9 @@ def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] |
 def at_step_level(tuned: TuneInputs) -> Callable[[Simulated, float], Simulated]:
     """For ``tune.verify``: a configuration's capacity simulated again with every step ``scale``
     times as long (``vidur.step_time_scale``: its server's measured step level), by a bracket
-    search seeded at its simulated capacity; its points under ``points/at-level/<config_id>``."""
+    search seeded at its simulated capacity; its points under ``points/at-level/<config_id>``.
+    The steps only: the front end stays as calibrated (``vidur.frontend_time_scale``, which the
+    pipeline's and the fidelity stage's level scale on the host's CPU, is not applied here)."""
 
     def again(sim: Simulated, scale: float) -> Simulated:
         vidur = dataclasses.replace(tuned.inner.vidur, step_time_scale=scale)

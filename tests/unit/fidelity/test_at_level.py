@@ -43,7 +43,10 @@ CAPACITY = {
     "vllm": {
         "loads": [
             {"load_fraction": 0.2, "real_step_level": None},
-            {"load_fraction": 0.85, "real_step_level": {"ratio": 1.3, "steps": 900}},
+            {
+                "load_fraction": 0.85,
+                "real_step_level": {"ratio": 1.3, "steps": 900, "front_end": True},
+            },
         ]
     }
 }
@@ -66,6 +69,7 @@ def test_the_report_and_json_say_both_and_which_is_which() -> None:
     record = at_level_json(table, CAPACITY)
     assert record is not None
     assert [lv["ratio"] for lv in record["levels"]] == [None, 1.3]
+    assert [lv["front_end"] for lv in record["levels"]] == [None, True]  # the front end scaled
     engine = record["spread_by_clock"]["vllm"]["engine"]
     assert engine["as_calibrated"]["rows"] == 12 and engine["as_calibrated"]["within_10pct"] == 6
     assert engine["at_level"]["rows"] == 6 and engine["at_level"]["within_10pct"] == 6

@@ -91,3 +91,19 @@ def test_without_a_replay_nothing_changes(compose_stage: Any) -> None:
     assert with_run_knobs(cfg) is cfg
     resolved = to_resolved(compose_stage("vidur_simulate", ["workload_dir=w"]), cfg)
     assert recorded_config(resolved, cfg) == resolved
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("vidur.step_time_scale=1.1", r"vidur\.step_time_scale=1\.1 would change them"),
+        ("vidur.frontend_time_scale=1.1", r"vidur\.frontend_time_scale=1\.1 would do nothing"),
+    ],
+)
+def test_a_scale_an_oracle_replay_cannot_honour_is_refused(
+    config: Callable[..., VidurSimulateStageConfig], override: str, message: str
+) -> None:
+    """The replay runs the engine's own step times and no front end: a scale of either would
+    change them or do nothing, and is refused by name."""
+    with pytest.raises(ConfigError, match=message):
+        config(override)
