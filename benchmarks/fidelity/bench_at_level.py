@@ -70,24 +70,30 @@ def front_end_ms(compare_dir: Path | str) -> dict[str, list[float]]:
 
 
 def pooled_front_end(results: list[dict[str, Any]]) -> list[str]:
-    """Each way's per-request front end over every run's requests: real and simulated p50 / p90
-    / p99 and mean (ms), and the simulated over the real less 1."""
+    """Each way's per-request front end over every run's requests
+    (:func:`gpu_simulate_test.compare.front_end.pooled`): real and simulated p50 / p90 / p99 and
+    mean (ms), and the simulated over the real less 1."""
+    from gpu_simulate_test.compare import front_end
+
     lines = []
     for way in ("as_calibrated", "at_level"):
         sides = [r.get("front_end_ms", {}).get(way) for r in results]
-        kept = [s for s in sides if s and s["real"]]
-        if not kept:
+        runs = [  # each run's two lists over the same requests, in order (:func:`front_end_ms`)
+            {side: pd.Series(np.asarray(s[side], dtype=float) / 1e3) for side in ("real", "sim")}
+            for s in sides
+            if s
+        ]
+        record = front_end.pooled(runs)
+        if record is None:
             continue
-        real = np.concatenate([s["real"] for s in kept])
-        sim = np.concatenate([s["sim"] for s in kept])
-        figures = []
-        for name, pick in (("p50", 50), ("p90", 90), ("p99", 99), ("mean", None)):
-            r = float(real.mean() if pick is None else np.percentile(real, pick))
-            s = float(sim.mean() if pick is None else np.percentile(sim, pick))
-            figures.append(f"{name} {r:.2f} / {s:.2f} ({fmt(s / r - 1.0)})")
+        figures = ", ".join(
+            f"{q} {record['real_ms'][q]:.2f} / {record['sim_ms'][q]:.2f} "
+            f"({fmt(record['sim_vs_real'][q])})"
+            for q in front_end.STATS
+        )
         lines.append(
-            f"each request's front end, {way.replace('_', ' ')}, {len(real)} requests pooled, "
-            "real / simulated ms: " + ", ".join(figures)
+            f"each request's front end, {way.replace('_', ' ')}, {record['requests']} requests "
+            f"pooled, real / simulated ms: {figures}"
         )
     return lines
 

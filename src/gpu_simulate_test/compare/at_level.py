@@ -112,10 +112,10 @@ def at_level_json(at: AtLevelRun | None) -> dict[str, Any] | None:
 def level_text(ratio: float | None, front_end_scale: float = 1.0) -> str:
     """How the real run's steps stood to the model's, in words (and the front end, where it was
     scaled with them)."""
-    front = "" if front_end_scale == 1.0 else f", the front end {front_end_scale:.3f}× too"
-    if ratio is None:
-        return "at its real run's step level" + (f" ({front[2:]})" if front else "")
-    return f"at its real run's step level (the real steps {ratio:.3f}× the model's{front})"
+    said = [] if ratio is None else [f"the real steps {ratio:.3f}× the model's"]
+    if front_end_scale != 1.0:
+        said.append(f"the front end {front_end_scale:.3f}× too")
+    return "at its real run's step level" + (f" ({', '.join(said)})" if said else "")
 
 
 def at_level_markdown(rows: Sequence[Mapping[str, Any]] | None, at: AtLevelRun | None) -> str:
