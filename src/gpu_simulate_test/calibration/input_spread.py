@@ -5,6 +5,7 @@ a seeded level."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,18 +83,40 @@ def quantiles(values: Any, at: str, what: str) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
+def read_quantiles(levels: np.ndarray, quantiles: Sequence[float], tail: bool) -> np.ndarray:
+    """``levels`` read off one spread's ``quantiles`` (at :data:`SPREAD_LEVELS`) by linear
+    interpolation; below the first level its quantile, above the last one its quantile or, with
+    ``tail``, an exponential tail through the last two kept quantiles (the 95th and the 99th:
+    the same rise per halving of what lies beyond, so a level ``u`` above the 99th reads
+    ``q99 + (q99 - q95) · ln(0.01 / (1 - u)) / ln(5)``; the mean of the top 1% then lies one
+    such rise above the 99th percentile instead of on it)."""
+    out = np.interp(levels, SPREAD_LEVELS, quantiles)
+    if not tail:
+        return out
+    top, below = SPREAD_LEVELS[-1], SPREAD_LEVELS[-2]
+    rise = (quantiles[-1] - quantiles[-2]) / math.log((1.0 - below) / (1.0 - top))
+    beyond = levels > top
+    out[beyond] = quantiles[-1] + rise * np.log((1.0 - top) / (1.0 - levels[beyond]))
+    return out
+
+
 def spread_s(
-    residuals_ms: Sequence[tuple[int, Sequence[float]]], levels: np.ndarray, running: np.ndarray
+    residuals_ms: Sequence[tuple[int, Sequence[float]]],
+    levels: np.ndarray,
+    running: np.ndarray,
+    tail: bool = False,
 ) -> np.ndarray:
     """Per request, its ``levels`` read off the spread (``residuals_ms``: per bucket lower
     bound, increasing, the quantiles at :data:`SPREAD_LEVELS`) of the bucket its ``running``
-    count falls in, the nearest measured below, else the lowest (seconds; zeros without one)."""
+    count falls in, the nearest measured below, else the lowest (seconds; zeros without one);
+    ``tail``: beyond the 99th percentile on an exponential tail (:func:`read_quantiles`)."""
     out = np.zeros(len(levels))
     if not residuals_ms:
         return out
     lows = np.array([b for b, _ in residuals_ms], dtype=float)
     which = np.maximum(np.searchsorted(lows, np.asarray(running, dtype=float), "right") - 1, 0)
+    levels = np.asarray(levels, dtype=float)
     for k, (_, quantiles) in enumerate(residuals_ms):
         mine = which == k
-        out[mine] = np.interp(levels[mine], SPREAD_LEVELS, quantiles)
+        out[mine] = read_quantiles(levels[mine], quantiles, tail)
     return out / 1000.0

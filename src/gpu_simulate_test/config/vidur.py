@@ -278,6 +278,10 @@ class VidurConfig:
     progress's remainder misses that step's end as often as the replays' did. Not drawn with
     ``frontend_input_spread`` (which spreads every send by the windows' middles instead), with
     ``frontend_input=queue`` or in a closed loop (multi-turn sessions)."""
+    frontend_spread_tail: bool = False
+    """Every front-end spread drawn above (the way in, a busy send's hop, the first token's way
+    back) read beyond its 99th percentile on an exponential tail through its 95th and 99th
+    (:func:`~..calibration.input_spread.read_quantiles`); false: at most its 99th percentile."""
     wake_spread: bool = True
     """A step that wakes an idle engine adds one of the calibration replays' wake-ups beyond
     the curve, seeded by ``seed`` (:mod:`~..calibration.wake`; false: on the curve)."""

@@ -86,6 +86,9 @@ class Inputs:
     sent to an idle engine does, with ``vidur.frontend_idle_spread``)."""
     first_spread_idle: bool = True
     """``vidur.frontend_idle_spread``: a request sent to an idle engine draws."""
+    spread_tail: bool = False
+    """``vidur.frontend_spread_tail``: every front-end spread read beyond its 99th percentile
+    on an exponential tail (:func:`~..calibration.input_spread.read_quantiles`)."""
 
     def first_token_spread_s(self, running: np.ndarray) -> np.ndarray | float:
         """Per request, how much later than the queue says its first token reaches the client:
@@ -93,16 +96,16 @@ class Inputs:
         flight (``running``): an idle engine's (``first_idle_residual_ms``), a busy one's per
         bucket of requests in flight (``first_busy_residual_ms``), each where drawn, else 0
         (seconds; 0.0 without a spread)."""
-        queue, levels = self.frontend_queue, self.first_spread_levels
+        queue, levels, tail = self.frontend_queue, self.first_spread_levels, self.spread_tail
         if levels is None or queue is None:
             return 0.0
         running = np.asarray(running)
         out = np.zeros(len(running))
         if self.first_spread_idle and queue.first_idle_residual_ms:
             idle = ((0, queue.first_idle_residual_ms),)
-            out = np.where(running == 0, input_spread_s(idle, levels, running), out)
+            out = np.where(running == 0, input_spread_s(idle, levels, running, tail), out)
         if self.first_spread_busy and queue.first_busy_residual_ms:
-            busy = input_spread_s(queue.first_busy_residual_ms, levels, running)
+            busy = input_spread_s(queue.first_busy_residual_ms, levels, running, tail)
             out = np.where(running > 0, busy, out)
         return out
 
@@ -143,11 +146,15 @@ class Inputs:
         at = np.asarray(running)
         spread = np.zeros(len(reached))
         if self.input_spread_levels is not None:
-            spread = self.frontend.input_spread_s(self.input_spread_levels, running)
+            spread = input_spread_s(
+                self.frontend.input_residual_ms, self.input_spread_levels, running, self.spread_tail
+            )
             if self.input_spread_idle_only:
                 spread = np.where(at == 0, spread, 0.0)
         if self.busy_hop_levels is not None:
-            hop = input_spread_s(self.frontend.busy_hop_residual_ms, self.busy_hop_levels, running)
+            hop = input_spread_s(
+                self.frontend.busy_hop_residual_ms, self.busy_hop_levels, running, self.spread_tail
+            )
             spread = spread + np.where(at > 0, hop, 0.0)
         return np.maximum(reached + spread, self.arrival_time_s)
 

@@ -139,9 +139,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
             "vidur.frontend_input=line"
         )
     spread_all, spread_idle = cfg.vidur.frontend_input_spread, cfg.vidur.frontend_idle_spread
-    levels, spread_note = input_spread(
-        frontend, spread_all, by_queue, len(arrival), cfg.vidur.seed, idle=spread_idle
-    )
+    levels, spread_note = input_spread(frontend, spread_all, by_queue, len(arrival),
+                                       cfg.vidur.seed, idle=spread_idle)  # fmt: skip
     hop_levels, hop_note = busy_hop(frontend, cfg.vidur.frontend_busy_hop, by_queue, spread_all,
                                     len(arrival), cfg.vidur.seed, after is not None)  # fmt: skip
     return Inputs(
@@ -173,6 +172,7 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         ),
         first_spread_idle=spread_idle,
         first_spread_busy=cfg.vidur.frontend_busy_spread,
+        spread_tail=cfg.vidur.frontend_spread_tail,
     )
 
 
