@@ -16,7 +16,9 @@ for the held part, as :func:`gpu_simulate_test.calibration.frontend.hop_s` reads
 ``frontend_delay_s`` (input, held and the way back), ``scheduling_delay_s`` (held and queued),
 ``engine_scheduling_delay_s`` (queued) and ``ttft_s``. Per run and pooled: each part's mean and
 median on both sides and the mean per-request difference (simulated − real), so a one-signed
-part shows where the simulated first token comes early or late.
+part shows where the simulated first token comes early or late. Over every run's requests
+together: each part's p50 / p90 / p99 real and simulated, and the same of the front end and
+held part cut the other way (the way in, send → queued; the way back), where a short tail is.
 
 Run: ``python -m benchmarks.fidelity.bench_ttft_parts RUN [RUN ...] [--root tmp] [--out F.json]``,
 each RUN a pipeline run id (its real and simulated runs read from its ``run_meta.json``) or
@@ -37,6 +39,12 @@ import pandas as pd
 from gpu_simulate_test.calibration.frontend import hop_s
 
 PARTS: tuple[str, ...] = ("front_end", "held", "queued", "to_first_token", "ttft")
+SIDES: tuple[str, ...] = ("way_in", "way_back")
+"""The front end and the held part cut the other way, each well defined on both sides: the way in
+(send → queued, the wait for a step in progress included: no estimate of when the request
+reached the engine core) and the first token's way back (the engine's first token → the
+client)."""
+POOLED_QUANTILES: tuple[int, ...] = (50, 90, 99)
 
 
 def run_dirs(spec: str, root: Path) -> tuple[Path, Path]:
@@ -67,6 +75,8 @@ def real_parts(real_dir: Path) -> pd.DataFrame:
                 r["engine_first_token_time_s"] - r["engine_scheduled_time_s"]
             ).to_numpy(dtype=float),
             "ttft": r["ttft_s"].to_numpy(dtype=float),
+            "way_in": queued_at - sent,
+            "way_back": back.to_numpy(dtype=float),
         },
         index=r.index,
     )
@@ -85,6 +95,8 @@ def sim_parts(sim_dir: Path) -> pd.DataFrame:
             "queued": queued,
             "to_first_token": s["ttft_s"] - s["frontend_delay_s"] - queued,
             "ttft": s["ttft_s"],
+            "way_in": s["frontend_delay_s"] - s["frontend_first_token_s"],
+            "way_back": s["frontend_first_token_s"],
         }
     )
 
@@ -102,6 +114,39 @@ def summary(real: pd.DataFrame, sim: pd.DataFrame) -> dict[str, dict[str, float]
         }
         for part in PARTS
     }
+
+
+def pooled_quantiles(
+    pooled: list[tuple[pd.DataFrame, pd.DataFrame]],
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each part (and each way, :data:`SIDES`) over every run's requests together: real and
+    simulated at :data:`POOLED_QUANTILES`, and simulated / real − 1: where a tail is short."""
+    real = pd.concat([r.loc[r.index.intersection(s.index)] for r, s in pooled])
+    sim = pd.concat([s.loc[r.index.intersection(s.index)] for r, s in pooled])
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for part in (*PARTS, *SIDES):
+        if part not in real or part not in sim:
+            continue
+        cells = {}
+        for q in POOLED_QUANTILES:
+            a, b = float(np.nanpercentile(real[part], q)), float(np.nanpercentile(sim[part], q))
+            ratio = b / a - 1.0 if a > 0 else float("nan")
+            cells[f"p{q}"] = {"real_ms": round(a, 3), "sim_ms": round(b, 3), "sim_vs_real": ratio}
+        out[part] = cells
+    return out
+
+
+def print_pooled(quantiles: dict[str, dict[str, dict[str, float]]], count: int) -> None:
+    print(f"\npooled over {count} requests: real / simulated (ms), simulated / real − 1\n")
+    heads = " | ".join(f"p{q}" for q in POOLED_QUANTILES)
+    print(f"| part | {heads} |")
+    print("| --- |" + " --- |" * len(POOLED_QUANTILES))
+    for part, cells in quantiles.items():
+        shown = " | ".join(
+            f"{c['real_ms']:.2f} / {c['sim_ms']:.2f} ({c['sim_vs_real']:+.1%})"
+            for c in cells.values()
+        )
+        print(f"| {part} | {shown} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             cells += [v.get(k, float("nan")) for k in ("real_p50_ms", "sim_p50_ms")]
             shown = " | ".join(f"{c:.2f}" for c in cells)
             print(f"| {spec} | {part} | {shown} | {v['mean_difference_ms']:+.2f} |")
+    if len(pooled) > 1:
+        quantiles = pooled_quantiles(pooled)
+        results["pooled_quantiles"] = quantiles
+        print_pooled(quantiles, sum(len(r.index.intersection(s.index)) for r, s in pooled))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0

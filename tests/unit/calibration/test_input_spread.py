@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from gpu_simulate_test.calibration.frontend import input_line
-from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS, spread_levels
+from gpu_simulate_test.calibration.input_spread import (
+    SPREAD_LEVELS,
+    read_quantiles,
+    spread_levels,
+    spread_s,
+)
 from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.vidur_simulate.inputs import input_spread
 
@@ -93,3 +98,25 @@ def test_the_idle_spread_needs_the_idle_sends_spread_and_says_so() -> None:
     assert levels is None and "too few sends to an idle engine" in note
     levels, note = input_spread(busy_only, enabled=True, by_queue=False, count=4, seed=1, idle=True)
     assert levels is not None and note == "drawn (seed 1)"  # every load: the idle sends too
+
+
+def test_the_tail_goes_on_beyond_the_99th_as_an_exponential_and_only_with_tail() -> None:
+    measured = np.random.default_rng(5).exponential(2.0, 400_000)  # an exponential: mean 2 ms
+    kept = tuple(float(np.quantile(measured, level)) for level in SPREAD_LEVELS)
+    levels = spread_levels(400_000, seed=9)
+    clamped = read_quantiles(levels, kept, tail=False)
+    tailed = read_quantiles(levels, kept, tail=True)
+    below = levels <= SPREAD_LEVELS[-1]
+    assert np.array_equal(clamped[below], tailed[below])  # the kept quantiles read alike
+    assert clamped.max() == kept[-1]  # without: nothing beyond the 99th percentile
+    top = ~below
+    assert tailed[top].min() >= kept[-1] and tailed[top].max() > 2 * kept[-1]
+    # an exponential's top 1% lies on average one mean (2 ms) above its 99th percentile
+    assert float(np.mean(tailed[top]) - kept[-1]) == pytest.approx(2.0, rel=0.1)
+    assert np.all(clamped[top] == kept[-1])
+    assert np.quantile(tailed, 0.999) == pytest.approx(np.quantile(measured, 0.999), rel=0.05)
+    # per bucket, in seconds, as the simulation reads it
+    front = ((0, kept),)
+    at = np.zeros(len(levels))
+    assert np.array_equal(spread_s(front, levels, at, tail=True), tailed / 1000.0)
+    assert np.array_equal(spread_s(front, levels, at), clamped / 1000.0)

@@ -400,3 +400,36 @@ def test_a_busy_engines_way_in_draws_from_the_spread_fitted_through_the_steps(
     assert np.all(reached >= ARRIVALS) and np.any(hop_s != 0.0)
     kept = first_requests(drawn, 2).busy_hop_levels
     assert kept is not None and kept.tolist() == levels[:2].tolist()
+
+
+def test_the_spread_tail_reaches_every_front_end_draw_when_set(root: Path) -> None:
+    """``vidur.frontend_spread_tail``: ``prepare`` hands it on, and then the first token's way
+    back and a busy send's way in both read a level above the 99th percentile beyond its
+    quantile (off: at it)."""
+    from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+    from gpu_simulate_test.calibration.input_spread import SPREAD_LEVELS
+    from gpu_simulate_test.calibration.overhead import FrontEnd
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY, points=6)
+    inputs = prepare(stage(root))
+    assert inputs.spread_tail is False
+    cfg = stage(root)
+    tailed_cfg = replace(cfg, vidur=replace(cfg.vidur, frontend_spread_tail=True))
+    assert prepare(tailed_cfg).spread_tail is True
+    spread = tuple(10.0 * level for level in SPREAD_LEVELS)  # 0.1 .. 9.9 ms
+    n = len(ARRIVALS)
+    levels = np.full(n, 0.999)
+    running = np.ones(n)
+    queue = FrontEndQueue(1.0, 0.5, 0.2, 0.4, first_busy_residual_ms=((1, spread),))
+    drawn = replace(inputs, frontend_queue=queue, first_spread_levels=levels,
+                    first_spread_idle=False, first_spread_busy=True)  # fmt: skip
+    rise = (spread[-1] - spread[-2]) / np.log(5.0)  # ms per e-fold beyond the 99th
+    assert drawn.first_token_spread_s(running) == pytest.approx(np.full(n, spread[-1] / 1e3))
+    tailed = replace(drawn, spread_tail=True).first_token_spread_s(running)
+    assert tailed == pytest.approx(np.full(n, (spread[-1] + rise * np.log(10.0)) / 1e3))
+    front = FrontEnd(input_ms=2.0, output_ms=1.0, busy_hop_residual_ms=((1, spread),))
+    hop = replace(inputs, frontend=front, busy_hop_levels=levels)
+    gap = replace(hop, spread_tail=True).scheduler_arrival_s(running) - hop.scheduler_arrival_s(
+        running
+    )
+    assert gap == pytest.approx(np.full(n, rise * np.log(10.0) / 1e3))
