@@ -320,7 +320,8 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
         "that direction; one that ran at the calibration's speed (about 1.00) leaves the "
         "difference to the model. *Simulated at that level*: the configuration's simulated "
         "search again with every step as much longer as at the judged rates "
-        "(`vidur.step_time_scale`): against the "
+        "(`vidur.step_time_scale`; where the engine runs on the host's CPU, whose cores its "
+        "API server shares, the front end too: `vidur.frontend_time_scale`): against the "
         "measured capacity it shows what the model misses once the server's speed is known "
         "(a diagnosis, not the answer: it reads the judged runs)."
     ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpu_simulate_test.calibration.frontend_scale import follows_steps
 from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
@@ -421,13 +422,17 @@ def step_model(tuned: TuneInputs) -> Callable[[Simulated], tuple[Predict, Any] |
 
 def at_step_level(tuned: TuneInputs) -> Callable[[Simulated, float], Simulated]:
     """For ``tune.verify``: a configuration's capacity simulated again with every step ``scale``
-    times as long (``vidur.step_time_scale``: its server's measured step level), by a bracket
-    search seeded at its simulated capacity; its points under ``points/at-level/<config_id>``.
-    The steps only: the front end stays as calibrated (``vidur.frontend_time_scale``, which the
-    pipeline's and the fidelity stage's level scale on the host's CPU, is not applied here)."""
+    times as long (``vidur.step_time_scale``: its server's measured step level), and where the
+    engine runs on the host's CPU the front end too (``vidur.frontend_time_scale``, as the
+    pipeline's and the fidelity stage's level: :func:`~..calibration.frontend_scale.
+    follows_steps`), by a bracket search seeded at its simulated capacity; its points under
+    ``points/at-level/<config_id>``."""
+    front = follows_steps(tuned.inner.hardware.device)
 
     def again(sim: Simulated, scale: float) -> Simulated:
-        vidur = dataclasses.replace(tuned.inner.vidur, step_time_scale=scale)
+        vidur = dataclasses.replace(
+            tuned.inner.vidur, step_time_scale=scale, frontend_time_scale=scale if front else 1.0
+        )
         scaled = dataclasses.replace(
             tuned,
             inner=dataclasses.replace(tuned.inner, vidur=vidur),

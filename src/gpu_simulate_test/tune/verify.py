@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpu_simulate_test.calibration.frontend_scale import follows_steps
 from gpu_simulate_test.calibration.level import Predict, level_of, run_sums
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
@@ -236,6 +237,7 @@ def checked_row(
     entry = row(sim, search_record(sim.answer, found, keys, extra), found, level)
     if level is not None and at_level is not None:
         entry["simulated_at_server_level_qps"] = at_level(sim, judged_level(level)).capacity
+        entry["server_step_level"]["front_end"] = follows_steps(cfg.hardware.device)
     return entry
 
 

@@ -21,6 +21,7 @@ from gpu_simulate_test.tune.report import recalibration_sentence, verify_markdow
 from gpu_simulate_test.tune.verify import judged_level, server_level, summary
 from tests.unit.calibration.test_level import DATA, fitted_model, slower
 from tests.unit.tune.test_tune import sim
+from tests.unit.vidur_simulate.test_vidur_plan import CPU
 
 
 class _Cfg:
@@ -97,7 +98,9 @@ def test_an_adopted_calibration_builds_the_checked_rows_again_and_keeps_the_firs
     """Each checked row rebuilt from its real search with the second calibration's simulation
     (its capacity, the ratio, the server's level over the same judged runs: the disturbed
     re-runs never read), the first's capacity and level kept, the rows in the new order."""
-    cfg = TuneStageConfig(capacity=CapacityOptions(slo=SloConfig(ttft_ms=100.0, tpot_ms=30.0)))
+    cfg = TuneStageConfig(
+        hardware=CPU, capacity=CapacityOptions(slo=SloConfig(ttft_ms=100.0, tpot_ms=30.0))
+    )
     steps = pd.read_csv(DATA / "engine_schedule.csv")
     predict = fitted_model(steps)
     searches = {
@@ -142,6 +145,7 @@ def test_an_adopted_calibration_builds_the_checked_rows_again_and_keeps_the_firs
         1.1 * rows["s32-t128"]["server_step_level"]["ratio"], rel=0.01
     )
     assert s2["simulated_at_server_level_qps"] == pytest.approx(9.9 / level["ratio"], abs=0.02)
+    assert level["front_end"] is True  # the engine on the host's CPU: its front end scaled too
     assert sorted(c for c, _ in simulated_at) == ["s2-t32", "s32-t128"]
     assert dict(simulated_at)["s2-t32"] == [9.4, 10.8]  # the real rates, each simulated again
     assert s2["latency_agreement"]["rates"] == [9.4, 10.8]
@@ -212,3 +216,32 @@ def test_the_capacity_is_simulated_again_at_the_level_of_the_rates_that_decided_
     assert first < level["ratio"] < judged["ratio"]  # the whole search's sits between
     assert judged_level(level) == judged["ratio"]
     assert judged_level({"ratio": 1.1, "judged": None}) == 1.1
+
+
+@pytest.mark.parametrize(("device", "front"), [("cpu", 1.25), ("cuda", 1.0)])
+def test_the_server_level_search_scales_the_front_end_where_the_engine_shares_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str, front: float
+) -> None:
+    """``at_step_level``: every step the server's level times as long, and on the host's CPU
+    (whose cores the API server shares) the front end too; on a GPU the front end as
+    calibrated; its points apart, under ``points/at-level``."""
+    from gpu_simulate_test.config.pipeline import PipelineStageConfig
+    from gpu_simulate_test.tune import simulate
+
+    seen: list[Any] = []
+
+    def searched(tuned: Any, candidate: Any, shared: Any, seed: Any, grid: bool) -> Any:
+        seen.append(tuned)
+        return "again"
+
+    monkeypatch.setattr(simulate, "one_configuration", searched)
+    hardware = dataclasses.replace(CPU, device=device)
+    inner = PipelineStageConfig(model=TuneStageConfig().model, hardware=hardware)
+    tuned = simulate.TuneInputs(
+        cfg=TuneStageConfig(hardware=hardware), inner=inner, workload_dir=tmp_path,
+        longest_prompt=64, points_dir=tmp_path / "points",
+    )  # fmt: skip
+    assert simulate.at_step_level(tuned)(sim("s2-t32", 9.9, 50.0), 1.25) == "again"
+    vidur = seen[0].inner.vidur
+    assert vidur.step_time_scale == 1.25 and vidur.frontend_time_scale == front
+    assert seen[0].points_dir == tmp_path / "points" / simulate.AT_LEVEL
