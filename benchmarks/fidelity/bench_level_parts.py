@@ -5,9 +5,10 @@ A fresh calibration and its truth run minutes apart, and the host moves between 
 steps ran 0.84-1.17x the calibration's over twenty main jobs. The simulation at the real run's
 own step level scales what moves with it; which parts do? Per part of
 :mod:`benchmarks.fidelity.bench_ttft_parts` (front end, held for a step, queued, to the first
-token, the whole TTFT), over the runs: the least-squares line of log(real mean / simulated mean)
-on log(level) (its slope, the elasticity: 1, the part moves with the host as much as the steps
-do; 0, not at all), the correlation, the spread of the log ratio before and after the line, and
+token, the whole TTFT; the way in and the way back where it recorded them), over the runs: the
+least-squares line of log(real mean / simulated mean) on log(level) (its slope, the
+elasticity: 1, the part moves with the host as much as the steps do; 0, not at all), the
+correlation, the spread of the log ratio before and after the line, and
 the geometric mean of real over simulated. The level of each run is its stored
 ``bench_fresh_profiles`` record's ``step_level`` (the truth's busy steps over the model's).
 
@@ -28,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-PARTS = ("front_end", "held", "queued", "to_first_token", "ttft")
+from benchmarks.fidelity.bench_ttft_parts import PARTS as TTFT_PARTS
+from benchmarks.fidelity.bench_ttft_parts import SIDES
+
+PARTS = (*TTFT_PARTS, *SIDES)
+"""Each part, and each way (the way in with the wait for a step, the way back) where the record
+has it."""
 
 
 def elasticity(levels: Sequence[float], real: Sequence[float], sim: Sequence[float]) -> dict:

@@ -115,6 +115,40 @@ def report(results: list[dict[str, Any]]) -> None:
                 f"- client TTFT {q}: mean signed {fmt(mean)}, within max({LIMIT:.0%}, real vs "
                 f"real) in {within} of {count}"
             )
+        if (line := pooled_line(variant, [r["run"] for r in rows])) is not None:
+            print(line)
+
+
+def pooled_line(variant: str, runs: list[str], root: Path = Path("tmp")) -> str | None:
+    """Each request's front end (client − engine TTFT) over the runs' requests together, the
+    variant's simulations (``<root>/vidur_simulate/variant-<variant>-<run>``, as :func:`one`
+    names them) against each run's truth and its repeat (:func:`~gpu_simulate_test.compare.
+    front_end.pooled`); None where no run is left under ``root``."""
+    import pandas as pd
+
+    from benchmarks.fidelity.bench_fresh_profiles import front_end_sides
+    from gpu_simulate_test.compare import front_end
+
+    sides = []
+    for run in runs:
+        stored = front_end_sides(run, root)
+        table = root / "vidur_simulate" / f"variant-{variant}-{run}" / "request_metrics.csv"
+        if stored is None or not table.is_file():
+            continue
+        kept = {side: stored[side] for side in ("real", "repeat") if side in stored}
+        sides.append({**kept, "sim": front_end.sim_front_end_s(pd.read_csv(table))})
+    record = front_end.pooled(sides) if sides else None
+    if record is None:
+        return None
+    cells = " / ".join(fmt(record["sim_vs_real"][q]) for q in ("p50", "p90", "p99"))
+    line = (
+        f"- each request's front end pooled ({len(sides)} runs, {record['requests']} requests) "
+        f"p50 / p90 / p99: {cells} (mean {fmt(record['sim_vs_real']['mean'])})"
+    )
+    if "repeat_vs_real" in record:
+        again = " / ".join(fmt(record["repeat_vs_real"][q]) for q in ("p50", "p90", "p99"))
+        line += f"; the truth's repeat {again}"
+    return line
 
 
 def main() -> None:

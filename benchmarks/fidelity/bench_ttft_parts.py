@@ -83,11 +83,14 @@ def real_parts(real_dir: Path) -> pd.DataFrame:
 
 
 def sim_parts(sim_dir: Path) -> pd.DataFrame:
-    """Each simulated request's parts (ms), from the columns the simulation writes."""
+    """Each simulated request's parts (ms), from the columns the simulation writes (the ways,
+    :data:`SIDES`, where it writes ``frontend_first_token_s``)."""
     s = pd.read_csv(sim_dir / "request_metrics.csv").set_index("request_id").sort_index()
     queued = s["engine_scheduling_delay_s"]
     held = s["scheduling_delay_s"] - queued
     front = s["frontend_delay_s"] - held
+    back = s.get("frontend_first_token_s")  # an older simulation: no ways
+    ways = {} if back is None else {"way_in": s["frontend_delay_s"] - back, "way_back": back}
     return 1000.0 * pd.DataFrame(
         {
             "front_end": front,
@@ -95,13 +98,14 @@ def sim_parts(sim_dir: Path) -> pd.DataFrame:
             "queued": queued,
             "to_first_token": s["ttft_s"] - s["frontend_delay_s"] - queued,
             "ttft": s["ttft_s"],
-            "way_in": s["frontend_delay_s"] - s["frontend_first_token_s"],
-            "way_back": s["frontend_first_token_s"],
+            **ways,
         }
     )
 
 
 def summary(real: pd.DataFrame, sim: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per part (and per way, :data:`SIDES`, where both sides have it) over the requests both
+    sides have: the means, the medians and the mean per-request difference."""
     ids = real.index.intersection(sim.index)
     real, sim = real.loc[ids], sim.loc[ids]
     return {
@@ -112,7 +116,8 @@ def summary(real: pd.DataFrame, sim: pd.DataFrame) -> dict[str, dict[str, float]
             "sim_p50_ms": round(float(sim[part].median()), 3),
             "mean_difference_ms": round(float((sim[part] - real[part]).mean()), 3),
         }
-        for part in PARTS
+        for part in (*PARTS, *SIDES)
+        if part in real and part in sim
     }
 
 
@@ -130,7 +135,7 @@ def pooled_quantiles(
         cells = {}
         for q in POOLED_QUANTILES:
             a, b = float(np.nanpercentile(real[part], q)), float(np.nanpercentile(sim[part], q))
-            ratio = b / a - 1.0 if a > 0 else float("nan")
+            ratio = round(b / a - 1.0, 4) if a > 0 else None  # None: no ratio to a zero
             cells[f"p{q}"] = {"real_ms": round(a, 3), "sim_ms": round(b, 3), "sim_vs_real": ratio}
         out[part] = cells
     return out
@@ -143,7 +148,8 @@ def print_pooled(quantiles: dict[str, dict[str, dict[str, float]]], count: int) 
     print("| --- |" + " --- |" * len(POOLED_QUANTILES))
     for part, cells in quantiles.items():
         shown = " | ".join(
-            f"{c['real_ms']:.2f} / {c['sim_ms']:.2f} ({c['sim_vs_real']:+.1%})"
+            f"{c['real_ms']:.2f} / {c['sim_ms']:.2f}"
+            + ("" if c["sim_vs_real"] is None else f" ({c['sim_vs_real']:+.1%})")
             for c in cells.values()
         )
         print(f"| {part} | {shown} |")

@@ -116,8 +116,10 @@ searched under, the median one answering; `scores`, per configuration one capaci
 `rates` (`qps`, `meets_slo`, `violated`), `disturbed_rates`, `stopped`, `wall_time_s`,
 `latency_agreement`, `server_step_level` (the server's busy steps against the simulation's step
 model: `ratio`, `steps`, `per_run`, and `judged`: `ratio`, `steps` and `rates` over the runs at
-the measured bracket's rates; null without one), `simulated_at_server_level_qps` (the simulated
-capacity again with every step the judged `ratio` times as long); with an adopted second
+the measured bracket's rates, and `front_end`: whether the front end was scaled with the steps,
+where the engine runs on the host's CPU; null without one), `simulated_at_server_level_qps` (the
+simulated capacity again with every step, and with `front_end` every front-end cost, the judged
+`ratio` times as long); with an adopted second
 calibration also `first_calibration_qps` and `first_calibration_step_level`, the first's),
 `simulated_best`,
 `measured_best`, `measured_best_in_sim_top2`, `measured_order`, `spearman`, the verdict's

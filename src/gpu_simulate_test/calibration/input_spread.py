@@ -84,10 +84,11 @@ def quantiles(values: Any, at: str, what: str) -> tuple[float, ...]:
 
 
 def read_quantiles(levels: np.ndarray, quantiles: Sequence[float], tail: bool) -> np.ndarray:
-    """``levels`` read off one spread's ``quantiles`` (at :data:`SPREAD_LEVELS`) by linear
-    interpolation; below the first level its quantile, above the last one its quantile or, with
-    ``tail``, an exponential tail through the last two kept quantiles (the 95th and the 99th:
-    the same rise per halving of what lies beyond, so a level ``u`` above the 99th reads
+    """``levels`` (in [0, 1): seeded uniform draws) read off one spread's ``quantiles`` (at
+    :data:`SPREAD_LEVELS`) by linear interpolation; below the first level its quantile, above
+    the last one its quantile or, with ``tail``, an exponential tail through the last two kept
+    quantiles (the 95th and the 99th: the same rise each time what lies beyond, ``1 - u``,
+    shrinks e-fold, so a level ``u`` above the 99th reads
     ``q99 + (q99 - q95) · ln(0.01 / (1 - u)) / ln(5)``; the mean of the top 1% then lies one
     such rise above the 99th percentile instead of on it)."""
     out = np.interp(levels, SPREAD_LEVELS, quantiles)

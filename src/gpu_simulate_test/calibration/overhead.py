@@ -414,14 +414,6 @@ class FrontEnd:
     holds enough sends; empty: before version 19):
     ``vidur.frontend_busy_hop``'s draws."""
 
-    def input_spread_s(self, levels: np.ndarray, running: np.ndarray) -> np.ndarray:
-        """Per request, its ``levels`` (a seeded uniform draw, kept across the front end's
-        passes) read off the measured hops' spread for the requests ``running`` at its send
-        (seconds; :func:`~.input_spread.spread_s`): each request's way in as far above or below
-        the line as a calibrated request's was at that load, the API server's slow moments
-        included."""
-        return input_spread.spread_s(self.input_residual_ms, levels, running)
-
     @property
     def moves_with_load(self) -> bool:
         """Whether a request's way in depends on the requests in flight at its send (a line

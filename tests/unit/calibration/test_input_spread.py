@@ -59,12 +59,13 @@ def test_each_request_reads_its_level_off_the_spread_of_its_load() -> None:
     levels = spread_levels(20000, seed=3)
     assert np.array_equal(levels, spread_levels(20000, seed=3))
     assert not np.array_equal(levels, spread_levels(20000, seed=4))
-    assert not front.input_spread_s(levels, np.zeros(20000)).any()  # quiet: on the line
-    drawn = front.input_spread_s(levels, np.full(20000, 7.0)) * 1000.0  # 7: the bucket from 2
+    spread = front.input_residual_ms
+    assert not spread_s(spread, levels, np.zeros(20000)).any()  # quiet: on the line
+    drawn = spread_s(spread, levels, np.full(20000, 7.0)) * 1000.0  # 7: the bucket from 2
     assert np.quantile(drawn, 0.5) == pytest.approx(0.0, abs=1e-9)
     assert 0.08 < float(np.mean(drawn > 6.0)) < 0.12  # about one in ten, as measured
     assert drawn.max() <= 12.0 and drawn.min() >= 0.0
-    assert not FrontEnd(5.0, 1.0).input_spread_s(levels[:7], np.ones(7)).any()
+    assert not spread_s(FrontEnd(5.0, 1.0).input_residual_ms, levels[:7], np.ones(7)).any()
 
 
 def test_the_spread_applies_where_it_can_and_says_why_not() -> None:
@@ -115,6 +116,12 @@ def test_the_tail_goes_on_beyond_the_99th_as_an_exponential_and_only_with_tail()
     assert float(np.mean(tailed[top]) - kept[-1]) == pytest.approx(2.0, rel=0.1)
     assert np.all(clamped[top] == kept[-1])
     assert np.quantile(tailed, 0.999) == pytest.approx(np.quantile(measured, 0.999), rel=0.05)
+    # any kept quantiles: the rise from the 95th to the 99th, per e-fold of what lies beyond
+    skewed = tuple(float(np.exp(2.0 * level**3)) for level in SPREAD_LEVELS)
+    rise = (skewed[-1] - skewed[-2]) / np.log(0.05 / 0.01)
+    beyond = read_quantiles(np.array([0.99, 0.999, 0.9999]), skewed, tail=True)
+    assert beyond == pytest.approx([skewed[-1], skewed[-1] + rise * np.log(10.0),
+                                    skewed[-1] + rise * np.log(100.0)])  # fmt: skip
     # per bucket, in seconds, as the simulation reads it
     front = ((0, kept),)
     at = np.zeros(len(levels))

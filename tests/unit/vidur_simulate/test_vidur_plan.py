@@ -433,3 +433,7 @@ def test_the_spread_tail_reaches_every_front_end_draw_when_set(root: Path) -> No
         running
     )
     assert gap == pytest.approx(np.full(n, rise * np.log(10.0) / 1e3))
+    every = replace(inputs, frontend=replace(front, input_residual_ms=((0, spread),)),
+                    input_spread_levels=levels, input_spread_idle_only=False)  # fmt: skip
+    moved = replace(every, spread_tail=True).scheduler_arrival_s(running)
+    assert moved - every.scheduler_arrival_s(running) == pytest.approx(gap)  # every send's too
