@@ -129,13 +129,13 @@ def pooled_line(variant: str, runs: list[str], root: Path = Path("tmp")) -> str 
     from benchmarks.fidelity.bench_fresh_profiles import front_end_sides
     from gpu_simulate_test.compare import front_end
 
-    sides = []
+    sides: list[dict[str, pd.Series]] = []
     for run in runs:
         stored = front_end_sides(run, root)
         table = root / "vidur_simulate" / f"variant-{variant}-{run}" / "request_metrics.csv"
         if stored is None or not table.is_file():
             continue
-        kept = {side: stored[side] for side in ("real", "repeat") if side in stored}
+        kept: dict[str, pd.Series] = {k: stored[k] for k in ("real", "repeat") if k in stored}
         sides.append({**kept, "sim": front_end.sim_front_end_s(pd.read_csv(table))})
     record = front_end.pooled(sides) if sides else None
     if record is None:

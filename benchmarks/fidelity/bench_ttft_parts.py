@@ -123,12 +123,12 @@ def summary(real: pd.DataFrame, sim: pd.DataFrame) -> dict[str, dict[str, float]
 
 def pooled_quantiles(
     pooled: list[tuple[pd.DataFrame, pd.DataFrame]],
-) -> dict[str, dict[str, dict[str, float]]]:
+) -> dict[str, dict[str, dict[str, float | None]]]:
     """Each part (and each way, :data:`SIDES`) over every run's requests together: real and
     simulated at :data:`POOLED_QUANTILES`, and simulated / real − 1: where a tail is short."""
     real = pd.concat([r.loc[r.index.intersection(s.index)] for r, s in pooled])
     sim = pd.concat([s.loc[r.index.intersection(s.index)] for r, s in pooled])
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
     for part in (*PARTS, *SIDES):
         if part not in real or part not in sim:
             continue
@@ -141,7 +141,7 @@ def pooled_quantiles(
     return out
 
 
-def print_pooled(quantiles: dict[str, dict[str, dict[str, float]]], count: int) -> None:
+def print_pooled(quantiles: dict[str, dict[str, dict[str, float | None]]], count: int) -> None:
     print(f"\npooled over {count} requests: real / simulated (ms), simulated / real − 1\n")
     heads = " | ".join(f"p{q}" for q in POOLED_QUANTILES)
     print(f"| part | {heads} |")
