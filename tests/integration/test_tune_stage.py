@@ -284,6 +284,8 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         # the server's steps against the first calibration's step model
         level = row["first_calibration_step_level" if adopted else "server_step_level"]
         assert level is not None and 0.5 < level["ratio"] < 2.0, row
+        # its capacity at the level scaled the front end with the steps: the engine on the CPU
+        assert level["front_end"] is True, level
         assert len(level["per_run"]) == len(row["rates"]) and level["steps"] >= 20
         # and at the two rates that decided the measured capacity, where the capacity is
         # simulated again
@@ -294,7 +296,8 @@ def test_top_k_on_real_vllm_servers(tmp_path: Path) -> None:
         again = recal["levels"][row["config_id"]]
         assert again is not None and len(again["per_run"]) == len(level["per_run"]), again
         if adopted:
-            assert row["server_step_level"] == again
+            # the level read again (the front end's flag is the at-level simulation's)
+            assert {k: v for k, v in row["server_step_level"].items() if k != "front_end"} == again
             assert row["simulated_qps"] == recal["capacities_qps"][row["config_id"]]
             assert row["first_calibration_qps"] == recal["first_capacities_qps"][row["config_id"]]
     # the second calibration: a bundle of its own, its server's log beside it, the first's kept

@@ -14,9 +14,13 @@ end, and it stays as calibrated.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.overhead import FrontEnd
+
+if TYPE_CHECKING:
+    from gpu_simulate_test.config.vidur import VidurConfig
 
 Buckets = tuple[tuple[int, tuple[float, ...]], ...]
 
@@ -25,6 +29,19 @@ def follows_steps(device: str) -> bool:
     """Whether the front end runs at the steps' speed: the engine on the host's CPU
     (``hardware.device``), where the API server and the client share its cores."""
     return device == "cpu"
+
+
+def at_level(vidur: VidurConfig, device: str, ratio: float) -> tuple[VidurConfig, bool]:
+    """``vidur`` at a host's measured step level ``ratio``: every step ``ratio`` times as long
+    (``step_time_scale``) and, where the front end follows the steps on ``device``
+    (:func:`follows_steps`), the front end too (``frontend_time_scale``); with whether it did.
+    The one place the pipeline's, the fidelity stage's and the tune's at-level simulations
+    decide their scales."""
+    front_end = follows_steps(device)
+    leveled = dataclasses.replace(
+        vidur, step_time_scale=ratio, frontend_time_scale=ratio if front_end else 1.0
+    )
+    return leveled, front_end
 
 
 def _times(values: tuple[float, ...], factor: float) -> tuple[float, ...]:

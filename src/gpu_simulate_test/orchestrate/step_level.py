@@ -111,19 +111,14 @@ def at_level_config(
     (``vidur.step_time_scale``), and, where the engine runs on the host's CPU, the front end
     too (``vidur.frontend_time_scale``; the level's ``front_end``: whether it did); None where
     the run has no level."""
-    from gpu_simulate_test.calibration.frontend_scale import follows_steps
+    from gpu_simulate_test.calibration.frontend_scale import at_level
 
     model_dir = Path(at.output.root) / "step_models" / str(at.output.run_id)
     level = real_step_level(at, scheduler, workload_dir, real_dir, model_dir)
     if level is None:
         return None
-    ratio = float(level["ratio"])
-    front_end = follows_steps(at.hardware.device)
-    level = {**level, "front_end": front_end}
-    vidur = dataclasses.replace(
-        at.vidur, step_time_scale=ratio, frontend_time_scale=ratio if front_end else 1.0
-    )
-    return level, dataclasses.replace(at, vidur=vidur)
+    vidur, front_end = at_level(at.vidur, at.hardware.device, float(level["ratio"]))
+    return {**level, "front_end": front_end}, dataclasses.replace(at, vidur=vidur)
 
 
 def simulate_at_level(

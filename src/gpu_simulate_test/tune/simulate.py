@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpu_simulate_test.calibration.frontend_scale import follows_steps
+from gpu_simulate_test.calibration.frontend_scale import at_level
 from gpu_simulate_test.calibration.level import Predict
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, rounded, search
@@ -97,8 +97,11 @@ def model_for(
     simulation config at level 1, which names the bundle, the calibration and the knobs)."""
     from gpu_simulate_test.vidur_simulate.stage import step_model_of
 
-    # the seed is drawn when a simulation runs, not when its step model is built
-    level_one = dataclasses.replace(sim_cfg.vidur, step_time_scale=1.0, seed=0)
+    # the seed is drawn when a simulation runs, not when its step model is built; the front
+    # end's scale is read by the inputs, not the step model
+    level_one = dataclasses.replace(
+        sim_cfg.vidur, step_time_scale=1.0, frontend_time_scale=1.0, seed=0
+    )
     # one engine's model: a fleet's engines are its copies (the fleet is the simulation's)
     key = repr(dataclasses.replace(sim_cfg, vidur=level_one, fleet=FleetConfig()))
     if key not in tuned.models:
@@ -427,12 +430,9 @@ def at_step_level(tuned: TuneInputs) -> Callable[[Simulated, float], Simulated]:
     pipeline's and the fidelity stage's level: :func:`~..calibration.frontend_scale.
     follows_steps`), by a bracket search seeded at its simulated capacity; its points under
     ``points/at-level/<config_id>``."""
-    front = follows_steps(tuned.inner.hardware.device)
 
     def again(sim: Simulated, scale: float) -> Simulated:
-        vidur = dataclasses.replace(
-            tuned.inner.vidur, step_time_scale=scale, frontend_time_scale=scale if front else 1.0
-        )
+        vidur, _ = at_level(tuned.inner.vidur, tuned.inner.hardware.device, scale)
         scaled = dataclasses.replace(
             tuned,
             inner=dataclasses.replace(tuned.inner, vidur=vidur),

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration import overhead
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
+from gpu_simulate_test.calibration.frontend_scale import scaled_front_end, scaled_queue
 from gpu_simulate_test.calibration.input_spread import (
     BUSY_HOP_STREAM,
     FIRST_SPREAD_STREAM,
@@ -20,12 +22,16 @@ from gpu_simulate_test.calibration.input_spread import spread_s as input_spread_
 from gpu_simulate_test.calibration.intake_phase import CLIENT_SEND_OFFSETS
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.calibration.serving_load import CLIENT_SENDS
+from gpu_simulate_test.config.schema import ConfigError
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
 from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.core.traffic.workloads import LoadedWorkload
 from gpu_simulate_test.simulator.run import unsent_followers
 from gpu_simulate_test.simulator.types import ENGINE
+from gpu_simulate_test.simulator.types import NAME as V1_NAME
 from gpu_simulate_test.vidur_simulate import metrics as vidur_metrics
 from gpu_simulate_test.vidur_simulate import plan
+from gpu_simulate_test.vidur_simulate.prompt_origins import session_loop
 from gpu_simulate_test.vidur_simulate.replay import ReplaySource
 
 
@@ -296,3 +302,80 @@ def first_spread(
     if not (idle and queue.first_idle_residual_ms) and not (busy and queue.first_busy_residual_ms):
         return None
     return spread_levels(count, seed, FIRST_SPREAD_STREAM)
+
+
+class FrontEndInputs(TypedDict):
+    """The front end's part of :class:`Inputs` (see there), as :func:`front_end_inputs` sets
+    it up."""
+
+    frontend: overhead.FrontEnd | None
+    frontend_queue: FrontEndQueue | None
+    after: list[tuple[int, float]] | None
+    input_by_queue: bool
+    input_spread_levels: np.ndarray | None
+    input_spread_note: str
+    input_spread_idle_only: bool
+    busy_hop_levels: np.ndarray | None
+    busy_hop_note: str
+    first_spread_levels: np.ndarray | None
+    first_spread_idle: bool
+    first_spread_busy: bool
+    spread_tail: bool
+
+
+def front_end_inputs(
+    cfg: VidurSimulateStageConfig,
+    record: CalibrationRecord | None,
+    workload: LoadedWorkload,
+    replaying: bool,
+    count: int,
+) -> FrontEndInputs:
+    """The front end a simulation of ``count`` requests takes from the calibration ``record``:
+    its way in and out at ``vidur.frontend_time_scale`` (none in an oracle replay, which follows
+    the real run's own arrivals), a multi-turn workload's closed loop, the API server's queue,
+    and the seeded spreads the knobs draw; ConfigError where ``vidur.frontend_input=queue``
+    cannot be had."""
+    knobs, v1 = cfg.vidur, cfg.vidur.scheduler.name == V1_NAME
+    frontend = None
+    if record is not None and knobs.frontend_latency and not replaying:
+        frontend = scaled_front_end(record.frontend, knobs.frontend_time_scale)
+    after = session_loop(workload.sessions, knobs.scheduler.name, frontend, replaying)
+    queue = None
+    if frontend is not None and knobs.frontend_queue and v1:
+        logged = record.frontend_queue if record is not None and knobs.step_log else None
+        queue = scaled_queue(logged, knobs.frontend_time_scale)
+    by_queue = knobs.frontend_input == "queue" and frontend is not None and after is None
+    if by_queue and (queue is None or cfg.fleet.replicas > 1):
+        raise ConfigError(
+            "vidur.frontend_input=queue takes a request in through the front end's queue: it "
+            "needs vidur.frontend_queue=true, vidur.step_log=true, vidur.scheduler.name=vllm_v1, "
+            "one engine (fleet.replicas=1) and a calibration with frontend.queue; or set "
+            "vidur.frontend_input=line"
+        )
+    spread_all, idle = knobs.frontend_input_spread, knobs.frontend_idle_spread
+    levels, spread_note = input_spread(frontend, spread_all, by_queue, count, knobs.seed, idle)
+    hop_levels, hop_note = busy_hop(
+        frontend,
+        knobs.frontend_busy_hop,
+        by_queue,
+        spread_all,
+        count,
+        knobs.seed,
+        after is not None,
+    )
+    busy = knobs.frontend_busy_spread
+    return FrontEndInputs(
+        frontend=frontend,
+        frontend_queue=queue,
+        after=after,
+        input_by_queue=by_queue,
+        input_spread_levels=levels,
+        input_spread_note=spread_note,
+        input_spread_idle_only=idle and not spread_all,
+        busy_hop_levels=hop_levels,
+        busy_hop_note=hop_note,
+        first_spread_levels=first_spread(queue, idle, count, knobs.seed, busy=busy),
+        first_spread_idle=idle,
+        first_spread_busy=busy,
+        spread_tail=knobs.frontend_spread_tail,
+    )

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration.frontend_queue import input_waits_s, request_delays_s
-from gpu_simulate_test.calibration.frontend_scale import scaled_front_end, scaled_queue
 from gpu_simulate_test.calibration.record import CalibrationRecord
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
@@ -45,9 +44,7 @@ from gpu_simulate_test.vidur_simulate.fleet_report import fleet_meta, fleet_rows
 from gpu_simulate_test.vidur_simulate.in_memory import fleet_spec, simulate_v1
 from gpu_simulate_test.vidur_simulate.inputs import (
     Inputs,
-    busy_hop,
-    first_spread,
-    input_spread,
+    front_end_inputs,
     running_at_send,
     serving_steps_of,
 )
@@ -55,7 +52,6 @@ from gpu_simulate_test.vidur_simulate.prompt_origins import (
     known_arrivals,
     prefix_cache_meta,
     prompt_segments,
-    session_loop,
     simulated_sends,
 )
 from gpu_simulate_test.vidur_simulate.real_run import (
@@ -117,32 +113,9 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
     record = CalibrationRecord.load(bundle, backend) if backend != "none" else None
     engine_steps = record.steps if record is not None else None
     jitter = record.require_step_jitter() if record is not None and cfg.vidur.step_jitter else None
-    frontend = (
-        scaled_front_end(record.frontend, cfg.vidur.frontend_time_scale)
-        if record is not None and cfg.vidur.frontend_latency and replay is None
-        else None
-    )
-    after = session_loop(workload.sessions, knobs.name, frontend, replay is not None)
-    queue = None
-    if frontend is not None and cfg.vidur.frontend_queue and cfg.vidur.scheduler.name == V1_NAME:
-        logged = record.frontend_queue if record is not None and cfg.vidur.step_log else None
-        queue = scaled_queue(logged, cfg.vidur.frontend_time_scale)
     serving = None
     if record is not None and cfg.vidur.serving_load and cfg.vidur.scheduler.name == V1_NAME:
         serving = serving_steps_of(record.serving_steps, cfg.vidur.serving_intake)
-    by_queue = cfg.vidur.frontend_input == "queue" and frontend is not None and after is None
-    if by_queue and (queue is None or cfg.fleet.replicas > 1):
-        raise ConfigError(
-            "vidur.frontend_input=queue takes a request in through the front end's queue: it "
-            "needs vidur.frontend_queue=true, vidur.step_log=true, vidur.scheduler.name=vllm_v1, "
-            "one engine (fleet.replicas=1) and a calibration with frontend.queue; or set "
-            "vidur.frontend_input=line"
-        )
-    spread_all, spread_idle = cfg.vidur.frontend_input_spread, cfg.vidur.frontend_idle_spread
-    levels, spread_note = input_spread(frontend, spread_all, by_queue, len(arrival),
-                                       cfg.vidur.seed, idle=spread_idle)  # fmt: skip
-    hop_levels, hop_note = busy_hop(frontend, cfg.vidur.frontend_busy_hop, by_queue, spread_all,
-                                    len(arrival), cfg.vidur.seed, after is not None)  # fmt: skip
     return Inputs(
         calibration=record,
         serving_steps=serving,
@@ -157,22 +130,8 @@ def prepare(cfg: VidurSimulateStageConfig) -> Inputs:
         max_tokens=plan.max_tokens_per_request(needs, knobs.block_size),
         engine_steps=engine_steps,
         step_jitter=jitter,
-        frontend=frontend,
-        frontend_queue=queue,
         replay=replay,
-        after=after,
-        input_by_queue=by_queue,
-        input_spread_levels=levels,
-        input_spread_note=spread_note,
-        input_spread_idle_only=spread_idle and not spread_all,
-        busy_hop_levels=hop_levels,
-        busy_hop_note=hop_note,
-        first_spread_levels=first_spread(
-            queue, spread_idle, len(arrival), cfg.vidur.seed, busy=cfg.vidur.frontend_busy_spread
-        ),
-        first_spread_idle=spread_idle,
-        first_spread_busy=cfg.vidur.frontend_busy_spread,
-        spread_tail=cfg.vidur.frontend_spread_tail,
+        **front_end_inputs(cfg, record, workload, replay is not None, len(arrival)),
     )
 
 

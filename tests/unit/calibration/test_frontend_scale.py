@@ -13,6 +13,7 @@ import pytest
 
 from gpu_simulate_test.calibration.frontend_queue import FrontEndQueue
 from gpu_simulate_test.calibration.frontend_scale import (
+    at_level,
     follows_steps,
     scaled_front_end,
     scaled_queue,
@@ -73,6 +74,16 @@ def test_scaled_front_end_keeps_what_was_not_measured() -> None:
 def test_the_front_end_follows_the_steps_only_on_the_hosts_cpu() -> None:
     assert follows_steps("cpu")
     assert not follows_steps("cuda") and not follows_steps("cuda:1")
+
+
+def test_at_a_level_the_steps_scale_and_the_front_end_only_on_the_cpu() -> None:
+    base = VidurConfig(seed=7)
+    on_cpu, front = at_level(base, "cpu", 1.2)
+    assert front and on_cpu.step_time_scale == 1.2 and on_cpu.frontend_time_scale == 1.2
+    on_gpu, front = at_level(base, "cuda", 0.9)
+    assert not front and on_gpu.step_time_scale == 0.9 and on_gpu.frontend_time_scale == 1.0
+    # nothing else moves
+    assert dataclasses.replace(on_cpu, step_time_scale=1.0, frontend_time_scale=1.0) == base
 
 
 def test_the_scale_must_be_a_positive_factor() -> None:
