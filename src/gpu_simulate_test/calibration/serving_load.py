@@ -17,7 +17,8 @@ step's time over its predicted time (``ratio``) is set against the candidates
   engine took in per second over the window before it (the API server's work per request, on
   the cores the engine computes on), total time over total prediction so that long steps weigh
   what they last (a TPOT is a sum of steps, not a median), interpolated between the rates;
-- ``gap(req)``: the engine's pause between busy steps, the same way;
+- ``gap(req)``: the engine's pause between busy steps, the same way; with ``intake_gap_ms``
+  the pause before a busy step that takes in a request apart from the others';
 - ``intake_ms``: what each request the client sends while a step runs adds to that step (the
   API server parses, tokenizes and hands it over on the cores the engine computes on: on the
   fidelity campaigns' truths, +0.9..2.1 ms a send at every load, +2.5..5 ms for two), from the
@@ -42,13 +43,13 @@ import bisect
 import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import busy_spread, intake_phase, wake
+from gpu_simulate_test.calibration import busy_spread, intake_phase, serving_noise, wake
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -58,6 +59,9 @@ WINDOW_S = 0.5
 """Requests and tokens per second are counted over this window before a step's start."""
 MIN_BUSY_STEPS = 20
 """Busy steps needed to fit stretch and gap (fewer: a ratio of 1 and no pause)."""
+MIN_INTAKE_STEPS = 5
+"""Busy steps that take in a request (and, per rate, that take in none) needed to set their
+pauses apart (fewer: one mean pause)."""
 MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
 RATIO_CLIP = (0.25, 4.0)
@@ -165,6 +169,16 @@ class ServingLoad:
     """At each: the busy steps' total time over their total prediction."""
     gap_points_ms: tuple[float, ...] = ()
     """At each: the mean pause between busy steps."""
+    quiet_gap_points_ms: tuple[float, ...] = ()
+    """At each: the mean pause before a busy step that takes in no request (empty: not
+    apart, :attr:`gap_points_ms` for every step)."""
+    intake_gap_ms: float = 0.0
+    """The mean pause before a busy step that takes in a request, over every rate (0: not
+    apart). vLLM's engine core takes a request in between two steps and stamps it queued
+    there; on this host the step that schedules it starts about a millisecond later, where a
+    step that takes in none starts a tenth of one after the last (the calibration replays'
+    steps, 2026-12-06): the pause lands on the request's own first token, not spread over
+    every step."""
     wake0_ms: float = 0.0
     """A wake-up after 1 ms idle, beyond the prediction (may be negative)."""
     wake_per_decade_ms: float = 0.0
@@ -223,9 +237,21 @@ class ServingLoad:
         return interp(arrival_rate, self.rate_points, self.stretch_points)
 
     def gap_s(self, arrival_rate: float = 0.0, stream_rate: float = 0.0) -> float:
+        """The pause before a busy step at ``arrival_rate``: where the pauses are apart
+        (:attr:`intake_gap_ms`), before one that takes in no request."""
         if not self.rate_points:
             return 0.0
-        return max(0.0, interp(arrival_rate, self.rate_points, self.gap_points_ms)) / 1e3
+        points = self.quiet_gap_points_ms if self.pauses_apart else self.gap_points_ms
+        return max(0.0, interp(arrival_rate, self.rate_points, points)) / 1e3
+
+    @property
+    def pauses_apart(self) -> bool:
+        """Whether a busy step that takes in a request pauses apart (:attr:`intake_gap_ms`)."""
+        return self.intake_gap_ms > 0 and len(self.quiet_gap_points_ms) == len(self.rate_points)
+
+    def without_intake_pause(self) -> ServingLoad:
+        """These terms with one mean pause before every busy step (:attr:`gap_points_ms`)."""
+        return replace(self, quiet_gap_points_ms=(), intake_gap_ms=0.0)
 
     def wake_s(self, idle_s: float) -> float:
         """Seconds a step that wakes an engine idle for ``idle_s`` takes beyond its stretched
@@ -307,9 +333,15 @@ def fit(
     busy = features["busy"].to_numpy(dtype=bool) & ok
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
     labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
+    taking = (
+        features["arrivals"].to_numpy(dtype=int) > 0
+        if "arrivals" in features
+        else np.zeros(len(features), dtype=bool)
+    )
+    pauses = (gap, taking)
     sends = _sends(features)
     offsets = intake_phase.step_offsets(features)  # parsed once: the fit and the late sends
-    load = _rated(body, pred, req, gap, busy, labels)
+    load = _rated(body, pred, req, pauses, busy, labels)
     intake_s = free_ms = 0.0
     if load.rate_points:  # within a rate, so that the rate's stretch (it carries them) cancels
         beyond = body - pred * np.array([load.stretch(r) for r in req])
@@ -320,12 +352,14 @@ def fit(
     if intake_s > 0:  # the rates' stretch without what the sends added
         body = body - intake_s * sent
         load = replace(
-            _rated(body, pred, req, gap, busy, labels),
+            _rated(body, pred, req, pauses, busy, labels),
             intake_ms=intake_s * 1e3,
             intake_free_ms=free_ms,
         )
     if load.rate_points:
-        load = _with_noise(load, body, pred, req, tok, busy)
+        stretch = np.array([load.stretch(r, t) for r, t in zip(req, tok, strict=True)])
+        sigma, phi, share = serving_noise.fit(body, pred * stretch, busy, MIN_BUSY_STEPS)
+        load = replace(load, noise_sigma=sigma, noise_phi=phi, noise_slow_share=share)
         if "decodes" in features:  # a step record's features (a planted frame may not)
             stretch = np.array([load.stretch(r) for r in req[busy]])
             decodes = features["decodes"].to_numpy(dtype=float)[busy]
@@ -371,69 +405,43 @@ def _rated(
     body: np.ndarray,
     pred: np.ndarray,
     req: np.ndarray,
-    gap: np.ndarray,
+    pauses: tuple[np.ndarray, np.ndarray],
     busy: np.ndarray,
     labels: np.ndarray,
 ) -> ServingLoad:
     """Per replayed rate with enough busy steps: the mean requests taken in per second, the
-    busy steps' total time over their total prediction, the mean pause."""
+    busy steps' total time over their total prediction, the mean pause and the mean pause
+    before the busy steps that take in no request; and over every rate, the mean pause before
+    the busy steps that take in one or more (``pauses``: each step's pause in ms and whether
+    it takes one in; none apart with fewer than :data:`MIN_INTAKE_STEPS` of either)."""
+    gap, taking = pauses
     points = []
+    intake = busy & taking & np.isfinite(gap)
     for label in np.unique(labels):
         mine = busy & (labels == label)
         if mine.sum() >= MIN_BUSY_STEPS:
+            quiet = mine & ~taking & np.isfinite(gap)
             points.append(
                 (
                     float(np.mean(req[mine])),
                     float(np.sum(body[mine]) / np.sum(pred[mine])),
                     float(np.nanmean(gap[mine])),
+                    float(np.mean(gap[quiet])) if quiet.sum() >= MIN_INTAKE_STEPS else math.nan,
                 )
             )
     points.sort()
+    quiet_points = tuple(p[3] for p in points)
+    apart = (
+        bool(points)
+        and intake.sum() >= MIN_INTAKE_STEPS
+        and all(math.isfinite(v) for v in quiet_points)
+    )
     return ServingLoad(
         rate_points=tuple(p[0] for p in points),
         stretch_points=tuple(p[1] for p in points),
         gap_points_ms=tuple(p[2] for p in points),
-    )
-
-
-NOISE_LAGS = (1, 4)
-"""The step lags whose autocorrelations set the slow part's carry-over and share."""
-
-
-def _with_noise(
-    load: ServingLoad,
-    body: np.ndarray,
-    pred: np.ndarray,
-    req: np.ndarray,
-    tok: np.ndarray,
-    busy: np.ndarray,
-) -> ServingLoad:
-    """``load`` with the spread of the busy steps' log time around it, and its slow part: with
-    autocorrelations a1, a4 at lags 1 and 4 (over runs of consecutive busy steps), the slow
-    part carries over ``phi = (a4 / a1) ** (1 / 3)`` a step and holds ``a1 / phi`` of the
-    variance."""
-    index = np.flatnonzero(busy)
-    stretch = np.array([load.stretch(req[k], tok[k]) for k in index])
-    resid = np.log(body[index] / (pred[index] * stretch))
-    sigma = float(np.std(resid))
-    centred = np.zeros(len(body))
-    centred[index] = resid - resid.mean()
-    acs = []
-    for lag in NOISE_LAGS:
-        pairs = index[:-lag][np.all([busy[index[:-lag] + j] for j in range(1, lag + 1)], axis=0)]
-        if len(pairs) < MIN_BUSY_STEPS or sigma == 0:
-            return ServingLoad(**{**asdict(load), "noise_sigma": sigma})
-        acs.append(float(np.corrcoef(centred[pairs], centred[pairs + lag])[0, 1]))
-    a1, a4 = max(acs[0], 0.0), max(acs[1], 0.0)
-    phi = float(np.clip((a4 / a1) ** (1.0 / 3.0), 0.0, 0.99)) if a1 > 0 and a4 > 0 else 0.0
-    share = float(np.clip(a1 / phi, 0.0, 1.0)) if phi > 0 else 0.0
-    return ServingLoad(
-        **{
-            **asdict(load),
-            "noise_sigma": sigma,
-            "noise_phi": phi,
-            "noise_slow_share": share,
-        }
+        quiet_gap_points_ms=quiet_points if apart else (),
+        intake_gap_ms=float(np.mean(gap[intake])) if apart else 0.0,
     )
 
 

@@ -94,9 +94,9 @@ class VllmV1Engine:
     a router reads :attr:`num_waiting`, :attr:`num_running` and :meth:`kv_usage`."""
 
     __slots__ = (
-        "_idle", "_start", "after", "book", "clock", "done_log", "finished", "follow", "index",
-        "kv", "log_steps", "params", "pending", "preemptions", "ready", "rows", "running",
-        "stats", "waiting",
+        "_idle", "_intake_gap", "_start", "after", "book", "clock", "done_log", "finished",
+        "follow", "index", "kv", "log_steps", "params", "pending", "preemptions", "ready", "rows",
+        "running", "stats", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -133,6 +133,9 @@ class VllmV1Engine:
         """vLLM's ``PrefixCacheStats`` totals, in tokens."""
         self._start: float | None = None
         self._idle = 0.0
+        self._intake_gap: Callable[[int], float] | None = getattr(clock, "intake_gap", None)
+        """The pause before a busy step that takes in a request, where the clock sets it apart
+        (None: :meth:`StepClock.gap` before every busy step)."""
 
     @property
     def num_waiting(self) -> int:
@@ -165,8 +168,17 @@ class VllmV1Engine:
                 self._start = woke + max(0.0, self.clock.lead(index))
             else:
                 self._idle = 0.0
-                self._start = self.ready + max(0.0, self.clock.gap(index))
+                self._start = self.ready + self._busy_gap(index, self.ready)
         return self._start
+
+    def _busy_gap(self, index: int, ready: float) -> float:
+        """The pause after a busy step that ended at ``ready``: the clock's, or where a request
+        reaches the engine by then, its pause before a step that takes one in."""
+        gap = max(0.0, self.clock.gap(index))
+        pending = self.pending
+        if self._intake_gap is not None and pending and pending[0][0] <= ready + gap:
+            return max(gap, self._intake_gap(index))
+        return gap
 
     def step(self) -> None:
         """Schedule a step at :meth:`next_start` with the requests queued by then, and make its
@@ -298,8 +310,13 @@ class VllmV1Engine:
                 self._start = None
                 break
             start = end + max(0.0, clock.gap(index))
-            if start >= until or (pending and pending[0][0] <= start):
+            if pending and pending[0][0] <= start:
+                if self._intake_gap is not None:  # the next step takes a request in
+                    start = end + max(start - end, self._intake_gap(index))
                 self._start, self._idle = start, 0.0  # the next step's start, asked once
+                break
+            if start >= until:
+                self._start, self._idle = start, 0.0
                 break
         self.index = index
         self._close_stretch(taken, durations, end)

@@ -185,6 +185,15 @@ class PredictorClock:
             return 0.0
         return self.serving.gap_s(*self._rates(self._end)) * self.scale
 
+    def intake_gap(self, index: int) -> float:
+        """The pause before a busy step that takes in a request, where the serving terms set
+        it apart (:attr:`~..calibration.serving_load.ServingLoad.intake_gap_ms`; else
+        :meth:`gap`'s)."""
+        serving = self.serving
+        if serving is None or not serving.pauses_apart:
+            return self.gap(index)
+        return serving.intake_gap_ms / 1e3 * self.scale
+
     def lead(self, index: int) -> float:
         return 0.0
 

@@ -129,6 +129,9 @@ class SimulationRequest:
     busy_spread: bool = False
     """vllm_v1 with the serving terms: each busy step's fast spread drawn from its band's
     calibrated steps (``vidur.busy_spread``; False: the lognormal noise)."""
+    intake_pause: bool = False
+    """vllm_v1 with the serving terms: a busy step that takes in a request pauses as the
+    replays' such steps did (``vidur.intake_pause``; False: every busy step the mean pause)."""
     intake_catch: bool = False
     """vllm_v1 timed by the step model, one engine: a step's end waits for the requests the
     API server is taking in (``vidur.intake_catch``; :mod:`..simulator.intake_catch`)."""

@@ -48,6 +48,8 @@ def build_step_model(request: SimulationRequest) -> StepModel:
         serving = dataclasses.replace(serving, wake_residual_ms=())
     if serving is not None and not request.busy_spread:  # the lognormal noise
         serving = dataclasses.replace(serving, busy_residual=())
+    if serving is not None and not request.intake_pause:  # one mean pause
+        serving = serving.without_intake_pause()
     return StepModel(
         timer,
         serving=serving,

@@ -204,6 +204,7 @@ def _request(
         wake_spread=cfg.vidur.wake_spread,
         busy_spread=cfg.vidur.busy_spread,
         intake_catch=cfg.vidur.intake_catch,
+        intake_pause=cfg.vidur.intake_pause,
     )
 
 

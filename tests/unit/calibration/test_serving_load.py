@@ -253,3 +253,62 @@ def test_interp_is_numpys_bit_for_bit() -> None:
             expected = float(np.interp(x, xp, fp))
             got = interp(float(x), xp, fp)
             assert got == expected or (np.isnan(got) and np.isnan(expected)), (x, xp, fp)
+
+
+def test_the_pause_before_a_step_that_takes_a_request_in_is_fitted_apart() -> None:
+    """A busy step that takes in a request pauses 1 ms before it, the others the planted
+    pauses: the fit keeps both, one mean pause without them."""
+    frame, pred, group = planted()
+    taking = frame["busy"] & (frame["arrivals"] > 0)
+    frame["gap_s"] = np.where(taking, 1e-3, frame["gap_s"])
+    load = serving_load.fit(frame, pred, group)
+    assert load.pauses_apart
+    assert load.quiet_gap_points_ms == pytest.approx((0.05, 0.1, 0.3), abs=1e-6)
+    assert load.intake_gap_ms == pytest.approx(1.0, abs=1e-6)
+    assert load.gap_s(10.0) == pytest.approx(0.05e-3, rel=0.05)  # the quiet steps'
+    # the mean pause over every busy step: about half take one in
+    assert load.gap_points_ms[0] == pytest.approx(0.525, abs=0.05)
+    one = load.without_intake_pause()
+    assert not one.pauses_apart and one.gap_s(10.0) == pytest.approx(0.525e-3, abs=0.05e-3)
+    # a record without its arrivals (or with too few taking one in) keeps one mean pause
+    assert not serving_load.fit(frame.drop(columns="arrivals"), pred, group).pauses_apart
+
+
+class Pausing(Fixed):
+    """Steps of ``body`` seconds, 0.1 ms apart, 1 ms before a step that takes a request in."""
+
+    def gap(self, index: int) -> float:
+        return 1e-4
+
+    def intake_gap(self, index: int) -> float:
+        return 1e-3
+
+
+class PausingStretches(Pausing):
+    """:class:`Pausing` whose pure decode steps the engine takes in stretches."""
+
+    def decode_body(self, index: int, start_s: float, requests: int, kv_tokens: int) -> float:
+        return self.body_s
+
+
+@pytest.mark.parametrize("clock", [Pausing, PausingStretches])
+def test_a_busy_step_that_takes_a_request_in_pauses_apart(clock: type[Pausing]) -> None:
+    """The second request reaches the engine 2 ms into the first's 10 ms prefill: it is queued
+    at the step's end and scheduled 1 ms later; the steps without one follow 0.1 ms apart, in a
+    stretch of decodes too; without ``intake_gap`` every step 0.1 ms apart."""
+    params = V1Params(max_num_batched_tokens=256, max_num_seqs=8, block_size=16, num_blocks=64)
+    arrivals = np.array([0.0, 0.002, 0.0505])  # the third while the first two decode
+    args = (arrivals, np.array([16, 16, 16]), np.array([8, 8, 3]))
+    result = run_v1(params, clock(0.01), *args)
+    queued = result.requests[ENGINE_QUEUED].to_numpy()
+    start = result.schedule["start_time_s"].to_numpy()
+    assert queued[1] == pytest.approx(0.01) and start[1] == pytest.approx(0.011)
+    gaps = np.round((start[1:] - result.schedule["end_time_s"].to_numpy()[:-1]) * 1e3, 6)
+    takes = result.schedule["num_prefill_requests"].to_numpy()[1:] > 0
+    assert takes.sum() == 2 and set(gaps[takes]) == {1.0} and set(gaps[~takes]) == {0.1}
+
+    class Even(clock):  # type: ignore[valid-type,misc]
+        intake_gap = None
+
+    even = run_v1(params, Even(0.01), *args).schedule
+    assert even["start_time_s"].iloc[1] == pytest.approx(0.0101)
