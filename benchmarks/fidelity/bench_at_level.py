@@ -14,7 +14,9 @@ pooled, real against each simulation (where the engine runs on the host's CPU th
 simulation scales its front end too, ``vidur.frontend_time_scale``). At the level is a
 diagnosis (it reads the judged run), never the answer.
 
-Run: ``python -m benchmarks.fidelity.bench_at_level RUN [RUN ...] [--out F.json]``.
+Run: ``python -m benchmarks.fidelity.bench_at_level RUN [RUN ...] [--set OVERRIDE ...]
+[--tag NAME] [--out F.json]``: ``--set`` simulates both ways with a setting (e.g.
+``vidur.intake_pause=true``), ``--tag`` names its runs apart (``atl-<tag>-<RUN>``).
 """
 
 from __future__ import annotations
@@ -98,16 +100,18 @@ def pooled_front_end(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def one(run: str) -> dict[str, Any] | None:
+def one(run: str, overrides: tuple[str, ...] = (), tag: str = "") -> dict[str, Any] | None:
     from gpu_simulate_test.orchestrate.step_level import at_real_step_level
     from gpu_simulate_test.orchestrate.steps import simulate_and_compare
 
     meta, scheduler, root = stored_run(run)  # the run's own bundle
     stages = meta["stages"]
+    name = f"atl-{tag}-{run}" if tag else f"atl-{run}"
     cfg = pipeline_config(
         [
             f"profiling_root={root}",
-            f"output.run_id=atl-{run}",
+            *overrides,
+            f"output.run_id={name}",
             "output.overwrite=true",
             "progress=false",
         ]
@@ -115,7 +119,7 @@ def one(run: str) -> dict[str, Any] | None:
     workload, real = stages["workload"]["path"], stages["real_bench"]["path"]
     repeat = (stages.get("real_bench_repeat") or {}).get("path")
     _, as_is = simulate_and_compare(cfg, scheduler, workload, real, repeat_dir=repeat)
-    level, at_dir = at_real_step_level(cfg, scheduler, workload, real, f"atl-{run}")
+    level, at_dir = at_real_step_level(cfg, scheduler, workload, real, name)
     if level is None or at_dir is None:
         return None
     calibrated, at_level = ttft_errors(as_is), ttft_errors(at_dir)
@@ -166,10 +170,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--tag", default="")
     args = parser.parse_args()
     results = []
     for run in args.runs:
-        done = one(run)
+        done = one(run, tuple(args.overrides), args.tag)
         if done is None:
             print(f"{run}: no step level (no step record, or too few busy steps)", flush=True)
             continue
