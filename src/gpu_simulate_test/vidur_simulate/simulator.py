@@ -129,7 +129,7 @@ class SimulationRequest:
     busy_spread: bool = False
     """vllm_v1 with the serving terms: each busy step's fast spread drawn from its band's
     calibrated steps (``vidur.busy_spread``; False: the lognormal noise)."""
-    intake_pause: bool = False
+    intake_pause: bool = True
     """vllm_v1 with the serving terms: a busy step that takes in a request pauses as the
     replays' such steps did (``vidur.intake_pause``; False: every busy step the mean pause)."""
     intake_catch: bool = False

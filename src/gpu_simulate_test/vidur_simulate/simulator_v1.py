@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.simulator.api import EngineSpec, Workload, simulate
 from gpu_simulate_test.simulator.run import V1Result, run_v1, unsent_followers
@@ -44,12 +45,8 @@ def build_step_model(request: SimulationRequest) -> StepModel:
     if request.serving_steps is not None and fitted.report is not None:
         serving_fit = fit_serving(timer, request.serving_steps)
     serving = serving_fit[0] if serving_fit is not None else None
-    if serving is not None and not request.wake_spread:  # each wake-up on the curve
-        serving = dataclasses.replace(serving, wake_residual_ms=())
-    if serving is not None and not request.busy_spread:  # the lognormal noise
-        serving = dataclasses.replace(serving, busy_residual=())
-    if serving is not None and not request.intake_pause:  # one mean pause
-        serving = serving.without_intake_pause()
+    if serving is not None:
+        serving = as_set(serving, request.wake_spread, request.busy_spread, request.intake_pause)
     return StepModel(
         timer,
         serving=serving,
@@ -60,6 +57,19 @@ def build_step_model(request: SimulationRequest) -> StepModel:
         cache_hit=bool(predictor.cache_hit),
         intake_catch=request.intake_catch,
     )
+
+
+def as_set(
+    serving: ServingLoad, wake_spread: bool, busy_spread: bool, intake_pause: bool
+) -> ServingLoad:
+    """The fitted serving terms as the simulation's knobs set them: without ``wake_spread``
+    each wake-up on the curve, without ``busy_spread`` the lognormal noise, without
+    ``intake_pause`` one mean pause before every busy step."""
+    if not wake_spread:
+        serving = dataclasses.replace(serving, wake_residual_ms=())
+    if not busy_spread:
+        serving = dataclasses.replace(serving, busy_residual=())
+    return serving if intake_pause else serving.without_intake_pause()
 
 
 class VllmV1Simulator:

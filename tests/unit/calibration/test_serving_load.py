@@ -312,3 +312,23 @@ def test_a_busy_step_that_takes_a_request_in_pauses_apart(clock: type[Pausing]) 
 
     even = run_v1(params, Even(0.01), *args).schedule
     assert even["start_time_s"].iloc[1] == pytest.approx(0.0101)
+
+
+def test_the_knobs_set_the_fitted_terms_and_the_pause_apart_is_the_default() -> None:
+    from gpu_simulate_test.config.vidur import VidurConfig
+    from gpu_simulate_test.vidur_simulate.simulator import SimulationRequest
+    from gpu_simulate_test.vidur_simulate.simulator_v1 import as_set
+
+    frame, pred, group = planted()
+    frame["gap_s"] = np.where(frame["busy"] & (frame["arrivals"] > 0), 1e-3, frame["gap_s"])
+    load = dataclasses.replace(
+        serving_load.fit(frame, pred, group), wake_residual_ms=(1.0,), busy_residual=((0.1,),)
+    )
+    kept = as_set(load, True, True, True)
+    assert kept == load and kept.pauses_apart
+    bare = as_set(load, False, False, False)
+    assert not bare.pauses_apart and bare.wake_residual_ms == () and bare.busy_residual == ()
+    assert bare.gap_s(10.0) == load.without_intake_pause().gap_s(10.0) > load.gap_s(10.0)
+    assert VidurConfig().intake_pause is True
+    fields = {f.name: f for f in dataclasses.fields(SimulationRequest)}
+    assert fields["intake_pause"].default is True
