@@ -71,7 +71,7 @@ def pooled_pauses(dirs: list[Path]) -> dict[str, dict[str, float]]:
             continue
         p10, p50, p90 = np.percentile(pause, [10, 50, 90])
         out[kind] = {
-            "steps": int(len(pause)),
+            "steps": len(pause),
             "pause_p10_ms": float(p10),
             "pause_p50_ms": float(p50),
             "pause_p90_ms": float(p90),
