@@ -8,7 +8,9 @@ puts that pause where it falls; before it, one mean pause before every busy step
 For stored main jobs (pipeline run ids, ``tmp/pipeline/<RUN>``), prints:
 
 - **pauses**: the pause before a busy step (the last one's end to its start, under 5 ms) that
-  first-schedules a request, and before one that does not, real (the truth's
+  schedules a prefill (a request taken in; a prompt's later chunk or a preempted request's
+  restart too: none in the main job, whose prompts fit one chunk), and before one that does
+  not, one engine's schedule, real (the truth's
   ``engine_schedule.csv``) and per simulation named with ``--sim NAME=PATTERN`` (a
   ``tmp/vidur_simulate`` run id with ``{run}``, e.g. ``variant-pause-{run}``): the steps, p10 /
   p50 / p90 and the mean, and each kind of step's own time beside;

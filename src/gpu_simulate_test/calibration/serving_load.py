@@ -178,7 +178,9 @@ class ServingLoad:
     there; on this host the step that schedules it starts about a millisecond later, where a
     step that takes in none starts a tenth of one after the last (the calibration replays'
     steps, 2026-12-06): the pause lands on the request's own first token, not spread over
-    every step."""
+    every step. Counted here on the steps that schedule a request for the first time; the
+    simulated engine pauses so before the step after a request reached it (the same step
+    unless the request waits for room in the batch: near saturation)."""
     wake0_ms: float = 0.0
     """A wake-up after 1 ms idle, beyond the prediction (may be negative)."""
     wake_per_decade_ms: float = 0.0
@@ -321,7 +323,10 @@ def fit(
     quarter of capacity, then rising; a line through the rates missed both ends). Steps that
     woke the engine: what they took beyond the lowest rate's stretch, a line in log10 of the
     idle time. Where the replays' sends were recorded beside their steps: what one send adds to
-    a busy step (``intake_ms``), and the rates' stretch and the wake-ups without it.
+    a busy step (``intake_ms``), and the rates' stretch and the wake-ups without it. Where the
+    features count the requests each step schedules for the first time (``arrivals``): the
+    pause before the busy steps that take one in apart from the others' (``intake_gap_ms``,
+    ``quiet_gap_points_ms``).
     """
     body = features["body_s"].to_numpy(dtype=float)
     pred = np.asarray(predicted_s, dtype=float)

@@ -154,6 +154,10 @@ class VllmV1Engine:
         heapq.heappush(self.pending, (at, r))
         if not self.running and not self.waiting:
             self._start = None  # an idle engine wakes for the earliest of its arrivals
+        elif self._intake_gap is not None and self._start is not None and at <= self._start:
+            # a busy engine's next step, asked before this request was routed to it (a
+            # fleet's), takes it in: it pauses as one that does
+            self._start = self.ready + self._busy_gap(self.index, self.ready)
 
     def next_start(self) -> float:
         """When the next step is scheduled (inf: nothing to do until a request is added);
@@ -173,7 +177,8 @@ class VllmV1Engine:
 
     def _busy_gap(self, index: int, ready: float) -> float:
         """The pause after a busy step that ended at ``ready``: the clock's, or where a request
-        reaches the engine by then, its pause before a step that takes one in."""
+        reaches the engine by ``ready`` plus that pause (the next step takes it in), the clock's
+        pause before a step that takes one in (``intake_gap``, where it has one)."""
         gap = max(0.0, self.clock.gap(index))
         pending = self.pending
         if self._intake_gap is not None and pending and pending[0][0] <= ready + gap:

@@ -93,7 +93,9 @@ class StepClock(Protocol):
     """When steps happen: per step ``index`` (from 0) and its composition."""
 
     def gap(self, index: int) -> float:
-        """Seconds from the previous step's outputs to this step's scheduling, with work."""
+        """Seconds from the previous step's outputs to this step's scheduling, with work (a
+        clock may also have ``intake_gap(index)``: the same before a busy step that takes a
+        request in, :meth:`~.step_model.PredictorClock.intake_gap`)."""
 
     def lead(self, index: int) -> float:
         """Seconds from the arrival that woke an idle engine to this step's scheduling."""

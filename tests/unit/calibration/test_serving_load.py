@@ -325,7 +325,8 @@ def test_the_knobs_set_the_fitted_terms_and_the_pause_apart_is_the_default() -> 
         serving_load.fit(frame, pred, group), wake_residual_ms=(1.0,), busy_residual=((0.1,),)
     )
     kept = as_set(load, True, True, True)
-    assert kept == load and kept.pauses_apart
+    assert kept.pauses_apart and kept.gap_s(10.0) == pytest.approx(0.05e-3, rel=0.05)
+    assert kept.wake_residual_ms == (1.0,) and kept.busy_residual == ((0.1,),)
     bare = as_set(load, False, False, False)
     assert not bare.pauses_apart and bare.wake_residual_ms == () and bare.busy_residual == ()
     assert bare.gap_s(10.0) == load.without_intake_pause().gap_s(10.0) > load.gap_s(10.0)

@@ -165,3 +165,24 @@ def test_a_router_can_decide_before_the_engine_queues_the_request() -> None:
     # the engine queued it at its arrival, not at the decision
     assert early.requests["request_scheduling_delay"].iloc[1] >= 0
     assert early.schedule[early.schedule[ENGINE] == 1]["start_time_s"].min() >= 0.030
+
+
+@pytest.mark.parametrize("stretches", [False, True])
+def test_a_fleet_engine_pauses_before_the_step_that_takes_a_routed_request_in(
+    stretches: bool,
+) -> None:
+    """A request routed to a busy engine after its next step was asked for (a fleet routes each
+    send when it is due) still gets the pause before a step that takes one in: engine 0's
+    second step starts 1 ms after its first ends, not 0.1 ms (the clock's other pause)."""
+    from tests.unit.calibration.test_serving_load import Pausing, PausingStretches
+
+    clock = PausingStretches if stretches else Pausing
+    arrivals = (np.array([0.0, 0.001, 0.005]), np.array([16, 16, 16]), np.array([4, 4, 4]))
+    result = run_fleet(PARAMS, [clock(0.01), clock(0.01)], ROUTERS["round_robin"](2, 0), *arrivals)
+    assert result.requests[ENGINE].tolist() == [0, 1, 0]
+    zero = result.schedule[result.schedule[ENGINE] == 0]
+    start, end = zero["start_time_s"].to_numpy(), zero["end_time_s"].to_numpy()
+    assert start[1] - end[0] == pytest.approx(1e-3)  # takes request 2 in
+    assert start[2] - end[1] == pytest.approx(1e-4)  # takes none
+    one = run_v1(PARAMS, clock(0.01), *(a[[0, 2]] for a in arrivals))
+    assert one.schedule["start_time_s"].tolist() == pytest.approx(start.tolist())

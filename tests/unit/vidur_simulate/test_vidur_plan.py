@@ -437,3 +437,19 @@ def test_the_spread_tail_reaches_every_front_end_draw_when_set(root: Path) -> No
                     input_spread_levels=levels, input_spread_idle_only=False)  # fmt: skip
     moved = replace(every, spread_tail=True).scheduler_arrival_s(running)
     assert moved - every.scheduler_arrival_s(running) == pytest.approx(gap)  # every send's too
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_the_simulation_request_carries_the_serving_knobs(root: Path, pause: bool) -> None:
+    """``vidur.intake_pause`` (and the spreads beside it) reach the simulation as set."""
+    import dataclasses
+
+    from gpu_simulate_test.vidur_simulate.stage import _request
+
+    write_synthetic_bundle(root / "profiles", QWEN3_TINY)
+    cfg = stage(root)
+    cfg = dataclasses.replace(
+        cfg, vidur=dataclasses.replace(cfg.vidur, intake_pause=pause, busy_spread=not pause)
+    )
+    request = _request(cfg, prepare(cfg), None, None, None)
+    assert request.intake_pause is pause and request.busy_spread is not pause
