@@ -83,23 +83,14 @@ def pooled_pauses(dirs: list[Path]) -> dict[str, dict[str, float]]:
     return out
 
 
-def clock_errors(compare_dir: Path) -> dict[str, float | None]:
-    """``clock/metric/stat`` → the simulation's error on that clock in one comparison."""
+def clock_figures(compare_dir: Path, field: str) -> dict[str, float | None]:
+    """``clock/metric/stat`` → one comparison's ``<field>_vs_<clock>`` on that clock:
+    ``error`` (the simulation's) or ``noise`` (the truth's own repeat, real vs real)."""
     data = json.loads((compare_dir / "comparison.json").read_text())
     out: dict[str, float | None] = {}
     for row in data.get("clocks") or []:
         for clock in ("engine", "client"):
-            out[f"{clock}/{row['metric']}/{row['stat']}"] = row.get(f"error_vs_{clock}")
-    return out
-
-
-def clock_noise(compare_dir: Path) -> dict[str, float | None]:
-    """``clock/metric/stat`` → the truth's own repeat on that clock (real vs real)."""
-    data = json.loads((compare_dir / "comparison.json").read_text())
-    out: dict[str, float | None] = {}
-    for row in data.get("clocks") or []:
-        for clock in ("engine", "client"):
-            out[f"{clock}/{row['metric']}/{row['stat']}"] = row.get(f"noise_vs_{clock}")
+            out[f"{clock}/{row['metric']}/{row['stat']}"] = row.get(f"{field}_vs_{clock}")
     return out
 
 
@@ -184,10 +175,13 @@ def main() -> None:
         pauses[name] = pooled_pauses(
             [root / "vidur_simulate" / pattern.format(run=r) for r in args.runs]
         )
-    noise = [clock_noise(root / "compare" / args.repeat_from.format(run=r)) for r in args.runs]
+    noise = [
+        clock_figures(root / "compare" / args.repeat_from.format(run=r), "noise") for r in args.runs
+    ]
     clocks = {
         name: clock_summary(
-            [clock_errors(root / "compare" / pattern.format(run=r)) for r in args.runs], noise
+            [clock_figures(root / "compare" / pattern.format(run=r), "error") for r in args.runs],
+            noise,
         )
         for name, pattern in named(args.compare).items()
     }

@@ -334,7 +334,6 @@ def fit(
     ratio = np.clip(body / np.where(ok, pred, 1.0), *RATIO_CLIP)
     body = np.where(ok, ratio * np.where(ok, pred, 0.0), 0.0)  # clipped outliers
     req = features["arrival_rate"].to_numpy(dtype=float)
-    tok = features["stream_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool) & ok
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
     labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
@@ -362,13 +361,15 @@ def fit(
             intake_free_ms=free_ms,
         )
     if load.rate_points:
-        stretch = np.array([load.stretch(r, t) for r, t in zip(req, tok, strict=True)])
-        sigma, phi, share = serving_noise.fit(body, pred * stretch, busy, MIN_BUSY_STEPS)
+        # each busy step's prediction stretched at its rate: what the noise and the busy
+        # spread are read around
+        modelled = pred.copy()
+        modelled[busy] = pred[busy] * np.array([load.stretch(r) for r in req[busy]])
+        sigma, phi, share = serving_noise.fit(body, modelled, busy, MIN_BUSY_STEPS)
         load = replace(load, noise_sigma=sigma, noise_phi=phi, noise_slow_share=share)
         if "decodes" in features:  # a step record's features (a planted frame may not)
-            stretch = np.array([load.stretch(r) for r in req[busy]])
             decodes = features["decodes"].to_numpy(dtype=float)[busy]
-            log_residual = np.log(body[busy] / (pred[busy] * stretch))
+            log_residual = np.log(body[busy] / modelled[busy])
             load = replace(load, busy_residual=busy_spread.residuals(decodes, log_residual))
     idle_ms = features["idle_ms"].to_numpy(dtype=float)
     woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)

@@ -14,10 +14,10 @@ def fit(
     body: np.ndarray, modelled: np.ndarray, busy: np.ndarray, min_pairs: int
 ) -> tuple[float, float, float]:
     """The spread ``sigma`` of the busy steps' log time (``body``) around their ``modelled``
-    time, and its slow part: with autocorrelations a1, a4 at lags 1 and 4 (over runs of
-    consecutive busy steps), the slow part carries over ``phi = (a4 / a1) ** (1 / 3)`` a step
-    and holds ``a1 / phi`` of the variance; (sigma, 0, 0) with fewer than ``min_pairs`` pairs at
-    a lag."""
+    time (read at the ``busy`` steps only), and its slow part: with autocorrelations a1, a4 at
+    lags 1 and 4 (over runs of consecutive busy steps), the slow part carries over
+    ``phi = (a4 / a1) ** (1 / 3)`` a step and holds ``a1 / phi`` of the variance; (sigma, 0, 0)
+    with fewer than ``min_pairs`` pairs at a lag."""
     index = np.flatnonzero(busy)
     resid = np.log(body[index] / modelled[index])
     sigma = float(np.std(resid))
