@@ -179,7 +179,7 @@ def _serve_available() -> bool:
 
 
 def test_openai_backend_fails_clearly_on_an_unreachable_endpoint(workspace: Path) -> None:
-    from gpu_simulate_test.core.engines.openai import free_loopback_port
+    from gpu_simulate_test.core.engines.server import free_loopback_port
 
     url = f"http://127.0.0.1:{free_loopback_port()}"
     proc = run_cli(

@@ -42,7 +42,7 @@ from gpu_simulate_test.core.engines.server import (
     LineHook,
     ManagedServer,
     ServerError,
-    free_loopback_port,
+    start_on_loopback,
 )
 from gpu_simulate_test.core.engines.stream_loop import StreamLoop
 
@@ -295,15 +295,22 @@ class OpenAIBackend(Backend):
         """Start ``command(port)`` on a loopback port (``server.port`` or a free one), its log
         as ``server.log`` in :attr:`log_dir` (or a temporary folder), and wait for ``/health``;
         returns the seconds it took, or raises :class:`BackendError` with the log's root cause."""
-        port = self.knobs.server.port or free_loopback_port()
-        self.base_url = f"http://127.0.0.1:{port}"
         folder = self.log_dir or Path(tempfile.mkdtemp(prefix=f"{self.name}-server-"))
         self.log_path = folder / SERVER_LOG
-        self.server = ManagedServer(command(port), self.log_path, env, hook)
-        self.server.start()
+
+        def started(server: ManagedServer, port: int) -> None:
+            self.server = server
+            self.base_url = f"http://127.0.0.1:{port}"
+
         try:
-            return self.server.wait_healthy(
-                f"{self.base_url}/health", self.knobs.server.startup_timeout_s
+            return start_on_loopback(
+                command,
+                self.log_path,
+                env,
+                hook,
+                self.knobs.server.startup_timeout_s,
+                self.knobs.server.port,
+                started,
             )
         except ServerError as exc:
             raise BackendError(str(exc)) from None

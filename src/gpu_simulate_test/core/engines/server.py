@@ -73,11 +73,25 @@ class GuardedHook:
             )
 
 
+PORT_ATTEMPTS = 3
+"""Starts on a port picked here before giving up (:func:`start_on_loopback`)."""
+
+_handed_ports: set[int] = set()
+_handed_lock = threading.Lock()
+
+
 def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed
+    out before (a fleet's servers start side by side, each binding its port seconds after it was
+    picked: two of them never get the same one from here)."""
+    with _handed_lock:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _handed_ports:
+                _handed_ports.add(port)
+                return port
 
 
 def port_in_use(port: int) -> bool:
@@ -163,6 +177,10 @@ class ManagedServer:
                     return m.group(0).strip()
         return None
 
+    def lost_its_port(self) -> bool:
+        """Whether the server exited because its port was taken (``Address already in use``)."""
+        return self.failure() is not None and "Errno 98" in (self.first_error() or "")
+
     def wait_healthy(self, url: str, timeout_s: float) -> float:
         """Poll ``url`` until it answers 200; returns the seconds it took.
 
@@ -222,6 +240,49 @@ class ManagedServer:
         # children the leader left behind (an engine core that outlived its API server)
         _signal_group(proc.pid, signal.SIGKILL)
         self._drain()
+
+
+def start_on_loopback(
+    command: Callable[[int], Sequence[str]],
+    log_path: Path,
+    env: Mapping[str, str] | None,
+    hook: LineHook | None,
+    timeout_s: float,
+    port: int | None = None,
+    started: Callable[[ManagedServer, int], None] | None = None,
+) -> float:
+    """Start ``command(port)`` and wait for its ``/health`` on 127.0.0.1; returns the seconds it
+    took to come up. ``started`` is told each server and its port as it starts.
+
+    With no ``port`` given, one is picked here (:func:`free_loopback_port`); it is free when
+    picked, not when the server binds it seconds later, and any process may take it in between
+    (another server's engine picking its own ports: a slow-tier run lost a fleet's server so).
+    A server that exits on ``Address already in use`` is then started again on another port,
+    :data:`PORT_ATTEMPTS` in all, said, its log kept beside as ``<log>.attempt-<n>``. A port the
+    caller chose is the caller's: a clash there is an error at once. Raises :class:`ServerError`
+    (the server left running for the caller to stop, as :meth:`ManagedServer.wait_healthy`).
+    """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        chosen = port or free_loopback_port()
+        server = ManagedServer(command(chosen), log_path, env, hook)
+        server.start()
+        if started is not None:
+            started(server, chosen)
+        try:
+            return server.wait_healthy(f"http://127.0.0.1:{chosen}/health", timeout_s)
+        except ServerError:
+            if port or attempt == PORT_ATTEMPTS or not server.lost_its_port():
+                raise
+        server.stop()
+        kept = log_path.with_name(f"{log_path.name}.attempt-{attempt}")
+        log_path.replace(kept)
+        console.print(
+            f"[yellow]warning:[/] port {chosen} was taken before the server bound it (another "
+            f"process took it after it was picked); starting it again on another port (its log "
+            f"kept as {escape(str(kept))})",
+            soft_wrap=True,
+        )
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def renice_tree(pid: int, nice: int) -> int:

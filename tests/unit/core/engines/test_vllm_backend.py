@@ -17,6 +17,7 @@ import pytest
 
 from gpu_simulate_test.config.real_bench import RealBenchStageConfig
 from gpu_simulate_test.config.registry import to_typed
+from gpu_simulate_test.core.engines import server as server_module
 from gpu_simulate_test.core.engines.openai import event_tokens
 from gpu_simulate_test.core.engines.records import BenchRequest
 from gpu_simulate_test.core.engines.server import (
@@ -24,6 +25,7 @@ from gpu_simulate_test.core.engines.server import (
     ManagedServer,
     ServerError,
     free_loopback_port,
+    start_on_loopback,
 )
 from gpu_simulate_test.core.engines.vllm import VllmBackend
 from gpu_simulate_test.core.engines.vllm_knobs import cpu_threads_bind, prefix_sharing
@@ -616,3 +618,78 @@ def test_a_paused_server_that_does_not_answer_again_fails_as_a_start_does(
         assert not early.paused
     finally:
         server.stop()
+
+
+def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another process takes the picked port in the seconds before the server binds it (a slow
+    # tier run lost a fleet's server so): the server starts again on another port, said
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        free = free_loopback_port()
+        picks = iter([busy, free])
+        monkeypatch.setattr(server_module, "free_loopback_port", lambda: next(picks))
+        script = HEALTHY_SERVER  # exits on OSError: [Errno 98] when its port is taken
+        seen: list[tuple[ManagedServer, int]] = []
+        log = tmp_path / "server.log"
+        took = start_on_loopback(
+            lambda port: [sys.executable, "-c", script, str(port)],
+            log,
+            None,
+            None,
+            30,
+            started=lambda server, port: seen.append((server, port)),
+        )
+        try:
+            assert took > 0
+            assert [port for _, port in seen] == [busy, free]
+            assert seen[0][0].failure() is not None and seen[1][0].failure() is None
+            assert "Errno 98" in (tmp_path / "server.log.attempt-1").read_text()
+            assert "Errno 98" not in log.read_text()
+        finally:
+            for server, _ in seen:
+                server.stop()
+        # a port the caller chose is the caller's: a clash there fails at once
+        seen.clear()
+        with pytest.raises(ServerError, match="Errno 98"):
+            start_on_loopback(
+                lambda port: [sys.executable, "-c", script, str(port)],
+                tmp_path / "fixed.log",
+                None,
+                None,
+                30,
+                port=busy,
+                started=lambda server, port: seen.append((server, port)),
+            )
+        for server, _ in seen:
+            server.stop()
+        assert [port for _, port in seen] == [busy]
+
+
+def test_a_port_is_handed_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the kernel may give the same free port to two picks a moment apart (a fleet's servers are
+    # picked seconds before either binds): the second pick is asked again
+    offered = iter([41001, 41002, 41001, 41002, 41003])
+
+    class Socket:
+        def __init__(self, *_: object) -> None:
+            self.port = next(offered)
+
+        def __enter__(self) -> Socket:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def bind(self, _: object) -> None:
+            pass
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(server_module, "_handed_ports", set())
+    monkeypatch.setattr(server_module.socket, "socket", Socket)
+    assert [free_loopback_port() for _ in range(3)] == [41001, 41002, 41003]
