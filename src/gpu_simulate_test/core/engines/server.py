@@ -76,22 +76,13 @@ class GuardedHook:
 PORT_ATTEMPTS = 3
 """Starts on a port picked here before giving up (:func:`start_on_loopback`)."""
 
-_handed_ports: set[int] = set()
-_handed_lock = threading.Lock()
-
 
 def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed
-    out before (a fleet's servers start side by side, each binding its port seconds after it was
-    picked: two of them never get the same one from here)."""
-    with _handed_lock:
-        while True:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _handed_ports:
-                _handed_ports.add(port)
-                return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (:func:`start_on_loopback` starts a
+    server again where another process took it meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def port_in_use(port: int) -> bool:

@@ -667,29 +667,3 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
         for server, _ in seen:
             server.stop()
         assert [port for _, port in seen] == [busy]
-
-
-def test_a_port_is_handed_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the kernel may give the same free port to two picks a moment apart (a fleet's servers are
-    # picked seconds before either binds): the second pick is asked again
-    offered = iter([41001, 41002, 41001, 41002, 41003])
-
-    class Socket:
-        def __init__(self, *_: object) -> None:
-            self.port = next(offered)
-
-        def __enter__(self) -> Socket:
-            return self
-
-        def __exit__(self, *_: object) -> None:
-            pass
-
-        def bind(self, _: object) -> None:
-            pass
-
-        def getsockname(self) -> tuple[str, int]:
-            return ("127.0.0.1", self.port)
-
-    monkeypatch.setattr(server_module, "_handed_ports", set())
-    monkeypatch.setattr(server_module.socket, "socket", Socket)
-    assert [free_loopback_port() for _ in range(3)] == [41001, 41002, 41003]
