@@ -70,15 +70,13 @@ class Stretch:
     """The schedule's rows of a stretch of pure decode steps, kept as one record (expanded by
     :func:`.run.schedule_frame`): every step schedules the same ``requests`` one token each."""
 
-    __slots__ = ("ends", "first_index", "requests", "running_after", "starts")
+    __slots__ = ("ends", "first_index", "requests", "starts")
 
-    def __init__(self, first_index: int, requests: list[int], running: int) -> None:
+    def __init__(self, first_index: int, requests: list[int]) -> None:
         self.first_index = first_index
         self.requests = requests
         self.starts: list[float] = []
         self.ends: list[float] = []
-        self.running_after = running
-        """Requests running after the last step (those that emitted their last token gone)."""
 
 
 Row = tuple[object, ...] | Stretch
@@ -233,6 +231,7 @@ class VllmV1Engine:
         index = self.index
         step = Composition(npre, tpre, ndec, tdec, tuple(chunks), start, idle, first)
         end = start + self.clock.body(index, step)
+        scheduled = len(running)  # as vLLM's step record counts them: before any finishes
         for r, new, _ in chosen:
             if scheduled_at[r] != scheduled_at[r]:
                 scheduled_at[r] = start
@@ -249,7 +248,7 @@ class VllmV1Engine:
         if self.log_steps:
             requests = " ".join([f"{r}:{new}" for r, new, _ in chosen])
             self.rows.append(
-                (index, start, end, npre, tpre, ndec, tdec, preempted, len(waiting), len(running),
+                (index, start, end, npre, tpre, ndec, tdec, preempted, len(waiting), scheduled,
                  requests)
             )  # fmt: skip
         self.index = index + 1
@@ -299,7 +298,7 @@ class VllmV1Engine:
         steps = self.kv.room_for(running, computed, steps) if steps > 1 else 0
         if steps < 2:
             return False
-        record = Stretch(self.index, list(running), n) if self.log_steps else None
+        record = Stretch(self.index, list(running)) if self.log_steps else None
         clock, index, durations = self.clock, self.index, []
         taken = 0
         while True:
@@ -326,7 +325,6 @@ class VllmV1Engine:
         self.index = index
         self._close_stretch(taken, durations, end)
         if record is not None:
-            record.running_after = len(running)
             self.rows.append(record)
         return True
 

@@ -205,8 +205,7 @@ def _extend_stretch(columns: list[list[object]], stretch: Stretch) -> None:
     end.extend(stretch.ends)
     for column, value in ((npre, 0), (tpre, 0), (ndec, n), (tdec, n), (preempted, 0), (waiting, 0)):
         column.extend([value] * m)
-    running.extend([n] * (m - 1))
-    running.append(stretch.running_after)
+    running.extend([n] * m)  # at each step's scheduling, as vLLM's step record counts them
     requests.extend([text] * m)
 
 

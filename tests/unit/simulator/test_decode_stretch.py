@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpu_simulate_test.calibration import serving_load
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.simulator.engine import RequestBook, Stretch, VllmV1Engine
 from gpu_simulate_test.simulator.kv_cache import CountingKVCache
@@ -82,6 +83,27 @@ def test_a_stretch_gives_the_steps_one_by_one(caching: bool, closed: bool) -> No
         assert stretched.schedule.equals(one_by_one.schedule)
         assert stretched.preemptions == one_by_one.preemptions
         assert stretched.prefix_cache == one_by_one.prefix_cache
+
+
+@pytest.mark.parametrize("clock", [DrawClock, StretchingDrawClock])
+def test_a_step_counts_its_running_requests_before_any_finishes(clock: type[DrawClock]) -> None:
+    # as vLLM's step record does (``len(scheduler.running)`` after scheduling): a request
+    # emitting its last token in a step is still running in that step's row, so a busy step
+    # after it is not taken for an idle engine waking (``step_features``, the oracle replay)
+    case = _case(0, caching=False, closed=False)
+    schedule = run_v1(clock=clock(0), **case).schedule
+    scheduled = np.array([len(text.split()) for text in schedule["requests"]])
+    assert (schedule["num_running"] >= scheduled).all()
+    woke = ~serving_load.step_features(schedule)["busy"].to_numpy()
+    # the truth: a step wakes the engine where every request queued by the previous step's end
+    # had finished by then (each request's queue time and end from the requests' table)
+    requests = run_v1(clock=clock(0), **case).requests
+    queued = requests["engine_queued_time"].to_numpy()
+    done = case["arrived_at"] + requests["request_e2e_time"].to_numpy()  # e2e from arrival
+    prev_end = np.concatenate([[-np.inf], schedule["end_time_s"].to_numpy()[:-1]])
+    idle = np.array([not ((queued <= e) & (done > e + 1e-12)).any() for e in prev_end])
+    assert idle.sum() >= 2 and (~idle).sum() > 100
+    np.testing.assert_array_equal(woke, idle)
 
 
 def test_stretches_are_taken_and_stop_where_an_arrival_is_due() -> None:
