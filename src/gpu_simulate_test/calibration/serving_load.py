@@ -49,7 +49,13 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import busy_spread, intake_phase, serving_noise, wake
+from gpu_simulate_test.calibration import (
+    busy_spread,
+    intake_phase,
+    serving_noise,
+    wake,
+)
+from gpu_simulate_test.calibration.intake_step import extra_ms as intake_extra_ms
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -211,6 +217,8 @@ class ServingLoad:
     intake_free_ms: float = 0.0
     """A send in a step's first this many ms adds nothing to it (the step's free part,
     :mod:`.intake_phase`; 0: every send adds ``intake_ms``, a bundle before version 17)."""
+    intake_step_ms: float = 0.0
+    """What a busy step that takes a request in adds (:mod:`.intake_step`; 0: not apart)."""
     window_s: float = WINDOW_S
 
     def noise(self, seed: int, fast: bool = True) -> Iterator[float]:
@@ -302,16 +310,11 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
-def _nonneg(columns: Sequence[np.ndarray], y: np.ndarray) -> list[float]:
-    """Non-negative least squares of ``y`` on ``columns``."""
-    from scipy.optimize import nnls  # type: ignore[import-untyped]
-
-    coef, _ = nnls(np.column_stack(columns), y)
-    return [float(c) for c in coef]
-
-
 def fit(
-    features: pd.DataFrame, predicted_s: np.ndarray, groups: np.ndarray | None = None
+    features: pd.DataFrame,
+    predicted_s: np.ndarray,
+    groups: np.ndarray | None = None,
+    intake_step: bool = True,
 ) -> ServingLoad:
     """The serving terms from calibration-replay steps (``step_features``), each step's
     predicted time from its composition alone, and which rate each step was replayed at
@@ -326,7 +329,8 @@ def fit(
     a busy step (``intake_ms``), and the rates' stretch and the wake-ups without it. Where the
     features count the requests each step schedules for the first time (``arrivals``): the
     pause before the busy steps that take one in apart from the others' (``intake_gap_ms``,
-    ``quiet_gap_points_ms``).
+    ``quiet_gap_points_ms``), and with ``intake_step`` what such a busy step takes beyond the
+    others (``intake_step_ms``), the rates' stretch without it.
     """
     body = features["body_s"].to_numpy(dtype=float)
     pred = np.asarray(predicted_s, dtype=float)
@@ -360,6 +364,12 @@ def fit(
             intake_ms=intake_s * 1e3,
             intake_free_ms=free_ms,
         )
+    if intake_step and load.rate_points and "arrivals" in features:  # stretch without it
+        stretched = pred * np.array([load.stretch(r) for r in req])
+        if step_ms := intake_extra_ms(body, stretched, busy, taking):
+            body = body - step_ms / 1e3 * (busy & taking)
+            again = _rated(body, pred, req, pauses, busy, labels)  # the pauses unchanged
+            load = replace(load, stretch_points=again.stretch_points, intake_step_ms=step_ms)
     if load.rate_points:
         # each busy step's prediction stretched at its rate: what the noise and the busy
         # spread are read around
@@ -461,8 +471,10 @@ def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarra
     offsets = intake_phase.step_offsets(features)
     intake = load.intake_ms / 1e3 * _late(offsets, _sends(features), load.intake_free_ms)
     out = np.empty(len(features))
+    taking = features["arrivals"].to_numpy() > 0 if "arrivals" in features else busy & ~busy
     for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
         out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())
+        out[k] += load.intake_step_ms / 1e3 if busy[k] and taking[k] else 0.0
         if not busy[k] and np.isfinite(idle[k]):
             out[k] = max(0.5 * p, out[k] + load.wake_s(idle[k]))
     return out + intake
@@ -479,19 +491,3 @@ def predictions(
         except KeyError:
             continue
     return out
-
-
-def composition_medians(schedule: pd.DataFrame, features: pd.DataFrame) -> np.ndarray:
-    """Each step's model when nothing but its composition counts: the median time of the
-    busy steps with the same composition (vLLM's counts), else of all steps with it."""
-    from gpu_simulate_test.core.engines.step_record import COMPOSITION
-
-    frame = schedule[list(COMPOSITION)].copy()
-    frame["body"] = features["body_s"].to_numpy()
-    frame["busy"] = features["busy"].to_numpy()
-    keys = list(COMPOSITION)
-    busy_med = frame[frame["busy"]].groupby(keys)["body"].median()
-    all_med = frame.groupby(keys)["body"].median()
-    index = pd.MultiIndex.from_frame(frame[keys])
-    out = busy_med.reindex(index).to_numpy(dtype=float)
-    return np.where(np.isfinite(out), out, all_med.reindex(index).to_numpy(dtype=float))

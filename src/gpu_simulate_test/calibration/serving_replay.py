@@ -218,7 +218,7 @@ def _over_composition(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, 
     parts = [part.reset_index(drop=True) for _, part in steps.groupby("replay", sort=False)]
     frame = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     every = pd.concat(parts, ignore_index=True)
-    ratio = frame["body_s"].to_numpy() / serving_load.composition_medians(every, frame)
+    ratio = frame["body_s"].to_numpy() / composition_medians(every, frame)
     return frame, every, ratio
 
 
@@ -307,3 +307,19 @@ def replay_drift(steps: pd.DataFrame) -> float:
             for (_, rate), mask in _replay_masks(every)
         ]
     )
+
+
+def composition_medians(schedule: pd.DataFrame, features: pd.DataFrame) -> np.ndarray:
+    """Each step's model when nothing but its composition counts: the median time of the
+    busy steps with the same composition (vLLM's counts), else of all steps with it."""
+    from gpu_simulate_test.core.engines.step_record import COMPOSITION
+
+    frame = schedule[list(COMPOSITION)].copy()
+    frame["body"] = features["body_s"].to_numpy()
+    frame["busy"] = features["busy"].to_numpy()
+    keys = list(COMPOSITION)
+    busy_med = frame[frame["busy"]].groupby(keys)["body"].median()
+    all_med = frame.groupby(keys)["body"].median()
+    index = pd.MultiIndex.from_frame(frame[keys])
+    out = busy_med.reindex(index).to_numpy(dtype=float)
+    return np.where(np.isfinite(out), out, all_med.reindex(index).to_numpy(dtype=float))

@@ -239,6 +239,13 @@ class VidurConfig:
     p50 / p90 mean signed −1.3 / −3.6% → −0.4 / −0.7%, engine TTFT p50 −6.3 → −4.2%; at the
     runs' level the campaigns' pooled median and largest error lower on TTFT, TPOT and E2E;
     benchmarks/results/intake_pause_20261206)."""
+    intake_step: bool = True
+    """With ``serving_load``: a busy step that schedules a request for the first time adds what
+    the calibration replays' such steps took beyond the others (vLLM's engine core sets the new
+    request up in that step: its blocks, its row in the input batch; about 0.26 ms on this host),
+    and the rates' stretch is fitted without it
+    (:attr:`~..calibration.serving_load.ServingLoad.intake_step_ms`,
+    :mod:`~..calibration.intake_step`); false: every busy step the rate's stretch alone."""
     intake_catch: bool = False
     """With ``scheduler.name=vllm_v1`` on one engine: a step whose end falls while the API
     server is taking a request in (after its send, before it reaches the engine) ends when the

@@ -232,6 +232,8 @@ class PredictorClock:
                 value = value * next(self._noise)
                 if self._busy is not None:
                     value = value * self._busy(decodes)
+                if first:  # it takes a request in (:mod:`~..calibration.intake_step`)
+                    value = value + serving.intake_step_ms / 1e3
         if self._sends:  # the API server takes in the requests sent while the step runs
             end = start_s + value * self.scale
             past = start_s + self._free_s  # the sends past the step's free part
@@ -252,16 +254,17 @@ class PredictorClock:
 
 
 def fit_serving(
-    timer: BatchTimer, serving_steps: pd.DataFrame
+    timer: BatchTimer, serving_steps: pd.DataFrame, intake_step: bool = True
 ) -> tuple[ServingLoad, pd.DataFrame, np.ndarray]:
     """The serving terms from the bundle's calibration replays (``serving_steps``, each
-    replay's steps apart), against this predictor; with each replay step's features and predicted
-    time (for the report and the plot)."""
+    replay's steps apart), against this predictor (``intake_step``: a busy step taking a request
+    in apart, ``vidur.intake_step``); with each replay step's features and predicted time (for
+    the report and the plot)."""
     parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("replay", sort=False)]
     features = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     predicted = serving_load.predictions(features, lambda chunks: predicted_s(timer, chunks))
     rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
-    return serving_load.fit(features, predicted, rates), features, predicted
+    return serving_load.fit(features, predicted, rates, intake_step), features, predicted
 
 
 @dataclass(frozen=True, eq=False)

@@ -132,6 +132,9 @@ class SimulationRequest:
     intake_pause: bool = True
     """vllm_v1 with the serving terms: a busy step that takes in a request pauses as the
     replays' such steps did (``vidur.intake_pause``; False: every busy step the mean pause)."""
+    intake_step: bool = True
+    """vllm_v1 with the serving terms: a busy step taking a request in adds the replays' such
+    steps' extra time (``vidur.intake_step``; False: fitted and simulated without it)."""
     intake_catch: bool = False
     """vllm_v1 timed by the step model, one engine: a step's end waits for the requests the
     API server is taking in (``vidur.intake_catch``; :mod:`..simulator.intake_catch`)."""

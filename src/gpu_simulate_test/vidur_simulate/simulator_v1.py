@@ -43,7 +43,7 @@ def build_step_model(request: SimulationRequest) -> StepModel:
     timer = batch_timer(predictor, fitted.overhead)
     serving_fit = None
     if request.serving_steps is not None and fitted.report is not None:
-        serving_fit = fit_serving(timer, request.serving_steps)
+        serving_fit = fit_serving(timer, request.serving_steps, request.intake_step)
     serving = serving_fit[0] if serving_fit is not None else None
     if serving is not None:
         serving = as_set(serving, request.wake_spread, request.busy_spread, request.intake_pause)

@@ -205,6 +205,7 @@ def _request(
         busy_spread=cfg.vidur.busy_spread,
         intake_catch=cfg.vidur.intake_catch,
         intake_pause=cfg.vidur.intake_pause,
+        intake_step=cfg.vidur.intake_step,
     )
 
 

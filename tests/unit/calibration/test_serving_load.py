@@ -333,3 +333,46 @@ def test_the_knobs_set_the_fitted_terms_and_the_pause_apart_is_the_default() -> 
     assert VidurConfig().intake_pause is True
     fields = {f.name: f for f in dataclasses.fields(SimulationRequest)}
     assert fields["intake_pause"].default is True
+
+
+def test_a_busy_step_that_takes_a_request_in_is_fitted_apart_and_the_stretch_without_it() -> None:
+    """Planted: every busy step scheduling a request for the first time 0.5 ms longer than its
+    rate's stretch. The fit keeps the 0.5 ms apart and the rates' stretch as planted; the
+    report's modelled total still meets the measured one. Without ``intake_step`` nothing is
+    apart and the stretch carries the planted extra."""
+    frame, pred, group = planted()
+    taking = frame["busy"].to_numpy() & (frame["arrivals"].to_numpy() > 0)
+    frame["body_s"] = frame["body_s"] + np.where(taking, 0.5e-3, 0.0)
+    load = serving_load.fit(frame, pred, group)
+    assert load.intake_step_ms == pytest.approx(0.5, abs=0.02)
+    assert load.stretch_points == pytest.approx((1.0, 1.1, 1.4), abs=0.01)
+    report = serving_residuals.report(load, frame, pred)
+    assert abs(report["total_time_ratio"]["with_serving_terms"] - 1) < 0.01
+    modelled = serving_load.modelled_s(load, frame, pred)
+    busy = frame["busy"].to_numpy()
+    beyond = frame["body_s"].to_numpy() - modelled
+    assert abs(beyond[taking].mean() - beyond[busy & ~taking].mean()) < 2e-5
+    off = serving_load.fit(frame, pred, group, intake_step=False)
+    assert off.intake_step_ms == 0.0
+    assert all(o > p + 0.02 for o, p in zip(off.stretch_points, (1.0, 1.1, 1.4), strict=True))
+    # nothing planted: nothing apart (the planted steps' 2% spread only)
+    assert abs(serving_load.fit(*planted(seed=1)).intake_step_ms) < 0.02
+
+
+def test_the_simulated_busy_step_that_takes_a_request_in_adds_its_extra() -> None:
+    from gpu_simulate_test.simulator.step_model import BatchTimer, PredictorClock
+    from gpu_simulate_test.simulator.types import Composition
+
+    def base(shape: object, _: int) -> object:
+        return type("T", (), {"total_time": 5e-3})()
+
+    serving = serving_load.ServingLoad(
+        rate_points=(1.0,), stretch_points=(1.0,), gap_points_ms=(0.1,), intake_step_ms=0.7
+    )
+    times = {}
+    for first, idle in ((0, 0.0), (1, 0.0), (1, 0.5)):
+        clock = PredictorClock(BatchTimer(base, granularity=16), serving, scale=2.0)
+        step = Composition(1, 16, 0, 0, ((16, 16),), idle_s=idle, first_scheduled=first)
+        times[first, idle] = clock.body(0, step)
+    assert times[1, 0.0] - times[0, 0.0] == pytest.approx(1.4e-3)  # 0.7 ms at the level 2
+    assert times[1, 0.5] == pytest.approx(2 * (5e-3 + serving.wake_s(0.5)))  # in its wake-up

@@ -441,7 +441,7 @@ def test_the_spread_tail_reaches_every_front_end_draw_when_set(root: Path) -> No
 
 @pytest.mark.parametrize("pause", [True, False])
 def test_the_simulation_request_carries_the_serving_knobs(root: Path, pause: bool) -> None:
-    """``vidur.intake_pause`` (and the spreads beside it) reach the simulation as set."""
+    """``vidur.intake_pause``, ``vidur.intake_step`` and the spreads reach the simulation as set."""
     import dataclasses
 
     from gpu_simulate_test.vidur_simulate.stage import _request
@@ -449,7 +449,11 @@ def test_the_simulation_request_carries_the_serving_knobs(root: Path, pause: boo
     write_synthetic_bundle(root / "profiles", QWEN3_TINY)
     cfg = stage(root)
     cfg = dataclasses.replace(
-        cfg, vidur=dataclasses.replace(cfg.vidur, intake_pause=pause, busy_spread=not pause)
+        cfg,
+        vidur=dataclasses.replace(
+            cfg.vidur, intake_pause=pause, busy_spread=not pause, intake_step=not pause
+        ),
     )
     request = _request(cfg, prepare(cfg), None, None, None)
     assert request.intake_pause is pause and request.busy_spread is not pause
+    assert request.intake_step is not pause
