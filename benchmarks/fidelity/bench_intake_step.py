@@ -37,11 +37,10 @@ from benchmarks.fidelity.bench_intake_pause import clock_figures, clock_summary
 
 def terms(dirs: list[Path]) -> dict[str, Any]:
     """The fitted ``intake_step_ms`` of each simulation's serving terms, summarized."""
-    values = [
-        float(json.loads((d / "run_meta.json").read_text())["serving_load"]["terms"].get(
-            "intake_step_ms", 0.0))
-        for d in dirs
-    ]  # fmt: skip
+    values = []
+    for d in dirs:
+        serving = json.loads((d / "run_meta.json").read_text()).get("serving_load") or {}
+        values.append(float((serving.get("terms") or {}).get("intake_step_ms", 0.0)))
     return {
         "runs": len(values),
         "values_ms": [round(v, 4) for v in values],

@@ -218,7 +218,8 @@ class ServingLoad:
     """A send in a step's first this many ms adds nothing to it (the step's free part,
     :mod:`.intake_phase`; 0: every send adds ``intake_ms``, a bundle before version 17)."""
     intake_step_ms: float = 0.0
-    """What a busy step that takes a request in adds (:mod:`.intake_step`; 0: not apart)."""
+    """What a busy step that takes a request in adds (:mod:`.intake_step`; 0: not apart;
+    signed: a calibration's noise may put a small one below zero)."""
     window_s: float = WINDOW_S
 
     def noise(self, seed: int, fast: bool = True) -> Iterator[float]:

@@ -242,10 +242,12 @@ class VidurConfig:
     intake_step: bool = True
     """With ``serving_load``: a busy step that schedules a request for the first time adds what
     the calibration replays' such steps took beyond the others (vLLM's engine core sets the new
-    request up in that step: its blocks, its row in the input batch; about 0.26 ms on this host),
+    request up in that step: its blocks, its row in the input batch; 0.18 ms at the median of
+    twenty calibrations on this host, 0.25 on average),
     and the rates' stretch is fitted without it
     (:attr:`~..calibration.serving_load.ServingLoad.intake_step_ms`,
-    :mod:`~..calibration.intake_step`); false: every busy step the rate's stretch alone."""
+    :mod:`~..calibration.intake_step`); false: every busy step the rate's stretch alone. On by
+    default since 2026-12-06 (benchmarks/results/intake_step_20261206)."""
     intake_catch: bool = False
     """With ``scheduler.name=vllm_v1`` on one engine: a step whose end falls while the API
     server is taking a request in (after its send, before it reaches the engine) ends when the

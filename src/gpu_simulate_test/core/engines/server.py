@@ -169,8 +169,11 @@ class ManagedServer:
         return None
 
     def lost_its_port(self) -> bool:
-        """Whether the server exited because its port was taken (``Address already in use``)."""
-        return self.failure() is not None and "Errno 98" in (self.first_error() or "")
+        """Whether the server exited because its port was taken (``Address already in use``
+        anywhere in its log: an earlier error line may come first)."""
+        if self.failure() is None or not self.log_path.is_file():
+            return False
+        return "Address already in use" in self.log_path.read_text(errors="replace")
 
     def wait_healthy(self, url: str, timeout_s: float) -> float:
         """Poll ``url`` until it answers 200; returns the seconds it took.
