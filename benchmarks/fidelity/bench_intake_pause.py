@@ -31,6 +31,7 @@ import datetime as dt
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,21 +138,25 @@ def report(record: dict[str, Any]) -> None:
                 f"{s['pause_p50_ms']:.3f} / {s['pause_p90_ms']:.3f} | {s['pause_mean_ms']:.3f} "
                 f"| {s['step_mean_ms']:.3f} |"
             )
-    names = list(record["clocks"])
+    clock_table(
+        record["clocks"],
+        lambda s: f"{s['mean']:+.1%} (sd {s['sd']:.1%}), {s['within']} of {s['runs']}",
+    )
+
+
+def clock_table(
+    clocks: dict[str, dict[str, dict[str, Any]]], cell: Callable[[dict[str, Any]], str]
+) -> None:
+    """Every clock row (``clock/metric/stat``) a line, a column per setting, each cell
+    ``cell(summary)`` (–: none); nothing without settings."""
+    names = list(clocks)
     if not names:
         return
     print()
     print("| row | " + " | ".join(names) + " |")
     print("| --- |" + " --- |" * len(names))
-    for key in record["clocks"][names[0]]:
-        cells = []
-        for name in names:
-            s = record["clocks"][name].get(key)
-            cells.append(
-                "–"
-                if s is None
-                else f"{s['mean']:+.1%} (sd {s['sd']:.1%}), {s['within']} of {s['runs']}"
-            )
+    for key in clocks[names[0]]:
+        cells = [cell(s) if (s := clocks[name].get(key)) is not None else "–" for name in names]
         print(f"| {key.replace('/', ' ')} | " + " | ".join(cells) + " |")
 
 

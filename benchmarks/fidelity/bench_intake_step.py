@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.fidelity.bench_intake_pause import clock_figures, clock_summary
+from benchmarks.fidelity.bench_intake_pause import clock_figures, clock_summary, clock_table
 
 
 def terms(dirs: list[Path]) -> dict[str, Any]:
@@ -89,23 +89,13 @@ def report(record: dict[str, Any]) -> None:
             f"{t['p10_ms']:.3f} / {t['median_ms']:.3f} / {t['p90_ms']:.3f}, mean "
             f"{t['mean_ms']:.3f}, above zero in {t['above_zero']}"
         )
-    names = list(record["clocks"])
-    if not names:
-        return
-    print()
-    print("| row | " + " | ".join(names) + " |")
-    print("| --- |" + " --- |" * len(names))
-    for key in record["clocks"][names[0]]:
-        cells = []
-        for name in names:
-            s = record["clocks"][name].get(key)
-            cells.append(
-                "–"
-                if s is None
-                else f"{s['mean']:+.1%} ({s['low']:+.1%}..{s['high']:+.1%} over {s['seeds']} "
-                f"seeds), {s['within']:.1f} of {s['runs']}"
-            )
-        print(f"| {key.replace('/', ' ')} | " + " | ".join(cells) + " |")
+    clock_table(
+        record["clocks"],
+        lambda s: (
+            f"{s['mean']:+.1%} ({s['low']:+.1%}..{s['high']:+.1%} over {s['seeds']} "
+            f"seeds), {s['within']:.1f} of {s['runs']}"
+        ),
+    )
 
 
 def main() -> None:

@@ -49,12 +49,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import (
-    busy_spread,
-    intake_phase,
-    serving_noise,
-    wake,
-)
+from gpu_simulate_test.calibration import busy_spread, intake_phase, serving_noise, wake
 from gpu_simulate_test.calibration.intake_step import extra_ms as intake_extra_ms
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
@@ -366,7 +361,8 @@ def fit(
             intake_free_ms=free_ms,
         )
     if intake_step and load.rate_points and "arrivals" in features:  # stretch without it
-        stretched = pred * np.array([load.stretch(r) for r in req])
+        stretched = np.full(len(pred), np.nan)  # read at the busy steps only
+        stretched[busy] = pred[busy] * np.array([load.stretch(r) for r in req[busy]])
         if step_ms := intake_extra_ms(body, stretched, busy, taking):
             body = body - step_ms / 1e3 * (busy & taking)
             again = _rated(body, pred, req, pauses, busy, labels)  # the pauses unchanged
@@ -472,7 +468,9 @@ def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarra
     offsets = intake_phase.step_offsets(features)
     intake = load.intake_ms / 1e3 * _late(offsets, _sends(features), load.intake_free_ms)
     out = np.empty(len(features))
-    taking = features["arrivals"].to_numpy() > 0 if "arrivals" in features else busy & ~busy
+    taking = (
+        features["arrivals"].to_numpy() > 0 if "arrivals" in features else np.zeros(len(busy), bool)
+    )
     for k, p in enumerate(np.asarray(predicted_s, dtype=float)):
         out[k] = p * (load.stretch(req[k], tok[k]) if busy[k] else load.stretch())
         out[k] += load.intake_step_ms / 1e3 if busy[k] and taking[k] else 0.0

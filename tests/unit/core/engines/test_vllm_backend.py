@@ -347,11 +347,8 @@ def test_bad_input_is_refused_before_anything_starts(compose_stage, tmp_path: Pa
             VllmBackend(_cfg(compose_stage, f"backend.server.port={port}")).check(ok)
 
 
-HEALTHY_SERVER = textwrap.dedent(
+SERVE = textwrap.dedent(
     """
-    import http.server, subprocess, sys
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print("child", child.pid, flush=True)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
@@ -359,6 +356,18 @@ HEALTHY_SERVER = textwrap.dedent(
             pass
     http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
     """
+)
+"""A health endpoint on the port in ``argv[1]`` (after ``import http.server, sys``)."""
+
+HEALTHY_SERVER = (
+    textwrap.dedent(
+        """
+        import http.server, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print("child", child.pid, flush=True)
+        """
+    )
+    + SERVE
 )
 
 
@@ -620,17 +629,14 @@ def test_a_paused_server_that_does_not_answer_again_fails_as_a_start_does(
         server.stop()
 
 
-LONE_SERVER = textwrap.dedent(
-    """
-    import http.server, sys
-    print("INFO ImportError: an unrelated error named first", flush=True)
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-        def log_message(self, *a):
-            pass
-    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-    """
+LONE_SERVER = (
+    textwrap.dedent(
+        """
+        import http.server, sys
+        print("INFO ImportError: an unrelated error named first", flush=True)
+        """
+    )
+    + SERVE
 )
 """A server with no child holding its output open; an error line before any Errno 98."""
 
@@ -647,11 +653,10 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
         free = free_loopback_port()
         picks = iter([busy, free])
         monkeypatch.setattr(server_module, "free_loopback_port", lambda: next(picks))
-        script = LONE_SERVER
         seen: list[tuple[ManagedServer, int]] = []
         log = tmp_path / "server.log"
         took = start_on_loopback(
-            lambda port: [sys.executable, "-c", script, str(port)],
+            lambda port: [sys.executable, "-c", LONE_SERVER, str(port)],
             log,
             None,
             None,
@@ -671,7 +676,7 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
         seen.clear()
         with pytest.raises(ServerError, match="Errno 98"):
             start_on_loopback(
-                lambda port: [sys.executable, "-c", script, str(port)],
+                lambda port: [sys.executable, "-c", LONE_SERVER, str(port)],
                 tmp_path / "fixed.log",
                 None,
                 None,
