@@ -12,10 +12,16 @@ takes one in always and has it in its wake-up already.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 MIN_STEPS = 5
 """Busy steps of each kind (taking a request in, not) the difference needs."""
+PASSES = 2
+"""Times :func:`fit` reads the difference: first against the rates' stretch fitted with the
+term still in it (which reads it low by about the stretch's share of it), then against the
+stretch refitted without what the first pass read."""
 
 
 def extra_ms(
@@ -30,3 +36,21 @@ def extra_ms(
     if taken.sum() < MIN_STEPS or quiet.sum() < MIN_STEPS:
         return 0.0
     return float(np.mean(beyond[taken]) - np.mean(beyond[quiet])) * 1e3
+
+
+def fit(
+    body_s: np.ndarray,
+    modelled: Callable[[np.ndarray], np.ndarray],
+    busy: np.ndarray,
+    taking: np.ndarray,
+) -> float:
+    """:func:`extra_ms` read :data:`PASSES` times, each against ``modelled`` (each step's
+    modelled time, the rates' stretch fitted on the steps it is given) of the steps without the
+    last pass's term; 0 where a pass reads none."""
+    step_ms = 0.0
+    for _ in range(PASSES):
+        without = np.asarray(body_s, dtype=float) - step_ms / 1e3 * (busy & taking)
+        step_ms = extra_ms(body_s, modelled(without), busy, taking)
+        if not step_ms:
+            return 0.0
+    return step_ms

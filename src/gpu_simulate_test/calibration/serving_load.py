@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.calibration import busy_spread, intake_phase, serving_noise, wake
-from gpu_simulate_test.calibration.intake_step import extra_ms as intake_extra_ms
+from gpu_simulate_test.calibration.intake_step import fit as intake_step_fit
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
 CLIENT_SENDS = "client_sends"
@@ -361,9 +361,13 @@ def fit(
             intake_free_ms=free_ms,
         )
     if intake_step and load.rate_points and "arrivals" in features:  # stretch without it
-        stretched = np.full(len(pred), np.nan)  # read at the busy steps only
-        stretched[busy] = pred[busy] * np.array([load.stretch(r) for r in req[busy]])
-        if step_ms := intake_extra_ms(body, stretched, busy, taking):
+
+        def stretched(steps_s: np.ndarray) -> np.ndarray:  # read at the busy steps only
+            rated, out = _rated(steps_s, pred, req, pauses, busy, labels), pred * np.nan
+            out[busy] = pred[busy] * np.array([rated.stretch(r) for r in req[busy]])
+            return out
+
+        if step_ms := intake_step_fit(body, stretched, busy, taking):
             body = body - step_ms / 1e3 * (busy & taking)
             again = _rated(body, pred, req, pauses, busy, labels)  # the pauses unchanged
             load = replace(load, stretch_points=again.stretch_points, intake_step_ms=step_ms)
