@@ -1,0 +1,52 @@
+"""The campaign benchmark's targets line, on a planted fidelity table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from benchmarks.fidelity.bench_campaign_variants import targets
+
+
+def table() -> pd.DataFrame:
+    """Four rows: TTFT p50 at 20% −12% (the truth's repeat −14%: within), TTFT p90 at 85%
+    +18% (repeat +3%: outside both bounds), TPOT p50 at 50% −9%, E2E p90 at 20% +14%; at the
+    level every row within 5%."""
+    return pd.DataFrame(
+        {
+            "clock": ["engine", "engine", "client", "client"],
+            "metric": ["ttft", "ttft", "tpot", "e2e"],
+            "stat": ["p50", "p90", "p50", "p90"],
+            "load_fraction": [0.2, 0.85, 0.5, 0.2],
+            "rel_error": [-0.12, 0.18, -0.09, 0.14],
+            "rel_error_at_level": [-0.02, 0.05, -0.01, 0.03],
+            "noise": [-0.14, 0.03, 0.02, math.nan],
+        }
+    )
+
+
+def test_the_targets_line_counts_ttft_rows_and_judges_the_largest_row() -> None:
+    line = targets("camp", table())
+    calibrated, at_level = line.removeprefix("camp targets: ").split("; ")
+    assert calibrated == (
+        "as calibrated: TTFT rows 1/2, largest engine ttft p90 at 85% +18.0% "
+        "(real vs real +3.0%) outside"
+    )
+    assert at_level.startswith("at level: TTFT rows 2/2, largest ") and at_level.endswith("within")
+    # the truth's own repeat widens both bounds: +18% against a repeat of +20% is within, and
+    # the row furthest past its bound is then the one without a repeat
+    wide = table().assign(noise=[-0.14, 0.20, 0.02, math.nan])
+    assert targets("camp", wide).split("; ")[0] == (
+        "camp targets: as calibrated: TTFT rows 2/2, largest client e2e p90 at 20% +14.0% "
+        "(real vs real none) within"
+    )
+    # the row furthest past max(15%, its repeat), not past max(10%, its repeat): +16% against
+    # a repeat of 12% is outside, where +14.5% without a repeat would read further past 10%
+    close = table().assign(
+        rel_error=[-0.12, 0.16, -0.09, 0.145], noise=[-0.14, 0.12, 0.02, math.nan]
+    )
+    assert (
+        targets("camp", close)
+        .split("; ")[0]
+        .endswith("largest engine ttft p90 at 85% +16.0% (real vs real +12.0%) outside")
+    )
