@@ -64,7 +64,6 @@ def fit(
     first = _read(body, modelled(body), busy, taking)
     if first is None:
         return 0.0
-    probe = body - PROBE_MS / 1e3 * (busy & taking)
-    second = _read(body, modelled(probe), busy, taking)
-    carried = 0.0 if second is None else (second - first) / PROBE_MS
+    probe = body - PROBE_MS / 1e3 * (busy & taking)  # the same steps count: read as the first
+    carried = (extra_ms(body, modelled(probe), busy, taking) - first) / PROBE_MS
     return first if carried >= 1.0 else first / (1.0 - carried)
