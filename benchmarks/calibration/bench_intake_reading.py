@@ -46,7 +46,8 @@ def fit_inputs(sim_dir: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, dic
     bundle = (serving.get("calibrated_on") or {}).get("bundle")
     if not bundle:
         raise SystemExit(f"{sim_dir / 'run_meta.json'}: no serving_load.calibrated_on.bundle")
-    table = pd.read_csv(sim_dir / SERVING_RESIDUALS)
+    # the offsets as text (a calibration without a two-send step would read as numbers)
+    table = pd.read_csv(sim_dir / SERVING_RESIDUALS, dtype={intake_phase.CLIENT_SEND_OFFSETS: str})
     steps = pd.read_csv(bundle)
     parts = [p for _, p in steps.groupby("replay", sort=False)]
     rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
@@ -60,11 +61,19 @@ def fit_inputs(sim_dir: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, dic
     return features, predicted, rates, dict(serving.get("terms") or {})
 
 
+def settled(seq: list[tuple[float, float]]) -> bool:
+    """Whether the last two readings agree: the intake within :data:`SETTLED_MS`, the same free
+    part."""
+    return len(seq) > 1 and abs(seq[-1][0] - seq[-2][0]) < SETTLED_MS and seq[-1][1] == seq[-2][1]
+
+
 def readings(
     features: pd.DataFrame, predicted: np.ndarray, rates: np.ndarray
 ) -> list[tuple[float, float]]:
     """The intake (ms) and free part (ms), read first as the fit reads it, then each time
-    against the rates' stretch refitted on the steps less the last reading per late send."""
+    against the rates' stretch refitted on the steps less the last reading per late send, until
+    two agree (:func:`settled`) or :data:`ROUNDS` readings. The stretch keeps the intake step's
+    term (the fit takes it out after reading the intake): only the sends' intake is left out."""
     body = features["body_s"].to_numpy(dtype=float)
     pred = np.asarray(predicted, dtype=float)
     ok = np.isfinite(pred) & (pred > 0)  # as serving_load.fit clips its steps
@@ -73,7 +82,11 @@ def readings(
     req = features["arrival_rate"].to_numpy(dtype=float)
     busy = features["busy"].to_numpy(dtype=bool) & ok
     gap = features["gap_s"].to_numpy(dtype=float) * 1e3
-    taking = features["arrivals"].to_numpy(dtype=int) > 0
+    taking = (
+        features["arrivals"].to_numpy(dtype=int) > 0
+        if "arrivals" in features
+        else np.zeros(len(features), dtype=bool)
+    )
     sends = serving_load._sends(features)
     offsets = intake_phase.step_offsets(features)
     length_ms = features["body_s"].to_numpy(dtype=float) * 1e3  # unclipped, as the fit
@@ -90,7 +103,7 @@ def readings(
     phase = read(0.0, 0.0)
     while phase is not None and len(out) < ROUNDS:
         out.append((phase.intake_s * 1e3, phase.free_ms))
-        if len(out) > 1 and abs(out[-1][0] - out[-2][0]) < SETTLED_MS:
+        if settled(out):
             break
         phase = read(phase.intake_s, phase.free_ms)
     return out
@@ -123,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             "settled_free_ms": last_free,
             "ratio": round(last / once, 4) if once > 0 else None,
             "rounds": len(seq),
+            "settled": settled(seq),
+            "readings_ms": [[round(a, 4), f] for a, f in seq],
         }
         rows.append(row)
         shown = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        shown += "" if row["settled"] else f" (not settled in {ROUNDS})"
         print(
             f"| {sim} | {terms.get('intake_ms', float('nan')):.3f} @ "
             f"{terms.get('intake_free_ms', float('nan')):.2f} | {once:.3f} @ {free:.2f} | "

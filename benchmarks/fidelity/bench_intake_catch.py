@@ -147,42 +147,54 @@ def side(name: str, frames: list[pd.DataFrame]) -> None:
     )
 
 
-def misses(name: str, frames: list[pd.DataFrame]) -> None:
-    """The busy sends that missed their step's end, their wait taken apart: where that step
-    ended after the send, how long it and the step after it ran, how long after the last step
-    end the request was queued, and the way in; the caught ones' step under way beside."""
-    table = pd.concat(frames, ignore_index=True)
+def miss_parts(table: pd.DataFrame) -> dict[str, float]:
+    """The busy sends that missed their step's end (queued :data:`CAUGHT_MS` or more after it):
+    how many; how many were queued at the next step's end (within :data:`CAUGHT_MS` of it) and,
+    over those, the means of their way in, where their step ended after the send, how long it
+    and the step after it ran and how long after that end they were queued; the others (queued
+    while the step after ran or into a pause) counted apart; the caught ones' step under way."""
     missed, caught = table[~table["caught"]], table[table["caught"]]
-    if missed.empty:
-        print(f"| {name} | 0 | – | – | – | – | – | – | – |")
-        return
-    one = missed[missed["ends_waited"] == 2]  # queued at the end of the step after
-    cells = [
-        missed["way_in_ms"].mean(),
-        missed["end_ms"].mean(),
-        missed["step_ms"].mean(),
-        caught["step_ms"].mean() if len(caught) else float("nan"),
-        missed["next_ms"].mean(),
-        missed["stamp_ms"].mean(),
-    ]
-    print(
-        f"| {name} | {len(missed)} of {len(table)} | {len(one)} | "
-        + " | ".join(f"{c:.2f}" for c in cells)
-        + " |"
+    at_next = missed[(missed["ends_waited"] == 2) & (missed["stamp_ms"] < CAUGHT_MS)]
+
+    def mean(frame: pd.DataFrame, column: str) -> float:
+        return float(frame[column].mean()) if len(frame) else float("nan")
+
+    return {
+        "sends": float(len(table)),
+        "missed": float(len(missed)),
+        "at_next_end": float(len(at_next)),
+        "otherwise": float(len(missed) - len(at_next)),
+        "way_in_ms": mean(at_next, "way_in_ms"),
+        "end_ms": mean(at_next, "end_ms"),
+        "step_ms": mean(at_next, "step_ms"),
+        "caught_step_ms": mean(caught, "step_ms"),
+        "next_ms": mean(at_next, "next_ms"),
+        "stamp_ms": mean(at_next, "stamp_ms"),
+    }
+
+
+def misses(name: str, frames: list[pd.DataFrame]) -> None:
+    """One row of the misses' table (:func:`miss_parts`)."""
+    parts = miss_parts(pd.concat(frames, ignore_index=True))
+    counts = (
+        f"{int(parts['missed'])} of {int(parts['sends'])} | {int(parts['at_next_end'])} | "
+        f"{int(parts['otherwise'])}"
     )
+    keys = ("way_in_ms", "end_ms", "step_ms", "caught_step_ms", "next_ms", "stamp_ms")
+    print(f"| {name} | {counts} | " + " | ".join(f"{parts[k]:.2f}" for k in keys) + " |")
 
 
 def misses_header() -> str:
     return "\n".join(
         [
             "",
-            "busy sends that missed their step's end (queued over "
-            f"{CAUGHT_MS:g} ms after it): the wait taken apart, means in ms",
+            f"busy sends that missed their step's end (queued {CAUGHT_MS:g} ms or more after it);",
+            "over those queued at the next step's end, their wait taken apart (means, ms)",
             "",
-            "| side | missed | at the next step's end | way in | the step's end after the "
-            "send | the step under way | (caught: the step under way) | the step after | "
-            "queued after the last end |",
-            "|" + " --- |" * 9,
+            "| side | missed | at the next step's end | otherwise | way in | the step's end "
+            "after the send | the step under way | (caught: the step under way) | the step "
+            "after | queued after its end |",
+            "|" + " --- |" * 10,
         ]
     )
 

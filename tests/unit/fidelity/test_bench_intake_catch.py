@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from benchmarks.fidelity.bench_intake_catch import busy_sends
+from benchmarks.fidelity.bench_intake_catch import busy_sends, miss_parts
 
 STEPS_S = ((0.000, 0.010), (0.010, 0.022), (0.022, 0.030))
 """Three steps back to back: 10, 12 and 8 ms."""
@@ -50,3 +50,24 @@ def test_a_missed_send_waits_the_step_after_and_its_parts_are_read(
     assert missed["ends_waited"] == 2
     assert missed["way_in_ms"] == pytest.approx(15.0 + stamp * 1e3)
     assert caught["ends_waited"] == 1 and caught["next_ms"] == pytest.approx(12.0)
+
+
+def test_the_misses_are_taken_apart_over_those_queued_at_the_next_steps_end(
+    tmp_path: Path,
+) -> None:
+    # caught in the 12 ms step; missed the 10 ms step and queued 0.2 ms after the next end;
+    # missed and queued while the step after ran (counted apart, left out of the parts)
+    sent = [0.012, 0.007, 0.008]
+    queued = [0.0222, 0.0222, 0.015]
+    table = busy_sends(write_run(tmp_path / "run", sent, queued, sim=False), sim=False)
+    parts = miss_parts(table)
+    assert (parts["sends"], parts["missed"]) == (3, 2)
+    assert (parts["at_next_end"], parts["otherwise"]) == (1, 1)
+    assert parts["way_in_ms"] == pytest.approx(15.2)
+    assert parts["end_ms"] == pytest.approx(3.0)
+    assert parts["next_ms"] == pytest.approx(12.0)
+    assert parts["stamp_ms"] == pytest.approx(0.2)
+    assert parts["step_ms"] == pytest.approx(10.0)
+    assert parts["caught_step_ms"] == pytest.approx(12.0)
+    late = busy_sends(write_run(tmp_path / "late", [0.007], [0.0245], sim=False), sim=False)
+    assert miss_parts(late)["at_next_end"] == 0  # 2.5 ms after the next end: not at it
