@@ -10,12 +10,13 @@ stamps). Simulated: its simulation, and each ``bench_sim_variants`` variant name
 On this project's CPU host the real ends pile up 2–3.5 ms after the send and almost none fall
 0.7–2 ms after it: a step's end waits for the API server's intake (``vidur.intake_catch``).
 
-A second table takes the wait of the sends that missed their step's end apart: where that step
-ended after the send, how long it and the step after it ran, and how long after the last step
-end the request was queued (on five main jobs of 2026-12-06 the real misses waited 1.7 ms
-longer than the simulated ones on average, and 0.6 ms less than those simulated at the real
-runs' step level: the host's speed, not the catch). ``--at-level`` adds each run's simulation
-at its real run's step level (the compare's ``<run>-at-level``).
+A second table counts the sends that missed their step's end and takes apart the wait of those
+queued at the next step's end: where the missed step ended after the send, how long it and the
+step after it ran, and how long after that end the request was queued (on five main jobs of
+2026-12-06 the real ones waited 2.6 ms longer than the simulated ones on average, and 0.6 ms
+longer than those simulated at the real runs' step level: mostly the host's speed, not the
+catch). ``--at-level`` adds each run's simulation at its real run's step level (the compare's
+``<run>-at-level``).
 
 With ``--bundles``: the same read off calibration bundles' replays instead (their
 ``serving_steps.csv``: each busy step with one client send, the send's offset into it, and the
