@@ -39,12 +39,21 @@ def test_the_replays_steps_keep_each_sends_offset_into_its_step() -> None:
     assert features[OFFSETS].tolist() == cells
 
 
-def phased(free_ms: float, intake_ms: float = 1.5, seed: int = 0) -> tuple[pd.DataFrame, Any, Any]:
-    """:func:`planted`'s steps with Poisson sends at uniform offsets into their steps, each past
-    ``free_ms`` adding ``intake_ms``."""
+def phased(
+    free_ms: float,
+    intake_ms: float = 1.5,
+    seed: int = 0,
+    means: tuple[float, float, float] = (0.2, 0.5, 0.8),
+    long_only: bool = False,
+) -> tuple[pd.DataFrame, Any, Any]:
+    """:func:`planted`'s steps with Poisson sends (``means`` per rate) at uniform offsets into
+    their steps, each past ``free_ms`` adding ``intake_ms``; with ``long_only`` only in the steps
+    predicted longer than the median."""
     frame, pred, group = planted(seed=seed)
     rng = np.random.default_rng(seed + 7)
-    sends = rng.poisson(np.array([0.2, 0.5, 0.8])[group.astype(int)])
+    sends = rng.poisson(np.array(means)[group.astype(int)])
+    if long_only:
+        sends = np.where(pred > np.median(pred), sends, 0)
     length_ms = frame["body_s"].to_numpy() * 1e3
     cells, added = [], np.zeros(len(frame))
     for k, n in enumerate(sends):
