@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import intake_phase, serving_load
+from gpu_simulate_test.calibration import intake_phase, serving_inputs, serving_load
 from gpu_simulate_test.vidur_simulate.serving_report import SERVING_RESIDUALS
 
 ROUNDS = 20
@@ -48,9 +48,7 @@ def fit_inputs(sim_dir: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, dic
         raise SystemExit(f"{sim_dir / 'run_meta.json'}: no serving_load.calibrated_on.bundle")
     # the offsets as text (a calibration without a two-send step would read as numbers)
     table = pd.read_csv(sim_dir / SERVING_RESIDUALS, dtype={intake_phase.CLIENT_SEND_OFFSETS: str})
-    steps = pd.read_csv(bundle)
-    parts = [p for _, p in steps.groupby("replay", sort=False)]
-    rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
+    rates = serving_inputs.replay_rates(pd.read_csv(bundle))
     if len(rates) != len(table):
         raise SystemExit(
             f"{bundle}: {len(rates)} replay steps against {len(table)} rows in "
@@ -74,30 +72,14 @@ def readings(
     against the rates' stretch refitted on the steps less the last reading per late send, until
     two agree (:func:`settled`) or :data:`ROUNDS` readings. The stretch keeps the intake step's
     term (the fit takes it out after reading the intake): only the sends' intake is left out."""
-    body = features["body_s"].to_numpy(dtype=float)
-    pred = np.asarray(predicted, dtype=float)
-    ok = np.isfinite(pred) & (pred > 0)  # as serving_load.fit clips its steps
-    ratio = np.clip(body / np.where(ok, pred, 1.0), *serving_load.RATIO_CLIP)
-    body = np.where(ok, ratio * np.where(ok, pred, 0.0), 0.0)
-    req = features["arrival_rate"].to_numpy(dtype=float)
-    busy = features["busy"].to_numpy(dtype=bool) & ok
-    gap = features["gap_s"].to_numpy(dtype=float) * 1e3
-    taking = (
-        features["arrivals"].to_numpy(dtype=int) > 0
-        if "arrivals" in features
-        else np.zeros(len(features), dtype=bool)
-    )
-    sends = serving_load._sends(features)
-    offsets = intake_phase.step_offsets(features)
-    length_ms = features["body_s"].to_numpy(dtype=float) * 1e3  # unclipped, as the fit
+    x = serving_inputs.fit_inputs(features, predicted, rates)  # what serving_load.fit reads
 
     def read(intake_s: float, free_ms: float) -> intake_phase.IntakePhase | None:
-        steps = body - intake_s * serving_load._late(offsets, sends, free_ms)
-        load = serving_load._rated(steps, pred, req, (gap, taking), busy, rates)
+        load = serving_load.rated(x, x.body - intake_s * x.late(free_ms))
         if not load.rate_points:
             return None
-        beyond = body - pred * np.array([load.stretch(r) for r in req])
-        return intake_phase.fit(beyond, length_ms, busy, offsets, rates, sends)
+        beyond = x.body - x.pred * serving_load.stretches(load, x.req)
+        return intake_phase.fit(beyond, x.length_ms, x.busy, x.offsets, x.labels, x.sends)
 
     out: list[tuple[float, float]] = []
     phase = read(0.0, 0.0)

@@ -40,6 +40,12 @@ def side_by_side(runs: list[Path]) -> pd.DataFrame:
     return out.round(1)
 
 
+def bound(rows: pd.DataFrame, floor: float) -> pd.Series:
+    """Each row's bound: max(``floor``, the truth's own repeat there); ``floor`` where the row
+    has no repeat."""
+    return rows["noise"].abs().fillna(0.0).clip(lower=floor)
+
+
 def summary(run: Path) -> list[str]:
     """Per clock: mean signed and rows within, as calibrated and at the level; then the
     campaign targets (:func:`targets`)."""
@@ -47,7 +53,7 @@ def summary(run: Path) -> list[str]:
     lines = []
     for clock in ("engine", "client"):
         g = rows[rows.clock == clock]
-        limit = g["noise"].abs().clip(lower=LIMIT)
+        limit = bound(g, LIMIT)
         within = g.rel_error.abs() <= limit
         at = g.rel_error_at_level.abs() <= limit
         ttft = at & (g.metric == "ttft")
@@ -64,15 +70,15 @@ def targets(name: str, rows: pd.DataFrame) -> str:
     """Issue 64's campaign targets on both clocks, as calibrated and at the level: TTFT rows
     within max(10%, real vs real); the row furthest past max(15%, real vs real), and whether it
     is within."""
-    noise = rows["noise"].abs().fillna(0.0)
     ttft = rows.metric == "ttft"
+    limit, largest = bound(rows, LIMIT), bound(rows, LARGEST)
     parts = []
     for column, way in (("rel_error", "as calibrated"), ("rel_error_at_level", "at level")):
         error = rows[column]
-        inside = int((error.abs() <= noise.clip(lower=LIMIT))[ttft].sum())
-        worst = int((error.abs() - noise.clip(lower=LARGEST)).to_numpy().argmax())
+        inside = int((error.abs() <= limit)[ttft].sum())
+        worst = int((error.abs() - largest).to_numpy().argmax())
         row, off = rows.iloc[worst], float(error.iloc[worst])
-        verdict = "within" if abs(off) <= max(LARGEST, float(noise.iloc[worst])) else "outside"
+        verdict = "within" if abs(off) <= float(largest.iloc[worst]) else "outside"
         repeat = "none" if pd.isna(row.noise) else f"{100 * row.noise:+.1f}%"
         parts.append(
             f"{way}: TTFT rows {inside}/{int(ttft.sum())}, largest {row.clock} {row.metric} "

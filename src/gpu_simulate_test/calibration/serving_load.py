@@ -51,11 +51,15 @@ import pandas as pd
 
 from gpu_simulate_test.calibration import busy_spread, intake_phase, serving_noise, wake
 from gpu_simulate_test.calibration.intake_step import fit as intake_step_fit
+from gpu_simulate_test.calibration.serving_inputs import (
+    CLIENT_SENDS,
+    FitInputs,
+    fit_inputs,
+    late,
+    sends,
+)
 from gpu_simulate_test.core.engines.step_record import FOREIGN, parse_requests
 
-CLIENT_SENDS = "client_sends"
-"""``serving_steps.csv``'s column and the step feature: requests the client sent while the step
-ran."""
 WINDOW_S = 0.5
 """Requests and tokens per second are counted over this window before a step's start."""
 MIN_BUSY_STEPS = 20
@@ -65,8 +69,6 @@ MIN_INTAKE_STEPS = 5
 pauses apart (fewer: one mean pause)."""
 MIN_IDLE_STEPS = 5
 """Idle wake-ups needed to fit ``wake`` (fewer: none)."""
-RATIO_CLIP = (0.25, 4.0)
-"""A step's ratio is clipped to this range before fitting (a preempted or disturbed step)."""
 CANDIDATES: Mapping[str, str] = MappingProxyType(
     {
         "arrival_rate": "requests the engine took in per second in the 0.5 s before the step",
@@ -143,7 +145,7 @@ def step_features(schedule: pd.DataFrame) -> pd.DataFrame:
             "arrivals": arrivals,
             "finishing": finishing,
             "decodes": decodes.astype(int),
-            CLIENT_SENDS: _sends(schedule),
+            CLIENT_SENDS: sends(schedule),
             **(
                 {
                     intake_phase.CLIENT_SEND_OFFSETS: schedule[
@@ -328,54 +330,34 @@ def fit(
     ``quiet_gap_points_ms``), and with ``intake_step`` what such a busy step takes beyond the
     others (``intake_step_ms``), the rates' stretch without it.
     """
-    body = features["body_s"].to_numpy(dtype=float)
-    pred = np.asarray(predicted_s, dtype=float)
-    ok = np.isfinite(pred) & (pred > 0)
-    ratio = np.clip(body / np.where(ok, pred, 1.0), *RATIO_CLIP)
-    body = np.where(ok, ratio * np.where(ok, pred, 0.0), 0.0)  # clipped outliers
-    req = features["arrival_rate"].to_numpy(dtype=float)
-    busy = features["busy"].to_numpy(dtype=bool) & ok
-    gap = features["gap_s"].to_numpy(dtype=float) * 1e3
-    labels = np.zeros(len(features)) if groups is None else np.asarray(groups, dtype=float)
-    taking = (
-        features["arrivals"].to_numpy(dtype=int) > 0
-        if "arrivals" in features
-        else np.zeros(len(features), dtype=bool)
-    )
-    pauses = (gap, taking)
-    sends = _sends(features)
-    offsets = intake_phase.step_offsets(features)  # parsed once: the fit and the late sends
-    load = _rated(body, pred, req, pauses, busy, labels)
+    x = fit_inputs(features, predicted_s, groups)
+    body, pred, req, busy, (_, taking) = x.body, x.pred, x.req, x.busy, x.pauses
+    load = rated(x, body)
     intake_s = free_ms = 0.0
     if load.rate_points:  # within a rate, so that the rate's stretch (it carries them) cancels
-        beyond = body - pred * np.array([load.stretch(r) for r in req])
-        length_ms = features["body_s"].to_numpy(dtype=float) * 1e3
-        phase = intake_phase.fit(beyond, length_ms, busy, offsets, labels, sends)
-        intake_s, free_ms = (0.0, 0.0) if phase is None else (phase.intake_s, phase.free_ms)
-    sent = _late(offsets, sends, free_ms)
-    if intake_s > 0:  # the rates' stretch without what the sends added
-        body = body - intake_s * sent
-        load = replace(
-            _rated(body, pred, req, pauses, busy, labels),
-            intake_ms=intake_s * 1e3,
-            intake_free_ms=free_ms,
+        phase = intake_phase.fit(
+            body - pred * stretches(load, req), x.length_ms, busy, x.offsets, x.labels, x.sends
         )
+        intake_s, free_ms = (0.0, 0.0) if phase is None else (phase.intake_s, phase.free_ms)
+    if intake_s > 0:  # the rates' stretch without what the sends added
+        body = body - intake_s * x.late(free_ms)
+        load = replace(rated(x, body), intake_ms=intake_s * 1e3, intake_free_ms=free_ms)
     if intake_step and load.rate_points and "arrivals" in features:  # stretch without it
 
         def stretched(steps_s: np.ndarray) -> np.ndarray:  # read at the busy steps only
-            rated, out = _rated(steps_s, pred, req, pauses, busy, labels), pred * np.nan
-            out[busy] = pred[busy] * np.array([rated.stretch(r) for r in req[busy]])
+            out = pred * np.nan
+            out[busy] = pred[busy] * stretches(rated(x, steps_s), req[busy])
             return out
 
         if step_ms := intake_step_fit(body, stretched, busy, taking):
             body = body - step_ms / 1e3 * (busy & taking)
-            again = _rated(body, pred, req, pauses, busy, labels)  # the pauses unchanged
+            again = rated(x, body)  # the pauses unchanged
             load = replace(load, stretch_points=again.stretch_points, intake_step_ms=step_ms)
     if load.rate_points:
         # each busy step's prediction stretched at its rate: what the noise and the busy
         # spread are read around
         modelled = pred.copy()
-        modelled[busy] = pred[busy] * np.array([load.stretch(r) for r in req[busy]])
+        modelled[busy] = pred[busy] * stretches(load, req[busy])
         sigma, phi, share = serving_noise.fit(body, modelled, busy, MIN_BUSY_STEPS)
         load = replace(load, noise_sigma=sigma, noise_phi=phi, noise_slow_share=share)
         if "decodes" in features:  # a step record's features (a planted frame may not)
@@ -383,7 +365,8 @@ def fit(
             log_residual = np.log(body[busy] / modelled[busy])
             load = replace(load, busy_residual=busy_spread.residuals(decodes, log_residual))
     idle_ms = features["idle_ms"].to_numpy(dtype=float)
-    woke = ~features["busy"].to_numpy(dtype=bool) & ok & np.isfinite(idle_ms) & (idle_ms > 0)
+    idle = ~features["busy"].to_numpy(dtype=bool) & x.predicted
+    woke = idle & np.isfinite(idle_ms) & (idle_ms > 0)
     if woke.sum() >= MIN_IDLE_STEPS:
         extra_ms = (body[woke] - pred[woke] * load.stretch()) * 1e3
         w0, w1 = _line(np.log10(np.maximum(idle_ms[woke], 1.0)), extra_ms)
@@ -401,37 +384,19 @@ def fit(
     return load
 
 
-def _late(offsets: Sequence[np.ndarray] | None, sends: np.ndarray, free_ms: float) -> np.ndarray:
-    """Each step's sends that add their intake: those past the free part where the offsets
-    were recorded (:func:`~.intake_phase.step_offsets`), else all of them (0 where none were
-    recorded)."""
-    if offsets is not None:
-        return intake_phase.late_sends(offsets, free_ms)
-    return np.where(np.isfinite(sends), sends, 0.0)
+def stretches(load: ServingLoad, req: np.ndarray) -> np.ndarray:
+    """The busy stretch at each of these rates of requests taken in."""
+    return np.array([load.stretch(r) for r in req])
 
 
-def _sends(steps: pd.DataFrame) -> np.ndarray:
-    """Each step's requests sent while it ran, from a step table or its features (NaN: not
-    recorded)."""
-    if CLIENT_SENDS not in steps.columns:
-        return np.full(len(steps), np.nan)
-    return steps[CLIENT_SENDS].to_numpy(dtype=float)
-
-
-def _rated(
-    body: np.ndarray,
-    pred: np.ndarray,
-    req: np.ndarray,
-    pauses: tuple[np.ndarray, np.ndarray],
-    busy: np.ndarray,
-    labels: np.ndarray,
-) -> ServingLoad:
-    """Per replayed rate with enough busy steps: the mean requests taken in per second, the
-    busy steps' total time over their total prediction, the mean pause and the mean pause
-    before the busy steps that take in no request; and over every rate, the mean pause before
-    the busy steps that take in one or more (``pauses``: each step's pause in ms and whether
-    it takes one in; none apart with fewer than :data:`MIN_INTAKE_STEPS` of either)."""
-    gap, taking = pauses
+def rated(x: FitInputs, body: np.ndarray) -> ServingLoad:
+    """Per replayed rate with enough busy steps (``x.labels``): the mean requests taken in per
+    second, the busy steps' total time (``body``: ``x.body``, or less what a term took out)
+    over their total prediction, the mean pause and the mean pause before the busy steps that
+    take in no request; and over every rate, the mean pause before the busy steps that take in
+    one or more (``x.pauses``; none apart with fewer than :data:`MIN_INTAKE_STEPS` of
+    either)."""
+    pred, req, busy, labels, (gap, taking) = x.pred, x.req, x.busy, x.labels, x.pauses
     points = []
     intake = busy & taking & np.isfinite(gap)
     for label in np.unique(labels):
@@ -470,7 +435,7 @@ def modelled_s(load: ServingLoad, features: pd.DataFrame, predicted_s: np.ndarra
     busy = features["busy"].to_numpy(dtype=bool)
     idle = features["idle_ms"].to_numpy(dtype=float) / 1e3
     offsets = intake_phase.step_offsets(features)
-    intake = load.intake_ms / 1e3 * _late(offsets, _sends(features), load.intake_free_ms)
+    intake = load.intake_ms / 1e3 * late(offsets, sends(features), load.intake_free_ms)
     out = np.empty(len(features))
     taking = (
         features["arrivals"].to_numpy() > 0 if "arrivals" in features else np.zeros(len(busy), bool)

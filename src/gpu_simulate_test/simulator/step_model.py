@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_simulate_test.calibration import busy_spread, serving_load, wake
+from gpu_simulate_test.calibration import busy_spread, serving_inputs, serving_load, wake
 from gpu_simulate_test.calibration.overhead import StepJitter, StepOverhead, step_s
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.simulator import intake_catch
@@ -263,7 +263,7 @@ def fit_serving(
     parts = [p.reset_index(drop=True) for _, p in serving_steps.groupby("replay", sort=False)]
     features = pd.concat([serving_load.step_features(p) for p in parts], ignore_index=True)
     predicted = serving_load.predictions(features, lambda chunks: predicted_s(timer, chunks))
-    rates = pd.concat(parts, ignore_index=True)["rate_qps"].to_numpy(dtype=float)
+    rates = serving_inputs.replay_rates(serving_steps)
     return serving_load.fit(features, predicted, rates, intake_step), features, predicted
 
 

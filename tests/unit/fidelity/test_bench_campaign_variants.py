@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
-from benchmarks.fidelity.bench_campaign_variants import targets
+from benchmarks.fidelity.bench_campaign_variants import summary, targets
 
 
 def table() -> pd.DataFrame:
@@ -50,3 +51,17 @@ def test_the_targets_line_counts_ttft_rows_and_judges_the_largest_row() -> None:
         .split("; ")[0]
         .endswith("largest engine ttft p90 at 85% +16.0% (real vs real +12.0%) outside")
     )
+
+
+def test_the_summary_bounds_a_row_without_a_repeat_by_ten_percent(tmp_path: Path) -> None:
+    # the client's E2E p90 row has no repeat (NaN): +5% is within max(10%, none), as the
+    # targets line reads it; +14% is not
+    for error, within in ((0.05, 2), (0.14, 1)):
+        run = tmp_path / f"camp{within}"
+        run.mkdir()
+        rows = table()
+        rows.loc[3, "rel_error"] = error
+        rows.to_csv(run / "fidelity.csv", index=False)
+        client = summary(run)[1]
+        assert client.startswith(f"{run.name} client: mean signed ")
+        assert f", within {within}/2; at level " in client
