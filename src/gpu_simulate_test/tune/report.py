@@ -252,7 +252,7 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
     if doc.get("calibrations"):
         lines += [f"**Calibrations:** {calibrations_sentence(doc['calibrations'])}.", ""]
     if doc.get("recalibration"):
-        lines += [f"**Calibrated again:** {recalibration_sentence(doc['recalibration'])}.", ""]
+        lines += [f"**A second calibration:** {recalibration_sentence(doc['recalibration'])}.", ""]
     verified = doc.get("verify")
     if verified:
         lines += verify_markdown(verified)
