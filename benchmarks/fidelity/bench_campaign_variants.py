@@ -127,10 +127,10 @@ def signed(runs: list[Path]) -> list[str]:
         parts = []
         for column, way in (("calibrated", "as calibrated"), ("level", "at level")):
             x = g[column]
-            se = x.std(ddof=1) / len(x) ** 0.5 if len(x) > 1 else float("nan")
+            se = f"{100 * x.std(ddof=1) / len(x) ** 0.5:.1f} points" if len(x) > 1 else "–"
             inside = int((x.abs() <= MEAN_LIMIT).sum())
             parts.append(
-                f"{way} {100 * x.mean():+.1f}% (SE {100 * se:.1f} points), within ±"
+                f"{way} {100 * x.mean():+.1f}% (SE {se}), within ±"
                 f"{MEAN_LIMIT:.0%} in {inside} of {len(x)}"
             )
         lines.append(f"{clock}, each run's mean signed over the runs: " + "; ".join(parts))

@@ -66,11 +66,21 @@ def test_batches_pooled_and_one_model_apart(
     (tmp_path / "five.json").write_text(json.dumps({"results": five}))
     main([str(tmp_path / "five.json")])
     assert "| five | 5 | 1.000 | 5/5, +0.2% | 4/5, +2.4% | yes |" in capsys.readouterr().out
+    # a run without the figure is not counted among those judged
+    partial = [*a, {"step_level": 1.0, "ttft": {"client_p50": {"error": 0.0}}}]
+    (tmp_path / "partial.json").write_text(json.dumps({"results": partial}))
+    main([str(tmp_path / "partial.json")])
+    assert "client TTFT p90: within max(10%, real vs real) in 3 of 3 runs" in (
+        capsys.readouterr().out
+    )
     doc = json.loads(out.read_text())
     every, only_a = doc["pooled"]["every batch"], doc["pooled"]["a"]
     assert every["runs"] == 6 and only_a["runs"] == 3
     p90 = every["client_p90"]
     assert p90["mean"] == pytest.approx(-0.5 / 6) and p90["within"] == 4
+    # like with like: strictly within 10%, the simulation 3 (a's), the truth's repeat 4 of 6
+    assert (p90["strictly_within"], p90["repeat_within"], p90["repeats"]) == (3, 4, 6)
+    assert "within max(10%, real vs real) in 4 of 6 runs" in printed
     assert p90["at_level_mean"] == pytest.approx(p90["mean"] / 2)
     # the slow servers carry the low p90: at level 1 it reads near zero, the slope steep
     assert abs(p90["line"]["at_one"]) < 0.03 and p90["line"]["slope"] < -0.8
