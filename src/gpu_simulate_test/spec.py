@@ -74,7 +74,9 @@ partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (py
 cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration_s`, `warmup_s`,
 `real_runs_per_load`, `load_fractions`, `wall_time_s`, `error_convention`, `capacity_rule`,
 `capacity` (per backend: `probe_requests`, `probe_ok`, `probe_run`, `capacity_qps`,
-`output_tokens_per_s`, and `loads`: `load_fraction`, `offered_qps`, `num_requests`, `realized_qps`,
+`output_tokens_per_s`, `truth` (the probe's disturbance verdict and re-runs: `real_dir`,
+`disturbed`, `reruns`, `attempts`; absent where the capacity was given), and `loads`:
+`load_fraction`, `offered_qps`, `num_requests`, `realized_qps`,
 `completion_ratio`, `sustained`, `window` (`warmup_s`, `requests_measured`, `requests_warmup`,
 `completion_ratio`, `queue_trend`, `trend_clock`, `steady`), `compare_run`, `steps`), `rows` (the
 `fidelity` table's rows), `clock_convention`, `headline_clock` (per backend: `engine` or `client`),

@@ -219,6 +219,8 @@ def seed_of(
     t0 = time.perf_counter()
     size = probe_size(at_server, opts.verify_probe_requests)
     probe = measure_capacity(at_server, "search-probe", size)
+    truth = probe.pop("truth", None) or {}  # its paths stay out of the record: only the verdict
+    probe["disturbed"] = bool(truth.get("disturbed"))
     probe["wall_s"] = round(time.perf_counter() - t0, 1)
     return {"from": "probe", "qps": float(probe["capacity_qps"]), "probe": probe}
 

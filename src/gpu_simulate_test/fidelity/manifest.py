@@ -112,6 +112,8 @@ def make_manifest(
         capacity = dict(rec["capacity"])
         if capacity.get("probe_run"):
             capacity["probe_run"] = relative(capacity["probe_run"], root)
+        if capacity.get("truth"):
+            capacity["truth"] = _truth_relative(capacity["truth"], root)
         out[backend] = {
             "config": dict(rec["config"]),
             "profiling_root": relative(rec["profiling_root"], root),

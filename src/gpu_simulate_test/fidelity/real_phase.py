@@ -90,7 +90,9 @@ def real_phase(cfg: FidelityStageConfig, r: Run, started: float) -> None:
             n = probe_size(at_server, opts.probe_requests)
             if cfg.progress:
                 console.rule(f"[bold]{backend}: capacity probe ({n} requests)")
-            record["capacity"] = measure_capacity(at_server, f"{backend}-capacity", n)
+            record["capacity"] = measure_capacity(
+                at_server, f"{backend}-capacity", n, reruns=opts.reruns
+            )
         capacity = float(record["capacity"]["capacity_qps"])
         unit = fid.rate_unit(record["capacity"])
         if cfg.progress:

@@ -110,6 +110,11 @@ def where_error_lives(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def load_cell(fraction: float | None) -> str:
+    """A real run's load in the Real runs table: ``50%``, or ``probe`` for the capacity probe."""
+    return "probe" if fraction is None else f"{fraction:.0%}"
+
+
 def disturbance_lines(
     real_runs: Sequence[Mapping[str, Any]] | None,
     unchecked: str = "a real phase older than the check",
@@ -126,7 +131,7 @@ def disturbance_lines(
     lines += ["| backend | load | run | attempts | verdict |", "| --- | --- | --- | --- | --- |"]
     for run in marked:
         lines.append(
-            f"| {run['backend']} | {run['load_fraction']:.0%} | {run['run']} | "
+            f"| {run['backend']} | {load_cell(run['load_fraction'])} | {run['run']} | "
             f"{run['reruns'] + 1} | {run['verdict']} |"
         )
     return lines

@@ -115,7 +115,15 @@ def sim_phase(cfg: FidelityStageConfig, r: Run, source: Mapping[str, Any], start
     at_level: AtLevel = {}
     plots: dict[str, str] = {}
     real_runs = real_run_records(load_plan(manifest))
-    if real_runs and any(run["disturbed"] for run in real_runs):
+    if real_runs is not None:  # each backend's capacity probe first: every load's rate rests on it
+        real_runs = probe_records(manifest) + real_runs
+    if real_runs and any(run["disturbed"] and run["load_fraction"] is None for run in real_runs):
+        notes.append(
+            "the capacity probe was disturbed and kept after every re-run (see Real runs): "
+            "every load's rate rests on it, so the loads may not be the fractions of capacity "
+            "they are named"
+        )
+    if real_runs and any(r["disturbed"] for r in real_runs if r["load_fraction"] is not None):
         notes.append(
             "disturbed real run(s) kept after every re-run (see Real runs): their figures "
             "measure the host as much as the engine"
@@ -306,6 +314,27 @@ def real_run_records(loads: list[PlannedLoad]) -> list[dict[str, Any]] | None:
                 {
                     "backend": load.backend,
                     "load_fraction": load.load_fraction,
+                    "run": truth.real_dir.name,
+                    "reruns": truth.reruns,
+                    "disturbed": truth.disturbed,
+                    "verdict": truth.describe(),
+                }
+            )
+    return records
+
+
+def probe_records(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per backend whose capacity probe recorded its disturbance verdict (``capacity.truth``,
+    none where the capacity was given or the real phase predates it): a real-run record as
+    :func:`real_run_records` gives, its ``load_fraction`` None."""
+    records = []
+    for backend, rec in manifest["backends"].items():
+        if record := (rec.get("capacity") or {}).get("truth"):
+            truth = Truth.from_dict(record)
+            records.append(
+                {
+                    "backend": backend,
+                    "load_fraction": None,
                     "run": truth.real_dir.name,
                     "reruns": truth.reruns,
                     "disturbed": truth.disturbed,

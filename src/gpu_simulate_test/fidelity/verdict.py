@@ -93,6 +93,11 @@ def at_level_line(part: pd.DataFrame) -> list[str]:
     ]
 
 
+def load_name(fraction: float | None) -> str:
+    """A real run's load in words: ``at 50%``, or the capacity probe (``None``)."""
+    return "capacity probe" if fraction is None else f"at {fraction:.0%}"
+
+
 def truth_line(real_runs: Sequence[Mapping[str, Any]] | None) -> str:
     """Whether the real runs were disturbed, in one line."""
     if real_runs is None:
@@ -102,7 +107,7 @@ def truth_line(real_runs: Sequence[Mapping[str, Any]] | None) -> str:
     again = f"; {redone} disturbed run(s) re-run" if redone else ""
     if not kept:
         return f"- **Truth:** all {len(real_runs)} real runs undisturbed{again}."
-    where = ", ".join(f"{r['backend']} at {r['load_fraction']:.0%}" for r in kept)
+    where = ", ".join(f"{r['backend']} {load_name(r['load_fraction'])}" for r in kept)
     return (
         f"- **Truth: DISTURBED** at {where} (kept after every re-run{again}): those rows measure "
         "the host as much as the engine (see Real runs)."

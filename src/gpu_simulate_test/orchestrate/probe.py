@@ -14,7 +14,8 @@ from gpu_simulate_test.core.metrics.capacity_probe import probe_record, session_
 from gpu_simulate_test.core.run_inputs import load_run
 from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.orchestrate.configs import with_workload
-from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
+from gpu_simulate_test.orchestrate.steps import make_workload
+from gpu_simulate_test.orchestrate.truth import trusted_truth
 
 
 def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
@@ -27,8 +28,14 @@ def probe_size(cfg: PipelineStageConfig, requested: int) -> int:
     return max(64, 3 * cfg.backend.step_limits()[1])
 
 
-def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int) -> dict[str, Any]:
+def measure_capacity(
+    cfg: PipelineStageConfig, run_id: str, probe_requests: int, reruns: int = 0
+) -> dict[str, Any]:
     """Replay an all-at-once burst for real; capacity by :func:`core.capacity_probe.burst_capacity`.
+    A burst the real bench marks disturbed (late sends, held-back streams, foreign CPU) is run
+    again, ``reruns`` times at most; the record's ``truth`` says what was done
+    (:meth:`~gpu_simulate_test.orchestrate.truth.Truth.to_dict`), and the capacity is the last
+    attempt's.
 
     With multi-turn sessions the burst is ``probe_requests`` sessions at once, each turn sent as
     soon as the one before it ended (no think time, so the engine never idles for want of work),
@@ -44,9 +51,13 @@ def measure_capacity(cfg: PipelineStageConfig, run_id: str, probe_requests: int)
         session=session,
     )
     workload_dir = make_workload(probe)
-    real_dir = run_truth(probe, workload_dir)
+    truth = trusted_truth(probe, workload_dir, reruns=reruns)
+    real_dir = truth.real_dir
     requests = load_run(real_dir, "real_bench").requests
-    record = probe_record(requests, str(real_dir), "see its run_meta.json for the engine")
+    record = {
+        **probe_record(requests, str(real_dir), "see its run_meta.json for the engine"),
+        "truth": truth.to_dict(),
+    }
     sessions = load_workload(workload_dir).sessions
     if sessions is None:
         return {**record, "probe_requests": probe_requests}
