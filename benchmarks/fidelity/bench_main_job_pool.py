@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.fidelity.bench_fresh_profiles import fmt as pct
 from benchmarks.fidelity.bench_fresh_profiles import judged
 from gpu_simulate_test.fidelity.bounds import LIMIT
 
@@ -147,10 +148,6 @@ def batch_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         within, count, mean = judged([(r.get("ttft") or {}).get(figure) for r in runs])
         row[figure] = {"within": within, "judged": count, "mean": mean}
     return row
-
-
-def pct(x: float) -> str:
-    return "–" if x != x else f"{100 * x:+.1f}%"
 
 
 def main(argv: list[str] | None = None) -> int:

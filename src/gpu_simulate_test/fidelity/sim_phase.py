@@ -306,42 +306,38 @@ def real_run_records(loads: list[PlannedLoad]) -> list[dict[str, Any]] | None:
     them, for the report; None when the real phase predates the disturbance check."""
     if any(not load.truth for load in loads):
         return None
-    records = []
-    for load in loads:
-        for record in load.truth:
-            truth = Truth.from_dict(record)
-            records.append(
-                {
-                    "backend": load.backend,
-                    "load_fraction": load.load_fraction,
-                    "run": truth.real_dir.name,
-                    "reruns": truth.reruns,
-                    "disturbed": truth.disturbed,
-                    "verdict": truth.describe(),
-                }
-            )
-    return records
+    return [
+        run_record(load.backend, load.load_fraction, record)
+        for load in loads
+        for record in load.truth
+    ]
 
 
 def probe_records(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per backend whose capacity probe recorded its disturbance verdict (``capacity.truth``,
     none where the capacity was given or the real phase predates it): a real-run record as
     :func:`real_run_records` gives, its ``load_fraction`` None."""
-    records = []
-    for backend, rec in manifest["backends"].items():
-        if record := (rec.get("capacity") or {}).get("truth"):
-            truth = Truth.from_dict(record)
-            records.append(
-                {
-                    "backend": backend,
-                    "load_fraction": None,
-                    "run": truth.real_dir.name,
-                    "reruns": truth.reruns,
-                    "disturbed": truth.disturbed,
-                    "verdict": truth.describe(),
-                }
-            )
-    return records
+    return [
+        run_record(backend, None, record)
+        for backend, rec in manifest["backends"].items()
+        if (record := (rec.get("capacity") or {}).get("truth"))
+    ]
+
+
+def run_record(
+    backend: str, load_fraction: float | None, record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One real run's record for the report, from its stored :class:`Truth`
+    (``load_fraction`` None: the capacity probe)."""
+    truth = Truth.from_dict(record)
+    return {
+        "backend": backend,
+        "load_fraction": load_fraction,
+        "run": truth.real_dir.name,
+        "reruns": truth.reruns,
+        "disturbed": truth.disturbed,
+        "verdict": truth.describe(),
+    }
 
 
 def _ms(seconds: float | None) -> float:
