@@ -29,7 +29,7 @@ from gpu_simulate_test.core.profiling.bundle import Bundle
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError
 
-CALIBRATION_VERSION = 20
+CALIBRATION_VERSION = 21
 """Bumped when what the calibration measures changes (2: every batch size up to 16, mixed
 steps; 3: at least 64 timed steps per decode row; 4: the spread of decode steps,
 ``step_jitter``, and the experiments interleaved in rounds; 5: on an engine that logs its steps
@@ -55,9 +55,11 @@ nothing; 18: the first token's way back of a request sent to a busy engine, its 
 the queue's per bucket of requests in flight, ``frontend.queue.first_busy_residual_ms``; 19:
 the way in of a request sent to a busy engine, its spread around the line fitted through the
 engine's steps, ``frontend.busy_hop_residual_ms``; 20: that spread with every stamp of an
-engine that had other requests read as a drain between steps, not an arrival); a bundle
-calibrated by another version
-is not reused by the pipeline, one by a later version is not read."""
+engine that had other requests read as a drain between steps, not an arrival; 21: the
+replays recorded with a request's queued stamp written with its step's line, not between two
+steps, where the write held back the step after it by about a millisecond in about half of the
+steps that took a request in, ``core/engines/vllm_recording_scheduler.py``); a bundle calibrated
+by another version is not reused by the pipeline, one by a later version is not read."""
 
 
 MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
@@ -87,6 +89,9 @@ MEASURED_SINCE: Mapping[int, str] = MappingProxyType(
         "engine's steps (frontend.busy_hop_residual_ms)",
         20: "that spread with a working engine's late stamps read as drains between steps, "
         "not arrivals (frontend.busy_hop_residual_ms)",
+        21: "the replays' steps recorded with no write between two steps (a request's "
+        "queued stamp written with its step's line): the pause before a step that takes a "
+        "request in as vLLM's own",
     }
 )
 """What each version of the calibration began to measure (:data:`CALIBRATION_VERSION`'s

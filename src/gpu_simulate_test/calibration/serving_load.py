@@ -178,12 +178,14 @@ class ServingLoad:
     intake_gap_ms: float = 0.0
     """The mean pause before a busy step that takes in a request, over every rate (0: not
     apart). vLLM's engine core takes a request in between two steps and stamps it queued
-    there; on this host the step that schedules it starts about a millisecond later, where a
-    step that takes in none starts a tenth of one after the last (the calibration replays'
-    steps, 2026-12-06): the pause lands on the request's own first token, not spread over
-    every step. Counted here on the steps that schedule a request for the first time; the
-    simulated engine pauses so before the step after a request reached it (the same step
-    unless the request waits for room in the batch: near saturation)."""
+    there. Recorded by a step record that wrote the stamp there, the step that scheduled it
+    started about a millisecond later in about half of them (the write let vLLM's output
+    thread in first; calibration version 21 on, the stamp is written with the step's own line,
+    :mod:`~gpu_simulate_test.core.engines.vllm_recording_scheduler`), where a step that takes in
+    none starts a tenth of one after the last: the pause lands on the request's own first
+    token, not spread over every step. Counted here on the steps that schedule a request for
+    the first time; the simulated engine pauses so before the step after a request reached it
+    (the same step unless the request waits for room in the batch: near saturation)."""
     wake0_ms: float = 0.0
     """A wake-up after 1 ms idle, beyond the prediction (may be negative)."""
     wake_per_decade_ms: float = 0.0

@@ -130,6 +130,13 @@ def _take_queue_reading(view: View, key: str, count: str) -> bool:
     return True
 
 
+def _v21(view: View) -> list[str]:
+    return [
+        "kept: serving_steps.csv, recorded with no write between two steps (no undoing it: the "
+        "pause before a step that takes a request in as vLLM's own)"
+    ]
+
+
 def _v20(view: View) -> list[str]:
     if not view.frontend.get(busy_hop.KEY):
         return []
@@ -277,6 +284,7 @@ def _v8(view: View) -> list[str]:
 
 STRIPS: Mapping[int, Callable[[View], list[str]]] = MappingProxyType(
     {
+        21: _v21,
         20: _v20,
         19: _v19,
         18: _v18,

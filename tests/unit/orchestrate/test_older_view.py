@@ -117,6 +117,7 @@ def info(version: int) -> dict[str, Any]:
     settings: dict[str, Any] = {"decode_prompt_tokens": 32, "decode_tokens": 16}
     experiments = EXPERIMENTS_V10 if version >= 10 else EXPERIMENTS_V10[1:]
     frontend: dict[str, Any] = {
+        21: FRONT_V19,  # the same keys, the replays recorded with no write between steps
         20: FRONT_V19,  # the same keys, the busy way in's spread read with drains as drains
         19: FRONT_V19,
         18: FRONT_V18,
@@ -167,12 +168,22 @@ def offsets_line(bundle: Path) -> str:
     return OFFSETS_LINE.format(int((table["client_send_offsets_ms"] != "").sum()))
 
 
+def test_a_version_20_view_keeps_every_file_and_says_so(tmp_path: Path) -> None:
+    bundle = current(tmp_path / "profiles")
+    lines = tool.older_view(bundle, tmp_path / "view", 20)
+    assert lines[:-1] == [WRITES_KEPT]
+    view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
+    assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(20)}
+    for name in (layout.ENGINE_STEPS, layout.SERVING_STEPS):
+        assert (view / name).read_bytes() == (bundle / name).read_bytes()
+
+
 def test_a_version_18_view_loses_only_the_busy_way_ins_spread(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     now = CalibrationRecord.load(load_bundle(bundle), "vllm").frontend
     assert now is not None and now.busy_hop_residual_ms == ((1, tuple(BUSY_HOP_SPREAD)),)
     lines = tool.older_view(bundle, tmp_path / "view", 18)
-    assert lines[:-1] == [DRAINS_KEPT, BUSY_IN]
+    assert lines[:-1] == [WRITES_KEPT, DRAINS_KEPT, BUSY_IN]
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(18)}
     front = CalibrationRecord.load(load_bundle(view), "vllm").frontend
@@ -186,7 +197,7 @@ def test_a_version_17_view_loses_only_the_busy_way_backs_spread(tmp_path: Path) 
     now = CalibrationRecord.load(load_bundle(bundle), "vllm").frontend_queue
     assert now is not None and [k for k, _ in now.first_busy_residual_ms] == [1, 4]
     lines = tool.older_view(bundle, tmp_path / "view", 17)
-    assert lines[:-1] == [DRAINS_KEPT, BUSY_IN, BUSY_BACK]
+    assert lines[:-1] == [WRITES_KEPT, DRAINS_KEPT, BUSY_IN, BUSY_BACK]
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(17)}
     queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
@@ -197,7 +208,7 @@ def test_a_version_17_view_loses_only_the_busy_way_backs_spread(tmp_path: Path) 
 def test_a_version_16_view_loses_only_the_sends_offsets(tmp_path: Path) -> None:
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 16)
-    assert lines[:-1] == [DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle)]
+    assert lines[:-1] == [WRITES_KEPT, DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle)]
     view = load_bundle(tmp_path / "view" / "cpu" / QWEN3_TINY.name)
     steps = CalibrationRecord.load(view, "vllm").serving_steps
     assert steps is not None and "client_send_offsets_ms" not in steps
@@ -258,7 +269,7 @@ def test_a_view_holds_what_its_version_measured_and_reads_back_as_it(
     assert ("10: engine_steps.csv: 1 cached_prefill rows (1 experiments)" in said) == (version < 10)
     assert ("8: frontend.queue: no front end as a queue" in said) == (version < 8)
     assert FIRST_CHUNK in said and IDLE_LINE in said and STEPS_LINE in said and IDLE_BACK in said
-    assert BUSY_BACK in said and BUSY_IN in said and DRAINS_KEPT in said
+    assert BUSY_BACK in said and BUSY_IN in said and DRAINS_KEPT in said and WRITES_KEPT in said
     assert sorted({int(line.split(":")[0]) for line in said}) == list(
         range(version + 1, CALIBRATION_VERSION + 1)
     )
@@ -275,6 +286,10 @@ STEPS_LINE = (
 IDLE_BACK = "16: frontend.queue.first_idle_residual_ms: no spread on an idle engine's way back"
 BUSY_BACK = "18: frontend.queue.first_busy_residual_ms: no spread on a busy engine's way back"
 BUSY_IN = "19: frontend.busy_hop_residual_ms: a busy engine's way in on the line"
+WRITES_KEPT = (
+    "21: kept: serving_steps.csv, recorded with no write between two steps (no undoing it: the "
+    "pause before a step that takes a request in as vLLM's own)"
+)
 DRAINS_KEPT = (
     "20: kept: frontend.busy_hop_residual_ms, read with a working engine's late stamps as drains "
     "(version 19 read them as arrivals; the bundle holds no stamps to read it again)"
@@ -291,6 +306,7 @@ def test_a_version_13_view_puts_the_idle_way_in_back_on_the_line(tmp_path: Path)
     lines = tool.older_view(bundle, tmp_path / "view", 13)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
     assert lines[:-1] == [
+        WRITES_KEPT,
         DRAINS_KEPT,
         BUSY_IN,
         BUSY_BACK, offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT
@@ -309,6 +325,7 @@ def test_a_version_12_view_loses_only_the_first_chunk(tmp_path: Path) -> None:
     lines = tool.older_view(bundle, tmp_path / "view", 12)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
     assert lines[:-1] == [
+        WRITES_KEPT,
         DRAINS_KEPT,
         BUSY_IN,
         BUSY_BACK, offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE, SPREAD_KEPT, FIRST_CHUNK
@@ -337,12 +354,12 @@ def test_the_command_prints_what_it_took_out(
     monkeypatch.setattr("sys.argv", argv)
     tool.main()
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:9] == [
-        DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle), IDLE_BACK, STEPS_LINE, IDLE_LINE,
-        SPREAD_KEPT,
+    assert printed[:10] == [
+        WRITES_KEPT, DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle), IDLE_BACK, STEPS_LINE,
+        IDLE_LINE, SPREAD_KEPT,
         FIRST_CHUNK,
     ]  # fmt: skip
-    assert printed[9].startswith("12: serving_steps.csv client_sends (")
+    assert printed[10].startswith("12: serving_steps.csv client_sends (")
     assert "11: frontend's input line from 52 replayed requests: the experiments' put back " \
         "(input_ms 3.7 -> 3.0)" in printed  # fmt: skip
     assert "is version 10," in printed[-1]
@@ -351,8 +368,8 @@ def test_the_command_prints_what_it_took_out(
 @pytest.mark.parametrize(
     ("version", "backends", "backend", "message"),
     [
-        (6, ("vllm",), None, r"version 6: a view is of 7 to 19"),
-        (20, ("vllm",), None, r"version 20: a view is of 7 to 19"),
+        (6, ("vllm",), None, r"version 6: a view is of 7 to 20"),
+        (21, ("vllm",), None, r"version 21: a view is of 7 to 20"),
         (9, ("hf_cb", "vllm"), None, r"meta.json: engine_calibration holds \['hf_cb', 'vllm'\]"),
         (9, ("vllm",), "sglang", r"meta.json: engine_calibration\.sglang\.version: 'missing'"),
     ],
@@ -390,7 +407,9 @@ def test_a_version_15_view_loses_only_the_idle_way_backs_spread(tmp_path: Path) 
     bundle = current(tmp_path / "profiles")
     lines = tool.older_view(bundle, tmp_path / "view", 15)
     view = tmp_path / "view" / "cpu" / QWEN3_TINY.name
-    assert lines[:-1] == [DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle), IDLE_BACK]
+    assert lines[:-1] == [
+        WRITES_KEPT, DRAINS_KEPT, BUSY_IN, BUSY_BACK, offsets_line(bundle), IDLE_BACK
+    ]  # fmt: skip
     assert read_json(view / layout.BUNDLE_META)["engine_calibration"] == {"vllm": info(15)}
     queue = CalibrationRecord.load(load_bundle(view), "vllm").frontend_queue
     assert queue is not None and queue.first_idle_residual_ms == ()
@@ -411,6 +430,7 @@ def test_a_version_15_view_takes_the_quietest_replays_out(tmp_path: Path) -> Non
     assert 0 < quiet < len(replayed)
     lines = tool.older_view(bundle, tmp_path / "view", 15)
     assert lines[:-1] == [
+        WRITES_KEPT,
         DRAINS_KEPT,
         BUSY_IN,
         BUSY_BACK,

@@ -195,7 +195,7 @@ def test_an_older_calibration_is_simulated_with_and_says_what_it_lacks(tmp_path:
     from tests.unit.calibration.test_engine_overhead import steps
     from tests.vidur_bundle_factory import write_synthetic_bundle
 
-    assert CALIBRATION_VERSION == 20, "extend MEASURED_SINCE with what the new version measures"
+    assert CALIBRATION_VERSION == 21, "extend MEASURED_SINCE with what the new version measures"
     backend = HfCbBackendConfig(max_num_batched_tokens=128, max_num_seqs=8)
     cfg = PipelineStageConfig(
         model=model_preset("qwen3_tiny"),
@@ -212,17 +212,17 @@ def test_an_older_calibration_is_simulated_with_and_says_what_it_lacks(tmp_path:
     write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"hf_cb": info}})
     bundle = load_bundle(path)
     assert calibration_misfits(cfg, bundle) == [
-        "engine calibration of hf_cb is version 9, this code calibrates version 20"
+        "engine calibration of hf_cb is version 9, this code calibrates version 21"
     ]
     assert calibration_misfits(cfg, bundle, accept_older=True) == []
     note = older_calibration(cfg)
-    assert note is not None and "is version 9, this code calibrates version 20" in note
+    assert note is not None and "is version 9, this code calibrates version 21" in note
     assert "the client's sends beside the replays' steps" in note
     assert "first chunk" in note and "an idle engine" in note and "recorded steps" in note
     assert "a replay at 2% of capacity" in note
     assert "how far into its step each of the replays' sends fell" in note
     assert "a busy engine's first token's way back" in note
-    assert "late stamps read as drains" in note
+    assert "late stamps read as drains" in note and "no write between two steps" in note
     assert "prefills over a cached prefix" in note and "bursts of 2, 4 and 8 prompts" in note
     assert "replays under load" not in note  # version 9 has them
     assert measured_since(5)[0] == "what version 6 added (CALIBRATION_VERSION)"
