@@ -232,12 +232,14 @@ class VidurConfig:
     intake_pause: bool = True
     """With ``serving_load``: the pause before a busy step that takes in a request is the
     calibration replays' own for such steps (vLLM's engine core stamps the request queued
-    between two steps and schedules it about a millisecond later on this host), the pause
-    before the others theirs (:attr:`~..calibration.serving_load.ServingLoad.intake_gap_ms`);
-    false: one mean pause before every busy step, the intake's spread over all of them. On by
-    default since 2026-12-06 (twenty main jobs and three campaigns re-simulated: client TTFT
-    p50 / p90 mean signed −1.3 / −3.6% → −0.4 / −0.7%, engine TTFT p50 −6.3 → −4.2%; at the
-    runs' level the campaigns' pooled median and largest error lower on TTFT, TPOT and E2E;
+    between two steps; recorded before calibration 21, the step that scheduled it started
+    about a millisecond later in about half of them, most of it our step record's own write
+    there), the pause before the others theirs
+    (:attr:`~..calibration.serving_load.ServingLoad.intake_gap_ms`); false: one mean pause
+    before every busy step, the intake's spread over all of them. On by default since
+    2026-12-06 (twenty main jobs and three campaigns re-simulated: client TTFT p50 / p90 mean
+    signed −1.3 / −3.6% → −0.4 / −0.7%, engine TTFT p50 −6.3 → −4.2%; at the runs' level the
+    campaigns' pooled median and largest error lower on TTFT, TPOT and E2E;
     benchmarks/results/intake_pause_20261206)."""
     intake_step: bool = True
     """With ``serving_load``: a busy step that schedules a request for the first time adds what

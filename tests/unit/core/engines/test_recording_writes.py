@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,9 +35,9 @@ def recorder(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[byt
         with path.open("ab") as f:
             return f.write(data)
 
-    monkeypatch.setattr(rec.os, "write", write)
+    monkeypatch.setattr(rec, "os", SimpleNamespace(write=write))
     sched = object.__new__(rec.RecordingScheduler)
-    sched._gst_fd, sched._gst_engine = 3, 0
+    sched._gst_fd, sched._gst_engine = 3, 1
     sched._gst_step, sched._gst_preempted, sched._gst_queued = None, [], []
     return sched, writes
 
@@ -49,6 +50,8 @@ def test_a_queued_line_waits_for_the_next_steps_write(
     sched.add_request(Request("cmpl-gstab-7"))
     sched.add_request(Request("cmpl-gstab-8"))
     assert writes == []  # nothing between the steps
+    sched.update_from_output(None, None)  # a step that scheduled nothing: still held
+    assert writes == []
     sched._gst_step = {"s": 1.0, "r": [["cmpl-gstab-7", 20, 1]], "p": [], "w": 1, "n": 1}
     sched.update_from_output(None, None)
     assert len(writes) == 1  # the queued lines and the step's, one write
@@ -56,6 +59,7 @@ def test_a_queued_line_waits_for_the_next_steps_write(
     assert [sorted(x) for x in lines] == [["g", "q", "t"], ["g", "q", "t"], sorted(
         ["s", "r", "p", "w", "n", "e", "g"])]  # fmt: skip
     assert [x.get("q") for x in lines[:2]] == ["cmpl-gstab-7", "cmpl-gstab-8"]
+    assert {x["g"] for x in lines} == {1}  # every line says its engine
     assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["e"]
     sched._gst_step = {"s": 2.0, "r": [["cmpl-gstab-7", 1, 0]], "p": [], "w": 0, "n": 2}
     sched.update_from_output(None, None)
