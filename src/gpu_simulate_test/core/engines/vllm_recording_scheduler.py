@@ -31,11 +31,11 @@ the last step's tokens, and the engine core then waited for that thread before s
 this project's CPU host (tiny Qwen3, 62.7 req/s, 2026-12-07) a write in ``add_request`` put
 1.1 ms before 38–67% of the steps that took a request in (their pause 0.69–1.11 ms on average,
 the others' 0.12–0.14); held to the step's own write, 0.17–0.22 ms, 1–2% of them over 0.8 ms.
-The engine we recorded was slower than the one users deploy, and by a share that moved from
-server to server. The step's own write stays at its end, before its outputs are queued, where
-the output thread has nothing to send. A request queued after the last step that ended before
-the server stopped leaves no ``q`` line (it has no step either; a run reads only the requests
-that finished).
+The engine we recorded paused there where the one users deploy does not, by a share that
+moved from server to server. The step's own write stays at its end, before its outputs are
+queued, where the output thread has nothing to send. A request queued after the last step
+that ended before the server stopped leaves no ``q`` line (it has no step either; a run reads
+only the requests that finished).
 """
 
 from __future__ import annotations
