@@ -30,7 +30,8 @@ from gpu_simulate_test.io.schemas import ENGINE_SCHEDULE, FLEET_COLUMN
 ENV = "GST_ENGINE_STEPS"
 """The environment variable naming the file the recording scheduler appends to."""
 SCHEDULER_CLS = "gpu_simulate_test.core.engines.vllm_recording_scheduler.RecordingScheduler"
-"""vLLM's ``--scheduler-cls`` for the recording scheduler."""
+"""vLLM's ``--scheduler-cls`` for the recording scheduler (with ``--no-async-scheduling``: it is
+vLLM's synchronous ``Scheduler``)."""
 STEPS_FILE = "engine_steps.jsonl"
 """The record's name beside the server's log."""
 ENGINE = FLEET_COLUMN.name

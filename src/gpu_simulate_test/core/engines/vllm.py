@@ -212,8 +212,8 @@ class VllmBackend(VllmKnobs, OpenAIBackend):
             cmd.append("--enable-prompt-tokens-details")
         if self.receiver is not None:
             cmd += ["--otlp-traces-endpoint", self.receiver.endpoint]
-        if self.steps_path is not None:
-            cmd += ["--scheduler-cls", step_record.SCHEDULER_CLS]
+        if self.steps_path is not None:  # the recorder is vLLM's synchronous Scheduler
+            cmd += ["--scheduler-cls", step_record.SCHEDULER_CLS, "--no-async-scheduling"]
         return cmd + [str(a) for a in b.server.extra_args]
 
     def server_env(self) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """vLLM's own V1 scheduler, writing down every step it takes on the engine core's clock.
 
-A vLLM server started with ``--scheduler-cls`` naming :data:`SCHEDULER_CLS` (and the record's
-path in :data:`~gpu_simulate_test.core.engines.step_record.ENV`) schedules exactly as vLLM's
-:class:`~vllm.v1.core.sched.scheduler.Scheduler` (every decision is the parent's) and appends
+A vLLM server started with ``--scheduler-cls`` naming :data:`SCHEDULER_CLS` and
+``--no-async-scheduling`` (and the record's path in
+:data:`~gpu_simulate_test.core.engines.step_record.ENV`) schedules exactly as vLLM's synchronous
+:class:`~vllm.v1.core.sched.scheduler.Scheduler` (every decision is the parent's; vLLM's async
+default on a GPU, two batches in flight, is served only by its ``AsyncScheduler``) and appends
 one JSON line per event to the record, in the engine-core process:
 
 - ``{"q": id, "t": t}``: the engine queued a request (``add_request``);
