@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from gpu_simulate_test.cli.registry import CONFIG_DIR, register_configs
+from gpu_simulate_test.config.real_bench import RealBenchStageConfig
+from gpu_simulate_test.config.registry import to_typed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as .ci/run: no hub at run time, in or out of process
 
@@ -38,6 +40,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def vllm_stage_config(
+    compose_stage: Callable[..., DictConfig], *overrides: str
+) -> RealBenchStageConfig:
+    """real_bench's typed config with ``backend=vllm`` and ``overrides`` (no workload read)."""
+    return to_typed(
+        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
+        RealBenchStageConfig,
+    )
 
 
 @pytest.fixture

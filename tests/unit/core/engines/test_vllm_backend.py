@@ -41,6 +41,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv
 from gpu_simulate_test.io.schemas import ENGINE_STEP_LOG
 from gpu_simulate_test.orchestrate.profiling import engine_identity
+from tests.conftest import vllm_stage_config
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 
@@ -116,12 +117,14 @@ def test_the_sizes_a_server_ran_are_read_off_its_step_lines_on_every_engine() ->
 def test_only_a_server_whose_log_this_process_read_from_its_start_says_its_sizes(
     compose_stage, tmp_path: Path
 ) -> None:
-    owner = VllmBackend(_cfg(compose_stage))  # starts its own server: read from birth
+    owner = VllmBackend(vllm_stage_config(compose_stage))  # starts its own server: read from birth
     owner.steps = _feed_fixture_log()
     assert owner.sizes_run() == owner.steps.sizes() != frozenset()
     log = tmp_path / "server.log"
     shared = VllmBackend(
-        _cfg(compose_stage, "backend.server.kind=external", f"backend.server.log_file={log}")
+        vllm_stage_config(
+            compose_stage, "backend.server.kind=external", f"backend.server.log_file={log}"
+        )
     )
     shared.log_path = log
     shared.steps = owner.steps
@@ -160,7 +163,7 @@ def test_a_step_line_the_parser_cannot_read_is_counted_and_quoted() -> None:
 
 
 def test_a_run_records_the_step_lines_it_could_not_read(compose_stage, tmp_path: Path) -> None:
-    backend = VllmBackend(_cfg(compose_stage))
+    backend = VllmBackend(vllm_stage_config(compose_stage))
     for i, line in enumerate([*_fixture_lines(), *changed_format_lines()]):
         backend.steps.feed(line, float(i))
     engine_log = backend.write_artifacts(tmp_path, origin=0.0, since=0.0)
@@ -170,7 +173,7 @@ def test_a_run_records_the_step_lines_it_could_not_read(compose_stage, tmp_path:
     # a server run elsewhere without its log file: no step log, and none claimed
     elsewhere = tmp_path / "external"
     elsewhere.mkdir()
-    external = VllmBackend(_cfg(compose_stage, "backend.server.kind=external"))
+    external = VllmBackend(vllm_stage_config(compose_stage, "backend.server.kind=external"))
     assert external.write_artifacts(elsewhere, 0.0, 0.0)["engine_steps"] is None
     assert not (elsewhere / layout.ENGINE_STEP_LOG).exists()
 
@@ -197,7 +200,7 @@ def test_a_failing_line_hook_is_stopped_said_and_fails_the_run(
         "RuntimeError: parser bug (on the line 'two')"
     )
     assert "line hook failed" in capsys.readouterr().out
-    backend = VllmBackend(_cfg(compose_stage))
+    backend = VllmBackend(vllm_stage_config(compose_stage))
     backend.server = server
     assert backend.failure() == (
         "reading the server's step log failed: RuntimeError: parser bug (on the line 'two')"
@@ -256,15 +259,8 @@ def test_data_parallel_engines_get_cores_of_their_own(cpus: int, ranks: int, exp
         cpu_threads_bind("auto", 2, 4)
 
 
-def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
-    return to_typed(
-        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
-        RealBenchStageConfig,
-    )
-
-
 def test_server_command_carries_the_knobs_vidur_gets(compose_stage, tmp_path: Path) -> None:
-    backend = VllmBackend(_cfg(compose_stage, "backend.max_num_batched_tokens=512"))
+    backend = VllmBackend(vllm_stage_config(compose_stage, "backend.max_num_batched_tokens=512"))
     cmd = backend.server_command(8000, tmp_path)
     pairs = dict(itertools.pairwise(cmd))
     assert pairs["--max-num-batched-tokens"] == "512"
@@ -283,7 +279,7 @@ def test_on_a_gpu_the_server_takes_its_share_of_the_memory(compose_stage, tmp_pa
     on CUDA (several servers on one GPU each take a share)."""
     from gpu_simulate_test.core.engines.vllm_engine import VllmEngineBackend
 
-    cfg = _cfg(compose_stage, "hardware=h100", "backend.gpu_memory_utilization=0.45")
+    cfg = vllm_stage_config(compose_stage, "hardware=h100", "backend.gpu_memory_utilization=0.45")
     pairs = dict(itertools.pairwise(VllmBackend(cfg).server_command(8000, tmp_path)))
     assert pairs["--gpu-memory-utilization"] == "0.45" and pairs["--dtype"] == "bfloat16"
     engine = to_typed(
@@ -296,16 +292,16 @@ def test_on_a_gpu_the_server_takes_its_share_of_the_memory(compose_stage, tmp_pa
     )  # fmt: skip
     assert VllmEngineBackend(engine).engine_kwargs(tmp_path)["gpu_memory_utilization"] == 0.45
     with pytest.raises(ValueError, match=r"gpu_memory_utilization=1.5 must be in \(0, 1\]"):
-        _cfg(compose_stage, "backend.gpu_memory_utilization=1.5")
+        vllm_stage_config(compose_stage, "backend.gpu_memory_utilization=1.5")
 
 
 def test_a_data_parallel_server_has_one_api_server(compose_stage, tmp_path: Path) -> None:
-    backend = VllmBackend(_cfg(compose_stage, "backend.data_parallel_size=2"))
+    backend = VllmBackend(vllm_stage_config(compose_stage, "backend.data_parallel_size=2"))
     pairs = dict(itertools.pairwise(backend.server_command(8000, tmp_path)))
     assert pairs["--data-parallel-size"] == "2" and pairs["--api-server-count"] == "1"
     assert "|" in backend.server_env()["VLLM_CPU_OMP_THREADS_BIND"]
     with pytest.raises(ValueError, match="data_parallel_size must be >= 1"):
-        _cfg(compose_stage, "backend.data_parallel_size=0")
+        vllm_stage_config(compose_stage, "backend.data_parallel_size=0")
 
 
 def test_runs_nested_in_a_stage_share_the_outer_snapshot_and_vllm_cache(
@@ -315,7 +311,7 @@ def test_runs_nested_in_a_stage_share_the_outer_snapshot_and_vllm_cache(
 
     from gpu_simulate_test.config.schema import OutputConfig, nested_output, shared_root
 
-    cfg = _cfg(compose_stage, f"output.root={tmp_path}")
+    cfg = vllm_stage_config(compose_stage, f"output.root={tmp_path}")
     alone = VllmBackend(cfg).server_env()
     assert alone["VLLM_CACHE_ROOT"] == str((tmp_path / "cache" / "vllm").resolve())
     outer = OutputConfig(root=str(tmp_path))
@@ -330,21 +326,23 @@ def test_runs_nested_in_a_stage_share_the_outer_snapshot_and_vllm_cache(
 def test_bad_input_is_refused_before_anything_starts(compose_stage, tmp_path: Path) -> None:
     ok = [_req(0, tuple(range(40)))]
     with pytest.raises(ValueError, match="multiple of 32"):
-        VllmBackend(_cfg(compose_stage, "backend.block_size=16")).check(ok)
+        VllmBackend(vllm_stage_config(compose_stage, "backend.block_size=16")).check(ok)
     long = [_req(3, tuple(range(100)), out=4000)]
     with pytest.raises(ValueError, match="request 3 needs 100 prompt"):
-        VllmBackend(_cfg(compose_stage)).check(long)
+        VllmBackend(vllm_stage_config(compose_stage)).check(long)
     with pytest.raises(ValueError, match="token-id prompts"):
-        VllmBackend(_cfg(compose_stage)).check([BenchRequest(0, 5, 2, 0.0, prompt_text="hi")])
+        VllmBackend(vllm_stage_config(compose_stage)).check(
+            [BenchRequest(0, 5, 2, 0.0, prompt_text="hi")]
+        )
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="no tokenizer"):
-        VllmBackend(_cfg(compose_stage, f"model.local_path={tmp_path}")).check(ok)
+        VllmBackend(vllm_stage_config(compose_stage, f"model.local_path={tmp_path}")).check(ok)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
         with pytest.raises(ValueError, match="already in use"):
-            VllmBackend(_cfg(compose_stage, f"backend.server.port={port}")).check(ok)
+            VllmBackend(vllm_stage_config(compose_stage, f"backend.server.port={port}")).check(ok)
 
 
 SERVE = textwrap.dedent(
@@ -436,11 +434,14 @@ def test_a_warning_naming_an_error_is_not_taken_for_the_root_cause(tmp_path: Pat
 
 def test_max_model_len_defaults_to_what_the_kv_cache_holds(compose_stage) -> None:
     # 256 blocks of 32 tokens, one kept back by vLLM: 8,160, under Qwen3-0.6B's 40,960 positions
-    big = VllmBackend(_cfg(compose_stage, "model=qwen3_0_6b"))
+    big = VllmBackend(vllm_stage_config(compose_stage, "model=qwen3_0_6b"))
     assert big.max_model_len == 8160
-    tiny = VllmBackend(_cfg(compose_stage))  # its 4,096 positions fit
+    tiny = VllmBackend(vllm_stage_config(compose_stage))  # its 4,096 positions fit
     assert tiny.max_model_len == 4096
-    assert VllmBackend(_cfg(compose_stage, "backend.max_model_len=2048")).max_model_len == 2048
+    assert (
+        VllmBackend(vllm_stage_config(compose_stage, "backend.max_model_len=2048")).max_model_len
+        == 2048
+    )
 
 
 def test_log_follower_reads_only_what_is_appended_after_it_starts(tmp_path: Path) -> None:

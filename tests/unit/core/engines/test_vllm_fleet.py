@@ -10,8 +10,6 @@ import pandas as pd
 import pytest
 
 from gpu_simulate_test.config.backends import VllmBackendConfig
-from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines import make_backend
 from gpu_simulate_test.core.engines.records import BenchRequest, Recorder
@@ -26,13 +24,7 @@ from gpu_simulate_test.core.engines.vllm_fleet import (
 from gpu_simulate_test.core.engines.vllm_neighbours import VllmNeighboursBackend
 from gpu_simulate_test.core.routing import CLIENT_ROUTERS
 from gpu_simulate_test.simulator.routers import ROUTERS
-
-
-def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
-    return to_typed(
-        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
-        RealBenchStageConfig,
-    )
+from tests.conftest import vllm_stage_config
 
 
 def test_each_server_gets_its_own_cores() -> None:
@@ -44,10 +36,10 @@ def test_each_server_gets_its_own_cores() -> None:
 
 
 def test_a_fleet_is_servers_of_one_engine_each(compose_stage) -> None:
-    cfg = _cfg(compose_stage, "backend.servers=2", "backend.router=least_outstanding")
+    cfg = vllm_stage_config(compose_stage, "backend.servers=2", "backend.router=least_outstanding")
     fleet = make_backend(cfg)
     assert isinstance(fleet, VllmFleetBackend) and len(fleet.starters) == 2
-    assert isinstance(make_backend(_cfg(compose_stage)), VllmBackend)
+    assert isinstance(make_backend(vllm_stage_config(compose_stage)), VllmBackend)
     for k, starter in enumerate(fleet.starters):
         b = starter.knobs
         assert b.servers == 1 and b.server.port == 0 and b.data_parallel_size == 1
@@ -95,7 +87,7 @@ def test_the_servers_tables_merge_as_a_data_parallel_server_s(tmp_path: Path) ->
 )
 def test_fleets_the_client_cannot_run_are_refused(compose_stage, overrides, said) -> None:
     with pytest.raises(ConfigError, match=said):
-        _cfg(compose_stage, *overrides)
+        vllm_stage_config(compose_stage, *overrides)
 
 
 def test_the_fleet_s_engine_log_sums_its_servers() -> None:
@@ -125,7 +117,7 @@ def test_the_fleet_s_engine_log_sums_its_servers() -> None:
 
 def test_on_cuda_each_server_gets_its_own_gpu(compose_stage, monkeypatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    fleet = VllmFleetBackend(_cfg(compose_stage, "hardware=h100", "backend.servers=2"))
+    fleet = VllmFleetBackend(vllm_stage_config(compose_stage, "hardware=h100", "backend.servers=2"))
     assert fleet.binds == []  # no CPU binding on a GPU machine
     assert [s.server_env()["CUDA_VISIBLE_DEVICES"] for s in fleet.starters] == ["0", "1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
@@ -152,7 +144,7 @@ class _Client:
 def test_a_fleet_s_calibration_sends_every_request_to_each_server_and_times_the_first(
     compose_stage,
 ) -> None:
-    cfg = _cfg(compose_stage, "backend.servers=2")
+    cfg = vllm_stage_config(compose_stage, "backend.servers=2")
     backend = make_backend(cfg, calibrating=True)
     assert isinstance(backend, VllmNeighboursBackend) and len(backend.starters) == 2
     assert backend.steps_path is None  # before start: the timed server's starter's

@@ -13,8 +13,6 @@ import httpx
 import pandas as pd
 import pytest
 
-from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.core.engines import prefix_cache
 from gpu_simulate_test.core.engines.base import BackendError
 from gpu_simulate_test.core.engines.openai import parse_sse_line, read_usage
@@ -25,6 +23,7 @@ from gpu_simulate_test.io.artifacts import read_csv, write_csv
 from gpu_simulate_test.io.schemas import REQUEST_METRICS
 from gpu_simulate_test.real_bench.engine_record import check_cached_tokens
 from gpu_simulate_test.real_bench.metrics import request_frame
+from tests.conftest import vllm_stage_config
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 CACHE = DATA / "prefix_cache"
@@ -41,13 +40,6 @@ def _payloads(name: str) -> list[dict[str, Any]]:
 def _usage(name: str) -> dict[str, Any]:
     (usage,) = [p["usage"] for p in _payloads(name) if p.get("usage")]
     return usage
-
-
-def _cfg(compose_stage: Any, *overrides: str) -> RealBenchStageConfig:
-    return to_typed(
-        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
-        RealBenchStageConfig,
-    )
 
 
 # ---------------------------------------------------------------------------- the usage chunk
@@ -72,7 +64,7 @@ def _serve(name: str) -> httpx.MockTransport:
 def test_the_client_records_each_request_s_cached_tokens(
     compose_stage: Any, stream: str, expected: int
 ) -> None:
-    backend = VllmBackend(_cfg(compose_stage))
+    backend = VllmBackend(vllm_stage_config(compose_stage))
     backend.model_name = "qwen3_tiny"
     backend._client = httpx.Client(transport=_serve(stream))
     req = BenchRequest(0, 40, 3, 0.0, prompt_token_ids=tuple(range(1000, 1040)))
@@ -196,11 +188,11 @@ def test_with_caching_the_server_reports_cached_tokens_and_serves_the_reset(
     compose_stage: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
-    on = VllmBackend(_cfg(compose_stage, "backend.enable_prefix_caching=true"))
+    on = VllmBackend(vllm_stage_config(compose_stage, "backend.enable_prefix_caching=true"))
     cmd = on.server_command(8000, tmp_path)
     assert "--enable-prefix-caching" in cmd and "--enable-prompt-tokens-details" in cmd
     assert on.server_env()["VLLM_SERVER_DEV_MODE"] == "1"
-    off = VllmBackend(_cfg(compose_stage))
+    off = VllmBackend(vllm_stage_config(compose_stage))
     cmd = off.server_command(8000, tmp_path)
     assert "--no-enable-prefix-caching" in cmd and "--enable-prompt-tokens-details" not in cmd
     assert "VLLM_SERVER_DEV_MODE" not in off.server_env()
@@ -241,10 +233,10 @@ def test_a_refused_reset_fails_clearly(answer: httpx.Response, message: str) -> 
 
 def test_the_run_records_how_its_cache_was_emptied(compose_stage: Any) -> None:
     posts: list[str] = []
-    off = VllmBackend(_cfg(compose_stage))
+    off = VllmBackend(vllm_stage_config(compose_stage))
     off._client = _server([httpx.Response(200, json={"success": True})], posts)
     assert off.reset_prefix_cache(sent=True) == "off" and not posts
-    on = VllmBackend(_cfg(compose_stage, "backend.enable_prefix_caching=true"))
+    on = VllmBackend(vllm_stage_config(compose_stage, "backend.enable_prefix_caching=true"))
     on._client = _server([httpx.Response(200, json={"success": True})], posts)
     assert on.reset_prefix_cache(sent=False) == "endpoint"  # another's server: always reset
     assert posts == ["POST /reset_prefix_cache"]

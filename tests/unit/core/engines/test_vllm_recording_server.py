@@ -6,16 +6,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from gpu_simulate_test.config.real_bench import RealBenchStageConfig
-from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.core.engines.vllm import VllmBackend
-
-
-def _cfg(compose_stage, *overrides: str) -> RealBenchStageConfig:
-    return to_typed(
-        compose_stage("real_bench", ["backend=vllm", "workload_dir=w", *overrides]),
-        RealBenchStageConfig,
-    )
+from tests.conftest import vllm_stage_config
 
 
 def test_the_recording_server_runs_vllms_synchronous_scheduler(
@@ -39,7 +31,7 @@ def test_the_recording_server_runs_vllms_synchronous_scheduler(
     assert not issubclass(RecordingScheduler, AsyncScheduler)
     parser = make_arg_parser(FlexibleArgumentParser())  # the api_server's own (its main())
     for hardware in ("cpu", "h100"):
-        backend = VllmBackend(_cfg(compose_stage, f"hardware={hardware}"))
+        backend = VllmBackend(vllm_stage_config(compose_stage, f"hardware={hardware}"))
         plain = backend.server_command(8000, tmp_path)
         assert "--scheduler-cls" not in plain and "--no-async-scheduling" not in plain
         backend.steps_path = tmp_path / step_record.STEPS_FILE
