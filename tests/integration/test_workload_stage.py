@@ -121,7 +121,9 @@ def test_text_prompts_tokenize_to_exact_lengths(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     tokenizer = load_tokenizer(None)
-    for line in (tmp_path / "tmp" / "workload" / "text" / layout.PROMPTS).read_text().splitlines():
+    lines = (tmp_path / "tmp" / "workload" / "text" / layout.PROMPTS).read_text().splitlines()
+    assert len(lines) == 6  # one prompt a request
+    for line in lines:
         record = json.loads(line)
         ids = tokenizer(record["prompt_text"], add_special_tokens=False)["input_ids"]
         assert len(ids) == record["num_prefill_tokens"]
@@ -303,12 +305,15 @@ def test_shared_prefix_text_prompts_tokenize_to_exact_lengths(tmp_path: Path) ->
     )
     tokenizer = load_tokenizer(None)
     texts: dict[int, set[str]] = {}
-    for record in _prompt_records(tmp_path / "tmp" / "workload" / "text"):
+    records = _prompt_records(tmp_path / "tmp" / "workload" / "text")
+    assert len(records) == 8  # one prompt a request
+    for record in records:
         ids = tokenizer(record["prompt_text"], add_special_tokens=False)["input_ids"]
         assert len(ids) == record["num_prefill_tokens"] > record["prefix_len"]
         prefix_text = tokenizer.decode(ids[: record["prefix_len"]])
         assert record["prompt_text"].startswith(prefix_text)
         texts.setdefault(record["prefix_id"], set()).add(prefix_text)
+    assert len(texts) == 2  # both prefixes
     assert all(len(t) == 1 for t in texts.values())  # the same text for every request sharing it
 
 

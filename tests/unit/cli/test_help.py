@@ -18,8 +18,10 @@ from gpu_simulate_test.cli.help_text import (
     CONFIG_GROUPS_TITLE,
     Knob,
     StageHelp,
+    derived,
     help_node,
     knob,
+    required,
 )
 from gpu_simulate_test.config.registry import CONFIG_DIR, STAGE_SCHEMAS
 
@@ -80,7 +82,10 @@ def _mismatch(cfg: DictConfig, item: Knob) -> str | None:
         ]
         return f"{item.name}: derived from {absent}, not in the config" if absent else None
     if item.required:
-        return None if OmegaConf.is_missing(cfg, item.name) else f"{item.name} has a default"
+        parent, _, leaf = item.name.rpartition(".")  # is_missing reads one level, not a path
+        node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+        missing = isinstance(node, DictConfig) and OmegaConf.is_missing(node, leaf)
+        return None if missing else f"{item.name} has a default"
     actual = OmegaConf.select(cfg, item.name, throw_on_missing=True, default=ABSENT)
     if actual is ABSENT:
         return f"{item.name} is not in the config"
@@ -98,6 +103,23 @@ def test_defaults_shown_are_the_ones_that_run(compose_stage: Any, stage: str) ->
     from, each in the config."""
     cfg = compose_stage(stage)
     assert [m for item in STAGE_HELP[stage].knobs if (m := _mismatch(cfg, item))] == []
+
+
+def test_a_wrong_knob_line_is_a_mismatch() -> None:
+    """The check above can fail: a wrong default, an absent key, a required key with a default
+    and a derived one from an absent key are each named; the right lines are not."""
+    cfg = OmegaConf.create({"workload": {"qps": 2.0, "seed": "???"}, "output": {"run_id": None}})
+    assert _mismatch(cfg, knob("workload.qps", "2.0", "")) is None
+    assert _mismatch(cfg, knob("output.run_id", "null", "")) is None
+    assert _mismatch(cfg, required("workload.seed", "")) is None
+    assert _mismatch(cfg, knob("workload.qps", "4.0", "")) == (
+        "workload.qps: the help says 4.0, the config holds 2.0"
+    )
+    assert _mismatch(cfg, knob("workload.rate", "2.0", "")) == "workload.rate is not in the config"
+    assert _mismatch(cfg, required("workload.qps", "")) == "workload.qps has a default"
+    assert _mismatch(cfg, derived("workload.n", ("workload.qps", "x.y"), "")) == (
+        "workload.n: derived from ['x.y'], not in the config"
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)
