@@ -112,6 +112,27 @@ def test_join_excludes_failed_requests_and_compares_the_rest() -> None:
     assert any("1 request(s) not ok on both sides" in line for line in findings)
 
 
+def test_a_gap_under_a_quarter_millisecond_is_said_in_ms_not_as_a_ratio() -> None:
+    """A vLLM server's scheduling delay is tens of microseconds: 0.19 against 0.04 ms is no
+    "4.4x too high" at the top of the findings; 2 ms against 0.5 ms still is a ratio."""
+    real = _frame([0.1, 0.2, 0.3], [1.0, 2.0, 3.0], ["ok"] * 3, [3, 5, 2])
+    sim = _frame([0.1, 0.2, 0.3], [1.0, 2.0, 3.0], ["ok"] * 3, [3, 5, 2])
+    real["engine_arrival_time_s"] = 0.0
+    real["engine_scheduled_time_s"] = 0.04e-3
+    sim["engine_scheduling_delay_s"] = 0.19e-3
+    findings = discrepancies(compare(*join_requests(real, sim, where="t"), np.array([])))
+    assert not any("too high" in line for line in findings)
+    assert findings[0].startswith("every p50/p90/p99 of TTFT, TPOT, E2E is within ±10%")
+    assert (
+        "simulated scheduling delay within 0.25 ms of the measurement at p50/p90/p99 "
+        "(p90 0.19 ms vs 0.04 ms measured): too small to read as a ratio"
+    ) in findings
+    real["engine_scheduled_time_s"] = 0.5e-3
+    sim["engine_scheduling_delay_s"] = 2e-3
+    findings = discrepancies(compare(*join_requests(real, sim, where="t"), np.array([])))
+    assert findings[0].startswith("simulated scheduling delay p90 is 4.0x too high")
+
+
 def test_join_rejects_different_lengths() -> None:
     real = _frame([0.1], [1.0], ["ok"], [3])
     sim = _frame([0.1], [1.0], ["ok"], [4])
