@@ -117,8 +117,20 @@ def calibration_misfits(
     have["backend"] = engine_identity(with_new_defaults(have.get("backend") or {}))
     differ = sorted(k for k in want if k != "enable" and have.get(k) != want[k])
     if differ:
-        return [f"engine calibration of {name} was made with other {', '.join(differ)}"]
+        which = ", ".join(k + _knobs_apart(have.get(k), want[k]) for k in differ)
+        return [f"engine calibration of {name} was made with other {which}"]
     return []
+
+
+def _knobs_apart(had: Any, wants: Any, most: int = 4) -> str:
+    """`` (max_num_seqs 8, here 32)``: the first ``most`` keys two settings blocks differ in,
+    with the calibration's value and this run's; empty where either is no block."""
+    if not isinstance(had, dict) or not isinstance(wants, dict):
+        return ""
+    keys = sorted(k for k in had.keys() | wants.keys() if had.get(k) != wants.get(k))
+    parts = [f"{k} {had.get(k)}, here {wants.get(k)}" for k in keys[:most]]
+    more = f"; {len(keys) - most} more" if len(keys) > most else ""
+    return f" ({'; '.join(parts)}{more})" if parts else ""
 
 
 def bundle_misfits(

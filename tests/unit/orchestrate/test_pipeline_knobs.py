@@ -17,7 +17,7 @@ from gpu_simulate_test.config.registry import to_typed
 from gpu_simulate_test.config.schema import ConfigError, OutputConfig
 from gpu_simulate_test.config.vidur import ProfileRangesConfig, VidurSchedulerConfig
 from gpu_simulate_test.core.engines.knobs import derive_scheduler, knob_mismatches
-from gpu_simulate_test.orchestrate.profiling import profile_ranges
+from gpu_simulate_test.orchestrate.profiling import _knobs_apart, profile_ranges
 from gpu_simulate_test.vidur_simulate.plan import Requirements
 
 
@@ -106,7 +106,7 @@ def test_a_bundle_calibrated_otherwise_is_not_reused(tmp_path: Path) -> None:
     assert calibrated(version=CALIBRATION_VERSION, settings=settings) == []
     other = {**settings, "backend": {**settings["backend"], "max_num_seqs": 8}}
     assert calibrated(version=CALIBRATION_VERSION, settings=other) == [
-        "engine calibration of hf_cb was made with other backend"
+        "engine calibration of hf_cb was made with other backend (max_num_seqs 8, here 32)"
     ]
     # one recorded under the knobs' old names stands for the same knobs under vLLM's names
     renamed = {
@@ -176,7 +176,10 @@ def test_a_vllm_calibration_is_reused_only_for_the_same_vllm_version(tmp_path: P
     settings["backend"].pop("gpu_memory_utilization")
     assert calibrated(installed) == []
     cfg = dataclasses.replace(cfg, backend=dataclasses.replace(backend, gpu_memory_utilization=0.5))
-    assert calibrated(installed) == ["engine calibration of vllm was made with other backend"]
+    assert calibrated(installed) == [
+        "engine calibration of vllm was made with other backend "
+        "(gpu_memory_utilization 0.9, here 0.5)"
+    ]
 
 
 def test_an_older_calibration_is_simulated_with_and_says_what_it_lacks(tmp_path: Path) -> None:
@@ -287,7 +290,7 @@ def test_a_fleet_s_calibration_is_its_engine_timed_beside_the_others(tmp_path: P
             "engine": {"vllm_version": vllm_version(), "neighbours": 1}}  # fmt: skip
     write_json(path / layout.BUNDLE_META, {**meta, "engine_calibration": {"vllm": info}})
     assert calibration_misfits(one, load_bundle(path)) == [
-        "engine calibration of vllm was made with other backend"
+        "engine calibration of vllm was made with other backend (servers 2, here 1)"
     ]
 
 
@@ -340,3 +343,14 @@ def test_the_pipeline_simulates_at_the_real_run_s_level_unless_told(compose_stag
     assert to_typed(compose_stage("pipeline"), PipelineStageConfig).at_level
     off = to_typed(compose_stage("pipeline", ["at_level=false"]), PipelineStageConfig)
     assert off.at_level is False
+
+
+def test_a_calibration_made_with_other_knobs_names_them() -> None:
+    """The first four keys apart, the calibration's value then this run's; the rest counted."""
+    had = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "same": 0}
+    wants = {"a": 9, "b": 9, "c": 9, "d": 9, "e": 9, "same": 0, "new": True}
+    assert _knobs_apart({"a": 1}, {"a": 2}) == " (a 1, here 2)"
+    assert _knobs_apart(had, wants) == (
+        " (a 1, here 9; b 2, here 9; c 3, here 9; d 4, here 9; 2 more)"
+    )
+    assert _knobs_apart(1, 2) == "" and _knobs_apart({"a": 1}, {"a": 1}) == ""
