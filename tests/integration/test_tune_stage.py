@@ -130,13 +130,17 @@ def test_how_many_gpus_for_a_rate(project: Path) -> None:
     assert [f["gpus"] for f in front] == [1, 2, 4]
     # the fewest GPUs for a rate two engines serve and one does not
     target = 1.5 * max(one, front[0]["capacity_qps"])
-    run_cli("tune", *SIMULATED, "tune.space.max_num_seqs=[4,32]",
-            "tune.space.max_num_batched_tokens=[64]", "tune.space.replicas=[1,2,4]",
-            "tune.space.router=[vllm_dp,round_robin]", f"tune.target_qps={target:.1f}",
-            "output.run_id=gpus-target", "progress=false", cwd=project)  # fmt: skip
+    proc = run_cli("tune", *SIMULATED, "tune.space.max_num_seqs=[4,32]",
+                   "tune.space.max_num_batched_tokens=[64]", "tune.space.replicas=[1,2,4]",
+                   "tune.space.router=[vllm_dp,round_robin]", f"tune.target_qps={target:.1f}",
+                   "output.run_id=gpus-target", cwd=project)  # fmt: skip
     doc = _doc(project / "tmp" / "tune" / "gpus-target")
     answer = doc["target"]
     assert answer["gpus"] == 2 and answer["capacity_qps"] >= target
+    said = " ".join(proc.stdout.split())  # what the terminal shows: the frontier, then the answer
+    assert "the most each GPU count serves within the goals" in said
+    assert f"req/s: 2 GPU(s), {answer['config_id']}, simulated capacity" in said
+    assert said.index("the most each GPU count") < said.index("req/s: 2 GPU(s)")
     assert doc["best"]["config_id"] == answer["config_id"]
     report = (project / "tmp" / "tune" / "gpus-target" / contract.REPORT_MD).read_text()
     assert "## How many GPUs" in report and answer["deploy"]["command"] in report

@@ -142,19 +142,35 @@ def seeds_sentence(record: Mapping[str, Any]) -> str:
     )
 
 
+def target_said(target: Mapping[str, Any]) -> str:
+    """``2 GPU(s), r2-rr-s32-t128-pc, simulated capacity 172.5 req/s (+15% headroom)``, or why
+    no configuration meets the target."""
+    if not target.get("gpus"):
+        return str(target["note"])
+    return (
+        f"{target['gpus']} GPU(s), {target['config_id']}, simulated capacity "
+        f"{_num(target['capacity_qps'])} req/s ({target['headroom_pct']:+g}% headroom)"
+    )
+
+
 def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> None:
     pct, objective = doc["slo"]["percentile"], doc["objective"]
     header, rows = ranked_cells(frame, objective, SHOWN_ROWS, compact=True)
     at = doc.get("shared_rate_qps")
     title = f"tune: {doc['configurations']} configurations, latency p{pct} (ms)"
     if at is not None:
-        title += f" at {at:g} req/s"
+        title += f" at {at:g} req/s (the configured backend's capacity)"
     print_table(title, header, rows)
+    if doc.get("gpu_frontier"):
+        print_table(
+            "the most each GPU count serves within the goals (simulated)",
+            ["GPUs", "configuration", "router", "capacity (req/s)", "per GPU (req/s)"],
+            [gpu_cells(f) for f in doc["gpu_frontier"]],
+        )
     best = doc.get("best")
     target = doc.get("target")
     if target:
-        gpus = f"{target['gpus']} GPU(s)" if target.get("gpus") else target["note"]
-        console.print(f"[bold]for {target['target_qps']:g} req/s:[/] {gpus}")
+        console.print(f"[bold]for {target['target_qps']:g} req/s:[/] {target_said(target)}")
     if best:
         console.print(f"[bold]recommended:[/] {command_of(doc, best)}")
     else:
