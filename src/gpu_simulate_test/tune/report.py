@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity.report import requests_judged
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
+from gpu_simulate_test.tune.space import CONFIGURED_ID
 from gpu_simulate_test.tune.verdict import verdict_lines
 
 SHOWN_ROWS = 12
@@ -37,7 +38,9 @@ def ranked_cells(
     rows = []
     for _, row in (frame if limit is None else frame.head(limit)).iterrows():
         score = row["capacity_qps"] if objective == "capacity" else row["goodput_qps"]
-        name = str(row["config_id"]) + (" (configured)" if bool(row["configured"]) else "")
+        name = str(row["config_id"])
+        if bool(row["configured"]) and name != CONFIGURED_ID:  # not "configured (configured)"
+            name += " (configured)"
         refused = row["invalid"] if isinstance(row["invalid"], str) else ""
         binds = row["binding"] if isinstance(row["binding"], str) else ""
         rows.append([
