@@ -104,6 +104,8 @@ def test_capacity_search_and_its_real_check(tmp_path: Path) -> None:
     assert (run / contract.POINTS_DIR / "steps-x0.9").is_dir()
     assert "answer with steps ±10% (req/s)" in proc.stdout
     assert "answer per noise seed (req/s)" in proc.stdout  # capacity.sim_seeds, 3
+    chosen = doc["sim_seeds"]["chosen_seed"]
+    assert f"(the median, seed {chosen}, answers)" in " ".join(proc.stdout.split())
     assert doc["sim_seeds"]["count"] == 3 and low in doc["sim_seeds"]["answers_qps"]
     assert "If every step took 10% longer" in (run / contract.REPORT_MD).read_text()
     # the real engine replayed the workload at the answer, judged by the same goal

@@ -93,6 +93,7 @@ def test_guidellm_sweep_is_a_campaign_of_two_loads(project: Path) -> None:
         assert len(row) == 1
         assert row["real_ms"].iloc[0] == pytest.approx(np.median(real["ttft_s"]) * 1e3)
         assert np.isfinite(row["sim_ms"].iloc[0]) and row["sim_ms"].iloc[0] > 0
+    assert len(cap["loads"]) == len(rates)  # one load a rate, each compared
     for level in cap["loads"]:
         assert (project / level["compare_run"] / "comparison.json").is_file()  # cwd-relative
     assert (out / contract.plot_name("vllm")).stat().st_size > 20_000

@@ -166,7 +166,7 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     rows.append(["limited by", "; ".join(doc["binding"]) or "–"])
     seeds = doc.get("sim_seeds")
     if seeds:
-        said = f"{answers_text(seeds)} (seed {seeds['chosen_seed']})"
+        said = f"{answers_text(seeds)} (the median, seed {seeds['chosen_seed']}, answers)"
         rows.append([f"answer per noise seed ({unit})", said])
     if doc.get("step_band"):
         pct = f"{doc['step_band']['fraction']:.0%}"

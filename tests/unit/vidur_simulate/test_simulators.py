@@ -148,12 +148,12 @@ def test_kv_cache_preemption_vidur_cannot_simulate_is_one_clear_error(
         raise KvCacheExhausted(0.5, 7, 3, 1, 40)
 
     def vidur_fails(self: object, request: SimulationRequest) -> SimulationResult:
-        raise AssertionError
+        raise AssertionError("vidur's own")
 
     monkeypatch.setattr(FastLoopSimulator, "run", exhausted)
     monkeypatch.setattr(VidurSimulator, "run", vidur_fails)
     with pytest.raises(ConfigError, match=r"vidur\.scheduler\.num_blocks: the KV cache runs out"):
         simulation.simulate(SimulationRequest(config()))
     # Vidur's own failure, asked for directly, is not explained away
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="vidur's own"):
         simulation.simulate(SimulationRequest(config(), event_loop="vidur"))
