@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from rich.text import Text
 
 from gpu_simulate_test.core.metrics.window import STEADY_TREND
 from gpu_simulate_test.fidelity.at_level import at_level_lines
@@ -135,6 +136,28 @@ def disturbance_lines(
             f"{run['reruns'] + 1} | {run['verdict']} |"
         )
     return lines
+
+
+def terminal_verdict(setup: Mapping[str, Any], table: pd.DataFrame) -> list[Text]:
+    """The report's first lines, its verdict, for the terminal (its bold parts bold)."""
+    lines = verdict_lines(table, None if setup.get("imported") else setup.get("real_runs"))
+    said = []
+    for line in filter(str.strip, lines):
+        text = Text()
+        for k, part in enumerate(line.split("**")):
+            text.append(part, style="bold" if k % 2 else "")
+        said.append(text)
+    return said
+
+
+def largest_said(worst: Mapping[str, Any]) -> str:
+    """``TPOT p50 at 85% (vllm), 25.3%``: :func:`..tables.largest_abs_error` in words."""
+    if worst.get("abs_error_pct") is None:
+        return "no row has both sides"
+    return (
+        f"{str(worst['metric']).upper()} {worst['stat']} at {load_cell(worst['load_fraction'])} "
+        f"({worst['backend']}), {worst['abs_error_pct']:g}%"
+    )
 
 
 def markdown(

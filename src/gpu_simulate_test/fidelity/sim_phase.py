@@ -436,7 +436,9 @@ def write_report(
     worst = fid.largest_abs_error(fid.headline(table))
     r.update_meta(largest_abs_error=worst, partial=bool(setup.get("partial")))
     if progress:
-        console.print(f"[bold]largest absolute error:[/] {worst}")
+        for line in report.terminal_verdict(setup, table):
+            console.print(line)
+        console.print(f"[bold]largest absolute error:[/] {report.largest_said(worst)}")
         if setup.get("partial"):
             console.print("[bold yellow]partial report:[/] " + "; ".join(setup["notes"]))
         console.print(f"[bold]report:[/] {r.file(contract.REPORT_MD)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpu_simulate_test.fidelity.report import largest_said, terminal_verdict
 from gpu_simulate_test.fidelity.verdict import verdict_lines
 
 
@@ -43,3 +44,20 @@ def test_a_one_signed_error_and_a_disturbed_truth_are_said() -> None:
     assert "0.71" not in lines[0] and "(no repeat)" in lines[0]  # judged against 10%
     assert lines[1].startswith("- **Truth: DISTURBED** at vllm at 85%")
     assert "2 disturbed run(s) re-run" in lines[1]
+
+
+def test_the_terminal_shows_the_verdict_and_the_largest_row_in_words() -> None:
+    """The campaign's last lines on the terminal: the report's verdict, bold where it is bold,
+    and the largest row named (not a dict)."""
+    table = _table()
+    runs = [{"backend": "vllm", "load_fraction": 0.2, "disturbed": False, "reruns": 0}]
+    said = terminal_verdict({"real_runs": runs}, table)
+    assert [t.plain for t in said] == [
+        line.replace("**", "") for line in verdict_lines(table, runs) if line.strip()
+    ]
+    bold = [said[0].plain[span.start : span.end] for span in said[0].spans if span.style == "bold"]
+    assert bold == ["Verdict, vllm, engine clock:"]
+    worst = {"abs_error_pct": 25.32, "backend": "vllm", "metric": "tpot", "stat": "p50",
+             "load_fraction": 0.85}  # fmt: skip
+    assert largest_said(worst) == "TPOT p50 at 85% (vllm), 25.32%"
+    assert largest_said({"abs_error_pct": None}) == "no row has both sides"
