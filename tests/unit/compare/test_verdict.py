@@ -73,6 +73,20 @@ def test_a_client_gap_with_the_engine_within_is_the_front_end() -> None:
     assert len(lines) <= 5  # the first 10 lines of summary.md hold the verdict
 
 
+def test_a_client_gap_mostly_the_engine_s_is_not_blamed_on_the_front_end() -> None:
+    """``make run``'s fidelity load (2026-12-07): client TPOT p90 -6.6%, the engine's clock
+    -6.1% (within), the front end -0.1 ms real against -0.2 ms simulated: the engine's steps."""
+    clocks = _clocks(error_vs_client=-0.315, noise_vs_client=0.009, front_end_s=-0.0001,
+                     sim_front_end_s=-0.0002, engine_s=0.0203, sim_engine_s=0.0190)  # fmt: skip
+    record = verdict(_comparison(), clocks, STEPS, CALM)
+    assert record["largest_gap"].startswith("client TTFT p90 -31.5%")
+    assert record["cause"].startswith("the engine's step time: simulated steps -9.0%")
+    # the same front end with the engine's gap smaller than its own: the front end
+    clocks = _clocks(error_vs_client=-0.315, noise_vs_client=0.009, front_end_s=0.0257,
+                     sim_front_end_s=0.0083, engine_s=0.0203, sim_engine_s=0.0190)  # fmt: skip
+    assert verdict(_comparison(), clocks, STEPS, CALM)["cause"].startswith("the front end")
+
+
 def test_the_pooled_seeds_are_said_beside_the_verdict_and_never_change_it() -> None:
     """Client TTFT p90 -18% on the main seed (outside +4%), -6% with every seed's requests
     pooled: the verdict stays 11 of 12, the line beside it says 12 of 12 over 3 seeds."""
