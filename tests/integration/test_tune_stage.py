@@ -86,10 +86,12 @@ def test_the_space_ranked_with_its_recommendation(project: Path) -> None:
 
 
 def test_goodput_at_a_rate(project: Path) -> None:
-    run_cli("tune", *SIMULATED, "tune.objective=goodput", "tune.qps=200",
-            "output.run_id=g", "progress=false", cwd=project)  # fmt: skip
+    proc = run_cli("tune", *SIMULATED, "tune.objective=goodput", "tune.qps=200",
+                   "output.run_id=g", cwd=project)  # fmt: skip
     doc = _doc(project / "tmp" / "tune" / "g")
     assert doc["objective"] == "goodput" and doc["shared_rate_qps"] == 200
+    said = " ".join(proc.stdout.split())  # the rate is the goodput's, not a capacity
+    assert "latency p90 (ms) at 200 req/s" in said and "configured backend's capacity" not in said
     frame = read_csv(project / "tmp" / "tune" / "g" / contract.TUNE_CSV, contract.TUNE_TABLE)
     valid = frame[frame["invalid"].isna()]
     # one rate, under each of the three noise seeds
@@ -138,6 +140,7 @@ def test_how_many_gpus_for_a_rate(project: Path) -> None:
     answer = doc["target"]
     assert answer["gpus"] == 2 and answer["capacity_qps"] >= target
     said = " ".join(proc.stdout.split())  # what the terminal shows: the frontier, then the answer
+    assert f"at {doc['shared_rate_qps']:g} req/s (the configured backend's capacity)" in said
     assert "the most each GPU count serves within the goals" in said
     assert f"req/s: 2 GPU(s), {answer['config_id']}, simulated capacity" in said
     assert said.index("the most each GPU count") < said.index("req/s: 2 GPU(s)")

@@ -162,7 +162,9 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     at = doc.get("shared_rate_qps")
     title = f"tune: {doc['configurations']} configurations, latency p{pct} (ms)"
     if at is not None:
-        title += f" at {at:g} req/s (the configured backend's capacity)"
+        title += f" at {at:g} req/s"
+        if objective == "capacity":  # goodput's is tune.qps
+            title += " (the configured backend's capacity)"
     print_table(title, header, rows)
     if doc.get("gpu_frontier"):
         print_table(
