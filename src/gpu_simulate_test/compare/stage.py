@@ -91,7 +91,7 @@ from gpu_simulate_test.core.engines.knobs import knob_mismatches
 from gpu_simulate_test.core.host import host_probe
 from gpu_simulate_test.core.metrics import window
 from gpu_simulate_test.core.metrics.goodput import goals_text
-from gpu_simulate_test.core.reporting import console, print_table
+from gpu_simulate_test.core.reporting import console, markdown_text, print_table
 from gpu_simulate_test.core.run_inputs import (
     RunInput,
     check_same_workload,
@@ -286,7 +286,7 @@ def run(cfg: CompareStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if cfg.progress:
         print_progress(inputs, r.path, clocks, good)
         for line in verdict_markdown(judged)[:-1]:
-            console.print(line.replace("**", ""))
+            console.print(markdown_text(line))
     return r.path
 
 

@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 console = Console(stderr=False)
 
@@ -54,3 +55,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def markdown_text(line: str) -> Text:
+    """One line of a report's markdown for the terminal: its ``**bold**`` parts bold, the rest
+    as written (no rich markup read in it)."""
+    text = Text()
+    for k, part in enumerate(line.split("**")):
+        text.append(part, style="bold" if k % 2 else "")
+    return text

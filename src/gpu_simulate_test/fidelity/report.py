@@ -12,6 +12,7 @@ import pandas as pd
 from rich.text import Text
 
 from gpu_simulate_test.core.metrics.window import STEADY_TREND
+from gpu_simulate_test.core.reporting import markdown_text
 from gpu_simulate_test.fidelity.at_level import at_level_lines
 from gpu_simulate_test.fidelity.tables import (
     REQUEST_UNIT,
@@ -138,16 +139,14 @@ def disturbance_lines(
     return lines
 
 
+def report_verdict(setup: Mapping[str, Any], table: pd.DataFrame) -> list[str]:
+    """The report's verdict lines (:mod:`.verdict`), an import's runs judged by its own."""
+    return verdict_lines(table, None if setup.get("imported") else setup.get("real_runs"))
+
+
 def terminal_verdict(setup: Mapping[str, Any], table: pd.DataFrame) -> list[Text]:
     """The report's first lines, its verdict, for the terminal (its bold parts bold)."""
-    lines = verdict_lines(table, None if setup.get("imported") else setup.get("real_runs"))
-    said = []
-    for line in filter(str.strip, lines):
-        text = Text()
-        for k, part in enumerate(line.split("**")):
-            text.append(part, style="bold" if k % 2 else "")
-        said.append(text)
-    return said
+    return [markdown_text(line) for line in report_verdict(setup, table) if line.strip()]
 
 
 def largest_said(worst: Mapping[str, Any]) -> str:
@@ -175,7 +174,7 @@ def markdown(
             "**Partial report**: " + "; ".join(setup.get("notes") or ["see the loads"]) + ".",
             "",
         ]
-    lines += verdict_lines(table, None if setup.get("imported") else setup.get("real_runs"))
+    lines += report_verdict(setup, table)
     lines += [
         f"- {key}: {value}"
         for key, value in setup.items()

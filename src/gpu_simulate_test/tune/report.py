@@ -63,6 +63,11 @@ def ranked_cells(
     return header, rows
 
 
+GPU_HEADER = ("GPUs", "configuration", "router", "capacity (req/s)", "per GPU (req/s)")
+"""The columns of the most each GPU count serves (:func:`gpu_cells`), in the report and the
+terminal."""
+
+
 def gpu_cells(row: Mapping[str, Any]) -> list[str]:
     cells = [str(row["gpus"]), str(row["config_id"]), str(row["router"] or "–")]
     return [*cells, _num(row["capacity_qps"]), _num(row["capacity_per_gpu_qps"])]
@@ -104,7 +109,7 @@ def gpu_lines(doc: Mapping[str, Any]) -> list[str]:
             "serves no more than fewer GPUs is left out):",
             "",
             markdown_table(
-                ["GPUs", "configuration", "router", "capacity (req/s)", "per GPU (req/s)"],
+                GPU_HEADER,
                 [gpu_cells(f) for f in front],
             ),
             "",
@@ -169,7 +174,7 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     if doc.get("gpu_frontier"):
         print_table(
             "the most each GPU count serves within the goals (simulated)",
-            ["GPUs", "configuration", "router", "capacity (req/s)", "per GPU (req/s)"],
+            GPU_HEADER,
             [gpu_cells(f) for f in doc["gpu_frontier"]],
         )
     best = doc.get("best")
