@@ -82,28 +82,69 @@ def test_guidellm_report_imports_each_benchmark_and_simulates(project: Path) -> 
     assert comparison["num_compared"] == manifest["runs"][1]["num_requests"]
 
 
+def _edit(data: dict, edit: str) -> None:
+    """One way a result file can be wrong (request 3 of 50 where it is one request's)."""
+    if edit == "drop_detailed":
+        for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors"):
+            del data[key]
+    elif edit == "itl_null":
+        data["itls"][3][0] = None
+    elif edit == "start_nan":
+        data["start_times"][3] = float("nan")
+    elif edit in ("output_null", "output_text"):
+        data["output_lens"][3] = None if edit == "output_null" else "abc"
+    elif edit == "input_fraction":
+        data["input_lens"][3] = 1.5
+    elif edit == "empty":
+        for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors"):
+            data[key] = []
+
+
 @pytest.mark.parametrize(
     ("edit", "overrides", "expected"),
     [
         ("drop_detailed", (), ["'input_lens'", "--save-detailed"]),
         ("none", ("model.max_position_embeddings=150",), ["'input_lens'", "model="]),
+        ("itl_null", (), ["'itls'", "request 3", "null or NaN"]),
+        ("start_nan", (), ["'start_times'", "request 3", "null or NaN"]),
+        ("output_null", (), ["'output_lens[3]' is None", "token count"]),
+        ("output_text", (), ["'output_lens[3]' is 'abc'", "token count"]),
+        ("input_fraction", (), ["'input_lens[3]' is 1.5", "whole number"]),
+        ("empty", (), ["'input_lens' is empty"]),
     ],
-    ids=["no-save-detailed", "lengths-over-model"],
-)
+    ids=["no-save-detailed", "lengths-over-model", "itl-null", "start-nan", "output-null",
+         "output-text", "input-fraction", "no-requests"],
+)  # fmt: skip
 def test_bad_files_fail_in_one_line_with_exit_2(
     project: Path, edit: str, overrides: tuple[str, ...], expected: list[str]
 ) -> None:
     data = json.loads(VLLM_FIXTURE.read_text())
-    if edit == "drop_detailed":
-        for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors"):
-            del data[key]
+    _edit(data, edit)
     path = project / f"{edit}.json"
     path.write_text(json.dumps(data))
     proc = run_cli("bench_import", f"source={path}", "model=qwen3_0_6b", *overrides,
                    f"output.run_id=bad-{edit}", cwd=project, check=False)  # fmt: skip
     assert proc.returncode == 2
     lines = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and str(path) in lines[0]
+    assert len(lines) == 1 and str(path) in lines[0], proc.stdout
     for text in expected:
         assert text in lines[0]
-    assert not (project / "tmp" / "real_bench" / f"bad-{edit}").exists()
+    for stage in ("workload", "real_bench"):  # refused before any run is written
+        assert not (project / "tmp" / stage / f"bad-{edit}").exists()
+
+
+def test_a_truth_that_fails_to_write_leaves_no_complete_workload(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_simulate_test.bench_import import stage
+
+    def fails(*_: object, **__: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(stage, "write_imported_truth", fails)
+    proc = run_cli("bench_import", f"source={VLLM_FIXTURE}", "model=qwen3_0_6b",
+                   "output.run_id=half", cwd=project, check=False, subprocess_=False)  # fmt: skip
+    assert proc.returncode != 0
+    for name in ("workload", "real_bench", "bench_import"):
+        meta = read_json(project / "tmp" / name / "half" / layout.RUN_META)
+        assert meta["status"] == "failed" and "disk full" in meta["error"], name

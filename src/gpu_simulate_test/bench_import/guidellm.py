@@ -57,17 +57,32 @@ def read_guidellm(path: Path, report: Mapping[str, Any]) -> list[ImportedRun]:
     version_of_tool = metadata.get("guidellm_version") if isinstance(metadata, Mapping) else None
     runs = []
     for k, bench in enumerate(report["benchmarks"]):
+        if not isinstance(bench, Mapping):
+            raise ArtifactError(
+                f"{path}: field 'benchmarks[{k}]' is {type(bench).__name__}, expected an object "
+                "(one benchmark of guidellm 0.8's benchmarks.json)"
+            )
         runs.append(parse_benchmark(path, k, bench, version_of_tool))
     if not runs:
         raise ArtifactError(f"{path}: field 'benchmarks' is empty; nothing to import")
     return runs
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    """``value`` where it is a JSON object, else an empty one (a field that is not read)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strategy(bench: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _object(_object(bench.get("config")).get("strategy"))
+
+
 def _label(k: int, bench: Mapping[str, Any]) -> str:
-    strategy = (bench.get("config") or {}).get("strategy") or {}
+    strategy = _strategy(bench)
     kind = strategy.get("type_", "?")
     rate = strategy.get("rate")
-    return f"benchmark {k} ({kind}{'' if rate is None else f'@{rate:g}'})"
+    said = "" if rate is None else f"@{rate:g}" if isinstance(rate, int | float) else f"@{rate}"
+    return f"benchmark {k} ({kind}{said})"
 
 
 def _timing(path: Path, label: str, i: int, timings: Mapping[str, Any], key: str) -> float:
@@ -92,11 +107,19 @@ def parse_benchmark(
             "statistics guidellm 0.8 saves in benchmarks.json"
         )
     good = requests["successful"]
-    failed = sum(len(requests.get(kind) or []) for kind in ("errored", "incomplete"))
+    failed = sum(
+        len(kept) if isinstance(kept := requests.get(kind), list) else 0
+        for kind in ("errored", "incomplete")
+    )
     start, target, first, last, end = [], [], [], [], []
     prompt, output = [], []
     for i, req in enumerate(good):
-        timings = (req.get("info") or {}).get("timings") or {}
+        if not isinstance(req, Mapping):
+            raise ArtifactError(
+                f"{path} ({label}), field 'requests.successful[{i}]': {req!r}, expected an "
+                "object (one request's statistics, as guidellm 0.8 saves them)"
+            )
+        timings = _object(_object(req.get("info")).get("timings"))
         start.append(_timing(path, label, i, timings, "request_start"))
         first.append(_timing(path, label, i, timings, "first_token_iteration"))
         last.append(_timing(path, label, i, timings, "last_token_iteration"))
@@ -106,7 +129,7 @@ def parse_benchmark(
         prompt.append(req.get("prompt_tokens"))
         output.append(req.get("output_tokens"))
     for name, values in (("prompt_tokens", prompt), ("output_tokens", output)):
-        bad = [i for i, v in enumerate(values) if not isinstance(v, int)]
+        bad = [i for i, v in enumerate(values) if not isinstance(v, int) or isinstance(v, bool)]
         if bad:
             raise ArtifactError(
                 f"{path} ({label}), field 'requests.successful[{bad[0]}].{name}': "
@@ -114,7 +137,7 @@ def parse_benchmark(
             )
     n = len(good) + failed
     send = np.array(start + [np.nan] * failed)
-    strategy = (bench.get("config") or {}).get("strategy") or {}
+    strategy = _strategy(bench)
     run = ImportedRun(
         tool=TOOL,
         source=path,
@@ -136,13 +159,13 @@ def parse_benchmark(
             "duration": bench.get("duration"),
         },
     )
-    metrics = bench.get("metrics") or {}
+    metrics = _object(bench.get("metrics"))
     request_end = np.array(end) - np.array(start)
     return ImportedRun(**{**run.__dict__, "conventions": _conventions(run, metrics, request_end)})
 
 
 def _mean(metrics: Mapping[str, Any], name: str) -> float | None:
-    value = ((metrics.get(name) or {}).get("successful") or {}).get("mean")
+    value = _object(_object(metrics.get(name)).get("successful")).get("mean")
     return float(value) if isinstance(value, int | float) else None
 
 

@@ -98,13 +98,21 @@ def check_run(run: ImportedRun, model: ModelConfig) -> None:
             "import; re-run the benchmark once the server answers"
         )
     ok = np.flatnonzero(run.ok)
+    for name, values in (("start_times", run.send_time_s), ("queue_times", run.scheduled_time_s)):
+        bad = ok[~np.isfinite(values[ok])]
+        if bad.size:
+            i = int(bad[0])
+            raise ArtifactError(
+                f"{run.where(name)}: request {i} (0-based) has {_said(values[i])}, expected a "
+                "time in seconds for a successful request"
+            )
     for name, values in (("ttft", run.ttft_s), ("latency", run.e2e_s)):
         bad = ok[~(np.isfinite(values[ok]) & (values[ok] >= 0))]
         if bad.size:
             i = int(bad[0])
             raise ArtifactError(
-                f"{run.where(name)}: request {i} (0-based) has {values[i]!r}, expected a time "
-                "in seconds >= 0 for a successful request"
+                f"{run.where(name)}: request {i} (0-based) has {_said(values[i])}, expected a "
+                "time in seconds >= 0 for a successful request"
             )
     shorter = ok[run.e2e_s[ok] < run.ttft_s[ok] - 1e-9]
     if shorter.size:
@@ -138,6 +146,11 @@ def check_run(run: ImportedRun, model: ModelConfig) -> None:
         events = run.event_offsets_s[i]
         if events.size == 0:
             continue
+        if not np.isfinite(events).all():
+            raise ArtifactError(
+                f"{run.where('itls')}: request {i} has an empty, null or NaN gap between its "
+                "tokens; expected every gap in seconds >= 0"
+            )
         if events.size > run.num_decode_tokens[i]:
             raise ArtifactError(
                 f"{run.where('itls')}: request {i} has {events.size} output events for "
@@ -148,3 +161,8 @@ def check_run(run: ImportedRun, model: ModelConfig) -> None:
                 f"{run.where('itls')}: request {i}'s token times go backwards or do not start "
                 "at its TTFT; expected gaps >= 0 after the first token"
             )
+
+
+def _said(value: float) -> str:
+    """A value as a message says it: ``NaN`` or ``null`` (a missing value), else the number."""
+    return "null or NaN" if np.isnan(value) else f"{float(value):g}"

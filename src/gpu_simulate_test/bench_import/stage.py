@@ -103,10 +103,11 @@ def run(cfg: BenchImportStageConfig, resolved_config: Mapping[str, Any]) -> Path
     summaries: list[dict[str, Any]] = []
     with start_run(root, "bench_import", run_id, resolved_config, overwrite) as r:
         for imported, rid in zip(runs, ids, strict=True):
+            # the workload is complete only with its truth: a truth that fails marks both failed
             with start_run(root, "workload", rid, resolved_config, overwrite) as w:
                 meta = write_imported_workload(w, imported, cfg.model, cfg.seed)
-            with start_run(root, "real_bench", rid, resolved_config, overwrite) as t:
-                summary = write_imported_truth(t, imported, str(w.path), meta["workload_id"])
+                with start_run(root, "real_bench", rid, resolved_config, overwrite) as t:
+                    summary = write_imported_truth(t, imported, str(w.path), meta["workload_id"])
             summaries.append(summary)
             entries.append(
                 {
@@ -212,6 +213,8 @@ def run_export(cfg: BenchImportStageConfig, resolved_config: Mapping[str, Any]) 
     source = Path(str(cfg.export_from))
     try:
         result = export_run(source, cfg.export_metrics, cfg.export_percentiles)
+    except ArtifactError:
+        raise  # names its own file and field
     except ValueError as exc:  # an unknown percentile: not in the one list
         raise ArtifactError(f"export_percentiles={list(cfg.export_percentiles)}: {exc}") from exc
     run_id = cfg.output.run_id or default_run_id(resolved_config)

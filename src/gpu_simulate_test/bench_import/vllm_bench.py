@@ -29,6 +29,7 @@ from gpu_simulate_test.bench_import.contract import VLLM_DETAILED_KEYS
 from gpu_simulate_test.bench_import.imported import (
     Floats,
     ImportedRun,
+    Ints,
     convention,
     per_request_tpot_s,
 )
@@ -107,6 +108,18 @@ def _floats(where: str, key: str, values: Sequence[Any]) -> Floats:
         raise ArtifactError(f"{where}: field {key!r} is not a list of numbers ({exc})") from exc
 
 
+def _counts(where: str, key: str, values: Sequence[Any]) -> Ints:
+    """A per-request token count list: whole numbers >= 0 (a failed request's may be 0)."""
+    for i, value in enumerate(values):
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or value < 0:
+            raise ArtifactError(
+                f"{where}: field '{key}[{i}]' is {value!r}, expected a token count (a whole "
+                "number >= 0)"
+            )
+    return np.asarray(values, dtype=np.int64)
+
+
 def parse_result(path: Path, data: Mapping[str, Any], label: str = "") -> ImportedRun:
     """One ``vllm bench serve`` result (a parsed JSON object) as an :class:`ImportedRun`."""
     where = f"{path}{f' ({label})' if label else ''}"
@@ -115,16 +128,18 @@ def parse_result(path: Path, data: Mapping[str, Any], label: str = "") -> Import
             f"{where}: not a `vllm bench serve` result (no 'endpoint_type', 'mean_ttft_ms' or "
             "'ttfts'); expected the JSON of `vllm bench serve --save-result --save-detailed`"
         )
-    input_lens = _list(path, label, data, "input_lens", None)
+    input_lens = _counts(where, "input_lens", _list(path, label, data, "input_lens", None))
     n = len(input_lens)
-    output_lens = _list(path, label, data, "output_lens", n)
+    if n == 0:
+        raise ArtifactError(f"{where}: field 'input_lens' is empty; no request to import")
+    output_lens = _counts(where, "output_lens", _list(path, label, data, "output_lens", n))
     start = _floats(where, "start_times", _list(path, label, data, "start_times", n))
     ttft = _floats(where, "ttfts", _list(path, label, data, "ttfts", n))
     itls_raw = _list(path, label, data, "itls", n)
     errors = [str(e or "") for e in data.get("errors") or [""] * n]
     if len(errors) != n:
         raise ArtifactError(f"{where}: field 'errors' has {len(errors)} entries, expected {n}")
-    ok = np.array([e == "" for e in errors]) & (np.asarray(output_lens) > 0)
+    ok = np.array([e == "" for e in errors]) & (output_lens > 0)
     itls = [_floats(where, "itls", row if isinstance(row, list) else [row]) for row in itls_raw]
     sums = np.array([ttft[i] + float(gaps.sum()) for i, gaps in enumerate(itls)])
     if "latencies" in data:
@@ -148,8 +163,8 @@ def parse_result(path: Path, data: Mapping[str, Any], label: str = "") -> Import
         ok=ok,
         send_time_s=start,
         scheduled_time_s=start - queue_s,
-        num_prefill_tokens=np.asarray(input_lens, dtype=np.int64),
-        num_decode_tokens=np.asarray(output_lens, dtype=np.int64),
+        num_prefill_tokens=input_lens,
+        num_decode_tokens=output_lens,
         ttft_s=ttft,
         e2e_s=e2e,
         event_offsets_s=events,

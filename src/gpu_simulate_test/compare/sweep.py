@@ -49,13 +49,25 @@ def expand_dirs(patterns: Sequence[str]) -> list[Path]:
     return out
 
 
-def _load_level(comparison: Mapping[str, Any], axis: str, index: int) -> float:
+def _load_level(path: Path, comparison: Mapping[str, Any], axis: str, index: int) -> float:
+    """The run's x on the sweep's axis; a field that is not a number fails, naming it."""
     if axis == "offered_qps":
-        return float(comparison.get("offered_qps") or float("nan"))
-    if axis == "batch_size_cap":
-        scheduler = comparison.get("setup", {}).get("sim", {}).get("scheduler") or {}
-        return float(scheduler.get("batch_size_cap", float("nan")))
-    return float(index)
+        value, name = comparison.get("offered_qps"), "offered_qps"
+    elif axis == "batch_size_cap":
+        setup = comparison.get("setup")
+        sim = setup.get("sim") if isinstance(setup, Mapping) else None
+        scheduler = sim.get("scheduler") if isinstance(sim, Mapping) else None
+        value = scheduler.get("batch_size_cap") if isinstance(scheduler, Mapping) else None
+        name = "setup.sim.scheduler.batch_size_cap"
+    else:
+        return float(index)
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArtifactError(
+            f"{path / COMPARISON_JSON}: field {name!r} is {value!r}, expected a number"
+        )
+    return float(value)
 
 
 def sweep_table(
@@ -64,7 +76,7 @@ def sweep_table(
     """One row per run, metric and statistic (pure: the runs are already read)."""
     rows = []
     for index, (path, comparison, percentiles) in enumerate(runs):
-        load = _load_level(comparison, axis, index)
+        load = _load_level(path, comparison, axis, index)
         keep = percentiles["metric"].isin(SWEEP_METRICS) & percentiles["stat"].isin(
             (*SWEEP_STATS, "mean")
         )
@@ -113,7 +125,7 @@ def shared_x(
     """The first two runs that sit at one x (their rows and points could not be told apart)."""
     seen: dict[float, Path] = {}
     for index, (path, comparison, _) in enumerate(runs):
-        x = _load_level(comparison, axis, index)
+        x = _load_level(path, comparison, axis, index)
         if x in seen:
             return seen[x], path, x
         seen[x] = path

@@ -356,6 +356,11 @@ class VidurConfig:
             f"vidur.frontend_time_scale={self.frontend_time_scale} must be a positive factor (1: "
             "the front end as calibrated)",
         )
+        _check(
+            0 <= self.seed < 2**32,
+            f"vidur.seed={self.seed} must be a whole number from 0 to 2**32 - 1 (Vidur's and "
+            "numpy's seed range)",
+        )
         _check_choice("vidur.engine_overhead", self.engine_overhead, ("none", *BACKEND_NAMES))
         _check_choice("vidur.event_loop", self.event_loop, EVENT_LOOPS)
         _check_choice("vidur.frontend_input", self.frontend_input, FRONTEND_INPUTS)

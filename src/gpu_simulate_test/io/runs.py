@@ -227,6 +227,13 @@ def open_upstream_run(path: Path | str, stage: str) -> dict[str, Any]:
     meta = read_json(p / layout.RUN_META, required_keys=("stage", "status"))
     if meta["stage"] != stage:
         raise ArtifactError(f"{p}: is a {meta['stage']} run, expected a {stage} run")
+    version = str(meta.get("schema_version", RUN_META_SCHEMA_VERSION))
+    if version.split(".")[0] != RUN_META_SCHEMA_VERSION.split(".")[0]:
+        raise ArtifactError(
+            f"{p / layout.RUN_META}: field 'schema_version' is {version!r}, expected "
+            f"{RUN_META_SCHEMA_VERSION} (version {meta.get('toolkit_version') or 'unknown'} of "
+            "this toolkit wrote it; read it with that version, or run that stage again)"
+        )
     if meta["status"] != "complete":
         raise ArtifactError(
             f"{p}: run is not complete (status={meta['status']}); "

@@ -254,3 +254,41 @@ def test_complete_run_with_leftover_marker_says_so(tmp_path: Path) -> None:
     assert f"the marker {marker} is still there" in text
     assert "interrupted while finishing, or is still being written" in text
     assert "status=complete" not in text and "not complete" not in text
+
+
+# --------------------------------------------------------------------------------------------
+# A workload run whose rows are not the ones its meta counts; a run of another schema
+# --------------------------------------------------------------------------------------------
+
+
+def _counted(path: Path, num_requests: int) -> None:
+    write_json(path / layout.WORKLOAD_META, {"workload_id": "wl-x", "summary": {
+        "num_requests": num_requests}})  # fmt: skip
+
+
+def test_a_workload_with_headers_only_or_rows_cut_is_named(tmp_path: Path) -> None:
+    path = _workload_run(tmp_path)
+    _counted(path, 2)
+    assert len(load_workload(path).lengths) == 2  # as its meta counts: read
+    _counted(path, 3)
+    with pytest.raises(ArtifactError) as err:
+        load_workload(path)
+    text = str(err.value)
+    assert str(path / layout.TRACE_LENGTHS) in text and "2 rows" in text
+    assert "'summary.num_requests' is 3" in text
+    (path / layout.TRACE_LENGTHS).write_text("request_id,num_prefill_tokens,num_decode_tokens\n")
+    (path / layout.TRACE_INTERVALS).write_text("request_id,arrival_time_s,inter_arrival_s\n")
+    with pytest.raises(ArtifactError, match=r"trace_lengths.csv: no rows \(headers only\)"):
+        load_workload(path)
+
+
+def test_a_run_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = _workload_run(tmp_path)
+    meta = read_json(path / layout.RUN_META)
+    write_json(path / layout.RUN_META, {**meta, "schema_version": "1.7"})
+    open_upstream_run(path, "workload")  # the same major version: read
+    write_json(path / layout.RUN_META, {**meta, "schema_version": "99.0"})
+    with pytest.raises(ArtifactError) as err:
+        open_upstream_run(path, "workload")
+    text = str(err.value)
+    assert str(path / layout.RUN_META) in text and "'schema_version' is '99.0'" in text

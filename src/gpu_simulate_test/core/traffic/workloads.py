@@ -28,14 +28,12 @@ from gpu_simulate_test.core.traffic.prompts import (
 from gpu_simulate_test.core.traffic.sampling import sample_arrivals, sample_lengths
 from gpu_simulate_test.core.traffic.sessions import (
     Sessions,
-    check_session_arrivals,
-    check_sessions,
     conversation_prompts,
     draw_sessions,
-    sessions_from_frame,
 )
 from gpu_simulate_test.core.traffic.sessions import describe as describe_sessions
 from gpu_simulate_test.core.traffic.trace import load_trace, trace_arrivals
+from gpu_simulate_test.core.traffic.workload_rows import check_rows
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
@@ -439,31 +437,7 @@ def load_workload(path: Path | str) -> LoadedWorkload:
     meta = read_json(p / layout.WORKLOAD_META, required_keys=("workload_id", "summary"))
     lengths = read_csv(p / layout.TRACE_LENGTHS, TRACE_LENGTHS)
     intervals = read_csv(p / layout.TRACE_INTERVALS, TRACE_INTERVALS)
-    if not lengths["request_id"].equals(intervals["request_id"]):
-        raise ArtifactError(
-            f"{p}: request_id of {layout.TRACE_LENGTHS} and {layout.TRACE_INTERVALS} differ"
-        )
-    sessions = sessions_from_frame(lengths, str(p / layout.TRACE_LENGTHS))
-    arrivals = intervals["arrival_time_s"].to_numpy(dtype=float)
-    if sessions is None:
-        empty = np.flatnonzero(np.isnan(arrivals))
-        if empty.size:
-            raise ArtifactError(
-                f"{p / layout.TRACE_INTERVALS}: row {int(empty[0]) + 1}, column 'arrival_time_s': "
-                f"empty value (only a session's turn >= 1 has none, and {layout.TRACE_LENGTHS} "
-                "has no sessions)"
-            )
-    else:
-        check_sessions(
-            str(p / layout.TRACE_LENGTHS),
-            sessions,
-            lengths["num_prefill_tokens"].to_numpy(dtype=np.int64),
-            lengths["num_decode_tokens"].to_numpy(dtype=np.int64),
-            meta.get("max_context"),
-        )
-        check_session_arrivals(
-            str(p / layout.TRACE_INTERVALS), "arrival_time_s", arrivals, sessions.turn
-        )
+    sessions = check_rows(p, meta, lengths, intervals)
     return LoadedWorkload(p, meta, lengths, intervals, sessions)
 
 

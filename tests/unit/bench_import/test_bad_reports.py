@@ -1,0 +1,52 @@
+"""Malformed GuideLLM reports and exports: each fails naming the file and the field, not with a
+Python error from deep inside the reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_simulate_test.bench_import.guidellm import read_guidellm
+from gpu_simulate_test.bench_import.stage import run_export
+from gpu_simulate_test.config.bench_import import BenchImportStageConfig
+from gpu_simulate_test.io.artifacts import ArtifactError
+from tests.conftest import REPO_ROOT
+
+GUIDELLM_FIXTURE = REPO_ROOT / "tests" / "data" / "guidellm" / "guidellm_benchmarks_tiny.json"
+
+
+def report() -> dict[str, Any]:
+    return json.loads(GUIDELLM_FIXTURE.read_text())
+
+
+def test_a_rate_that_is_not_a_number_is_read_as_written() -> None:
+    data = report()
+    data["benchmarks"][0]["config"]["strategy"]["rate"] = "fast"
+    data["benchmarks"][1]["config"] = [1]  # no strategy to read: unknown, not an error
+    runs = read_guidellm(GUIDELLM_FIXTURE, data)
+    assert [r.label for r in runs] == ["benchmark 0 (poisson@fast)", "benchmark 1 (?)"]
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [("benchmark", r"field 'benchmarks\[1\]' is str, expected an object"),
+     ("request", r"benchmark 0 .*field 'requests.successful\[1\]': 'oops', expected an object")],
+)  # fmt: skip
+def test_an_entry_that_is_not_an_object_is_named(where: str, expected: str) -> None:
+    data = report()
+    if where == "benchmark":
+        data["benchmarks"][1] = "x"
+    else:
+        data["benchmarks"][0]["requests"]["successful"][1] = "oops"
+    with pytest.raises(ArtifactError, match=expected):
+        read_guidellm(GUIDELLM_FIXTURE, data)
+
+
+def test_an_export_of_no_run_names_export_from_first(tmp_path: Path) -> None:
+    cfg = BenchImportStageConfig(export_from=str(tmp_path / "nope"))
+    with pytest.raises(ArtifactError) as err:
+        run_export(cfg, {})
+    assert str(err.value).startswith(f"export_from={tmp_path / 'nope'}: not a run directory")
