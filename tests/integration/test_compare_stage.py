@@ -131,14 +131,17 @@ def test_compare_writes_tables_plots_and_summary(tmp_path: Path) -> None:
     [
         ({"workload_id": "wl-other"}, "different workloads"),
         ({"fail": True}, "run is not complete (status=failed)"),
+        ({"workload_id": "wl-other", "repeat": True}, "/rr replayed wl-other"),
     ],
-    ids=["different-workload", "failed-run"],
+    ids=["different-workload", "failed-run", "repeat-of-another-workload"],
 )
 def test_bad_input_exits_2(tmp_path: Path, real_kwargs: dict, message: str) -> None:
-    real = make_run(tmp_path / "tmp", "real_bench", "r", **real_kwargs)
+    repeat = real_kwargs.pop("repeat", False)
+    real = make_run(tmp_path / "tmp", "real_bench", "r", **({} if repeat else real_kwargs))
     sim = make_run(tmp_path / "tmp", "vidur_simulate", "s")
-    proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", cwd=tmp_path,
-                   check=False)  # fmt: skip
+    more = [f"real_repeat_dir={make_run(tmp_path / 'tmp', 'real_bench', 'rr', **real_kwargs)}"]
+    proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}",
+                   *(more if repeat else []), cwd=tmp_path, check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in " ".join(proc.stdout.split())
     assert not (tmp_path / "tmp" / "compare").exists()

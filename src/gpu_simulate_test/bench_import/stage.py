@@ -45,7 +45,8 @@ def read_source(cfg: BenchImportStageConfig) -> list[ImportedRun]:
     assert cfg.source is not None
     path = Path(cfg.source)
     if not path.is_file():
-        raise ArtifactError(f"source={path}: no such file; expected a result file to import")
+        said = "a directory" if path.is_dir() else "no such file"
+        raise ArtifactError(f"source={path}: {said}; expected a result file to import")
     results = load_results(path)
     fmt = cfg.format
     if fmt == "auto":

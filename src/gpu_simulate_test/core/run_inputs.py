@@ -67,16 +67,18 @@ def real_itls_s(run: RunInput, request_ids: np.ndarray) -> np.ndarray:
 
 def check_same_workload(real: RunInput, sim: RunInput) -> None:
     """Fail unless both runs replayed the same workload (by its stable id) and model."""
+    did = "simulated" if sim.meta.get("stage") == "vidur_simulate" else "replayed"
     if real.workload_id != sim.workload_id:
         raise ArtifactError(
             f"different workloads: {real.path} replayed {real.workload_id}, "
-            f"{sim.path} simulated {sim.workload_id}; compare runs of one workload"
+            f"{sim.path} {did} {sim.workload_id}; compare runs of one workload"
         )
     real_model = _get(real.meta, "config", "model", "name")
     sim_model = _get(sim.meta, "config", "model", "name")
     if real_model and sim_model and real_model != sim_model:
+        ran = "simulated" if did == "simulated" else "ran"
         raise ArtifactError(
-            f"different models: {real.path} ran {real_model}, {sim.path} simulated {sim_model}"
+            f"different models: {real.path} ran {real_model}, {sim.path} {ran} {sim_model}"
         )
 
 

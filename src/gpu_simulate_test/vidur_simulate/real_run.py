@@ -58,7 +58,9 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
     name = backend.get("name")
     if name not in VLLM_BACKENDS:
         raise ArtifactError(
-            f"step_times_from={run_dir}: a {name} run ({where}, field 'config.backend.name'); "
+            f"step_times_from={run_dir}: "
+            + (f"a {name} run" if name else "a run with no backend named (an imported one?)")
+            + f" ({where}, field 'config.backend.name'); "
             "an oracle replay follows vLLM's own steps (a run of backend "
             f"{' or '.join(VLLM_BACKENDS)})"
         )

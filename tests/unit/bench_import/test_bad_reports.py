@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.bench_import.guidellm import read_guidellm
-from gpu_simulate_test.bench_import.stage import run_export
+from gpu_simulate_test.bench_import.stage import read_source, run_export
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
 from gpu_simulate_test.io.artifacts import ArtifactError
 from tests.conftest import REPO_ROOT
@@ -50,3 +50,10 @@ def test_an_export_of_no_run_names_export_from_first(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError) as err:
         run_export(cfg, {})
     assert str(err.value).startswith(f"export_from={tmp_path / 'nope'}: not a run directory")
+
+
+def test_a_source_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match=r"source=.*: a directory; expected a result file"):
+        read_source(BenchImportStageConfig(source=str(tmp_path)))
+    with pytest.raises(ArtifactError, match=r"source=.*: no such file; expected a result file"):
+        read_source(BenchImportStageConfig(source=str(tmp_path / "none.json")))

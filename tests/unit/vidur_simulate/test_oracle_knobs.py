@@ -68,6 +68,10 @@ def test_a_run_of_another_backend_is_refused(
     (run / "run_meta.json").write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match=r"a hf_cb run .*'config\.backend\.name'"):
         with_run_knobs(config(run=run))
+    del meta["config"]["backend"]  # an imported run names no backend
+    (run / "run_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match=r"a run with no backend named \(an imported one\?\)"):
+        with_run_knobs(config(run=run))
 
 
 def test_the_recorded_config_is_the_one_simulated(compose_stage: Any) -> None:
