@@ -24,6 +24,7 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import RunExistsError
 
 T = TypeVar("T")
+PACKAGE = "gpu_simulate_test"
 
 USER_ERRORS = (ConfigError, ArtifactError, RunExistsError, FileNotFoundError, ValueError)
 """Failures caused by the input: shown as one clear line, not a traceback."""
@@ -33,6 +34,33 @@ def print_error(label: str, exc: BaseException) -> None:
     """``<label>: <exc>`` in red, on one line however long (a path and its detail), with any
     brackets in the message shown as they are (not read as rich markup)."""
     console.print(f"[bold red]{label}:[/] {escape(str(exc))}", soft_wrap=True)
+
+
+def _unchecked_origin(exc: BaseException) -> str | None:
+    """For an error raised inside another library (numpy, pandas, Vidur) on a value no input
+    check of this toolkit caught, where it surfaced from the toolkit, for a report; None for one
+    the toolkit raised itself (its message names the file and field, or the knob)."""
+    if isinstance(exc, ConfigError | ArtifactError | RunExistsError):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if _package_path(f.filename)]
+    if not ours or ours[-1] is frames[-1]:
+        return None
+    last = ours[-1]
+    return (
+        f"  (no input check of this toolkit caught it: {type(exc).__name__} from "
+        f"{_package_path(last.filename)}:{last.lineno} in {last.name}; please report it with "
+        "the command)"
+    )
+
+
+def _package_path(filename: str) -> str | None:
+    """``gpu_simulate_test/...`` for a file of this package, else None."""
+    parts = Path(filename).parts
+    if PACKAGE not in parts[:-1]:
+        return None
+    start = len(parts) - 1 - parts[::-1].index(PACKAGE)
+    return "/".join(parts[start:])
 
 
 def _multirun_suffix(cfg: DictConfig) -> DictConfig:
@@ -63,6 +91,9 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         return body(typed, to_resolved(cfg, typed))
     except USER_ERRORS as exc:
         print_error("error", exc)
+        unchecked = _unchecked_origin(exc)
+        if unchecked:
+            console.print(unchecked, soft_wrap=True, markup=False)
         sys.exit(2)
     except KeyboardInterrupt:
         # the run directory (if one was started) is already marked interrupted, with what was
