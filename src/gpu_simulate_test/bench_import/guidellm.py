@@ -175,6 +175,8 @@ def _conventions(
     """GuideLLM's definitions, each checked against its own run summary (token-weighted where
     GuideLLM weights by tokens), and how they map onto ours."""
     ok = run.ok
+    if not ok.any():  # nothing to check against (the import refuses such a run: check_run)
+        return {}
     ttft, e2e, n = run.ttft_s[ok], run.e2e_s[ok], run.num_decode_tokens[ok].astype(float)
     many = n > 1
     vllm_tpot = (e2e[many] - ttft[many]) / (n[many] - 1)

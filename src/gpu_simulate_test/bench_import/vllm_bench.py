@@ -194,7 +194,7 @@ def _with_conventions(
             "first streamed chunk − send; the server's queueing included, the client's "
             "--max-concurrency wait (queue_times) not",
             _ms(data, "median_ttft_ms"),
-            float(np.median(run.ttft_s[ok]) * 1e3),
+            float(np.median(run.ttft_s[ok]) * 1e3) if ok.any() else float("nan"),
             "median_ttft_ms",
         ),
         "tpot": convention(

@@ -10,11 +10,15 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.bench_import.guidellm import read_guidellm
+from gpu_simulate_test.bench_import.imported import check_run
 from gpu_simulate_test.bench_import.stage import read_source, run_export
+from gpu_simulate_test.bench_import.vllm_bench import read_vllm_bench
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
+from gpu_simulate_test.config.presets import model_preset
 from gpu_simulate_test.io.artifacts import ArtifactError
 from tests.conftest import REPO_ROOT
 
+VLLM_FIXTURE = REPO_ROOT / "tests" / "data" / "vllm" / "vllm_bench_serve_q06b.json"
 GUIDELLM_FIXTURE = REPO_ROOT / "tests" / "data" / "guidellm" / "guidellm_benchmarks_tiny.json"
 
 
@@ -57,3 +61,19 @@ def test_a_source_that_is_a_directory_says_so(tmp_path: Path) -> None:
         read_source(BenchImportStageConfig(source=str(tmp_path)))
     with pytest.raises(ArtifactError, match=r"source=.*: no such file; expected a result file"):
         read_source(BenchImportStageConfig(source=str(tmp_path / "none.json")))
+
+
+@pytest.mark.filterwarnings("error")  # a numpy warning over no requests would fail here
+def test_a_file_of_failed_requests_reads_quietly_and_is_refused() -> None:
+    data = report()
+    for bench in data["benchmarks"]:
+        bench["requests"]["errored"] = bench["requests"]["successful"]
+        bench["requests"]["successful"] = []
+    runs = read_guidellm(GUIDELLM_FIXTURE, data)
+    vllm = json.loads(VLLM_FIXTURE.read_text())
+    vllm["errors"] = ["ClientConnectorError"] * len(vllm["errors"])
+    runs += read_vllm_bench(VLLM_FIXTURE, [vllm])
+    for run in runs:
+        assert not run.ok.any()
+        with pytest.raises(ArtifactError, match=r"field 'errors'.*no request succeeded"):
+            check_run(run, model_preset("qwen3_0_6b"))
