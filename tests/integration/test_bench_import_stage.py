@@ -148,3 +148,22 @@ def test_a_truth_that_fails_to_write_leaves_no_complete_workload(
     for name in ("workload", "real_bench", "bench_import"):
         meta = read_json(project / "tmp" / name / "half" / layout.RUN_META)
         assert meta["status"] == "failed" and "disk full" in meta["error"], name
+
+
+def test_an_overwrite_replaces_only_its_own_ids_runs(project: Path) -> None:
+    run_cli("bench_import", f"source={VLLM_FIXTURE}", "model=qwen3_0_6b", "output.run_id=ow-1",
+            cwd=project)  # fmt: skip
+    before = read_json(project / "tmp" / "workload" / "ow-1" / layout.RUN_META)
+    # a GuideLLM report of two runs as ow: its second run, ow-1, is another launch's id
+    proc = run_cli("bench_import", f"source={GUIDELLM_FIXTURE}", "model=qwen3_tiny",
+                   "output.run_id=ow", "output.overwrite=true", cwd=project,
+                   check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert "is not a run of bench_import output.run_id=ow" in " ".join(proc.stdout.split())
+    assert read_json(project / "tmp" / "workload" / "ow-1" / layout.RUN_META) == before
+    assert not (project / "tmp" / "bench_import" / "ow").exists()
+    # its own id's runs it replaces
+    run_cli("bench_import", f"source={VLLM_FIXTURE}", "model=qwen3_0_6b", "output.run_id=ow-1",
+            "output.overwrite=true", cwd=project)  # fmt: skip
+    again = read_json(project / "tmp" / "workload" / "ow-1" / layout.RUN_META)
+    assert again["status"] == "complete" and again["start_time"] != before["start_time"]

@@ -182,6 +182,12 @@ def test_sweep_report_over_three_loads(tmp_path: Path) -> None:
                        check=False)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stdout, proc.stdout
         assert not (root / "compare" / "bad-sweep").exists()
+    # a sweep written over one of its own runs: refused, that run kept
+    mine = ",".join(f"{root}/compare/q-{i}" for i in range(3))
+    proc = run_cli("compare", f"sweep_dirs=[{mine}]", "output.run_id=q-2",
+                   "output.overwrite=true", cwd=tmp_path, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "holds this run's own input" in " ".join(proc.stdout.split())
+    assert read_json(root / "compare" / "q-2" / "run_meta.json").get("kind") != "sweep"
     # a pipeline multirun over another knob (same load in every job): the jobs in order instead
     ordered = run_sweep(
         CompareStageConfig(

@@ -78,16 +78,33 @@ def _run_ids(cfg: BenchImportStageConfig, run_id: str, count: int) -> list[str]:
     """``<run_id>`` for one run, ``<run_id>-<k>`` for several; refused up front if any
     workload or real_bench run of that id exists (never overwritten unless asked)."""
     ids = [run_id] if count == 1 else [f"{run_id}-{k}" for k in range(count)]
-    if not cfg.output.overwrite:
-        for rid in ids:
-            for stage in ("workload", "real_bench"):
-                path = layout.run_dir(cfg.output.root, stage, rid)
-                if path.exists():
-                    raise RunExistsError(
-                        f"{path} already exists; choose another output.run_id or pass "
-                        "output.overwrite=true"
-                    )
+    for rid in ids:
+        for stage in ("workload", "real_bench"):
+            path = layout.run_dir(cfg.output.root, stage, rid)
+            if not path.exists():
+                continue
+            if not cfg.output.overwrite:
+                raise RunExistsError(
+                    f"{path} already exists; choose another output.run_id or pass "
+                    "output.overwrite=true"
+                )
+            if _written_as(path) != run_id:  # another run's: overwrite replaces only its own
+                raise RunExistsError(
+                    f"{path} already exists and is not a run of bench_import output.run_id="
+                    f"{run_id} (output.overwrite=true replaces only that id's runs); choose "
+                    "another output.run_id"
+                )
     return ids
+
+
+def _written_as(path: Path) -> str | None:
+    """The ``output.run_id`` of the launch that wrote the run at ``path`` (None: unreadable)."""
+    try:
+        meta = read_json(path / layout.RUN_META)
+    except ArtifactError:
+        return None
+    output = (meta.get("config") or {}).get("output") or {}
+    return output.get("run_id") if isinstance(output, Mapping) else None
 
 
 def run(cfg: BenchImportStageConfig, resolved_config: Mapping[str, Any]) -> Path:

@@ -100,7 +100,10 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     if opts.verify != "false" and source is None:  # sessions on the real engine: refused now
         check_real_sessions(cfg)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
-    with start_run(cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite) as r:
+    read_from = [opts.real_from] if opts.real_from else []
+    with start_run(
+        cfg.output.root, "capacity", run_id, resolved_config, cfg.output.overwrite, read_from
+    ) as r:
         started = time.perf_counter()
         r.update_meta(phase=opts.phase)
         output = nested_output(cfg.output, r.file(contract.RUNS_DIR))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -28,6 +29,8 @@ PACKAGE = "gpu_simulate_test"
 
 USER_ERRORS = (ConfigError, ArtifactError, RunExistsError, FileNotFoundError, ValueError)
 """Failures caused by the input: shown as one clear line, not a traceback."""
+WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+"""A place the stage cannot write (full, read-only, not the user's): one line, exit code 1."""
 
 
 def print_error(label: str, exc: BaseException) -> None:
@@ -76,16 +79,27 @@ def _multirun_suffix(cfg: DictConfig) -> DictConfig:
 
 
 def _terminated(signum: int, _frame: Any) -> None:
-    """SIGTERM (``kill``, a job scheduler) unwinds like Ctrl-C: the run is marked interrupted
-    and a server the stage started is stopped, instead of the process vanishing mid-write."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    """SIGTERM (``kill``, a job scheduler) and SIGHUP (the terminal closed, ssh dropped) unwind
+    like Ctrl-C: the run is marked interrupted and a server the stage started is stopped,
+    instead of the process vanishing mid-write."""
+    raise KeyboardInterrupt(f"by {signal.Signals(signum).name}")
+
+
+def _handle_signals() -> None:
+    """SIGTERM and SIGHUP as :func:`_terminated`; SIGINT as Ctrl-C even where the stage was
+    started in the background with it ignored (a script's time limit sends one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGHUP, _terminated)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any]], Path]) -> Path:
     """Validate ``cfg`` against ``schema``, run ``body`` and turn input errors into exit code 2."""
     cfg = _multirun_suffix(cfg)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)
+    _handle_signals()
     try:
         typed = to_typed(cfg, schema)
         return body(typed, to_resolved(cfg, typed))
@@ -95,13 +109,17 @@ def run_stage(cfg: DictConfig, schema: type[T], body: Callable[[T, dict[str, Any
         if unchecked:
             console.print(unchecked, soft_wrap=True, markup=False)
         sys.exit(2)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        print_error("error", exc)  # the output root read-only, the disk full: not a traceback
+        sys.exit(1)
     except KeyboardInterrupt:
         # the run directory (if one was started) is already marked interrupted, with what was
         # measured so far; a traceback would only hide that
         console.print(
-            "[bold red]interrupted[/] (Ctrl-C or SIGTERM); a run already started is marked "
-            "interrupted, "
-            "with what it had written"
+            "[bold red]interrupted[/] (Ctrl-C, SIGTERM or SIGHUP); a run already started is "
+            "marked interrupted, with what it had written"
         )
         sys.exit(130)
 

@@ -7,7 +7,6 @@ machine, then ``fidelity.phase=sim fidelity.real_from=<that run>`` here; a multi
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import hydra
@@ -42,10 +41,6 @@ class CombinedReportCallback(MultirunReportCallback):
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="fidelity")
 def main(cfg: DictConfig) -> None:
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # started in the background with SIGINT ignored: a sent one (a GPU script's step time
-        # limit) must still stop the run cleanly, keeping the loads measured so far
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     run_stage(cfg, FidelityStageConfig, run)
 
 

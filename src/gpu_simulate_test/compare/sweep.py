@@ -167,7 +167,10 @@ def run_sweep(
         axis = "run"
     table = sweep_table(runs, axis)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
-    with start_run(cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite) as r:
+    sources = [p for p, _, _ in runs]
+    with start_run(
+        cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite, sources
+    ) as r:
         r.update_meta(kind="sweep", sweep_dirs=[str(p) for p, _, _ in runs], sweep_x=axis)
         write_csv(r.file(SWEEP_CSV), table, SWEEP_TABLE)
         write_json(r.file(SWEEP_JSON), {"sweep_x": axis, "rows": table.to_dict("records")})

@@ -54,7 +54,14 @@ def run(cfg: FidelityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with (
         torch_threads(opts.torch_threads),
-        start_run(cfg.output.root, "fidelity", run_id, resolved_config, cfg.output.overwrite) as r,
+        start_run(
+            cfg.output.root,
+            "fidelity",
+            run_id,
+            resolved_config,
+            cfg.output.overwrite,
+            [opts.real_from] if opts.real_from else [],
+        ) as r,
     ):
         started = time.perf_counter()
         r.update_meta(phase=opts.phase)

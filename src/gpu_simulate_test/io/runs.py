@@ -9,14 +9,17 @@ that are not complete.
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -164,11 +167,13 @@ def start_run(
     run_id: str,
     config: Mapping[str, Any],
     overwrite: bool = False,
+    inputs: Sequence[Path | str] = (),
 ) -> Iterator[Run]:
     """Create ``<root>/<stage>/<run_id>`` and yield a :class:`Run`; finalise its status on exit.
 
-    An existing run is never replaced unless ``overwrite`` is true. If the body raises, the run is
-    marked ``failed`` (``interrupted`` on Ctrl-C) and keeps its incomplete marker.
+    An existing run is never replaced unless ``overwrite`` is true, and never when it holds one
+    of the run's ``inputs`` (a run read as it is replaced). If the body raises, the run is marked
+    ``failed`` (``interrupted`` on Ctrl-C) and keeps its incomplete marker.
     """
     path = layout.run_dir(root, stage, run_id)
     if path.exists():
@@ -176,7 +181,16 @@ def start_run(
             raise RunExistsError(
                 f"{path} already exists; choose another output.run_id or pass output.overwrite=true"
             )
-        shutil.rmtree(path)
+        held = [p for p in inputs if Path(p).resolve().is_relative_to(path.resolve())]
+        if held:
+            raise RunExistsError(
+                f"{path} holds this run's own input {held[0]}: output.overwrite=true would delete "
+                "it before it is read; choose another output.run_id"
+            )
+        # moved aside first: a run interrupted while deleting never looks complete
+        aside = path.with_name(f".{path.name}.replaced-{secrets.token_hex(3)}")
+        os.replace(path, aside)
+        shutil.rmtree(aside)
     path.mkdir(parents=True)
     (path / layout.INCOMPLETE_MARKER).write_text("this run has not finished\n")
     started = time.time()
@@ -202,21 +216,45 @@ def start_run(
     write_json(path / layout.RUN_META, run.meta)
     try:
         yield run
-    except KeyboardInterrupt:
-        _finish(run, "interrupted", started, "interrupted by the user (Ctrl-C)")
+    except KeyboardInterrupt as exc:
+        how = str(exc) if str(exc).startswith("by SIG") else "by the user (Ctrl-C)"
+        _finish(run, "interrupted", started, f"interrupted {how}")
         raise
     except BaseException as exc:
         _finish(run, "failed", started, f"{type(exc).__name__}: {exc}")
         raise
     _finish(run, "complete", started, None)
-    (path / layout.INCOMPLETE_MARKER).unlink()
+
+
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Held back while a run's final status is written, so that a second Ctrl-C cannot leave it
+``running``; delivered once it is written."""
 
 
 def _finish(run: Run, status: str, started: float, error: str | None) -> None:
-    run.meta.update(
-        status=status, end_time=utc_now(), wall_time_s=round(time.time() - started, 3), error=error
-    )
-    write_json(run.path / layout.RUN_META, run.meta)
+    """Write the final status (and, for a complete run, drop the marker) with the stopping
+    signals held back; a failed run whose status cannot be written (a full disk) keeps
+    ``running`` and its marker, and the error that failed it goes on."""
+    main = threading.current_thread() is threading.main_thread()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS) if main else None
+    try:
+        run.meta.update(
+            status=status,
+            end_time=utc_now(),
+            wall_time_s=round(time.time() - started, 3),
+            error=error,
+        )
+        try:
+            write_json(run.path / layout.RUN_META, run.meta)
+        except OSError:
+            if status == "complete":
+                raise
+            return
+        if status == "complete":
+            (run.path / layout.INCOMPLETE_MARKER).unlink()
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def open_upstream_run(path: Path | str, stage: str) -> dict[str, Any]:

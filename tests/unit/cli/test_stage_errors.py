@@ -3,6 +3,8 @@ an error another library raised on a value no check of ours caught says where it
 
 from __future__ import annotations
 
+import errno
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -52,3 +54,33 @@ def test_our_own_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None
     for body in (ours, checked):
         code, out = _exit(body, capsys)
         assert code == 2 and out.startswith("error: ") and "report" not in out
+
+
+def test_a_place_it_cannot_write_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    def read_only(_cfg: Tiny, _resolved: dict[str, Any]) -> Path:
+        raise OSError(errno.EROFS, "Read-only file system", "out/workload")
+
+    code, out = _exit(read_only, capsys)
+    assert code == 1 and out == "error: [Errno 30] Read-only file system: 'out/workload'"
+
+    def refused(_cfg: Tiny, _resolved: dict[str, Any]) -> Path:
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+
+    with pytest.raises(ConnectionRefusedError):  # not a place to write: its traceback, as ever
+        run_stage(OmegaConf.structured(Tiny), Tiny, refused)
+
+
+def test_hangup_and_terminate_unwind_as_ctrl_c_and_an_ignored_ctrl_c_is_heard() -> None:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # started in the background by a script
+        run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            handler = signal.getsignal(sig)
+            assert callable(handler)
+            with pytest.raises(KeyboardInterrupt, match=f"^by {sig.name}$"):
+                handler(sig, None)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import signal
 from pathlib import Path
 
 import pytest
 
-from gpu_simulate_test.io import layout
+from gpu_simulate_test.io import layout, runs
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 from gpu_simulate_test.io.runs import RunExistsError, open_upstream_run, start_run
 
@@ -66,3 +68,77 @@ def test_upstream_of_wrong_stage_or_missing(tmp_path: Path) -> None:
         open_upstream_run(tmp_path / "workload" / "w", "real_bench")
     with pytest.raises(ArtifactError, match="run directory does not exist"):
         open_upstream_run(tmp_path / "nope", "workload")
+
+
+def test_a_signal_is_named_as_the_interruption(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), start_run(tmp_path, "workload", "hup", {}):
+        raise KeyboardInterrupt("by SIGHUP")  # as the stages' handler raises it
+    meta = read_json(tmp_path / "workload" / "hup" / layout.RUN_META)
+    assert meta["status"] == "interrupted" and meta["error"] == "interrupted by SIGHUP"
+    with pytest.raises(KeyboardInterrupt), start_run(tmp_path, "workload", "int", {}):
+        raise KeyboardInterrupt
+    meta = read_json(tmp_path / "workload" / "int" / layout.RUN_META)
+    assert meta["error"] == "interrupted by the user (Ctrl-C)"
+
+
+def test_the_final_status_is_written_with_stopping_signals_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[set[int | signal.Signals]] = []
+    real_write = runs.write_json
+
+    def write(path: Path, data: dict) -> None:
+        seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        real_write(path, data)
+
+    with start_run(tmp_path, "workload", "held", {}):
+        monkeypatch.setattr(runs, "write_json", write)
+    assert set(runs.STOPPING_SIGNALS) <= seen[-1]  # the final write: every stopping signal held
+    assert not set(runs.STOPPING_SIGNALS) & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_a_failed_run_whose_status_cannot_be_written_keeps_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(path: Path, data: dict) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(RuntimeError, match="boom"), start_run(tmp_path, "workload", "full", {}):
+        monkeypatch.setattr(runs, "write_json", full)
+        raise RuntimeError("boom")  # the run's own error goes on, not the disk's
+    path = tmp_path / "workload" / "full"
+    assert (path / layout.INCOMPLETE_MARKER).exists()
+    with pytest.raises(ArtifactError, match=r"not complete \(status=running\)"):
+        open_upstream_run(path, "workload")
+
+
+def test_an_overwrite_interrupted_while_deleting_leaves_no_complete_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with start_run(tmp_path, "workload", "r1", {}) as run:
+        (run.path / "data.txt").write_text("first")
+
+    def interrupted(path: Path) -> None:
+        (Path(path) / "data.txt").unlink()  # half deleted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt), start_run(tmp_path, "workload", "r1", {}, True):
+        pass
+    assert not (tmp_path / "workload" / "r1").exists()  # moved aside before the deletion
+    [aside] = (tmp_path / "workload").iterdir()
+    assert aside.name.startswith(".r1.replaced-")
+
+
+def test_an_overwrite_never_deletes_its_own_input(tmp_path: Path) -> None:
+    with start_run(tmp_path, "compare", "sweep", {}) as run:
+        (run.path / "data.txt").write_text("first")
+    inputs = [tmp_path / "compare" / "other", tmp_path / "compare" / "sweep"]
+    with (
+        pytest.raises(RunExistsError, match=r"holds this run's own input .*sweep"),
+        start_run(tmp_path, "compare", "sweep", {}, True, inputs),
+    ):
+        pass
+    assert (tmp_path / "compare" / "sweep" / "data.txt").read_text() == "first"
+    with start_run(tmp_path, "compare", "sweep", {}, True, inputs[:1]) as run:
+        assert not (run.path / "data.txt").exists()
