@@ -200,3 +200,19 @@ def test_sweep_report_over_three_loads(tmp_path: Path) -> None:
     )
     assert pd.read_csv(ordered / "sweep.csv")["load"].unique().tolist() == [0, 1]
     assert read_json(ordered / "run_meta.json")["sweep_x"] == "run"
+
+
+def test_replaced_runs_must_be_real_runs(tmp_path: Path) -> None:
+    real = make_run(tmp_path / "tmp", "real_bench", "r")
+    sim = make_run(tmp_path / "tmp", "vidur_simulate", "s")
+    for replaced, message in (
+        (tmp_path / "none", "does not exist"),
+        (sim, "is a vidur_simulate run"),
+    ):
+        proc = run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}",
+                       f"replaced_runs=[{replaced}]", cwd=tmp_path, check=False)  # fmt: skip
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"replaced_runs: {replaced} {message}" in " ".join(proc.stdout.split())
+    earlier = make_run(tmp_path / "tmp", "real_bench", "r-rerun0")
+    run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", f"replaced_runs=[{earlier}]",
+            "compare.plots=false", cwd=tmp_path)  # fmt: skip

@@ -85,7 +85,7 @@ from gpu_simulate_test.compare.step_inputs import (
 from gpu_simulate_test.compare.steps import steps_markdown
 from gpu_simulate_test.compare.ttft_parts import behind_api_server, ttft_parts
 from gpu_simulate_test.compare.ttft_parts_report import plot_ttft_parts, ttft_parts_markdown
-from gpu_simulate_test.compare.verdict import run_state, verdict, verdict_markdown
+from gpu_simulate_test.compare.verdict import check_replaced, run_state, verdict, verdict_markdown
 from gpu_simulate_test.config.compare import CompareStageConfig
 from gpu_simulate_test.core.engines.knobs import knob_mismatches
 from gpu_simulate_test.core.host import host_probe
@@ -159,6 +159,8 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
     real = load_run(cfg.real_run_dir, "real_bench")
     sim = load_run(cfg.sim_run_dir, "vidur_simulate")
     check_same_workload(real, sim)
+    for replaced in cfg.replaced_runs:  # named in the verdict: runs of the truth, not any path
+        check_replaced(replaced)
     repeat = None
     if cfg.real_repeat_dir:
         repeat = load_run(cfg.real_repeat_dir, "real_bench")

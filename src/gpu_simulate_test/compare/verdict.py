@@ -23,6 +23,7 @@ from typing import Any
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.comparison import Comparison
 from gpu_simulate_test.io import layout
+from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 
 NOISE_FLOOR = 0.10
 """An error within this is within the noise whatever the truth's repeat says."""
@@ -221,6 +222,16 @@ def run_state(role: str, run_dir: Path | str) -> RunState:
     return RunState(
         role, path.name, bool(record.get("disturbed", False)), tuple(record.get("reasons", ()))
     )
+
+
+def check_replaced(run_dir: Path | str) -> None:
+    """Fail unless ``run_dir`` is a real_bench run (complete or not: a disturbed attempt)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ArtifactError(f"replaced_runs: {path} does not exist; expected a real_bench run")
+    stage = read_json(path / layout.RUN_META, required_keys=("stage",))["stage"]
+    if stage != "real_bench":
+        raise ArtifactError(f"replaced_runs: {path} is a {stage} run, expected a real_bench run")
 
 
 def disturbance_line(runs: Sequence[RunState], replaced: Sequence[RunState]) -> str:
