@@ -187,10 +187,7 @@ def start_run(
                 f"{path} holds this run's own input {held[0]}: output.overwrite=true would delete "
                 "it before it is read; choose another output.run_id"
             )
-        # moved aside first: a run interrupted while deleting never looks complete
-        aside = path.with_name(f".{path.name}.replaced-{secrets.token_hex(3)}")
-        os.replace(path, aside)
-        shutil.rmtree(aside)
+        retire_run(path)
     path.mkdir(parents=True)
     (path / layout.INCOMPLETE_MARKER).write_text("this run has not finished\n")
     started = time.time()
@@ -229,6 +226,14 @@ def start_run(
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Held back while a run's final status is written, so that a second Ctrl-C cannot leave it
 ``running``; delivered once it is written."""
+
+
+def retire_run(path: Path) -> None:
+    """Delete the run at ``path`` (being replaced), moved aside first: a run interrupted while
+    it is deleted never looks complete."""
+    aside = path.with_name(f".{path.name}.replaced-{secrets.token_hex(3)}")
+    os.replace(path, aside)
+    shutil.rmtree(aside)
 
 
 def _finish(run: Run, status: str, started: float, error: str | None) -> None:

@@ -19,7 +19,13 @@ from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io import layout
-from gpu_simulate_test.io.runs import Run, RunExistsError, default_run_id, start_run
+from gpu_simulate_test.io.runs import (
+    Run,
+    RunExistsError,
+    default_run_id,
+    retire_run,
+    start_run,
+)
 from gpu_simulate_test.orchestrate.configs import at_run, nested_in
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
@@ -53,9 +59,15 @@ def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> Non
 
 def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     """Refuse, before anything is created, when a run directory the pipeline would create
-    exists and ``output.overwrite`` is false. ``vidur_profile`` counts only when the pipeline
+    exists and ``output.overwrite`` is false (with it, deletes the compare run first).
+    ``vidur_profile`` counts only when the pipeline
     will profile (decided on the workload it is about to generate, without writing it)."""
     if cfg.output.overwrite:
+        # the answer of the run replaced goes first: one interrupted before its compare stage
+        # leaves no complete compare run over stages it had already replaced
+        answer = layout.run_dir(cfg.output.root, "compare", run_id)
+        if answer.exists():
+            retire_run(answer)
         return
     # the repeat and the re-runs go in the pipeline's own directory (RUNS_DIR), one of these
     paths = [layout.run_dir(cfg.output.root, stage, run_id) for stage in PIPELINE_STAGES]

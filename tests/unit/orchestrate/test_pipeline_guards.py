@@ -96,8 +96,10 @@ def test_existing_stage_runs_are_refused_before_any_stage_runs(pipeline_cfg, tmp
     assert "real_bench/late1" in message and "compare/late1" in message, message
     assert "nothing was run" in message
     assert _stage_dirs(root) == ["compare/late1", "real_bench/late1"]
-    # overwrite=true lets the pipeline replace them (the check itself passes)
+    # overwrite=true lets the pipeline replace them (the check itself passes), its old answer
+    # gone first: an overwrite interrupted before its compare leaves none over replaced stages
     check_outputs_free(pipeline_cfg("output.run_id=late1", "output.overwrite=true"), "late1")
+    assert _stage_dirs(root) == ["real_bench/late1"]
     # the repeat and the re-runs go in the pipeline's own directory: a run of another
     # pipeline's naming in real_bench/ is not in the way
     _earlier_run(root, "real_bench", "late2-r2-rerun1")
