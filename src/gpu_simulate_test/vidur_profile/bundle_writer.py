@@ -113,6 +113,7 @@ def write_bundle(
     with calibration replays, their steps and ``step_residuals.png``."""
     bundle.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", suffix=".part", dir=bundle.parent))
+    old: Path | None = None
     try:
         os.chmod(staging, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary directory
         write_csv(staging / layout.MLP_PROFILE, tables.mlp, MLP_TABLE)
@@ -124,7 +125,6 @@ def write_bundle(
             meta = {**meta, "engine_calibration": serving_reports(meta, serving_steps, staging)}
         write_json(staging / layout.BUNDLE_META, meta)
         check_bundle_free(bundle, overwrite)
-        old = None
         if bundle.exists():
             old = bundle.with_name(f".{bundle.name}.{os.getpid()}.old")
             os.replace(bundle, old)
@@ -134,5 +134,7 @@ def write_bundle(
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(staging)
+        if old is not None and old.exists() and not bundle.exists():
+            os.replace(old, bundle)  # stopped between the two renames: the old bundle back
         raise
     return bundle

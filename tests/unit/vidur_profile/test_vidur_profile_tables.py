@@ -13,6 +13,7 @@ from gpu_simulate_test.core.profiling.bundle import ATTENTION_TABLE, MLP_OPS, ML
 from gpu_simulate_test.core.profiling.grid import ProfileGrid
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import read_csv, read_json, write_csv
+from gpu_simulate_test.vidur_profile import bundle_writer
 from gpu_simulate_test.vidur_profile.bundle_writer import BundleExistsError, write_bundle
 from gpu_simulate_test.vidur_profile.layer_ops import (
     OP_DEFINITIONS,
@@ -174,3 +175,23 @@ def test_a_bad_table_leaves_no_bundle(tables: ProfileTables, tmp_path: Path) -> 
         write_bundle(bundle, broken, {}, overwrite=False)
     assert not bundle.exists() and list(bundle.parent.iterdir()) == []
     assert not math.isnan(float(tables.mlp["time_stats.add.median"].iloc[0]))
+
+
+def test_a_bundle_replaced_and_stopped_between_its_renames_is_the_old_one(
+    tables: ProfileTables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = tmp_path / "cpu" / "small"
+    write_bundle(bundle, tables, {"run_id": "first"}, overwrite=False)
+    real_replace = bundle_writer.os.replace
+
+    def stopped(src: Path, dst: Path) -> None:
+        if Path(src).name.endswith(".part") and Path(dst) == bundle:  # Ctrl-C just before it
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(bundle_writer.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        write_bundle(bundle, tables, {"run_id": "second"}, overwrite=True)
+    monkeypatch.undo()
+    assert read_json(bundle / layout.BUNDLE_META)["run_id"] == "first"
+    assert [p.name for p in bundle.parent.iterdir()] == ["small"]
