@@ -187,29 +187,27 @@ def start_run(
                 f"{path} holds this run's own input {held[0]}: output.overwrite=true would delete "
                 "it before it is read; choose another output.run_id"
             )
+    # the probes (git, packages, host) first: a run stopped during them leaves no directory
+    meta = {
+        "schema_version": RUN_META_SCHEMA_VERSION,
+        "stage": stage,
+        "run_id": run_id,
+        "status": "running",
+        "config": dict(config),
+        "git": git_commit(),
+        "packages": package_versions(),
+        "toolkit_version": __version__,
+        "host": host_info(),
+        "start_time": utc_now(),
+        "end_time": None,
+        "error": None,
+    }
+    if path.exists():
         retire_run(path)
     path.mkdir(parents=True)
     (path / layout.INCOMPLETE_MARKER).write_text("this run has not finished\n")
     started = time.time()
-    run = Run(
-        path=path,
-        stage=stage,
-        run_id=run_id,
-        meta={
-            "schema_version": RUN_META_SCHEMA_VERSION,
-            "stage": stage,
-            "run_id": run_id,
-            "status": "running",
-            "config": dict(config),
-            "git": git_commit(),
-            "packages": package_versions(),
-            "toolkit_version": __version__,
-            "host": host_info(),
-            "start_time": utc_now(),
-            "end_time": None,
-            "error": None,
-        },
-    )
+    run = Run(path=path, stage=stage, run_id=run_id, meta=meta)
     write_json(path / layout.RUN_META, run.meta)
     try:
         yield run

@@ -142,3 +142,15 @@ def test_an_overwrite_never_deletes_its_own_input(tmp_path: Path) -> None:
     assert (tmp_path / "compare" / "sweep" / "data.txt").read_text() == "first"
     with start_run(tmp_path, "compare", "sweep", {}, True, inputs[:1]) as run:
         assert not (run.path / "data.txt").exists()
+
+
+def test_a_run_stopped_while_it_probes_the_host_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stopped() -> dict:
+        raise KeyboardInterrupt  # Ctrl-C while git answers
+
+    monkeypatch.setattr(runs, "git_commit", stopped)
+    with pytest.raises(KeyboardInterrupt), start_run(tmp_path, "workload", "early", {}):
+        pass
+    assert not (tmp_path / "workload" / "early").exists()  # the id free for the run again
