@@ -133,7 +133,7 @@ def run_cli_in_process(
     app = importlib.import_module(f"gpu_simulate_test.cli.{stage}")
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
-    signals = (signal.SIGINT, signal.SIGTERM)
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     saved = (sys.argv, Path.cwd(), [signal.getsignal(s) for s in signals], console.width)
     saved_logging = (list(root.handlers), root.level)
     code: int = 0
