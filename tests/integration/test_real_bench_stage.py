@@ -324,12 +324,14 @@ def test_a_prompt_token_id_that_is_no_integer_is_named(
 
 
 @pytest.mark.slow  # a real engine replays the workload
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"]
+)
 def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(
     workspace: Path, signum: int
 ) -> None:
-    """SIGINT or SIGTERM mid-replay: exit 130, no traceback, the run marked interrupted with its
-    tables."""
+    """SIGINT, SIGTERM or SIGHUP (the terminal closed) mid-replay: exit 130, no traceback, the
+    run marked interrupted, by which signal, with its tables."""
     run_cli(
         "workload",
         f"output.run_id=slow{int(signum)}",
@@ -368,9 +370,10 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(
         out, _ = proc.communicate(timeout=60)
     text = out.decode()
     assert proc.returncode == 130, text
-    assert "Traceback" not in text and "interrupted (Ctrl-C or SIGTERM)" in text
+    assert "Traceback" not in text and "interrupted (Ctrl-C, SIGTERM or SIGHUP)" in text
     meta = read_json(run / layout.RUN_META)
-    assert meta["status"] == "interrupted"
+    how = "the user (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert meta["status"] == "interrupted" and meta["error"] == f"interrupted by {how}"
     requests = read_csv(run / layout.REQUEST_METRICS, REQUEST_METRICS)
     assert (requests.status == "ok").sum() >= 1 and len(requests) < 200
 
