@@ -86,12 +86,14 @@ def _terminated(signum: int, _frame: Any) -> None:
 
 
 def _handle_signals() -> None:
-    """SIGTERM and SIGHUP as :func:`_terminated`; SIGINT as Ctrl-C even where the stage was
-    started in the background with it ignored (a script's time limit sends one)."""
+    """SIGTERM and SIGHUP as :func:`_terminated` (SIGHUP left ignored under ``nohup``); SIGINT
+    as Ctrl-C even where the stage was started in the background with it ignored (a script's
+    time limit sends one)."""
     if threading.current_thread() is not threading.main_thread():
         return
     signal.signal(signal.SIGTERM, _terminated)
-    signal.signal(signal.SIGHUP, _terminated)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's choice is kept
+        signal.signal(signal.SIGHUP, _terminated)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -81,6 +81,9 @@ def test_hangup_and_terminate_unwind_as_ctrl_c_and_an_ignored_ctrl_c_is_heard() 
             assert callable(handler)
             with pytest.raises(KeyboardInterrupt, match=f"^by {sig.name}$"):
                 handler(sig, None)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # under nohup: it stays ignored
+        run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
