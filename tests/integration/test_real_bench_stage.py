@@ -379,7 +379,10 @@ def test_ctrl_c_keeps_what_was_measured_and_says_so_in_one_line(
 
 
 def _sigint_default() -> None:
+    """As from a terminal: SIGINT and SIGHUP at their defaults (a test session under nohup or
+    started in the background inherits them ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _meta_or_empty(run: Path) -> dict[str, object]:
