@@ -7,7 +7,8 @@ rates, a tune's configurations).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,15 +47,82 @@ class Workload:
     calibrated intake (:class:`~.step_model.StepModel`) adds each send's intake to the step it
     falls in, a fleet's replica its share (None: no intake)."""
 
+    def __post_init__(self) -> None:
+        check_workload(self)
+
     @classmethod
     def of(
         cls, arrival_s: ArrayLike, prompt_tokens: ArrayLike, output_tokens: ArrayLike
     ) -> Workload:
-        """Requests from any arrays or sequences: arrivals in seconds, tokens."""
-        return cls(
-            np.asarray(arrival_s, dtype=float),
-            np.asarray(prompt_tokens, dtype=np.int64),
-            np.asarray(output_tokens, dtype=np.int64),
+        """Requests from any arrays or sequences: arrivals in seconds, tokens (whole numbers)."""
+        tokens = [np.asarray(t) for t in (prompt_tokens, output_tokens)]
+        for name, values in zip(("prompt_tokens", "output_tokens"), tokens, strict=True):
+            _whole(name, values)
+        prompt, output = (t.astype(np.int64) for t in tokens)
+        return cls(np.asarray(arrival_s, dtype=float), prompt, output)
+
+
+def _whole(name: str, values: np.ndarray) -> None:
+    """Fail unless ``values`` are whole numbers (a float count is not truncated in silence)."""
+    if values.dtype.kind in "iu":
+        return
+    flat = values.ravel()
+    if values.dtype.kind in "fb":
+        number = flat.astype(float)
+        bad = np.flatnonzero(~(np.isfinite(number) & (number == np.floor(number))))
+        first = int(bad[0]) if bad.size else None
+    else:  # objects, strings: one at a time
+        first = next((i for i, v in enumerate(flat) if not _is_whole(v)), None)
+    if first is not None:
+        value = flat[first]
+        said = repr(value.item() if isinstance(value, np.generic) else value)
+        raise ValueError(f"Workload.{name}[{first}] is {said}, expected a whole number of tokens")
+
+
+def _is_whole(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(number) and number == int(number))
+
+
+def check_workload(workload: Workload) -> None:
+    """Fail, naming the field, on arrays no simulation can read: of different lengths or not
+    1-D, arrivals negative or infinite (NaN only for a closed loop's later turns, sent by
+    ``after``), token counts that are not whole numbers."""
+    if np.ndim(workload.arrival_s) != 1:
+        raise ValueError(
+            f"Workload.arrival_s has shape {np.shape(workload.arrival_s)}, expected a 1-D array "
+            "(one arrival a request)"
+        )
+    n = len(workload.arrival_s)
+    for name in ("prompt_tokens", "output_tokens", "routed_at", "sent_s"):
+        values = getattr(workload, name)
+        if values is not None and (np.ndim(values) != 1 or len(values) != n):
+            raise ValueError(
+                f"Workload.{name} has shape {np.shape(values)}, expected one value a request "
+                f"({n}, as arrival_s)"
+            )
+    for name in ("segments", "after", "router_reads"):
+        values = getattr(workload, name)
+        if values is not None and len(values) != n:
+            raise ValueError(
+                f"Workload.{name} has {len(values)} entries, expected {n} (one a request)"
+            )
+    for name in ("prompt_tokens", "output_tokens"):
+        _whole(name, np.asarray(getattr(workload, name)))
+    arrivals = np.asarray(workload.arrival_s, dtype=float)
+    bad = np.flatnonzero(
+        np.isinf(arrivals) | (arrivals < 0) | (np.isnan(arrivals) & (workload.after is None))
+    )
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"Workload.arrival_s[{i}] is {arrivals[i]}, expected a time in seconds >= 0 (NaN only "
+            "for a closed loop's later turn, with after)"
         )
 
 
@@ -75,6 +143,8 @@ class FleetSpec:
     def __post_init__(self) -> None:
         from gpu_simulate_test.simulator.routers import ROUTERS
 
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int | np.integer):
+            raise ValueError(f"fleet.replicas must be a whole number, got {self.replicas!r}")
         if self.replicas < 1:
             raise ValueError(f"fleet.replicas must be at least 1, got {self.replicas}")
         if self.router not in ROUTERS:
@@ -116,16 +186,35 @@ def simulate(
         else step_model
     )
     run = engines.get(engine.scheduler)
-    return run(
-        engine.params,
-        clock,
-        workload.arrival_s,
-        workload.prompt_tokens,
-        workload.output_tokens,
-        segments=workload.segments,
-        after=workload.after,
-        log_steps=log_steps,
-    )
+    with _covered(step_model):
+        return run(
+            engine.params,
+            clock,
+            workload.arrival_s,
+            workload.prompt_tokens,
+            workload.output_tokens,
+            segments=workload.segments,
+            after=workload.after,
+            log_steps=log_steps,
+        )
+
+
+@contextlib.contextmanager
+def _covered(step_model: object) -> Iterator[None]:
+    """A batch the step model's prediction tables do not hold (Vidur's KeyError of its shape)
+    said as what it is: a workload or knobs beyond the ones it was opened for."""
+    try:
+        yield
+    except KeyError as exc:
+        key = exc.args[0] if exc.args else None
+        if not isinstance(step_model, StepModel) or not isinstance(key, tuple):
+            raise
+        raise ValueError(
+            f"the step model has no time for a batch of shape {key} (Vidur's prediction "
+            "tables cover the workload and knobs it was opened for: longer prompts or outputs, "
+            "more requests at once or a larger token budget lie beyond them); open a "
+            "simulation for this workload and these knobs (open_simulation)"
+        ) from exc
 
 
 def _simulate_fleet(
@@ -155,18 +244,19 @@ def _simulate_fleet(
     router = ROUTERS[fleet.router](fleet.replicas, fleet.router_seed, fleet.poll_s)
     if workload.router_reads is not None and getattr(router, "scrapes", False):
         router.recorded = workload.router_reads  # type: ignore[attr-defined]
-    result = run_fleet(
-        engine.params,
-        clocks,
-        router,
-        workload.arrival_s,
-        workload.prompt_tokens,
-        workload.output_tokens,
-        segments=workload.segments,
-        after=workload.after,
-        log_steps=log_steps,
-        routed_at=workload.routed_at,
-    )
+    with _covered(step_model):
+        result = run_fleet(
+            engine.params,
+            clocks,
+            router,
+            workload.arrival_s,
+            workload.prompt_tokens,
+            workload.output_tokens,
+            segments=workload.segments,
+            after=workload.after,
+            log_steps=log_steps,
+            routed_at=workload.routed_at,
+        )
     return result.as_v1()
 
 

@@ -16,6 +16,7 @@ level (``vidur.step_time_scale``) multiplies every step and every pause.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -302,6 +303,8 @@ class StepModel:
 
     def at_level(self, level: float) -> StepModel:
         """The same model on a host ``level`` times as slow (shares the memoized predictions)."""
+        if not (math.isfinite(level) and level > 0):
+            raise ValueError(f"at_level({level!r}): the level must be a positive factor (1: as is)")
         return replace(self, level=level)
 
     def clock(

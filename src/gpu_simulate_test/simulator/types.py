@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 NAME = "vllm_v1"
 ENGINE_QUEUED = "engine_queued_time"
 """Beside Vidur's columns: when the engine core took the request into its queue. vLLM's core
@@ -34,6 +36,22 @@ class V1Params:
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"V1Params.{name} is {value!r}, expected a whole number >= 1")
+        threshold = self.long_prefill_token_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | np.integer)
+            or threshold < 0
+        ):
+            raise ValueError(
+                f"V1Params.long_prefill_token_threshold is {threshold!r}, expected a whole number "
+                ">= 0 (0: none)"
+            )
 
     @property
     def usable_blocks(self) -> int:
