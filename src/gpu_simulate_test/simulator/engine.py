@@ -149,6 +149,11 @@ class VllmV1Engine:
 
     def add(self, r: int, at: float) -> None:
         """Request ``r`` reaches the engine at ``at`` (queued at its next step's scheduling)."""
+        if not 0 <= r < len(self.book.arr) or not math.isfinite(at):
+            raise ValueError(
+                f"add({r}, {at}): expected a request of the book (0 to {len(self.book.arr) - 1}) "
+                "and a finite time in seconds"
+            )
         heapq.heappush(self.pending, (at, r))
         if not self.running and not self.waiting:
             self._start = None  # an idle engine wakes for the earliest of its arrivals
@@ -189,6 +194,8 @@ class VllmV1Engine:
         start = self._start
         if start is None:
             start = self.next_start()
+        if start == math.inf:
+            raise ValueError("nothing to step: no request is waiting, running or added")
         idle = self._idle
         self._start = None
         book, waiting, running, pending = self.book, self.waiting, self.running, self.pending

@@ -138,3 +138,21 @@ def test_engines_stepped_side_by_side_take_each_engines_own_steps() -> None:
         assert done == pytest.approx(
             alone.requests["request_e2e_time"].to_numpy() + w.arrival_s[share]
         )
+
+
+def test_an_engine_stepped_with_nothing_to_do_or_a_request_not_in_its_book_says_so() -> None:
+    w = workload(3)
+    book = RequestBook(w.arrival_s.tolist(), w.prompt_tokens.tolist(), w.output_tokens.tolist())
+    engine = VllmV1Engine(PARAMS, book, CountingKVCache(PARAMS.usable_blocks, PARAMS.block_size, 3),
+                          TokenClock())  # fmt: skip
+    with pytest.raises(ValueError, match="nothing to step: no request is waiting, running or"):
+        engine.step()
+    for r, at in ((3, 0.0), (-1, 0.0), (0, math.nan)):
+        with pytest.raises(ValueError, match=rf"add\({r}, {at}\): expected a request of the book"):
+            engine.add(r, at)
+    engine.add(0, float(w.arrival_s[0]))
+    while engine.next_start() < math.inf:
+        engine.step()
+    assert engine.finished == 1
+    with pytest.raises(ValueError, match="nothing to step"):  # done: nothing left
+        engine.step()
