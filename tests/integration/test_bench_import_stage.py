@@ -167,3 +167,12 @@ def test_an_overwrite_replaces_only_its_own_ids_runs(project: Path) -> None:
             "output.overwrite=true", cwd=project)  # fmt: skip
     again = read_json(project / "tmp" / "workload" / "ow-1" / layout.RUN_META)
     assert again["status"] == "complete" and again["start_time"] != before["start_time"]
+    # a workload stage's run of the same id is another stage's: refused too
+    run_cli("workload", "model=qwen3_tiny", "workload.num_requests=4", "output.run_id=ow-w",
+            "progress=false", cwd=project)  # fmt: skip
+    stage_run = read_json(project / "tmp" / "workload" / "ow-w" / layout.RUN_META)
+    proc = run_cli("bench_import", f"source={VLLM_FIXTURE}", "model=qwen3_0_6b",
+                   "output.run_id=ow-w", "output.overwrite=true", cwd=project,
+                   check=False)  # fmt: skip
+    assert proc.returncode == 2 and "is not a run of bench_import" in " ".join(proc.stdout.split())
+    assert read_json(project / "tmp" / "workload" / "ow-w" / layout.RUN_META) == stage_run

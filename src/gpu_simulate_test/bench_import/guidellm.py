@@ -23,6 +23,7 @@ Errored and incomplete requests are left out (counted).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ def _label(k: int, bench: Mapping[str, Any]) -> str:
 
 def _timing(path: Path, label: str, i: int, timings: Mapping[str, Any], key: str) -> float:
     value = timings.get(key)
-    if not isinstance(value, int | float):
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         raise ArtifactError(
             f"{path} ({label}), field 'requests.successful[{i}].info.timings.{key}': "
             f"{value!r}, expected a time in seconds (a streamed request of guidellm 0.8)"
@@ -125,7 +126,8 @@ def parse_benchmark(
         last.append(_timing(path, label, i, timings, "last_token_iteration"))
         end.append(_timing(path, label, i, timings, "request_end"))
         targeted = timings.get("targeted_start")
-        target.append(float(targeted) if isinstance(targeted, int | float) else start[-1])
+        target.append(_timing(path, label, i, timings, "targeted_start") if targeted is not None
+                      else start[-1])  # fmt: skip
         prompt.append(req.get("prompt_tokens"))
         output.append(req.get("output_tokens"))
     for name, values in (("prompt_tokens", prompt), ("output_tokens", output)):

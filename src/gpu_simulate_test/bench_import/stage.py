@@ -98,12 +98,16 @@ def _run_ids(cfg: BenchImportStageConfig, run_id: str, count: int) -> list[str]:
 
 
 def _written_as(path: Path) -> str | None:
-    """The ``output.run_id`` of the launch that wrote the run at ``path`` (None: unreadable)."""
+    """The ``output.run_id`` of the bench_import that wrote the run at ``path`` (None: another
+    stage's run, or unreadable)."""
     try:
         meta = read_json(path / layout.RUN_META)
     except ArtifactError:
         return None
-    output = (meta.get("config") or {}).get("output") or {}
+    config = meta.get("config")
+    if not isinstance(config, Mapping) or "source" not in config or "export_from" not in config:
+        return None  # not written by an import (its config has both)
+    output = config.get("output") or {}
     return output.get("run_id") if isinstance(output, Mapping) else None
 
 

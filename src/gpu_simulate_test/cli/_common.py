@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import signal
+import stat
 import sys
 import threading
 import traceback
@@ -25,7 +28,8 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.io.runs import RunExistsError
 
 T = TypeVar("T")
-PACKAGE = "gpu_simulate_test"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""This package's folder: a traceback's frames in it are the toolkit's own."""
 
 USER_ERRORS = (ConfigError, ArtifactError, RunExistsError, FileNotFoundError, ValueError)
 """Failures caused by the input: shown as one clear line, not a traceback."""
@@ -59,11 +63,10 @@ def _unchecked_origin(exc: BaseException) -> str | None:
 
 def _package_path(filename: str) -> str | None:
     """``gpu_simulate_test/...`` for a file of this package, else None."""
-    parts = Path(filename).parts
-    if PACKAGE not in parts[:-1]:
+    path = Path(filename).resolve()
+    if not path.is_relative_to(PACKAGE_DIR):
         return None
-    start = len(parts) - 1 - parts[::-1].index(PACKAGE)
-    return "/".join(parts[start:])
+    return "/".join((PACKAGE_DIR.name, *path.relative_to(PACKAGE_DIR).parts))
 
 
 def _multirun_suffix(cfg: DictConfig) -> DictConfig:
@@ -82,7 +85,23 @@ def _terminated(signum: int, _frame: Any) -> None:
     """SIGTERM (``kill``, a job scheduler) and SIGHUP (the terminal closed, ssh dropped) unwind
     like Ctrl-C: the run is marked interrupted and a server the stage started is stopped,
     instead of the process vanishing mid-write."""
+    if signum == signal.SIGHUP:
+        _leave_terminal()
     raise KeyboardInterrupt(f"by {signal.Signals(signum).name}")
+
+
+def _leave_terminal() -> None:
+    """After a hangup, output to the terminal that is gone fails (EIO) and would turn the
+    interruption into a failure: the standard streams that are terminals write to the null
+    device instead (pipes and files keep theirs)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def _handle_signals() -> None:

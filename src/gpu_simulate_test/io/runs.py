@@ -234,13 +234,33 @@ def retire_run(path: Path) -> None:
     shutil.rmtree(aside)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold back the stopping signals (their Python handlers swapped for one that notes them,
+    whichever thread the kernel hands them to) and deliver each noted one afterwards, to the
+    handler it had. Off the main thread, where handlers cannot be set, nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    saved = {s: signal.getsignal(s) for s in STOPPING_SIGNALS}
+    held = [s for s, h in saved.items() if h not in (signal.SIG_IGN, None)]
+    for s in held:
+        signal.signal(s, lambda signum, _frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, saved[s])
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
 def _finish(run: Run, status: str, started: float, error: str | None) -> None:
     """Write the final status (and, for a complete run, drop the marker) with the stopping
     signals held back; a failed run whose status cannot be written (a full disk) keeps
     ``running`` and its marker, and the error that failed it goes on."""
-    main = threading.current_thread() is threading.main_thread()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS) if main else None
-    try:
+    with signals_held():
         run.meta.update(
             status=status,
             end_time=utc_now(),
@@ -255,9 +275,6 @@ def _finish(run: Run, status: str, started: float, error: str | None) -> None:
             return
         if status == "complete":
             (run.path / layout.INCOMPLETE_MARKER).unlink()
-    finally:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def open_upstream_run(path: Path | str, stage: str) -> dict[str, Any]:

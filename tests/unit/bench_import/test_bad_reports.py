@@ -77,3 +77,11 @@ def test_a_file_of_failed_requests_reads_quietly_and_is_refused() -> None:
         assert not run.ok.any()
         with pytest.raises(ArtifactError, match=r"field 'errors'.*no request succeeded"):
             check_run(run, model_preset("qwen3_0_6b"))
+
+
+@pytest.mark.parametrize("key", ["request_start", "targeted_start"])
+def test_a_time_that_is_not_finite_names_guidellms_field(key: str) -> None:
+    data = report()
+    data["benchmarks"][0]["requests"]["successful"][2]["info"]["timings"][key] = float("nan")
+    with pytest.raises(ArtifactError, match=rf"successful\[2\]\.info\.timings\.{key}': nan"):
+        read_guidellm(GUIDELLM_FIXTURE, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from gpu_simulate_test.cli import _common
 from gpu_simulate_test.cli._common import run_stage
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.simulator.registry import EngineRegistry
@@ -22,6 +24,18 @@ from gpu_simulate_test.simulator.registry import EngineRegistry
 @dataclass(frozen=True)
 class Tiny:
     n: int = 0
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _handlers_put_back() -> Iterator[None]:
+    """run_stage installs the stages' handlers: each test's are put back after it."""
+    saved = {s: signal.getsignal(s) for s in STOPPING}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _exit(body: Any, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -70,20 +84,64 @@ def test_a_place_it_cannot_write_is_one_line(capsys: pytest.CaptureFixture[str])
         run_stage(OmegaConf.structured(Tiny), Tiny, refused)
 
 
-def test_hangup_and_terminate_unwind_as_ctrl_c_and_an_ignored_ctrl_c_is_heard() -> None:
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # started in the background by a script
-        run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            handler = signal.getsignal(sig)
-            assert callable(handler)
-            with pytest.raises(KeyboardInterrupt, match=f"^by {sig.name}$"):
-                handler(sig, None)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # under nohup: it stays ignored
-        run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
-        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+def test_hangup_and_terminate_unwind_as_ctrl_c_and_an_ignored_ctrl_c_is_heard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    left: list[bool] = []
+    monkeypatch.setattr(_common, "_leave_terminal", lambda: left.append(True))  # this terminal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # started in the background by a script
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as from a terminal (not under nohup)
+    run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        assert callable(handler)
+        with pytest.raises(KeyboardInterrupt, match=f"^by {sig.name}$"):
+            handler(sig, None)
+    assert left == [True]  # a hangup leaves the terminal; SIGTERM does not
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # under nohup: it stays ignored
+    run_stage(OmegaConf.structured(Tiny), Tiny, lambda _c, _r: Path())
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+def test_leaving_the_terminal_keeps_pipes_and_files(tmp_path: Path) -> None:
+    """Run in a child whose stdout is a file and stderr a pipe: both keep their output."""
+    import subprocess
+    import sys
+
+    code = (
+        "from gpu_simulate_test.cli._common import _leave_terminal\n"
+        "_leave_terminal(); print('kept', flush=True)\n"
+        "import sys; print('kept too', file=sys.stderr, flush=True)\n"
+    )
+    out = tmp_path / "out.txt"
+    with out.open("w") as handle:
+        proc = subprocess.run([sys.executable, "-c", code], stdout=handle, stderr=subprocess.PIPE,
+                              text=True, check=True)  # fmt: skip
+    assert out.read_text() == "kept\n" and proc.stderr == "kept too\n"
+
+
+def test_leaving_the_terminal_sends_a_terminals_output_to_the_null_device() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from gpu_simulate_test.cli._common import _leave_terminal\n"
+        "print('before', flush=True); _leave_terminal(); print('after', flush=True)\n"
+    )
+    master, slave = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 1024)
+        except OSError:  # the terminal's other end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    assert b"before" in seen and b"after" not in seen

@@ -34,6 +34,7 @@ Q20 = REPO_ROOT / "tests" / "data" / "vllm" / "frontend_queue" / "q20" / "reques
         (([0.0], [10.7], [5]), r"Workload.prompt_tokens\[0\] is 10.7, expected a whole number"),
         (([0.0], [10], [np.nan]), r"Workload.output_tokens\[0\] is nan"),
         (([0.0], ["ten"], [5]), r"Workload.prompt_tokens\[0\] is 'ten'"),
+        (([0.0], [10], [True]), r"Workload.output_tokens\[0\] is True"),
     ],
 )  # fmt: skip
 def test_a_workload_no_simulation_can_read_is_refused(arrays: tuple, message: str) -> None:
