@@ -50,14 +50,13 @@ def _unchecked_origin(exc: BaseException) -> str | None:
     if isinstance(exc, ConfigError | ArtifactError | RunExistsError):
         return None
     frames = traceback.extract_tb(exc.__traceback__)
-    ours = [f for f in frames if _package_path(f.filename)]
-    if not ours or ours[-1] is frames[-1]:
+    ours = [(f, where) for f in frames if (where := _package_path(f.filename))]
+    if not ours or ours[-1][0] is frames[-1]:
         return None
-    last = ours[-1]
+    last, where = ours[-1]
     return (
         f"  (no input check of this toolkit caught it: {type(exc).__name__} from "
-        f"{_package_path(last.filename)}:{last.lineno} in {last.name}; please report it with "
-        "the command)"
+        f"{where}:{last.lineno} in {last.name}; please report it with the command)"
     )
 
 

@@ -171,7 +171,7 @@ def run_sweep(
     with start_run(
         cfg.output.root, "compare", run_id, resolved_config, cfg.output.overwrite, sources
     ) as r:
-        r.update_meta(kind="sweep", sweep_dirs=[str(p) for p, _, _ in runs], sweep_x=axis)
+        r.update_meta(kind="sweep", sweep_dirs=[str(p) for p in sources], sweep_x=axis)
         write_csv(r.file(SWEEP_CSV), table, SWEEP_TABLE)
         write_json(r.file(SWEEP_JSON), {"sweep_x": axis, "rows": table.to_dict("records")})
         plots.plot_sweep(table, r.file(SWEEP_PLOT), X_LABELS[axis], SWEEP_STATS)

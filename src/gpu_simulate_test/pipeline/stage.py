@@ -60,8 +60,8 @@ def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> Non
 def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
     """Refuse, before anything is created, when a run directory the pipeline would create
     exists and ``output.overwrite`` is false (with it, deletes the compare run first).
-    ``vidur_profile`` counts only when the pipeline
-    will profile (decided on the workload it is about to generate, without writing it)."""
+    ``vidur_profile`` counts only when the pipeline will profile (decided on the workload it is
+    about to generate, without writing it)."""
     if cfg.output.overwrite:
         # the answer of the run replaced goes first: one interrupted before its compare stage
         # leaves no complete compare run over stages it had already replaced

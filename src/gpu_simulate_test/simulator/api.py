@@ -21,7 +21,7 @@ from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.registry import ENGINES, EngineRegistry
 from gpu_simulate_test.simulator.run import V1Result
 from gpu_simulate_test.simulator.step_model import StepModel
-from gpu_simulate_test.simulator.types import StepClock, V1Params
+from gpu_simulate_test.simulator.types import StepClock, V1Params, is_count
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class FleetSpec:
     def __post_init__(self) -> None:
         from gpu_simulate_test.simulator.routers import ROUTERS
 
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int | np.integer):
+        if not is_count(self.replicas):
             raise ValueError(f"fleet.replicas must be a whole number, got {self.replicas!r}")
         if self.replicas < 1:
             raise ValueError(f"fleet.replicas must be at least 1, got {self.replicas}")
@@ -180,8 +180,21 @@ def simulate(
     timed by ``step_model.clock(seed + k)`` (or by the ``k``-th of a sequence of clocks, one
     per replica: an oracle replay of a data-parallel run), behind the fleet's router; both
     tables carry an ``engine`` column."""
-    if fleet is not None and fleet.replicas > 1:
-        return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)
+    with _covered(step_model):
+        if fleet is not None and fleet.replicas > 1:
+            return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)
+        return _simulate_one(workload, step_model, engine, seed, engines, log_steps)
+
+
+def _simulate_one(
+    workload: Workload,
+    step_model: StepModel | StepClock | Sequence[StepClock],
+    engine: EngineSpec,
+    seed: int,
+    engines: EngineRegistry,
+    log_steps: bool,
+) -> V1Result:
+    """:func:`simulate` on one engine."""
     if isinstance(step_model, Sequence):
         raise ValueError("a clock per engine times a fleet: pass fleet=FleetSpec(replicas)")
     clock = (
@@ -190,17 +203,16 @@ def simulate(
         else step_model
     )
     run = engines.get(engine.scheduler)
-    with _covered(step_model):
-        return run(
-            engine.params,
-            clock,
-            workload.arrival_s,
-            workload.prompt_tokens,
-            workload.output_tokens,
-            segments=workload.segments,
-            after=workload.after,
-            log_steps=log_steps,
-        )
+    return run(
+        engine.params,
+        clock,
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
+        segments=workload.segments,
+        after=workload.after,
+        log_steps=log_steps,
+    )
 
 
 @contextlib.contextmanager
@@ -250,19 +262,18 @@ def _simulate_fleet(
     router = ROUTERS[fleet.router](fleet.replicas, fleet.router_seed, fleet.poll_s)
     if workload.router_reads is not None and getattr(router, "scrapes", False):
         router.recorded = workload.router_reads  # type: ignore[attr-defined]
-    with _covered(step_model):
-        result = run_fleet(
-            engine.params,
-            clocks,
-            router,
-            workload.arrival_s,
-            workload.prompt_tokens,
-            workload.output_tokens,
-            segments=workload.segments,
-            after=workload.after,
-            log_steps=log_steps,
-            routed_at=workload.routed_at,
-        )
+    result = run_fleet(
+        engine.params,
+        clocks,
+        router,
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
+        segments=workload.segments,
+        after=workload.after,
+        log_steps=log_steps,
+        routed_at=workload.routed_at,
+    )
     return result.as_v1()
 
 

@@ -24,6 +24,11 @@ request's first admission (vLLM's ``num_cached_tokens``, the usage's
 ``prompt_tokens_details.cached_tokens``)."""
 
 
+def is_count(value: object) -> bool:
+    """Whether ``value`` is a whole number as Python or numpy holds one (not a bool)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class V1Params:
     """The knobs vLLM's scheduler reads (the ``vllm`` backend's, one for one)."""
@@ -38,20 +43,19 @@ class V1Params:
     enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"V1Params.{name} is {value!r}, expected a whole number >= 1")
-        threshold = self.long_prefill_token_threshold
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, int | np.integer)
-            or threshold < 0
+        for name, least in (
+            ("max_num_batched_tokens", 1),
+            ("max_num_seqs", 1),
+            ("block_size", 1),
+            ("num_blocks", 1),
+            ("long_prefill_token_threshold", 0),
         ):
-            raise ValueError(
-                f"V1Params.long_prefill_token_threshold is {threshold!r}, expected a whole number "
-                ">= 0 (0: none)"
-            )
+            value = getattr(self, name)
+            if not is_count(value) or value < least:
+                none = " (0: none)" if least == 0 else ""
+                raise ValueError(
+                    f"V1Params.{name} is {value!r}, expected a whole number >= {least}{none}"
+                )
 
     @property
     def usable_blocks(self) -> int:
