@@ -154,6 +154,11 @@ class VllmV1Engine:
                 f"add({r}, {at}): expected a request of the book (0 to {len(self.book.arr) - 1}) "
                 "and a finite time in seconds"
             )
+        if at < self.book.arr[r]:  # NaN (a closed loop's turn not yet sent): any time
+            raise ValueError(
+                f"add({r}, {at}): request {r} arrives at {self.book.arr[r]} s (the book's); "
+                "it cannot reach the engine before it arrives"
+            )
         heapq.heappush(self.pending, (at, r))
         if not self.running and not self.waiting:
             self._start = None  # an idle engine wakes for the earliest of its arrivals

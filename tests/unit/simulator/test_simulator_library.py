@@ -150,6 +150,9 @@ def test_an_engine_stepped_with_nothing_to_do_or_a_request_not_in_its_book_says_
     for r, at in ((3, 0.0), (-1, 0.0), (0, math.nan)):
         with pytest.raises(ValueError, match=rf"add\({r}, {at}\): expected a request of the book"):
             engine.add(r, at)
+    late = float(w.arrival_s[1])
+    with pytest.raises(ValueError, match=rf"add\(1, {late - 0.5}\): request 1 arrives at"):
+        engine.add(1, late - 0.5)  # before its own arrival: a negative wait
     engine.add(0, float(w.arrival_s[0]))
     while engine.next_start() < math.inf:
         engine.step()
