@@ -328,7 +328,7 @@ def profile_config(
 
     ``output.overwrite`` is true so that the bundle is replaced; for the stage's run directory
     that is only safe once the orchestrator checked it is free (the pipeline's
-    ``check_outputs_free``) or owns it (fidelity, capacity).
+    ``claim_outputs``) or owns it (fidelity, capacity).
     """
     return VidurProfileStageConfig(
         model=cfg.model,

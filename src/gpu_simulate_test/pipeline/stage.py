@@ -4,7 +4,7 @@ steps of :mod:`gpu_simulate_test.orchestrate`.
 
 Every stage lands in ``<output.root>/<stage>/<run_id>/`` with the same run id; the pipeline's
 own run (``<output.root>/pipeline/<run_id>/run_meta.json``) lists them and the time each took.
-Before any stage runs, :func:`check_outputs_free` refuses when one of those directories exists
+Before any stage runs, :func:`claim_outputs` refuses when one of those directories exists
 (unless ``output.overwrite``), so a refusal leaves no half-finished pipeline behind.
 """
 
@@ -57,9 +57,10 @@ def check_runs_free(paths: Sequence[Path], done: str = "nothing was run") -> Non
         )
 
 
-def check_outputs_free(cfg: PipelineStageConfig, run_id: str) -> None:
-    """Refuse, before anything is created, when a run directory the pipeline would create
-    exists and ``output.overwrite`` is false (with it, deletes the compare run first).
+def claim_outputs(cfg: PipelineStageConfig, run_id: str) -> None:
+    """Claim the run directories the pipeline will create, before anything is created: refuse
+    when one exists and ``output.overwrite`` is false; with it, retire the old answer (the
+    compare run) first, so that a run replaced and interrupted leaves no answer over it.
     ``vidur_profile`` counts only when the pipeline will profile (decided on the workload it is
     about to generate, without writing it)."""
     if cfg.output.overwrite:
@@ -111,7 +112,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Run every stage; returns the compare run directory (with ``summary.md``)."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     check_sessions_served(cfg)  # a multi-turn workload needs a backend that runs sessions
-    check_outputs_free(cfg, run_id)
+    claim_outputs(cfg, run_id)
     cfg = at_run(cfg, run_id)
     with start_run(cfg.output.root, "pipeline", run_id, resolved_config, cfg.output.overwrite) as p:
         stages = Stages(record_in=p, progress=cfg.progress)
@@ -123,7 +124,7 @@ def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         )
         if decided.misfits and not cfg.output.overwrite:
             # a safety net (the profile stage's overwrite is meant for the bundle):
-            # check_outputs_free decided on the same workload before any stage
+            # claim_outputs decided on the same workload before any stage
             check_runs_free(
                 [layout.run_dir(cfg.output.root, "vidur_profile", run_id)],
                 "the workload stage ran, the pipeline stopped before profiling",

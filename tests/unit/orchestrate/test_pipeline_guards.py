@@ -19,7 +19,7 @@ from gpu_simulate_test.orchestrate.profiling import (
     check_profile_quality,
     profile_config,
 )
-from gpu_simulate_test.pipeline.stage import check_outputs_free, run
+from gpu_simulate_test.pipeline.stage import claim_outputs, run
 from gpu_simulate_test.vidur_simulate.plan import Requirements
 from tests.vidur_bundle_factory import SyntheticRanges, write_synthetic_bundle
 
@@ -98,15 +98,15 @@ def test_existing_stage_runs_are_refused_before_any_stage_runs(pipeline_cfg, tmp
     assert _stage_dirs(root) == ["compare/late1", "real_bench/late1"]
     # overwrite=true lets the pipeline replace them (the check itself passes), its old answer
     # gone first: an overwrite interrupted before its compare leaves none over replaced stages
-    check_outputs_free(pipeline_cfg("output.run_id=late1", "output.overwrite=true"), "late1")
+    claim_outputs(pipeline_cfg("output.run_id=late1", "output.overwrite=true"), "late1")
     assert _stage_dirs(root) == ["real_bench/late1"]
     # the repeat and the re-runs go in the pipeline's own directory: a run of another
     # pipeline's naming in real_bench/ is not in the way
     _earlier_run(root, "real_bench", "late2-r2-rerun1")
-    check_outputs_free(pipeline_cfg("output.run_id=late2"), "late2")
+    claim_outputs(pipeline_cfg("output.run_id=late2"), "late2")
     _earlier_run(root, "pipeline", "late2")
     with pytest.raises(RunExistsError, match="pipeline/late2"):
-        check_outputs_free(pipeline_cfg("output.run_id=late2"), "late2")
+        claim_outputs(pipeline_cfg("output.run_id=late2"), "late2")
 
 
 def test_an_existing_profile_run_counts_only_when_the_pipeline_will_profile(
@@ -120,15 +120,15 @@ def test_an_existing_profile_run_counts_only_when_the_pipeline_will_profile(
         "output.run_id=r1", "workload.num_requests=4", "engine_overhead=false", "backend=hf_cb"
     )
     write_synthetic_bundle(Path(cfg.profiling_root), cfg.model, points=6)
-    check_outputs_free(cfg, "r1")
+    claim_outputs(cfg, "r1")
     no_reuse = pipeline_cfg(
         "output.run_id=r1", "engine_overhead=false", "reuse_profile=false", "backend=hf_cb"
     )
     with pytest.raises(RunExistsError, match="vidur_profile/r1"):
-        check_outputs_free(no_reuse, "r1")
+        claim_outputs(no_reuse, "r1")
     calibrated = pipeline_cfg("output.run_id=r1", "workload.num_requests=4", "backend=hf_cb")
     with pytest.raises(RunExistsError, match="vidur_profile/r1"):
-        check_outputs_free(calibrated, "r1")
+        claim_outputs(calibrated, "r1")
 
 
 def test_a_bundle_with_a_planted_outlier_is_profiled_again(pipeline_cfg) -> None:
