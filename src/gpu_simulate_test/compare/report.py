@@ -243,8 +243,9 @@ def _latency_section(comparison: Comparison) -> list[str]:
             for item in comparison.metrics
             if item.available_sim
         )
-        + ". ITL: real side only (Vidur has no per-token times). Scheduling delay: arrival to "
-        "first scheduled (hf_cb engine stamps; empty for other backends).",
+        + ". ITL: real side only (Vidur has no per-token times). Scheduling delay: the engine's "
+        "arrival to first scheduled (its own stamps: vLLM with the engine's clock, vllm_engine, "
+        "hf_cb; n/a for a backend without them).",
         "",
     ]
 
