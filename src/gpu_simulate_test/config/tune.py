@@ -116,9 +116,10 @@ class TuneOptions:
     router) → a list of values, or a range ``lo:hi:xF`` / ``lo:hi:+S``. Every combination is
     one configuration (one replica needs no router: it is listed once); a knob left out keeps
     the backend's value (``backend.*``; one replica, or ``backend.data_parallel_size`` behind
-    ``vllm_dp``). Empty here: ``tune.yaml`` gives the default space
-    (a key it names can be dropped with ``~tune.space.<knob>``), and the stage refuses an empty
-    one before it starts."""
+    ``vllm_dp``; a knob set to None likewise). Empty here: ``tune.yaml`` gives the default
+    space, naming every knob (those it does not search as null, so that
+    ``tune.space.<knob>=[...]`` needs no ``+``; a key can be dropped with
+    ``~tune.space.<knob>``), and the stage refuses an empty one before it starts."""
     objective: str = "capacity"
     """``capacity``: the highest rate that meets ``capacity.slo`` (requests/s); ``goodput``:
     the requests per second that meet every goal at ``tune.qps``."""
@@ -213,8 +214,7 @@ class TuneOptions:
             self.executor == "ray" or not self.ray_address,
             f"tune.ray_address={self.ray_address!r} is a Ray cluster: set tune.executor=ray",
         )
-        for name, given in dict(self.space).items():
-            knob_values(str(name), given)
+        self.knobs(allow_empty=True)  # each knob's values checked, naming it
         _check(
             self.objective in OBJECTIVES,
             f"tune.objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}",
@@ -284,12 +284,18 @@ class TuneOptions:
             f"tune.verify_budget_s={self.verify_budget_s} must be >= 0 (0: capacity's budget)",
         )
 
-    def knobs(self) -> dict[str, tuple[Any, ...]]:
-        """Each knob of the space and its values, in the order given; ConfigError when empty
-        (no engine knob, and no fleet knob with more than one value)."""
-        found = {str(name): knob_values(str(name), given) for name, given in self.space.items()}
+    def knobs(self, allow_empty: bool = False) -> dict[str, tuple[Any, ...]]:
+        """Each knob of the space and its values, in the order given, a knob set to None (null:
+        named so that an override needs no ``+``) left out; ConfigError when empty (no engine
+        knob, and no fleet knob with more than one value)."""
+        found = {
+            str(name): knob_values(str(name), given)
+            for name, given in self.space.items()
+            if given is not None
+        }
         _check(
-            any(name in TUNE_KNOBS or len(values) > 1 for name, values in found.items()),
+            allow_empty
+            or any(name in TUNE_KNOBS or len(values) > 1 for name, values in found.items()),
             "tune.space is empty: name at least one knob and its values, e.g. "
             "tune.space.max_num_seqs=[8,16,32] or tune.space.replicas=[1,2,4]",
         )
