@@ -246,8 +246,9 @@ class VllmEngineBackendConfig(BatchingBackendConfig):
     block_size: int = 32
     """Tokens per KV-cache block (``--block-size``); vLLM's CPU attention needs a multiple of 32."""
     enable_prefix_caching: bool = False
-    """Automatic prefix caching; off, as Vidur does not model it (a run checks the engine's
-    prefix-cache hits either way)."""
+    """Automatic prefix caching (``--enable-prefix-caching``); off by default, so that runs of
+    one workload are independent. ``vllm_v1`` caches blocks as vLLM does when it is on (the
+    derived scheduler takes it); a run checks the engine's prefix-cache hits either way."""
     enable_chunked_prefill: bool = True
     """Chunked prefill (Vidur's sarathi scheduler chunks the same way)."""
     enforce_eager: bool = True

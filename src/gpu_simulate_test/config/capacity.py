@@ -135,9 +135,9 @@ class CapacityStageConfig(SearchStageBase):
     fleet: FleetConfig = field(default_factory=FleetConfig)
     """``fleet.replicas=N fleet.router=R``: the capacity of N engines behind router R (one GPU
     each). Behind ``vllm_dp`` the real check serves them as one ``--data-parallel-size N``
-    server (``backend.data_parallel_size`` is N); behind another router the fleet is simulated
-    only (``capacity.verify=false``: the real bench does not serve N servers behind the client's
-    router yet). One replica (the default): ``backend.data_parallel_size``'s fleet."""
+    server (``backend.data_parallel_size`` is N); behind another router as N servers behind the
+    client's own router (``backend.servers`` is N, :func:`fleet_backend`). One replica (the
+    default): ``backend.data_parallel_size``'s fleet."""
 
     def __post_init__(self) -> None:
         check_scheduler_named_once(self.backend, self.vidur.scheduler)
