@@ -21,10 +21,14 @@ encoders and KV connectors off and synchronous scheduling (what vLLM runs on CPU
 - **after the step**, every request whose computed tokens reached its tokens emits one; one that
   has emitted its ``max_tokens`` finishes and frees its blocks.
 
-Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request the
-engine queued by ``S`` is in the queue (vLLM's core reads new requests only between steps). The
-next step is scheduled ``gap`` after ``E`` when there is work, else ``lead`` after the next
-arrival; the :class:`~.types.StepClock` gives those three per step.
+Time: a step is scheduled at ``S`` and its outputs are made at ``E = S + body``; a request that
+reached the engine by ``S`` is in the queue (vLLM's core reads new requests only between steps).
+The next step is scheduled ``gap`` after ``E`` when there is work, else ``lead`` after the next
+arrival; the :class:`~.types.StepClock` gives those three per step. A request is queued (the
+engine's clock starts) at the ``S`` of the first step after it reached the engine: vLLM's core
+takes its input in right before it schedules (``run_busy_loop``: ``_process_input_queue``, then
+the step), so a request that came while a step ran is stamped queued after that step's outputs
+and the pause behind them, tens of microseconds before the next step's scheduling.
 
 Per-request state lives in a :class:`RequestBook` shared by every engine of a fleet (a request
 runs on one engine); each engine keeps its own queue, running list, cache and steps.
@@ -205,11 +209,11 @@ class VllmV1Engine:
         self._start = None
         book, waiting, running, pending = self.book, self.waiting, self.running, self.pending
         if pending and pending[0][0] <= start:
-            queued_at, ready = book.queued_at, self.ready
+            queued_at = book.queued_at
             while pending and pending[0][0] <= start:
-                at, r = heapq.heappop(pending)
+                _, r = heapq.heappop(pending)
                 waiting.append(r)
-                queued_at[r] = max(at, ready)
+                queued_at[r] = start  # stamped as the core takes its input in, then schedules
         chosen: Chosen = []
         chunks: list[tuple[int, int]] = []
         params = self.params

@@ -69,8 +69,8 @@ engine with the first two (the simulated engine's E2E is E2E less those three)."
 ENGINE_QUEUED_DELAY = "engine_scheduling_delay_s"
 """REQUEST_METRICS' optional column, written right after its required ones:
 ``scheduling_delay_s`` from the moment the engine queued the request (the vLLM-V1 loop queues a
-request that arrives during a step at the step's end, as vLLM's engine core does; the real run's
-column of that name)."""
+request that arrives during a step right before the next step's scheduling, as vLLM's engine core
+does; the real run's column of that name)."""
 SUMMARY_PERCENTILES: tuple[int, ...] = pct.select(50, 90, 99)
 """The percentiles of the run summary, from the one list
 (:data:`gpu_simulate_test.core.metrics.percentiles.PERCENTILES`)."""
@@ -150,10 +150,10 @@ def normalize(
     scheduler plus its tokens' way back to the client. It is added to TTFT and E2E (TPOT, a
     difference of token times, is unchanged). ``held_back_s`` is the part of the simulated wait
     before the engine that vLLM's engine core does not stamp (a request that arrived while a step
-    ran is queued when it ends): in ``frontend_delay_s``, so that the engine's clock starts
-    where the real engine's does, and not added again. ``frontend_last_s``, where the last
-    token's way back differs from the first's (the front end as a queue), is added to E2E
-    instead (None: ``frontend_delay_s``). ``frontend_first_s``, the first token's way back
+    ran is queued as the next step is scheduled): in ``frontend_delay_s``, so that the engine's
+    clock starts where the real engine's does, and not added again. ``frontend_last_s``, where
+    the last token's way back differs from the first's (the front end as a queue), is added to
+    E2E instead (None: ``frontend_delay_s``). ``frontend_first_s``, the first token's way back
     within ``frontend_delay_s``, splits it into its hops (:data:`EXTRA_COLUMNS`; None: not
     split)."""
     arrival = np.asarray(arrival_time_s, dtype=float)

@@ -293,16 +293,17 @@ class PausingStretches(Pausing):
 
 @pytest.mark.parametrize("clock", [Pausing, PausingStretches])
 def test_a_busy_step_that_takes_a_request_in_pauses_apart(clock: type[Pausing]) -> None:
-    """The second request reaches the engine 2 ms into the first's 10 ms prefill: it is queued
-    at the step's end and scheduled 1 ms later; the steps without one follow 0.1 ms apart, in a
-    stretch of decodes too; without ``intake_gap`` every step 0.1 ms apart."""
+    """The second request reaches the engine 2 ms into the first's 10 ms prefill: it is
+    scheduled 1 ms after the step's end, and queued then (vLLM's core takes its input in right
+    before it schedules); the steps without one follow 0.1 ms apart, in a stretch of decodes
+    too; without ``intake_gap`` every step 0.1 ms apart."""
     params = V1Params(max_num_batched_tokens=256, max_num_seqs=8, block_size=16, num_blocks=64)
     arrivals = np.array([0.0, 0.002, 0.0505])  # the third while the first two decode
     args = (arrivals, np.array([16, 16, 16]), np.array([8, 8, 3]))
     result = run_v1(params, clock(0.01), *args)
     queued = result.requests[ENGINE_QUEUED].to_numpy()
     start = result.schedule["start_time_s"].to_numpy()
-    assert queued[1] == pytest.approx(0.01) and start[1] == pytest.approx(0.011)
+    assert queued[1] == pytest.approx(0.011) and start[1] == pytest.approx(0.011)
     gaps = np.round((start[1:] - result.schedule["end_time_s"].to_numpy()[:-1]) * 1e3, 6)
     takes = result.schedule["num_prefill_requests"].to_numpy()[1:] > 0
     assert takes.sum() == 2 and set(gaps[takes]) == {1.0} and set(gaps[~takes]) == {0.1}

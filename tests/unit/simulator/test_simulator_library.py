@@ -159,3 +159,34 @@ def test_an_engine_stepped_with_nothing_to_do_or_a_request_not_in_its_book_says_
     assert engine.finished == 1
     with pytest.raises(ValueError, match="nothing to step"):  # done: nothing left
         engine.step()
+
+
+class PausingClock(TokenClock):
+    """:class:`TokenClock` with a 0.3 ms pause between busy steps (vLLM's loop after the
+    outputs: the engine core takes its input in at the pause's end, right before it schedules)."""
+
+    def gap(self, index: int) -> float:
+        return 3e-4
+
+
+def test_a_request_sent_during_a_step_is_queued_as_the_next_step_is_scheduled() -> None:
+    """vLLM's core stamps a request queued in ``_process_input_queue``, right before it schedules
+    (on make run's truth 0.01–0.08 ms before the next start, 0.12–0.37 ms after the step's end):
+    a request that came during a step is queued at the next step's scheduling, not the step's
+    end, so the pause behind the outputs is not on the engine's clock."""
+    prompt, out = [32, 8, 8], [4, 2, 2]
+    book = RequestBook([0.0, 1e-3, 10.0], prompt, out)
+    kv = CountingKVCache(PARAMS.usable_blocks, PARAMS.block_size, 3)
+    engine = VllmV1Engine(PARAMS, book, kv, PausingClock())
+    for r in range(3):
+        engine.add(r, book.arr[r])
+    while engine.next_start() < math.inf:
+        engine.step()
+    steps = schedule_frame(engine.rows)
+    first_end = steps["end_time_s"].iloc[0]
+    assert book.arr[1] < first_end  # request 1 came while the first step ran
+    second_start = steps["start_time_s"].iloc[1]
+    assert second_start == pytest.approx(first_end + 3e-4)
+    assert book.queued_at[1] == pytest.approx(second_start)  # not first_end
+    assert book.queued_at[0] == 0.0 and book.queued_at[2] == 10.0  # an idle engine: on arrival
+    assert book.scheduled_at[1] == pytest.approx(second_start)
