@@ -15,7 +15,7 @@ import pandas as pd
 from gpu_simulate_test.capacity.report import requests_judged
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 from gpu_simulate_test.tune.space import CONFIGURED_ID
-from gpu_simulate_test.tune.verdict import verdict_lines
+from gpu_simulate_test.tune.verdict import no_best_said, verdict_lines
 
 SHOWN_ROWS = 12
 """Rows of the ranked table on the terminal (the report lists every configuration)."""
@@ -184,7 +184,7 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     if best:
         console.print(f"[bold]recommended:[/] {command_of(doc, best)}")
     else:
-        console.print(f"[bold red]no configuration meets the goals:[/] {doc['note']}")
+        console.print(f"[bold red]{no_best_said(doc)}[/]")
     for line in verdict_lines(doc)[1:] if best else ():
         console.print(f"[bold]verdict:[/] {line}")
     seeds = doc.get("sim_seeds") or {}
@@ -252,7 +252,7 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
             "",
         ]
     else:
-        lines += [f"**No configuration meets the goals**: {doc['note']}", ""]
+        lines += [f"**{no_best_said(doc)}**", ""]
     lines += gpu_lines(doc)
     cal = doc["calibrated_with"]
     lines += [

@@ -58,6 +58,16 @@ def _qps(value: Any) -> str:
     return "–" if value is None else f"{float(value):.3g}"
 
 
+def no_best_said(doc: Mapping[str, Any]) -> str:
+    """Why ``tune.json`` recommends nothing: no configuration meets the goals, or (with
+    ``tune.target_qps``) none reaches the target rate, though some meet the goals below it."""
+    target = doc.get("target") or {}
+    if target and not target.get("config_id") and target.get("note"):
+        rate = f"{target['target_qps']:g}"
+        return f"No configuration reaches tune.target_qps={rate}: {target['note']}"
+    return f"No configuration meets the goals: {doc.get('note', '')}".rstrip(": ")
+
+
 def verdict_lines(doc: Mapping[str, Any]) -> list[str]:
     """The verdict, a few plain lines (``tune.json``'s document): the recommendation, the
     check's best (or its tie, with the spread), whether the recommendation was measured, and
@@ -65,7 +75,7 @@ def verdict_lines(doc: Mapping[str, Any]) -> list[str]:
     best = doc.get("best")
     objective = doc.get("objective", "capacity")
     if not best:
-        return [f"No configuration meets the goals: {doc.get('note', '')}".rstrip(": ")]
+        return [no_best_said(doc)]
     lines = [
         f"Recommended: {best['config_id']} (simulated {objective} {_qps(best.get('score'))} "
         f"req/s, the configured backend {_qps(doc.get('configured_score'))})."

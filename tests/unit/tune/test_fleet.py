@@ -20,6 +20,7 @@ from gpu_simulate_test.tune import simulate
 from gpu_simulate_test.tune.fleet import frontier, target_answer
 from gpu_simulate_test.tune.simulate import Simulated, fleet_groups, fleet_scale, nearest
 from gpu_simulate_test.tune.space import calibration_backend, candidates, deployment
+from gpu_simulate_test.tune.verdict import verdict_lines
 from tests.vidur_bundle_factory import QWEN3_TINY
 
 BACKEND = VllmBackendConfig(max_num_batched_tokens=128, max_num_seqs=8, num_gpu_blocks_override=256)
@@ -142,6 +143,16 @@ def test_the_fewest_gpus_that_meet_the_target_and_the_frontier() -> None:
     assert target_answer(order, 30.0, "m")["gpus"] == 1
     missing = target_answer(order, 500.0, "m")
     assert missing["gpus"] is None and "the most: 95 req/s, r2-dp-s8" in missing["note"]
+    # configurations meet the goals, none reaches the target: said so, not "meets no goals"
+    said = verdict_lines({"best": None, "note": "", "target": missing})
+    assert said == [
+        "No configuration reaches tune.target_qps=500: no configuration of the space reaches "
+        "500 req/s within the goals (the most: 95 req/s, r2-dp-s8): add replicas to "
+        "tune.space.replicas"
+    ]
+    assert verdict_lines({"best": None, "note": "ttft_p90 binds"}) == [
+        "No configuration meets the goals: ttft_p90 binds"
+    ]
     # 4 GPUs serve no more than 2 (90 < 95): off the frontier
     assert [(f["gpus"], f["config_id"]) for f in frontier(order)] == [
         (1, "r1-s8"), (2, "r2-dp-s8"),
