@@ -13,6 +13,7 @@ import pandas as pd
 from gpu_simulate_test.bench_import.export import vllm_result
 from gpu_simulate_test.bench_import.imported import ImportedRun, per_request_tpot_s
 from gpu_simulate_test.config.schema import ModelConfig, WorkloadConfig
+from gpu_simulate_test.core.host.disturbance import NOT_JUDGED
 from gpu_simulate_test.core.traffic.workloads import Workload, write_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
@@ -172,7 +173,7 @@ def write_imported_truth(
         disturbance={
             "disturbed": False,
             "reasons": [],
-            "note": f"not judged: imported from {run.tool}, which records no such signs",
+            "note": f"{NOT_JUDGED}imported from {run.tool}, which records no such signs",
         },
     )
     return summary

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpu_simulate_test.compare import metrics as m
 from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.core.host.disturbance import NOT_JUDGED
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, read_json
 
@@ -209,18 +210,27 @@ class RunState:
     name: str
     disturbed: bool
     reasons: tuple[str, ...]
+    unjudged: str = ""
+    """Why nobody judged the run (its record's ``note``, e.g. an import from a tool that records
+    no signs of disturbance); empty when it was judged."""
 
 
 def run_state(role: str, run_dir: Path | str) -> RunState:
-    """``run_dir``'s verdict (``run_meta.json`` ``disturbance``; not judged: undisturbed)."""
+    """``run_dir``'s verdict (``run_meta.json`` ``disturbance``; none recorded: undisturbed;
+    a note saying it was not judged: :attr:`RunState.unjudged`)."""
     path = Path(run_dir)
     try:
         meta = json.loads((path / layout.RUN_META).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         meta = {}
     record = meta.get("disturbance") or {}
+    note = str(record.get("note") or "")
     return RunState(
-        role, path.name, bool(record.get("disturbed", False)), tuple(record.get("reasons", ()))
+        role,
+        path.name,
+        bool(record.get("disturbed", False)),
+        tuple(record.get("reasons", ())),
+        note.removeprefix(NOT_JUDGED) if note.startswith(NOT_JUDGED) else "",
     )
 
 
@@ -242,6 +252,12 @@ def disturbance_line(runs: Sequence[RunState], replaced: Sequence[RunState]) -> 
         names = ", ".join(f"`{r.name}`" for r in replaced)
         redone = f" {len(replaced)} disturbed run(s) replaced by a re-run ({names})."
     marked = [r for r in runs if r.disturbed]
+    unjudged = [r for r in runs if r.unjudged and not r.disturbed]
+    if unjudged and not marked:
+        why = "; ".join(f"the {r.role}: {r.unjudged}" for r in unjudged)
+        calm = [f"the {r.role}" for r in runs if not r.unjudged]
+        rest = f" ({' and '.join(calm)} undisturbed)" if calm else ""
+        return f"**Truth:** not judged for disturbance ({why}){rest}.{redone}"
     if not marked:
         said = " and ".join(f"the {r.role}" for r in runs)
         return f"**Truth:** {said} undisturbed.{redone}"

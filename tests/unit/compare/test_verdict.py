@@ -167,3 +167,23 @@ def test_a_disturbed_truth_is_said_first_with_its_reasons(tmp_path: Path) -> Non
     # a run without a verdict (an imported or older run) is not judged disturbed
     assert run_state("real run", tmp_path / "nowhere") == RunState("real run", "nowhere", False, ())
     assert record["figures"][0]["band"] == pytest.approx(0.10)
+
+
+def test_an_imported_truth_nobody_judged_is_not_said_undisturbed(tmp_path: Path) -> None:
+    """A run bench_import wrote records no signs of disturbance: the verdict read "the real run
+    undisturbed" for a run nothing had checked."""
+    imported = tmp_path / "vllm-load1"
+    imported.mkdir()
+    note = "not judged: imported from guidellm, which records no such signs"
+    record = {"disturbance": {"disturbed": False, "reasons": [], "note": note}}
+    (imported / "run_meta.json").write_text(json.dumps(record))
+    state = run_state("real run", imported)
+    assert state.unjudged == "imported from guidellm, which records no such signs"
+    truth = verdict_markdown(verdict(_comparison(), _clocks(), STEPS, [state], []))[2]
+    assert truth == (
+        "- **Truth:** not judged for disturbance (the real run: imported from guidellm, which "
+        "records no such signs)."
+    )
+    beside = [state, CALM[1]]  # a repeat of our own, judged
+    truth = verdict_markdown(verdict(_comparison(), _clocks(), STEPS, beside, []))[2]
+    assert truth.endswith("which records no such signs) (the repeat undisturbed).")

@@ -52,6 +52,9 @@ HELD_BACK_SHARE_LIMIT = 0.05
 """More than this share of held-back gaps is a disturbed stream (a few are delivery jitter)."""
 
 LATE_SENDS = "late_sends"
+NOT_JUDGED = "not judged: "
+"""How a real run's ``run_meta.json`` ``disturbance.note`` begins when nothing judged it (a run
+imported from a tool that records no such signs)."""
 HELD_BACK_STREAMS = "held_back_streams"
 FOREIGN_CPU = "foreign_cpu"
 SIGNS: tuple[str, ...] = (LATE_SENDS, HELD_BACK_STREAMS, FOREIGN_CPU)
