@@ -216,3 +216,19 @@ def test_replaced_runs_must_be_real_runs(tmp_path: Path) -> None:
     earlier = make_run(tmp_path / "tmp", "real_bench", "r-rerun0")
     run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", f"replaced_runs=[{earlier}]",
             "compare.plots=false", cwd=tmp_path)  # fmt: skip
+
+
+def test_a_warm_up_left_out_is_left_out_of_the_throughput_s_window(tmp_path: Path) -> None:
+    """``compare.warmup_s``: the requests of the run's first seconds are out of every figure,
+    the throughput's duration too (it ran from time 0, reading the kept requests as slower)."""
+    real = make_run(tmp_path / "tmp", "real_bench", "r")
+    sim = make_run(tmp_path / "tmp", "vidur_simulate", "s", scale=0.9)
+    run_cli("compare", f"real_run_dir={real}", f"sim_run_dir={sim}", "output.run_id=w",
+            "compare.warmup_s=5", cwd=tmp_path)  # fmt: skip
+    data = json.loads((tmp_path / "tmp" / "compare" / "w" / "comparison.json").read_text())
+    assert data["num_compared"] == N - 10  # arrivals 0, 0.5, ... 4.5 s left out
+    frame = pd.read_csv(real / "request_metrics.csv")
+    last = float((frame["arrival_time_s"] + frame["e2e_s"]).max())
+    measured = data["throughput"]["real"]
+    assert measured["duration_s"] == pytest.approx(last - 5.0)
+    assert measured["requests_per_s"] == pytest.approx((N - 10) / (last - 5.0))

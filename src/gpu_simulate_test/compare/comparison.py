@@ -177,8 +177,10 @@ def compare(
     joined: m.JoinedRequests,
     excluded: tuple[Excluded, ...],
     real_itl_s: np.ndarray,
+    since_s: float = 0.0,
 ) -> Comparison:
-    """Distributions, relative errors, per-request errors, throughput and length trends."""
+    """Distributions, relative errors, per-request errors, throughput (over ``since_s`` → the
+    last token: time 0, or the end of a warm-up left out) and length trends."""
     if len(joined) == 0:
         raise ArtifactError("no request completed on both sides: nothing to compare")
     per_request = {
@@ -211,10 +213,10 @@ def compare(
         excluded=excluded,
         metrics=tuple(items),
         throughput_real=m.throughput(
-            joined.real.arrival_time_s, joined.real.e2e_s, joined.num_decode_tokens
+            joined.real.arrival_time_s, joined.real.e2e_s, joined.num_decode_tokens, since_s
         ),
         throughput_sim=m.throughput(
-            joined.sim.arrival_time_s, joined.sim.e2e_s, joined.num_decode_tokens
+            joined.sim.arrival_time_s, joined.sim.e2e_s, joined.num_decode_tokens, since_s
         ),
         trends=trends,
         per_request_errors=per_request,

@@ -1,6 +1,6 @@
 """Goodput on both sides of a comparison, as ``vllm bench serve --goodput`` counts it: the
 requests compared that met every goal (client clock, as vLLM's client measures), per second of
-each side's own duration (time 0 to its last token, as the throughput)."""
+each side's own duration (time 0, or a warm-up's end, to its last token, as the throughput)."""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ class ErrorSummary:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Completed requests and output tokens per second over time 0 → last token."""
+    """Completed requests and output tokens per second over time 0 (or the end of a warm-up
+    left out) → last token."""
 
     num_requests: int
     output_tokens: int
@@ -178,15 +179,19 @@ def error_summary(signed_errors: np.ndarray) -> ErrorSummary:
 
 
 def throughput(
-    arrival_time_s: np.ndarray, e2e_s: np.ndarray, num_decode_tokens: np.ndarray
+    arrival_time_s: np.ndarray,
+    e2e_s: np.ndarray,
+    num_decode_tokens: np.ndarray,
+    since_s: float = 0.0,
 ) -> Throughput:
-    """Requests/s and output tokens/s of completed requests; duration = time 0 → last token."""
+    """Requests/s and output tokens/s of completed requests; duration = ``since_s`` (time 0, or
+    the end of a warm-up whose requests were left out) → last token."""
     arrival = np.asarray(arrival_time_s, dtype=float)
     e2e = np.asarray(e2e_s, dtype=float)
     done = np.isfinite(e2e)
     tokens = int(np.asarray(num_decode_tokens)[done].sum())
     count = int(done.sum())
-    duration = float((arrival[done] + e2e[done]).max()) if count else float("nan")
+    duration = float((arrival[done] + e2e[done]).max()) - since_s if count else float("nan")
     if not count or duration <= 0:
         return Throughput(count, tokens, duration, float("nan"), float("nan"))
     return Throughput(count, tokens, duration, count / duration, tokens / duration)

@@ -141,7 +141,8 @@ def summary_markdown(
         "",
         *verdict,
         f"Workload `{setup['workload_id']}`: {len(comparison.joined)} requests compared, "
-        f"{len(comparison.excluded)} left out; offered load {comparison.offered_qps:.2f} req/s.",
+        f"{len(comparison.excluded)} left out as not ok on both sides; offered load "
+        f"{comparison.offered_qps:.2f} req/s.",
         "",
         *_setup_section(setup),
         "## Discrepancies",

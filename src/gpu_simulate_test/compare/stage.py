@@ -170,7 +170,8 @@ def prepare(cfg: CompareStageConfig) -> Inputs:
     )
     where = f"{real.path} vs {sim.path}"
     joined, excluded = join_requests(real_requests, sim_requests, where=where)
-    comparison = compare(joined, excluded, real_itls_s(real, joined.request_id))
+    since = window.window_start_s(real.requests, cfg.compare.warmup_s)
+    comparison = compare(joined, excluded, real_itls_s(real, joined.request_id), since)
     context = setup(real, sim)
     mismatches = knob_mismatches(
         real.meta.get("config", {}).get("backend", {}),

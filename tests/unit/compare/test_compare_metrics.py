@@ -235,3 +235,18 @@ def test_plots_thin_many_points_but_keep_the_cdf_exact(monkeypatch: pytest.Monke
     assert x.tolist() == [1.0, 3.0, 5.0]  # evenly spaced in sorted order, ends kept
     assert y.tolist() == pytest.approx([0.2, 0.6, 1.0])  # the CDF of all 5 values there
     assert plots._thin(2).tolist() == [0, 1]
+
+
+def test_throughput_after_a_warm_up_is_over_the_measured_window() -> None:
+    """With ``compare.warmup_s=2`` the 31 requests measured from 2.01 s to 11.81 s read 2.625
+    req/s over time 0 → the last token, as if the engine fell behind; over the window they are
+    3.16 req/s."""
+    arrivals = np.array([2.0, 5.0, 9.0])
+    e2e = np.array([1.0, 1.0, 1.0])
+    tokens = np.array([4, 4, 4])
+    whole = m.throughput(arrivals, e2e, tokens)
+    assert whole.duration_s == pytest.approx(10.0) and whole.requests_per_s == pytest.approx(0.3)
+    window = m.throughput(arrivals, e2e, tokens, since_s=2.0)
+    assert window.duration_s == pytest.approx(8.0)
+    assert window.requests_per_s == pytest.approx(3 / 8.0)
+    assert window.output_tokens_per_s == pytest.approx(12 / 8.0)

@@ -49,6 +49,14 @@ def in_window(requests: pd.DataFrame, warmup_s: float) -> np.ndarray:
     return arrivals - np.nanmin(arrivals) >= warmup_s
 
 
+def window_start_s(requests: pd.DataFrame, warmup_s: float) -> float:
+    """Where the measured window of a ``request_metrics`` table begins on the run's clock: its
+    time 0, or after a warm-up, the first arrival plus ``warmup_s`` (:func:`in_window`)."""
+    if warmup_s <= 0 or requests.empty:
+        return 0.0
+    return float(np.nanmin(reference_arrivals_s(requests))) + warmup_s
+
+
 def completion_ratio(arrival_s: np.ndarray, e2e_s: np.ndarray) -> float:
     """Completion rate / arrival rate of the requests given (each over its own span; arrivals of
     every request, completions of those with a finite E2E): 1.0 the engine kept up; NaN with
