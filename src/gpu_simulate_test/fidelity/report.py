@@ -258,6 +258,11 @@ def imported_lines(imported: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _rate(value: Any) -> str:
+    """A realized rate, 4 significant digits; ``–`` where a record has none (older runs)."""
+    return "–" if value is None else f"{float(value):.4g}"
+
+
 def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The report's ``Loads`` section: per load, its requests, how many warmed the queue up,
     completion / arrival and the queue's trend over the measured window, and the verdict."""
@@ -266,14 +271,16 @@ def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "## Loads",
         "",
         "Requests arriving in a load's first seconds (warm-up) are replayed and simulated but left "
-        "out of every figure. *Completion / arrival*: the rate requests finished over the rate "
+        "out of every figure. *Realized*: the rate the load's arrivals came at ((requests − 1) "
+        "/ their span; a short load's differs from the offered one by chance). "
+        "*Completion / arrival*: the rate requests finished over the rate "
         f"they came (below {SUSTAINED_RATIO} the queue grew); *queue trend*: median TTFT of the "
         "measured window's last third over its first third (the engine's TTFT where recorded; "
         f"above {STEADY_TREND} the queue kept growing). Steady: both within bounds.",
         "",
-        "| backend | load | offered (rate) | requests (warm-up) | completion / arrival "
+        "| backend | load | offered (rate) | realized | requests (warm-up) | completion / arrival "
         "| queue trend | steady |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for backend, cap in capacity.items():
         for level in cap["loads"]:
@@ -284,6 +291,7 @@ def loads_lines(capacity: Mapping[str, Mapping[str, Any]]) -> list[str]:
             lines.append(
                 f"| {backend} | {level['load_fraction']:.0%} | "
                 f"{level['offered_qps']:.4g} {rate_unit(cap)} | "
+                f"{_rate(level.get('realized_qps'))} | "
                 f"{window.get('requests_measured', '–')} ({window.get('requests_warmup', 0)}) | "
                 f"{level['completion_ratio']:.2f}{flag} | "
                 f"{'–' if trend is None else f'{trend:.2f}'} | "
