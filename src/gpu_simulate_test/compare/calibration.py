@@ -33,7 +33,8 @@ def calibration_findings(used: SimulatedCalibration) -> list[str]:
         lines.append(
             f"the simulation does not reproduce its own engine calibration: {phase} steps "
             f"{stats['abs_error_median']:.0%} off at the median, {stats['abs_error_max']:.0%} at "
-            f"most ({stats['steps']} calibrated steps); no figure can be closer than that"
+            f"most ({stats['steps']} calibrated steps): a latency made mostly of such steps "
+            "can be off by about as much"
         )
     scales = [
         (kind, float(fitted.get(key, 1.0)))

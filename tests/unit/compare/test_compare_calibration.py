@@ -27,7 +27,10 @@ def fitted(**phases: tuple[float, float]) -> dict[str, object]:
 def test_an_unreproduced_kind_of_step_is_a_finding_and_a_fitted_one_is_not() -> None:
     meta = {"engine_overhead": fitted(decode=(0.0, 0.0), mixed=(0.11, 0.12), prefill=(0.05, 0.2))}
     (line,) = calibration_findings(meta)
-    assert "mixed steps 11% off at the median, 12% at most (4 calibrated steps)" in line
+    assert line.endswith(
+        "mixed steps 11% off at the median, 12% at most (4 calibrated steps): a latency made "
+        "mostly of such steps can be off by about as much"
+    )  # not "no figure can be closer than that": the summary's own figures were closer
     assert calibration_findings({"engine_overhead": fitted(decode=(0.01, 0.03))}) == []
 
 
