@@ -233,6 +233,12 @@ def _how_far(error: float) -> str:
     return f"{abs(error):.0%} {'high' if error > 0 else 'low'}"
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds to one decimal, two under a millisecond (0.05, not 0.1)."""
+    ms = seconds * 1e3
+    return f"{ms:.2f}" if abs(ms) < 1 else f"{ms:.1f}"
+
+
 def discrepancies(
     comparison: Comparison, knob_mismatches: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -268,7 +274,7 @@ def discrepancies(
             (
                 worst,
                 f"simulated {m.METRIC_LABELS[item.metric]} p90 is {_how_far(p90.signed_rel_error)} "
-                f"({p90.sim_s * 1e3:.1f} ms vs {p90.real_s * 1e3:.1f} ms measured; p50 "
+                f"({_ms(p90.sim_s)} ms vs {_ms(p90.real_s)} ms measured; p50 "
                 f"{errors['p50'].signed_rel_error:+.0%}, "
                 f"p99 {errors['p99'].signed_rel_error:+.0%})",
             )
