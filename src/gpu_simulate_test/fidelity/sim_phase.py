@@ -206,11 +206,29 @@ def simulate_load(
     decided = recorded_plan(
         load_cfg, workload_dir, load.scheduler, src / contract.MANIFEST_FILE, load.run_id
     )
-    _, compare_dir = simulate_and_compare(load_cfg, decided.scheduler, workload_dir, real_dir)
+    repeat, replaced = truth_beside(load, src)
+    _, compare_dir = simulate_and_compare(
+        load_cfg, decided.scheduler, workload_dir, real_dir, repeat_dir=repeat, replaced=replaced
+    )
     at_level[(backend, load.load_fraction)] = at_real_step_level(
         load_cfg, decided.scheduler, workload_dir, real_dir, load.run_id
     )
     return compare_dir
+
+
+def truth_beside(load: PlannedLoad, src: Path) -> tuple[Path | None, tuple[Path, ...]]:
+    """What a load's compare sets beside its real run, as the pipeline's does: the truth's
+    first repeat, and the disturbed attempts that re-runs replaced (those still under ``src``;
+    a directory moved without them names none). Without them its summary read "no repeat of
+    the truth" and "undisturbed" of a load whose repeat and re-runs the report counted."""
+    repeat = src / load.repeat_dirs[0] if load.repeat_dirs else None
+    replaced = tuple(
+        src / a["real_dir"]
+        for truth in load.truth
+        for a in truth["attempts"][:-1]
+        if (src / a["real_dir"]).is_dir()
+    )
+    return repeat, replaced
 
 
 def level_percentiles(compare_dir: Path) -> dict[tuple[str, str, str], float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -271,11 +272,12 @@ def test_the_front_end_attribution_is_one_span_on_both_sides() -> None:
 def test_the_loads_table_gives_the_offered_rate_and_the_realized_one_apart() -> None:
     """The table gave the offered rate (3.6 req/s) and the plot and the loads' compare the
     realized one (4.65) under one name: both are said, each by its name."""
-    cap = {"capacity_qps": 12.0, "loads": [{
+    level: dict[str, Any] = {
         "load_fraction": 0.3, "offered_qps": 3.6, "realized_qps": 4.6512, "sustained": True,
         "completion_ratio": 1.0, "window": {"requests_measured": 16, "requests_warmup": 0},
-    }]}  # fmt: skip
+    }  # fmt: skip
+    cap = {"capacity_qps": 12.0, "loads": [level]}
     row = report.loads_lines({"hf_cb": cap})[-1]
     assert row.startswith("| hf_cb | 30% | 3.6 req/s | 4.651 | 16 (0) | 1.00 |")
-    older = {**cap, "loads": [{**cap["loads"][0], "realized_qps": None}]}
+    older = {**cap, "loads": [{**level, "realized_qps": None}]}
     assert "| 3.6 req/s | – |" in report.loads_lines({"hf_cb": older})[-1]
