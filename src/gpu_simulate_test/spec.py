@@ -80,7 +80,8 @@ cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration
 `completion_ratio`, `sustained`, `window` (`warmup_s`, `requests_measured`, `requests_warmup`,
 `completion_ratio`, `queue_trend`, `trend_clock`, `steady`), `compare_run`, `steps`), `rows` (the
 `fidelity` table's rows), `clock_convention`, `headline_clock` (per backend: `engine` or `client`),
-`largest_abs_error` (`abs_error_pct` and where, on each backend's headline clock),
+`largest_abs_error` (`abs_error_pct` and where, its `clock` among them, on each backend's
+headline clock),
 `largest_abs_error_by_backend`, `error_spread_by_backend` (`rows`, `median_abs_error_pct`,
 `within_5pct`, `within_10pct`, `mean_signed_error_pct`), `by_clock` (per backend and clock:
 `largest`, `spread`), and with repeated real runs `noise_spread_by_backend` and

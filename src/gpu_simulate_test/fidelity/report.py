@@ -150,12 +150,14 @@ def terminal_verdict(setup: Mapping[str, Any], table: pd.DataFrame) -> list[Text
 
 
 def largest_said(worst: Mapping[str, Any]) -> str:
-    """``TPOT p50 at 85% (vllm), 25.3%``: :func:`..tables.largest_abs_error` in words."""
+    """``TPOT p50 at 85% (vllm, engine clock), 25.3%``: :func:`..tables.largest_abs_error` in
+    words (its clock named where it has one: the line beneath the client clock's verdict)."""
     if worst.get("abs_error_pct") is None:
         return "no row has both sides"
+    clock = f", {worst['clock']} clock" if worst.get("clock") else ""
     return (
         f"{str(worst['metric']).upper()} {worst['stat']} at {load_cell(worst['load_fraction'])} "
-        f"({worst['backend']}), {worst['abs_error_pct']:g}%"
+        f"({worst['backend']}{clock}), {worst['abs_error_pct']:g}%"
     )
 
 

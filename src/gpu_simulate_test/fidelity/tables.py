@@ -195,19 +195,22 @@ def has_noise(table: pd.DataFrame) -> bool:
 
 
 def largest_abs_error(table: pd.DataFrame) -> dict[str, Any]:
-    """The largest |simulated / real − 1| in percent over the finite rows, and where it is;
-    ``abs_error_pct`` is None when no row is finite."""
+    """The largest |simulated / real − 1| in percent over the finite rows, and where it is (its
+    ``clock`` where the table has one); ``abs_error_pct`` is None when no row is finite."""
     finite = table[np.isfinite(table["abs_rel_error"].astype(float))]
     if finite.empty:
         return {"abs_error_pct": None}
     rec = finite.iloc[int(np.argmax(finite["abs_rel_error"].to_numpy(dtype=float)))]
-    return {
+    worst = {
         "abs_error_pct": round(float(rec["abs_rel_error"]) * 100, 2),
         "backend": str(rec["backend"]),
         "metric": str(rec["metric"]),
         "stat": str(rec["stat"]),
         "load_fraction": float(rec["load_fraction"]),
     }
+    if "clock" in finite.columns:  # which clock the row is on (client, engine)
+        worst["clock"] = str(rec["clock"])
+    return worst
 
 
 def error_spread(table: pd.DataFrame, column: str = "abs_rel_error") -> dict[str, Any]:

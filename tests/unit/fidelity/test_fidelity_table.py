@@ -119,6 +119,10 @@ def test_table_keeps_goal_rows_and_finds_the_largest_error() -> None:
     assert worst["backend"] == "hf_generate"
     assert fid.largest_abs_error(cb)["abs_error_pct"] == pytest.approx(30.0)
     assert fid.largest_abs_error(cb)["load_fraction"] == 0.85
+    assert worst["clock"] == "client"  # the rows' clock, named
+    assert "clock" not in fid.largest_abs_error(table.drop(columns="clock"))  # none: none named
+    on_engine = fid.largest_abs_error(table.assign(clock="engine"))
+    assert on_engine["clock"] == "engine" and on_engine["abs_error_pct"] == pytest.approx(50.0)
 
 
 def test_json_largest_error_ignores_non_finite_rows() -> None:

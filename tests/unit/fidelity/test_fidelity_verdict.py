@@ -60,4 +60,8 @@ def test_the_terminal_shows_the_verdict_and_the_largest_row_in_words() -> None:
     worst = {"abs_error_pct": 25.32, "backend": "vllm", "metric": "tpot", "stat": "p50",
              "load_fraction": 0.85}  # fmt: skip
     assert largest_said(worst) == "TPOT p50 at 85% (vllm), 25.32%"
+    # its clock named: 33.37% of the engine's read under the client's verdict of the same row
+    assert (
+        largest_said({**worst, "clock": "engine"}) == "TPOT p50 at 85% (vllm, engine clock), 25.32%"
+    )
     assert largest_said({"abs_error_pct": None}) == "no row has both sides"
