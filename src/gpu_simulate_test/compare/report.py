@@ -172,6 +172,8 @@ def summary_markdown(
 def _setup_section(setup: Mapping[str, Any]) -> list[str]:
     """``## Setup``: both runs side by side."""
     real, sim = setup["real"], setup["sim"]
+    # a run bench_import wrote: the host and packages recorded are the importing machine's
+    unknown = f"not recorded ({real.get('backend')})" if real.get("imported") else None
     return [
         "## Setup",
         "",
@@ -182,7 +184,8 @@ def _setup_section(setup: Mapping[str, Any]) -> list[str]:
                 ["model", str(real.get("model")), str(sim.get("model"))],
                 [
                     "device",
-                    f"{real.get('hardware')} ({real.get('device')}, {real.get('device_name')})",
+                    unknown
+                    or f"{real.get('hardware')} ({real.get('device')}, {real.get('device_name')})",
                     f"{sim.get('hardware')} (Vidur device {sim.get('vidur_device')})",
                 ],
                 ["dtype", str(real.get("dtype")), f"{sim.get('dtype')} (profiling bundle)"],
@@ -194,7 +197,8 @@ def _setup_section(setup: Mapping[str, Any]) -> list[str]:
                 ],
                 [
                     "versions",
-                    f"torch {real.get('torch')}, transformers {real.get('transformers')}",
+                    unknown
+                    or f"torch {real.get('torch')}, transformers {real.get('transformers')}",
                     f"vidur {sim.get('vidur_version')}",
                 ],
                 [

@@ -110,6 +110,7 @@ def setup(real: RunInput, sim: RunInput) -> dict[str, Any]:
             "dtype": str(_get(real.meta, "backend", "dtype") or "").removeprefix("torch."),
             "attn_implementation": _get(real.meta, "backend", "attn_implementation"),
             "backend": _get(real.meta, "backend", "name") or backend_cfg.get("name"),
+            "imported": bool(_get(real.meta, "backend", "imported")),
             "backend_knobs": knobs,
             "request_statuses": _get(real.meta, "request_statuses"),
             "transformers": _get(real.meta, "packages", "transformers"),
