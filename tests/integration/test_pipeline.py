@@ -131,7 +131,7 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert any(line.startswith("- **Over its 3 seeds:** ") for line in head), head
     assert data["verdict"]["pooled"]["judged"] == 12
     # the same arrivals at the real run's own step level (pipeline.at_level), beside the answer:
-    # its level recorded, every step that much longer, its errors per figure, never the verdict
+    # its level recorded, every step's time times it, its errors per figure, never the verdict
     level = pipeline_meta["at_real_step_level"]
     at_dir = root / "pipeline" / "e2e" / "runs" / "vidur_simulate" / "e2e-at-level"
     at_meta = json.loads((at_dir / "run_meta.json").read_text())

@@ -141,11 +141,11 @@ def at_level_markdown(rows: Sequence[Mapping[str, Any]] | None, at: AtLevelRun |
     return (
         "\n## At the real run's step level (a diagnosis)\n\n"
         f"The same arrivals simulated again {level_text(at.ratio, at.front_end_scale)}: every "
-        "step that much longer (`vidur.step_time_scale`; on the host's CPU, whose cores the API "
-        f"server shares, the front end too: `vidur.frontend_time_scale`; `{at.run.path.name}`). "
-        "As calibrated is the answer; at the "
-        "level, how far the model is off once the host's speed is known. It reads the judged "
-        "run, so it is never the answer (docs/compare.md, *At the real run's step level*).\n\n"
+        "step's time times that factor (`vidur.step_time_scale`; on the host's CPU, whose cores "
+        "the API server shares, the front end too: `vidur.frontend_time_scale`; "
+        f"`{at.run.path.name}`). As calibrated is the answer; at the level, how far the model "
+        "is off once the host's speed is known. It reads the judged run, so it is never the "
+        "answer (docs/compare.md, *At the real run's step level*).\n\n"
         + markdown_table(header, body)
         + "\n"
     )

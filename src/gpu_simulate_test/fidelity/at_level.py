@@ -6,7 +6,7 @@ move latency many times over, so a row can miss because the model is wrong or be
 server ran its steps faster or slower than the calibration saw. Timing the real run's own steps
 with the simulation's step model gives that server's level
 (:func:`~gpu_simulate_test.orchestrate.step_level.real_step_level`); the load simulated with
-every step that much longer (``vidur.step_time_scale``; on the host's CPU the front end too,
+every step's time times that level (``vidur.step_time_scale``; on the host's CPU the front end too,
 ``vidur.frontend_time_scale``) is what the model says once the host's speed is known. It reads
 the judged run, so it is a diagnosis, never the answer: the verdict judges the simulation as
 calibrated and shows this beside it, saying which is which.
@@ -84,12 +84,12 @@ def at_level_lines(table: pd.DataFrame, capacity: Mapping[str, Mapping[str, Any]
         "",
         "## At the real runs' own step level",
         "",
-        "Each load simulated again with every step as much longer as its real run's steps took "
-        "against the simulation's step model (a level above 1: the server ran slower than the "
-        "calibration), and where the engine runs on the host's CPU, whose cores the API server "
-        "shares, its front end as much longer too. As calibrated is the answer; at the level "
-        "is the model's error once the host's speed is known (it reads the judged run: a "
-        "diagnosis, not the answer).",
+        "Each load simulated again with every step's time times the factor its real run's steps "
+        "took against the simulation's step model (a level above 1: the server ran slower than "
+        "the calibration; below 1, faster), and where the engine runs on the host's CPU, whose "
+        "cores the API server shares, its front end by the same factor. As calibrated is the "
+        "answer; at the level is the model's error once the host's speed is known (it reads the "
+        "judged run: a diagnosis, not the answer).",
         "",
         f"Levels: {levels}.",
         "",

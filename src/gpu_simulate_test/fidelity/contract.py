@@ -46,8 +46,8 @@ FIDELITY_TABLE = TableSchema(
         "`fidelity.real_repeats` >= 2 two more columns follow: `real_repeat_ms` (the repeat "
         "furthest from the first real run) and `noise` (repeat / real - 1, the noise floor). Where "
         "the real runs recorded their steps (a started vLLM server), two more: "
-        "`sim_at_level_ms` (the load simulated again with every step as much longer as its real "
-        "run's steps took against the step model) and `rel_error_at_level` (that / real - 1)."
+        "`sim_at_level_ms` (the load simulated again with every step's time times the factor its "
+        "real run's steps took against the step model) and `rel_error_at_level` (that / real - 1)."
     ),
     columns=(
         Column("backend", "str", "", "the real engine (backend.name)"),

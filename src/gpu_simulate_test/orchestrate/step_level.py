@@ -107,7 +107,7 @@ def at_level_config(
     real_dir: Path | str,
 ) -> tuple[dict[str, Any], PipelineStageConfig] | None:
     """The real run's step level (:func:`real_step_level`, its model built under
-    ``<at's root>/step_models/<at's run id>``) and ``at`` with every step that much longer
+    ``<at's root>/step_models/<at's run id>``) and ``at`` with every step's time times it
     (``vidur.step_time_scale``), and, where the engine runs on the host's CPU, the front end
     too (``vidur.frontend_time_scale``; the level's ``front_end``: whether it did); None where
     the run has no level."""

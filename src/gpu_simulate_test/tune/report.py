@@ -345,7 +345,7 @@ def verify_markdown(verified: Mapping[str, Any]) -> list[str]:
         "server that ran slower or faster than its calibration explains a capacity missed in "
         "that direction; one that ran at the calibration's speed (about 1.00) leaves the "
         "difference to the model. *Simulated at that level*: the configuration's simulated "
-        "search again with every step as much longer as at the judged rates "
+        "search again with every step's time times its level at the judged rates "
         "(`vidur.step_time_scale`; where the engine runs on the host's CPU, whose cores its "
         "API server shares, the front end too: `vidur.frontend_time_scale`): against the "
         "measured capacity it shows what the model misses once the server's speed is known "
