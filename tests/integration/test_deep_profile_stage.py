@@ -47,6 +47,10 @@ def test_deep_profile_on_cpu_reports_mfu_and_skips_nsight(tmp_path: Path) -> Non
     peaks = metrics["hardware"]["peaks"]
     assert peaks["source"] == "measured" and peaks["memory_bandwidth_gb_s"] > 0
     assert metrics["hardware"]["peak_bf16_tflops"] == peaks["peak_tflops"] > 0
+    # the key keeps its name; which peak it holds is said beside it, and in report.md
+    basis = metrics["hardware"]["peak_tflops_basis"]
+    assert basis == "fp32 matmul rate measured on this host"
+    assert f"MFU = analytic FLOPs ÷ (time × {basis})" in (run / "report.md").read_text()
     for phase in (prefill, decode):
         assert phase["mfu"] > 0 and phase["mbu"] > 0
         assert phase["achieved_tflops"] == pytest.approx(phase["mfu"] * peaks["peak_tflops"])

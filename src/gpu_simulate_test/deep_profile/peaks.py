@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,14 @@ def host_peaks(hardware: HardwareConfig) -> tuple[HardwareConfig, dict[str, Any]
         memory_bandwidth_gb_s=measured.memory_bandwidth_gb_s,
     )
     return adjusted, measured.to_dict()
+
+
+def flop_peak_basis(peaks: Mapping[str, Any] | None) -> str:
+    """Which FLOP peak ``hardware.peak_bf16_tflops`` holds, given the record of
+    :func:`host_peaks`: the config's dense bf16 peak, or (a CPU) this host's fp32 matmul rate."""
+    if peaks and peaks.get("source") == "measured":
+        return "fp32 matmul rate measured on this host"
+    return "dense bf16 peak from the hardware config"
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpu_simulate_test.core.reporting import markdown_table as plain_markdown_table
 from gpu_simulate_test.deep_profile.nsight.tools import StepOutcome
+from gpu_simulate_test.deep_profile.peaks import flop_peak_basis
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -192,6 +193,8 @@ def stage_report(
     if torch_metrics:
         phases = torch_metrics["phases"]
         total = sum(m["time_s"] for m in phases.values()) or 1.0
+        hardware = torch_metrics.get("hardware") or {}
+        basis = hardware.get("peak_tflops_basis") or flop_peak_basis(hardware.get("peaks"))
         parts += [
             "\n## Where time goes\n\n",
             markdown_table(
@@ -199,7 +202,7 @@ def stage_report(
                 [[n, m["time_s"] * 1e3, _pct(m["time_s"] / total)] for n, m in phases.items()],
             ),
             "\n## MFU / MBU per phase\n\n",
-            "MFU = analytic FLOPs ÷ (time × dense bf16 peak); MBU = analytic bytes ÷ (time × "
+            f"MFU = analytic FLOPs ÷ (time × {basis}); MBU = analytic bytes ÷ (time × "
             "memory bandwidth); roofline eff. = roofline-bound time ÷ measured time.\n\n",
             markdown_table(PHASE_HEADERS, _phase_rows(phases)),
             f"\n## Top operators (by `{torch_metrics['sort_key']}`)\n\n",

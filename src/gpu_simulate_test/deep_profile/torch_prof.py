@@ -17,7 +17,7 @@ from gpu_simulate_test.deep_profile.metrics import (
     phase_metrics,
     serving_summary,
 )
-from gpu_simulate_test.deep_profile.peaks import host_peaks
+from gpu_simulate_test.deep_profile.peaks import flop_peak_basis, host_peaks
 from gpu_simulate_test.deep_profile.report import (
     operators_markdown,
     torch_profiler_report,
@@ -193,6 +193,7 @@ def run_torch_profiler(
             "name": cfg.hardware.name,
             "device": device,
             "peak_bf16_tflops": hardware.peak_bf16_tflops,
+            "peak_tflops_basis": flop_peak_basis(peaks),
             "memory_bandwidth_gb_s": hardware.memory_bandwidth_gb_s,
             "peaks": peaks,
         },
