@@ -101,7 +101,7 @@ def static_markdown(doc: Mapping[str, Any]) -> str:
         f"# Static analysis: {doc['model']} on {doc['hardware']} ({doc['dtype']})\n\n"
         f"- parameters: {params['total']:,} ({params['per_layer']:,} per layer × "
         f"{params['num_layers']}, embedding {params['embedding']:,}, "
-        f"LM head {params['lm_head']:,})\n"
+        f"final norm {params['final_norm']:,}, LM head {params['lm_head']:,})\n"
         f"- KV cache: {doc['kv_cache_bytes_per_token']:,} bytes/token\n"
         + _peaks_line(doc.get("peaks"))
         + "\n"
