@@ -26,6 +26,15 @@ def run(cfg: WorkloadStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     return r.path
 
 
+def _session_cell(stats: Mapping[str, float], fmt: str, mean_fmt: str) -> str:
+    """A session statistic in the table's min/p50/p90/p99/max columns (``workload_meta.json``
+    keeps no p99 of these: a dash), its mean after them."""
+    cells = [
+        fmt.format(stats[q]) if q in stats else "–" for q in ("min", "p50", "p90", "p99", "max")
+    ]
+    return " / ".join(cells) + f" (mean {mean_fmt.format(stats['mean'])})"
+
+
 def print_summary(meta: Mapping[str, Any], path: Path) -> None:
     summary = meta["summary"]
     rows = [
@@ -39,8 +48,8 @@ def print_summary(meta: Mapping[str, Any], path: Path) -> None:
         rows += [
             ["sessions", f"{session['num_sessions']}"],
             ["mean sessions/s", f"{rate:.3f}" if rate else "all at once"],
-            ["turns per session", f"{turns['min']:.0f} / {turns['mean']:.1f} / {turns['max']:.0f}"],
-            ["think time (s)", f"{think['min']:.2f} / {think['mean']:.2f} / {think['max']:.2f}"],
+            ["turns per session", _session_cell(turns, "{:.0f}", "{:.1f}")],
+            ["think time (s)", _session_cell(think, "{:.2f}", "{:.2f}")],
         ]
     else:
         rows.append(
