@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,15 @@ def _label(k: int, bench: Mapping[str, Any]) -> str:
     rate = strategy.get("rate")
     said = "" if rate is None else f"@{rate:g}" if isinstance(rate, int | float) else f"@{rate}"
     return f"benchmark {k} ({kind}{said})"
+
+
+def _utc_date(start_time: Any) -> str | None:
+    """A benchmark's ``start_time`` (``time.time()``) as ``vllm bench serve`` dates its runs."""
+    if not isinstance(start_time, int | float) or isinstance(start_time, bool):
+        return None
+    if not math.isfinite(start_time):
+        return None
+    return datetime.fromtimestamp(start_time, UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def _timing(path: Path, label: str, i: int, timings: Mapping[str, Any], key: str) -> float:
@@ -154,6 +164,8 @@ def parse_benchmark(
         event_offsets_s=tuple(np.array([]) for _ in range(n)),
         errors=tuple([""] * len(good) + ["errored or incomplete"] * failed),
         settings={
+            "date": _utc_date(bench.get("start_time")),
+            "start_time": bench.get("start_time"),
             "guidellm_version": tool_version,
             "strategy": strategy.get("type_"),
             "request_rate": strategy.get("rate"),

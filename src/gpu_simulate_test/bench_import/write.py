@@ -125,6 +125,17 @@ def token_table(run: ImportedRun, requests: pd.DataFrame) -> pd.DataFrame | None
     return pd.DataFrame(rows) if rows else None
 
 
+def file_date(run: ImportedRun) -> tuple[str | None, str]:
+    """The benchmark's own date (``YYYYmmdd-HHMMSS``, as ``vllm bench serve`` writes it) and
+    where it came from; ``None`` where the file has none (the import's clock then)."""
+    date = run.settings.get("date")
+    if not isinstance(date, str) or not date:
+        return None, "the import's clock: the file has no date"
+    if "start_time" in run.settings:
+        return date, f"the {run.tool} file's start_time (UTC)"
+    return date, f"the {run.tool} file's date"
+
+
 def write_imported_truth(
     out: Run, run: ImportedRun, workload_dir: str, workload_id: str
 ) -> dict[str, Any]:
@@ -136,10 +147,12 @@ def write_imported_truth(
     if tokens is not None:
         write_csv(out.file(layout.TOKEN_METRICS), tokens, TOKEN_METRICS)
     settings = dict(run.settings)
+    date, date_from = file_date(run)
     summary = vllm_result(
         requests,
         tokens,
         header={
+            "date": date,
             "backend": str(settings.get("backend") or run.tool),
             "label": run.label or None,
             "model_id": settings.get("model_id"),
@@ -152,6 +165,7 @@ def write_imported_truth(
         metrics=("ttft", "tpot", "itl", "e2el") if tokens is not None else ("ttft", "tpot", "e2el"),
         percentiles=(50, 90, 99),
     )
+    summary["date_from"] = date_from
     summary["metric_conventions"] = METRIC_CONVENTIONS
     summary["workload_id"] = workload_id
     write_json(out.file("summary.json"), summary)

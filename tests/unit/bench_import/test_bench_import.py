@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +237,29 @@ def test_a_guidellm_request_without_token_times_names_the_request() -> None:
     ]
     with pytest.raises(ArtifactError, match=r"benchmark 1 .*successful\[4\]\.info\.timings\.first"):
         read_guidellm(GUIDELLM_FIXTURE, report)
+
+
+def test_an_imported_run_is_dated_by_its_benchmark_not_the_import(tmp_path: Path) -> None:
+    from gpu_simulate_test.bench_import.write import write_imported_truth
+    from gpu_simulate_test.io.runs import start_run
+
+    guidellm_runs = read_guidellm(GUIDELLM_FIXTURE, guidellm_report())
+    start = guidellm_report()["benchmarks"][1]["start_time"]
+    for name, run, date, said in (
+        ("vllm", imported(), fixture()["date"], "the vllm_bench_serve file's date"),
+        (
+            "guidellm",
+            guidellm_runs[1],
+            datetime.fromtimestamp(start, UTC).strftime("%Y%m%d-%H%M%S"),
+            "the guidellm file's start_time (UTC)",
+        ),
+        ("undated", replace(imported(), settings={}), None, "the import's clock"),
+    ):
+        with start_run(tmp_path, "real_bench", name, {}) as out:
+            summary = write_imported_truth(out, run, "w", "wl-x")
+        assert json.loads((out.path / "summary.json").read_text()) == summary
+        if date is not None:
+            assert summary["date"] == date, name
+        else:  # the file has none: the import's own clock, said so
+            assert re.fullmatch(r"\d{8}-\d{6}", summary["date"])
+        assert summary["date_from"].startswith(said), name
