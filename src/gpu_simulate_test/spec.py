@@ -71,7 +71,8 @@ stage) also `imported_from`, `imported_label`, `left_out_failed_requests`.
 `schema_version`, `name` (the run id), `phase`, `partial` (true when the real phase stopped
 part-way or a load was not sustained: the table is not the whole campaign), `notes` (why it is
 partial), `command`, `date`, `device`, `driver`, `torch_threads`, `versions` (python, torch,
-cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration_s`, `warmup_s`,
+cuda, transformers, vidur, vllm), `requests_per_load` (at least), `load_duration_s` (both a range
+`"low–high"` from an import whose loads differ), `warmup_s`,
 `real_runs_per_load`, `load_fractions`, `wall_time_s`, `error_convention`, `capacity_rule`,
 `capacity` (per backend: `probe_requests`, `probe_ok`, `probe_run`, `capacity_qps`,
 `output_tokens_per_s`, `truth` (the probe's disturbance verdict and re-runs: `real_dir`,

@@ -250,6 +250,21 @@ def noise_floor(loads: list[list[ImportedRunDirs]], fractions: list[float]) -> s
     return text if len(single) == len(loads) else text + "; the others: real vs real"
 
 
+def load_sizes(loads: list[list[ImportedRunDirs]]) -> dict[str, Any]:
+    """``requests_per_load`` and ``load_duration_s`` (arrival span, s) of the loads' first runs:
+    one value where every load has it, else the range ``"smallest–largest"``."""
+
+    def said(values: list[Any]) -> Any:
+        low, high = min(values), max(values)
+        return low if low == high else f"{low}–{high}"
+
+    spans = [float(np.ptp(g[0].requests["arrival_time_s"].to_numpy(dtype=float))) for g in loads]
+    return {
+        "requests_per_load": said([len(g[0].requests) for g in loads]),
+        "load_duration_s": said([round(span, 2) for span in spans]),
+    }
+
+
 def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
     """The sim phase's source for a bench_import run: the plan in a real phase manifest's shape,
     this command's config, and what the report says of the import (``imported``)."""
@@ -275,16 +290,13 @@ def import_source(cfg: FidelityStageConfig, src: Path) -> dict[str, Any]:
     source = data.get("source") or {}
     settings = [entry.get("settings") or {} for entry in data["runs"]]
     version = next((s.get("guidellm_version") for s in settings if s.get("guidellm_version")), None)
-    sizes = sorted({len(g[0].requests) for g in loads})
-    spans = [float(np.ptp(g[0].requests["arrival_time_s"].to_numpy(dtype=float))) for g in loads]
     manifest = {
         "name": src.name,
         "command": f"python -m gpu_simulate_test.cli.bench_import source={source.get('path')}",
         "date": next((s["date"] for s in settings if s.get("date")), "not in the file"),
         "device": f"not recorded ({tool})",
         "versions": {tool: version or "not in the file"},
-        "requests_per_load": sizes[0] if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}",
-        "load_duration_s": round(min(spans), 2),
+        **load_sizes(loads),
         "warmup_s": warmup_s,
         "load_fractions": fractions,
         "wall_time_s": 0.0,

@@ -17,6 +17,7 @@ from gpu_simulate_test.fidelity.imported import (
     check_window,
     group_loads,
     is_import,
+    load_sizes,
     noise_floor,
 )
 from gpu_simulate_test.io.artifacts import ArtifactError
@@ -103,3 +104,17 @@ def test_an_import_is_told_apart_by_its_run_meta_or_manifest(tmp_path: Path) -> 
     assert not is_import(tmp_path)
     (tmp_path / "run_meta.json").write_text('{"stage": "bench_import"}')
     assert is_import(tmp_path)  # even without its import.json (refused later, by name)
+
+
+def test_loads_of_different_lengths_report_the_range_not_the_shortest() -> None:
+    short = run(0, 2.0, 2.0, arrivals=[0.0, 1.0, 2.0, 3.0])  # 3 s of arrivals, 4 requests
+    long = run(1, 4.0, 4.0, arrivals=[0.25 * i for i in range(25)])  # 6 s, 25 requests
+    assert load_sizes([[short], [long]]) == {
+        "requests_per_load": "4–25",
+        "load_duration_s": "3.0–6.0",
+    }
+    # one length: one value, a number
+    assert load_sizes([[short], [run(2, 4.0, 4.0)]]) == {
+        "requests_per_load": 4,
+        "load_duration_s": 3.0,
+    }
