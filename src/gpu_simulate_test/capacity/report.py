@@ -242,7 +242,7 @@ def search_summary(verified: Mapping[str, Any], unit: str = REQUEST_UNIT) -> str
     what = "requests" if unit == REQUEST_UNIT else "sessions"
     seed, plan, runs = verified.get("seed") or {}, verified.get("plan") or {}, verified["runs"]
     counts = [run["requests"] for run in runs]
-    said = f"{len(runs)} rates"
+    said = f"{len(runs)} rate{'' if len(runs) == 1 else 's'}"
     if counts:
         span = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
         said += f" of {plan.get('seconds', 0):g} s of arrivals, {span} {what} each"

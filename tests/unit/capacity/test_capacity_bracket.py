@@ -184,6 +184,9 @@ def test_the_record_says_how_the_search_was_seeded_run_and_stopped() -> None:
     assert "2 rates of 15 s of arrivals, 75–150 requests each" in said
     assert "from 10 req/s (a burst probe)" in said
     assert "stopped by its budget of 70 s before 7.071 req/s" in said
+    # one rate is one rate, not "1 rates"
+    one = search_summary({**doc, "runs": doc["runs"][:1]})
+    assert one.startswith("1 rate of 15 s of arrivals, 150 requests each")
 
 
 @pytest.mark.parametrize(
