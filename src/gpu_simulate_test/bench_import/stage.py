@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,24 @@ def _print_import(
     console.print(f"[bold]manifest:[/] {path / IMPORT_MANIFEST}")
 
 
+def told_rate(workload: Mapping[str, Any]) -> float | None:
+    """The rate a workload run was told to send at, as ``vllm bench serve``'s ``request_rate``
+    means it (``--request-rate``): a synthetic workload's ``qps``, a trace's
+    ``trace_target_qps``; where it was told none (a trace as recorded, chat sessions, whose
+    ``qps`` counts sessions) or an infinite one, the rate its arrivals realized."""
+    generator = workload.get("generator") or {}
+    realized = (workload.get("summary") or {}).get("mean_qps")
+    session = generator.get("session") or {}
+    told = None
+    if generator.get("source") == "synthetic" and not session.get("enabled"):
+        told = generator.get("qps")
+    elif generator.get("source") == "trace":
+        told = generator.get("trace_target_qps")
+    if isinstance(told, int | float) and not isinstance(told, bool) and math.isfinite(told):
+        return float(told)
+    return None if realized is None else float(realized)
+
+
 def export_run(
     path: Path, metrics: tuple[str, ...], percentiles: tuple[int, ...]
 ) -> dict[str, Any]:
@@ -210,7 +229,7 @@ def export_run(
     workload_dir = meta.get("workload_dir") or (meta.get("config") or {}).get("workload_dir")
     if workload_dir and (Path(workload_dir) / layout.WORKLOAD_META).is_file():
         workload = read_json(Path(workload_dir) / layout.WORKLOAD_META)
-    rate = (workload.get("summary") or {}).get("mean_qps")
+    rate = told_rate(workload)
     burstiness = ((workload.get("generator") or {}).get("arrival") or {}).get("burstiness")
     backend = (meta.get("backend") or {}).get("name") if stage == "real_bench" else "vidur"
     return vllm_result(

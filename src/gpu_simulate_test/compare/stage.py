@@ -402,7 +402,8 @@ def print_progress(
         a = inputs.aligned[2]
         console.print(
             f"- step by step: {a.same_composition_fraction:.1%} of steps the same "
-            f"({a.real_steps} real, {a.sim_steps} simulated; preemptions {a.preemptions})"
+            f"({a.real_steps} real, {a.sim_steps} simulated; preemptions "
+            f"{a.preemptions.get('real')} real, {a.preemptions.get('sim')} simulated)"
         )
 
 

@@ -263,3 +263,22 @@ def test_an_imported_run_is_dated_by_its_benchmark_not_the_import(tmp_path: Path
         else:  # the file has none: the import's own clock, said so
             assert re.fullmatch(r"\d{8}-\d{6}", summary["date"])
         assert summary["date_from"].startswith(said), name
+
+
+def test_an_export_s_request_rate_is_the_rate_the_workload_was_told() -> None:
+    """``vllm bench serve``'s ``request_rate`` is ``--request-rate``: a workload told 4 req/s
+    exported the 3.365 its 40 arrivals realized."""
+    from gpu_simulate_test.bench_import.stage import told_rate
+
+    summary = {"mean_qps": 3.365}
+    synthetic = {"generator": {"source": "synthetic", "qps": 4.0}, "summary": summary}
+    assert told_rate(synthetic) == 4.0
+    chat = {"generator": {"source": "synthetic", "qps": 1.0, "session": {"enabled": True}},
+            "summary": summary}  # fmt: skip
+    assert told_rate(chat) == 3.365  # its qps counts sessions, not requests
+    at_once = {"generator": {"source": "synthetic", "qps": float("inf")}, "summary": summary}
+    assert told_rate(at_once) == 3.365
+    rescaled = {"generator": {"source": "trace", "trace_target_qps": 5.0}, "summary": summary}
+    assert told_rate(rescaled) == 5.0
+    assert told_rate({"generator": {"source": "trace"}, "summary": summary}) == 3.365
+    assert told_rate({}) is None
