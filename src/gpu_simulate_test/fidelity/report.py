@@ -180,11 +180,14 @@ def markdown(
     lines += [
         f"- {key}: {value}"
         for key, value in setup.items()
-        if not isinstance(value, dict | list) and key not in ("partial", "schema_version")
+        if value is not None  # not recorded (no GPU driver, an import): not "None"
+        and not isinstance(value, dict | list)
+        and key not in ("partial", "schema_version")
     ]
     for key, value in setup.items():
         if isinstance(value, dict) and key != "imported":
-            lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
+            known = ", ".join(f"{k} {v}" for k, v in value.items() if v is not None)
+            lines.append(f"- {key}: {known or 'not recorded'}")
     lines += [
         "",
         "Error = simulated / real − 1 (negative: the simulator predicts too fast). TTFT includes "

@@ -240,6 +240,12 @@ def test_the_engine_clock_heads_the_table_and_judges_the_campaign() -> None:
     text = report.markdown("x", {}, {}, table, {})
     assert "judged on the clock vllm: client, vllm_engine: engine" in text
     assert "- vllm_engine, client clock: 50.0%" in text
+    # what a run did not record is left out, not printed as None
+    setup = {"device": "cpu", "driver": None, "real_runs": None,
+             "versions": {"torch": "2.13.0+cpu", "cuda": None}, "host": {"gpu": None}}  # fmt: skip
+    text = report.markdown("x", setup, {}, table, {})
+    assert "- device: cpu" in text and "None" not in text
+    assert "- versions: torch 2.13.0+cpu\n" in text and "- host: not recorded" in text
 
 
 def test_real_percentiles_read_the_engine_clock_after_the_warm_up() -> None:
