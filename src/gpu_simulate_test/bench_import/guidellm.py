@@ -23,7 +23,6 @@ Errored and incomplete requests are left out (counted).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.bench_import.imported import Floats, ImportedRun, convention
+from gpu_simulate_test.bench_import.imported import (
+    Floats,
+    ImportedRun,
+    convention,
+    is_finite_number,
+)
 from gpu_simulate_test.io.artifacts import ArtifactError
 
 TOOL = "guidellm"
@@ -89,21 +93,19 @@ def _label(k: int, bench: Mapping[str, Any]) -> str:
 
 def _utc_date(start_time: Any) -> str | None:
     """A benchmark's ``start_time`` (``time.time()``) as ``vllm bench serve`` dates its runs."""
-    if not isinstance(start_time, int | float) or isinstance(start_time, bool):
-        return None
-    if not math.isfinite(start_time):
+    if not is_finite_number(start_time):
         return None
     return datetime.fromtimestamp(start_time, UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def _timing(path: Path, label: str, i: int, timings: Mapping[str, Any], key: str) -> float:
     value = timings.get(key)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise ArtifactError(
-            f"{path} ({label}), field 'requests.successful[{i}].info.timings.{key}': "
-            f"{value!r}, expected a time in seconds (a streamed request of guidellm 0.8)"
-        )
-    return float(value)
+    if is_finite_number(value):
+        return float(value)
+    raise ArtifactError(
+        f"{path} ({label}), field 'requests.successful[{i}].info.timings.{key}': "
+        f"{value!r}, expected a time in seconds (a streamed request of guidellm 0.8)"
+    )
 
 
 def parse_benchmark(

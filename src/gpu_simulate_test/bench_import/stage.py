@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,12 @@ from gpu_simulate_test.bench_import.contract import (
 )
 from gpu_simulate_test.bench_import.export import vllm_result
 from gpu_simulate_test.bench_import.guidellm import is_guidellm_report, read_guidellm
-from gpu_simulate_test.bench_import.imported import ImportedRun, check_run, disagreements
+from gpu_simulate_test.bench_import.imported import (
+    ImportedRun,
+    check_run,
+    disagreements,
+    is_finite_number,
+)
 from gpu_simulate_test.bench_import.vllm_bench import is_vllm_result, load_results, read_vllm_bench
 from gpu_simulate_test.bench_import.write import write_imported_truth, write_imported_workload
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
@@ -203,7 +207,7 @@ def told_rate(workload: Mapping[str, Any]) -> float | None:
         told = generator.get("qps")
     elif generator.get("source") == "trace":
         told = generator.get("trace_target_qps")
-    if isinstance(told, int | float) and not isinstance(told, bool) and math.isfinite(told):
+    if is_finite_number(told):
         return float(told)
     return None if realized is None else float(realized)
 
