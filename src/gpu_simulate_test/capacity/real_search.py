@@ -4,9 +4,10 @@ can be set beside it.
 One served engine for the whole search. It starts at a **seed**: the simulated answer when there
 is one (``phase=all`` simulates first), else the throughput a burst probe measures
 (:func:`gpu_simulate_test.orchestrate.probe.measure_capacity`, the fidelity campaign's probe);
-then :func:`.bracket.bracket_search` steps by ``capacity.verify_step`` until a pass and a miss
-bracket the knee and bisects until high / low ≤ 1 + ``capacity.verify_bracket``. Each rate is
-**sized by time**: the workload's first ⌈rate × ``verify_seconds``⌉ requests (within
+then :func:`.bracket.bracket_search` steps by ``capacity.verify_step`` (a step under 2 widening
+to 2 while none brackets) until a pass and a miss bracket the knee and bisects until
+high / low ≤ 1 + ``capacity.verify_bracket``. Each rate is **sized by time**: the workload's
+first ⌈rate × ``verify_seconds``⌉ requests (within
 ``verify_min_requests`` .. ``verify_requests``; the same seed, arrivals scaled to the rate, as the
 simulated search scales them), replayed by the real bench, re-run while the real bench marks it
 disturbed (up to :data:`RERUNS` times, the truth's rule), and judged by the same goals on the
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
+from gpu_simulate_test.capacity.bracket import WIDEN_TO, BracketRule, bracket_search
 from gpu_simulate_test.capacity.search import Answer, Point, binding, judged_point
 from gpu_simulate_test.capacity.search import latency_agreement as agreement
 from gpu_simulate_test.capacity.sessions import rate_unit
@@ -105,6 +106,14 @@ def plan_record(opts: CapacityOptions) -> dict[str, Any]:
     }
 
 
+def search_rule(opts: CapacityOptions) -> BracketRule:
+    """The real search's rule: ``capacity.verify_step``, widening to :data:`~.bracket.WIDEN_TO`
+    while no step brackets, ``verify_bracket`` and ``verify_budget_s``."""
+    return BracketRule(
+        opts.verify_step, opts.verify_bracket, opts.verify_budget_s, widen_to=WIDEN_TO
+    )
+
+
 def search_base(
     cfg: CapacityStageConfig, inner: PipelineStageConfig
 ) -> tuple[PipelineStageConfig, Path]:
@@ -144,7 +153,7 @@ def real_search(
     def elapsed() -> float:
         return time.perf_counter() - started
 
-    rule = BracketRule(opts.verify_step, opts.verify_bracket, opts.verify_budget_s)
+    rule = search_rule(opts)
     runs: list[dict[str, Any]] = []
     if cfg.progress:
         console.rule(f"[bold]the capacity on the real engine ({inner.backend.name})")

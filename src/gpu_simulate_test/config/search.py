@@ -113,7 +113,9 @@ class SearchOptions:
     enough requests for a rate's window is simulated whole; multi-turn workloads always are."""
     verify_step: float = 2.0
     """From the seed the rate is divided (the seed missed the goals) or multiplied (it met them)
-    by this factor until one rate meets them and another misses: the bracket."""
+    by this factor until one rate meets them and another misses: the bracket. A factor under 2
+    squares after each step that did not bracket, up to 2 (``tune.verify``'s 15% steps reach
+    21x from the seed in six, not 2.3x)."""
     verify_bracket: float = 0.1
     """Then bisection (geometric) until the bracket's high / low ≤ 1 + this, and stop."""
     verify_budget_s: float = 0.0

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
-from gpu_simulate_test.capacity.real_search import RealSearch, plan_record, search_record, seed_of
+from gpu_simulate_test.capacity.real_search import (
+    RealSearch,
+    plan_record,
+    search_record,
+    search_rule,
+    seed_of,
+)
 from gpu_simulate_test.capacity.report import search_summary
 from gpu_simulate_test.capacity.search import Answer, Point, judge
 from gpu_simulate_test.config.capacity import CapacityOptions
@@ -79,6 +85,27 @@ def test_one_step_of_the_brackets_own_width_is_narrow_enough_despite_rounding() 
     wide = _curve(knee=38.0)
     bracket_search(wide, 35.33, BracketRule(step=1.152, bracket=0.15))
     assert [phase for _, phase in wide.calls] == ["seed", "step", "bisect"]
+
+
+def test_small_steps_widen_until_they_bracket_a_capacity_far_from_the_seed() -> None:
+    # tune.verify seeded a batch cap of 2 at its simulated 13.96 req/s; the server met the goals
+    # only below 6: 15% steps missed six times, down to 6.04, and the check measured nothing
+    # (CI, 2026-12-07). Widening squares the factor up to 2: 1.15, 1.3225, 1.749, then 2
+    rule = search_rule(CapacityOptions(verify_step=1.15, verify_bracket=0.15))
+    assert rule.widen_to == 2.0
+    assert [round(rule.factor(k), 4) for k in range(5)] == [1.15, 1.3225, 1.749, 2.0, 2.0]
+    far = _curve(knee=4.0)
+    answer, _ = bracket_search(far, 13.96, rule)
+    downs = [q for q, phase in far.calls if phase != "bisect"]
+    assert downs == [13.96, 12.14, 9.18, 5.249, 2.624]  # 2.624 met: bracketed
+    low, high = answer.bracket
+    assert answer.qps == low and low <= 4.05 < high and high / low <= 1.15 * (1 + 1e-3)  # type: ignore[operator]
+    # the same steps without widening: 2.3x down in six, never a rate that met the goals
+    fixed = _curve(knee=4.0)
+    answer, _ = bracket_search(fixed, 13.96, BracketRule(step=1.15, bracket=0.15))
+    assert answer.qps is None and min(q for q, _ in fixed.calls) > 6.0
+    # the capacity stage's default step of 2 is already as wide: unchanged
+    assert search_rule(CapacityOptions()).factor(3) == 2.0
 
 
 def test_no_bracket_within_the_steps_says_which_end() -> None:
