@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_simulate_test.capacity.search import Answer
+from gpu_simulate_test.config.vidur import derived_seed
 
 
 def median_position(values: Sequence[float]) -> int:
@@ -41,9 +42,9 @@ def seeds_record(answers: Sequence[Answer], first_seed: int, chosen: int) -> dic
     answers)."""
     return {
         "count": len(answers),
-        "seeds": list(range(first_seed, first_seed + len(answers))),
+        "seeds": [derived_seed(first_seed, k) for k in range(len(answers))],
         "answers_qps": [a.qps for a in answers],
-        "chosen_seed": first_seed + chosen,
+        "chosen_seed": derived_seed(first_seed, chosen),
         "spread": spread([float(a.qps) for a in answers if a.qps is not None]),
     }
 
@@ -53,6 +54,14 @@ def answers_text(record: Mapping[str, Any]) -> str:
     return ", ".join("none" if v is None else f"{v:g}" for v in record["answers_qps"])
 
 
+def seeds_said(seeds: Sequence[int]) -> str:
+    """Noise seeds in words: a range where they run on (``42–44``), else each
+    (``4294967295, 0, 1``: :func:`~..config.vidur.derived_seed` wrapped)."""
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
 def seeds_sentence(record: Mapping[str, Any], unit: str) -> str:
     """``sim_seeds`` in one line, for the terminal and the report."""
     seeds = record["seeds"]
@@ -60,6 +69,6 @@ def seeds_sentence(record: Mapping[str, Any], unit: str) -> str:
     spread = record.get("spread")
     apart = "" if spread is None else f", {100 * spread:.0f}% apart"
     return (
-        f"the search under {record['count']} noise seeds ({seeds[0]}–{seeds[-1]}) answered "
+        f"the search under {record['count']} noise seeds ({seeds_said(seeds)}) answered "
         f"{said} {unit}{apart}; the median one (seed {record['chosen_seed']}) answers"
     )

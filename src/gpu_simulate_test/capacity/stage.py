@@ -73,7 +73,7 @@ from gpu_simulate_test.config.capacity import CapacityStageConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import nested_output
 from gpu_simulate_test.config.search import SearchOptions
-from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.config.vidur import VidurSimulateStageConfig, derived_seed
 from gpu_simulate_test.core.metrics.goodput import rate_of, table_goodput
 from gpu_simulate_test.core.metrics.percentiles import LATENCY_PERCENTILES, latency_ms
 from gpu_simulate_test.core.reporting import console, progress_bar
@@ -269,12 +269,12 @@ def simulated_searches(
         runs: list[tuple[Answer, VidurSimulateStageConfig, Inputs, dict[float, SessionLoad]]] = []
         for k in range(opts.sim_seeds):
             seeded = dataclasses.replace(
-                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, seed=first_seed + k)
+                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, seed=derived_seed(first_seed, k))
             )
             seeded_inputs = inputs if k == 0 else prepare(seeded)  # the seed's draws
             where = r.file(contract.POINTS_DIR)
             if k:
-                where = where / f"seed-{first_seed + k}"
+                where = where / f"seed-{derived_seed(first_seed, k)}"
             loads: dict[float, SessionLoad] = {}
             found = searched(seeded, seeded_inputs, where, loads)
             runs.append((found, seeded, seeded_inputs, loads))

@@ -39,6 +39,17 @@ DEFAULT_EVENT_LOOP = "fast"
 """The event loop a simulation runs on unless told otherwise (the config's and the library's)."""
 
 
+SEED_RANGE = 2**32
+"""Vidur's and numpy's seeds: 0 .. 2**32 - 1 (``vidur.seed``)."""
+
+
+def derived_seed(seed: int, k: int) -> int:
+    """The ``k``-th seed after ``seed`` (``capacity.sim_seeds``, ``tune.sim_seeds``, the
+    pipeline's seeds), wrapping within :data:`SEED_RANGE`: ``vidur.seed=4294967295`` with three
+    noise seeds runs 4294967295, 0 and 1 (it refused the second mid-run)."""
+    return (seed + k) % SEED_RANGE
+
+
 @dataclass(frozen=True)
 class VidurSchedulerConfig:
     """Vidur replica-scheduler knobs (sarathi mirrors transformers' continuous batching)."""
@@ -357,7 +368,7 @@ class VidurConfig:
             "the front end as calibrated)",
         )
         _check(
-            0 <= self.seed < 2**32,
+            0 <= self.seed < SEED_RANGE,
             f"vidur.seed={self.seed} must be a whole number from 0 to 2**32 - 1 (Vidur's and "
             "numpy's seed range)",
         )

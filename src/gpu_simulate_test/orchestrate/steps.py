@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
-from gpu_simulate_test.config.vidur import VidurSchedulerConfig
+from gpu_simulate_test.config.vidur import VidurSchedulerConfig, derived_seed
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.configs import (
@@ -116,7 +116,7 @@ def simulate_and_compare(
     for k in range(1, seeds + 1):
         at = nested_in(at_run(cfg, seed_id(cfg.output.run_id, k)), seeds_root)
         other = simulate_config(at, scheduler, workload_dir, arrivals_from=real_dir)
-        vidur = dataclasses.replace(other.vidur, seed=other.vidur.seed + k)
+        vidur = dataclasses.replace(other.vidur, seed=derived_seed(other.vidur.seed, k))
         other = dataclasses.replace(other, vidur=vidur)
         seed_dirs.append(stages.run(f"vidur_simulate_seed{k}", simulate_run, other))
     compare_cfg = compare_config(cfg, real_dir, sim_dir, repeat_dir, replaced)

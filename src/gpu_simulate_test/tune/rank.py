@@ -10,6 +10,7 @@ import pandas as pd
 
 from gpu_simulate_test.capacity.search import METRICS
 from gpu_simulate_test.capacity.seeds import spread
+from gpu_simulate_test.config.vidur import derived_seed
 from gpu_simulate_test.tune import contract
 from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import TUNE_KNOBS_ORDER
@@ -109,7 +110,7 @@ def seeds_record(order: list[Simulated], count: int, first_seed: int) -> dict[st
     known = sorted(v for v in spreads.values() if v is not None)
     return {
         "count": count,
-        "seeds": list(range(first_seed, first_seed + count)),
+        "seeds": [derived_seed(first_seed, k) for k in range(count)],
         "scores": scores,
         "spread": spreads,
         "median_spread": known[(len(known) - 1) // 2] if known else None,

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from gpu_simulate_test.capacity.report import requests_judged
+from gpu_simulate_test.capacity.seeds import seeds_said
 from gpu_simulate_test.core.reporting import console, markdown_table, print_table
 from gpu_simulate_test.tune.space import CONFIGURED_ID
 from gpu_simulate_test.tune.verdict import no_best_said, verdict_lines
@@ -144,9 +145,9 @@ def seeds_sentence(record: Mapping[str, Any]) -> str:
         else ""
     )
     return (
-        f"each configuration simulated with {record['count']} noise seeds ({seeds[0]}–"
-        f"{seeds[-1]}), the median one answering{said}: two capacities closer than that are "
-        "not told apart by the simulation"
+        f"each configuration simulated with {record['count']} noise seeds "
+        f"({seeds_said(seeds)}), the median one answering{said}: two capacities closer than "
+        "that are not told apart by the simulation"
     )
 
 

@@ -21,6 +21,7 @@ from gpu_simulate_test.config.fleet import FleetConfig
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.tune import TuneStageConfig
+from gpu_simulate_test.config.vidur import derived_seed
 from gpu_simulate_test.core.engines.knobs import derive_scheduler
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.orchestrate.configs import simulate_config
@@ -123,7 +124,7 @@ def scheduler_inputs(
     scheduler, _ = derive_scheduler(candidate.backend, inner.vidur.scheduler, tuned.longest_prompt)
     at = dataclasses.replace(inner, backend=candidate.backend)
     sim_cfg = simulate_config(at, scheduler, workload_dir)
-    seed = sim_cfg.vidur.seed + seed_offset
+    seed = derived_seed(sim_cfg.vidur.seed, seed_offset)
     vidur = dataclasses.replace(sim_cfg.vidur, step_log=False, seed=seed)
     sim_cfg = dataclasses.replace(sim_cfg, vidur=vidur, fleet=candidate.fleet)
     inputs = prepare(sim_cfg)
