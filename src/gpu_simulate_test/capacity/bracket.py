@@ -78,10 +78,15 @@ class Stopped:
     """What was left of the budget."""
 
     def sentence(self, budget_s: float, unit: str) -> str:
+        left = (
+            f"{self.left_s:.0f} s were left"
+            if self.left_s >= 0
+            else f"the search had already run {-self.left_s:.0f} s past it (a rate took longer "
+            "than expected: its re-runs, or a slower host)"
+        )
         return (
             f"stopped by capacity.verify_budget_s={budget_s:g}: the next rate, "
-            f"{self.next_qps:g} {unit}, would take about {self.expected_s:.0f} s and "
-            f"{max(self.left_s, 0.0):.0f} s were left"
+            f"{self.next_qps:g} {unit}, would take about {self.expected_s:.0f} s and {left}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,14 +16,15 @@ CAPACITY_PLOT = "capacity.png"
 REPORT_MD = "report.md"
 RUNS_DIR = layout.RUNS_DIR
 POINTS_DIR = "points"
-CAPACITY_SCHEMA_VERSION = "1.6"
+CAPACITY_SCHEMA_VERSION = "1.7"
 """1.2: ``capacity.json`` ``step_band`` (and ``verify.measured_in_band``); 1.3: its
 ``rate_unit`` (``req/s``, or ``sessions/s`` for a multi-turn workload) and ``sessions``, and the
 table's optional per-rate columns of a multi-turn search; 1.4: the real search is seeded and sized
 by time (``verify.seed``, ``plan``, ``stopped``, each run's ``requests``, ``arrivals_s`` and
 ``wall_s``; no ``requests_per_rate``), its rates' phases ``seed``, ``step``, ``bisect``; 1.5:
 ``fleet`` (``replicas``, ``router``: the fleet searched, ``fleet.*``); 1.6: ``sim_seeds`` (the
-search under several noise seeds, ``capacity.sim_seeds``)."""
+search under several noise seeds, ``capacity.sim_seeds``); 1.7: ``verify.bracket_narrow`` (a
+search stopped before its bracket was narrow judges no ratio or band: ``measured_in_band`` null)."""
 RATE_UNITS: tuple[str, ...] = ("req/s", "sessions/s")
 """``capacity.json`` ``rate_unit``: what ``qps`` counts (sessions/s: each session's turn 0)."""
 

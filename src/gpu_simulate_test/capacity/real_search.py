@@ -257,6 +257,7 @@ def search_record(
         "measured_capacity_qps": measured.qps,
         "ratio": ratio,
         "measured_bracket_qps": list(measured.bracket),
+        "bracket_narrow": narrowed(found),
         "binding": {"simulated": binding(predicted), "real": binding(measured)},
         "note": measured.note,
         "latency_agreement": agreement(beside, measured, keys),
@@ -265,6 +266,18 @@ def search_record(
         "wall_time_s": round(found.wall_s, 1),
         "runs": found.runs,
     }
+
+
+def narrowed(found: RealSearch) -> bool:
+    """Whether the search narrowed its bracket as asked (``capacity.verify_bracket``): a rate
+    that met the goals and one that missed them, that close. A search its budget or its steps
+    stopped first knows only that the capacity lies in its bracket: its low end is no measured
+    capacity to set a ratio or a band against (a budget that stopped one step above the seed read
+    "1.00x" and "inside the band" of a bracket 21..42 req/s, 2026-12-07)."""
+    low, high = found.measured.bracket
+    if found.stopped is not None or found.measured.qps is None or high is None:
+        return False
+    return BracketRule(bracket=float(found.plan.get("bracket", 0.1))).narrow(low, high)
 
 
 def rates_to_simulate(simulated: Answer, found: RealSearch) -> list[float]:

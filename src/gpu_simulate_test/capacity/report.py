@@ -177,10 +177,10 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
     ]
     check = doc.get("verify")
     if check and check.get("mode") == "search":
-        measured, ratio = check["measured_capacity_qps"], check["ratio"]
+        measured = check["measured_capacity_qps"]
         rows += [
             [f"measured capacity ({unit})", "none" if measured is None else f"{measured:g}"],
-            ["answer / measured", "–" if ratio is None else f"{ratio:.2f}"],
+            ["answer / measured", _ratio_cell(check, unit)],
             ["measured within the band", YES_NO[check.get("measured_in_band")]],
             ["real search", search_summary(check, unit)],
         ]
@@ -188,6 +188,16 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
         rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
     print_table("capacity", ["", "value"], rows)
     console.print(f"[bold]report:[/] {path / contract.REPORT_MD}")
+
+
+def _ratio_cell(check: Mapping[str, Any], unit: str) -> str:
+    """The terminal's answer / measured: a wide bracket's said as against its low end."""
+    ratio, wide = check["ratio"], _wide(check, unit)
+    if ratio is None:
+        return "–"
+    return (
+        f"{ratio:.2f}" if wide is None else f"{ratio:.2f} of the low end of {wide} (not narrowed)"
+    )
 
 
 def _cell(value: float | None, digits: str = ".2f") -> str:
@@ -216,13 +226,13 @@ def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
 
 def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_UNIT) -> list[str]:
     """The real search's paragraph: the measured capacity beside the answer, what binds."""
-    measured, ratio = verified["measured_capacity_qps"], verified["ratio"]
+    measured = verified["measured_capacity_qps"]
     sides = verified["binding"]
     lines = [
         "",
         f"**On the real engine** ({search_summary(verified, unit)}): measured capacity "
         + (f"**{measured:g} {unit}**" if measured is not None else "**none** (no rate met them)")
-        + (f"; the simulated answer is **{ratio:.2f}×** it." if ratio is not None else "."),
+        + _ratio_clause(verified, unit),
         "",
         f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
         f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
@@ -234,6 +244,29 @@ def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_U
         rates = ", ".join(f"{q:g}" for q in verified["disturbed_rates"])
         lines += ["", f"Disturbed after their re-runs, judged and marked: {rates} {unit}."]
     return lines
+
+
+def _wide(verified: Mapping[str, Any], unit: str) -> str | None:
+    """The bracket a search left wide (its low end met the goals, its high end missed them, not
+    as narrow as asked), in words; None where it narrowed it (records before 1.7 say nothing)."""
+    low, high = verified["measured_bracket_qps"]
+    if verified.get("bracket_narrow", True) or high is None or verified["ratio"] is None:
+        return None
+    return f"{low:g}..{high:g} {unit}"
+
+
+def _ratio_clause(verified: Mapping[str, Any], unit: str) -> str:
+    """The answer against the measured capacity, or against a wide bracket's low end, said so."""
+    ratio, wide = verified["ratio"], _wide(verified, unit)
+    if ratio is None:
+        return "."
+    if wide is not None:
+        return (
+            f"; the simulated answer is {ratio:.2f}× its low end, but the search did not narrow "
+            f"its bracket: the capacity lies somewhere in {wide}, and the ratio and the band are "
+            "not judged."
+        )
+    return f"; the simulated answer is **{ratio:.2f}×** it."
 
 
 def search_summary(verified: Mapping[str, Any], unit: str = REQUEST_UNIT) -> str:

@@ -3,12 +3,13 @@ from a seed, the bisection's stop, the budget's stop, and the knobs that refuse 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import pytest
 
-from gpu_simulate_test.capacity.bracket import BracketRule, bracket_search
+from gpu_simulate_test.capacity.bracket import BracketRule, Stopped, bracket_search
 from gpu_simulate_test.capacity.real_search import (
     RealSearch,
     plan_record,
@@ -16,7 +17,7 @@ from gpu_simulate_test.capacity.real_search import (
     search_rule,
     seed_of,
 )
-from gpu_simulate_test.capacity.report import search_summary
+from gpu_simulate_test.capacity.report import search_markdown, search_summary
 from gpu_simulate_test.capacity.search import Answer, Point, judge
 from gpu_simulate_test.config.capacity import CapacityOptions
 from gpu_simulate_test.config.schema import ConfigError
@@ -214,6 +215,34 @@ def test_the_record_says_how_the_search_was_seeded_run_and_stopped() -> None:
     # one rate is one rate, not "1 rates"
     one = search_summary({**doc, "runs": doc["runs"][:1]})
     assert one.startswith("1 rate of 15 s of arrivals, 150 requests each")
+
+
+def test_a_bracket_left_wide_judges_no_ratio_and_no_band() -> None:
+    # a budget that stopped one step above the seed (the simulated answer, 21 req/s) read "the
+    # simulated answer is 1.00x it" and "inside the band" of a bracket 21..42 (2026-12-07)
+    met = Point(21.0, "seed", {"ttft_p90": 60.0}, True)
+    missed = Point(42.0, "step", {"ttft_p90": 900.0}, False, ("ttft_p90 900.0 > 100",))
+    plan = plan_record(CapacityOptions(verify_budget_s=90.0))
+    stopped = {"next_qps": 29.7, "expected_s": 40.0, "left_s": -80.3}
+    wide = RealSearch(Answer(21.0, (21.0, 42.0), (met, missed)), [], 170.3, {}, plan, stopped)
+    simulated = Answer(21.0, (21.0, 23.0), (met,))
+    doc = search_record(simulated, wide, ("ttft_p90",))
+    assert doc["bracket_narrow"] is False and doc["ratio"] == 1.0
+    said = "\n".join(search_markdown(doc, 90))
+    assert "1.00× its low end, but the search did not narrow its bracket" in said
+    assert "the capacity lies somewhere in 21..42 req/s" in said and "**1.00×**" not in said
+    # the same bracket, not stopped but wider than asked: still wide
+    unstopped = dataclasses.replace(wide, stopped=None)
+    assert search_record(simulated, unstopped)["bracket_narrow"] is False
+    # narrowed as asked (42 / 39 <= 1.1): judged
+    close = Answer(39.0, (39.0, 42.0), (Point(39.0, "bisect", {}, True), missed))
+    narrow = dataclasses.replace(unstopped, measured=close)
+    doc = search_record(simulated, narrow)
+    assert doc["bracket_narrow"] is True
+    assert "the simulated answer is **0.54×** it." in "\n".join(search_markdown(doc, 90))
+    # a budget already overrun says by how much, not "0 s were left"
+    overrun = Stopped(29.7, 40.0, -80.3).sentence(90.0, "req/s")
+    assert "had already run 80 s past it" in overrun and "0 s were left" not in overrun
 
 
 @pytest.mark.parametrize(
