@@ -44,7 +44,7 @@ def plot_capacity(
         for q, style in ((50, ":"), (percentile, "-")):
             column = f"{metric}_p{q}_ms"
             ax.plot(frame["qps"], frame[column], style, color="C0" if q == 50 else "C1",
-                    label=f"p{q}")  # fmt: skip
+                    label=f"p{q}, simulated")  # fmt: skip
             ax.scatter(frame["qps"][ok], frame[column][ok], color="C1" if q != 50 else "C0", s=18)
             ax.scatter(frame["qps"][~ok], frame[column][~ok], facecolors="none",
                        edgecolors="C3", s=18)  # fmt: skip
@@ -54,8 +54,11 @@ def plot_capacity(
             )
         if real is not None and len(real):
             column = f"{metric}_p{percentile}_ms"
-            ax.plot(real["qps"], real[column], "-", color="k", marker="s", markersize=3,
-                    label=f"p{percentile}, real engine")  # fmt: skip
+            met = real["meets_slo"].astype(bool).to_numpy()
+            ax.plot(real["qps"], real[column], "-", color="k", label=f"p{percentile}, real engine")
+            ax.scatter(real["qps"][met], real[column][met], color="k", marker="s", s=14)
+            ax.scatter(real["qps"][~met], real[column][~met], facecolors="none", edgecolors="k",
+                       marker="s", s=14)  # fmt: skip
         if band_qps is not None and answer_qps is not None:
             low = band_qps[0] if band_qps[0] is not None else float(frame["qps"].min())
             high = band_qps[1] if band_qps[1] is not None else answer_qps
@@ -71,13 +74,13 @@ def plot_capacity(
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(rate_axis(rate_unit))
-        ax.set_ylabel(f"{LABELS[metric]} (ms, simulated)")
+        ax.set_ylabel(f"{LABELS[metric]} (ms)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    title = "capacity search: simulated latency vs rate (hollow red: misses a goal)"
+    title = "capacity: simulated latency vs rate (hollow: misses a goal)"
     if real is not None:
-        title = "capacity search: simulated and real latency vs rate (hollow red: misses a goal)"
-    fig.suptitle(title)
+        title = "capacity: simulated and real latency vs rate (hollow: misses a goal)"
+    fig.suptitle(title, fontsize=10 if len(metrics) == 1 else 12)  # one panel: 5 inches
     fig.tight_layout()
     with atomic_open(path, "wb", encoding=None) as handle:
         fig.savefig(handle, format="png", dpi=110)

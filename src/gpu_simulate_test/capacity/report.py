@@ -70,7 +70,8 @@ def report_markdown(
     verified = doc.get("verify")
     lines += band_markdown(doc.get("step_band"), (verified or {}).get("measured_in_band"), unit)
     if verified and verified.get("mode") == "search":
-        lines += search_markdown(verified, pct, unit)
+        whole = None if doc.get("sim_window") else doc["num_requests"]
+        lines += search_markdown(verified, pct, unit, whole)
     elif verified:
         lines += verify_markdown(verified, pct, base, unit)
     lines += [
@@ -93,8 +94,10 @@ def report_markdown(
         "Goodput: requests per second that met every goal themselves (`vllm bench serve "
         "--goodput` with the goals' values, client clock), beside the percentile goals.",
         "",
-        f"{doc['points']} simulations, {doc['simulated_requests_per_s']} simulated requests/s; "
-        f"{doc['wall_time_s']} s in all.",
+        f"{doc['points']} simulated rates on the answering search's curve (other noise seeds' "
+        f"and the step band's searches ran besides), {doc['simulated_requests_per_s']} "
+        f"simulated requests/s over them; {doc['wall_time_s']} s in all"
+        + (", the real engine's included." if doc.get("verify") else "."),
         "",
         f"![latency vs rate]({contract.CAPACITY_PLOT})",
         "",
@@ -172,7 +175,7 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
         pct = f"{doc['step_band']['fraction']:.0%}"
         rows.append([f"answer with steps ±{pct} ({unit})", band_cells(doc["step_band"])])
     rows += [
-        ["simulations", str(doc["points"])],
+        ["simulated rates (answering curve)", str(doc["points"])],
         ["simulated requests/s", str(doc["simulated_requests_per_s"])],
     ]
     check = doc.get("verify")
@@ -183,6 +186,10 @@ def print_result(doc: Mapping[str, Any], path: Path) -> None:
             ["answer / measured", _ratio_cell(check, unit)],
             ["measured within the band", YES_NO[check.get("measured_in_band")]],
             ["real search", search_summary(check, unit)],
+            [
+                f"disturbed rates ({unit}; judged, marked)",
+                ", ".join(f"{q:g}" for q in check["disturbed_rates"]) or "none",
+            ],
         ]
     elif check:
         rows.append(["real engine at the answer", "meets" if check["meets_slo"] else "misses"])
@@ -224,8 +231,12 @@ def curve_rows(frame: pd.DataFrame, pct: int) -> list[str]:
     return rows
 
 
-def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_UNIT) -> list[str]:
-    """The real search's paragraph: the measured capacity beside the answer, what binds."""
+def search_markdown(
+    verified: Mapping[str, Any], pct: int, unit: str = REQUEST_UNIT, whole: int | None = None
+) -> list[str]:
+    """The real search's paragraph: the measured capacity beside the answer, what binds.
+    ``whole``: the workload's requests where each simulated rate judged all of them (no
+    ``capacity.sim_window``), which the latency agreement then says."""
     measured = verified["measured_capacity_qps"]
     sides = verified["binding"]
     lines = [
@@ -238,6 +249,14 @@ def search_markdown(verified: Mapping[str, Any], pct: int, unit: str = REQUEST_U
         f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
     ]
     lines += agreement_lines(verified.get("latency_agreement"), unit)
+    if whole is not None and lines[-1].startswith("Latency behind it"):
+        seconds = (verified.get("plan") or {}).get("seconds", 0)
+        lines[-1] += (
+            f" Not the same requests: each simulated rate judged the whole workload ({whole} "
+            f"requests), each real rate its first ⌈rate × {seconds:g} s⌉; near the goal a p90 "
+            "over the first hundred and one over all differ by tens of percent "
+            "(`capacity.sim_window=true` judges the simulated rates on the real search's)."
+        )
     if verified["note"]:
         lines += ["", f"Real search note: {verified['note']}."]
     if verified["disturbed_rates"]:

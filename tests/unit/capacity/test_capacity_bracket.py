@@ -210,6 +210,11 @@ def test_the_record_says_how_the_search_was_seeded_run_and_stopped() -> None:
     assert agreement["errors"]["ttft_p90"][0] == pytest.approx(44.0 / 40.0 - 1)
     said = search_summary(doc)
     assert "2 rates of 15 s of arrivals, 75–150 requests each" in said
+    # judged on the whole workload, the simulated side's requests are not the real side's: said
+    paragraph = "\n".join(search_markdown(doc, 90, whole=1000))
+    assert "Not the same requests: each simulated rate judged the whole workload (1000" in paragraph
+    assert "its first ⌈rate × 15 s⌉" in paragraph
+    assert "Not the same requests" not in "\n".join(search_markdown(doc, 90))
     assert "from 10 req/s (a burst probe)" in said
     assert "stopped by its budget of 70 s before 7.071 req/s" in said
     # one rate is one rate, not "1 rates"
