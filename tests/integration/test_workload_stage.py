@@ -141,6 +141,21 @@ def test_bad_input_exits_2_naming_the_problem_and_writes_nothing(tmp_path: Path)
     assert proc.returncode == 2
     assert "missing.csv: file does not exist" in proc.stdout
     assert not (tmp_path / "tmp" / "workload" / "x").exists()
+
+
+@pytest.mark.parametrize("stage", ["pipeline", "capacity", "fidelity", "tune"])
+def test_a_chained_stage_refuses_a_missing_trace_creating_nothing(
+    tmp_path: Path, stage: str
+) -> None:
+    # the pipeline left a failed run behind, which then refused the corrected command with the
+    # same run id ("already exists; nothing was run", 2026-12-07)
+    for _ in range(2):
+        proc = run_cli(
+            stage, "workload=trace", "workload.trace_file=missing.csv", "output.run_id=x",
+            cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2 and "missing.csv: file does not exist" in proc.stdout
+    assert not (tmp_path / "tmp").exists() or not list((tmp_path / "tmp").rglob("run_meta.json"))
     proc = run_cli(
         "workload",
         "workload.prompt_len.max=4090",

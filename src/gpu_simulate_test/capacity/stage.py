@@ -83,7 +83,7 @@ from gpu_simulate_test.io.runs import Run, default_run_id, start_run
 from gpu_simulate_test.orchestrate.configs import as_resolved, simulate_config, with_workload
 from gpu_simulate_test.orchestrate.profiling import ProfilePlan, older_calibration
 from gpu_simulate_test.orchestrate.serving import served
-from gpu_simulate_test.orchestrate.steps import make_workload, run_truth
+from gpu_simulate_test.orchestrate.steps import check_trace, make_workload, run_truth
 
 if TYPE_CHECKING:
     from gpu_simulate_test.simulator.step_model import StepModel
@@ -97,6 +97,8 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     # phase=sim: the real phase's run checked before the run directory exists (its bundle's
     # coverage and scheduler once the run has begun)
     source = read_real(Path(opts.real_from).resolve(), cfg) if opts.real_from else None
+    if source is None:  # a bad trace refused before the run exists
+        check_trace(cfg.workload, cfg.model)
     if opts.verify != "false" and source is None:  # sessions on the real engine: refused now
         check_real_sessions(cfg)
     run_id = cfg.output.run_id or default_run_id(resolved_config)

@@ -36,6 +36,7 @@ from gpu_simulate_test.fidelity.imported import import_source, is_import
 from gpu_simulate_test.fidelity.real_phase import real_phase
 from gpu_simulate_test.fidelity.sim_phase import sim_phase, sim_source
 from gpu_simulate_test.io.runs import default_run_id, start_run
+from gpu_simulate_test.orchestrate.steps import check_trace
 
 
 def run(cfg: FidelityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
@@ -51,6 +52,8 @@ def run(cfg: FidelityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
         assert opts.real_from
         src = Path(opts.real_from)
         source = import_source(cfg, src) if is_import(src) else sim_source(src)
+    else:  # a bad trace refused before the run exists
+        check_trace(cfg.workload, cfg.model)
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     with (
         torch_threads(opts.torch_threads),

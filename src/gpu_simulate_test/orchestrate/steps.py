@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpu_simulate_test.config.pipeline import PipelineStageConfig
+from gpu_simulate_test.config.schema import ModelConfig, WorkloadConfig
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig, derived_seed
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.io.runs import Run
@@ -62,6 +63,17 @@ class Stages:
 
 QUIET = Stages()
 """Stage runs recorded nowhere, announced by nobody (the orchestrator reports on its own)."""
+
+
+def check_trace(workload: WorkloadConfig, model: ModelConfig) -> None:
+    """A trace workload (``workload.trace_file``) read before a chained stage's run directory
+    exists, as the workload stage reads it: a missing or malformed trace is refused creating
+    nothing, so the corrected command may take the same ``output.run_id`` (a missing trace left
+    a failed run that refused it, 2026-12-07). Other workloads are drawn inside the run."""
+    if workload.source == "trace":
+        from gpu_simulate_test.core.traffic.workloads import generate
+
+        generate(workload, model)
 
 
 def make_workload(cfg: PipelineStageConfig, stages: Stages = QUIET) -> Path:

@@ -30,7 +30,12 @@ from gpu_simulate_test.orchestrate.configs import at_run, nested_in
 from gpu_simulate_test.orchestrate.profiling import ensure_bundle, plan_for_lengths, profile_plan
 from gpu_simulate_test.orchestrate.serving import check_sessions_served, served
 from gpu_simulate_test.orchestrate.step_level import simulate_at_level
-from gpu_simulate_test.orchestrate.steps import Stages, make_workload, simulate_and_compare
+from gpu_simulate_test.orchestrate.steps import (
+    Stages,
+    check_trace,
+    make_workload,
+    simulate_and_compare,
+)
 from gpu_simulate_test.orchestrate.truth import trusted_truth
 from gpu_simulate_test.pipeline.contract import PIPELINE_STAGES
 
@@ -111,6 +116,7 @@ def at_level(
 def run(cfg: PipelineStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """Run every stage; returns the compare run directory (with ``summary.md``)."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
+    check_trace(cfg.workload, cfg.model)  # a bad trace refused before the run exists
     check_sessions_served(cfg)  # a multi-turn workload needs a backend that runs sessions
     claim_outputs(cfg, run_id)
     cfg = at_run(cfg, run_id)

@@ -35,6 +35,7 @@ from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import atomic_open, write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
+from gpu_simulate_test.orchestrate.steps import check_trace
 from gpu_simulate_test.tune import calibrations, contract
 from gpu_simulate_test.tune.fleet import frontier, most_replicas, target_answer
 from gpu_simulate_test.tune.rank import (
@@ -75,6 +76,7 @@ def run(cfg: TuneStageConfig, resolved_config: Mapping[str, Any]) -> Path:
     """The tune into ``<output.root>/tune/<run_id>/``; returns the run directory."""
     run_id = cfg.output.run_id or default_run_id(resolved_config)
     space_checked = candidates(cfg.tune, cfg.backend, cfg.model, 1)  # the space, before any run
+    check_trace(cfg.workload, cfg.model)
     with start_run(cfg.output.root, "tune", run_id, resolved_config, cfg.output.overwrite) as r:
         started = time.perf_counter()
         output = nested_output(cfg.output, r.file(layout.RUNS_DIR))
