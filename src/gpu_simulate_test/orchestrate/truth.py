@@ -36,6 +36,8 @@ class Attempt:
     reasons: tuple[str, ...]
     waited_s: float = 0.0
     """Seconds spent waiting for the machine to go quiet before this run."""
+    went_quiet: bool = True
+    """Whether it did (a re-run whose wait ran out starts on a busy machine)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class Attempt:
             "disturbed": self.disturbed,
             "reasons": list(self.reasons),
             "waited_for_quiet_s": round(self.waited_s, 1),
+            "went_quiet": self.went_quiet,
         }
 
 
@@ -83,6 +86,7 @@ class Truth:
                     bool(a["disturbed"]),
                     tuple(a.get("reasons", ())),
                     float(a.get("waited_for_quiet_s", 0.0)),
+                    bool(a.get("went_quiet", True)),
                 )
                 for a in record["attempts"]
             )
@@ -93,6 +97,9 @@ class Truth:
         if self.reruns == 0 and not self.disturbed:
             return "undisturbed"
         done = f"{self.reruns} re-run(s)" if self.reruns else "not re-run (fidelity.reruns=0)"
+        busy = sum(not a.went_quiet for a in self.attempts[1:])
+        if busy:
+            done += f", {busy} of them started before the machine went quiet (the wait ran out)"
         if self.disturbed:
             why = "; ".join(self.attempts[-1].reasons)
             return f"disturbed, {done}, every attempt disturbed: kept and marked ({why})"
@@ -129,14 +136,19 @@ def trusted_truth(
     again = nested_in(cfg, rerun_root)
     attempts: list[Attempt] = []
     for k in range(reruns + 1):
-        waited = 0.0
+        waited, quiet = 0.0, True
         if k:
-            _, waited = wait_for_quiet(quiet_wait_s)
+            quiet, waited = wait_for_quiet(quiet_wait_s)
+            if not quiet:
+                console.print(
+                    f"[yellow]the machine did not go quiet within {quiet_wait_s:g} s: re-running "
+                    "anyway"
+                )
         this_id = rerun_id(base or attempts[0].real_dir.name, k) if k else base
         name = label if k == 0 else f"{label}_rerun{k}"
         real_dir = run_truth(again if k else cfg, workload_dir, stages, this_id, name)
         disturbed, reasons = verdict_of(real_dir)
-        attempts.append(Attempt(real_dir, disturbed, reasons, waited))
+        attempts.append(Attempt(real_dir, disturbed, reasons, waited, quiet))
         if not disturbed:
             break
         if cfg.progress or k < reruns:

@@ -127,6 +127,14 @@ def test_the_report_says_which_runs_were_disturbed_and_what_was_done(tmp_path: P
     assert redone.real_dir.name == "l0-rerun1" and not redone.disturbed
     assert "1 disturbed run(s) replaced by a re-run" in redone.describe()
     assert kept.disturbed and "kept and marked (foreign_cpu: 1 cores)" in kept.describe()
+    # a re-run whose wait for a quiet machine ran out is said so (it read as any re-run)
+    busy = Truth((redone.attempts[0], Attempt(tmp_path / "l0-rerun1", True, ("cpu",), 60.9, False)))
+    assert (
+        Truth.from_dict(busy.to_dict()) == busy
+        and busy.to_dict()["attempts"][1]["went_quiet"] is False
+    )
+    assert "1 of them started before the machine went quiet" in busy.describe()
+    assert "went quiet" not in redone.describe()
     runs = [
         {"backend": "vllm", "load_fraction": 0.2, "run": t.real_dir.name, "reruns": t.reruns,
          "disturbed": t.disturbed, "verdict": t.describe()}
