@@ -129,6 +129,11 @@ def _divergence(
     return out
 
 
+def _apart(gap_ms: float) -> str:
+    """How long before (a gap >= 0) or after a step's start a request was queued."""
+    return f"{abs(gap_ms):.3f} ms {'before' if gap_ms >= 0 else 'after'}"
+
+
 def _request_reason(
     rid: str,
     real_reqs: Mapping[str, int],
@@ -148,11 +153,13 @@ def _request_reason(
         real_gap = (float(r["start_time_s"]) - at) * 1000.0
         sim_gap = (float(s["start_time_s"]) - at) * 1000.0
         text += (
-            f" (the engine queued it {real_gap:+.3f} ms before the real step was scheduled, "
-            f"{sim_gap:+.3f} ms before the simulated one"
+            f" (the real engine queued it {_apart(real_gap)} the real step was scheduled, "
+            f"{_apart(sim_gap)} the simulated one"
         )
         if (real_gap >= 0) != (sim_gap >= 0):
             text += ": the step clocks differ, not the scheduler"
+        elif sim_gap < 0 and rid in sim_reqs:  # the simulated engine had it before its step
+            text += ": the simulated way in is shorter than the real one, not the scheduler"
         text += ")"
     return text
 

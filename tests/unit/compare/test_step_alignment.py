@@ -48,8 +48,24 @@ def test_the_first_divergence_names_the_request_and_the_step_clock() -> None:
     assert first is not None and first["step"] == 1
     assert "request 1: in the real step only" in first["why"]
     assert "the step clocks differ, not the scheduler" in first["why"]
+    # queued 0.2 ms after the simulated step 1 started: "after", not "-0.200 ms before"
+    assert (
+        "0.200 ms before the real step was scheduled, 0.300 ms after the simulated" in first["why"]
+    )
     text = alignment_markdown(result, None, None)
     assert "25.0%" in text and "First divergence at step 1" in text
+
+
+def test_a_request_in_the_simulated_step_before_the_real_engine_had_it_is_the_way_in() -> None:
+    # the real engine queued request 1 after both steps 1 started, yet the simulated step 1 holds
+    # it: the simulated engine had it earlier (a shorter way in), not a scheduler difference
+    real = schedule([(0.0, "0:40", 0), (0.005, "0:1", 0), (0.010, "0:1 1:20", 0)])
+    sim = schedule([(0.0, "0:40", 0), (0.0045, "0:1 1:20", 0), (0.009, "0:1 1:1", 0)])
+    result = align(real, sim, {"0": 0.0, "1": 0.0052})
+    why = result.first_divergence["why"]  # type: ignore[index]
+    assert "request 1: in the simulated step only" in why
+    assert "0.200 ms after the real step was scheduled, 0.700 ms after the simulated one" in why
+    assert "the simulated way in is shorter than the real one" in why and "-0." not in why
 
 
 def test_a_preemption_on_one_side_is_said() -> None:
