@@ -239,6 +239,25 @@ def _ms(seconds: float) -> str:
     return f"{ms:.2f}" if abs(ms) < 1 else f"{ms:.1f}"
 
 
+def ttft_p50_of(comparison: Comparison) -> float:
+    """The measured TTFT p50 (s; NaN without one): the yardstick of a TTFT part's gap."""
+    return next((i.real.p50 for i in comparison.metrics if i.metric == "ttft"), np.nan)
+
+
+def small_gap_s(item: MetricComparison, ttft_p50_s: float) -> float | None:
+    """A metric beyond ±:data:`NOTABLE_ERROR` at p50, p90 or p99 whose gap is too small to read
+    as a ratio (under :data:`NOTABLE_GAP_S`, or a TTFT part's under :data:`TTFT_SHARE` of the
+    measured TTFT p50): its largest gap in seconds, said in ms, not as a percent (0.03 against
+    0.00 ms is -100%); None otherwise."""
+    errors = {e.stat: e for e in item.errors}
+    worst = max(abs(errors[s].signed_rel_error) for s in ("p50", "p90", "p99"))
+    if not np.isfinite(worst) or worst < NOTABLE_ERROR:
+        return None
+    gap_s = max(abs(errors[s].sim_s - errors[s].real_s) for s in ("p50", "p90", "p99"))
+    share_s = TTFT_SHARE * ttft_p50_s if item.metric in TTFT_PARTS else np.nan
+    return float(gap_s) if gap_s < NOTABLE_GAP_S or gap_s < share_s else None
+
+
 def discrepancies(
     comparison: Comparison, knob_mismatches: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -246,7 +265,7 @@ def discrepancies(
     lines: list[str] = []
     scored: list[tuple[float, str]] = []
     small: list[str] = []  # beyond ±10% but a gap too small to matter: said after the rest
-    ttft_p50_s = next((i.real.p50 for i in comparison.metrics if i.metric == "ttft"), np.nan)
+    ttft_p50_s = ttft_p50_of(comparison)
     for item in comparison.metrics:
         if not item.available_sim:
             continue
@@ -255,9 +274,8 @@ def discrepancies(
         if not np.isfinite(worst) or worst < NOTABLE_ERROR:
             continue
         p90 = errors["p90"]
-        gap_s = max(abs(errors[s].sim_s - errors[s].real_s) for s in ("p50", "p90", "p99"))
-        share_s = TTFT_SHARE * ttft_p50_s if item.metric in TTFT_PARTS else np.nan
-        if gap_s < NOTABLE_GAP_S or gap_s < share_s:
+        gap_s = small_gap_s(item, ttft_p50_s)
+        if gap_s is not None:
             within = (
                 f"{NOTABLE_GAP_S * 1e3:g} ms"
                 if gap_s < NOTABLE_GAP_S

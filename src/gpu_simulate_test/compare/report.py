@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from gpu_simulate_test.compare import metrics as m
-from gpu_simulate_test.compare.comparison import Comparison
+from gpu_simulate_test.compare.comparison import Comparison, small_gap_s, ttft_p50_of
+from gpu_simulate_test.compare.metrics import StatError
 from gpu_simulate_test.core.reporting import markdown_table
 
 HEADLINE_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
@@ -212,8 +213,18 @@ def _setup_section(setup: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _error_cell(e: StatError, small: bool) -> str:
+    """A statistic's error: a percent, or where the metric's gap is too small to read as a ratio
+    (:func:`~.comparison.small_gap_s`) the gap in ms ("-0.03 ms", not "-100.0%")."""
+    return f"{(e.sim_s - e.real_s) * 1e3:+.2f} ms" if small else _fmt_pct(e.signed_rel_error)
+
+
 def _latency_section(comparison: Comparison) -> list[str]:
-    """``## Latency``: every statistic of every metric, real and simulated, and the errors."""
+    """``## Latency``: every statistic of every metric, real and simulated, and the errors (a
+    metric too small to read as a ratio: its gaps in ms, and out of the absolute errors' line)."""
+    ttft_p50_s = ttft_p50_of(comparison)
+    small = {i.metric for i in comparison.metrics if small_gap_s(i, ttft_p50_s) is not None}
+    in_ms = "; ".join(f"{m.METRIC_LABELS[x]} in ms (too small a gap for a ratio)" for x in small)
     return [
         "## Latency (ms); error = simulated / real − 1",
         "",
@@ -232,7 +243,7 @@ def _latency_section(comparison: Comparison) -> list[str]:
                     *[_fmt_ms(e.real_s) for e in item.errors],
                     *[_fmt_ms(e.sim_s) if item.available_sim else "n/a" for e in item.errors],
                     *[
-                        _fmt_pct(e.signed_rel_error)
+                        _error_cell(e, item.metric in small)
                         for e in item.errors
                         if e.stat in ("p50", "p90", "p99")
                     ],
@@ -246,8 +257,9 @@ def _latency_section(comparison: Comparison) -> list[str]:
             f"{m.METRIC_LABELS[item.metric]} "
             + " / ".join(f"{e.abs_rel_error:.1%}" for e in item.errors)
             for item in comparison.metrics
-            if item.available_sim
+            if item.available_sim and item.metric not in small
         )
+        + (f"; {in_ms}" if in_ms else "")
         + ". ITL: real side only (Vidur has no per-token times). Scheduling delay: the engine's "
         "arrival to first scheduled (its own stamps: vLLM with the engine's clock, vllm_engine, "
         "hf_cb; n/a for a backend without them).",

@@ -134,6 +134,24 @@ def test_a_gap_under_a_quarter_millisecond_is_said_in_ms_not_as_a_ratio() -> Non
     assert findings[0].startswith("simulated scheduling delay p90 is 4.0x too high")
 
 
+def test_the_latency_table_gives_a_gap_too_small_for_a_ratio_in_ms() -> None:
+    # the findings said the scheduling delay was too small to read as a ratio while the table
+    # beside them read -100.0% at every percentile and the absolute errors' line 100.0%
+    from gpu_simulate_test.compare.report import _latency_section
+
+    real = _frame([0.02, 0.03, 0.04], [1.0, 2.0, 3.0], ["ok"] * 3, [3, 5, 2])
+    sim = _frame([0.02, 0.03, 0.04], [1.0, 2.0, 3.0], ["ok"] * 3, [3, 5, 2])
+    real["engine_arrival_time_s"] = 0.0
+    real["engine_scheduled_time_s"] = 0.03e-3
+    sim["engine_scheduling_delay_s"] = 0.0
+    text = "\n".join(_latency_section(compare(*join_requests(real, sim, where="t"), np.array([]))))
+    row = next(line for line in text.splitlines() if line.startswith("| scheduling delay"))
+    assert "-0.03 ms" in row and "%" not in row
+    errors = next(line for line in text.splitlines() if line.startswith("Absolute relative"))
+    assert "scheduling delay in ms (too small a gap for a ratio)" in errors
+    assert "scheduling delay 100.0%" not in errors and "TTFT 0.0%" in errors
+
+
 def test_a_scheduling_delay_gap_small_next_to_ttft_is_said_in_ms_after_the_rest() -> None:
     """0.31 against 0.03 ms next to a TTFT of 26 ms read "5.6x too high" at the top of
     ``make run``'s findings: a part of TTFT whose gap is under 5% of the measured TTFT p50 is
