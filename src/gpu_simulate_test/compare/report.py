@@ -267,13 +267,16 @@ def _latency_section(comparison: Comparison) -> list[str]:
     ]
 
 
+PER_REQUEST_HEAD = ("metric", "n", "mean", "p10", "p50", "p90", "mean abs", "p90 abs")
+
+
 def _per_request_section(comparison: Comparison) -> list[str]:
     """``## Per-request error``: the spread of each request's error, per metric."""
     return [
         "## Per-request error (simulated / real − 1)",
         "",
         markdown_table(
-            ["metric", "n", "mean", "p10", "p50", "p90", "mean abs", "p90 abs", "≤10%", "≤25%"],
+            [*PER_REQUEST_HEAD, "requests within ±10%", "within ±25%"],
             [
                 [
                     m.METRIC_LABELS[item.metric],
