@@ -179,7 +179,11 @@ def simulate(
     With a ``fleet`` of more than one replica: that many engines (``vllm_v1``), engine ``k``
     timed by ``step_model.clock(seed + k)`` (or by the ``k``-th of a sequence of clocks, one
     per replica: an oracle replay of a data-parallel run), behind the fleet's router; both
-    tables carry an ``engine`` column."""
+    tables carry an ``engine`` column.
+
+    A ready clock from a step model (``step_model.clock(seed, ...)``) times one run of one
+    engine: its serving window and draws go on from where that run left them, so a second run
+    with it is refused (a ValueError); make a clock per run, or hand the step model itself."""
     with _covered(step_model):
         if fleet is not None and fleet.replicas > 1:
             return _simulate_fleet(workload, step_model, engine, seed, fleet, log_steps)

@@ -93,7 +93,9 @@ Follow = Callable[[int, float], None]
 class VllmV1Engine:
     """One vLLM engine: its waiting queue and running list, its KV cache, its clock and its
     steps. A caller :meth:`add`\\ s requests, reads :meth:`next_start` and calls :meth:`step`;
-    a router reads :attr:`num_waiting`, :attr:`num_running` and :meth:`kv_usage`."""
+    a router reads :attr:`num_waiting`, :attr:`num_running` and :meth:`kv_usage`. A clock with
+    state (one with a ``claim()``, :class:`~.step_model.PredictorClock`) is taken for this
+    engine's run: another engine refuses it."""
 
     __slots__ = (
         "_idle", "_intake_gap", "_start", "after", "book", "clock", "done_log", "finished",
@@ -111,6 +113,9 @@ class VllmV1Engine:
         follow: Follow | None = None,
         log_steps: bool = True,
     ) -> None:
+        claim = getattr(clock, "claim", None)  # a clock with state times one run
+        if claim is not None:
+            claim()
         self.params, self.book, self.kv, self.clock = params, book, kv, clock
         self.log_steps = log_steps
         """Whether each step is kept as a row of the schedule (:attr:`rows`)."""

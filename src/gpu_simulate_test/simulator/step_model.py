@@ -117,8 +117,9 @@ def decodes_kv(kv_tokens: int, decodes: int, granularity: int) -> int:
 
 class PredictorClock:
     """A :class:`~.types.StepClock` from a step model: Vidur's predictor with the fitted engine
-    overhead (:class:`BatchTimer`), the jitter and the serving terms; one per engine (its
-    serving window and its draws are its own)."""
+    overhead (:class:`BatchTimer`), the jitter and the serving terms; one per engine and per
+    run (its serving window and its draws are its own and go on from step to step, so an engine
+    takes it for its run, :meth:`claim`)."""
 
     def __init__(
         self,
@@ -169,6 +170,19 @@ class PredictorClock:
         """A send in a step's first this long adds nothing (the step's free part)."""
         self._catch = intake_catch.Intakes.of(sends, arrivals)
         """The requests' intakes a step's end waits for (None: ends as timed)."""
+        self._claimed = False
+        """Whether an engine has taken it for a run (:meth:`claim`)."""
+
+    def claim(self) -> None:
+        """Taken by an engine for its run: a second engine or run would go on from the serving
+        window and the draws the first left, not repeat it, so it is refused."""
+        if self._claimed:
+            raise ValueError(
+                "this clock has timed a run already: a clock times one engine's run (its "
+                "serving window and seeded draws go on from where the run left them); make "
+                "another for each run or engine with step_model.clock(seed, ...)"
+            )
+        self._claimed = True
 
     def _rates(self, at: float) -> tuple[float, float]:
         """Requests taken in and tokens streamed per second over the window before ``at`` (no

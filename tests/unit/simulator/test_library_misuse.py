@@ -1,0 +1,60 @@
+"""The simulator library refuses, naming the field or knob, what would otherwise give a silent
+wrong answer or fail deep inside a run: a clock reused, a closed loop that never sends some of
+its requests, knobs vLLM refuses, a router's settings it cannot read, a request added twice."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpu_simulate_test.calibration.serving_load import ServingLoad
+from gpu_simulate_test.simulator.api import EngineSpec, FleetSpec, Workload, simulate
+from gpu_simulate_test.simulator.step_model import BatchTimer, PredictorClock
+from gpu_simulate_test.simulator.types import Composition, V1Params
+
+ENGINE = EngineSpec(V1Params(max_num_batched_tokens=64, max_num_seqs=4, block_size=16,
+                             num_blocks=64))  # fmt: skip
+SERVING = ServingLoad(
+    rate_points=(1.0, 50.0), stretch_points=(1.1, 1.4), gap_points_ms=(0.1, 0.4),
+    noise_sigma=0.2, noise_phi=0.5, noise_slow_share=0.5,
+)  # fmt: skip
+
+
+class TokenClock:
+    """A step lasts 1 ms plus 0.1 ms per token; steps back to back."""
+
+    def gap(self, index: int) -> float:
+        return 0.0
+
+    def lead(self, index: int) -> float:
+        return 0.0
+
+    def body(self, index: int, step: Composition) -> float:
+        return 1e-3 + 1e-4 * (step.prefill_tokens + step.decode_tokens)
+
+
+def _clock(seed: int = 0) -> PredictorClock:
+    def base(shape: Any, _: int) -> Any:
+        return SimpleNamespace(total_time=1e-3 + 1e-5 * sum(shape.num_q_tokens))
+
+    return PredictorClock(BatchTimer(base, granularity=16), SERVING, seed=seed)
+
+
+def _workload(n: int = 12) -> Workload:
+    return Workload.of(np.arange(n) * 2e-3, np.full(n, 20), np.full(n, 6))
+
+
+def test_a_ready_clock_times_one_run() -> None:
+    w = _workload()
+    first = simulate(w, _clock(), ENGINE).requests
+    assert simulate(w, _clock(), ENGINE).requests.equals(first)  # a fresh clock: the same run
+    used = _clock()
+    simulate(w, used, ENGINE)
+    with pytest.raises(ValueError, match=r"a clock times one engine's run.*step_model\.clock"):
+        simulate(w, used, ENGINE)
+    shared = _clock()
+    with pytest.raises(ValueError, match=r"this clock has timed a run already"):
+        simulate(w, [shared, shared], ENGINE, fleet=FleetSpec(2))
