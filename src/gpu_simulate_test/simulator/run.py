@@ -210,24 +210,45 @@ def _extend_stretch(columns: list[list[object]], stretch: Stretch) -> None:
 
 
 def _check_closed_loop(arrivals: np.ndarray, after: Sequence[tuple[int, float]] | None) -> None:
-    """Every request without an arrival follows exactly one other; think times >= 0."""
+    """Every request without an arrival follows exactly one other and is sent in the end (a
+    chain from a request with an arrival, not a cycle); think times finite and >= 0."""
     n = len(arrivals)
     followed = np.zeros(n, dtype=np.int64)
     for r, (nxt, think) in enumerate(after or ()):
         if nxt < 0:
             continue
-        if not (0 <= nxt < n) or nxt == r or not np.isnan(arrivals[nxt]) or think < 0:
+        if (
+            not (0 <= nxt < n)
+            or nxt == r
+            or not np.isnan(arrivals[nxt])
+            or not (math.isfinite(think) and think >= 0)
+        ):
             raise ValueError(
-                f"request {r} is followed by request {nxt} after {think} s: expected another "
-                "request without an arrival of its own and a think time >= 0"
+                f"after[{r}] is ({nxt}, {think}): request {r} is followed by request {nxt} "
+                f"after {think} s; expected another request without an arrival of its own and "
+                "a finite think time >= 0"
             )
         followed[nxt] += 1
     lost = np.flatnonzero(np.isnan(arrivals) & (followed != 1))
     if len(lost):
         raise ValueError(
             f"request {int(lost[0])} has no arrival and does not follow exactly one request "
-            f"({len(lost)} such)"
+            f"in after ({len(lost)} such)"
         )
+    if after is not None:
+        sent = ~np.isnan(arrivals)
+        for r in np.flatnonzero(sent).tolist():
+            nxt = int(after[r][0])
+            while nxt >= 0 and not sent[nxt]:  # each follows one: the chain ends
+                sent[nxt] = True
+                nxt = int(after[nxt][0])
+        never = np.flatnonzero(~sent).tolist()
+        if never:
+            raise ValueError(
+                f"after: requests {never[:10]} follow each other in a cycle, none with an "
+                "arrival of its own, so none would ever be sent; expected every chain of "
+                "turns to start at a request with an arrival"
+            )
 
 
 def _check_segments(segments: Sequence[Segments], prompt: list[int]) -> None:

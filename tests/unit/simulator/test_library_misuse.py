@@ -58,3 +58,24 @@ def test_a_ready_clock_times_one_run() -> None:
     shared = _clock()
     with pytest.raises(ValueError, match=r"this clock has timed a run already"):
         simulate(w, [shared, shared], ENGINE, fleet=FleetSpec(2))
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "after", "message"),
+    [
+        ([0.0, np.nan, np.nan], [(-1, 0.0), (2, 0.0), (1, 0.0)],
+         r"after: requests \[1, 2\] follow each other in a cycle"),
+        ([0.0, np.nan, 0.0], [(1, np.nan), (-1, 0.0), (-1, 0.0)],
+         r"after\[0\] is \(1, nan\).*a finite think time >= 0"),
+        ([0.0, np.nan, 0.0], [(1, np.inf), (-1, 0.0), (-1, 0.0)],
+         r"after\[0\] is \(1, inf\).*a finite think time >= 0"),
+    ],
+)  # fmt: skip
+def test_a_closed_loop_that_never_sends_a_request_is_refused(
+    arrivals: list[float], after: list[tuple[int, float]], message: str
+) -> None:
+    w = Workload(np.array(arrivals), np.full(3, 10), np.full(3, 3), after=after)
+    with pytest.raises(ValueError, match=message):
+        simulate(w, TokenClock(), ENGINE)
+    with pytest.raises(ValueError, match=message):
+        simulate(w, [TokenClock(), TokenClock()], ENGINE, fleet=FleetSpec(2))
