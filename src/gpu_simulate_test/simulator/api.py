@@ -39,7 +39,8 @@ class Workload:
     time in seconds."""
     routed_at: np.ndarray | None = None
     """A fleet: when the router decides for each request, at or before its arrival at the
-    engine (an oracle replay: when the client sent it; None: at its arrival)."""
+    engine (an oracle replay: when the client sent it; None: at its arrival); a time >= 0
+    for every request with an arrival (a closed loop's later turn is routed when it is sent)."""
     router_reads: Sequence[list[tuple[int, float]] | None] | None = None
     """A fleet's oracle replay: per request, the (waiting, KV usage) of each engine that the real
     client's router read when it routed it; a router that reads the engines' load reads these
@@ -96,7 +97,7 @@ def _is_whole(value: object) -> bool:
 def check_workload(workload: Workload) -> None:
     """Fail, naming the field, on arrays no simulation can read: of different lengths or not
     1-D, arrivals negative or infinite (NaN only for a closed loop's later turns, sent by
-    ``after``), token counts that are not whole numbers."""
+    ``after``), token counts that are not whole numbers, routing times that are not times."""
     if np.ndim(workload.arrival_s) != 1:
         raise ValueError(
             f"Workload.arrival_s has shape {np.shape(workload.arrival_s)}, expected a 1-D array "
@@ -127,6 +128,26 @@ def check_workload(workload: Workload) -> None:
         raise ValueError(
             f"Workload.arrival_s[{i}] is {arrivals[i]}, expected a time in seconds >= 0 (NaN only "
             "for a closed loop's later turn, with after)"
+        )
+    _check_routed_at(workload.routed_at, arrivals)
+
+
+def _check_routed_at(routed_at: np.ndarray | None, arrivals: np.ndarray) -> None:
+    """Fail unless the router decides for every request with an arrival at a time in seconds
+    >= 0 (a NaN would drop it from the fleet; a closed loop's later turn is routed when it is
+    sent, whatever it holds; a time past the arrival is read as the arrival)."""
+    if routed_at is None:
+        return
+    try:
+        decide = np.asarray(routed_at, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("Workload.routed_at holds values that are not times in seconds") from None
+    bad = np.flatnonzero(~np.isnan(arrivals) & ~(np.isfinite(decide) & (decide >= 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"Workload.routed_at[{i}] is {decide[i]}, expected a time in seconds >= 0 (when the "
+            "router decides, at or before the request's arrival)"
         )
 
 

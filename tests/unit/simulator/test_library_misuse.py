@@ -79,3 +79,13 @@ def test_a_closed_loop_that_never_sends_a_request_is_refused(
         simulate(w, TokenClock(), ENGINE)
     with pytest.raises(ValueError, match=message):
         simulate(w, [TokenClock(), TokenClock()], ENGINE, fleet=FleetSpec(2))
+
+
+@pytest.mark.parametrize("bad", [np.nan, -0.5, np.inf])
+def test_a_routing_time_that_is_not_a_time_is_named(bad: float) -> None:
+    with pytest.raises(ValueError, match=rf"Workload.routed_at\[0\] is {bad}, expected a time"):
+        Workload(np.array([0.0, 0.01]), np.full(2, 10), np.full(2, 5),
+                 routed_at=np.array([bad, 0.0]))  # fmt: skip
+    later = Workload(np.array([0.0, np.nan]), np.full(2, 10), np.full(2, 5),
+                     after=[(1, 0.0), (-1, 0.0)], routed_at=np.array([0.0, bad]))  # fmt: skip
+    assert np.isnan(later.arrival_s[1])  # a later turn is routed when it is sent
