@@ -183,6 +183,18 @@ class EngineSpec:
     params: V1Params
     scheduler: str = "vllm_v1"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, V1Params):
+            raise ValueError(
+                f"EngineSpec.params is a {type(self.params).__name__}, expected V1Params (vLLM's "
+                "knobs, checked as it is made)"
+            )
+        if not isinstance(self.scheduler, str) or not self.scheduler:
+            raise ValueError(
+                f"EngineSpec.scheduler is {self.scheduler!r}, expected an engine's name (one of "
+                f"{', '.join(ENGINES.names())}, or one registered with ENGINES.with_engine)"
+            )
+
 
 def simulate(
     workload: Workload,

@@ -113,6 +113,8 @@ class Requests:
                 f"a request needs more KV blocks than the cache has ({params.usable_blocks} "
                 f"usable of {params.num_blocks}): vLLM would never finish it"
             )
+        if not params.enable_chunked_prefill:
+            _check_unchunked(params, prompt, max_out)
         _check_closed_loop(arrivals, after)
         keys = None
         if params.enable_prefix_caching:
@@ -207,6 +209,22 @@ def _extend_stretch(columns: list[list[object]], stretch: Stretch) -> None:
         column.extend([value] * m)
     running.extend([n] * m)  # at each step's scheduling, as vLLM's step record counts them
     requests.extend([text] * m)
+
+
+def _check_unchunked(params: V1Params, prompt: list[int], max_out: list[int]) -> None:
+    """Without chunked prefill every request's prompt and output must fit one step's budget:
+    vLLM refuses to start with a budget below ``max_model_len`` (its ``SchedulerConfig``), and
+    a request longer than the budget would wait for ever (a prompt, or a preempted request's
+    prompt and outputs so far, is only scheduled whole)."""
+    budget = params.max_num_batched_tokens
+    for r, (p, o) in enumerate(zip(prompt, max_out, strict=True)):
+        if p + o > budget:
+            raise ValueError(
+                f"request {r} needs {p + o} tokens (prompt {p}, output {o}) in one step, more "
+                f"than max_num_batched_tokens ({budget}) with enable_chunked_prefill=False: vLLM "
+                "refuses a budget below max_model_len; raise the budget or turn chunked "
+                "prefill on"
+            )
 
 
 def _check_closed_loop(arrivals: np.ndarray, after: Sequence[tuple[int, float]] | None) -> None:

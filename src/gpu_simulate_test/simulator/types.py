@@ -56,6 +56,21 @@ class V1Params:
                 raise ValueError(
                     f"V1Params.{name} is {value!r}, expected a whole number >= {least}{none}"
                 )
+        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+            value = getattr(self, name)
+            if not isinstance(value, bool | np.bool_):  # "no" is truthy: it would turn it on
+                raise ValueError(f"V1Params.{name} is {value!r}, expected True or False")
+        if self.max_num_batched_tokens < self.max_num_seqs:  # vLLM's SchedulerConfig refuses it
+            raise ValueError(
+                f"V1Params.max_num_batched_tokens ({self.max_num_batched_tokens}) is below "
+                f"max_num_seqs ({self.max_num_seqs}): vLLM expects a budget of at least one "
+                "token per request"
+            )
+        if self.num_blocks < 2:
+            raise ValueError(
+                f"V1Params.num_blocks is {self.num_blocks}, expected >= 2 (vLLM keeps one as its "
+                "null block, none would be left for requests)"
+            )
 
     @property
     def usable_blocks(self) -> int:

@@ -89,3 +89,39 @@ def test_a_routing_time_that_is_not_a_time_is_named(bad: float) -> None:
     later = Workload(np.array([0.0, np.nan]), np.full(2, 10), np.full(2, 5),
                      after=[(1, 0.0), (-1, 0.0)], routed_at=np.array([0.0, bad]))  # fmt: skip
     assert np.isnan(later.arrival_s[1])  # a later turn is routed when it is sent
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"enable_prefix_caching": "no"}, r"V1Params.enable_prefix_caching is 'no', expected True"),
+        ({"enable_chunked_prefill": 0}, r"V1Params.enable_chunked_prefill is 0, expected True"),
+        ({"max_num_batched_tokens": 2}, r"max_num_batched_tokens \(2\) is below max_num_seqs"),
+        ({"num_blocks": 1}, r"V1Params.num_blocks is 1, expected >= 2"),
+    ],
+)  # fmt: skip
+def test_knobs_vllm_refuses_are_named(knobs: dict[str, Any], message: str) -> None:
+    base: dict[str, Any] = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "block_size": 16,
+                            "num_blocks": 64}  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        V1Params(**{**base, **knobs})
+    V1Params(**{**base, "enable_prefix_caching": np.bool_(True)})  # a numpy bool is a bool
+
+
+def test_a_request_longer_than_an_unchunked_budget_is_refused_before_running() -> None:
+    unchunked = EngineSpec(V1Params(32, 4, 16, 64, enable_chunked_prefill=False))
+    w = Workload.of([0.0, 0.0], [20, 40], [2, 2])
+    said = r"request 1 needs 42 tokens .* max_num_batched_tokens \(32\) with enable_chunked_prefill"
+    with pytest.raises(ValueError, match=said):
+        simulate(w, TokenClock(), unchunked)
+    with pytest.raises(ValueError, match=said):
+        simulate(w, [TokenClock(), TokenClock()], unchunked, fleet=FleetSpec(2))
+    roomy = EngineSpec(V1Params(64, 4, 16, 64, enable_chunked_prefill=False))
+    assert len(simulate(w, TokenClock(), roomy).requests) == 2
+
+
+def test_an_engine_spec_without_knobs_or_a_name_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"EngineSpec.params is a dict, expected V1Params"):
+        EngineSpec({"max_num_seqs": 4})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"EngineSpec.scheduler is None, expected an engine's"):
+        EngineSpec(ENGINE.params, None)  # type: ignore[arg-type]
