@@ -8,6 +8,7 @@ rates, a tune's configurations).
 from __future__ import annotations
 
 import contextlib
+import math
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -174,6 +175,20 @@ class FleetSpec:
             raise ValueError(f"fleet.replicas must be at least 1, got {self.replicas}")
         if self.router not in ROUTERS:
             raise ValueError(f"fleet.router must be one of {sorted(ROUTERS)}, got {self.router!r}")
+        poll = self.poll_s
+        if not (
+            isinstance(poll, int | float | np.integer | np.floating)
+            and not isinstance(poll, bool)
+            and math.isfinite(poll)
+            and poll >= 0
+        ):
+            raise ValueError(
+                f"fleet.poll_s is {poll!r}, expected a finite number of seconds >= 0 (0: live)"
+            )
+        if not is_count(self.router_seed) or self.router_seed < 0:
+            raise ValueError(
+                f"fleet.router_seed is {self.router_seed!r}, expected a whole number >= 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -212,7 +227,7 @@ def simulate(
     With a ``fleet`` of more than one replica: that many engines (``vllm_v1``), engine ``k``
     timed by ``step_model.clock(seed + k)`` (or by the ``k``-th of a sequence of clocks, one
     per replica: an oracle replay of a data-parallel run), behind the fleet's router; both
-    tables carry an ``engine`` column.
+    tables carry an ``engine`` column. One engine takes one clock, alone or in a sequence.
 
     A ready clock from a step model (``step_model.clock(seed, ...)``) times one run of one
     engine: its serving window and draws go on from where that run left them, so a second run
@@ -233,7 +248,12 @@ def _simulate_one(
 ) -> V1Result:
     """:func:`simulate` on one engine."""
     if isinstance(step_model, Sequence):
-        raise ValueError("a clock per engine times a fleet: pass fleet=FleetSpec(replicas)")
+        if len(step_model) != 1:
+            raise ValueError(
+                f"{len(step_model)} clocks for one engine: a clock per engine times a fleet of "
+                f"that many, pass fleet=FleetSpec({len(step_model)}) (or one clock)"
+            )
+        step_model = step_model[0]  # one replica's clock
     clock = (
         step_model.clock(seed, workload.sent_s, arrivals=workload.arrival_s)
         if isinstance(step_model, StepModel)

@@ -125,3 +125,30 @@ def test_an_engine_spec_without_knobs_or_a_name_is_refused() -> None:
         EngineSpec({"max_num_seqs": 4})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"EngineSpec.scheduler is None, expected an engine's"):
         EngineSpec(ENGINE.params, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"poll_s": float("nan")}, r"fleet.poll_s is nan, expected a finite number of seconds"),
+        ({"poll_s": -1.0}, r"fleet.poll_s is -1.0, expected a finite number of seconds >= 0"),
+        ({"poll_s": "0.05"}, r"fleet.poll_s is '0.05'"),
+        ({"router_seed": "x"}, r"fleet.router_seed is 'x', expected a whole number >= 0"),
+        ({"router_seed": 1.5}, r"fleet.router_seed is 1.5, expected a whole number"),
+        ({"router_seed": -1}, r"fleet.router_seed is -1, expected a whole number >= 0"),
+        ({"router_seed": True}, r"fleet.router_seed is True"),
+    ],
+)  # fmt: skip
+def test_router_settings_it_cannot_read_are_named(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FleetSpec(2, "prefix_affinity", **settings)
+    FleetSpec(2, "prefix_affinity", poll_s=0, router_seed=3)
+
+
+def test_one_clock_in_a_sequence_times_one_engine() -> None:
+    w = _workload()
+    alone = simulate(w, _clock(), ENGINE).requests
+    assert simulate(w, [_clock()], ENGINE).requests.equals(alone)
+    assert simulate(w, [_clock()], ENGINE, fleet=FleetSpec(1)).requests.equals(alone)
+    with pytest.raises(ValueError, match=r"2 clocks for one engine.*fleet=FleetSpec\(2\)"):
+        simulate(w, [_clock(), _clock()], ENGINE)
