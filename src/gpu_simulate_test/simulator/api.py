@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 from gpu_simulate_test.simulator.kv_cache import Segments
 from gpu_simulate_test.simulator.registry import ENGINES, EngineRegistry
 from gpu_simulate_test.simulator.run import V1Result
-from gpu_simulate_test.simulator.step_model import StepModel
+from gpu_simulate_test.simulator.step_model import PredictorClock, StepModel
 from gpu_simulate_test.simulator.types import StepClock, V1Params, is_count
 
 
@@ -275,14 +275,19 @@ def _simulate_one(
 @contextlib.contextmanager
 def _covered(step_model: object) -> Iterator[None]:
     """A batch the step model's prediction tables do not hold (Vidur's KeyError of its shape)
-    said as what it is: a workload or knobs beyond the ones it was opened for."""
+    said as what it is: a workload or knobs beyond the ones it was opened for (the step model
+    handed over, or its clocks)."""
     try:
         yield
     except KeyError as exc:
         key = exc.args[0] if exc.args else None
         frames = traceback.extract_tb(exc.__traceback__)
         in_vidur = bool(frames) and "vidur" in Path(frames[-1].filename).parts  # its predictor
-        if not isinstance(step_model, StepModel) or not isinstance(key, tuple) or not in_vidur:
+        clocks = step_model if isinstance(step_model, Sequence) else [step_model]
+        modelled = bool(clocks) and all(
+            isinstance(c, StepModel | PredictorClock) for c in clocks
+        )  # a step model or clocks made from one
+        if not modelled or not isinstance(key, tuple) or not in_vidur:
             raise
         raise ValueError(
             f"the step model has no time for a batch of shape {key} (Vidur's prediction "

@@ -103,3 +103,12 @@ def test_a_batch_beyond_the_opened_workload_says_so(sim: Simulation) -> None:
         simulate(beyond, sim.step_model, sim.engine)
     with pytest.raises(ValueError, match=r"no time for a batch of shape"):
         simulate(beyond, sim.step_model, sim.engine, fleet=FleetSpec(2))
+
+
+def test_a_batch_beyond_the_opened_workload_says_so_for_its_clocks_too(sim: Simulation) -> None:
+    beyond = Workload.of([0.0, 0.0], [8 * int(sim.workload.prompt_tokens.max()), 10], [1, 1])
+    model = sim.step_model
+    with pytest.raises(ValueError, match=r"no time for a batch of shape .*\(open_simulation\)"):
+        simulate(beyond, model.clock(0), sim.engine)
+    with pytest.raises(ValueError, match=r"no time for a batch of shape"):
+        simulate(beyond, [model.clock(0), model.clock(1)], sim.engine, fleet=FleetSpec(2))
