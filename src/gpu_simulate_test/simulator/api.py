@@ -98,7 +98,8 @@ def _is_whole(value: object) -> bool:
 def check_workload(workload: Workload) -> None:
     """Fail, naming the field, on arrays no simulation can read: of different lengths or not
     1-D, arrivals negative or infinite (NaN only for a closed loop's later turns, sent by
-    ``after``), token counts that are not whole numbers, routing times that are not times."""
+    ``after``), token counts that are not whole numbers >= 1, routing times that are not
+    times."""
     if np.ndim(workload.arrival_s) != 1:
         raise ValueError(
             f"Workload.arrival_s has shape {np.shape(workload.arrival_s)}, expected a 1-D array "
@@ -119,7 +120,15 @@ def check_workload(workload: Workload) -> None:
                 f"Workload.{name} has {len(values)} entries, expected {n} (one a request)"
             )
     for name in ("prompt_tokens", "output_tokens"):
-        _whole(name, np.asarray(getattr(workload, name)))
+        tokens = np.asarray(getattr(workload, name))
+        _whole(name, tokens)
+        few = np.flatnonzero(tokens < 1)
+        if few.size:
+            i = int(few[0])
+            raise ValueError(
+                f"Workload.{name}[{i}] is {tokens[i]}, expected a whole number of tokens >= 1 "
+                "(every request has a prompt and makes an output)"
+            )
     arrivals = np.asarray(workload.arrival_s, dtype=float)
     bad = np.flatnonzero(
         np.isinf(arrivals) | (arrivals < 0) | (np.isnan(arrivals) & (workload.after is None))

@@ -106,13 +106,13 @@ class Requests:
         bs = params.block_size
         if min(prompt, default=1) < 1 or min(max_out, default=1) < 1:
             raise ValueError("every request needs at least one prompt and one output token")
-        if len(prompt) and max(cdiv(p + o, bs) for p, o in zip(prompt, max_out, strict=True)) > (
-            params.usable_blocks
-        ):
-            raise ValueError(
-                f"a request needs more KV blocks than the cache has ({params.usable_blocks} "
-                f"usable of {params.num_blocks}): vLLM would never finish it"
-            )
+        for r, (p, o) in enumerate(zip(prompt, max_out, strict=True)):
+            if cdiv(p + o, bs) > params.usable_blocks:
+                raise ValueError(
+                    f"request {r} needs more KV blocks than the cache has ({cdiv(p + o, bs)} "
+                    f"for its {p} prompt and {o} output tokens; {params.usable_blocks} usable of "
+                    f"num_blocks={params.num_blocks}): vLLM would never finish it"
+                )
         if not params.enable_chunked_prefill:
             _check_unchunked(params, prompt, max_out)
         _check_closed_loop(arrivals, after)

@@ -152,3 +152,25 @@ def test_one_clock_in_a_sequence_times_one_engine() -> None:
     assert simulate(w, [_clock()], ENGINE, fleet=FleetSpec(1)).requests.equals(alone)
     with pytest.raises(ValueError, match=r"2 clocks for one engine.*fleet=FleetSpec\(2\)"):
         simulate(w, [_clock(), _clock()], ENGINE)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output", "message"),
+    [
+        ([10, 0], [5, 5], r"prompt_tokens\[1\] is 0, expected a whole number of tokens >= 1"),
+        ([10, 10], [5, -2], r"Workload.output_tokens\[1\] is -2, expected a whole number"),
+    ],
+)  # fmt: skip
+def test_a_request_without_tokens_is_named(
+    prompt: list[int], output: list[int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        Workload.of([0.0, 0.0], prompt, output)
+
+
+def test_a_request_beyond_the_kv_cache_is_named() -> None:
+    w = Workload.of([0.0, 0.0], [20, 2000], [5, 5])
+    with pytest.raises(
+        ValueError, match=r"request 1 needs more KV blocks than the cache has \(126"
+    ):
+        simulate(w, TokenClock(), ENGINE)
