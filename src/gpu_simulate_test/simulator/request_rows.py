@@ -93,9 +93,12 @@ def _vidur_rows(
     restarts: np.ndarray,
 ) -> pd.DataFrame:
     """Vidur's eleven columns, in its order and with its expressions, one row per record in the
-    records' order (the inter-arrival delay is from the previous record's arrival)."""
+    records' order. The inter-arrival delay is from the previous arrival in time, as Vidur's
+    ``_on_request_arrival`` takes them (ties in record order; the first arrival's NaN), so
+    records out of arrival order give no negative delays."""
     inter = np.full(len(arrived), math.nan)
-    inter[1:] = arrived[1:] - arrived[:-1]
+    order = np.argsort(arrived, kind="stable")
+    inter[order[1:]] = arrived[order[1:]] - arrived[order[:-1]]
     return pd.DataFrame(
         {
             VIDUR_ID: ids,

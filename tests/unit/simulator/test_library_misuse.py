@@ -174,3 +174,11 @@ def test_a_request_beyond_the_kv_cache_is_named() -> None:
         ValueError, match=r"request 1 needs more KV blocks than the cache has \(126"
     ):
         simulate(w, TokenClock(), ENGINE)
+
+
+def test_the_inter_arrival_delay_is_from_the_previous_arrival_in_time() -> None:
+    arrivals = np.array([0.0, 0.01, 0.03, 0.06])
+    shuffled = np.array([2, 0, 3, 1])
+    w = Workload.of(arrivals[shuffled], np.full(4, 20), np.full(4, 5))
+    delay = simulate(w, TokenClock(), ENGINE).requests["request_inter_arrival_delay"]
+    assert np.allclose(delay.to_numpy(), [0.02, np.nan, 0.03, 0.01], equal_nan=True)
