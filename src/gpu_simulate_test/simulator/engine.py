@@ -50,8 +50,8 @@ class RequestBook:
     is read from (one per simulation, however many engines)."""
 
     __slots__ = (
-        "arr", "busy_s", "cached_tokens", "computed", "done", "first_token", "max_out", "outputs",
-        "prompt", "queued_at", "restarts", "scheduled_at",
+        "added", "arr", "busy_s", "cached_tokens", "computed", "done", "first_token", "max_out",
+        "outputs", "prompt", "queued_at", "restarts", "scheduled_at",
     )  # fmt: skip
 
     def __init__(self, arr: list[float], prompt: list[int], max_out: list[int]) -> None:
@@ -65,6 +65,8 @@ class RequestBook:
         self.done = [math.nan] * n
         self.busy_s = [0.0] * n
         self.restarts = [0] * n
+        self.added = [False] * n
+        """Whether the request has reached an engine (it runs once, on one engine)."""
         self.cached_tokens = [-1] * n
         """Tokens served from the cache at the request's first admission (vLLM's
         ``num_cached_tokens``; -1: never admitted)."""
@@ -157,7 +159,8 @@ class VllmV1Engine:
         return self.kv.usage()
 
     def add(self, r: int, at: float) -> None:
-        """Request ``r`` reaches the engine at ``at`` (queued at its next step's scheduling)."""
+        """Request ``r`` reaches the engine at ``at`` (queued at its next step's scheduling);
+        once: a request already added to this engine or another of its book is refused."""
         if not 0 <= r < len(self.book.arr) or not math.isfinite(at):
             raise ValueError(
                 f"add({r}, {at}): expected a request of the book (0 to {len(self.book.arr) - 1}) "
@@ -168,6 +171,12 @@ class VllmV1Engine:
                 f"add({r}, {at}): request {r} arrives at {self.book.arr[r]} s (the book's); "
                 "it cannot reach the engine before it arrives"
             )
+        if self.book.added[r]:  # it would run again, or twice at once
+            raise ValueError(
+                f"add({r}, {at}): request {r} has reached an engine already (a request runs "
+                "once, on one engine)"
+            )
+        self.book.added[r] = True
         heapq.heappush(self.pending, (at, r))
         if not self.running and not self.waiting:
             self._start = None  # an idle engine wakes for the earliest of its arrivals

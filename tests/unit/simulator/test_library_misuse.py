@@ -4,6 +4,7 @@ its requests, knobs vLLM refuses, a router's settings it cannot read, a request 
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 
 from gpu_simulate_test.calibration.serving_load import ServingLoad
 from gpu_simulate_test.simulator.api import EngineSpec, FleetSpec, Workload, simulate
+from gpu_simulate_test.simulator.engine import RequestBook, VllmV1Engine
+from gpu_simulate_test.simulator.kv_cache import CountingKVCache
 from gpu_simulate_test.simulator.step_model import BatchTimer, PredictorClock
 from gpu_simulate_test.simulator.types import Composition, V1Params
 
@@ -182,3 +185,20 @@ def test_the_inter_arrival_delay_is_from_the_previous_arrival_in_time() -> None:
     w = Workload.of(arrivals[shuffled], np.full(4, 20), np.full(4, 5))
     delay = simulate(w, TokenClock(), ENGINE).requests["request_inter_arrival_delay"]
     assert np.allclose(delay.to_numpy(), [0.02, np.nan, 0.03, 0.01], equal_nan=True)
+
+
+def test_a_request_added_twice_is_named() -> None:
+    params = ENGINE.params
+    book = RequestBook([0.0, 0.0], [20, 20], [3, 3])
+    engine = VllmV1Engine(params, book, CountingKVCache(params.usable_blocks, 16, 2), TokenClock())
+    engine.add(0, 0.0)
+    with pytest.raises(ValueError, match=r"add\(0, 0.0\): request 0 has reached an engine already"):
+        engine.add(0, 0.0)
+    engine.advance()
+    assert not math.isnan(book.done[0])
+    with pytest.raises(ValueError, match=r"add\(0, 1.0\): request 0 has reached an engine already"):
+        engine.add(0, 1.0)  # finished: it would run again
+    other = VllmV1Engine(params, book, CountingKVCache(params.usable_blocks, 16, 2), TokenClock())
+    with pytest.raises(ValueError, match=r"request 0 has reached an engine already"):
+        other.add(0, 1.0)  # a fleet's engines share the book
+    other.add(1, 1.0)
