@@ -120,14 +120,18 @@ def check_replay(
             f"{got_decode[row]} output tokens, the workload has {prefill[row]} + {decode[row]} "
             f"({int(bad.sum())} request(s) differ)"
         )
-    gaps = rows["request_inter_arrival_delay"].to_numpy(dtype=float)[1:]
-    expected = np.diff(np.asarray(arrival_time_s, dtype=float))
+    # each request's gap to the previous arrival in time (Vidur's _on_request_arrival takes
+    # them in time order; ties in row order), the first one's none
+    arrivals = np.asarray(arrival_time_s, dtype=float)
+    order = np.argsort(arrivals, kind="stable")[1:]
+    gaps = rows["request_inter_arrival_delay"].to_numpy(dtype=float)[order]
+    expected = np.diff(arrivals[np.argsort(arrivals, kind="stable")])
     off = np.flatnonzero(~(np.abs(gaps - expected) <= ARRIVAL_GAP_TOLERANCE_S))
     if off.size:
-        row = int(off[0]) + 1
+        row = int(order[off[0]])
         raise ReplayMismatchError(
-            f"{where}: request {row} arrived {gaps[row - 1]:.9f} s after the previous one in "
-            f"Vidur, {expected[row - 1]:.9f} s in the workload"
+            f"{where}: request {row} arrived {gaps[off[0]]:.9f} s after the previous one in "
+            f"Vidur, {expected[off[0]]:.9f} s in the workload"
         )
     return rows
 
