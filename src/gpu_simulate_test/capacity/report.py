@@ -248,15 +248,8 @@ def search_markdown(
         f"Binding goal (p{pct}; the first rate above the capacity missed): simulated "
         f"{'; '.join(sides['simulated']) or '–'}; real {'; '.join(sides['real']) or '–'}.",
     ]
-    lines += agreement_lines(verified.get("latency_agreement"), unit)
-    if whole is not None and lines[-1].startswith("Latency behind it"):
-        seconds = (verified.get("plan") or {}).get("seconds", 0)
-        lines[-1] += (
-            f" Not the same requests: each simulated rate judged the whole workload ({whole} "
-            f"requests), each real rate its first ⌈rate × {seconds:g} s⌉; near the goal a p90 "
-            "over the first hundred and one over all differ by tens of percent "
-            "(`capacity.sim_window=true` judges the simulated rates on the real search's)."
-        )
+    seconds = (verified.get("plan") or {}).get("seconds", 0)
+    lines += agreement_lines(verified.get("latency_agreement"), unit, whole, seconds)
     if verified["note"]:
         lines += ["", f"Real search note: {verified['note']}."]
     if verified["disturbed_rates"]:
@@ -269,7 +262,7 @@ def _wide(verified: Mapping[str, Any], unit: str) -> str | None:
     """The bracket a search left wide (its low end met the goals, its high end missed them, not
     as narrow as asked), in words; None where it narrowed it (records before 1.7 say nothing)."""
     low, high = verified["measured_bracket_qps"]
-    if verified.get("bracket_narrow", True) or high is None or verified["ratio"] is None:
+    if verified.get("bracket_narrow", True) or high is None:
         return None
     return f"{low:g}..{high:g} {unit}"
 
@@ -311,9 +304,16 @@ def search_summary(verified: Mapping[str, Any], unit: str = REQUEST_UNIT) -> str
     return said
 
 
-def agreement_lines(agreement: Mapping[str, Any] | None, unit: str = REQUEST_UNIT) -> list[str]:
+def agreement_lines(
+    agreement: Mapping[str, Any] | None,
+    unit: str = REQUEST_UNIT,
+    whole: int | None = None,
+    seconds: float = 0.0,
+) -> list[str]:
     """How far apart the two curves' goal percentiles are where the real engine met the goals:
-    the latency error behind the capacity ratio."""
+    the latency error behind the capacity ratio; with ``whole`` (each simulated rate judged the
+    workload's ``whole`` requests, each real rate its first ``seconds`` of them), said to be
+    over different requests."""
     if not agreement or not agreement["met_rates"]:
         return []
     rates = ", ".join(f"{q:g}" for q in agreement["met_rates"])
@@ -333,7 +333,15 @@ def agreement_lines(agreement: Mapping[str, Any] | None, unit: str = REQUEST_UNI
         "",
         f"Latency behind it: at the rates both searches ran where the real engine met the goals "
         f"({rates} {unit}), simulated / real − 1: {'; '.join(parts)}. Near the goal the curve is "
-        "flat, so a few percent of latency move the capacity by much more.",
+        "flat, so a few percent of latency move the capacity by much more."
+        + (
+            ""
+            if whole is None
+            else f" Not the same requests: each simulated rate judged the whole workload ({whole} "
+            f"requests), each real rate its first ⌈rate × {seconds:g} s⌉; near the goal a p90 "
+            "over the first hundred and one over all differ by tens of percent "
+            "(`capacity.sim_window=true` judges the simulated rates on the real search's)."
+        ),
     ]
 
 

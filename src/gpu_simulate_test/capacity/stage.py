@@ -270,13 +270,14 @@ def simulated_searches(
 
         runs: list[tuple[Answer, VidurSimulateStageConfig, Inputs, dict[float, SessionLoad]]] = []
         for k in range(opts.sim_seeds):
+            seed = derived_seed(first_seed, k)
             seeded = dataclasses.replace(
-                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, seed=derived_seed(first_seed, k))
+                sim_cfg, vidur=dataclasses.replace(sim_cfg.vidur, seed=seed)
             )
             seeded_inputs = inputs if k == 0 else prepare(seeded)  # the seed's draws
             where = r.file(contract.POINTS_DIR)
             if k:
-                where = where / f"seed-{derived_seed(first_seed, k)}"
+                where = where / f"seed-{seed}"
             loads: dict[float, SessionLoad] = {}
             found = searched(seeded, seeded_inputs, where, loads)
             runs.append((found, seeded, seeded_inputs, loads))

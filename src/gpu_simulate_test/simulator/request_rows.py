@@ -79,6 +79,16 @@ def v1_rows(
     )
 
 
+def inter_arrival_s(arrived: np.ndarray) -> np.ndarray:
+    """Each record's delay since the previous arrival in time, as Vidur's
+    ``_on_request_arrival`` takes them (ties in record order; the first arrival's NaN): records
+    out of arrival order give no negative delays."""
+    inter = np.full(len(arrived), math.nan)
+    order = np.argsort(arrived, kind="stable")
+    inter[order[1:]] = arrived[order[1:]] - arrived[order[:-1]]
+    return inter
+
+
 def _vidur_rows(
     *,
     ids: np.ndarray,
@@ -93,12 +103,8 @@ def _vidur_rows(
     restarts: np.ndarray,
 ) -> pd.DataFrame:
     """Vidur's eleven columns, in its order and with its expressions, one row per record in the
-    records' order. The inter-arrival delay is from the previous arrival in time, as Vidur's
-    ``_on_request_arrival`` takes them (ties in record order; the first arrival's NaN), so
-    records out of arrival order give no negative delays."""
-    inter = np.full(len(arrived), math.nan)
-    order = np.argsort(arrived, kind="stable")
-    inter[order[1:]] = arrived[order[1:]] - arrived[order[:-1]]
+    records' order (the inter-arrival delay: :func:`inter_arrival_s`)."""
+    inter = inter_arrival_s(arrived)
     return pd.DataFrame(
         {
             VIDUR_ID: ids,

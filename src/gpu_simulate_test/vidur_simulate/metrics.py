@@ -26,7 +26,7 @@ from gpu_simulate_test.core.metrics.goodput import GoodputConfig, goals_text, ra
 from gpu_simulate_test.core.metrics.latency import tpot_s
 from gpu_simulate_test.core.metrics.summary import summarize_run
 from gpu_simulate_test.io.artifacts import ArtifactError
-from gpu_simulate_test.simulator.request_rows import VIDUR_ID
+from gpu_simulate_test.simulator.request_rows import VIDUR_ID, inter_arrival_s
 
 ARRIVAL_GAP_TOLERANCE_S = 1e-6
 VIDUR_COLUMNS: tuple[str, ...] = (
@@ -120,18 +120,18 @@ def check_replay(
             f"{got_decode[row]} output tokens, the workload has {prefill[row]} + {decode[row]} "
             f"({int(bad.sum())} request(s) differ)"
         )
-    # each request's gap to the previous arrival in time (Vidur's _on_request_arrival takes
-    # them in time order; ties in row order), the first one's none
+    # each request's gap to the previous arrival in time, checked in time order (the first
+    # arrival has none)
     arrivals = np.asarray(arrival_time_s, dtype=float)
-    order = np.argsort(arrivals, kind="stable")[1:]
-    gaps = rows["request_inter_arrival_delay"].to_numpy(dtype=float)[order]
-    expected = np.diff(arrivals[np.argsort(arrivals, kind="stable")])
-    off = np.flatnonzero(~(np.abs(gaps - expected) <= ARRIVAL_GAP_TOLERANCE_S))
+    expected = inter_arrival_s(arrivals)
+    gaps = rows["request_inter_arrival_delay"].to_numpy(dtype=float)
+    later = np.argsort(arrivals, kind="stable")[1:]
+    off = later[~(np.abs(gaps[later] - expected[later]) <= ARRIVAL_GAP_TOLERANCE_S)]
     if off.size:
-        row = int(order[off[0]])
+        row = int(off[0])
         raise ReplayMismatchError(
-            f"{where}: request {row} arrived {gaps[off[0]]:.9f} s after the previous one in "
-            f"Vidur, {expected[off[0]]:.9f} s in the workload"
+            f"{where}: request {row} arrived {gaps[row]:.9f} s after the previous one in "
+            f"Vidur, {expected[row]:.9f} s in the workload"
         )
     return rows
 

@@ -16,7 +16,8 @@ from gpu_simulate_test.simulator.api import EngineSpec, FleetSpec, Workload, sim
 from gpu_simulate_test.simulator.engine import RequestBook, VllmV1Engine
 from gpu_simulate_test.simulator.kv_cache import CountingKVCache
 from gpu_simulate_test.simulator.step_model import BatchTimer, PredictorClock
-from gpu_simulate_test.simulator.types import Composition, V1Params
+from gpu_simulate_test.simulator.types import V1Params
+from tests.unit.simulator.test_simulator_library import TokenClock
 
 ENGINE = EngineSpec(V1Params(max_num_batched_tokens=64, max_num_seqs=4, block_size=16,
                              num_blocks=64))  # fmt: skip
@@ -24,19 +25,6 @@ SERVING = ServingLoad(
     rate_points=(1.0, 50.0), stretch_points=(1.1, 1.4), gap_points_ms=(0.1, 0.4),
     noise_sigma=0.2, noise_phi=0.5, noise_slow_share=0.5,
 )  # fmt: skip
-
-
-class TokenClock:
-    """A step lasts 1 ms plus 0.1 ms per token; steps back to back."""
-
-    def gap(self, index: int) -> float:
-        return 0.0
-
-    def lead(self, index: int) -> float:
-        return 0.0
-
-    def body(self, index: int, step: Composition) -> float:
-        return 1e-3 + 1e-4 * (step.prefill_tokens + step.decode_tokens)
 
 
 def _clock(seed: int = 0) -> PredictorClock:
