@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,22 @@ from gpu_simulate_test.io.artifacts import ArtifactError
 TOOL = "guidellm"
 REPORT_VERSION = 2
 """The report schema (``metadata.version``) this reader knows: guidellm 0.8."""
+
+
+_TIMINGS = "requests.successful[{i}].info.timings"
+FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "errors": "requests.successful",
+        "start_times": f"{_TIMINGS}.request_start",
+        "queue_times": f"{_TIMINGS}.targeted_start",
+        "ttft": f"{_TIMINGS}.first_token_iteration",
+        "latency": f"{_TIMINGS}.last_token_iteration",
+        "input_lens": "requests.successful[{i}].prompt_tokens",
+        "output_lens": "requests.successful[{i}].output_tokens",
+    }
+)
+"""Where the import's checks find each quantity in a GuideLLM report (a run's successful
+requests come first, so request ``i`` is ``requests.successful[i]``)."""
 
 
 def is_guidellm_report(data: Any) -> bool:
@@ -174,6 +191,7 @@ def parse_benchmark(
             "max_concurrency": None,
             "duration": bench.get("duration"),
         },
+        fields=dict(FIELDS),
     )
     metrics = _object(bench.get("metrics"))
     request_end = np.array(end) - np.array(start)

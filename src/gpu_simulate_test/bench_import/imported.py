@@ -57,15 +57,22 @@ class ImportedRun:
     """Each metric as the tool defines it and how the file confirmed it (:func:`convention`)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The tool's run-level settings and summaries as it saved them (rate, model, version)."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """Where each checked quantity (``ttft``, ``latency``, ``input_lens``, ...) is in the tool's
+    file, ``{i}`` standing for the request's index; a name not here is the file's own."""
 
     @property
     def num_requests(self) -> int:
         return len(self.ok)
 
-    def where(self, fieldname: str) -> str:
-        """``<file> (<label>), field <name>`` for error messages."""
+    def where(self, fieldname: str, index: int | None = None) -> str:
+        """``<file> (<label>), field <name>`` for error messages, the field as the tool's file
+        names it (:attr:`fields`; request ``index`` where its path holds one)."""
         label = f" ({self.label})" if self.label else ""
-        return f"{self.source}{label}, field {fieldname!r}"
+        name = self.fields.get(fieldname, fieldname)
+        if "{i}" in name:
+            name = name.replace("{i}", "" if index is None else str(index))
+        return f"{self.source}{label}, field {name!r}"
 
 
 def convention(definition: str, tool_value: float | None, recomputed: float, what: str) -> dict:
@@ -111,22 +118,22 @@ def check_run(run: ImportedRun, model: ModelConfig) -> None:
         if bad.size:
             i = int(bad[0])
             raise ArtifactError(
-                f"{run.where(name)}: request {i} (0-based) has {_said(values[i])}, expected a "
-                "time in seconds for a successful request"
+                f"{run.where(name, i)}: request {i} (0-based) has {_said(values[i])}, expected "
+                "a time in seconds for a successful request"
             )
     for name, values in (("ttft", run.ttft_s), ("latency", run.e2e_s)):
         bad = ok[~(np.isfinite(values[ok]) & (values[ok] >= 0))]
         if bad.size:
             i = int(bad[0])
             raise ArtifactError(
-                f"{run.where(name)}: request {i} (0-based) has {_said(values[i])}, expected a "
-                "time in seconds >= 0 for a successful request"
+                f"{run.where(name, i)}: request {i} (0-based) has {name} {_said(values[i])}, "
+                "expected a time in seconds >= 0 for a successful request"
             )
     shorter = ok[run.e2e_s[ok] < run.ttft_s[ok] - 1e-9]
     if shorter.size:
         i = int(shorter[0])
         raise ArtifactError(
-            f"{run.where('latency')}: request {i} ends ({run.e2e_s[i]:.6f} s) before its first "
+            f"{run.where('latency', i)}: request {i} ends ({run.e2e_s[i]:.6f} s) before its first "
             f"token ({run.ttft_s[i]:.6f} s); expected end-to-end latency >= TTFT"
         )
     for name, lengths in (
@@ -137,15 +144,15 @@ def check_run(run: ImportedRun, model: ModelConfig) -> None:
         if short.size:
             i = int(short[0])
             raise ArtifactError(
-                f"{run.where(name)}: request {i} (0-based) has {lengths[i]} tokens, expected >= 1 "
-                "for a successful request"
+                f"{run.where(name, i)}: request {i} (0-based) has {lengths[i]} tokens, expected "
+                ">= 1 for a successful request"
             )
     total = run.num_prefill_tokens + run.num_decode_tokens
     over = ok[total[ok] > model.max_position_embeddings]
     if over.size:
         i = int(over[0])
         raise ArtifactError(
-            f"{run.where('input_lens')}: request {i} has {run.num_prefill_tokens[i]} prompt + "
+            f"{run.where('input_lens', i)}: request {i} has {run.num_prefill_tokens[i]} prompt + "
             f"{run.num_decode_tokens[i]} output tokens, over model {model.name}'s context of "
             f"{model.max_position_embeddings}; pass the model the run served (model=<name>, "
             "e.g. model=qwen3_0_6b)"

@@ -170,6 +170,8 @@ def parse_result(path: Path, data: Mapping[str, Any], label: str = "") -> Import
         event_offsets_s=events,
         errors=tuple(errors),
         settings={k: data.get(k) for k in SETTINGS_KEYS if k in data},
+        # the checks' names for the file's lists (a result of vLLM < 0.10 has no latencies)
+        fields={"ttft": "ttfts", "latency": "latencies" if "latencies" in data else "itls"},
     )
     return _with_conventions(run, data, sums, itls)
 

@@ -73,10 +73,45 @@ def test_a_file_of_failed_requests_reads_quietly_and_is_refused() -> None:
     vllm = json.loads(VLLM_FIXTURE.read_text())
     vllm["errors"] = ["ClientConnectorError"] * len(vllm["errors"])
     runs += read_vllm_bench(VLLM_FIXTURE, [vllm])
-    for run in runs:
+    for run, field in zip(runs, ["requests.successful"] * 2 + ["errors"], strict=True):
         assert not run.ok.any()
-        with pytest.raises(ArtifactError, match=r"field 'errors'.*no request succeeded"):
+        with pytest.raises(ArtifactError, match=rf"field '{field}'.*no request succeeded"):
             check_run(run, model_preset("qwen3_0_6b"))
+
+
+@pytest.mark.parametrize(
+    ("tool", "spoil", "expected"),
+    [("guidellm", "last", r"'requests.successful\[3\].info.timings.last_token_iteration': "
+      r"request 3 \(0-based\) has latency -"),
+     ("guidellm", "first", r"'requests.successful\[3\].info.timings.first_token_iteration': "
+      r"request 3 \(0-based\) has ttft -"),
+     ("guidellm", "prompt", r"'requests.successful\[3\].prompt_tokens': request 3 \(0-based\) "
+      r"has 0 tokens"),
+     ("vllm", "ttft", r"field 'ttfts': request 3 \(0-based\) has ttft -1,"),
+     ("vllm", "latency", r"field 'latencies': request 3 ends")],
+)  # fmt: skip
+def test_a_check_names_the_field_as_the_tool_wrote_it(tool: str, spoil: str, expected: str) -> None:
+    """A request the checks refuse is named by the field its file holds (GuideLLM has no
+    'latency' or 'input_lens'; vLLM's lists are 'ttfts' and 'latencies')."""
+    if tool == "guidellm":
+        data = report()
+        request = data["benchmarks"][0]["requests"]["successful"][3]
+        timings = request["info"]["timings"]
+        if spoil == "prompt":
+            request["prompt_tokens"] = 0
+        else:
+            key = f"{spoil}_token_iteration"
+            timings[key] = timings["request_start"] - 1.0
+        run = read_guidellm(GUIDELLM_FIXTURE, data)[0]
+    else:
+        vllm = json.loads(VLLM_FIXTURE.read_text())
+        if spoil == "ttft":
+            vllm["ttfts"][3] = -1.0
+        else:
+            vllm["latencies"][3] = vllm["ttfts"][3] / 2
+        run = read_vllm_bench(VLLM_FIXTURE, [vllm])[0]
+    with pytest.raises(ArtifactError, match=expected):
+        check_run(run, model_preset("qwen3_0_6b"))
 
 
 @pytest.mark.parametrize("key", ["request_start", "targeted_start"])
