@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from gpu_simulate_test.bench_import.contract import (
     IMPORT_MANIFEST,
     IMPORT_MANIFEST_VERSION,
+    REAL_SUMMARY_JSON,
     VLLM_RESULT_JSON,
 )
 from gpu_simulate_test.bench_import.export import vllm_result
@@ -240,6 +242,7 @@ def export_run(
         requests,
         tokens,
         header={
+            "date": run_date(path, meta),
             "backend": backend or stage,
             "label": f"gpu-simulate-test {stage} {meta.get('run_id')}",
             "model_id": model_id,
@@ -251,6 +254,24 @@ def export_run(
         metrics=metrics,
         percentiles=percentiles,
     )
+
+
+def run_date(path: Path, meta: Mapping[str, Any]) -> str | None:
+    """When the run at ``path`` ran, as ``vllm bench serve`` dates a result (``%Y%m%d-%H%M%S``):
+    its ``summary.json`` ``date`` (an imported run's is its benchmark's), else the start of the
+    run (UTC); None where neither says (the export's clock then)."""
+    summary = path / REAL_SUMMARY_JSON
+    if summary.is_file():
+        date = read_json(summary).get("date")
+        if isinstance(date, str) and date:
+            return date
+    started = meta.get("start_time")
+    if not isinstance(started, str):
+        return None
+    try:
+        return datetime.fromisoformat(started).astimezone(UTC).strftime("%Y%m%d-%H%M%S")
+    except ValueError:
+        return None
 
 
 def run_export(cfg: BenchImportStageConfig, resolved_config: Mapping[str, Any]) -> Path:

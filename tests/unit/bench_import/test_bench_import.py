@@ -282,3 +282,27 @@ def test_an_export_s_request_rate_is_the_rate_the_workload_was_told() -> None:
     assert told_rate(rescaled) == 5.0
     assert told_rate({"generator": {"source": "trace"}, "summary": summary}) == 3.365
     assert told_rate({}) is None
+
+
+def test_an_export_is_dated_by_the_run_not_the_export(tmp_path: Path) -> None:
+    """An imported run exported back keeps the benchmark's ``date``; a run without a dated
+    summary (a simulation) is dated by its start, never by the export's clock."""
+    from gpu_simulate_test.bench_import.stage import export_run, run, run_date
+    from gpu_simulate_test.config.bench_import import BenchImportStageConfig
+    from gpu_simulate_test.config.presets import hardware_preset
+    from gpu_simulate_test.config.schema import OutputConfig
+
+    cfg = BenchImportStageConfig(
+        source=str(VLLM_FIXTURE),
+        model=QWEN3_0_6B,
+        hardware=hardware_preset("h100"),
+        output=OutputConfig(root=str(tmp_path), run_id="v"),
+        progress=False,
+    )
+    run(cfg, {})
+    exported = export_run(tmp_path / "real_bench" / "v", ("ttft",), (99,))
+    assert exported["date"] == fixture()["date"] == "20261123-142548"
+    undated = tmp_path / "sim"
+    undated.mkdir()
+    assert run_date(undated, {"start_time": "2026-11-30T23:59:58.5+01:00"}) == "20261130-225958"
+    assert run_date(undated, {}) is None
