@@ -59,6 +59,11 @@ class BenchImportStageConfig:
             )
         _check_choice("format", self.format, IMPORT_FORMATS)
         _check(all(b >= 0 for b in self.benchmarks), "benchmarks must be indexes >= 0")
+        _check(
+            len(set(self.benchmarks)) == len(self.benchmarks),
+            f"benchmarks={list(self.benchmarks)} names a run more than once; name each run of "
+            "the file once (it would be imported twice, as two runs)",
+        )
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for metric in self.export_metrics:
             _check_choice("export_metrics", metric, EXPORT_METRICS)

@@ -15,6 +15,7 @@ from gpu_simulate_test.bench_import.stage import read_source, run_export
 from gpu_simulate_test.bench_import.vllm_bench import read_vllm_bench
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
 from gpu_simulate_test.config.presets import model_preset
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.io.artifacts import ArtifactError
 from tests.conftest import REPO_ROOT
 
@@ -120,3 +121,9 @@ def test_a_time_that_is_not_finite_names_guidellms_field(key: str) -> None:
     data["benchmarks"][0]["requests"]["successful"][2]["info"]["timings"][key] = float("nan")
     with pytest.raises(ArtifactError, match=rf"successful\[2\]\.info\.timings\.{key}': nan"):
         read_guidellm(GUIDELLM_FIXTURE, data)
+
+
+def test_a_run_named_twice_in_benchmarks_is_refused() -> None:
+    """``benchmarks=[0,0]`` imported benchmark 0 twice, as two runs ``<id>-0`` and ``<id>-1``."""
+    with pytest.raises(ConfigError, match=r"benchmarks=\[0, 0\] names a run more than once"):
+        BenchImportStageConfig(source=str(GUIDELLM_FIXTURE), benchmarks=(0, 0))
