@@ -244,13 +244,27 @@ def _replay(
     GC), a multi-turn workload's sessions in a closed loop
     (:mod:`~gpu_simulate_test.core.engines.closed_loop`); ``session`` says how far it got."""
     read_host = host_probe.reads_host(cfg.hardware.device, cfg.backend.host_probe)
+
+    def say(line: str) -> None:  # the minute a server takes to start is not left silent
+        if cfg.progress:
+            console.print(line, highlight=False)
+
+    say(f"starting {backend.name} ({cfg.model.name} on {cfg.hardware.device}) ...")
+    began = time.perf_counter()
     with _backend_session(backend, recorder) as info:
         session.info = info
         first, shapes = warmups
         ran = backend.sizes_run()
         cold = [s for s in shapes if s.num_prefill_tokens not in ran]
         r.update_meta(shape_warmups_skipped=len(shapes) - len(cold))
+        say(
+            f"{backend.name} started in {time.perf_counter() - began:.1f} s; warming up: "
+            f"{len(first)} request(s) shaped like the first, {len(cold)} step size(s) "
+            f"({len(shapes) - len(cold)} already run) ..."
+        )
+        began = time.perf_counter()
         backend.warmup(first + cold)
+        say(f"warm-up done in {time.perf_counter() - began:.1f} s")
         info.update(describe(backend))
         client_cpus = backend.client_cpus()
         info["client_cpus"] = sorted(client_cpus) if client_cpus else None

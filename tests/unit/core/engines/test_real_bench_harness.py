@@ -233,6 +233,28 @@ def test_stage_completes_with_a_healthy_backend(
     assert not (path / stage.TELEMETRY_CSV).exists()  # no GPU, no telemetry file
 
 
+def test_start_and_warm_up_are_said_before_the_replay_bar(
+    compose_stage,
+    tmp_path: Path,
+    workload_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A vLLM server takes a minute to start and its shape warm-up seconds more: the stage says
+    what it is doing then, not nothing until the replay's bar."""
+    monkeypatch.setattr(stage, "get_backend", lambda name: FakeBackend)
+    cfg = _bench_cfg(compose_stage, tmp_path, workload_dir, "progress=true")
+    stage.run(cfg, {"x": 1})
+    out = capsys.readouterr().out
+    started, warming, done = (
+        out.index("starting hf_cb (qwen3_tiny on cpu)"),
+        out.index("hf_cb started in"),
+        out.index("warm-up done in"),
+    )
+    assert started < warming < done < out.index("replaying")
+    assert "warming up" in out[warming:done]
+
+
 def test_the_shape_warm_up_leaves_out_the_sizes_the_engine_has_run(
     compose_stage, tmp_path: Path, workload_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
