@@ -72,8 +72,10 @@ def serve_requests(
     device: str,
     dtype: str,
     nvtx: Any | None = None,
+    done: Callable[[], None] = lambda: None,
 ) -> list[StepTiming]:
-    """Serve ``requests`` one by one and return every step's wall time and analytic cost."""
+    """Serve ``requests`` one by one and return every step's wall time and analytic cost;
+    ``done()`` is called after each request, outside its timed steps (a progress bar)."""
     import torch
 
     sync = _synchronizer(device)
@@ -113,4 +115,5 @@ def serve_requests(
                         req.request_id, "decode", 1, cached, elapsed, dcost.flops, dcost.bytes_moved
                     )
                 )
+            done()
     return steps

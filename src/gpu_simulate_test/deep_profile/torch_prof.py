@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig, TorchProfilerStep
+from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.deep_profile import contract as files
 from gpu_simulate_test.deep_profile.engine import nvtx_for, serve_requests
 from gpu_simulate_test.deep_profile.inputs import ProfileInputs, warmup_requests
@@ -110,12 +113,43 @@ def top_operators(rows: Sequence[dict[str, Any]], key: str, n: int) -> list[dict
     return sorted(rows, key=lambda r: (-r[key], r["operator"]))[:n]
 
 
+@contextlib.contextmanager
+def passes_progress(enabled: bool) -> Iterator[Callable[[str, int], Callable[[], None]]]:
+    """Yield ``start(label, total)``, which adds a bar for one pass over the requests and
+    returns its ``done()``; redrawn only by ``done()`` (no refresh thread beside the timed
+    steps), nothing when not ``enabled``."""
+    if not enabled:
+        yield lambda _label, _total: lambda: None
+        return
+    with Progress(
+        TextColumn("[bold]torch_profiler {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        auto_refresh=False,
+    ) as progress:
+
+        def start(label: str, total: int) -> Callable[[], None]:
+            task = progress.add_task(label, total=total)
+            progress.refresh()
+
+            def done() -> None:
+                progress.advance(task)
+                progress.refresh()
+
+            return done
+
+        yield start
+
+
 def _profile(
     model: Any,
     inputs: ProfileInputs,
     cfg: DeepProfileStageConfig,
     activities: Sequence[str],
     opts: TorchProfilerStep,
+    done: Callable[[], None],
 ) -> tuple[Any, list[StepTiming]]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -133,6 +167,7 @@ def _profile(
             device=cfg.hardware.device,
             dtype=cfg.dtype,
             nvtx=nvtx_for(cfg.hardware.device),
+            done=done,
         )
     return prof, steps
 
@@ -150,11 +185,17 @@ def run_torch_profiler(
     device = cfg.hardware.device
     activities, notes = resolve_activities(opts.activities, device, torch.cuda.is_available())
     warmups = warmup_requests(inputs.requests, opts.num_warmup_requests, cfg.model.vocab_size)
-    serve_requests(model, warmups, cfg.model, device=device, dtype=cfg.dtype)
     timed: list[StepTiming] | None = None
-    if opts.timing_pass:
-        timed = serve_requests(model, inputs.requests, cfg.model, device=device, dtype=cfg.dtype)
-    prof, profiled = _profile(model, inputs, cfg, activities, opts)
+    with passes_progress(cfg.progress) as start:
+        done = start("warm-up", len(warmups))
+        serve_requests(model, warmups, cfg.model, device=device, dtype=cfg.dtype, done=done)
+        if opts.timing_pass:
+            done = start("timed pass", len(inputs.requests))
+            timed = serve_requests(
+                model, inputs.requests, cfg.model, device=device, dtype=cfg.dtype, done=done
+            )
+        done = start("profiled pass", len(inputs.requests))
+        prof, profiled = _profile(model, inputs, cfg, activities, opts, done)
     steps = timed if timed is not None else profiled
     if timed is None:
         notes.append("timings come from the profiled pass (timing_pass=false): profiler overhead")

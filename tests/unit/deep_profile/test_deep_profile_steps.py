@@ -249,3 +249,28 @@ def test_stakeholder_summary_says_why_the_timed_run_is_missing() -> None:
     assert "did not complete" in text and "no GPU visible to torch" in text
     disabled = stakeholder_summary("t", [StepOutcome.ok("static_analysis")], None, "h100")
     assert "was not part of this profile" in disabled
+
+
+def test_torch_profiler_shows_a_bar_per_pass_over_the_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The warm-up, timed and profiled passes serve every request (minutes for a real model on
+    a CPU): each has its bar, advanced once per request served."""
+    from gpu_simulate_test.core.model.modeling import build_model
+    from gpu_simulate_test.deep_profile.torch_prof import run_torch_profiler
+
+    cfg = replace(
+        _cfg(torch_profiler=TorchProfilerStep(chrome_trace=False, num_warmup_requests=1)),
+        hardware=hardware_preset("cpu"),
+    )
+    reqs = tuple(BenchRequest(i, 8, 2, 0.0, tuple(range(8))) for i in range(3))
+    model = build_model(cfg.model, "cpu", cfg.dtype, cfg.attn_implementation)
+    capsys.readouterr()
+    run_torch_profiler(cfg, model, ProfileInputs(reqs, {"kind": "test"}), tmp_path)
+    out = capsys.readouterr().out
+    for label, count in (("warm-up", "1/1"), ("timed pass", "3/3"), ("profiled pass", "3/3")):
+        line = next(x for x in out.splitlines() if f"torch_profiler {label}" in x)
+        assert count in line, line
+    quiet = replace(cfg, progress=False)
+    run_torch_profiler(quiet, model, ProfileInputs(reqs, {"kind": "test"}), tmp_path / "q")
+    assert "torch_profiler" not in capsys.readouterr().out
