@@ -221,14 +221,25 @@ def run_ncu(
     ncu = tool_path or "ncu"
     names = top_kernel_names(run_dir) if cfg.pipeline.ncu.use_top_kernels else []
     argv = ncu_argv(cfg, run_dir, out, ncu, names)
-    import_argv = ncu_import_csv_argv(out / f"{files.NCU_REPORT_STEM}.ncu-rep", ncu=ncu)
+    report = out / f"{files.NCU_REPORT_STEM}.ncu-rep"
+    import_argv = ncu_import_csv_argv(report, ncu=ncu)
     _write_command(out, argv, gate, import_argv=import_argv, top_kernels=names)
     if gate.status != "ok":
         return gate, {}
     log = out / files.LOG
+    report.unlink(missing_ok=True)  # a report left by an earlier try must not pass for this one's
     error = _run(argv, cfg.pipeline.ncu.timeout_s, log, runner)
     if error is not None:
         return StepOutcome.failed("ncu", error), {}
+    if not report.is_file():  # ncu exits 0 with "No kernels were profiled" and no report
+        matched = f"inside the NVTX range {cfg.pipeline.ncu.nvtx_range}/"
+        if names:
+            matched += f" named as the nsys step's {len(names)} top kernel(s)"
+        return StepOutcome.failed(
+            "ncu",
+            f"ncu profiled no kernel: it wrote no {report.name} (no kernel ran {matched}); "
+            f"its output is in {files.NCU_DIR}/{files.LOG}",
+        ), {}
     try:
         proc = runner(
             import_argv, capture_output=True, text=True, timeout=cfg.pipeline.ncu.timeout_s
@@ -236,7 +247,8 @@ def run_ncu(
     except (OSError, subprocess.TimeoutExpired) as exc:
         return StepOutcome.failed("ncu", f"ncu --import failed: {exc}"), {}
     if proc.returncode != 0:
-        return StepOutcome.failed("ncu", f"ncu --import exited with {proc.returncode}"), {}
+        tail = ((proc.stdout or "") + (proc.stderr or ""))[-LOG_TAIL_CHARS:].strip()
+        return StepOutcome.failed("ncu", f"ncu --import exited with {proc.returncode}: {tail}"), {}
     details = out / files.NCU_DETAILS_CSV
     with atomic_open(details) as handle:
         handle.write(proc.stdout)

@@ -166,6 +166,8 @@ def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
             shutil.copy(kern_sum, Path(argv[argv.index("--output") + 1] + "_cuda_gpu_kern_sum.csv"))
         if "--import" in argv:
             stdout = ncu_csvs[0].read_text()
+        elif "--export" in argv:  # ncu writes <export>.ncu-rep
+            Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_bytes(b"report")
         return subprocess.CompletedProcess(argv, 0, stdout, "")
 
     cfg = _cfg()
@@ -218,6 +220,35 @@ def test_a_profiler_error_fails_the_step_with_its_output(tmp_path: Path) -> None
 
     outcome, _ = run_ncu(_cfg(), tmp_path, "/x/ncu", StepOutcome.ok("ncu"), runner=runner)
     assert outcome.status == "failed" and "ERR_NVGPUCTRPERM" in outcome.reason
+
+
+def test_ncu_that_profiled_no_kernel_fails_the_step_saying_so(tmp_path: Path) -> None:
+    """ncu exits 0 with "==WARNING== No kernels were profiled." and writes no report when the
+    NVTX range or the kernel filter matches nothing; the step said only "ncu --import exited
+    with 1" (and took an earlier try's report for this one's)."""
+    imports: list[list[str]] = []
+
+    def runner(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:
+        if "--import" in argv:
+            imports.append(argv)
+            return subprocess.CompletedProcess(argv, 1, "", "==ERROR== cannot open the file")
+        return subprocess.CompletedProcess(argv, 0, "==WARNING== No kernels were profiled.", "")
+
+    stale = tmp_path / files.NCU_DIR / f"{files.NCU_REPORT_STEM}.ncu-rep"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an earlier try's report")
+    outcome, _ = run_ncu(_cfg(), tmp_path, "/x/ncu", StepOutcome.ok("ncu"), runner=runner)
+    assert outcome.status == "failed" and not imports
+    assert "profiled no kernel" in outcome.reason and "NVTX range decode/" in outcome.reason
+    assert "No kernels were profiled" in (tmp_path / files.NCU_DIR / files.LOG).read_text()
+
+    def import_fails(argv: list[str], **_kw: Any) -> subprocess.CompletedProcess:
+        if "--export" in argv:
+            Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_bytes(b"report")
+        return runner(argv)
+
+    outcome, _ = run_ncu(_cfg(), tmp_path, "/x/ncu", StepOutcome.ok("ncu"), runner=import_fails)
+    assert outcome.status == "failed" and "cannot open the file" in outcome.reason
 
 
 def test_lengths_default_to_the_requests() -> None:
