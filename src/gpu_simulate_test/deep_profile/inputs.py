@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from gpu_simulate_test.config.deep_profile import DeepProfileStageConfig
+from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.core.engines.records import BenchRequest
 from gpu_simulate_test.core.traffic.requests import check_context, load_requests
 from gpu_simulate_test.core.traffic.workloads import generate, load_workload
@@ -79,6 +80,16 @@ def load_inputs(cfg: DeepProfileStageConfig) -> ProfileInputs:
             "prompt_len": cfg.workload.prompt_len.kind,
             "output_len": cfg.workload.output_len.kind,
         }
+    if len(requests) < cfg.num_requests:  # profiling fewer than asked, said nowhere
+        holds = (
+            f"{cfg.workload_dir} holds {len(requests)}"
+            if cfg.workload_dir
+            else f"the synthetic workload holds {len(requests)} (workload.num_requests)"
+        )
+        raise ConfigError(
+            f"num_requests={cfg.num_requests}: {holds}; pass num_requests={len(requests)} or "
+            f"fewer{'' if cfg.workload_dir else f', or workload.num_requests={cfg.num_requests}'}"
+        )
     check_context(requests, cfg.model)
     for req in requests:
         if req.prompt_token_ids is None:

@@ -305,3 +305,16 @@ def test_torch_profiler_shows_a_bar_per_pass_over_the_requests(
     quiet = replace(cfg, progress=False)
     run_torch_profiler(quiet, model, ProfileInputs(reqs, {"kind": "test"}), tmp_path / "q")
     assert "torch_profiler" not in capsys.readouterr().out
+
+
+def test_more_requests_than_the_workload_holds_are_refused_not_cut(tmp_path: Path) -> None:
+    """``num_requests=8`` of the 4-request synthetic workload profiled 4, said nowhere but in
+    ``inputs.yaml``; it is refused naming both numbers and the way out."""
+    from gpu_simulate_test.deep_profile.inputs import load_inputs
+
+    cfg = replace(_cfg(), hardware=hardware_preset("cpu"), num_requests=8)
+    with pytest.raises(ConfigError, match=r"num_requests=8: the synthetic workload holds 4 "):
+        load_inputs(cfg)
+    wider = replace(cfg, workload=replace(cfg.workload, num_requests=8))
+    assert len(load_inputs(wider).requests) == 8
+    assert len(load_inputs(replace(cfg, num_requests=3)).requests) == 3
