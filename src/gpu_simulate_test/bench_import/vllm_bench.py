@@ -136,7 +136,13 @@ def parse_result(path: Path, data: Mapping[str, Any], label: str = "") -> Import
     start = _floats(where, "start_times", _list(path, label, data, "start_times", n))
     ttft = _floats(where, "ttfts", _list(path, label, data, "ttfts", n))
     itls_raw = _list(path, label, data, "itls", n)
-    errors = [str(e or "") for e in data.get("errors") or [""] * n]
+    saved = data.get("errors")
+    if saved is not None and not isinstance(saved, list):  # a string's letters are no errors
+        raise ArtifactError(
+            f"{where}: field 'errors' is {type(saved).__name__}, expected a list of {n} (one "
+            "per request, '' where it succeeded)"
+        )
+    errors = [str(e or "") for e in saved or [""] * n]
     if len(errors) != n:
         raise ArtifactError(f"{where}: field 'errors' has {len(errors)} entries, expected {n}")
     ok = np.array([e == "" for e in errors]) & (output_lens > 0)

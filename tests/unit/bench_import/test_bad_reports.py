@@ -127,3 +127,13 @@ def test_a_run_named_twice_in_benchmarks_is_refused() -> None:
     """``benchmarks=[0,0]`` imported benchmark 0 twice, as two runs ``<id>-0`` and ``<id>-1``."""
     with pytest.raises(ConfigError, match=r"benchmarks=\[0, 0\] names a run more than once"):
         BenchImportStageConfig(source=str(GUIDELLM_FIXTURE), benchmarks=(0, 0))
+
+
+@pytest.mark.parametrize("errors", ["ClientConnectorError", {"0": "x"}])
+def test_errors_that_are_not_a_list_are_named(errors: object) -> None:
+    """A string's letters were read as one error a request ('has 20 entries, expected 50')."""
+    vllm = json.loads(VLLM_FIXTURE.read_text())
+    vllm["errors"] = errors
+    kind = type(errors).__name__
+    with pytest.raises(ArtifactError, match=rf"field 'errors' is {kind}, expected a list of 50"):
+        read_vllm_bench(VLLM_FIXTURE, [vllm])
