@@ -59,8 +59,10 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def print_summary(summary: Mapping[str, Any], title: str) -> None:
     """Throughput and TTFT/TPOT/ITL/E2E percentiles, like ``vllm bench serve`` prints them."""
+    not_sent = summary.get("num_not_sent") or 0  # a closed loop's turns after a failed one
     rows = [
         ["requests ok / failed", f"{summary['completed']} / {summary['failed']}", "", "", ""],
+        *([["requests not sent", str(not_sent), "", "", ""]] if not_sent else []),
         ["duration (s)", _fmt(summary["duration"]), "", "", ""],
         ["request throughput (req/s)", _fmt(summary["request_throughput"], 3), "", "", ""],
         *_goodput_rows(summary.get("goodput")),

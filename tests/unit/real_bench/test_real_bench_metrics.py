@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,23 @@ def test_a_request_still_in_flight_when_written_is_a_valid_cancelled_row(tmp_pat
         "ok",
         "cancelled",
     ]
+
+
+def test_the_printed_summary_counts_the_requests_never_sent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A closed loop's turns after a failed one are never sent: summary.json counts them
+    (``num_not_sent``), and the printed table said only ok / failed."""
+    from gpu_simulate_test.real_bench.report import print_summary
+
+    records = [
+        record(0, 0.0, [0.1, 0.2]),
+        record(1, 0.1, [], status="error"),
+        record(2, None, [], status="error"),
+    ]
+    print_summary(summarize(records), "t")
+    out = capsys.readouterr().out
+    assert re.search(r"requests ok / failed\s+│ 1 / 1 ", out)
+    assert re.search(r"requests not sent\s+│ 1 ", out)
+    print_summary(summarize(records[:2]), "t")
+    assert "not sent" not in capsys.readouterr().out
