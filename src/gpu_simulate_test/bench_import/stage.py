@@ -33,7 +33,6 @@ from gpu_simulate_test.bench_import.imported import (
     ImportedRun,
     check_run,
     disagreements,
-    is_finite_number,
 )
 from gpu_simulate_test.bench_import.vllm_bench import is_vllm_result, load_results, read_vllm_bench
 from gpu_simulate_test.bench_import.write import write_imported_truth, write_imported_workload
@@ -43,6 +42,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, read_csv, read_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, open_upstream_run, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
+from gpu_simulate_test.real_bench.metrics import told_rate
 
 EXPORTABLE_STAGES: tuple[str, ...] = ("real_bench", "vidur_simulate")
 
@@ -194,24 +194,6 @@ def _print_import(
         for line in entry["disagreements"]:
             console.print(f"[bold yellow]{entry['label'] or 'run'}:[/] {line}")
     console.print(f"[bold]manifest:[/] {path / IMPORT_MANIFEST}")
-
-
-def told_rate(workload: Mapping[str, Any]) -> float | None:
-    """The rate a workload run was told to send at, as ``vllm bench serve``'s ``request_rate``
-    means it (``--request-rate``): a synthetic workload's ``qps``, a trace's
-    ``trace_target_qps``; where it was told none (a trace as recorded, chat sessions, whose
-    ``qps`` counts sessions) or an infinite one, the rate its arrivals realized."""
-    generator = workload.get("generator") or {}
-    realized = (workload.get("summary") or {}).get("mean_qps")
-    session = generator.get("session") or {}
-    told = None
-    if generator.get("source") == "synthetic" and not session.get("enabled"):
-        told = generator.get("qps")
-    elif generator.get("source") == "trace":
-        told = generator.get("trace_target_qps")
-    if is_finite_number(told):
-        return float(told)
-    return None if realized is None else float(realized)
 
 
 def export_run(

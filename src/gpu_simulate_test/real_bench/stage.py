@@ -53,7 +53,12 @@ from gpu_simulate_test.real_bench.engine_record import (
     check_step_log,
     describe,
 )
-from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
+from gpu_simulate_test.real_bench.metrics import (
+    request_frame,
+    summarize,
+    token_frame,
+    told_rate,
+)
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
 from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
 
@@ -128,7 +133,7 @@ def _summary_extra(
         "model_id": cfg.model.local_path or cfg.model.hf_name or cfg.model.name,
         "tokenizer_id": cfg.model.local_path or cfg.model.hf_name or cfg.model.name,
         "num_prompts": num_requests,
-        "request_rate": workload.meta.get("summary", {}).get("mean_qps"),
+        "request_rate": told_rate(workload.meta),  # --request-rate: told, not realized
         "burstiness": arrival.get("burstiness"),
         "max_concurrency": None,
         "workload_id": workload.workload_id,

@@ -231,6 +231,11 @@ def test_stage_completes_with_a_healthy_backend(
     assert (frame.status == "ok").all() and len(frame) == 6
     assert read_json(path / layout.RUN_META)["status"] == "complete"
     assert not (path / stage.TELEMETRY_CSV).exists()  # no GPU, no telemetry file
+    # vllm bench serve's request_rate is --request-rate, the rate the workload was told (its
+    # 6 Poisson arrivals realized another); the export of this run says the same
+    realized = read_json(workload_dir / layout.WORKLOAD_META)["summary"]["mean_qps"]
+    assert realized != pytest.approx(10.0)
+    assert read_json(path / stage.SUMMARY)["request_rate"] == 10.0
 
 
 def test_start_and_warm_up_are_said_before_the_replay_bar(
