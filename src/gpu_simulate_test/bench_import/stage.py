@@ -220,22 +220,38 @@ def export_run(
     rate = told_rate(workload)
     burstiness = ((workload.get("generator") or {}).get("arrival") or {}).get("burstiness")
     backend = (meta.get("backend") or {}).get("name") if stage == "real_bench" else "vidur"
-    return vllm_result(
-        requests,
-        tokens,
-        header={
-            "date": run_date(path, meta),
-            "backend": backend or stage,
-            "label": f"gpu-simulate-test {stage} {meta.get('run_id')}",
-            "model_id": model_id,
-            "tokenizer_id": model_id,
-            "request_rate": rate,
-            "burstiness": 1.0 if burstiness is None else burstiness,
-            "max_concurrency": None,
-        },
-        metrics=metrics,
-        percentiles=percentiles,
-    )
+    header = {
+        "date": run_date(path, meta),
+        "backend": backend or stage,
+        "label": f"gpu-simulate-test {stage} {meta.get('run_id')}",
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "request_rate": rate,
+        "burstiness": 1.0 if burstiness is None else burstiness,
+        "max_concurrency": None,
+    }
+    if stage == "real_bench" and (meta.get("backend") or {}).get("imported"):
+        header.update(imported_header(path))
+    return vllm_result(requests, tokens, header=header, metrics=metrics, percentiles=percentiles)
+
+
+IMPORTED_HEADER_KEYS: tuple[str, ...] = (
+    "backend",
+    "model_id",
+    "tokenizer_id",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+)
+"""What an imported run's export takes from the file it came from (its ``summary.json`` keeps
+them): the tool's backend, model, told rate and concurrency, not the import's stand-ins (the
+tool's name, the model config, the rate the imported arrivals realized)."""
+
+
+def imported_header(path: Path) -> dict[str, Any]:
+    """The header an imported real_bench run's source file gave (where it gave one)."""
+    summary = read_json(path / REAL_SUMMARY_JSON)
+    return {k: summary[k] for k in IMPORTED_HEADER_KEYS if summary.get(k) is not None}
 
 
 def run_date(path: Path, meta: Mapping[str, Any]) -> str | None:

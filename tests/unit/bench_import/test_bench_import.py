@@ -302,6 +302,10 @@ def test_an_export_is_dated_by_the_run_not_the_export(tmp_path: Path) -> None:
     run(cfg, {})
     exported = export_run(tmp_path / "real_bench" / "v", ("ttft",), (99,))
     assert exported["date"] == fixture()["date"] == "20261123-142548"
+    # the file's own header, not the import's stand-ins ("vllm_bench_serve", the model
+    # config's hf_name, the 3.98 req/s the imported arrivals realized for a told 4)
+    for key in ("endpoint_type", "backend", "model_id", "tokenizer_id", "request_rate"):
+        assert exported[key] == fixture()[key], key
     undated = tmp_path / "sim"
     undated.mkdir()
     assert run_date(undated, {"start_time": "2026-11-30T23:59:58.5+01:00"}) == "20261130-225958"
