@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from typing import Any
@@ -18,6 +19,22 @@ def gpu_index(device: str) -> int | None:
         return None
     _, _, index = device.partition(":")
     return int(index) if index else 0
+
+
+def nvml_device(index: int, visible: str | None) -> int | str:
+    """The NVML device of torch's GPU ``index``: NVML counts every GPU of the machine, torch
+    only those ``CUDA_VISIBLE_DEVICES`` lists, in its order (``2,3``: torch's 0 is NVML's 2),
+    by index or by UUID (``GPU-…``, ``MIG-…``: returned as the UUID)."""
+    if visible is None or not visible.strip():
+        return index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if index >= len(entries):
+        raise ValueError(
+            f"cuda:{index} is not among the {len(entries)} GPU(s) CUDA_VISIBLE_DEVICES={visible} "
+            "makes visible"
+        )
+    entry = entries[index]
+    return int(entry) if entry.isdigit() else entry
 
 
 class TelemetrySampler:
@@ -43,12 +60,26 @@ class TelemetrySampler:
         except ImportError as exc:  # telemetry is optional
             self.note = f"NVML unavailable: {exc}"
             return
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            target = nvml_device(self.index, visible)
+        except ValueError as exc:
+            self.note = f"NVML not sampled: {exc}"
+            return
         try:
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            self._handle = (
+                pynvml.nvmlDeviceGetHandleByIndex(target)
+                if isinstance(target, int)
+                else pynvml.nvmlDeviceGetHandleByUUID(target)
+            )
         except pynvml.NVMLError as exc:  # no library, no driver, bad index
             self.note = f"NVML unavailable: {exc}"
             return
+        said = (
+            "" if visible is None else f" (cuda:{self.index} under CUDA_VISIBLE_DEVICES={visible})"
+        )
+        self.note = f"NVML device {target}{said}"
         self._nvml = pynvml
         self.available = True
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)

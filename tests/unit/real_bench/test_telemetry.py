@@ -77,3 +77,37 @@ def test_any_other_failure_at_shutdown_surfaces(monkeypatch: pytest.MonkeyPatch)
     sampler.start()
     with pytest.raises(RuntimeError, match="a bug"):
         sampler.stop()
+
+
+@pytest.mark.parametrize(
+    ("device", "visible", "expected"),
+    [("cuda", None, ("index", 0)),
+     ("cuda:1", "2,3", ("index", 3)),
+     ("cuda", "GPU-5e1f,GPU-77aa", ("uuid", "GPU-5e1f")),
+     ("cuda:2", "0,1", None)],
+)  # fmt: skip
+def test_the_gpu_sampled_is_torchs_under_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, expected: Any
+) -> None:
+    """NVML counts every GPU of the machine, torch only the visible ones: with
+    CUDA_VISIBLE_DEVICES=2,3 the run on ``cuda`` (NVML's GPU 2) sampled NVML's GPU 0, another
+    job's."""
+    opened: list[tuple[str, Any]] = []
+    nv = fake_nvml(
+        nvmlDeviceGetHandleByIndex=lambda i: opened.append(("index", i)) or f"gpu{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: opened.append(("uuid", u)) or u,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    sampler = TelemetrySampler(device, interval_s=10.0)
+    sampler.start()
+    sampler.stop()
+    if expected is None:  # not visible: said, nothing sampled
+        assert not sampler.available and "CUDA_VISIBLE_DEVICES=0,1" in sampler.note
+        assert opened == []
+    else:
+        assert sampler.available and opened == [expected]
+        assert str(expected[1]) in sampler.note
