@@ -93,9 +93,16 @@ def test_the_gpu_sampled_is_torchs_under_cuda_visible_devices(
     CUDA_VISIBLE_DEVICES=2,3 the run on ``cuda`` (NVML's GPU 2) sampled NVML's GPU 0, another
     job's."""
     opened: list[tuple[str, Any]] = []
+
+    def handle(kind: str) -> Callable[[Any], str]:
+        def open_(key: Any) -> str:
+            opened.append((kind, key))
+            return f"gpu {key}"
+
+        return open_
+
     nv = fake_nvml(
-        nvmlDeviceGetHandleByIndex=lambda i: opened.append(("index", i)) or f"gpu{i}",
-        nvmlDeviceGetHandleByUUID=lambda u: opened.append(("uuid", u)) or u,
+        nvmlDeviceGetHandleByIndex=handle("index"), nvmlDeviceGetHandleByUUID=handle("uuid")
     )
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     if visible is None:
