@@ -180,8 +180,8 @@ def test_nsys_then_ncu_with_a_fake_profiler(tmp_path: Path) -> None:
     assert len(kernels) == summary["num_kernels"] > len(summary["top_kernels"])
     outcome, summary = run_ncu(cfg, tmp_path, "/x/ncu", ok("ncu"), runner=runner)
     assert outcome.status == "ok", outcome.reason
-    # SpeedOfLight of this kernel: 9.15 % compute vs 19.66 % memory → memory-bound
-    assert summary["kernel_bounds"][0]["bound"] == "memory-bound"
+    # SpeedOfLight of this kernel: 9.15 % compute vs 19.66 % memory, both under 60 % → latency
+    assert summary["kernel_bounds"][0]["bound"] == "latency-bound"
     bounds = read_json(tmp_path / files.NCU_DIR / files.NCU_BOUNDS_JSON)
     assert bounds == {"kernels": summary["kernel_bounds"]}
     ncu_call = calls[2]

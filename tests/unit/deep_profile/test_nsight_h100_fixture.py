@@ -32,7 +32,10 @@ def test_h100_details_parse_into_twenty_sm90_kernels() -> None:
 def test_h100_kernels_are_classified_and_the_command_was_nvtx_gated() -> None:
     bounds = classify_bound(parse_ncu_csv(DATA / "ncu_details.csv"))
     assert len(bounds) == 20
-    assert {b.bound for b in bounds} <= {"memory-bound", "compute-bound", "balanced"}
+    # every decode kernel at most 13 % of peak on either unit: ncu's SOLBottleneck rule (in
+    # the file) says latency or a grid too small for every one; not memory-bound or balanced
+    assert {b.bound for b in bounds} == {"latency-bound"}
+    assert max(max(b.compute_throughput_pct, b.memory_throughput_pct) for b in bounds) < 13.1
     argv = json.loads((DATA / "command.json").read_text())["argv"]
     assert argv[argv.index("--nvtx-include") + 1] == "decode/"
     assert "--nvtx" in argv and argv[argv.index("--launch-count") + 1] == "20"

@@ -138,10 +138,11 @@ def test_raw_page() -> None:
 def test_bound_classification_and_roofline(tmp_path: Path) -> None:
     reports = [load_ncu_dir(GEMV_DIR), load_ncu_dir(GEMM_DIR)]
     bounds = [b for r in reports for b in classify_bound(r)]
-    # gemv: 19.66% memory vs 9.15% compute; cutlass gemm: 61.83% vs 41.49%
-    assert [b.bound for b in bounds] == ["memory-bound", "memory-bound"]
+    # gemv: 19.66% memory vs 9.15% compute, both under 60%: ncu's SOLBottleneck says latency
+    # ("grid too small"); cutlass gemm: 61.83% vs 41.49%, ncu: "Memory is more heavily utilized"
+    assert [b.bound for b in bounds] == ["latency-bound", "memory-bound"]
     assert bounds[0].memory_throughput_pct == 19.66
-    assert classify_bound(reports[0], margin_pct=15.0)[0].bound == "balanced"
+    assert classify_bound(reports[1], margin_pct=25.0)[0].bound == "balanced"
     points = [p for r in reports for p in roofline_points(r)]
     gemv = points[0]
     assert gemv.peak_bytes_s == pytest.approx(128 * 13.72e9)

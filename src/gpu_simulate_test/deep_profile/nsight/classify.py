@@ -2,10 +2,13 @@
 
 Rule (``classify_bound``), from the "GPU Speed Of Light Throughput" section:
 ``compute = Compute (SM) Throughput %`` and ``memory = Memory Throughput %`` (both % of peak);
-if they differ by at most ``margin_pct`` percentage points the kernel is ``balanced``, otherwise
-it is bound by the larger one. This is the comparison ncu's own ``SOLBottleneck`` rule makes
-("Memory is more heavily utilized than Compute"); it covers tensor-core work, which the fp32/fp64
-roofline chart does not.
+if both are below ``latency_pct`` (60) the kernel is ``latency-bound``, as ncu's own
+``SOLBottleneck`` rule says ("Achieved compute throughput and/or memory bandwidth below 60.0% of
+peak typically indicate latency issues"; every decode kernel of the H100 fixture, at most 13 %);
+else if they differ by at most ``margin_pct`` percentage points the kernel is ``balanced``,
+otherwise it is bound by the larger one, the comparison the same rule makes ("Memory is more
+heavily utilized than Compute"); it covers tensor-core work, which the fp32/fp64 roofline chart
+does not.
 
 Roofline points (``roofline_points``) come from "GPU Speed Of Light Roofline Chart": peak FLOP/s
 = theoretical FMA operations per cycle × SM frequency, peak bandwidth = theoretical DRAM bytes
@@ -23,7 +26,9 @@ from typing import Any, Literal
 
 from gpu_simulate_test.deep_profile.nsight.parsers import NcuReport
 
-Bound = Literal["memory-bound", "compute-bound", "balanced"]
+Bound = Literal["memory-bound", "compute-bound", "balanced", "latency-bound"]
+LATENCY_PCT = 60.0
+"""Below this share of peak on both units ncu's ``SOLBottleneck`` rule says latency issues."""
 SOL_SECTION = "GPU Speed Of Light Throughput"
 ROOFLINE_SECTION = "GPU Speed Of Light Roofline Chart"
 _PRECISIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
@@ -87,8 +92,15 @@ class RooflinePoint:
         }
 
 
-def bound_label(compute_pct: float, memory_pct: float, margin_pct: float = 10.0) -> Bound:
+def bound_label(
+    compute_pct: float,
+    memory_pct: float,
+    margin_pct: float = 10.0,
+    latency_pct: float = LATENCY_PCT,
+) -> Bound:
     """The rule above on two utilizations (percent of peak)."""
+    if max(compute_pct, memory_pct) < latency_pct:
+        return "latency-bound"
     if abs(compute_pct - memory_pct) <= margin_pct:
         return "balanced"
     return "compute-bound" if compute_pct > memory_pct else "memory-bound"
