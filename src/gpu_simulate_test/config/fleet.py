@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpu_simulate_test.config.schema import _check, _check_choice
@@ -38,5 +39,9 @@ class FleetConfig:
 
     def __post_init__(self) -> None:
         _check(self.replicas >= 1, f"fleet.replicas must be at least 1, got {self.replicas}")
-        _check(self.poll_s >= 0, f"fleet.poll_s must be >= 0 (seconds), got {self.poll_s}")
+        _check(
+            math.isfinite(self.poll_s) and self.poll_s >= 0,
+            f"fleet.poll_s must be a finite number of seconds >= 0 (0: live), got {self.poll_s}",
+        )
+        _check(self.router_seed >= 0, f"fleet.router_seed must be >= 0, got {self.router_seed}")
         _check_choice("fleet.router", self.router, FLEET_ROUTERS)

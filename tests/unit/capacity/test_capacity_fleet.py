@@ -47,3 +47,20 @@ def test_another_router_is_n_servers_behind_the_client_s_router(compose_stage: A
         typed(compose_stage, "fleet.replicas=4", "backend.data_parallel_size=2")
     with pytest.raises(ConfigError, match=r"fleet\.router"):
         typed(compose_stage, "fleet.replicas=2", "fleet.router=nearest")
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("fleet.poll_s=inf", r"fleet\.poll_s must be a finite"),
+        ("fleet.poll_s=nan", r"fleet\.poll_s must be a finite"),
+        ("fleet.router_seed=-1", r"fleet\.router_seed must be >= 0"),
+    ],
+)
+def test_a_fleet_s_scrape_and_seed_are_refused_with_the_config(
+    compose_stage: Any, override: str, named: str
+) -> None:
+    # refused when the config is read, before a run directory is made (the simulation's own
+    # check came only after the run had started, leaving a failed run under its id)
+    with pytest.raises(ConfigError, match=named):
+        typed(compose_stage, "fleet.replicas=2", "fleet.router=prefix_affinity", override)
