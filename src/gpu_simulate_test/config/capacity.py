@@ -136,8 +136,9 @@ class CapacityStageConfig(SearchStageBase):
     """``fleet.replicas=N fleet.router=R``: the capacity of N engines behind router R (one GPU
     each). Behind ``vllm_dp`` the real check serves them as one ``--data-parallel-size N``
     server (``backend.data_parallel_size`` is N); behind another router as N servers behind the
-    client's own router (``backend.servers`` is N, :func:`fleet_backend`). One replica (the
-    default): ``backend.data_parallel_size``'s fleet."""
+    client's own router (``backend.servers`` is N, :func:`fleet_backend`). Without a real check
+    the backend stays one engine (its calibration is one engine's, as a tune's fleets). One
+    replica (the default): ``backend.data_parallel_size``'s fleet."""
 
     def __post_init__(self) -> None:
         check_scheduler_named_once(self.backend, self.vidur.scheduler)
@@ -159,9 +160,10 @@ class CapacityStageConfig(SearchStageBase):
 
 def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
     """The backend that serves ``cfg.fleet`` on the real engine: ``--data-parallel-size N``
-    behind ``vllm_dp``; ConfigError where the fleet cannot be checked on a real engine and a
-    check is asked for, or where ``fleet.*`` and ``backend.data_parallel_size`` name two
-    fleets."""
+    behind ``vllm_dp``, N servers behind another router; the backend as given where no real
+    check is asked for (the simulation copies one engine). ConfigError where the fleet cannot
+    be checked on a real engine and a check is asked for, or where ``fleet.*`` and
+    ``backend.data_parallel_size`` name two fleets."""
     fleet, backend = cfg.fleet, cfg.backend
     ranks = int(getattr(backend, "data_parallel_size", 1))
     if fleet.replicas == 1:
@@ -185,6 +187,6 @@ def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
         return dataclasses.replace(  # type: ignore[call-arg]
             backend, servers=fleet.replicas, router=fleet.router, router_poll_s=fleet.poll_s
         )
-    if served:
+    if served and checked:  # one --data-parallel-size N server
         return dataclasses.replace(backend, data_parallel_size=fleet.replicas)  # type: ignore[call-arg]
-    return backend
+    return backend  # simulated only: one engine's calibration, copied N times (as tune's)

@@ -20,11 +20,11 @@ def typed(compose_stage: Any, *overrides: str) -> CapacityStageConfig:
 
 
 def test_vllm_s_balancer_is_one_data_parallel_server(compose_stage: Any) -> None:
-    cfg = typed(compose_stage, "fleet.replicas=2")
+    cfg = typed(compose_stage, "fleet.replicas=2", "capacity.verify=true")
     assert cfg.fleet_of().replicas == 2 and cfg.fleet_of().router == "vllm_dp"
     assert cfg.backend.data_parallel_size == 2  # type: ignore[attr-defined]
     # the old spelling names the same fleet
-    old = typed(compose_stage, "backend.data_parallel_size=2")
+    old = typed(compose_stage, "backend.data_parallel_size=2", "capacity.verify=true")
     assert old.fleet_of() == cfg.fleet_of() and old.pipeline().backend == cfg.pipeline().backend
     one = typed(compose_stage)
     assert one.fleet_of().replicas == 1 and one.backend.data_parallel_size == 1  # type: ignore[attr-defined]
@@ -64,3 +64,16 @@ def test_a_fleet_s_scrape_and_seed_are_refused_with_the_config(
     # check came only after the run had started, leaving a failed run under its id)
     with pytest.raises(ConfigError, match=named):
         typed(compose_stage, "fleet.replicas=2", "fleet.router=prefix_affinity", override)
+
+
+def test_a_simulated_only_fleet_behind_vllm_s_balancer_calibrates_one_engine(
+    compose_stage: Any,
+) -> None:
+    # nothing checked on a real engine: the fleet is one engine's step model copied N times,
+    # so the engine calibrated (and served for its calibration) is one engine, as a tune's
+    # fleets are, not a --data-parallel-size N server (8 engines on this host's cores, or 8
+    # GPUs to size a fleet of 8)
+    cfg = typed(compose_stage, "fleet.replicas=8")
+    assert cfg.fleet_of().replicas == 8 and cfg.fleet_of().router == "vllm_dp"
+    assert cfg.backend.data_parallel_size == 1  # type: ignore[attr-defined]
+    assert cfg.pipeline().backend == typed(compose_stage).pipeline().backend
