@@ -214,6 +214,19 @@ def read_real(src: Path, cfg: CapacityStageConfig) -> RealSource:
     )
 
 
+def per_engine_requests(
+    cfg: CapacityStageConfig, inner: PipelineStageConfig
+) -> PipelineStageConfig:
+    """A fleet of N (``fleet.*``) judged on N times the workload's requests (or sessions): at N
+    times one engine's rate, the same requests per engine and as long a window of arrivals as
+    one engine's (a tune's fleets hold them so too). A trace taken whole (0) stays whole."""
+    replicas, wanted = cfg.fleet_of().replicas, inner.workload.num_requests
+    if replicas == 1 or wanted <= 0:
+        return inner
+    workload = dataclasses.replace(inner.workload, num_requests=wanted * replicas)
+    return dataclasses.replace(inner, workload=workload)
+
+
 def bundle_and_workload(
     cfg: CapacityStageConfig, inner: PipelineStageConfig, r: Run, log_dir: Path | None = None
 ) -> tuple[PipelineStageConfig, ProfilePlan, Path]:

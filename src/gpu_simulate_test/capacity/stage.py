@@ -65,6 +65,7 @@ from gpu_simulate_test.capacity.split import (
     REFERENCE_QPS,
     RealSource,
     bundle_and_workload,
+    per_engine_requests,
     read_real,
     recorded_inputs,
     write_real,
@@ -124,6 +125,7 @@ def run(cfg: CapacityStageConfig, resolved_config: Mapping[str, Any]) -> Path:
                 cfg, model=inner.model, hardware=inner.hardware, backend=inner.backend
             )
         else:
+            inner = per_engine_requests(cfg, inner)
             inner, decided, workload_dir = bundle_and_workload(cfg, inner, r)
         if opts.phase == "real":  # the GPU machine's half: the real search, no Vidur
             return real_phase(cfg, inner, r, decided, workload_dir)

@@ -4,6 +4,7 @@ for a check by name."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,3 +78,33 @@ def test_a_simulated_only_fleet_behind_vllm_s_balancer_calibrates_one_engine(
     assert cfg.fleet_of().replicas == 8 and cfg.fleet_of().router == "vllm_dp"
     assert cfg.backend.data_parallel_size == 1  # type: ignore[attr-defined]
     assert cfg.pipeline().backend == typed(compose_stage).pipeline().backend
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("overrides", "requests"), [((), 1000), (("fleet.replicas=4",), 4000)])
+def test_a_fleet_judges_as_many_requests_per_engine_as_one_engine(
+    compose_stage: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    overrides: tuple[str, ...],
+    requests: int,
+) -> None:
+    # at N times one engine's rate, N times the requests: each engine's window as long as one
+    # engine's (the whole 1000 at 4 times the rate judged each engine on 250, a quarter of the
+    # window, and answered 6% higher)
+    from gpu_simulate_test.capacity import stage
+
+    made: list[int] = []
+
+    def workload_made(cfg: Any, inner: Any, r: Any) -> Any:
+        made.append(inner.workload.num_requests)
+        raise _Stop
+
+    monkeypatch.setattr(stage, "bundle_and_workload", workload_made)
+    cfg = typed(compose_stage, *overrides, f"output.root={tmp_path}", "output.run_id=c")
+    with pytest.raises(_Stop):
+        stage.run(cfg, {})
+    assert made == [requests]
