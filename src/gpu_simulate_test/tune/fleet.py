@@ -47,12 +47,22 @@ def frontier(order: list[Simulated]) -> list[dict[str, Any]]:
     return rows
 
 
+def fewest_meeting(order: list[Simulated], target_qps: float) -> Simulated | None:
+    """The configuration of fewest GPUs whose simulated capacity reaches ``target_qps`` (the
+    most capacity among those of that many); None when none does."""
+    meets = [s for s in order if capacity_of(s) >= target_qps]
+    if not meets:
+        return None
+    fewest = min(s.candidate.gpus for s in meets)
+    return max((s for s in meets if s.candidate.gpus == fewest), key=capacity_of)
+
+
 def target_answer(order: list[Simulated], target_qps: float, model: str) -> dict[str, Any]:
     """``tune.target_qps``: the fewest GPUs whose simulated capacity reaches ``target_qps`` (the
     most capacity among configurations of that many), how to run it, and the runner-up count;
     or, when none reaches it, the largest capacity found and what is missing."""
-    meets = [s for s in order if capacity_of(s) >= target_qps]
-    if not meets:
+    pick = fewest_meeting(order, target_qps)
+    if pick is None:
         top = max(order, key=capacity_of, default=None)
         most = capacity_of(top) if top is not None else -1.0
         return {
@@ -66,12 +76,10 @@ def target_answer(order: list[Simulated], target_qps: float, model: str) -> dict
                 + "): add replicas to tune.space.replicas"
             ),
         }
-    fewest = min(s.candidate.gpus for s in meets)
-    pick = max((s for s in meets if s.candidate.gpus == fewest), key=capacity_of)
     return {
         "target_qps": target_qps,
         "config_id": pick.candidate.config_id,
-        "gpus": fewest,
+        "gpus": pick.candidate.gpus,
         "replicas": pick.candidate.replicas,
         "router": pick.candidate.routed_by,
         "capacity_qps": pick.capacity,

@@ -1,7 +1,8 @@
 """``tune.verify``: the simulated capacities checked on the real engine, each configuration on a
 vLLM server of its own (restarted per configuration, as vLLM's ``auto_tune`` does).
 
-``top_k``: the best ``tune.top_k`` configurations by simulation and the configured backend; each
+``top_k``: the best ``tune.top_k`` configurations by simulation, the answer to
+``tune.target_qps`` and the configured backend; each
 real search starts at its simulated capacity and steps by ``1 + tune.verify_margin``, then
 bisects to that width: a right prediction costs two rates (one meets the goals just below the
 capacity, one misses just above). ``grid``: every valid configuration, by the capacity stage's
@@ -34,6 +35,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.runs import Run
 from gpu_simulate_test.orchestrate.serving import EarlyServer
 from gpu_simulate_test.orchestrate.step_level import run_schedule
+from gpu_simulate_test.tune.fleet import fewest_meeting
 from gpu_simulate_test.tune.simulate import Simulated
 from gpu_simulate_test.tune.space import Candidate
 from gpu_simulate_test.tune.verdict import judged
@@ -44,16 +46,20 @@ RUNS_DIR = layout.RUNS_DIR
 
 
 def chosen(ranked: list[Simulated], cfg: TuneStageConfig) -> list[Simulated]:
-    """The configurations ``tune.verify`` runs: the best ``top_k`` and the configured one
-    (``top_k``), or every one that was simulated (``grid``); of those the real bench can serve
+    """The configurations ``tune.verify`` runs: the best ``top_k``, the configured one and,
+    with ``tune.target_qps``, the answer to it (the fewest GPUs meeting it, the
+    recommendation: not among the top by capacity, which are the largest fleets) (``top_k``),
+    or every one that was simulated (``grid``); of those the real bench can serve
     (``Candidate.checkable``)."""
     valid = [s for s in ranked if s.capacity is not None and s.candidate.checkable]
     if cfg.tune.verify == "grid":
         return valid
     picked = valid[: cfg.tune.top_k]
+    target = fewest_meeting(ranked, cfg.tune.target_qps) if cfg.tune.target_qps else None
     configured = next((s for s in valid if s.candidate.configured), None)
-    if configured is not None and configured not in picked:
-        picked.append(configured)
+    for also in (target, configured):
+        if also is not None and also in valid and also not in picked:
+            picked.append(also)
     return picked
 
 

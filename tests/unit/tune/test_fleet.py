@@ -182,3 +182,20 @@ def test_a_few_engines_are_a_task_after_one_fleet_of_each_kind(
     flat = space(max_num_seqs=[2, 8, 16])
     leading, groups = fleet_groups(flat, next(c for c in flat if c.configured))
     assert len(leading) == 2 and groups == []
+
+
+def test_the_real_check_measures_the_answer_to_the_target_not_only_the_largest_fleets() -> None:
+    from types import SimpleNamespace
+
+    from gpu_simulate_test.tune.verify import chosen
+
+    found = space(max_num_seqs=[8], replicas=[1, 2, 4])
+    by_replicas = {c.replicas: c for c in found}
+    capacities = {1: 45.0, 2: 95.0, 4: 180.0}
+    order = [_sim(by_replicas[n], capacities[n]) for n in (4, 2, 1)]  # ranked by capacity
+    cfg: Any = SimpleNamespace(tune=TuneOptions(target_qps=60.0, top_k=1))
+    picked = [s.candidate.replicas for s in chosen(order, cfg)]
+    # the top by capacity (4 GPUs), the recommendation for 60 req/s (2 GPUs), the configured
+    assert picked == [4, 2, 1]
+    plain: Any = SimpleNamespace(tune=TuneOptions(top_k=1))  # no target: the top and configured
+    assert [s.candidate.replicas for s in chosen(order, plain)] == [4, 1]
