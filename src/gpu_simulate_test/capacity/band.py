@@ -29,7 +29,9 @@ def band_record(fraction: float, answer: Answer, slower: Answer, faster: Answer)
     ``1 - fraction`` (faster) times as long, and how far each is from the answer."""
 
     def moved(other: Answer) -> float | None:
-        if answer.qps is None or other.qps is None:
+        # an answer still meeting the goals at the search's top is a lower bound: no move
+        # from it can be read (both sides met the top too, and read +0%)
+        if answer.qps is None or other.qps is None or answer.bracket[1] is None:
             return None
         return round(other.qps / answer.qps - 1.0, 4)
 
@@ -72,13 +74,15 @@ def band_markdown(
         return []
     pct = f"{band['fraction']:.0%}"
     low, high = band["qps"]
+    more = " or more" if _slower_open(band) else ""
     parts = []
     for label, moved in zip(("slower", "faster"), band["moved"], strict=True):
         if moved is not None:
             parts.append(f"{moved:+.0%} with {label} steps")
     lines = [
         "",
-        f"**If every step took {pct} longer, the answer would be {_qps(low, unit)}; {pct} shorter, "
+        f"**If every step took {pct} longer, the answer would be {_qps(low, unit)}{more}; {pct} "
+        "shorter, "
         f"{_qps(high, unit)}{' or more' if band['open_above'] else ''}** "
         f"(`capacity.step_band={band['fraction']:g}`"
         + (f": {', '.join(parts)}" if parts else "")
@@ -100,6 +104,14 @@ def band_markdown(
     return lines
 
 
+def _slower_open(band: Mapping[str, Any]) -> bool:
+    """Whether the slower search too still met the goals at its top (its answer a lower
+    bound)."""
+    slower = band.get("slower") or {}
+    bracket = slower.get("bracket_qps") or [None, None]
+    return slower.get("answer_qps") is not None and bracket[1] is None
+
+
 def step_accuracy_needed(band: Mapping[str, Any], target: float = 0.10) -> float | None:
     """The step-time accuracy a capacity within ±``target`` needs, read linearly off the band:
     ``target`` × fraction / the larger move; None where a side has no answer."""
@@ -115,4 +127,5 @@ def band_cells(band: Mapping[str, Any] | None) -> str:
         return "–"
     low, high = band["qps"]
     top = f"{high:g}{'+' if band['open_above'] else ''}" if high is not None else "none"
-    return f"{'none' if low is None else f'{low:g}'} – {top}"
+    bottom = "none" if low is None else f"{low:g}{'+' if _slower_open(band) else ''}"
+    return f"{bottom} – {top}"

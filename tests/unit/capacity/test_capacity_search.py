@@ -126,6 +126,14 @@ def test_the_step_band_brackets_the_answer_and_says_if_the_measure_fell_inside()
     open_band = band_record(0.1, answer, slower, search(_curve(100.0), 1.0, 8.0, 4, 2))
     assert open_band["open_above"] and in_band(1e6, open_band) is True
     assert band_cells(open_band).endswith("8+")
+    # every search met the goals at its top (a fleet under the default capacity.qps_max): each
+    # side is a lower bound, said so, and no move is read off a lower bound
+    top = search(_curve(100.0), 1.0, 8.0, 4, 2)
+    censored = band_record(0.1, top, top, top)
+    assert censored["moved"] == [None, None] and censored["step_accuracy_for_10pct"] is None
+    said = "\n".join(band_markdown(censored, None))
+    assert "would be 8 req/s or more; 10% shorter, 8 req/s or more**" in said
+    assert "+0%" not in said and band_cells(censored) == "8+ – 8+"
 
 
 def test_the_step_band_must_be_a_fraction() -> None:
