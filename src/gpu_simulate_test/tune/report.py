@@ -144,11 +144,26 @@ def seeds_sentence(record: Mapping[str, Any]) -> str:
         if spread is not None and worst is not None
         else ""
     )
+    if not said:  # no configuration answered with two seeds: no spread to tell apart by
+        return (
+            f"each configuration simulated with {record['count']} noise seeds "
+            f"({seeds_said(seeds)}), the median one answering; no capacity over them to spread"
+        )
     return (
         f"each configuration simulated with {record['count']} noise seeds "
         f"({seeds_said(seeds)}), the median one answering{said}: two capacities closer than "
         "that are not told apart by the simulation"
     )
+
+
+def shared_rate_said(doc: Mapping[str, Any]) -> str:
+    """What the latency columns' shared rate is under the capacity objective: the configured
+    backend's simulated capacity, or, where it has none, the reference the search fell back to
+    (``capacity.qps_min``, or the first valid configuration's capacity)."""
+    configured = doc.get("configured_score")
+    if configured is not None and configured > 0:
+        return "the configured backend's capacity"
+    return "the reference rate: the configured backend has no simulated capacity"
 
 
 def target_said(target: Mapping[str, Any]) -> str:
@@ -170,7 +185,7 @@ def print_result(doc: Mapping[str, Any], frame: pd.DataFrame, where: Path) -> No
     if at is not None:
         title += f" at {at:g} req/s"
         if objective == "capacity":  # goodput's is tune.qps
-            title += " (the configured backend's capacity)"
+            title += f" ({shared_rate_said(doc)})"
     print_table(title, header, rows)
     if doc.get("gpu_frontier"):
         print_table(
@@ -267,8 +282,8 @@ def report_markdown(run_id: str, doc: Mapping[str, Any], frame: pd.DataFrame) ->
     ]
     if doc.get("shared_rate_qps") is not None and objective == "capacity":
         lines += [
-            f"Latency columns: p{pct} at {doc['shared_rate_qps']:g} req/s, the configured "
-            "backend's simulated capacity (the same load for every configuration).",
+            f"Latency columns: p{pct} at {doc['shared_rate_qps']:g} req/s, "
+            f"{shared_rate_said(doc)} (the same load for every configuration).",
             "",
         ]
     header, rows = ranked_cells(frame, objective)

@@ -91,3 +91,11 @@ def test_the_config_refuses_a_count_that_is_not_one_or_more() -> None:
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ConfigError, match=r"tune\.sim_seeds"):
             TuneOptions(sim_seeds=bad)  # type: ignore[arg-type]
+
+
+def test_the_seeds_sentence_without_any_capacity_names_no_spread() -> None:
+    record = seeds_record([_run(None, config_id="a"), _run(None, config_id="b")], 3, 42)
+    said = seeds_sentence(record)
+    assert "3 noise seeds (42–44)" in said
+    assert "closer than that" not in said  # "that" was a spread the sentence never gave
+    assert "no capacity over them to spread" in said

@@ -36,3 +36,12 @@ def test_the_target_is_answered_with_its_configuration_capacity_and_headroom() -
     )
     none = {"gpus": None, "note": "no configuration serves 900 req/s within the goals"}
     assert target_said(none) == none["note"]
+
+
+def test_the_shared_rate_is_called_the_configured_capacity_only_where_it_is_one() -> None:
+    from gpu_simulate_test.tune.report import shared_rate_said
+
+    assert shared_rate_said({"configured_score": 80.0}) == "the configured backend's capacity"
+    for none in ({"configured_score": -1.0}, {"configured_score": None}, {}):
+        said = shared_rate_said(none)
+        assert "configured backend's capacity" not in said and "no simulated capacity" in said
