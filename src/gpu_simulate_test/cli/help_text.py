@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass
 
 __all__ = (
+    "CONFIG_GROUPS",
     "CONFIG_GROUPS_TITLE",
     "Example",
     "Knob",
@@ -34,6 +35,8 @@ __all__ = (
 
 CONFIG_GROUPS_TITLE = "== Configuration groups =="
 MODULE = "python -m gpu_simulate_test.cli"
+CONFIG_GROUPS = ("backend", "hardware", "model", "workload")
+"""The config groups under ``configs/`` besides ``experiment`` (a test holds them equal)."""
 COMMENT_COLUMN = 60
 """Example comments line up here, unless the command is longer."""
 
@@ -134,6 +137,10 @@ def _groups(stage: str, page: StageHelp) -> list[str]:
     if page.groups:
         picked = " ".join(f"{group}={option}" for group, option in page.groups)
         lines = [f"Defaults: {picked} (group=option picks another)"]
+        taken = {group for group, _ in page.groups}
+        others = [g for g in CONFIG_GROUPS if g not in taken]
+        if others:  # Hydra lists every group below; group=option is refused for these
+            lines.append(f"Not taken by {stage}: {', '.join(others)} (other stages' groups)")
     else:
         lines = [f"{stage} takes none of these groups: it reads run directories"]
     if page.presets:

@@ -15,11 +15,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gpu_simulate_test.cli.help_pages import STAGE_HELP
 from gpu_simulate_test.cli.help_text import (
+    CONFIG_GROUPS,
     CONFIG_GROUPS_TITLE,
     Knob,
     StageHelp,
     derived,
     help_node,
+    help_template,
     knob,
     required,
 )
@@ -137,6 +139,16 @@ def test_groups_shown_are_the_stages_defaults(stage: str) -> None:
     ]
     assert tuple(picked) == STAGE_HELP[stage].groups
     assert {"override hydra/help": stage} in defaults
+
+
+def test_the_groups_a_stage_does_not_take_are_said() -> None:
+    """Hydra lists every group under the stage's own; those outside its defaults list are
+    refused as ``group=option``, and the page says which they are."""
+    groups = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()} - {"experiment"}
+    assert set(CONFIG_GROUPS) == groups
+    said = help_template("deep_profile", STAGE_HELP["deep_profile"])
+    assert "Not taken by deep_profile: backend, workload" in said
+    assert "Not taken by" not in help_template("pipeline", STAGE_HELP["pipeline"])
 
 
 def test_every_preset_is_on_one_page_and_every_docs_page_exists() -> None:
