@@ -151,3 +151,15 @@ def test_findings_the_profiler_recorded_are_left_to_accept_profile_warnings(
     plant_outlier(bundle, op="mlp_down_proj", row=2)
     with pytest.raises(ArtifactError, match=r"1 timing finding.*mlp_down_proj takes"):
         load_bundle(bundle, QWEN3_TINY)
+
+
+@pytest.mark.parametrize(("key", "value"), [("model", "qwen"), ("engine_calibration", [1, 2])])
+def test_a_meta_key_that_is_not_an_object_is_named(tmp_path: Path, key: str, value: object) -> None:
+    # read as an object, a string 'model' failed with AttributeError: 'str' object has no
+    # attribute 'get' (vidur_simulate and vidur_profile output.overwrite=true alike)
+    bundle = _with_grid(tmp_path)
+    meta = read_json(bundle / layout.BUNDLE_META)
+    meta[key] = value
+    write_json(bundle / layout.BUNDLE_META, meta)
+    with pytest.raises(ArtifactError, match=rf"meta\.json: '{key}' is an? \w+, expected a JSON"):
+        load_bundle(bundle, QWEN3_TINY)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -361,6 +362,26 @@ def check_timings(
     )
 
 
+META_OBJECT_KEYS: tuple[str, ...] = ("model", "ranges", "engine_calibration")
+"""``meta.json`` keys whose value is a JSON object (``engine_calibration`` where present)."""
+JSON_KINDS: Mapping[type, str] = MappingProxyType(
+    {str: "a string", list: "an array", int: "a number", float: "a number", bool: "a boolean"}
+)
+
+
+def check_meta_objects(where: Path, meta: Mapping[str, Any]) -> None:
+    """Refuse a ``meta.json`` whose ``model``, ``ranges`` or ``engine_calibration`` is not a JSON
+    object, naming the file and the key (read as one, it failed with a bare AttributeError)."""
+    for key in META_OBJECT_KEYS:
+        value = meta.get(key, {})
+        if not isinstance(value, Mapping):
+            kind = JSON_KINDS.get(type(value), type(value).__name__)
+            raise ArtifactError(
+                f"{where}: '{key}' is {kind}, expected a JSON object "
+                "(profile again: vidur_profile output.overwrite=true)"
+            )
+
+
 def load_bundle(
     path: Path | str, model: ModelConfig | None = None, *, timings_checked: bool = True
 ) -> Bundle:
@@ -376,6 +397,7 @@ def load_bundle(
             "or point profiling_root= at the bundles)"
         )
     meta = read_json(p / layout.BUNDLE_META, required_keys=META_REQUIRED_KEYS)
+    check_meta_objects(p / layout.BUNDLE_META, meta)
     mlp = read_csv(p / layout.MLP_PROFILE, MLP_TABLE)
     attention = read_csv(p / layout.ATTENTION_PROFILE, ATTENTION_TABLE)
     if model is not None:
