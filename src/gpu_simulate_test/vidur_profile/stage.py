@@ -142,12 +142,23 @@ def retime_while_busy(
     keeping each op's fastest look; returns the tables and the least busy round's load."""
     least = busy
     deadline = time.perf_counter() + cfg.profiling.busy_wait_s
-    for _ in range(cfg.profiling.remeasure_rounds):
+    rounds = cfg.profiling.remeasure_rounds
+    for k in range(1, rounds + 1):
         if least <= FOREIGN_CORES_LIMIT:
             break
-        wait_for_quiet(max(0.0, deadline - time.perf_counter()))
+        wait_s = max(0.0, deadline - time.perf_counter())
+        if cfg.progress:
+            console.print(
+                f"other processes used {least:.2f} core(s) while the profile was timed (limit "
+                f"{FOREIGN_CORES_LIMIT}): waiting up to {wait_s:.0f} s for a quiet machine, "
+                f"then timing every shape again (round {k} of at most {rounds})"
+            )
+        wait_for_quiet(wait_s)
         load = ForeignLoad().start()
-        again = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg))
+        with progress_bar(
+            f"re-timing {cfg.model.name} (busy machine, round {k})", grid.num_shapes, cfg.progress
+        ) as advance:
+            again = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
         least = min(least, load.stop())
         tables = _merge_fastest(tables, again)
     return tables, least
@@ -175,7 +186,7 @@ def remeasure_disturbed(
         "shapes": 0,
         "findings_before": len(profile_warnings(tables.mlp, tables.attention, MLP_OPS)),
     }
-    for _ in range(cfg.profiling.remeasure_rounds):
+    for k in range(1, cfg.profiling.remeasure_rounds + 1):
         tokens, decode, prefill = disturbed(tables.mlp, tables.attention, MLP_OPS)
         if not (tokens or decode or prefill):
             break
@@ -185,7 +196,11 @@ def remeasure_disturbed(
             prefill_chunks=tuple(sorted({c for _, c in prefill})),
             kv_cache_sizes=tuple(sorted({kv for kv, _ in decode | prefill})),
         )
-        tables = _merge_fastest(tables, profile_tables(layer, sub, cfg.block_size, stronger))
+        with progress_bar(
+            f"re-timing disturbed shapes (round {k})", sub.num_shapes, cfg.progress
+        ) as advance:
+            again = profile_tables(layer, sub, cfg.block_size, stronger, advance)
+        tables = _merge_fastest(tables, again)
         done["rounds"] += 1
         done["shapes"] += sub.num_shapes
     return tables, done
@@ -281,7 +296,8 @@ def run(cfg: VidurProfileStageConfig, resolved_config: Mapping[str, Any]) -> Pat
         ) as advance:
             load = ForeignLoad().start()
             tables = profile_tables(layer, grid, cfg.block_size, timing_policy(cfg), advance)
-            tables, busy = retime_while_busy(layer, grid, tables, cfg, load.stop())
+            busy = load.stop()
+        tables, busy = retime_while_busy(layer, grid, tables, cfg, busy)
         tables, remeasured = remeasure_disturbed(layer, grid, tables, cfg)
         remeasured["foreign_cores"] = round(busy, 3)
         del layer
