@@ -366,6 +366,31 @@ def report_warnings(
         console.print(f"  ... and {len(warnings) - shown} more")
 
 
+def engine_summary_rows(engine_steps: pd.DataFrame) -> list[list[str]]:
+    """Per backend and phase, the step time at the smallest and the largest size the
+    calibration timed: a prompt's steps by its length (a cached prefill's by its context), else
+    by batch. Only one-prompt rows (bursts apart), and decodes at their shortest context (the
+    batch sweep), so that each end is the row its label names (the file's first and last rows
+    were a longer context's batch of 4 and a burst's prompt of 102 tokens)."""
+    rows = []
+    for (backend, phase), group in engine_steps.groupby(["backend", "phase"]):
+        size, axis = SUMMARY_AXES.get(str(phase), ("batch_size", "requests"))
+        if "num_prompts" in group.columns and (group["num_prompts"] == 1).any():
+            group = group[group["num_prompts"] == 1]
+        if phase == "decode":
+            group = group[group["context_tokens"] == group["context_tokens"].min()]
+        group = group.sort_values([size, "context_tokens", "num_q_tokens"], kind="stable")
+        first, last = group.iloc[0], group.iloc[-1]
+        rows.append(
+            [
+                f"engine {backend} {phase} step",
+                f"{first['step_ms']:.2f} ms at {int(first[size])} {axis}, "
+                f"{last['step_ms']:.2f} ms at {int(last[size])}",
+            ]
+        )
+    return rows
+
+
 def print_summary(
     meta: Mapping[str, Any],
     tables: ProfileTables,
@@ -394,17 +419,7 @@ def print_summary(
         ["wall time", f"{meta['profile_wall_time_s']:.1f} s"],
     ]
     if engine_steps is not None:
-        for (backend, phase), group in engine_steps.groupby(["backend", "phase"]):
-            first, last = group.iloc[0], group.iloc[-1]
-            # a prompt's steps by its length (a cached prefill's by its context), else by batch
-            size, axis = SUMMARY_AXES.get(str(phase), ("batch_size", "requests"))
-            rows.append(
-                [
-                    f"engine {backend} {phase} step",
-                    f"{first['step_ms']:.2f} ms at {int(first[size])} {axis}, "
-                    f"{last['step_ms']:.2f} ms at {int(last[size])}",
-                ]
-            )
+        rows += engine_summary_rows(engine_steps)
     print_table(f"vidur profile {meta['model']['name']} on {meta['hardware']}", ["", ""], rows)
     console.print(f"[bold]bundle:[/] {bundle}")
     console.print(f"[bold]run:[/] {run_path}")
