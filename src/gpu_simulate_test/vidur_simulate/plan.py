@@ -122,45 +122,34 @@ def check_coverage(needs: Requirements, bundle: Bundle) -> None:
     value, so a short profile silently underestimates long batches.
     """
     have = bundle.ranges
-    gaps = [
-        f"{label}: needs {need}, bundle has {got} ({hint})"
-        for label, need, got, hint in (
-            (
-                "tokens per batch",
-                needs.max_batch_tokens,
-                have.max_num_tokens,
-                "profile.max_num_tokens",
-            ),
-            (
-                "decode batch size",
-                needs.max_batch_size,
-                have.max_batch_size,
-                "profile.max_batch_size, or lower vidur.scheduler.batch_size_cap",
-            ),
-            (
-                "prefill chunk",
-                needs.max_prefill_chunk,
-                have.max_prefill_chunk,
-                "profile.max_prefill_chunk",
-            ),
-            (
-                "KV-cache size (longest request)",
-                needs.max_request_tokens,
-                have.max_kv_cache_size,
-                "profile.max_kv_cache_size",
-            ),
-        )
-        if need > got
-    ]
-    if gaps:
+    ranges = (
+        ("tokens per batch", needs.max_batch_tokens, have.max_num_tokens, "max_num_tokens"),
+        ("decode batch size", needs.max_batch_size, have.max_batch_size, "max_batch_size"),
+        ("prefill chunk", needs.max_prefill_chunk, have.max_prefill_chunk, "max_prefill_chunk"),
+        (
+            "KV-cache size (longest request)",
+            needs.max_request_tokens,
+            have.max_kv_cache_size,
+            "max_kv_cache_size",
+        ),
+    )
+    short = [(label, need, got, knob) for label, need, got, knob in ranges if need > got]
+    if short:
+        # the ranges themselves: a workload only widens tokens and chunks to its longest prompt,
+        # short of what a batch of several requests (or a re-prefill) asks
+        overrides = " ".join(f"profile.{knob}={need}" for _, need, _, knob in short)
         raise ArtifactError(
             f"{bundle.path}: profiling bundle does not cover this workload and scheduler ("
-            + "; ".join(gaps)
+            + "; ".join(
+                f"{label}: needs {need}, bundle has {got} (profile.{knob})"
+                for label, need, got, knob in short
+            )
             + "); re-profile to cover it, e.g. python -m gpu_simulate_test.cli.vidur_profile "
             f"model={bundle.meta.get('model', {}).get('name', '<model>')} "
             f"hardware={bundle.meta.get('hardware', '<hardware>')} "
-            "workload_dir=<this workload> output.overwrite=true (the bundle's ranges widen to the "
-            "workload), or lower the scheduler knobs named above"
+            f"profiling_root={bundle.path.parent.parent} {overrides} "
+            "output.overwrite=true, or ask less of it with the scheduler's knobs "
+            "(vidur.scheduler.batch_size_cap, chunk_size, max_tokens_in_batch)"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import pytest
 from gpu_simulate_test.calibration.overhead import FrontEnd
 from gpu_simulate_test.config.schema import ConfigError, HardwareConfig
 from gpu_simulate_test.config.vidur import (
+    ProfileRangesConfig,
     VidurConfig,
     VidurPredictorConfig,
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.core.profiling.grid import resolve_ranges
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.vidur_simulate import plan
 from gpu_simulate_test.vidur_simulate.stage import prepare, write_trace
@@ -457,3 +460,19 @@ def test_the_simulation_request_carries_the_serving_knobs(root: Path, pause: boo
     request = _request(cfg, prepare(cfg), None, None, None)
     assert request.intake_pause is pause and request.busy_spread is not pause
     assert request.intake_step is not pause
+
+
+def test_the_named_reprofile_covers_what_the_simulation_needs(tmp_path: Path) -> None:
+    # orca batches 8 whole 1,050-token requests: 8,400 tokens, beyond the default 4,096 and
+    # the workload's longest prompt (all that workload_dir= widens a profile to)
+    write_workload_run(tmp_path, "w", [1000] * 8, [50] * 8, [0.0] * 8)
+    write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=6)
+    with pytest.raises(ArtifactError, match=r"tokens per batch: needs 8400") as err:
+        prepare(stage(tmp_path, name="orca", batch_size_cap=8))
+    message = str(err.value)
+    assert f"profiling_root={tmp_path / 'profiles'} " in message
+    overrides = dict(re.findall(r"profile\.(\w+)=(\d+)", message))
+    ranges = resolve_ranges(
+        ProfileRangesConfig(**{k: int(v) for k, v in overrides.items()}), QWEN3_TINY
+    )
+    assert ranges.max_num_tokens >= 8400
