@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_simulate_test.config.renamed import current_names
+from gpu_simulate_test.config.renamed import RENAMED_KNOBS, current_names
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSchedulerConfig, VidurSimulateStageConfig
 from gpu_simulate_test.core.engines.knobs import HF_CB_PAIRS, VLLM_BACKENDS
@@ -54,7 +54,14 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
     complete or not of a vLLM backend."""
     meta = open_upstream_run(run_dir, "real_bench")
     where = Path(run_dir) / layout.RUN_META
-    backend = current_names((meta.get("config") or {}).get("backend") or {})
+    config = meta.get("config") or {}
+    recorded = (config.get("backend") or {}) if isinstance(config, Mapping) else None
+    if not isinstance(recorded, Mapping):
+        raise ArtifactError(
+            f"step_times_from={run_dir}: {where}, field 'config.backend': expected the backend's "
+            f"knobs as an object, got {recorded!r:.60}"
+        )
+    backend = current_names(recorded)
     name = backend.get("name")
     if name not in VLLM_BACKENDS:
         raise ArtifactError(
@@ -67,10 +74,22 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
     knobs: dict[str, tuple[Any, str]] = {"name": (V1_NAME, f"backend {name}")}
     for real, vidur in HF_CB_PAIRS:
         value = backend.get(real)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            knobs[vidur] = (value, f"backend.{real}")
+        if value is None:  # not recorded
+            continue
+        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            field = next((k for k in recorded if RENAMED_KNOBS.get(k, k) == real), real)
+            raise ArtifactError(
+                f"step_times_from={run_dir}: {where}, field 'config.backend.{field}' (Vidur's "
+                f"{vidur}): expected a whole number >= 1, got {value!r}"
+            )
+        knobs[vidur] = (value, f"backend.{real}")
     caching = backend.get("enable_prefix_caching")
-    if isinstance(caching, bool):
+    if caching is not None and not isinstance(caching, bool):
+        raise ArtifactError(
+            f"step_times_from={run_dir}: {where}, field 'config.backend.enable_prefix_caching': "
+            f"expected true or false, got {caching!r}"
+        )
+    if caching is not None:
         knobs["enable_prefix_caching"] = (caching, "backend.enable_prefix_caching")
     return knobs
 

@@ -74,6 +74,37 @@ def test_a_run_of_another_backend_is_refused(
         with_run_knobs(config(run=run))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_blocks", "many", r"'config\.backend\.num_blocks' \(Vidur's num_blocks\): expected a "
+         r"whole number >= 1, got 'many'"),
+        ("max_batch_tokens", 0, r"'config\.backend\.max_batch_tokens' \(Vidur's chunk_size\)"),
+        ("enable_prefix_caching", "yes", r"'config\.backend\.enable_prefix_caching': expected "
+         r"true or false"),
+        (None, "vllm", r"'config\.backend': expected the backend's knobs as an object"),
+    ],
+)  # fmt: skip
+def test_a_garbled_knob_of_the_run_is_named(
+    config: Callable[..., VidurSimulateStageConfig],
+    tmp_path: Path,
+    field: str | None,
+    value: object,
+    message: str,
+) -> None:
+    # a garbled num_blocks was skipped: the replay ran on a cache sized from device memory
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("workload"))
+    meta = json.loads((run / "run_meta.json").read_text())
+    if field is None:
+        meta["config"]["backend"] = value
+    else:
+        meta["config"]["backend"][field] = value
+    (run / "run_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match=rf"run_meta\.json, field {message}"):
+        with_run_knobs(config(run=run))
+
+
 def test_the_recorded_config_is_the_one_simulated(compose_stage: Any) -> None:
     composed = compose_stage("vidur_simulate", ["workload_dir=w", f"step_times_from={RUN}"])
     cfg = to_typed(composed, VidurSimulateStageConfig)
