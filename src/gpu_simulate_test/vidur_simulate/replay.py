@@ -8,6 +8,7 @@ the run's step for step (``compare``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray)
     if FLEET_COLUMN.name in requests.columns:
         return _fleet_source(run.path, requests, ids, client, engine_s)
     if schedule_path.is_file():
-        clock = oracle.from_schedule(read_csv(schedule_path, ENGINE_SCHEDULE), engine_s)
+        clock = oracle.from_schedule(read_schedule(schedule_path), engine_s)
     elif log_path.is_file():
         clock = oracle.from_step_log(read_csv(log_path, ENGINE_STEP_LOG))
     else:
@@ -108,6 +109,24 @@ def replay_source(run_dir: str, workload: LoadedWorkload, scheduled: np.ndarray)
             f"{run.path}: the run recorded no engine steps to time the replay by"
         )
     return ReplaySource(run.path, client, engine_s, clock)
+
+
+REQUEST_ITEM = re.compile(r"\S+:\d+")
+"""One item of an ``engine_schedule`` ``requests`` cell: ``request_id:tokens``."""
+
+
+def read_schedule(path: Path) -> pd.DataFrame:
+    """A run's ``engine_schedule.csv``, its ``requests`` cells checked item by item (a garbled
+    one failed mid-replay with a bare unpacking error, naming no file)."""
+    schedule = read_csv(path, ENGINE_SCHEDULE)
+    for row, cell in enumerate(schedule["requests"]):
+        bad = next((i for i in str(cell or "").split() if not REQUEST_ITEM.fullmatch(i)), None)
+        if bad is not None:
+            raise ArtifactError(
+                f"{path}: row {row + 1}, column 'requests': {bad!r} is not request_id:tokens "
+                "(space-separated items, tokens a whole number)"
+            )
+    return schedule
 
 
 def _fleet_source(
@@ -121,7 +140,7 @@ def _fleet_source(
             f"{layout.ENGINE_SCHEDULE}: a fleet's oracle replay needs each engine's recorded "
             "steps (a server started by real_bench with backend.engine_clock=true)"
         )
-    schedule = read_csv(schedule_path, ENGINE_SCHEDULE)
+    schedule = read_schedule(schedule_path)
     if FLEET_COLUMN.name not in schedule.columns:
         raise ArtifactError(
             f"{schedule_path}: no engine column, while request_metrics.csv has one: the "

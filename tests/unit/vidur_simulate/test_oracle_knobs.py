@@ -10,13 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from gpu_simulate_test.config.registry import to_resolved, to_typed
 from gpu_simulate_test.config.schema import ConfigError
 from gpu_simulate_test.config.vidur import VidurSimulateStageConfig
+from gpu_simulate_test.core.traffic.workloads import load_workload
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.vidur_simulate.real_run import recorded_config, with_run_knobs
+from gpu_simulate_test.vidur_simulate.replay import replay_source
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "vllm" / "step_record"
 """A real vLLM run: --max-num-batched-tokens 128, --max-num-seqs 32, --block-size 32, 16 blocks."""
@@ -142,3 +145,18 @@ def test_a_scale_an_oracle_replay_cannot_honour_is_refused(
     change them or do nothing, and is refused by name."""
     with pytest.raises(ConfigError, match=message):
         config(override)
+
+
+def test_a_garbled_step_of_the_run_is_named(tmp_path: Path) -> None:
+    # a requests cell without its tokens failed mid-replay: "not enough values to unpack"
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    schedule = pd.read_csv(run / "engine_schedule.csv")
+    schedule.loc[5, "requests"] = "3:12 zz"
+    schedule.to_csv(run / "engine_schedule.csv", index=False)
+    workload = load_workload(run / "workload")
+    scheduled = workload.intervals["arrival_time_s"].to_numpy(dtype=float)
+    with pytest.raises(
+        ArtifactError, match=r"engine_schedule\.csv: row 6, column 'requests': 'zz' is not"
+    ):
+        replay_source(str(run), workload, scheduled)
