@@ -40,6 +40,7 @@ caller runs Vidur's own loop instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,10 @@ import pandas as pd
 from gpu_simulate_test.vidur_simulate.aggregate_engine import COMPACT_AT, AggregateEngine
 from gpu_simulate_test.vidur_simulate.loop_setup import BatchTimer, LoopParams
 
-__all__ = ["COMPACT_AT", "LoopResult", "run_loop"]
+__all__ = ["COMPACT_AT", "PROGRESS_SLICES", "LoopResult", "run_loop"]
+
+PROGRESS_SLICES = 200
+"""With a progress callback, :func:`run_loop` adds the arrivals in this many slices."""
 
 
 @dataclass
@@ -73,10 +77,14 @@ def run_loop(
     decode_tokens: np.ndarray,
     first_batch_id: int = 0,
     record_steps: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> LoopResult:
     """Simulate requests (row ``i`` is Vidur's request id ``i``) on one replica: one engine
     given every arrival (in time order, ties by id) and advanced to the end; with
-    ``record_steps`` false, batches are counted but their shapes not kept."""
+    ``record_steps`` false, batches are counted but their shapes not kept. With ``progress``,
+    the arrivals are added in :data:`PROGRESS_SLICES` slices, the engine advanced up to each
+    next one (the same batches, to the bit: an engine is stepped so), and ``progress(k)`` told
+    the ``k`` requests finished meanwhile."""
     arrived = np.asarray(arrived_at, dtype=float)
     order = np.argsort(arrived, kind="stable").tolist()
     arr: list[float] = [float(x) for x in arrived]
@@ -84,9 +92,22 @@ def run_loop(
     dec: list[int] = [int(x) for x in np.asarray(decode_tokens)]
     engine = AggregateEngine(params, timer, pre, dec, record_steps, compact_at=COMPACT_AT)
     add = engine.add
-    for r in order:
-        add(r, arr[r])
+    if progress is None:
+        for r in order:
+            add(r, arr[r])
+    else:
+        size = max(1, -(-len(order) // PROGRESS_SLICES))
+        for start in range(0, len(order), size):
+            for r in order[start : start + size]:
+                add(r, arr[r])
+            if start + size < len(order):  # every batch before the next arrival not added
+                before = engine.finished
+                engine.advance(arr[order[start + size]])
+                progress(engine.finished - before)
+    before = engine.finished
     engine.advance()
+    if progress is not None:
+        progress(engine.finished - before)
     pending = engine.unfinished()
     if pending:
         raise AssertionError(f"Simulation ended with {pending} pending requests")

@@ -135,6 +135,9 @@ class SimulationRequest:
     intake_step: bool = True
     """vllm_v1 with the serving terms: a busy step taking a request in adds the replays' such
     steps' extra time (``vidur.intake_step``; False: fitted and simulated without it)."""
+    progress: bool = False
+    """Draw a progress bar over the requests while our aggregate loop simulates them (the
+    stage's ``progress``)."""
     intake_catch: bool = False
     """vllm_v1 timed by the step model, one engine: a step's end waits for the requests the
     API server is taking in (``vidur.intake_catch``; :mod:`..simulator.intake_catch`)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from gpu_simulate_test.core.reporting import progress_bar
 from gpu_simulate_test.vidur_simulate.simulator import (
     SimulationRequest,
     SimulationResult,
@@ -39,15 +40,18 @@ class FastLoopSimulator:
         arrived_at, prefill_tokens, decode_tokens = read_trace(request.simulation_config)
         timer = batch_timer(predictor, fitted.overhead, fitted.draw, request.step_time_scale)
         built = time.perf_counter()
-        loop = run_loop(
-            params,
-            timer,
-            arrived_at,
-            prefill_tokens,
-            decode_tokens,
-            first_batch_id=Batch._id + 1,
-            record_steps=request.step_log,
-        )
+        label = f"simulating {len(arrived_at):,} requests"
+        with progress_bar(label, len(arrived_at), request.progress) as advance:
+            loop = run_loop(
+                params,
+                timer,
+                arrived_at,
+                prefill_tokens,
+                decode_tokens,
+                first_batch_id=Batch._id + 1,
+                record_steps=request.step_log,
+                progress=advance if request.progress else None,
+            )
         Batch._id += loop.num_batches  # as if Vidur had numbered them
         done = time.perf_counter()
         steps = None

@@ -206,6 +206,7 @@ def _request(
         intake_catch=cfg.vidur.intake_catch,
         intake_pause=cfg.vidur.intake_pause,
         intake_step=cfg.vidur.intake_step,
+        progress=cfg.progress,
     )
 
 

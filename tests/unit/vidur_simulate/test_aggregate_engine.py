@@ -138,3 +138,22 @@ def test_arrivals_out_of_order_are_refused() -> None:
     engine.add(0, 1.0)
     with pytest.raises(ValueError, match="before the last one added"):
         engine.add(1, 0.5)
+
+
+@pytest.mark.parametrize("jitter", [False, True])
+@pytest.mark.parametrize("scheduler", list(SCHEDULERS))
+def test_the_loop_shows_its_progress_and_takes_the_same_batches(
+    scheduler: str, jitter: bool
+) -> None:
+    """With a progress callback (the stage's bar: a million requests took minutes with nothing
+    shown), the arrivals go in slices and the engine advances up to each next one: every
+    request is counted once, and the batches and rows are the loop's without it, to the bit."""
+    params = SCHEDULERS[scheduler]
+    arr, pre, dec = workload(450, seed=5)  # more requests than slices, ties among them
+    args = (np.asarray(arr), np.asarray(pre), np.asarray(dec))
+    counted: list[int] = []
+    shown = run_loop(params, timer(jitter), *args, progress=counted.append)
+    alone = run_loop(params, timer(jitter), *args)
+    assert sum(counted) == len(arr) and len(counted) > 2
+    assert batches(shown) == batches(alone)
+    same_rows(shown.requests, range(len(arr)), alone.requests)
