@@ -76,7 +76,8 @@ def test_retiming_disturbed_shapes_draws_a_bar(
     quick: tuple[object, ProfileTables, Bars], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layer, tables, bars = quick
-    found = iter([({3}, set(), set()), (set(), set(), set())])
+    none: set[tuple[int, int]] = set()
+    found = iter([({3}, none, none), (set(), none, none)])
     monkeypatch.setattr(stage, "disturbed", lambda *_: next(found))
     _, done = stage.remeasure_disturbed(layer, GRID, tables, _cfg())
     assert done["rounds"] == 1 and done["shapes"] == 1
