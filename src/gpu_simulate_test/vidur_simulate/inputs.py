@@ -239,6 +239,13 @@ def serving_steps_of(steps: pd.DataFrame | None, intake: bool) -> pd.DataFrame |
     return steps.drop(columns=[CLIENT_SENDS, CLIENT_SEND_OFFSETS], errors="ignore")
 
 
+NO_FRONT_END = (
+    "none: no front end's way in (vidur.engine_overhead=none, a calibration without one, "
+    "vidur.frontend_latency off, or a replay)"
+)
+"""What ``run_meta.json`` says of a front-end spread where the simulation has no front end."""
+
+
 def input_spread(
     frontend: overhead.FrontEnd | None,
     enabled: bool,
@@ -252,7 +259,9 @@ def input_spread(
     ``run_meta.json`` says of it (None: the way in stays on the line, and why)."""
     if not enabled and not idle:
         return None, "off"
-    if frontend is None or by_queue:
+    if frontend is None:
+        return None, NO_FRONT_END
+    if by_queue:
         return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
     buckets = dict(frontend.input_residual_ms)
     if not buckets:
@@ -278,7 +287,7 @@ def busy_hop(
     if not enabled:
         return None, "off"
     if frontend is None:
-        return None, "none: no front end's way in (vidur.frontend_latency off, or a replay)"
+        return None, NO_FRONT_END
     if by_queue:
         return None, "none: it spreads the calibrated line (vidur.frontend_input=line)"
     if closed_loop:

@@ -127,3 +127,16 @@ def test_the_tail_goes_on_beyond_the_99th_as_an_exponential_and_only_with_tail()
     at = np.zeros(len(levels))
     assert np.array_equal(spread_s(front, levels, at, tail=True), tailed / 1000.0)
     assert np.array_equal(spread_s(front, levels, at), clamped / 1000.0)
+
+
+def test_without_a_front_end_the_note_says_so() -> None:
+    # every run without a calibrated front end (the stage's default, vidur.engine_overhead=
+    # none) recorded "it spreads the calibrated line (vidur.frontend_input=line)": the setting
+    # it already had, not why nothing was drawn
+    for enabled, idle in ((True, False), (False, True)):
+        levels, note = input_spread(None, enabled, by_queue=False, count=4, seed=0, idle=idle)
+        assert levels is None and note.startswith("none: no front end's way in")
+    q = tuple(float(k) for k in range(len(SPREAD_LEVELS)))
+    front = FrontEnd(5.0, 1.0, input_residual_ms=((0, q),))
+    _, note = input_spread(front, enabled=True, by_queue=True, count=4, seed=0)
+    assert note == "none: it spreads the calibrated line (vidur.frontend_input=line)"
