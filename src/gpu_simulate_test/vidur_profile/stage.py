@@ -82,6 +82,7 @@ def workload_extent(workload_dir: str | Path) -> WorkloadExtent:
         workload_id=loaded.workload_id,
         max_prompt_tokens=int(prompts.max()),
         max_total_tokens=int(totals.max()),
+        path=str(loaded.path),
     )
 
 
@@ -253,7 +254,11 @@ def bundle_meta(
             "prefill_chunks": list(grid.prefill_chunks),
             "kv_cache_sizes": list(grid.kv_cache_sizes),
         },
-        "workload": dataclasses.asdict(workload) if workload else None,
+        "workload": (
+            {k: v for k, v in dataclasses.asdict(workload).items() if k != "path"}
+            if workload
+            else None
+        ),
         "num_mlp_rows": len(tables.mlp),
         "num_attention_rows": len(tables.attention),
         "units": "milliseconds per layer",

@@ -44,6 +44,8 @@ class WorkloadExtent:
     max_prompt_tokens: int
     max_total_tokens: int
     """Longest prompt + output of one request: the most KV-cache context it reaches."""
+    path: str = ""
+    """The workload run's directory (for messages; empty: not known)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,14 @@ def resolve_ranges(
         max_tokens = max(max_tokens, workload.max_prompt_tokens)
         max_chunk = max(max_chunk, workload.max_prompt_tokens)
         max_kv = max(max_kv, workload.max_total_tokens)
-    if max_kv > model.max_position_embeddings:
+    context = model.max_position_embeddings
+    if workload is not None and cfg.max_kv_cache_size <= context < workload.max_total_tokens:
+        raise ConfigError(
+            f"{workload.path or 'workload'} ({workload.workload_id}): its longest request has "
+            f"{workload.max_total_tokens} tokens (prompt + output), beyond model {model.name}'s "
+            f"context ({context} tokens): no engine of this model serves it"
+        )
+    if max_kv > context:
         raise ConfigError(
             f"profile.max_kv_cache_size={max_kv} is beyond model {model.name}'s context "
             f"({model.max_position_embeddings} tokens)"

@@ -94,3 +94,12 @@ def test_workload_widens_ranges_but_never_narrows() -> None:
 def test_kv_range_beyond_model_context_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"max_kv_cache_size=5000 is beyond model tiny"):
         resolve_ranges(ProfileRangesConfig(max_kv_cache_size=5000), TINY, "cpu")
+
+
+def test_a_workload_beyond_the_model_context_is_named() -> None:
+    # it read "profile.max_kv_cache_size=5045 is beyond ...": a knob the user never set
+    extent = WorkloadExtent("wl-z", 5000, 5045, "tmp/workload/z")
+    with pytest.raises(
+        ConfigError, match=r"tmp/workload/z \(wl-z\): its longest request has 5045 tokens"
+    ):
+        resolve_ranges(ProfileRangesConfig(), TINY, "cpu", extent)
