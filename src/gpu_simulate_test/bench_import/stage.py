@@ -38,11 +38,11 @@ from gpu_simulate_test.bench_import.vllm_bench import is_vllm_result, load_resul
 from gpu_simulate_test.bench_import.write import write_imported_truth, write_imported_workload
 from gpu_simulate_test.config.bench_import import BenchImportStageConfig
 from gpu_simulate_test.core.reporting import console, print_table
+from gpu_simulate_test.core.traffic.workloads import told_rate
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import ArtifactError, atomic_open, read_csv, read_json
 from gpu_simulate_test.io.runs import RunExistsError, default_run_id, open_upstream_run, start_run
 from gpu_simulate_test.io.schemas import REQUEST_METRICS, TOKEN_METRICS
-from gpu_simulate_test.real_bench.metrics import told_rate
 
 EXPORTABLE_STAGES: tuple[str, ...] = ("real_bench", "vidur_simulate")
 

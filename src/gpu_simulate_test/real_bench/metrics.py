@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -287,21 +287,3 @@ def engine_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
         [row["ttft_s"] - row["engine_ttft_s"] for row in rows]
     )
     return out
-
-
-def told_rate(workload: Mapping[str, Any]) -> float | None:
-    """The rate a workload run was told to send at, as ``vllm bench serve``'s ``request_rate``
-    means it (``--request-rate``): a synthetic workload's ``qps``, a trace's
-    ``trace_target_qps``; where it was told none (a trace as recorded, chat sessions, whose
-    ``qps`` counts sessions) or an infinite one, the rate its arrivals realized."""
-    generator = workload.get("generator") or {}
-    realized = (workload.get("summary") or {}).get("mean_qps")
-    session = generator.get("session") or {}
-    told = None
-    if generator.get("source") == "synthetic" and not session.get("enabled"):
-        told = generator.get("qps")
-    elif generator.get("source") == "trace":
-        told = generator.get("trace_target_qps")
-    if isinstance(told, int | float) and not isinstance(told, bool) and math.isfinite(told):
-        return float(told)
-    return None if realized is None else float(realized)

@@ -41,7 +41,7 @@ from gpu_simulate_test.core.host.disturbance import Verdict
 from gpu_simulate_test.core.metrics.goodput import GoodputConfig
 from gpu_simulate_test.core.reporting import console
 from gpu_simulate_test.core.traffic.requests import check_context, load_requests
-from gpu_simulate_test.core.traffic.workloads import LoadedWorkload, load_workload
+from gpu_simulate_test.core.traffic.workloads import LoadedWorkload, load_workload, told_rate
 from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import write_csv, write_json
 from gpu_simulate_test.io.runs import Run, default_run_id, start_run
@@ -53,12 +53,7 @@ from gpu_simulate_test.real_bench.engine_record import (
     check_step_log,
     describe,
 )
-from gpu_simulate_test.real_bench.metrics import (
-    request_frame,
-    summarize,
-    token_frame,
-    told_rate,
-)
+from gpu_simulate_test.real_bench.metrics import request_frame, summarize, token_frame
 from gpu_simulate_test.real_bench.report import live_progress, print_summary
 from gpu_simulate_test.real_bench.telemetry import TelemetrySampler
 

@@ -268,7 +268,7 @@ def test_an_imported_run_is_dated_by_its_benchmark_not_the_import(tmp_path: Path
 def test_an_export_s_request_rate_is_the_rate_the_workload_was_told() -> None:
     """``vllm bench serve``'s ``request_rate`` is ``--request-rate``: a workload told 4 req/s
     exported the 3.365 its 40 arrivals realized."""
-    from gpu_simulate_test.bench_import.stage import told_rate
+    from gpu_simulate_test.core.traffic.workloads import told_rate
 
     summary = {"mean_qps": 3.365}
     synthetic = {"generator": {"source": "synthetic", "qps": 4.0}, "summary": summary}

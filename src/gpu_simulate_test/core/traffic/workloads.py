@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -462,3 +463,21 @@ def write_workload_arrays(
     with start_run(Path(root), "workload", run_id, {"workload_arrays": run_id}) as run:
         write_workload(run, workload, cfg, model, {}, show_progress=False)
     return run.path
+
+
+def told_rate(workload: Mapping[str, Any]) -> float | None:
+    """The rate a workload run was told to send at, as ``vllm bench serve``'s ``request_rate``
+    means it (``--request-rate``): a synthetic workload's ``qps``, a trace's
+    ``trace_target_qps``; where it was told none (a trace as recorded, chat sessions, whose
+    ``qps`` counts sessions) or an infinite one, the rate its arrivals realized."""
+    generator = workload.get("generator") or {}
+    realized = (workload.get("summary") or {}).get("mean_qps")
+    session = generator.get("session") or {}
+    told = None
+    if generator.get("source") == "synthetic" and not session.get("enabled"):
+        told = generator.get("qps")
+    elif generator.get("source") == "trace":
+        told = generator.get("trace_target_qps")
+    if isinstance(told, int | float) and not isinstance(told, bool) and math.isfinite(told):
+        return float(told)
+    return None if realized is None else float(realized)
