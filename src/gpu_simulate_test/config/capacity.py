@@ -148,6 +148,11 @@ class CapacityStageConfig(SearchStageBase):
         )
         _check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         _check(self.num_warmup_requests >= 0, "num_warmup_requests must be >= 0")
+        ranks = int(getattr(self.backend, "data_parallel_size", 1))
+        if self.fleet.replicas == 1 and ranks > 1 and not real_check(self):
+            # the old spelling of a vllm_dp fleet, simulated only: as fleet.replicas=N
+            fleet = dataclasses.replace(self.fleet, replicas=ranks, router="vllm_dp")
+            object.__setattr__(self, "fleet", fleet)
         object.__setattr__(self, "backend", fleet_backend(self))
 
     def fleet_of(self) -> FleetConfig:
@@ -156,6 +161,11 @@ class CapacityStageConfig(SearchStageBase):
         if self.fleet.replicas > 1:
             return self.fleet
         return FleetConfig(replicas=int(getattr(self.backend, "data_parallel_size", 1)))
+
+
+def real_check(cfg: CapacityStageConfig) -> bool:
+    """Whether the run measures the real engine (``capacity.verify`` or the real phase)."""
+    return cfg.capacity.verify != "false" or cfg.capacity.phase == "real"
 
 
 def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
@@ -175,7 +185,7 @@ def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
     )
     served = fleet.router == "vllm_dp" and hasattr(backend, "data_parallel_size")
     routed = fleet.router in CLIENT_ROUTERS and hasattr(backend, "servers")
-    checked = cfg.capacity.verify != "false" or cfg.capacity.phase == "real"
+    checked = real_check(cfg)
     _check(
         served or routed or not checked,
         f"fleet.replicas={fleet.replicas} behind fleet.router={fleet.router} on "
@@ -189,4 +199,6 @@ def fleet_backend(cfg: CapacityStageConfig) -> BackendConfig:
         )
     if served and checked:  # one --data-parallel-size N server
         return dataclasses.replace(backend, data_parallel_size=fleet.replicas)  # type: ignore[call-arg]
-    return backend  # simulated only: one engine's calibration, copied N times (as tune's)
+    if ranks > 1:  # simulated only: one engine's calibration, copied N times (as tune's)
+        return dataclasses.replace(backend, data_parallel_size=1)  # type: ignore[call-arg]
+    return backend

@@ -31,6 +31,19 @@ def test_vllm_s_balancer_is_one_data_parallel_server(compose_stage: Any) -> None
     assert one.fleet_of().replicas == 1 and one.backend.data_parallel_size == 1  # type: ignore[attr-defined]
 
 
+def test_a_fleet_simulated_only_is_one_engine_in_either_spelling(compose_stage: Any) -> None:
+    """Without a real check (the default) the calibration times one engine, the fleet copies
+    it: ``backend.data_parallel_size=N`` as ``fleet.replicas=N``."""
+    new, old = (
+        typed(compose_stage, "fleet.replicas=2"),
+        typed(compose_stage, "backend.data_parallel_size=2"),
+    )
+    for cfg in (new, old):
+        assert cfg.fleet_of().replicas == 2 and cfg.fleet_of().router == "vllm_dp"
+        assert cfg.backend.data_parallel_size == 1  # type: ignore[attr-defined]
+    assert old.pipeline().backend == new.pipeline().backend
+
+
 def test_another_router_is_n_servers_behind_the_client_s_router(compose_stage: Any) -> None:
     cfg = typed(compose_stage, "fleet.replicas=4", "fleet.router=round_robin")
     assert cfg.fleet_of().router == "round_robin" and cfg.fleet_of().replicas == 4
