@@ -136,8 +136,10 @@ def check_coverage(needs: Requirements, bundle: Bundle) -> None:
     short = [(label, need, got, knob) for label, need, got, knob in ranges if need > got]
     if short:
         # the ranges themselves: a workload only widens tokens and chunks to its longest prompt,
-        # short of what a batch of several requests (or a re-prefill) asks
-        overrides = " ".join(f"profile.{knob}={need}" for _, need, _, knob in short)
+        # short of what a batch of several requests (or a re-prefill) asks; every range given,
+        # the bundle's where it covers, so the new profile narrows none (a range left out would
+        # fall back to the config's default)
+        overrides = " ".join(f"profile.{knob}={max(need, got)}" for _, need, got, knob in ranges)
         raise ArtifactError(
             f"{bundle.path}: profiling bundle does not cover this workload and scheduler ("
             + "; ".join(

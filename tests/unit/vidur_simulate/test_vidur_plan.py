@@ -20,6 +20,7 @@ from gpu_simulate_test.config.vidur import (
     VidurSchedulerConfig,
     VidurSimulateStageConfig,
 )
+from gpu_simulate_test.core.profiling.bundle import load_bundle
 from gpu_simulate_test.core.profiling.grid import resolve_ranges
 from gpu_simulate_test.io.artifacts import ArtifactError
 from gpu_simulate_test.vidur_simulate import plan
@@ -466,7 +467,7 @@ def test_the_named_reprofile_covers_what_the_simulation_needs(tmp_path: Path) ->
     # orca batches 8 whole 1,050-token requests: 8,400 tokens, beyond the default 4,096 and
     # the workload's longest prompt (all that workload_dir= widens a profile to)
     write_workload_run(tmp_path, "w", [1000] * 8, [50] * 8, [0.0] * 8)
-    write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=6)
+    where = write_synthetic_bundle(tmp_path / "profiles", QWEN3_TINY, points=6)
     with pytest.raises(ArtifactError, match=r"tokens per batch: needs 8400") as err:
         prepare(stage(tmp_path, name="orca", batch_size_cap=8))
     message = str(err.value)
@@ -476,3 +477,9 @@ def test_the_named_reprofile_covers_what_the_simulation_needs(tmp_path: Path) ->
         ProfileRangesConfig(**{k: int(v) for k, v in overrides.items()}), QWEN3_TINY
     )
     assert ranges.max_num_tokens >= 8400
+    # every range named, the bundle's where it covers: a range left out would fall back to the
+    # config's default, narrower than a bundle widened before
+    assert set(overrides) == {"max_num_tokens", "max_batch_size", "max_prefill_chunk",
+                              "max_kv_cache_size"}  # fmt: skip
+    have = load_bundle(where, timings_checked=False).ranges
+    assert int(overrides["max_batch_size"]) == have.max_batch_size  # covered: the bundle's own
