@@ -14,7 +14,8 @@ from gpu_simulate_test.real_bench.contract import TELEMETRY
 
 
 def gpu_index(device: str) -> int | None:
-    """NVML index of a torch device string: ``cuda`` → 0, ``cuda:3`` → 3, ``cpu`` → None."""
+    """torch's (CUDA's) index of a device string: ``cuda`` → 0, ``cuda:3`` → 3, ``cpu`` →
+    None; NVML's may differ (:func:`nvml_device`)."""
     if not device.startswith("cuda"):
         return None
     _, _, index = device.partition(":")
@@ -37,6 +38,19 @@ def nvml_device(index: int, visible: str | None) -> int | str:
     return int(entry) if entry.isdigit() else entry
 
 
+def open_nvml(nv: Any, target: int | str) -> Any:
+    """NVML's handle of ``target``: an index, or a GPU's UUID or a unique prefix of one (CUDA
+    takes either; NVML's lookup only the whole UUID), else a MIG instance's UUID."""
+    if isinstance(target, int):
+        return nv.nvmlDeviceGetHandleByIndex(target)
+    for i in range(nv.nvmlDeviceGetCount()):
+        handle = nv.nvmlDeviceGetHandleByIndex(i)
+        uuid = nv.nvmlDeviceGetUUID(handle)
+        if (uuid.decode() if isinstance(uuid, bytes) else str(uuid)).startswith(target):
+            return handle
+    return nv.nvmlDeviceGetHandleByUUID(target)
+
+
 class TelemetrySampler:
     """Samples clocks, power, memory and utilization every ``interval_s`` in a daemon thread."""
 
@@ -50,6 +64,7 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
+        self.nvml_index = self.index
 
     def start(self) -> None:
         if self.index is None:
@@ -68,19 +83,22 @@ class TelemetrySampler:
             return
         try:
             pynvml.nvmlInit()
-            self._handle = (
-                pynvml.nvmlDeviceGetHandleByIndex(target)
-                if isinstance(target, int)
-                else pynvml.nvmlDeviceGetHandleByUUID(target)
-            )
-        except pynvml.NVMLError as exc:  # no library, no driver, bad index
-            self.note = f"NVML unavailable: {exc}"
+            self._handle = open_nvml(pynvml, target)
+        except pynvml.NVMLError as exc:  # no library, no driver, bad index or UUID
+            self.note = f"NVML unavailable for device {target}: {exc}"
             return
+        self._nvml = pynvml
+        found = self._read(pynvml.nvmlDeviceGetIndex)  # the column's NVML index
+        self.nvml_index = found if isinstance(found, int) else self.index
         said = (
             "" if visible is None else f" (cuda:{self.index} under CUDA_VISIBLE_DEVICES={visible})"
         )
-        self.note = f"NVML device {target}{said}"
-        self._nvml = pynvml
+        self.note = f"NVML device {target}{said}, NVML index {self.nvml_index}"
+        if isinstance(target, str) and target.startswith("MIG-"):
+            self.note += (
+                "; a MIG instance: NVML may not report its clocks, power or utilization "
+                "(those columns then empty)"
+            )
         self.available = True
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
         self._thread.start()
@@ -98,7 +116,7 @@ class TelemetrySampler:
         power_mw = self._read(nv.nvmlDeviceGetPowerUsage)
         return {
             "time_s": time.perf_counter() - self.origin,
-            "gpu_index": self.index,
+            "gpu_index": self.nvml_index,
             "sm_clock_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "mem_clock_mhz": self._read(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             "power_w": None if power_mw is None else power_mw / 1000.0,

@@ -26,6 +26,7 @@ def fake_nvml(**overrides: Callable[..., Any]) -> types.ModuleType:
         "nvmlInit": lambda: None,
         "nvmlShutdown": lambda: None,
         "nvmlDeviceGetHandleByIndex": lambda index: f"gpu{index}",
+        "nvmlDeviceGetIndex": lambda h: int(h.removeprefix("gpu")),
         "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=1),
         "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=50, memory=20),
         "nvmlDeviceGetPowerUsage": lambda h: 100_000,
@@ -79,30 +80,29 @@ def test_any_other_failure_at_shutdown_surfaces(monkeypatch: pytest.MonkeyPatch)
         sampler.stop()
 
 
+UUIDS = ("GPU-0a11aaaa-0000", "GPU-1b22bbbb-1111", "GPU-5e1f0000-2222", "GPU-77aa0000-3333")
+
+
 @pytest.mark.parametrize(
     ("device", "visible", "expected"),
-    [("cuda", None, ("index", 0)),
-     ("cuda:1", "2,3", ("index", 3)),
-     ("cuda", "GPU-5e1f,GPU-77aa", ("uuid", "GPU-5e1f")),
+    [("cuda", None, 0),
+     ("cuda:1", "2,3", 3),
+     ("cuda", "GPU-5e1f,GPU-77aa", 2),  # CUDA takes a unique prefix of a UUID
+     ("cuda:1", "GPU-5e1f0000-2222,GPU-77aa0000-3333", 3),
      ("cuda:2", "0,1", None)],
 )  # fmt: skip
 def test_the_gpu_sampled_is_torchs_under_cuda_visible_devices(
-    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, expected: Any
+    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, expected: int | None
 ) -> None:
     """NVML counts every GPU of the machine, torch only the visible ones: with
     CUDA_VISIBLE_DEVICES=2,3 the run on ``cuda`` (NVML's GPU 2) sampled NVML's GPU 0, another
-    job's."""
-    opened: list[tuple[str, Any]] = []
-
-    def handle(kind: str) -> Callable[[Any], str]:
-        def open_(key: Any) -> str:
-            opened.append((kind, key))
-            return f"gpu {key}"
-
-        return open_
-
+    job's; the samples' ``gpu_index`` is the NVML index sampled."""
     nv = fake_nvml(
-        nvmlDeviceGetHandleByIndex=handle("index"), nvmlDeviceGetHandleByUUID=handle("uuid")
+        nvmlDeviceGetCount=lambda: len(UUIDS),
+        nvmlDeviceGetHandleByIndex=lambda index: ("gpu", index),
+        nvmlDeviceGetUUID=lambda h: UUIDS[h[1]].encode(),  # bytes, as older pynvml gives
+        nvmlDeviceGetIndex=lambda h: h[1],
+        nvmlDeviceGetHandleByUUID=_raise(NVMLError("not found")),  # whole UUIDs only
     )
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     if visible is None:
@@ -114,7 +114,22 @@ def test_the_gpu_sampled_is_torchs_under_cuda_visible_devices(
     sampler.stop()
     if expected is None:  # not visible: said, nothing sampled
         assert not sampler.available and "CUDA_VISIBLE_DEVICES=0,1" in sampler.note
-        assert opened == []
     else:
-        assert sampler.available and opened == [expected]
-        assert str(expected[1]) in sampler.note
+        assert sampler.available and sampler.samples[0]["gpu_index"] == expected
+        assert f"NVML index {expected}" in sampler.note
+
+
+def test_a_mig_instance_is_sampled_by_its_uuid_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    nv = fake_nvml(
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetUUID=lambda h: "GPU-0a11aaaa-0000",
+        nvmlDeviceGetHandleByUUID=lambda uuid: ("mig", uuid),
+        nvmlDeviceGetIndex=_raise(NVMLError("not supported")),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-9c3d")
+    sampler = TelemetrySampler("cuda", interval_s=10.0)
+    sampler.start()
+    sampler.stop()
+    assert sampler.available and "a MIG instance" in sampler.note
+    assert sampler.samples[0]["gpu_index"] == 0  # NVML gives none: torch's
