@@ -122,6 +122,12 @@ def answer_from(record: Mapping[str, Any], where: Path) -> Answer:
         ) from exc
 
 
+def recorded_config(cfg: CapacityStageConfig) -> dict[str, Any]:
+    """The pipeline config a real phase records: a fleet's workload at its size, N times
+    ``workload.num_requests`` (:func:`per_engine_requests`), as its ``workload_dir`` holds."""
+    return as_resolved(per_engine_requests(cfg, cfg.pipeline()))
+
+
 def write_real(
     r: Run,
     cfg: CapacityStageConfig,
@@ -134,7 +140,7 @@ def write_real(
     every path relative to its run directory."""
     slo = cfg.capacity.slo
     manifest = {
-        "config": as_resolved(cfg.pipeline()),
+        "config": recorded_config(cfg),
         "profiling_root": relative(profiling_root, r.path, inside=True),
         "workload_dir": relative(workload_dir, r.path, inside=True),
         "scheduler": as_stored_json(dataclasses.asdict(decided.scheduler)),

@@ -140,10 +140,10 @@ class TuneOptions:
     beside it (``tune.csv`` ``capacity_seed_low_qps`` / ``_high_qps``). Near the knee one seed
     moves a capacity by several percent (the simulated steps' slow moments and stalls). 1: one."""
     verify: str = "top_k"
-    """``top_k``: the best ``top_k`` configurations and the configured one, each on a real
-    server of its own, rates bracketing the simulated capacity (``verify_margin``); ``grid``:
-    the capacity stage's whole real search on every configuration; ``false``: simulation
-    only."""
+    """``top_k``: the best ``top_k`` configurations, the configured one and (with
+    ``target_qps``) the answer, each on a real server of its own, rates bracketing the
+    simulated capacity (``verify_margin``); ``grid``: the capacity stage's whole real search on
+    every configuration; ``false``: simulation only."""
     top_k: int = 3
     verify_margin: float = 0.15
     """``top_k``: the real search starts at the simulated capacity and steps by 1 + this, then

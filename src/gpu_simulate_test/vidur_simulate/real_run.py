@@ -55,11 +55,16 @@ def run_knobs(run_dir: str | Path) -> dict[str, tuple[Any, str]]:
     meta = open_upstream_run(run_dir, "real_bench")
     where = Path(run_dir) / layout.RUN_META
     config = meta.get("config") or {}
-    recorded = (config.get("backend") or {}) if isinstance(config, Mapping) else None
+    recorded = (config.get("backend") or {}) if isinstance(config, Mapping) else config
     if not isinstance(recorded, Mapping):
+        field, what = (
+            ("config.backend", "the backend's knobs")
+            if isinstance(config, Mapping)
+            else ("config", "the run's config")
+        )
         raise ArtifactError(
-            f"step_times_from={run_dir}: {where}, field 'config.backend': expected the backend's "
-            f"knobs as an object, got {recorded!r:.60}"
+            f"step_times_from={run_dir}: {where}, field '{field}': expected {what} as an "
+            f"object, got {recorded!r:.60}"
         )
     backend = current_names(recorded)
     name = backend.get("name")

@@ -121,3 +121,14 @@ def test_a_fleet_judges_as_many_requests_per_engine_as_one_engine(
     with pytest.raises(_Stop):
         stage.run(cfg, {})
     assert made == [requests]
+
+
+def test_the_real_phase_records_a_fleets_workload_at_its_size(compose_stage: Any) -> None:
+    from gpu_simulate_test.capacity.split import recorded_config
+
+    cfg = typed(
+        compose_stage, "fleet.replicas=2", "capacity.phase=real", "workload.num_requests=50"
+    )
+    assert recorded_config(cfg)["workload"]["num_requests"] == 100  # as its workload_dir holds
+    one = typed(compose_stage, "capacity.phase=real", "workload.num_requests=50")
+    assert recorded_config(one)["workload"]["num_requests"] == 50

@@ -86,6 +86,7 @@ def test_a_run_of_another_backend_is_refused(
         ("enable_prefix_caching", "yes", r"'config\.backend\.enable_prefix_caching': expected "
          r"true or false"),
         (None, "vllm", r"'config\.backend': expected the backend's knobs as an object"),
+        ("", "vllm", r"'config': expected the run's config as an object"),
     ],
 )  # fmt: skip
 def test_a_garbled_knob_of_the_run_is_named(
@@ -99,7 +100,9 @@ def test_a_garbled_knob_of_the_run_is_named(
     run = tmp_path / "run"
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("workload"))
     meta = json.loads((run / "run_meta.json").read_text())
-    if field is None:
+    if field == "":  # the whole config garbled
+        meta["config"] = value
+    elif field is None:
         meta["config"]["backend"] = value
     else:
         meta["config"]["backend"][field] = value
