@@ -35,9 +35,8 @@ from gpu_simulate_test.bench_import.imported import (
     Floats,
     ImportedRun,
     convention,
-    is_finite_number,
 )
-from gpu_simulate_test.io.artifacts import ArtifactError
+from gpu_simulate_test.io.artifacts import ArtifactError, is_finite_number
 
 TOOL = "guidellm"
 REPORT_VERSION = 2

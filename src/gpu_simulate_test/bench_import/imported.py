@@ -3,11 +3,10 @@ checks every import makes (no I/O here: the readers parse, :mod:`.write` writes)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -15,13 +14,6 @@ import numpy.typing as npt
 from gpu_simulate_test.config.schema import ModelConfig
 from gpu_simulate_test.core.metrics.latency import tpot_s
 from gpu_simulate_test.io.artifacts import ArtifactError
-
-
-def is_finite_number(value: object) -> TypeGuard[int | float]:
-    """Whether a value read from a tool's JSON is a finite number (not a bool, a string or
-    null): a time, a rate, a date's timestamp."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -196,6 +196,12 @@ def not_utf8_error(path: Path, expected: str) -> ArtifactError:
                     f"expected {expected}"
                 )
     return ArtifactError(f"{path}: not UTF-8 text; expected {expected}")
+
+
+def is_finite_number(value: object) -> TypeGuard[int | float]:
+    """Whether a value read from JSON is a finite number (not a bool, a string or null): a
+    time, a rate, a date's timestamp."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_jsonl(path: Path | str, rows: Sequence[Mapping[str, Any]]) -> Path:

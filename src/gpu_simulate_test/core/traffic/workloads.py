@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from gpu_simulate_test.io import layout
 from gpu_simulate_test.io.artifacts import (
     ArtifactError,
     atomic_open,
+    is_finite_number,
     read_csv,
     read_json,
     write_csv,
@@ -478,6 +478,6 @@ def told_rate(workload: Mapping[str, Any]) -> float | None:
         told = generator.get("qps")
     elif generator.get("source") == "trace":
         told = generator.get("trace_target_qps")
-    if isinstance(told, int | float) and not isinstance(told, bool) and math.isfinite(told):
+    if is_finite_number(told):
         return float(told)
     return None if realized is None else float(realized)
