@@ -8,25 +8,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpu_simulate_test.config.schema import HardwareConfig, ModelConfig
+from gpu_simulate_test.config.schema import HardwareConfig
 from gpu_simulate_test.config.vidur import VidurProfileStageConfig
 from gpu_simulate_test.core.profiling.grid import ProfileGrid
 from gpu_simulate_test.vidur_profile import stage
 from gpu_simulate_test.vidur_profile.layer_ops import build_layer
 from gpu_simulate_test.vidur_profile.profiler import ProfileTables, profile_tables
 from gpu_simulate_test.vidur_profile.timing import TimingPolicy
+from tests.unit.vidur_profile.test_vidur_profile_tables import SMALL
 
-SMALL = ModelConfig(
-    name="small",
-    num_layers=1,
-    hidden_size=64,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-    vocab_size=1000,
-    max_position_embeddings=512,
-)
 CPU = HardwareConfig(name="cpu", peak_bf16_tflops=1.0, memory_bandwidth_gb_s=20.0, memory_gib=8.0)
 GRID = ProfileGrid(num_tokens=(1, 3), batch_sizes=(1, 2), prefill_chunks=(4,), kv_cache_sizes=(0,))
 
